@@ -1,0 +1,164 @@
+package governor
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Limit names one of the limits a provider puts on a key.
+type Limit uint8
+
+// The limits sluice models. Each counts one resource over one period.
+const (
+	RPM  Limit = iota // requests per minute
+	RPD               // requests per day
+	TPM               // tokens (input + output) per minute
+	TPD               // tokens (input + output) per day
+	ITPM              // input tokens per minute
+	OTPM              // output tokens per minute
+
+	NumLimits = 6
+)
+
+// AllLimits lists every Limit in a fixed order, for loops and reports.
+var AllLimits = [NumLimits]Limit{RPM, RPD, TPM, TPD, ITPM, OTPM}
+
+var limitNames = [NumLimits]string{"rpm", "rpd", "tpm", "tpd", "itpm", "otpm"}
+
+var limitTitles = [NumLimits]string{
+	"requests per minute", "requests per day", "tokens per minute",
+	"tokens per day", "input tokens per minute", "output tokens per minute",
+}
+
+// String returns the short lowercase name: "rpm", "tpd", "otpm".
+func (l Limit) String() string {
+	if int(l) < NumLimits {
+		return limitNames[l]
+	}
+	return "limit(" + strconv.Itoa(int(l)) + ")"
+}
+
+// Title returns the long name providers use in messages: "output tokens per minute".
+func (l Limit) Title() string {
+	if int(l) < NumLimits {
+		return limitTitles[l]
+	}
+	return l.String()
+}
+
+// Period is the window the limit counts over: a minute or a day.
+func (l Limit) Period() time.Duration {
+	switch l {
+	case RPD, TPD:
+		return 24 * time.Hour
+	default:
+		return time.Minute
+	}
+}
+
+// Unit names what the limit counts, for messages: "requests", "tokens",
+// "input tokens" or "output tokens".
+func (l Limit) Unit() string {
+	switch l {
+	case RPM, RPD:
+		return "requests"
+	case ITPM:
+		return "input tokens"
+	case OTPM:
+		return "output tokens"
+	default:
+		return "tokens"
+	}
+}
+
+// ParseLimit reads a limit name such as "tpm" (any case).
+func ParseLimit(s string) (Limit, error) {
+	ls := strings.ToLower(strings.TrimSpace(s))
+	for i, n := range limitNames {
+		if n == ls {
+			return Limit(i), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown limit %q (want one of rpm, rpd, tpm, tpd, itpm, otpm)", s)
+}
+
+// Limits holds the allowance of each limit; zero means the limit does not apply.
+type Limits [NumLimits]int64
+
+// ParseLimits reads "rpm=30,tpm=8000,tpd=200000". Unknown names, repeated
+// names and values that are not positive integers are errors that name them.
+func ParseLimits(s string) (Limits, error) {
+	var ls Limits
+	if strings.TrimSpace(s) == "" {
+		return ls, nil
+	}
+	seen := map[Limit]bool{}
+	for _, part := range strings.Split(s, ",") {
+		name, val, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok {
+			return ls, fmt.Errorf("limit %q: want name=value, e.g. tpm=8000", part)
+		}
+		l, err := ParseLimit(name)
+		if err != nil {
+			return ls, err
+		}
+		if seen[l] {
+			return ls, fmt.Errorf("limit %s given twice", l)
+		}
+		seen[l] = true
+		n, err := strconv.ParseInt(strings.ReplaceAll(strings.TrimSpace(val), "_", ""), 10, 64)
+		if err != nil || n <= 0 {
+			return ls, fmt.Errorf("limit %s: value %q is not a positive whole number", l, val)
+		}
+		ls[l] = n
+	}
+	return ls, nil
+}
+
+// String formats the limits that apply as "rpm=30,tpm=8000".
+func (ls Limits) String() string {
+	var b strings.Builder
+	for _, l := range AllLimits {
+		if ls[l] == 0 {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, "%s=%d", l, ls[l])
+	}
+	return b.String()
+}
+
+// Cost is what one call is charged: one request, its input tokens and the
+// output tokens reserved for it (its max_tokens). Total tokens are input + output.
+type Cost struct {
+	Requests int64
+	Input    int64
+	Output   int64
+}
+
+// On returns the amount of c that counts against limit l.
+func (c Cost) On(l Limit) int64 {
+	switch l {
+	case RPM, RPD:
+		return c.Requests
+	case ITPM:
+		return c.Input
+	case OTPM:
+		return c.Output
+	default:
+		return c.Input + c.Output
+	}
+}
+
+// Tokens returns input + output.
+func (c Cost) Tokens() int64 { return c.Input + c.Output }
+
+// Usage is what the provider reports a finished call really used.
+type Usage struct {
+	Input  int64
+	Output int64
+}

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Runs every test sluice has, on a fresh machine too: starts PostgreSQL when it
+# is down, installs the Node packages the client tests use, then runs go vet
+# and the Go tests with the race detector. Extra arguments go to "go test"
+# (e.g. scripts/test.sh -run TestGovernor ./governor).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '== %s\n' "$*"; }
+
+# PostgreSQL: the store, engine and crash tests run on it as well as on SQLite.
+if [ -z "${SLUICE_TEST_POSTGRES:-}" ]; then
+  if ! pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then
+    if ! command -v pg_ctlcluster >/dev/null 2>&1; then
+      log "installing PostgreSQL"
+      if [ "$(id -u)" = 0 ]; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+      else
+        sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+      fi
+    fi
+    log "starting PostgreSQL"
+    for v in $(ls /etc/postgresql); do
+      pg_ctlcluster --skip-systemctl-redirect "$v" main start || true
+    done
+    for _ in $(seq 1 30); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 1; done
+  fi
+  export SLUICE_TEST_POSTGRES="postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+fi
+psql "$SLUICE_TEST_POSTGRES" -qtAc 'select 1' >/dev/null || { echo "PostgreSQL at \$SLUICE_TEST_POSTGRES does not answer" >&2; exit 1; }
+
+# Node packages for the tests that drive sluice with clients no one here wrote.
+if command -v npm >/dev/null 2>&1; then
+  if [ ! -d clients/node/node_modules/openai ]; then
+    log "installing Node packages (clients/node)"
+    (cd clients/node && npm ci --no-audit --no-fund --loglevel=error)
+  fi
+  export SLUICE_TEST_NODE_MODULES="$PWD/clients/node/node_modules"
+fi
+
+log "go vet"
+go vet ./...
+log "go test -race"
+go test -race -count=1 -timeout 30m "${@:-./...}"
