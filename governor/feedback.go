@@ -1,0 +1,168 @@
+package governor
+
+import (
+	"sort"
+	"time"
+)
+
+// Observe adjusts the governor to what the provider reported in a response's
+// headers: the provider is the source of truth. A different allowance
+// replaces the configured one (so Check and pacing follow it); a remaining
+// count below what the governor believes is left means someone else uses the
+// key, and that much room is held until the provider's reset.
+func (g *Governor) Observe(now time.Time, s Snapshot) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := now.UnixNano()
+	g.expire(n)
+	changedLimits := false
+	for _, l := range AllLimits {
+		o := s[l]
+		if !o.Known {
+			continue
+		}
+		if o.Limit > 0 && o.Limit != g.limits[l] {
+			g.limits[l] = o.Limit
+			changedLimits = true
+		}
+		lim := g.limits[l]
+		if lim == 0 || o.Reset <= 0 {
+			continue
+		}
+		room := lim - g.ledgerOf(l).sum.On(l)
+		for _, p := range g.phantom[l] {
+			room -= p.amount
+		}
+		if gap := room - max(o.Remaining, 0); gap > 0 {
+			g.phantom[l] = addPhantom(g.phantom[l], phantom{until: n + int64(o.Reset), amount: gap})
+		}
+	}
+	if changedLimits {
+		g.setPacers()
+		g.broadcast()
+	}
+}
+
+// Rejected records that the provider refused a call naming limit l: that
+// limit is taken as full until retryAfter has passed (or, with no retry time,
+// until a whole period of it has). Other limits, and other keys, go on.
+func (g *Governor) Rejected(now time.Time, l Limit, retryAfter time.Duration) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := now.UnixNano()
+	g.expire(n)
+	if retryAfter <= 0 {
+		retryAfter = l.Period()
+	}
+	lim := g.limits[l]
+	if lim == 0 {
+		// The provider enforces a limit we were not told of; hold every call
+		// for the retry time rather than guess its size.
+		g.pauseUntil = max(g.pauseUntil, n+int64(retryAfter))
+		return
+	}
+	g.phantom[l] = addPhantom(g.phantom[l], phantom{until: n + int64(retryAfter), amount: lim})
+}
+
+// RejectedUnclassified records a rate-limit rejection that named no limit:
+// the key pauses briefly, longer each time in a row (1 s, 2 s, 4 s … 60 s),
+// until a call settles.
+func (g *Governor) RejectedUnclassified(now time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	d := time.Second << min(g.pauseLevel, 6)
+	d = min(d, time.Minute)
+	g.pauseLevel++
+	g.pauseUntil = max(g.pauseUntil, now.UnixNano()+int64(d))
+}
+
+// Restore loads charges recorded by a Journal before a restart, so the day's
+// usage is not forgotten. Call it once, right after New and before any other
+// call. Charges older than a day are ignored.
+func (g *Governor) Restore(now time.Time, charges []Charge) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := now.UnixNano()
+	cs := append([]Charge(nil), charges...)
+	sort.Slice(cs, func(i, j int) bool { return cs[i].At.Before(cs[j].At) })
+	var dayUsed Cost
+	for _, c := range cs {
+		at := c.At.UnixNano()
+		if at > n || at <= n-int64(24*time.Hour) {
+			continue
+		}
+		g.day.add(at, c.Cost)
+		dayUsed = dayUsed.add(c.Cost)
+		if at > n-int64(time.Minute) {
+			g.minute.add(at, c.Cost)
+		}
+		if c.ID > g.seq {
+			g.seq = c.ID
+		}
+	}
+	g.expire(n)
+	g.start(n)
+	for _, l := range AllLimits {
+		if p := &g.pace[l]; p.on {
+			// As if the day so far had been spent at an even pace.
+			p.tat = max(n-p.burst, n-int64(l.Period())+int64(float64(dayUsed.On(l))*p.perUnit))
+		}
+	}
+}
+
+// Stats is a view of a governor at one moment.
+type Stats struct {
+	Key    string
+	Limits [NumLimits]LimitStats
+	Flows  []FlowStats // sorted by name
+}
+
+// LimitStats is one limit's state.
+type LimitStats struct {
+	Limit    Limit
+	Max      int64 // allowance in force (0: the limit does not apply)
+	Used     int64 // charged in the current window, including others' use seen in headers
+	Capacity int64 // what is left now
+}
+
+// FlowStats is one flow's state and totals.
+type FlowStats struct {
+	Name       string
+	Weight     float64
+	Priority   int
+	Waiting    int
+	Admitted   int64
+	Tokens     Cost // charged to its admitted calls, as settled
+	Rejections [NumLimits]int64
+}
+
+// RejectedFlow counts a provider rejection of flow's call naming limit l in
+// the flow's stats. It changes no admission state; call Rejected for that.
+func (g *Governor) RejectedFlow(flow string, l Limit) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.flow(flow).rejections[l]++
+}
+
+// Stats returns the governor's state at now.
+func (g *Governor) Stats(now time.Time) Stats {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.expire(now.UnixNano())
+	st := Stats{Key: g.cfg.Key}
+	for _, l := range AllLimits {
+		used := g.ledgerOf(l).sum.On(l)
+		for _, p := range g.phantom[l] {
+			used += p.amount
+		}
+		st.Limits[l] = LimitStats{Limit: l, Max: g.limits[l], Used: used, Capacity: max(g.limits[l]-used, 0)}
+	}
+	for _, f := range g.flows {
+		st.Flows = append(st.Flows, FlowStats{
+			Name: f.name, Weight: f.weight, Priority: f.priority, Waiting: len(f.queue),
+			Admitted: f.admitted, Tokens: f.tokens, Rejections: f.rejections,
+		})
+	}
+	sort.Slice(st.Flows, func(i, j int) bool { return st.Flows[i].Name < st.Flows[j].Name })
+	return st
+}

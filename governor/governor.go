@@ -1,0 +1,749 @@
+package governor
+
+import (
+	"container/heap"
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+)
+
+// Window says how a provider counts a period.
+type Window uint8
+
+const (
+	// Rolling counts, at every moment, what was charged during the last
+	// period; each charge ages out exactly one period after it was made.
+	Rolling Window = iota
+	// Fixed counts per window starting at whole minutes or days (UTC); the
+	// whole allowance comes back at the boundary.
+	Fixed
+)
+
+func (w Window) String() string {
+	if w == Fixed {
+		return "fixed"
+	}
+	return "rolling"
+}
+
+// Accounting says what a provider keeps of a call's charge once it ends.
+type Accounting uint8
+
+const (
+	// Reserve keeps the admission charge (input + max_tokens); only the
+	// input estimate is corrected to the provider's count. Groq and OpenAI.
+	Reserve Accounting = iota
+	// Settle corrects the output part to the real output when the call ends,
+	// as Anthropic documents for OTPM.
+	Settle
+)
+
+func (a Accounting) String() string {
+	if a == Settle {
+		return "settle"
+	}
+	return "reserve"
+}
+
+// FlowConfig describes one flow: a job, a tenant, a function drawing on the key.
+type FlowConfig struct {
+	Name string
+	// Weight is the flow's share among flows of equal priority. Default 1.
+	Weight float64
+	// Priority: higher is more urgent. Each step of priority multiplies the
+	// flow's share by Config.PriorityFactor: a reserved, larger share, never
+	// an absolute one, so a lower-priority flow is slowed but never stopped.
+	Priority int
+}
+
+// Config configures a Governor. The zero value of every field is a useful default.
+type Config struct {
+	// Key names the provider key (and model) in errors and stats. Never the secret itself.
+	Key string
+	// Limits is the allowance of each limit; 0 means the limit does not apply.
+	Limits Limits
+	// Window is how the provider counts periods. Default Rolling.
+	Window Window
+	// Accounting is what the provider keeps of a charge. Default Reserve.
+	Accounting Accounting
+	// Flows lists known flows. A flow not listed is created on first use
+	// with weight 1 and priority 0.
+	Flows []FlowConfig
+	// PriorityFactor multiplies a flow's share per step of priority. Default 4.
+	PriorityFactor float64
+	// DayBurst is how far ahead of an even pace a day limit (RPD, TPD) may be
+	// spent: day budgets are paced at limit/24h so the budget lasts the day,
+	// with this much burst. Default 1h. Negative disables pacing.
+	DayBurst time.Duration
+	// Journal, if set, is told every charge and every correction of one, so
+	// the day's usage can be persisted and given back to Restore after a restart.
+	Journal Journal
+	// Now is the clock Wait uses. Default time.Now. Every other method takes
+	// the time as an argument.
+	Now func() time.Time
+}
+
+// Journal receives charges as they are made and corrected. Record is called
+// with the governor's lock held: it must not block (buffer and write elsewhere).
+type Journal interface {
+	Record(c Charge)
+}
+
+// Charge is one admitted call's charge, for persistence.
+type Charge struct {
+	ID   uint64
+	Flow string
+	At   time.Time
+	Cost Cost // a cancelled call is recorded again with a zero Cost
+}
+
+func (c *Config) withDefaults() Config {
+	out := *c
+	if out.PriorityFactor == 0 {
+		out.PriorityFactor = 4
+	}
+	if out.DayBurst == 0 {
+		out.DayBurst = time.Hour
+	}
+	if out.Now == nil {
+		out.Now = time.Now
+	}
+	return out
+}
+
+func (c *Config) prefix() string {
+	if c.Key == "" {
+		return "governor: "
+	}
+	return "governor " + c.Key + ": "
+}
+
+func (c *Config) validate() error {
+	for _, l := range AllLimits {
+		if c.Limits[l] < 0 {
+			return fmt.Errorf("%slimit %s is negative (%d)", c.prefix(), l, c.Limits[l])
+		}
+	}
+	if c.PriorityFactor < 1 || math.IsNaN(c.PriorityFactor) || math.IsInf(c.PriorityFactor, 0) {
+		return fmt.Errorf("%sPriorityFactor must be at least 1, got %v", c.prefix(), c.PriorityFactor)
+	}
+	seen := map[string]bool{}
+	for _, f := range c.Flows {
+		if f.Name == "" {
+			return fmt.Errorf("%sa flow has no name", c.prefix())
+		}
+		if seen[f.Name] {
+			return fmt.Errorf("%sflow %q listed twice", c.prefix(), f.Name)
+		}
+		seen[f.Name] = true
+		if f.Weight < 0 || math.IsNaN(f.Weight) || math.IsInf(f.Weight, 0) {
+			return fmt.Errorf("%sflow %q: weight must be positive, got %v", c.prefix(), f.Name, f.Weight)
+		}
+	}
+	return nil
+}
+
+// Governor admits calls on one provider key against every limit at once and
+// shares the key fairly across flows.
+//
+// Admission is all-or-nothing: a call is admitted only when its cost fits
+// every limit. Waiting calls are admitted in weighted fair order of their
+// flows' dominant share (the largest fraction of any limit a call takes), and
+// the first in that order holds the line: no stream of small calls can pass
+// a large one forever.
+//
+// A Governor is safe for simultaneous use by multiple goroutines.
+type Governor struct {
+	mu  sync.Mutex
+	cfg Config
+
+	limits  Limits
+	minute  ledger
+	day     ledger
+	phantom [NumLimits][]phantom
+	pace    [NumLimits]pacer
+
+	pauseUntil int64 // an unclassified rejection pauses the key until then
+	pauseLevel int
+
+	flows  map[string]*flow
+	active flowHeap
+	vtime  float64
+	seq    uint64
+	epoch  int64 // time of the first call, to start the pacers
+
+	changed chan struct{} // closed and replaced when something may admit
+}
+
+// New returns a Governor for cfg.
+func New(cfg Config) (*Governor, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	g := &Governor{
+		cfg:     cfg,
+		limits:  cfg.Limits,
+		minute:  newLedger(time.Minute, cfg.Window == Fixed),
+		day:     newLedger(24*time.Hour, cfg.Window == Fixed),
+		flows:   make(map[string]*flow, len(cfg.Flows)),
+		changed: make(chan struct{}),
+		epoch:   math.MinInt64,
+	}
+	for _, fc := range cfg.Flows {
+		g.flows[fc.Name] = g.newFlow(fc)
+	}
+	g.setPacers()
+	return g, nil
+}
+
+// Limits returns the limits in force: the configured ones, as corrected by what the provider reported.
+func (g *Governor) Limits() Limits {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.limits
+}
+
+func (g *Governor) ledgerOf(l Limit) *ledger {
+	if l.Period() == time.Minute {
+		return &g.minute
+	}
+	return &g.day
+}
+
+// Check reports whether c could ever be admitted. If not, the error is a
+// *TooLargeError naming the limit, the numbers, and the largest max_tokens
+// that would fit with the same input.
+func (g *Governor) Check(c Cost) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.check(c)
+}
+
+func (g *Governor) check(c Cost) error {
+	if c.Requests < 0 || c.Input < 0 || c.Output < 0 {
+		return fmt.Errorf("%snegative cost %+v", g.cfg.prefix(), c)
+	}
+	for _, l := range AllLimits {
+		lim := g.limits[l]
+		if lim > 0 && c.On(l) > lim {
+			return &TooLargeError{Key: g.cfg.Key, Limit: l, Need: c.On(l), Max: lim, MaxOutput: g.maxOutput(c.Input)}
+		}
+	}
+	return nil
+}
+
+// maxOutput is the largest output reservation that fits every limit with this input (-1: none).
+func (g *Governor) maxOutput(input int64) int64 {
+	best := int64(math.MaxInt64)
+	for _, l := range AllLimits {
+		lim := g.limits[l]
+		if lim == 0 {
+			continue
+		}
+		switch l {
+		case TPM, TPD:
+			best = min(best, lim-input)
+		case OTPM:
+			best = min(best, lim)
+		case ITPM:
+			if input > lim {
+				return -1
+			}
+		}
+	}
+	if best < 0 {
+		return -1
+	}
+	return best
+}
+
+// LargestBatch returns the largest n ≤ maxItems such that a call costing
+// base + n×item fits every limit (0 if even one item does not fit). Use it
+// to size batches before calling instead of learning from rejections.
+func (g *Governor) LargestBatch(base, item Cost, maxItems int) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := maxItems
+	for _, l := range AllLimits {
+		lim := g.limits[l]
+		per := item.On(l)
+		if lim == 0 || per == 0 {
+			if lim > 0 && base.On(l) > lim {
+				return 0
+			}
+			continue
+		}
+		fit := (lim - base.On(l)) / per
+		if fit < int64(n) {
+			n = int(max(fit, 0))
+		}
+	}
+	return n
+}
+
+// Reserve queues a call of flow costing c at time now. It never blocks. A
+// call that can never fit returns a *TooLargeError at once. The reservation
+// is admitted by Advance (or Wait) when its turn comes and it fits.
+func (g *Governor) Reserve(now time.Time, flow string, c Cost) (*Reservation, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if err := g.check(c); err != nil {
+		return nil, err
+	}
+	g.start(now.UnixNano())
+	f := g.flow(flow)
+	g.seq++
+	r := &Reservation{g: g, f: f, id: g.seq, cost: c, ready: make(chan struct{})}
+	size := g.size(c) / f.share
+	if len(f.queue) == 0 {
+		r.start = math.Max(g.vtime, f.finish)
+	} else {
+		r.start = f.queue[len(f.queue)-1].finish
+	}
+	r.finish = r.start + size
+	f.finish = r.finish
+	f.queue = append(f.queue, r)
+	if len(f.queue) == 1 {
+		heap.Push(&g.active, f)
+	}
+	return r, nil
+}
+
+// size is c's dominant share: the largest fraction of any limit it takes.
+func (g *Governor) size(c Cost) float64 {
+	var s float64
+	for _, l := range AllLimits {
+		if lim := g.limits[l]; lim > 0 {
+			s = math.Max(s, float64(c.On(l))/float64(lim))
+		}
+	}
+	if s == 0 {
+		s = 1e-9 // no limits: plain round robin
+	}
+	return s
+}
+
+// Advance admits, in fair order, every waiting reservation that fits at now,
+// and returns the earliest time at which calling it again may admit more
+// (the zero Time when nothing waits). Times passed to the governor must not
+// go backwards.
+func (g *Governor) Advance(now time.Time) time.Time {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	next := g.advance(now.UnixNano())
+	if next == never || next == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, next)
+}
+
+func (g *Governor) advance(now int64) int64 {
+	g.expire(now)
+	admitted := false
+	for g.active.Len() > 0 {
+		f := g.active.flows[0]
+		r := f.queue[0]
+		at := g.fitAt(now, r.cost)
+		if at > now {
+			if admitted {
+				g.broadcast()
+			}
+			return at
+		}
+		g.admit(now, r)
+		admitted = true
+	}
+	if admitted {
+		g.broadcast()
+	}
+	return 0
+}
+
+// expire drops what no longer counts at now.
+func (g *Governor) expire(now int64) {
+	g.minute.expire(now)
+	g.day.expire(now)
+	for l := range g.phantom {
+		if len(g.phantom[l]) > 0 {
+			g.phantom[l] = expirePhantoms(g.phantom[l], now)
+		}
+	}
+}
+
+// fitAt returns the earliest time not before now at which c fits every limit.
+func (g *Governor) fitAt(now int64, c Cost) int64 {
+	at := max(now, g.pauseUntil)
+	for _, l := range AllLimits {
+		lim := g.limits[l]
+		if lim == 0 {
+			continue
+		}
+		need := c.On(l)
+		if need == 0 {
+			continue
+		}
+		at = max(at, g.ledgerOf(l).freeAt(now, l, need, lim, g.phantom[l]))
+		if p := &g.pace[l]; p.on {
+			at = max(at, p.readyAt())
+		}
+	}
+	return at
+}
+
+func (g *Governor) admit(now int64, r *Reservation) {
+	f := r.f
+	f.queue[0] = nil
+	f.queue = f.queue[1:]
+	if len(f.queue) == 0 {
+		f.queue = nil
+		heap.Pop(&g.active)
+	} else {
+		heap.Fix(&g.active, 0)
+	}
+	g.vtime = r.start
+	r.state = admitted
+	r.at = now
+	r.minSeq = g.minute.add(now, r.cost)
+	r.daySeq = g.day.add(now, r.cost)
+	for _, l := range AllLimits {
+		if g.pace[l].on {
+			g.pace[l].take(now, r.cost.On(l))
+		}
+	}
+	f.admitted++
+	f.tokens = f.tokens.add(r.cost)
+	if g.cfg.Journal != nil {
+		g.cfg.Journal.Record(Charge{ID: r.id, Flow: f.name, At: time.Unix(0, now), Cost: r.cost})
+	}
+	close(r.ready)
+}
+
+// amend replaces an admitted reservation's charge.
+func (g *Governor) amend(r *Reservation, c Cost) {
+	g.minute.amend(r.minSeq, c)
+	g.day.amend(r.daySeq, c)
+	for _, l := range AllLimits {
+		if g.pace[l].on {
+			g.pace[l].giveBack(r.cost.On(l) - c.On(l))
+		}
+	}
+	r.f.tokens = r.f.tokens.sub(r.cost).add(c)
+	r.cost = c
+	if g.cfg.Journal != nil {
+		g.cfg.Journal.Record(Charge{ID: r.id, Flow: r.f.name, At: time.Unix(0, r.at), Cost: c})
+	}
+}
+
+func (g *Governor) start(now int64) {
+	if g.epoch == math.MinInt64 {
+		g.epoch = now
+		for l := range g.pace {
+			g.pace[l].tat = now
+		}
+	}
+}
+
+func (g *Governor) broadcast() {
+	close(g.changed)
+	g.changed = make(chan struct{})
+}
+
+// Wait reserves on the clock of Config.Now and blocks until the call is
+// admitted or ctx is done. When ctx ends first the reservation is cancelled
+// and the error is a *WaitError whose EstimatedWait says how much longer
+// admission would likely have taken. A call that can never fit returns a
+// *TooLargeError at once.
+func (g *Governor) Wait(ctx context.Context, flow string, c Cost) (*Reservation, error) {
+	r, err := g.Reserve(g.cfg.Now(), flow, c)
+	if err != nil {
+		return nil, err
+	}
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		g.mu.Lock()
+		now := g.cfg.Now().UnixNano()
+		next := g.advance(now)
+		changed := g.changed
+		g.mu.Unlock()
+		if r.Admitted() {
+			return r, nil
+		}
+		var tick <-chan time.Time
+		if next > 0 && next != never {
+			d := time.Duration(next - now)
+			if timer == nil {
+				timer = time.NewTimer(d)
+			} else {
+				timer.Reset(d)
+			}
+			tick = timer.C
+		}
+		select {
+		case <-r.ready:
+			return r, nil
+		case <-changed:
+		case <-tick:
+		case <-ctx.Done():
+			now := g.cfg.Now()
+			est := g.EstimateWait(now, r)
+			if !r.withdraw() { // admitted by another waiter's Advance in the meantime
+				return r, nil
+			}
+			return nil, &WaitError{Key: g.cfg.Key, Err: ctx.Err(), EstimatedWait: est}
+		}
+	}
+}
+
+// EstimateWait estimates how long until waiting reservation r is admitted:
+// the time for the limits to free room for r and every reservation ahead of
+// it in fair order. It is 0 for an admitted reservation.
+func (g *Governor) EstimateWait(now time.Time, r *Reservation) time.Duration {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if r.state != waiting {
+		return 0
+	}
+	n := now.UnixNano()
+	g.expire(n)
+	ahead := r.cost
+	for _, f := range g.active.flows {
+		for _, q := range f.queue {
+			if q != r && q.start <= r.start {
+				ahead = ahead.add(q.cost)
+			}
+		}
+	}
+	at := g.fitAt(n, r.cost)
+	for _, l := range AllLimits {
+		lim := g.limits[l]
+		if lim == 0 {
+			continue
+		}
+		lg := g.ledgerOf(l)
+		need := lg.sum.On(l) + ahead.On(l) - lim
+		if need > 0 {
+			// the backlog drains at the limit's rate
+			rate := float64(lim) / float64(l.Period())
+			at = max(at, n+int64(float64(need)/rate))
+		}
+	}
+	return time.Duration(at - n)
+}
+
+// Reservation is a call's place in line and, once admitted, its charge.
+type Reservation struct {
+	g    *Governor
+	f    *flow
+	id   uint64
+	cost Cost
+
+	start, finish float64 // fair-queuing tags
+	state         resState
+	at            int64 // admitted at
+	minSeq        uint64
+	daySeq        uint64
+	ready         chan struct{}
+}
+
+type resState uint8
+
+const (
+	waiting resState = iota
+	admitted
+	settled
+	cancelled
+)
+
+// ID identifies the reservation within its governor (and in Journal records).
+func (r *Reservation) ID() uint64 { return r.id }
+
+// Flow is the name of the flow the reservation was made for.
+func (r *Reservation) Flow() string { return r.f.name }
+
+// Ready is closed when the reservation is admitted.
+func (r *Reservation) Ready() <-chan struct{} { return r.ready }
+
+// Admitted reports whether the call may be made (and has not been cancelled).
+func (r *Reservation) Admitted() bool {
+	r.g.mu.Lock()
+	defer r.g.mu.Unlock()
+	return r.state == admitted || r.state == settled
+}
+
+// AdmittedAt is when the reservation was admitted (zero if it was not).
+func (r *Reservation) AdmittedAt() time.Time {
+	r.g.mu.Lock()
+	defer r.g.mu.Unlock()
+	if r.state == waiting || r.at == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, r.at)
+}
+
+// Cost is what the reservation is charged now.
+func (r *Reservation) Cost() Cost {
+	r.g.mu.Lock()
+	defer r.g.mu.Unlock()
+	return r.cost
+}
+
+// Settle records what the call really used, as the provider reported it.
+// The input part of the charge becomes the provider's count; the output part
+// becomes the real output under Settle accounting and stays max_tokens under
+// Reserve accounting. A zero Usage (the provider reported none) keeps the
+// charge as reserved. Settling twice, or a reservation that was not
+// admitted, does nothing.
+func (r *Reservation) Settle(now time.Time, used Usage) {
+	g := r.g
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if r.state != admitted {
+		return
+	}
+	g.expire(now.UnixNano())
+	c := r.cost
+	if used.Input > 0 {
+		c.Input = used.Input
+	}
+	if g.cfg.Accounting == Settle && used != (Usage{}) {
+		c.Output = min(used.Output, r.cost.Output)
+	}
+	g.amend(r, c)
+	r.state = settled
+	g.pauseLevel = 0
+	g.broadcast()
+}
+
+// withdraw takes a waiting reservation out of line; it reports false if the
+// reservation was admitted meanwhile.
+func (r *Reservation) withdraw() bool {
+	g := r.g
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if r.state != waiting {
+		return r.state == cancelled
+	}
+	g.dequeue(r)
+	r.state = cancelled
+	g.broadcast()
+	return true
+}
+
+// Cancel gives the reservation up: a waiting one leaves the line; an admitted
+// one whose call was not made gives its charge back. Cancelling a settled or
+// cancelled reservation does nothing.
+func (r *Reservation) Cancel(now time.Time) {
+	g := r.g
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch r.state {
+	case waiting:
+		g.dequeue(r)
+	case admitted:
+		g.expire(now.UnixNano())
+		g.amend(r, Cost{})
+		r.f.admitted--
+	default:
+		return
+	}
+	r.state = cancelled
+	g.broadcast()
+}
+
+func (g *Governor) dequeue(r *Reservation) {
+	f := r.f
+	i := 0
+	for i < len(f.queue) && f.queue[i] != r {
+		i++
+	}
+	if i == len(f.queue) {
+		return
+	}
+	size := r.finish - r.start
+	copy(f.queue[i:], f.queue[i+1:])
+	f.queue[len(f.queue)-1] = nil
+	f.queue = f.queue[:len(f.queue)-1]
+	for _, q := range f.queue[i:] {
+		q.start -= size
+		q.finish -= size
+	}
+	f.finish -= size
+	if len(f.queue) == 0 {
+		f.queue = nil
+		heap.Remove(&g.active, f.index)
+	} else if i == 0 {
+		heap.Fix(&g.active, f.index)
+	}
+}
+
+// TooLargeError reports a call that can never be admitted: it needs more of
+// a limit than the limit's whole allowance.
+type TooLargeError struct {
+	Key   string
+	Limit Limit
+	Need  int64
+	Max   int64
+	// MaxOutput is the largest max_tokens that would fit with the same
+	// input, or -1 if the input alone does not fit.
+	MaxOutput int64
+}
+
+func (e *TooLargeError) Error() string {
+	hint := "lower max_tokens or the batch"
+	switch e.Limit {
+	case RPM, RPD:
+		hint = "this key allows no request at all"
+	case ITPM:
+		hint = "shorten the prompt or the batch"
+	}
+	if e.MaxOutput >= 0 && e.Limit != ITPM && e.Limit != RPM && e.Limit != RPD {
+		hint += fmt.Sprintf(" (max_tokens ≤ %s fits)", group(e.MaxOutput))
+	}
+	return fmt.Sprintf("request can never fit: needs %s %s, %s limit is %s: %s",
+		group(e.Need), e.Limit.Unit(), upper(e.Limit), group(e.Max), hint)
+}
+
+// WaitError reports a wait for admission that ended before the call was admitted.
+type WaitError struct {
+	Key           string
+	Err           error         // why the wait ended, e.g. context.DeadlineExceeded
+	EstimatedWait time.Duration // how much longer admission would likely have taken
+}
+
+func (e *WaitError) Error() string {
+	return fmt.Sprintf("not admitted (%v); estimated further wait %s", e.Err, e.EstimatedWait.Round(time.Millisecond))
+}
+
+func (e *WaitError) Unwrap() error { return e.Err }
+
+func upper(l Limit) string {
+	b := []byte(l.String())
+	for i := range b {
+		b[i] -= 'a' - 'A'
+	}
+	return string(b)
+}
+
+// group formats n with thousands separators: 1252 → "1,252".
+func group(n int64) string {
+	s := fmt.Sprint(n)
+	neg := n < 0
+	if neg {
+		s = s[1:]
+	}
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	if neg {
+		s = "-" + s
+	}
+	return s
+}

@@ -1,0 +1,502 @@
+package governor
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2026, 10, 18, 0, 0, 0, 0, time.UTC)
+
+func at(d time.Duration) time.Time { return t0.Add(d) }
+
+func mustNew(t *testing.T, cfg Config) *Governor {
+	t.Helper()
+	g, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+func mustReserve(t *testing.T, g *Governor, now time.Time, flow string, c Cost) *Reservation {
+	t.Helper()
+	r, err := g.Reserve(now, flow, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestConfigValidation(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"negative limit", Config{Limits: Limits{TPM: -1}}, "limit tpm is negative"},
+		{"unnamed flow", Config{Flows: []FlowConfig{{}}}, "has no name"},
+		{"flow twice", Config{Flows: []FlowConfig{{Name: "a"}, {Name: "a"}}}, `flow "a" listed twice`},
+		{"negative weight", Config{Flows: []FlowConfig{{Name: "a", Weight: -2}}}, "weight must be positive"},
+		{"priority factor", Config{PriorityFactor: 0.5}, "PriorityFactor must be at least 1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := New(tt.cfg)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("New() error = %v, want it to contain %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseLimits(t *testing.T) {
+	t.Parallel()
+	ls, err := ParseLimits("rpm=30, tpm=8000,tpd=200_000,OTPM=1000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Limits{RPM: 30, TPM: 8000, TPD: 200000, OTPM: 1000}
+	if ls != want {
+		t.Fatalf("ParseLimits = %v, want %v", ls, want)
+	}
+	if got := ls.String(); got != "rpm=30,tpm=8000,tpd=200000,otpm=1000" {
+		t.Fatalf("String() = %q", got)
+	}
+	for in, want := range map[string]string{
+		"rpx=3":         `unknown limit "rpx"`,
+		"tpm":           "want name=value",
+		"tpm=0":         "not a positive whole number",
+		"tpm=1,tpm=2":   "given twice",
+		"otpm=1.5":      "not a positive whole number",
+		"rpm=30,,tpm=1": "want name=value",
+	} {
+		if _, err := ParseLimits(in); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseLimits(%q) error = %v, want %q", in, err, want)
+		}
+	}
+}
+
+func TestTooLargeNamesLimitAndNumbers(t *testing.T) {
+	t.Parallel()
+	g := mustNew(t, Config{Key: "groq", Limits: Limits{TPM: 8000, OTPM: 1000}})
+	_, err := g.Reserve(t0, "title", Cost{Requests: 1, Input: 550, Output: 1252})
+	var tl *TooLargeError
+	if !errors.As(err, &tl) {
+		t.Fatalf("Reserve error = %v, want *TooLargeError", err)
+	}
+	if tl.Limit != OTPM || tl.Need != 1252 || tl.Max != 1000 || tl.MaxOutput != 1000 {
+		t.Fatalf("TooLargeError = %+v", tl)
+	}
+	want := "needs 1,252 output tokens, OTPM limit is 1,000: lower max_tokens or the batch (max_tokens ≤ 1,000 fits)"
+	if !strings.Contains(err.Error(), want) {
+		t.Fatalf("message %q does not contain %q", err, want)
+	}
+	if err := g.Check(Cost{Requests: 1, Input: 7500, Output: 600}); err == nil || !strings.Contains(err.Error(), "TPM limit is 8,000") {
+		t.Fatalf("Check TPM = %v", err)
+	}
+	if err := g.Check(Cost{Requests: 1, Input: 100, Output: 900}); err != nil {
+		t.Fatalf("Check fitting cost = %v", err)
+	}
+}
+
+func TestLargestBatch(t *testing.T) {
+	t.Parallel()
+	g := mustNew(t, Config{Limits: Limits{TPM: 8000, OTPM: 1000, TPD: 200000}})
+	tests := []struct {
+		name       string
+		base, item Cost
+		max, want  int
+	}{
+		{"summary", Cost{1, 100, 0}, Cost{0, 300, 260}, 30, 3},
+		{"analysis", Cost{1, 150, 0}, Cost{0, 600, 360}, 5, 2},
+		{"title", Cost{1, 150, 0}, Cost{0, 40, 60}, 10, 10},
+		{"base too big", Cost{1, 9000, 0}, Cost{0, 1, 1}, 10, 0},
+	}
+	for _, tt := range tests {
+		if got := g.LargestBatch(tt.base, tt.item, tt.max); got != tt.want {
+			t.Errorf("%s: LargestBatch = %d, want %d", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestAdmissionIsAllOrNothing(t *testing.T) {
+	t.Parallel()
+	g := mustNew(t, Config{Limits: Limits{RPM: 3, TPM: 1000}})
+	c := Cost{Requests: 1, Input: 200, Output: 100}
+	var rs []*Reservation
+	for range 4 {
+		rs = append(rs, mustReserve(t, g, t0, "a", c))
+	}
+	g.Advance(t0)
+	for i, r := range rs {
+		if want := i < 3; r.Admitted() != want {
+			t.Fatalf("reservation %d admitted = %v, want %v (RPM 3)", i, r.Admitted(), want)
+		}
+	}
+	// The fourth fits TPM (900 + 300 > 1000? no: 1200 > 1000) — it waits for both.
+	next := g.Advance(at(time.Second))
+	if !next.Equal(at(time.Minute)) {
+		t.Fatalf("next = %v, want %v (when the first charges age out)", next, at(time.Minute))
+	}
+	g.Advance(at(time.Minute - time.Nanosecond))
+	if rs[3].Admitted() {
+		t.Fatal("admitted before the window freed room")
+	}
+	g.Advance(at(time.Minute))
+	if !rs[3].Admitted() {
+		t.Fatal("not admitted once the window freed room")
+	}
+}
+
+func TestFixedWindowReturnsAtBoundary(t *testing.T) {
+	t.Parallel()
+	g := mustNew(t, Config{Window: Fixed, Limits: Limits{RPM: 1}})
+	a := mustReserve(t, g, at(59*time.Second), "a", Cost{Requests: 1})
+	b := mustReserve(t, g, at(59*time.Second), "a", Cost{Requests: 1})
+	next := g.Advance(at(59 * time.Second))
+	if !a.Admitted() || b.Admitted() {
+		t.Fatal("want only the first admitted in the first window")
+	}
+	if !next.Equal(at(time.Minute)) {
+		t.Fatalf("next = %v, want the minute boundary %v", next, at(time.Minute))
+	}
+	g.Advance(at(time.Minute))
+	if !b.Admitted() {
+		t.Fatal("fixed window did not return its allowance at the boundary")
+	}
+}
+
+func TestFairShareInTokens(t *testing.T) {
+	t.Parallel()
+	// Two backlogged flows with very different request sizes and weights 2:1
+	// share the TPM limit 2:1 in tokens, not in requests.
+	g := mustNew(t, Config{Limits: Limits{TPM: 10000}, Flows: []FlowConfig{{Name: "heavy", Weight: 2}, {Name: "light", Weight: 1}}})
+	heavy := Cost{Requests: 1, Input: 1500, Output: 500}
+	light := Cost{Requests: 1, Input: 150, Output: 50}
+	tokens := map[string]int64{}
+	backlog(t, g, 200*time.Minute, map[string]Cost{"heavy": heavy, "light": light}, func(r *Reservation) {
+		tokens[r.Flow()] += r.Cost().Tokens()
+	})
+	ratio := float64(tokens["heavy"]) / float64(tokens["light"])
+	if ratio < 1.9 || ratio > 2.1 {
+		t.Fatalf("token ratio heavy:light = %.3f (%d:%d), want 2 ± 5%%", ratio, tokens["heavy"], tokens["light"])
+	}
+}
+
+// backlog keeps every flow backlogged (several reservations waiting) for d,
+// advancing the governor each second, and calls admitted for each admission.
+func backlog(t *testing.T, g *Governor, d time.Duration, flows map[string]Cost, admitted func(*Reservation)) {
+	t.Helper()
+	pending := map[string][]*Reservation{}
+	for now := t0; now.Before(t0.Add(d)); now = now.Add(time.Second) {
+		for more := true; more; {
+			for name, c := range flows {
+				for len(pending[name]) < 64 {
+					pending[name] = append(pending[name], mustReserve(t, g, now, name, c))
+				}
+			}
+			g.Advance(now)
+			more = false
+			for name, q := range pending {
+				for len(q) > 0 && q[0].Admitted() {
+					admitted(q[0])
+					q = q[1:]
+					more = true
+				}
+				pending[name] = q
+			}
+		}
+	}
+}
+
+func TestPriorityIsAShareNotAnAbsolute(t *testing.T) {
+	t.Parallel()
+	g := mustNew(t, Config{Limits: Limits{RPM: 50}, Flows: []FlowConfig{{Name: "urgent", Priority: 1}, {Name: "bulk"}}})
+	count := map[string]int{}
+	backlog(t, g, 120*time.Minute, map[string]Cost{"urgent": {Requests: 1}, "bulk": {Requests: 1}}, func(r *Reservation) {
+		count[r.Flow()]++
+	})
+	// Priority factor 4: urgent 4/5, bulk 1/5 of the requests, never zero.
+	share := float64(count["bulk"]) / float64(count["bulk"]+count["urgent"])
+	if share < 0.18 || share > 0.22 {
+		t.Fatalf("bulk got %.3f of admissions (%v), want 0.2 ± 0.02", share, count)
+	}
+}
+
+func TestLargeRequestIsNotStarvedBySmallOnes(t *testing.T) {
+	t.Parallel()
+	g := mustNew(t, Config{Limits: Limits{TPM: 1000}})
+	// small requests keep the window nearly full; the large one still gets in.
+	big := mustReserve(t, g, t0, "big", Cost{Requests: 1, Input: 900})
+	var smallAdmitted int
+	now := t0
+	for step := 0; step < 600 && !big.Admitted(); step++ {
+		r := mustReserve(t, g, now, "small", Cost{Requests: 1, Input: 50})
+		g.Advance(now)
+		if r.Admitted() {
+			smallAdmitted++
+		}
+		now = now.Add(time.Second)
+	}
+	if !big.Admitted() {
+		t.Fatalf("large request never admitted while %d small ones were", smallAdmitted)
+	}
+	if now.Sub(t0) > 2*time.Minute {
+		t.Fatalf("large request waited %v, want within two windows", now.Sub(t0))
+	}
+}
+
+func TestDayLimitIsPaced(t *testing.T) {
+	t.Parallel()
+	g := mustNew(t, Config{Limits: Limits{TPD: 240000}, DayBurst: time.Hour})
+	c := Cost{Requests: 1, Input: 1000}
+	var byHour [24]int64
+	now := t0
+	var r *Reservation
+	for now.Before(at(24 * time.Hour)) {
+		if r == nil || r.Admitted() {
+			if r != nil {
+				byHour[r.AdmittedAt().Sub(t0)/time.Hour] += r.Cost().Tokens()
+			}
+			r = mustReserve(t, g, now, "backfill", c)
+		}
+		g.Advance(now)
+		now = now.Add(10 * time.Second)
+	}
+	// 10,000 tokens an hour, plus one hour of burst at the start.
+	if byHour[0] > 21000 || byHour[0] < 19000 {
+		t.Fatalf("first hour spent %d, want the burst plus one hour ≈ 20,000", byHour[0])
+	}
+	for h := 1; h < 23; h++ {
+		if byHour[h] < 9000 || byHour[h] > 11000 {
+			t.Fatalf("hour %d spent %d tokens, want ≈ 10,000 (the day's budget spread over the day)", h, byHour[h])
+		}
+	}
+}
+
+func TestRejectionPausesOnlyTheNamedLimit(t *testing.T) {
+	t.Parallel()
+	g := mustNew(t, Config{Limits: Limits{RPM: 100, TPM: 10000, OTPM: 1000}})
+	g.Rejected(t0, TPM, 30*time.Second)
+	tokens := mustReserve(t, g, t0, "a", Cost{Requests: 1, Input: 100, Output: 10})
+	if next := g.Advance(t0); tokens.Admitted() || !next.Equal(at(30*time.Second)) {
+		t.Fatalf("admitted=%v next=%v: want TPM held until %v", tokens.Admitted(), next, at(30*time.Second))
+	}
+	g.Advance(at(30 * time.Second))
+	if !tokens.Admitted() {
+		t.Fatal("not admitted after the retry-after passed")
+	}
+	// A call that charges no tokens is not held by a TPM rejection.
+	g.Rejected(at(31*time.Second), TPM, time.Minute)
+	req := mustReserve(t, g, at(31*time.Second), "b", Cost{Requests: 1})
+	g.Advance(at(31 * time.Second))
+	if !req.Admitted() {
+		t.Fatal("a TPM rejection held a call that uses no tokens")
+	}
+}
+
+func TestUnclassifiedRejectionPausesBrieflyAndGrows(t *testing.T) {
+	t.Parallel()
+	g := mustNew(t, Config{Limits: Limits{RPM: 100}})
+	g.RejectedUnclassified(t0)
+	r := mustReserve(t, g, t0, "a", Cost{Requests: 1})
+	if next := g.Advance(t0); !next.Equal(at(time.Second)) {
+		t.Fatalf("first pause ends %v, want 1s", next.Sub(t0))
+	}
+	g.RejectedUnclassified(t0)
+	if next := g.Advance(t0); !next.Equal(at(2 * time.Second)) {
+		t.Fatalf("second pause ends %v, want 2s", next.Sub(t0))
+	}
+	g.Advance(at(2 * time.Second))
+	if !r.Admitted() {
+		t.Fatal("not admitted after the pause")
+	}
+	r.Settle(at(3*time.Second), Usage{})
+	g.RejectedUnclassified(at(3 * time.Second))
+	r2 := mustReserve(t, g, at(3*time.Second), "a", Cost{Requests: 1})
+	if next := g.Advance(at(3 * time.Second)); !next.Equal(at(4 * time.Second)) {
+		t.Fatalf("pause after a success ends %v, want it back to 1s", next.Sub(at(3*time.Second)))
+	}
+	_ = r2
+}
+
+func TestObserveLearnsOthersUse(t *testing.T) {
+	t.Parallel()
+	g := mustNew(t, Config{Limits: Limits{TPM: 1000}})
+	var s Snapshot
+	s[TPM] = Observed{Known: true, Limit: 1000, Remaining: 300, Reset: 20 * time.Second}
+	g.Observe(t0, s)
+	r := mustReserve(t, g, t0, "a", Cost{Requests: 1, Input: 500})
+	if next := g.Advance(t0); r.Admitted() || !next.Equal(at(20*time.Second)) {
+		t.Fatalf("admitted=%v next=%v, want held until the provider's reset", r.Admitted(), next)
+	}
+	// A different allowance from the provider replaces the configured one.
+	s[TPM] = Observed{Known: true, Limit: 400, Remaining: 400, Reset: time.Second}
+	g.Observe(at(21*time.Second), s)
+	if got := g.Limits()[TPM]; got != 400 {
+		t.Fatalf("TPM after observe = %d, want 400", got)
+	}
+	var tl *TooLargeError
+	if _, err := g.Reserve(at(21*time.Second), "a", Cost{Requests: 1, Input: 500}); !errors.As(err, &tl) {
+		t.Fatalf("Reserve over the learned limit = %v, want TooLargeError", err)
+	}
+}
+
+func TestSettleAndCancel(t *testing.T) {
+	t.Parallel()
+	for _, acc := range []Accounting{Reserve, Settle} {
+		t.Run(acc.String(), func(t *testing.T) {
+			t.Parallel()
+			g := mustNew(t, Config{Limits: Limits{TPM: 1000}, Accounting: acc})
+			r := mustReserve(t, g, t0, "a", Cost{Requests: 1, Input: 300, Output: 600})
+			g.Advance(t0)
+			r.Settle(at(time.Second), Usage{Input: 280, Output: 100})
+			want := Cost{1, 280, 600}
+			if acc == Settle {
+				want = Cost{1, 280, 100}
+			}
+			if got := r.Cost(); got != want {
+				t.Fatalf("settled cost = %+v, want %+v", got, want)
+			}
+			if used := g.Stats(at(time.Second)).Limits[TPM].Used; used != want.Tokens() {
+				t.Fatalf("TPM used = %d, want %d", used, want.Tokens())
+			}
+			c := mustReserve(t, g, at(time.Second), "a", Cost{Requests: 1, Input: 100})
+			g.Advance(at(time.Second))
+			c.Cancel(at(2 * time.Second))
+			if used := g.Stats(at(2 * time.Second)).Limits[TPM].Used; used != want.Tokens() {
+				t.Fatalf("TPM used after cancel = %d, want the cancelled charge given back (%d)", used, want.Tokens())
+			}
+		})
+	}
+}
+
+func TestCancelWaitingKeepsOrder(t *testing.T) {
+	t.Parallel()
+	g := mustNew(t, Config{Limits: Limits{RPM: 1}})
+	first := mustReserve(t, g, t0, "a", Cost{Requests: 1})
+	g.Advance(t0)
+	a2 := mustReserve(t, g, t0, "a", Cost{Requests: 1})
+	b := mustReserve(t, g, t0, "b", Cost{Requests: 1})
+	a3 := mustReserve(t, g, t0, "a", Cost{Requests: 1})
+	a2.Cancel(t0)
+	if !first.Admitted() || a2.Admitted() {
+		t.Fatal("bad start")
+	}
+	g.Advance(at(time.Minute))
+	g.Advance(at(2 * time.Minute))
+	if !b.Admitted() || !a3.Admitted() {
+		t.Fatalf("after cancel: b=%v a3=%v, want both admitted in two windows", b.Admitted(), a3.Admitted())
+	}
+	if a2.Admitted() {
+		t.Fatal("cancelled reservation was admitted")
+	}
+	if s := g.Stats(at(2 * time.Minute)); s.Flows[0].Waiting != 0 || s.Flows[1].Waiting != 0 {
+		t.Fatalf("waiting after all admitted: %+v", s.Flows)
+	}
+}
+
+type memJournal struct {
+	mu sync.Mutex
+	cs map[uint64]Charge
+}
+
+func (j *memJournal) Record(c Charge) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.cs[c.ID] = c
+}
+
+func TestRestoreRemembersTheDay(t *testing.T) {
+	t.Parallel()
+	j := &memJournal{cs: map[uint64]Charge{}}
+	g := mustNew(t, Config{Limits: Limits{TPD: 10000}, Journal: j, DayBurst: -1})
+	for i := range 8 {
+		r := mustReserve(t, g, at(time.Duration(i)*time.Hour), "a", Cost{Requests: 1, Input: 1000})
+		g.Advance(at(time.Duration(i) * time.Hour))
+		r.Settle(at(time.Duration(i)*time.Hour+time.Second), Usage{Input: 1000})
+	}
+	var saved []Charge
+	for _, c := range j.cs {
+		saved = append(saved, c)
+	}
+	// "Restart" at 10:00: 8,000 of 10,000 tokens of the day are spent.
+	g2 := mustNew(t, Config{Limits: Limits{TPD: 10000}, DayBurst: -1})
+	g2.Restore(at(10*time.Hour), saved)
+	r := mustReserve(t, g2, at(10*time.Hour), "a", Cost{Requests: 1, Input: 3000})
+	next := g2.Advance(at(10 * time.Hour))
+	if r.Admitted() {
+		t.Fatal("restored governor admitted past the day's remaining budget")
+	}
+	// 3,000 tokens fit once the first charge (00:00) ages out at 24:00.
+	if want := at(24 * time.Hour); !next.Equal(want) {
+		t.Fatalf("next = %v, want %v", next, want)
+	}
+	small := mustReserve(t, g2, at(10*time.Hour), "b", Cost{Requests: 1, Input: 2000})
+	g2.Advance(at(10 * time.Hour))
+	if small.Admitted() {
+		t.Fatal("a later reservation passed the waiting one")
+	}
+}
+
+func TestWaitRealClock(t *testing.T) {
+	t.Parallel()
+	g := mustNew(t, Config{Limits: Limits{RPM: 1}})
+	ctx := context.Background()
+	r, err := g.Wait(ctx, "a", Cost{Requests: 1})
+	if err != nil || !r.Admitted() {
+		t.Fatalf("first Wait = %v, %v", r, err)
+	}
+	ctx2, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	_, err = g.Wait(ctx2, "a", Cost{Requests: 1})
+	var we *WaitError
+	if !errors.As(err, &we) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("second Wait error = %v, want *WaitError wrapping DeadlineExceeded", err)
+	}
+	if we.EstimatedWait < 50*time.Second || we.EstimatedWait > time.Minute {
+		t.Fatalf("EstimatedWait = %v, want about a minute (RPM 1)", we.EstimatedWait)
+	}
+	if s := g.Stats(time.Now()); s.Flows[0].Waiting != 0 {
+		t.Fatal("timed-out wait left its reservation in line")
+	}
+}
+
+func TestWaitWakesOnCancelOfOther(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	now := t0
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	g := mustNew(t, Config{Limits: Limits{RPM: 1}, Now: clock})
+	first, err := g.Wait(context.Background(), "a", Cost{Requests: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := g.Wait(context.Background(), "b", Cost{Requests: 1})
+		done <- err
+	}()
+	// Giving back the first call's charge frees the minute: the waiter is woken, not left to its timer.
+	for {
+		if g.Stats(clock()).Flows[len(g.Stats(clock()).Flows)-1].Waiting == 1 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	first.Cancel(clock())
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("waiter not woken by the cancel")
+	}
+}
