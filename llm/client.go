@@ -1,0 +1,384 @@
+package llm
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Config configures a Client. The zero value is usable: it talks to
+// OpenAI with no key, which suits a local OpenAI-compatible server only
+// after BaseURL is set.
+type Config struct {
+	// BaseURL is the API root; requests go to BaseURL+"/chat/completions"
+	// and BaseURL+"/models". Default: the profile's public endpoint
+	// ("https://api.openai.com/v1", "https://api.groq.com/openai/v1",
+	// "https://api.anthropic.com/v1").
+	BaseURL string
+
+	// APIKey is sent as "Authorization: Bearer APIKEY". It never appears
+	// in Config's String, nor in any error the client returns. Default: none
+	// (no Authorization header).
+	APIKey string
+
+	// Profile says how to read the provider's rate-limit headers and error
+	// bodies. Default: OpenAI.
+	Profile Profile
+
+	// HTTPClient sends the requests. Default: a client whose transport
+	// bounds connecting (10 s), TLS handshakes (10 s) and waiting for
+	// response headers (10 min: a long completion only answers when done),
+	// with no overall timeout so streams can run; bound each call with its
+	// context.
+	HTTPClient *http.Client
+
+	// DefaultMaxTokens is the max_tokens given to a request that sets none
+	// and whose model has no entry in ModelMaxTokens. Default: 0, no
+	// default: such a request fails with ErrNoMaxTokens before it is sent.
+	DefaultMaxTokens int
+
+	// ModelMaxTokens gives max_tokens per model name for requests that set
+	// none; it wins over DefaultMaxTokens. Default: empty.
+	ModelMaxTokens map[string]int
+
+	// Header holds extra headers sent with every request. It may not set
+	// Authorization when APIKey is set. Default: none.
+	Header http.Header
+
+	// Now is the clock used to turn absolute reset times (Anthropic's
+	// headers, HTTP-date retry-after) into waits. Default: time.Now.
+	Now func() time.Time
+}
+
+// String describes the configuration with the key redacted, so a Config
+// can be logged.
+func (c Config) String() string {
+	key := "none"
+	if c.APIKey != "" {
+		key = "[redacted]"
+	}
+	return fmt.Sprintf("llm.Config{BaseURL: %q, Profile: %q, APIKey: %s, DefaultMaxTokens: %d, ModelMaxTokens: %v}",
+		c.BaseURL, c.Profile, key, c.DefaultMaxTokens, c.ModelMaxTokens)
+}
+
+// GoString redacts the key from %#v as well.
+func (c Config) GoString() string { return c.String() }
+
+var defaultBaseURLs = map[Profile]string{
+	OpenAI:    "https://api.openai.com/v1",
+	Groq:      "https://api.groq.com/openai/v1",
+	Anthropic: "https://api.anthropic.com/v1",
+}
+
+func (c Config) withDefaults() Config {
+	if p, err := ParseProfile(string(c.Profile)); err == nil {
+		c.Profile = p
+	}
+	c.BaseURL = strings.TrimRight(cmp.Or(c.BaseURL, defaultBaseURLs[c.Profile]), "/")
+	if c.HTTPClient == nil {
+		c.HTTPClient = defaultHTTPClient()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if _, err := ParseProfile(string(c.Profile)); err != nil {
+		return err
+	}
+	u, err := url.Parse(c.BaseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("llm: BaseURL %q is not an http(s) URL", c.BaseURL)
+	}
+	if u.User != nil {
+		return errors.New("llm: BaseURL must not carry credentials; use APIKey")
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return fmt.Errorf("llm: BaseURL %q must not have a query or fragment", c.BaseURL)
+	}
+	if c.DefaultMaxTokens < 0 {
+		return fmt.Errorf("llm: DefaultMaxTokens %d is negative", c.DefaultMaxTokens)
+	}
+	for m, n := range c.ModelMaxTokens {
+		if n <= 0 {
+			return fmt.Errorf("llm: ModelMaxTokens[%q] = %d: want a positive number", m, n)
+		}
+	}
+	if c.APIKey != "" && c.Header.Get("Authorization") != "" {
+		return errors.New("llm: Header sets Authorization and APIKey is set: use one")
+	}
+	if strings.ContainsAny(c.APIKey, "\r\n") {
+		return errors.New("llm: APIKey contains a line break")
+	}
+	return nil
+}
+
+func defaultHTTPClient() *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.DialContext = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	t.TLSHandshakeTimeout = 10 * time.Second
+	t.ResponseHeaderTimeout = 10 * time.Minute
+	t.MaxIdleConnsPerHost = 16
+	return &http.Client{Transport: t}
+}
+
+// Client calls an OpenAI-compatible chat completions API. It never retries:
+// every failure is returned classified (see Retryable, RetryAfter, LimitOf)
+// so the caller makes the one retry decision. A Client is safe for
+// simultaneous use by multiple goroutines.
+type Client struct {
+	cfg Config
+}
+
+// NewClient checks cfg, fills its defaults and returns a Client.
+func NewClient(cfg Config) (*Client, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.ModelMaxTokens != nil {
+		m := make(map[string]int, len(cfg.ModelMaxTokens))
+		for k, v := range cfg.ModelMaxTokens {
+			m[k] = v
+		}
+		cfg.ModelMaxTokens = m
+	}
+	cfg.Header = cfg.Header.Clone()
+	return &Client{cfg: cfg}, nil
+}
+
+// String describes the client without its key.
+func (c *Client) String() string { return "llm.Client{" + c.cfg.String() + "}" }
+
+// Profile returns the provider profile the client reads answers with.
+func (c *Client) Profile() Profile { return c.cfg.Profile }
+
+// ApplyDefaults returns req with max_tokens filled from the configured
+// defaults, or ErrNoMaxTokens. req itself is not changed. Use it before
+// estimating a request's cost, so the output reservation is the max_tokens
+// that will really be sent.
+func (c *Client) ApplyDefaults(req *ChatRequest) (*ChatRequest, error) {
+	if req == nil {
+		return nil, errors.New("llm: nil request")
+	}
+	if req.MaxTokens > 0 {
+		return req, nil
+	}
+	n := c.cfg.ModelMaxTokens[req.Model]
+	if n == 0 {
+		n = c.cfg.DefaultMaxTokens
+	}
+	if n <= 0 {
+		return nil, ErrNoMaxTokens
+	}
+	r := req.clone()
+	r.MaxTokens = n
+	return r, nil
+}
+
+// Chat sends a request and returns the completion, or a classified error.
+func (c *Client) Chat(ctx context.Context, req *ChatRequest) (*ChatResponse, error) {
+	r, err := c.ApplyDefaults(req)
+	if err != nil {
+		return nil, err
+	}
+	if r.Stream {
+		r = r.clone()
+		r.Stream = false
+	}
+	resp, err := c.post(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := readBody(resp.Body)
+	if err != nil {
+		return nil, c.transportError(ctx, err)
+	}
+	if err := c.classify(resp.StatusCode, resp.Header, body); err != nil {
+		return nil, err
+	}
+	var out ChatResponse
+	if err := json.Unmarshal(body, &out); err != nil {
+		return nil, &TransportError{Kind: Malformed, Err: fmt.Errorf("chat completion body: %w", err)}
+	}
+	if out.Choices == nil {
+		// A 2xx carrying an error object (some proxies do this) is that error.
+		if eb := parseErrorBody(body); eb.Message != "" {
+			return nil, c.redact(c.cfg.Profile.classifyBody(http.StatusBadGateway, resp.Header, eb, c.cfg.Now()))
+		}
+		return nil, &TransportError{Kind: Malformed, Err: errors.New("chat completion body has no choices")}
+	}
+	out.Header = resp.Header
+	out.Snapshot = c.cfg.Profile.Snapshot(resp.Header, c.cfg.Now())
+	out.Body = body
+	return &out, nil
+}
+
+// Models lists the models the key may use (GET /models).
+func (c *Client) Models(ctx context.Context) ([]Model, error) {
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodGet, c.cfg.BaseURL+"/models", nil)
+	if err != nil {
+		return nil, fmt.Errorf("llm: models: %w", err)
+	}
+	c.setHeaders(hreq)
+	resp, err := c.cfg.HTTPClient.Do(hreq)
+	if err != nil {
+		return nil, c.transportError(ctx, err)
+	}
+	defer resp.Body.Close()
+	body, err := readBody(resp.Body)
+	if err != nil {
+		return nil, c.transportError(ctx, err)
+	}
+	if err := c.classify(resp.StatusCode, resp.Header, body); err != nil {
+		return nil, err
+	}
+	var list struct {
+		Data []json.RawMessage `json:"data"`
+	}
+	if err := json.Unmarshal(body, &list); err != nil {
+		return nil, &TransportError{Kind: Malformed, Err: fmt.Errorf("models body: %w", err)}
+	}
+	models := make([]Model, 0, len(list.Data))
+	for _, raw := range list.Data {
+		var m Model
+		if err := json.Unmarshal(raw, &m); err != nil {
+			return nil, &TransportError{Kind: Malformed, Err: fmt.Errorf("models entry: %w", err)}
+		}
+		m.Raw = raw
+		models = append(models, m)
+	}
+	return models, nil
+}
+
+// post sends a chat request. A non-nil response has a 2xx or error status
+// to classify; transport failures are already classified.
+func (c *Client) post(ctx context.Context, r *ChatRequest) (*http.Response, error) {
+	body, err := json.Marshal(r)
+	if err != nil {
+		return nil, fmt.Errorf("llm: encode request: %w", err)
+	}
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.cfg.BaseURL+"/chat/completions", bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("llm: chat: %w", err)
+	}
+	c.setHeaders(hreq)
+	hreq.Header.Set("Content-Type", "application/json")
+	if r.Stream {
+		hreq.Header.Set("Accept", "text/event-stream")
+	} else {
+		hreq.Header.Set("Accept", "application/json")
+	}
+	resp, err := c.cfg.HTTPClient.Do(hreq)
+	if err != nil {
+		return nil, c.transportError(ctx, err)
+	}
+	return resp, nil
+}
+
+func (c *Client) setHeaders(hreq *http.Request) {
+	for k, vs := range c.cfg.Header {
+		hreq.Header[k] = append([]string(nil), vs...)
+	}
+	if hreq.Header.Get("User-Agent") == "" {
+		hreq.Header.Set("User-Agent", "sluice-llm")
+	}
+	if c.cfg.APIKey != "" {
+		hreq.Header.Set("Authorization", "Bearer "+c.cfg.APIKey)
+	}
+}
+
+// maxBody bounds what is read of one non-streamed response.
+const maxBody = 64 << 20
+
+func readBody(r io.Reader) ([]byte, error) {
+	body, err := io.ReadAll(io.LimitReader(r, maxBody+1))
+	if err != nil {
+		return body, err
+	}
+	if len(body) > maxBody {
+		return nil, fmt.Errorf("response body larger than %d bytes", maxBody)
+	}
+	return body, nil
+}
+
+// classify turns an HTTP answer into a typed error with the client's clock
+// and the key scrubbed from the provider's message.
+func (c *Client) classify(status int, h http.Header, body []byte) error {
+	return c.redact(c.cfg.Profile.classify(status, h, body, c.cfg.Now()))
+}
+
+// transportError classifies a failure below HTTP. A cancelled context is
+// returned as itself: the caller gave up, there is nothing to retry.
+func (c *Client) transportError(ctx context.Context, err error) error {
+	if ctx.Err() == context.Canceled {
+		return fmt.Errorf("llm: %w", context.Canceled)
+	}
+	return c.redact(&TransportError{Kind: transportKind(err), Err: err})
+}
+
+func transportKind(err error) TransportKind {
+	var ne net.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return Timeout
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE), errors.Is(err, syscall.ECONNABORTED),
+		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed):
+		return Reset
+	}
+	return Other
+}
+
+// minRedactLen is the shortest key that is scrubbed from text; shorter
+// strings would match innocent words.
+const minRedactLen = 6
+
+// redact scrubs the API key from an error's messages. Providers mask keys
+// in their messages, but a proxy or a misconfigured server might echo one.
+func (c *Client) redact(err error) error {
+	key := c.cfg.APIKey
+	if err == nil || len(key) < minRedactLen {
+		return err
+	}
+	scrub := func(s string) string { return strings.ReplaceAll(s, key, "[redacted]") }
+	switch e := err.(type) {
+	case *RateLimitError:
+		e.Message = scrub(e.Message)
+	case *TooLargeError:
+		e.Message = scrub(e.Message)
+	case *QuotaError:
+		e.Message = scrub(e.Message)
+	case *OverloadedError:
+		e.Message = scrub(e.Message)
+	case *StatusError:
+		e.Message = scrub(e.Message)
+	case *TransportError:
+		if e.Err != nil && strings.Contains(e.Err.Error(), key) {
+			e.Err = &redactedError{msg: scrub(e.Err.Error()), err: e.Err}
+		}
+	}
+	return err
+}
+
+// redactedError keeps an error's identity for errors.Is and errors.As while
+// its text has the key scrubbed.
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }

@@ -1,0 +1,60 @@
+// Package llm is a client for OpenAI-compatible chat completions APIs that
+// knows what each provider's rate-limit headers and error bodies mean. It
+// is useful on its own, with any job runner or none: it prices a request
+// before it is sent, reads the limits the provider reports, and turns every
+// failure into a typed error that says which limit was hit, whether a retry
+// can help and after how long.
+//
+// # Client
+//
+// [NewClient] takes a [Config] (every field documents its default; the
+// zero value works). [Client.Chat] sends a request, [Client.ChatStream]
+// streams one over server-sent events with the final usage chunk, and
+// [Client.Models] lists models. Every request the client sends carries
+// max_tokens: a request without one gets Config.ModelMaxTokens or
+// Config.DefaultMaxTokens, and with neither the call fails with
+// [ErrNoMaxTokens] before anything is sent. Providers reserve their own
+// default output allowance for such a request, which is how a request
+// becomes too large to ever fit an output-tokens-per-minute limit.
+//
+// The client never retries. Every answer that is not a success is returned
+// as one of:
+//
+//   - [*RateLimitError]: a limit is used up for now (429); retry after
+//     RetryAfter. Limit names which one, read from the provider's message.
+//   - [*TooLargeError]: the request exceeds a limit's whole allowance and
+//     can never succeed as it is, whatever the status code (Groq sends 413,
+//     or 429 with a 900 s retry-after for output tokens; OpenAI sends 429).
+//   - [*QuotaError]: no money or credit left; never retry.
+//   - [*OverloadedError]: the provider's own overload (529, 503); back off.
+//   - [*StatusError]: any other status; 5xx is retryable, 4xx is not.
+//   - [*TransportError]: timeout, reset or malformed body; retryable.
+//
+// [Retryable], [RetryAfter] and [LimitOf] answer the questions a retry
+// policy asks without type switches.
+//
+// # Profiles
+//
+// A [Profile] ([Groq], [OpenAI], [Anthropic]) says what the headers mean.
+// The same x-ratelimit-*-requests header counts requests per day at Groq
+// and per minute at OpenAI; Anthropic reports requests, tokens, input and
+// output tokens per minute with absolute reset times. [Profile.Snapshot]
+// reads them into a governor.Snapshot; [Profile.Classify] classifies an
+// error response without a Client, for code that makes its own HTTP calls.
+//
+// # Cost estimates
+//
+// An [Estimator] prices a request as a governor.Cost before it is sent:
+// one request, input tokens counted with the offline tiktoken vocabularies
+// (o200k_base for OpenAI's newer models, cl100k_base otherwise) plus the
+// chat format's overhead, scaled by a margin, and output tokens = max_tokens.
+// The margin is learned per model from the prompt_tokens providers report
+// ([Estimator.Observe]), so an estimate made with one tokenizer still covers
+// a provider that counts with another.
+//
+// # Forwarding
+//
+// [DecodeChatRequest] reads a client's raw request body and keeps every
+// field it does not model, so a proxy can change what it must (max_tokens)
+// and forward the rest unchanged with [ChatRequest.MarshalJSON].
+package llm

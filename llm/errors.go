@@ -1,0 +1,326 @@
+package llm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluice-dev/sluice/governor"
+)
+
+// ErrNoMaxTokens is returned by Chat and ChatStream, before anything is sent,
+// for a request that sets no max_tokens when no default applies. Providers
+// reserve their own (often large) default against output and token limits
+// for such a request, which is how a call becomes too large to ever fit.
+var ErrNoMaxTokens = errors.New("llm: request sets no max_tokens and no default applies: " +
+	"set ChatRequest.MaxTokens, or Config.DefaultMaxTokens / Config.ModelMaxTokens for the model")
+
+// RateLimitError is a rejection because the key has used up a limit for now
+// (HTTP 429). It is retryable after RetryAfter; only the named limit is
+// exhausted, so other calls that fit the other limits may go on.
+type RateLimitError struct {
+	// Limit is the limit the provider named; meaningful only when LimitKnown.
+	Limit      governor.Limit
+	LimitKnown bool
+	// Max, Used and Requested are the numbers of the provider's message
+	// ("Limit 8000, Used 7972, Requested 1351"); 0 when not given.
+	Max, Used, Requested int64
+	// RetryAfter is the longer of the retry-after headers and the wait the
+	// message names ("Please try again in 5.289s"); 0 when neither was given.
+	RetryAfter time.Duration
+	Status     int
+	Message    string // the provider's message, as sent
+}
+
+func (e *RateLimitError) Error() string {
+	var b strings.Builder
+	b.WriteString("llm: rate limited")
+	if e.LimitKnown {
+		b.WriteString(" on ")
+		b.WriteString(limitPhrase(e.Limit))
+	} else {
+		b.WriteString(" (the provider named no limit)")
+	}
+	writeNumbers(&b, e.Max, e.Used, e.Requested)
+	if e.RetryAfter > 0 {
+		b.WriteString("; retry after ")
+		b.WriteString(e.RetryAfter.String())
+	}
+	writeStatus(&b, e.Status)
+	return b.String()
+}
+
+// TooLargeError is a request that can never fit a limit: its own cost exceeds
+// the limit's whole allowance. Waiting never helps, whatever retry-after the
+// provider sends (Groq sends 900 s with its OTPM variant); the request must be
+// made smaller.
+type TooLargeError struct {
+	// Limit is the limit the request exceeds; meaningful only when LimitKnown.
+	Limit      governor.Limit
+	LimitKnown bool
+	// Max is the limit's allowance and Requested what the request needs; 0
+	// when the provider did not say.
+	Max, Requested int64
+	Status         int
+	Message        string // the provider's message, as sent
+}
+
+func (e *TooLargeError) Error() string {
+	var b strings.Builder
+	b.WriteString("llm: request too large")
+	if e.LimitKnown {
+		b.WriteString(" for ")
+		b.WriteString(limitPhrase(e.Limit))
+		if e.Requested > 0 && e.Max > 0 {
+			fmt.Fprintf(&b, ": needs %s %s, limit is %s", thousands(e.Requested), e.Limit.Unit(), thousands(e.Max))
+		}
+		switch e.Limit {
+		case governor.OTPM:
+			b.WriteString("; lower max_tokens or the batch")
+		case governor.ITPM:
+			b.WriteString("; shorten the prompt or the batch")
+		case governor.RPM, governor.RPD:
+		default:
+			b.WriteString("; shorten the prompt, lower max_tokens or the batch")
+		}
+	} else {
+		b.WriteString("; make it smaller")
+	}
+	b.WriteString(" (retrying never helps")
+	if e.Status != 0 {
+		fmt.Fprintf(&b, "; HTTP %d", e.Status)
+	}
+	b.WriteString(")")
+	return b.String()
+}
+
+// QuotaError is a rejection because the account has no money or credit left
+// (OpenAI's insufficient_quota, Anthropic's "credit balance is too low").
+// Retrying never helps until someone pays.
+type QuotaError struct {
+	Status     int
+	Type, Code string
+	Message    string
+}
+
+func (e *QuotaError) Error() string {
+	var b strings.Builder
+	b.WriteString("llm: quota exhausted (billing, not a rate limit; retrying never helps)")
+	writeProviderMessage(&b, e.Message)
+	writeStatus(&b, e.Status)
+	return b.String()
+}
+
+// OverloadedError is the provider's own overload (HTTP 529 overloaded_error,
+// 503, Groq's 498): it is not your quota. Back off, for at least RetryAfter
+// when it is set.
+type OverloadedError struct {
+	Status     int
+	RetryAfter time.Duration
+	Message    string
+}
+
+func (e *OverloadedError) Error() string {
+	var b strings.Builder
+	b.WriteString("llm: provider overloaded")
+	if e.RetryAfter > 0 {
+		b.WriteString("; retry after ")
+		b.WriteString(e.RetryAfter.String())
+	}
+	writeProviderMessage(&b, e.Message)
+	writeStatus(&b, e.Status)
+	return b.String()
+}
+
+// StatusError is any other error response. A 4xx is the request's fault and
+// is not retryable (except 408, a timeout); a 5xx is retryable. Status 0
+// means the provider reported the error inside a stream that had already
+// started, which is treated like a 5xx.
+type StatusError struct {
+	Status     int
+	Type, Code string
+	Message    string
+}
+
+func (e *StatusError) Error() string {
+	var b strings.Builder
+	if e.Status == 0 {
+		b.WriteString("llm: error in stream")
+	} else {
+		fmt.Fprintf(&b, "llm: HTTP %d", e.Status)
+	}
+	if e.Type != "" || e.Code != "" {
+		b.WriteString(" (")
+		b.WriteString(strings.Trim(e.Type+" "+e.Code, " "))
+		b.WriteString(")")
+	}
+	writeProviderMessage(&b, e.Message)
+	return b.String()
+}
+
+// TransportKind says how a call failed below HTTP.
+type TransportKind uint8
+
+const (
+	// Other is any failure not listed below (refused connection, DNS...).
+	Other TransportKind = iota
+	// Timeout: the HTTP client's or the context's deadline passed.
+	Timeout
+	// Reset: the connection closed or was reset before the response ended.
+	Reset
+	// Malformed: a 2xx body or a stream event that is not the JSON expected.
+	Malformed
+)
+
+var transportKindNames = [...]string{"other", "timeout", "reset", "malformed"}
+
+func (k TransportKind) String() string {
+	if int(k) < len(transportKindNames) {
+		return transportKindNames[k]
+	}
+	return "kind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// TransportError is a call that got no usable HTTP answer. It is retryable;
+// note that the provider may still have counted (and billed) the request.
+type TransportError struct {
+	Kind TransportKind
+	Err  error
+}
+
+func (e *TransportError) Error() string {
+	if e.Err == nil {
+		return "llm: transport: " + e.Kind.String()
+	}
+	return "llm: transport: " + e.Kind.String() + ": " + e.Err.Error()
+}
+
+func (e *TransportError) Unwrap() error { return e.Err }
+
+// Retryable reports whether the call that returned err may succeed if made
+// again unchanged (after RetryAfter, when that reports a wait): rate limits,
+// overload, 5xx, 408 and transport failures. Too-large requests, quota, other
+// 4xx, ErrNoMaxTokens and a cancelled context are not.
+func Retryable(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) {
+		return false
+	}
+	var (
+		rl *RateLimitError
+		ov *OverloadedError
+		st *StatusError
+		tr *TransportError
+	)
+	switch {
+	case errors.As(err, &rl), errors.As(err, &ov), errors.As(err, &tr):
+		return true
+	case errors.As(err, &st):
+		return st.Status == 0 || st.Status >= 500 || st.Status == 408
+	}
+	return false
+}
+
+// RetryAfter returns how long the provider asked to wait before the next
+// attempt, if err is a rate limit or overload that carried a wait.
+func RetryAfter(err error) (time.Duration, bool) {
+	var (
+		rl *RateLimitError
+		ov *OverloadedError
+	)
+	switch {
+	case errors.As(err, &rl):
+		return rl.RetryAfter, rl.RetryAfter > 0
+	case errors.As(err, &ov):
+		return ov.RetryAfter, ov.RetryAfter > 0
+	}
+	return 0, false
+}
+
+// LimitOf returns the limit err names: the one a rate limit exhausted, or
+// the one a too-large request can never fit.
+func LimitOf(err error) (governor.Limit, bool) {
+	var (
+		rl *RateLimitError
+		tl *TooLargeError
+	)
+	switch {
+	case errors.As(err, &rl):
+		return rl.Limit, rl.LimitKnown
+	case errors.As(err, &tl):
+		return tl.Limit, tl.LimitKnown
+	}
+	return 0, false
+}
+
+// limitPhrase names a limit the way providers do: "tokens per minute (TPM)".
+func limitPhrase(l governor.Limit) string {
+	return l.Title() + " (" + strings.ToUpper(l.String()) + ")"
+}
+
+func writeNumbers(b *strings.Builder, max, used, requested int64) {
+	var parts []string
+	if max > 0 {
+		parts = append(parts, "limit "+thousands(max))
+	}
+	if used > 0 {
+		parts = append(parts, "used "+thousands(used))
+	}
+	if requested > 0 {
+		parts = append(parts, "requested "+thousands(requested))
+	}
+	if len(parts) > 0 {
+		b.WriteString(": ")
+		b.WriteString(strings.Join(parts, ", "))
+	}
+}
+
+func writeStatus(b *strings.Builder, status int) {
+	if status != 0 {
+		fmt.Fprintf(b, " (HTTP %d)", status)
+	}
+}
+
+// maxMessageInError bounds how much of a provider's message an Error string
+// repeats: enough to diagnose, not enough to flood a log.
+const maxMessageInError = 300
+
+func writeProviderMessage(b *strings.Builder, msg string) {
+	msg = strings.Join(strings.Fields(msg), " ")
+	if msg == "" {
+		return
+	}
+	if len(msg) > maxMessageInError {
+		cut := maxMessageInError
+		for cut > 0 && !isRuneStart(msg[cut]) {
+			cut--
+		}
+		msg = msg[:cut] + "…"
+	}
+	b.WriteString(": ")
+	b.WriteString(msg)
+}
+
+func isRuneStart(c byte) bool { return c&0xC0 != 0x80 }
+
+// thousands formats n with comma separators: 1252 → "1,252".
+func thousands(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	if neg {
+		s = s[1:]
+	}
+	var b strings.Builder
+	if neg {
+		b.WriteByte('-')
+	}
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}

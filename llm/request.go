@@ -1,0 +1,430 @@
+package llm
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/sluice-dev/sluice/governor"
+)
+
+// Message is one chat message. Content holds text; content that is not a
+// plain string (an array of parts, or null next to tool calls) is kept as
+// sent in RawContent so it is forwarded unchanged, while Content gets the
+// text of its text parts for counting.
+type Message struct {
+	Role    string
+	Content string
+	// RawContent, when set, is sent as "content" in place of Content.
+	RawContent json.RawMessage
+	// Extra holds the message's other fields (name, tool_calls,
+	// tool_call_id, ...), forwarded unchanged.
+	Extra map[string]json.RawMessage
+}
+
+// MarshalJSON writes role, content and the extra fields.
+func (m Message) MarshalJSON() ([]byte, error) {
+	fields := make(map[string]json.RawMessage, len(m.Extra)+2)
+	for k, v := range m.Extra {
+		fields[k] = v
+	}
+	role, err := json.Marshal(m.Role)
+	if err != nil {
+		return nil, err
+	}
+	fields["role"] = role
+	if len(m.RawContent) > 0 {
+		fields["content"] = m.RawContent
+	} else {
+		c, err := json.Marshal(m.Content)
+		if err != nil {
+			return nil, err
+		}
+		fields["content"] = c
+	}
+	return marshalFields(fields)
+}
+
+// UnmarshalJSON reads a message, keeping fields it does not model in Extra.
+func (m *Message) UnmarshalJSON(data []byte) error {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(data, &fields); err != nil {
+		return errors.New("a message must be a JSON object")
+	}
+	if fields == nil {
+		return errors.New("a message must be a JSON object")
+	}
+	*m = Message{}
+	if raw, ok := fields["role"]; ok {
+		if err := json.Unmarshal(raw, &m.Role); err != nil {
+			return errors.New(`"role" must be a string`)
+		}
+		delete(fields, "role")
+	}
+	if raw, ok := fields["content"]; ok {
+		delete(fields, "content")
+		raw = bytes.TrimSpace(raw)
+		if len(raw) > 0 && raw[0] == '"' {
+			if err := json.Unmarshal(raw, &m.Content); err != nil {
+				return errors.New(`"content" is not a valid string`)
+			}
+		} else {
+			m.RawContent = slices.Clone(raw)
+			m.Content = partsText(raw)
+		}
+	}
+	if len(fields) > 0 {
+		m.Extra = fields
+	}
+	return nil
+}
+
+// partsText joins the text of [{"type":"text","text":"..."}] content parts.
+func partsText(raw json.RawMessage) string {
+	var parts []struct {
+		Text string `json:"text"`
+	}
+	if json.Unmarshal(raw, &parts) != nil {
+		return ""
+	}
+	var b strings.Builder
+	for _, p := range parts {
+		if p.Text == "" {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(p.Text)
+	}
+	return b.String()
+}
+
+// ChatRequest is a chat completions request. Fields the type does not model
+// go in Extra and are sent as they are, so a request decoded from a client's
+// JSON is forwarded without loss.
+type ChatRequest struct {
+	Model    string
+	Messages []Message
+	// MaxTokens caps the output; 0 means unset. Every request the Client
+	// sends carries one (see Config.DefaultMaxTokens).
+	MaxTokens int
+	// CompletionTokensName sends MaxTokens as max_completion_tokens, the
+	// newer OpenAI name its reasoning models require, instead of max_tokens.
+	// DecodeChatRequest sets it when the client used that name.
+	CompletionTokensName bool
+	Temperature          *float64
+	Stop                 []string
+	User                 string
+	// Stream asks for an event stream. ChatStream sets it; Chat clears it.
+	Stream bool
+	// Extra holds any other field (tools, response_format, seed, n,
+	// stream_options, ...). Values are marshalled with encoding/json;
+	// json.RawMessage values are sent byte for byte. A key that names a
+	// modelled field above is ignored.
+	Extra map[string]any
+}
+
+// modelledFields are written from ChatRequest's own fields, never Extra.
+var modelledFields = map[string]bool{
+	"model": true, "messages": true, "max_tokens": true, "max_completion_tokens": true,
+	"temperature": true, "stop": true, "user": true, "stream": true,
+}
+
+// MarshalJSON writes the request as the OpenAI wire format, with Extra's
+// fields merged in and keys in a stable order.
+func (r *ChatRequest) MarshalJSON() ([]byte, error) {
+	fields := make(map[string]json.RawMessage, len(r.Extra)+8)
+	for k, v := range r.Extra {
+		if modelledFields[k] {
+			continue
+		}
+		raw, err := json.Marshal(v)
+		if err != nil {
+			return nil, fmt.Errorf("llm: request field %q: %w", k, err)
+		}
+		fields[k] = raw
+	}
+	put := func(k string, v any) error {
+		raw, err := json.Marshal(v)
+		if err != nil {
+			return fmt.Errorf("llm: request field %q: %w", k, err)
+		}
+		fields[k] = raw
+		return nil
+	}
+	msgs := r.Messages
+	if msgs == nil {
+		msgs = []Message{}
+	}
+	if err := put("model", r.Model); err != nil {
+		return nil, err
+	}
+	if err := put("messages", msgs); err != nil {
+		return nil, err
+	}
+	if r.MaxTokens > 0 {
+		name := "max_tokens"
+		if r.CompletionTokensName {
+			name = "max_completion_tokens"
+		}
+		if err := put(name, r.MaxTokens); err != nil {
+			return nil, err
+		}
+	}
+	if r.Temperature != nil {
+		if err := put("temperature", *r.Temperature); err != nil {
+			return nil, err
+		}
+	}
+	if len(r.Stop) > 0 {
+		if err := put("stop", r.Stop); err != nil {
+			return nil, err
+		}
+	}
+	if r.User != "" {
+		if err := put("user", r.User); err != nil {
+			return nil, err
+		}
+	}
+	if r.Stream {
+		fields["stream"] = json.RawMessage("true")
+	}
+	return marshalFields(fields)
+}
+
+// UnmarshalJSON reads a request, keeping unmodelled fields in Extra as
+// json.RawMessage. max_completion_tokens is read as MaxTokens; when both
+// names are present the larger value is kept, so an output reservation is
+// never smaller than what the provider may produce.
+func (r *ChatRequest) UnmarshalJSON(data []byte) error {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(data, &fields); err != nil || fields == nil {
+		return errors.New("llm: request body must be a JSON object")
+	}
+	*r = ChatRequest{}
+	for k, raw := range fields {
+		var err error
+		switch k {
+		case "model":
+			err = decodeString(raw, &r.Model)
+		case "messages":
+			if isNull(raw) {
+				break
+			}
+			if err = json.Unmarshal(raw, &r.Messages); err != nil {
+				err = fmt.Errorf("must be an array of messages: %w", unwrapJSON(err))
+			}
+		case "max_tokens", "max_completion_tokens":
+			var n int
+			if n, err = decodeCount(raw); err == nil && n > 0 {
+				if k == "max_completion_tokens" {
+					r.CompletionTokensName = true
+				}
+				r.MaxTokens = max(r.MaxTokens, n)
+			}
+		case "temperature":
+			if isNull(raw) {
+				break
+			}
+			var t float64
+			if err = json.Unmarshal(raw, &t); err != nil {
+				err = errors.New("must be a number")
+			} else {
+				r.Temperature = &t
+			}
+		case "stop":
+			err = decodeStop(raw, &r.Stop)
+		case "user":
+			err = decodeString(raw, &r.User)
+		case "stream":
+			if !isNull(raw) && json.Unmarshal(raw, &r.Stream) != nil {
+				err = errors.New("must be true or false")
+			}
+		default:
+			if r.Extra == nil {
+				r.Extra = make(map[string]any)
+			}
+			r.Extra[k] = json.RawMessage(slices.Clone(raw))
+		}
+		if err != nil {
+			return fmt.Errorf("llm: request field %q: %w", k, err)
+		}
+	}
+	return nil
+}
+
+// DecodeChatRequest reads a client's request body. Unknown fields are kept
+// in Extra and forwarded unchanged by MarshalJSON. A body without a model
+// or without messages is an error that says so.
+func DecodeChatRequest(body []byte) (*ChatRequest, error) {
+	var r ChatRequest
+	if err := json.Unmarshal(body, &r); err != nil {
+		var ue *json.UnmarshalTypeError
+		var se *json.SyntaxError
+		if errors.As(err, &ue) || errors.As(err, &se) {
+			return nil, errors.New("llm: request body must be a JSON object")
+		}
+		return nil, err
+	}
+	if r.Model == "" {
+		return nil, errors.New(`llm: request field "model" is missing`)
+	}
+	if len(r.Messages) == 0 {
+		return nil, errors.New(`llm: request field "messages" is missing or empty`)
+	}
+	return &r, nil
+}
+
+// clone returns a copy that can be changed without touching r's maps and
+// slices (values inside Extra are shared; they are never modified).
+func (r *ChatRequest) clone() *ChatRequest {
+	c := *r
+	c.Messages = slices.Clone(r.Messages)
+	c.Stop = slices.Clone(r.Stop)
+	if r.Extra != nil {
+		c.Extra = make(map[string]any, len(r.Extra))
+		for k, v := range r.Extra {
+			c.Extra[k] = v
+		}
+	}
+	return &c
+}
+
+func decodeString(raw json.RawMessage, dst *string) error {
+	if isNull(raw) {
+		return nil
+	}
+	if json.Unmarshal(raw, dst) != nil {
+		return errors.New("must be a string")
+	}
+	return nil
+}
+
+func decodeCount(raw json.RawMessage) (int, error) {
+	if isNull(raw) {
+		return 0, nil
+	}
+	var f float64
+	if json.Unmarshal(raw, &f) != nil || f < 0 || f != math.Trunc(f) || f > math.MaxInt32 {
+		return 0, errors.New("must be a whole number of tokens")
+	}
+	return int(f), nil
+}
+
+func decodeStop(raw json.RawMessage, dst *[]string) error {
+	raw = bytes.TrimSpace(raw)
+	switch {
+	case isNull(raw):
+		return nil
+	case len(raw) > 0 && raw[0] == '"':
+		var s string
+		if json.Unmarshal(raw, &s) != nil {
+			return errors.New("must be a string or an array of strings")
+		}
+		*dst = []string{s}
+		return nil
+	}
+	if json.Unmarshal(raw, dst) != nil {
+		return errors.New("must be a string or an array of strings")
+	}
+	return nil
+}
+
+func isNull(raw json.RawMessage) bool {
+	return string(bytes.TrimSpace(raw)) == "null"
+}
+
+// unwrapJSON keeps a nested message's own explanation and drops
+// encoding/json's type-path prefix.
+func unwrapJSON(err error) error {
+	var ue *json.UnmarshalTypeError
+	if errors.As(err, &ue) {
+		return errors.New("wrong JSON type")
+	}
+	return err
+}
+
+// marshalFields writes an object with sorted keys, so bodies are stable.
+func marshalFields(fields map[string]json.RawMessage) ([]byte, error) {
+	keys := make([]string, 0, len(fields))
+	for k := range fields {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		kb, err := json.Marshal(k)
+		if err != nil {
+			return nil, err
+		}
+		b.Write(kb)
+		b.WriteByte(':')
+		b.Write(fields[k])
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
+}
+
+// Usage is the token usage a provider reports for a call.
+type Usage struct {
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+	TotalTokens      int64 `json:"total_tokens"`
+}
+
+// Governor returns the usage in the governor's terms, for settling a
+// reservation.
+func (u Usage) Governor() governor.Usage {
+	return governor.Usage{Input: u.PromptTokens, Output: u.CompletionTokens}
+}
+
+// Choice is one completion of a response.
+type Choice struct {
+	Index        int     `json:"index"`
+	Message      Message `json:"message"`
+	FinishReason string  `json:"finish_reason"`
+}
+
+// ChatResponse is a finished chat completion.
+type ChatResponse struct {
+	ID      string   `json:"id"`
+	Model   string   `json:"model"`
+	Created int64    `json:"created"`
+	Choices []Choice `json:"choices"`
+	Usage   Usage    `json:"usage"`
+
+	// Snapshot is what the response headers said about the key's limits.
+	Snapshot governor.Snapshot `json:"-"`
+	// Header is the response's header.
+	Header http.Header `json:"-"`
+	// Body is the response body as received.
+	Body []byte `json:"-"`
+}
+
+// Text returns the first choice's content, or "" when there is none.
+func (r *ChatResponse) Text() string {
+	if len(r.Choices) == 0 {
+		return ""
+	}
+	return r.Choices[0].Message.Content
+}
+
+// Model is one entry of GET /models.
+type Model struct {
+	ID      string `json:"id"`
+	OwnedBy string `json:"owned_by"`
+	Created int64  `json:"created"`
+	// Raw is the entry as received; providers add their own fields
+	// (context_window, display_name, ...).
+	Raw json.RawMessage `json:"-"`
+}
