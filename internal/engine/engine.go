@@ -1,0 +1,211 @@
+package engine
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/dbos-inc/dbos-transact-golang/dbos"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Config configures an Engine. The zero value runs on ./sluice.db.
+type Config struct {
+	// DatabaseURL names the database shared with DBOS: a path or "sqlite:PATH"
+	// (default "sluice.db"), or "postgres://…". Ignored when SQLite or
+	// Postgres is set.
+	DatabaseURL string
+	// SQLite and Postgres hand the engine an open handle to share (e.g. the
+	// store's), so one process holds one connection pool per database. The
+	// caller keeps ownership.
+	SQLite   *sql.DB
+	Postgres *pgxpool.Pool
+	// AppName names the application in DBOS's tables (default "sluice").
+	AppName string
+	// AppVersion pins the DBOS application version. DBOS recovers only runs
+	// of the version that started them; the default derives it from the
+	// binary, so a rebuilt binary does not resume an old binary's runs.
+	AppVersion string
+	// ExecutorID names this process among several on one Postgres (default
+	// "local"). A restarted process with the same ID resumes its runs.
+	ExecutorID string
+	// PollInterval is how often each function's queue is polled for runs to
+	// start (default 100ms).
+	PollInterval time.Duration
+	// RetryBase and RetryMax bound the exponential backoff between attempts
+	// of a step that failed transiently (defaults 1s and 10m). Jitter of ±25%
+	// keeps retries of many runs apart.
+	RetryBase, RetryMax time.Duration
+	// Logger receives DBOS's and the engine's logs (default: warnings and
+	// errors to stderr).
+	Logger *slog.Logger
+	// Now is the clock for rate-limit windows (default time.Now).
+	Now func() time.Time
+}
+
+func (c Config) withDefaults() Config {
+	c.DatabaseURL = cmp.Or(c.DatabaseURL, "sluice.db")
+	c.AppName = cmp.Or(c.AppName, "sluice")
+	c.PollInterval = cmp.Or(c.PollInterval, 100*time.Millisecond)
+	c.RetryBase = cmp.Or(c.RetryBase, time.Second)
+	c.RetryMax = cmp.Or(c.RetryMax, 10*time.Minute)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// Engine runs registered functions on DBOS. Register functions, then Launch;
+// Shutdown stops it. Safe for concurrent use after Launch.
+type Engine struct {
+	cfg  Config
+	db   *db
+	dctx dbos.Context
+	ds   *dbos.DataSource
+
+	classify Classifier
+
+	mu       sync.RWMutex
+	fns      map[string]*Function
+	byEvent  map[string][]*Function
+	launched bool
+	stopOnce sync.Once
+}
+
+// New opens the database, creates the engine's tables and a DBOS context on
+// the same handle. Functions are registered before Launch.
+func New(ctx context.Context, cfg Config) (*Engine, error) {
+	cfg = cfg.withDefaults()
+	if cfg.PollInterval < 0 || cfg.RetryBase < 0 || cfg.RetryMax < cfg.RetryBase {
+		return nil, fmt.Errorf("engine config: poll interval and retry bounds must be positive and RetryMax ≥ RetryBase")
+	}
+	var (
+		d   *db
+		err error
+	)
+	switch {
+	case cfg.SQLite != nil:
+		d = &db{sqlite: cfg.SQLite, name: "sqlite"}
+	case cfg.Postgres != nil:
+		d = &db{pg: cfg.Postgres, name: "postgres"}
+	default:
+		d, err = openDB(ctx, cfg.DatabaseURL)
+		if err != nil {
+			return nil, err
+		}
+	}
+	if err := d.migrate(ctx); err != nil {
+		d.close()
+		return nil, err
+	}
+	dcfg := dbos.Config{
+		AppName:            cfg.AppName,
+		ApplicationVersion: cfg.AppVersion,
+		ExecutorID:         cfg.ExecutorID,
+		Logger:             cfg.Logger,
+		SQLiteSystemDB:     d.sqlite,
+		SystemDBPool:       d.pg,
+	}
+	dctx, err := dbos.NewContext(ctx, dcfg)
+	if err != nil {
+		d.close()
+		return nil, fmt.Errorf("start DBOS on %s: %w", d.name, err)
+	}
+	var ds *dbos.DataSource
+	if d.sqlite != nil {
+		ds, err = dbos.NewDataSource(dctx, d.sqlite, dbos.WithDataSourceName("sluice"))
+	} else {
+		ds, err = dbos.NewDataSource(dctx, d.pg, dbos.WithDataSourceName("sluice"))
+	}
+	if err != nil {
+		_ = dbos.Shutdown(dctx, time.Second)
+		d.close()
+		return nil, fmt.Errorf("open transaction data source: %w", err)
+	}
+	e := &Engine{
+		cfg:     cfg,
+		db:      d,
+		dctx:    dctx,
+		ds:      ds,
+		fns:     map[string]*Function{},
+		byEvent: map[string][]*Function{},
+	}
+	dbos.RegisterWorkflow(dctx, e.cronTick, dbos.WithWorkflowName(cronWorkflow))
+	return e, nil
+}
+
+// SetClassifier installs the classifier for errors the engine does not know
+// (the LLM layer's). Call before Launch.
+func (e *Engine) SetClassifier(c Classifier) { e.classify = c }
+
+// Postgres reports whether the engine runs on PostgreSQL.
+func (e *Engine) Postgres() bool { return e.db.postgres() }
+
+// Launch registers the functions' queues and schedules and starts DBOS, which
+// resumes runs a previous process left unfinished.
+func (e *Engine) Launch(ctx context.Context) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.launched {
+		return errors.New("engine already launched")
+	}
+	var schedules []dbos.ScheduleSpec
+	for _, fn := range e.fns {
+		q, err := dbos.RegisterQueue(e.dctx, fn.queueName(), fn.queueOptions(e.cfg.PollInterval)...)
+		if err != nil {
+			return fmt.Errorf("register queue of function %s: %w", fn.ID, err)
+		}
+		fn.queue = q
+		if fn.Cron != "" {
+			schedules = append(schedules, dbos.ScheduleSpec{
+				ScheduleName: "sluice:" + fn.ID,
+				Schedule:     dbosCron(fn.Cron),
+				WorkflowName: cronWorkflow,
+				Context:      fn.ID,
+			})
+		}
+	}
+	if len(schedules) > 0 {
+		if err := dbos.ApplySchedules(e.dctx, schedules); err != nil {
+			return fmt.Errorf("apply cron schedules: %w", err)
+		}
+	}
+	if err := dbos.Launch(e.dctx); err != nil {
+		return fmt.Errorf("launch DBOS: %w", err)
+	}
+	e.launched = true
+	return nil
+}
+
+// Shutdown stops running runs at their next step boundary (they resume at
+// the next Launch) and closes the database if the engine opened it. Safe to
+// call twice.
+func (e *Engine) Shutdown(timeout time.Duration) error {
+	var err error
+	e.stopOnce.Do(func() {
+		err = dbos.Shutdown(e.dctx, timeout)
+		e.db.close()
+	})
+	return err
+}
+
+// backoff is the wait before attempt n+1 after n transient failures.
+func (e *Engine) backoff(n int) time.Duration {
+	d := e.cfg.RetryBase
+	for i := 1; i < n && d < e.cfg.RetryMax; i++ {
+		d *= 2
+	}
+	d = min(d, e.cfg.RetryMax)
+	jitter := 0.75 + rand.Float64()*0.5 // #nosec G404 -- spreading retries needs no secrecy
+	return time.Duration(float64(d) * jitter)
+}

@@ -1,0 +1,371 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dbos-inc/dbos-transact-golang/dbos"
+)
+
+func echo(r *Run, ev Event) (any, error) {
+	return Step(r, "echo", func(context.Context) (string, error) { return string(ev.Data), nil })
+}
+
+func TestIdempotencyAndDedup(t *testing.T) {
+	t.Parallel()
+	databases(t, func(t *testing.T, url string) {
+		e := newEngine(t, url,
+			&Function{ID: "keyed", Event: "doc", Idempotency: "event.data.documentId", Handler: echo},
+		)
+		a := send(t, e, "doc", "e1", map[string]string{"documentId": "d1"})
+		b := send(t, e, "doc", "e2", map[string]string{"documentId": "d1"}) // same key, new event
+		c := send(t, e, "doc", "e3", map[string]string{"documentId": "d2"})
+		if a.Status != "queued" || b.Status != "existing" || b.RunID != a.RunID || c.RunID == a.RunID {
+			t.Fatalf("idempotency: %+v %+v %+v", a, b, c)
+		}
+		wait(t, e, a.RunID)
+		wait(t, e, c.RunID)
+		runs, err := e.Runs(context.Background(), RunFilter{Function: "keyed"})
+		if err != nil || len(runs) != 2 {
+			t.Fatalf("runs %v %+v, want 2", err, runs)
+		}
+	})
+}
+
+func TestEventIDDeduplicates(t *testing.T) {
+	t.Parallel()
+	databases(t, func(t *testing.T, url string) {
+		e := newEngine(t, url, &Function{ID: "f", Event: "ping", Handler: echo})
+		a := send(t, e, "ping", "same", nil)
+		b := send(t, e, "ping", "same", nil)
+		if a.RunID != b.RunID || b.Status != "existing" {
+			t.Fatalf("resent event: %+v then %+v", a, b)
+		}
+		if _, err := e.Send(context.Background(), Event{Name: "nobody"}); !errors.Is(err, ErrNoFunction) {
+			t.Fatalf("unknown event: %v, want ErrNoFunction", err)
+		}
+	})
+}
+
+func TestRateLimitDropsExcess(t *testing.T) {
+	t.Parallel()
+	databases(t, func(t *testing.T, url string) {
+		e := newEngine(t, url, &Function{ID: "rl", Event: "hit", RateLimit: &RateLimit{Limit: 2, Period: time.Hour, Key: "user"}, Handler: echo})
+		var got []string
+		for i, u := range []string{"a", "a", "a", "b"} {
+			got = append(got, send(t, e, "hit", string(rune('0'+i)), map[string]string{"user": u}).Status)
+		}
+		want := []string{"queued", "queued", "dropped", "queued"}
+		for i := range want {
+			if got[i] != want[i] {
+				t.Fatalf("statuses %v, want %v", got, want)
+			}
+		}
+		d, err := e.Dropped(context.Background(), "rl", 10)
+		if err != nil || len(d) != 1 || d[0].EventID != "2" || d[0].Key != "a" {
+			t.Fatalf("dropped %v %+v", err, d)
+		}
+	})
+}
+
+func TestConcurrencyLimit(t *testing.T) {
+	t.Parallel()
+	databases(t, func(t *testing.T, url string) {
+		var active, most atomic.Int32
+		fn := &Function{ID: "one-at-a-time", Event: "go", Concurrency: []Concurrency{{Limit: 1}}, Handler: func(r *Run, ev Event) (any, error) {
+			return Step(r, "work", func(context.Context) (int32, error) {
+				n := active.Add(1)
+				defer active.Add(-1)
+				for {
+					m := most.Load()
+					if n <= m || most.CompareAndSwap(m, n) {
+						break
+					}
+				}
+				time.Sleep(30 * time.Millisecond) // the work itself: long enough to overlap if allowed
+				return n, nil
+			})
+		}}
+		e := newEngine(t, url, fn)
+		var ids []string
+		for _, id := range []string{"a", "b", "c", "d"} {
+			ids = append(ids, send(t, e, "go", id, nil).RunID)
+		}
+		for _, id := range ids {
+			if s := wait(t, e, id); s.Status != StatusCompleted {
+				t.Fatalf("run %s: %s", id, s.Status)
+			}
+		}
+		if most.Load() != 1 {
+			t.Fatalf("%d runs overlapped, limit is 1", most.Load())
+		}
+	})
+}
+
+func TestThrottleQueuesExcess(t *testing.T) {
+	t.Parallel()
+	databases(t, func(t *testing.T, url string) {
+		e := newEngine(t, url, &Function{ID: "th", Event: "go", Throttle: &Throttle{Limit: 1, Period: time.Hour}, Handler: echo})
+		a := send(t, e, "go", "a", nil)
+		if s := wait(t, e, a.RunID); s.Status != StatusCompleted {
+			t.Fatalf("first run %s", s.Status)
+		}
+		b := send(t, e, "go", "b", nil)
+		// The throttle allows one start per hour: the second run is queued, not
+		// dropped, and stays queued; cancelling it works.
+		d := detail(t, e, b.RunID)
+		if d.Status != StatusQueued {
+			t.Fatalf("second run %s, want queued", d.Status)
+		}
+		if err := e.Cancel(context.Background(), b.RunID); err != nil {
+			t.Fatal(err)
+		}
+		if d := detail(t, e, b.RunID); d.Status != StatusCancelled {
+			t.Fatalf("after cancel: %s", d.Status)
+		}
+	})
+}
+
+func TestPriorityOrdersQueuedRuns(t *testing.T) {
+	t.Parallel()
+	databases(t, func(t *testing.T, url string) {
+		gate := make(chan struct{})
+		entered := make(chan string, 10)
+		var mu sync.Mutex
+		var order []string
+		fn := &Function{ID: "prio", Event: "go", Priority: "p", Concurrency: []Concurrency{{Limit: 1}}, Handler: func(r *Run, ev Event) (any, error) {
+			return Step(r, "work", func(context.Context) (bool, error) {
+				mu.Lock()
+				order = append(order, r.Event().ID)
+				mu.Unlock()
+				entered <- r.Event().ID
+				if r.Event().ID == "blocker" {
+					<-gate
+				}
+				return true, nil
+			})
+		}}
+		e := newEngine(t, url, fn)
+		send(t, e, "go", "blocker", map[string]int{"p": 0})
+		<-entered
+		send(t, e, "go", "low", map[string]int{"p": -5})
+		send(t, e, "go", "normal", map[string]int{})
+		last := send(t, e, "go", "high", map[string]int{"p": 10})
+		close(gate)
+		wait(t, e, last.RunID)
+		for range 3 {
+			<-entered
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		want := []string{"blocker", "high", "normal", "low"}
+		for i := range want {
+			if order[i] != want[i] {
+				t.Fatalf("start order %v, want %v", order, want)
+			}
+		}
+	})
+}
+
+func TestTimeoutCancelsRun(t *testing.T) {
+	t.Parallel()
+	databases(t, func(t *testing.T, url string) {
+		e := newEngine(t, url, &Function{ID: "slow", Event: "go", Timeout: 300 * time.Millisecond, Handler: func(r *Run, ev Event) (any, error) {
+			return nil, Sleep(r, time.Hour)
+		}})
+		s := send(t, e, "go", "a", nil)
+		if got := wait(t, e, s.RunID); got.Status != StatusCancelled {
+			t.Fatalf("status %s, want cancelled by the timeout", got.Status)
+		}
+	})
+}
+
+func TestCronTrigger(t *testing.T) {
+	t.Parallel()
+	databases(t, func(t *testing.T, url string) {
+		ran := make(chan string, 1)
+		e := newEngine(t, url, &Function{ID: "nightly", Cron: "0 3 * * *", Handler: func(r *Run, ev Event) (any, error) {
+			ran <- ev.Name
+			return nil, nil
+		}})
+		// Fire the schedule now instead of waiting for 03:00.
+		if _, err := dbos.TriggerSchedule[string](e.dctx, "sluice:nightly"); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case name := <-ran:
+			if name != "sluice/cron" {
+				t.Fatalf("event %q", name)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("cron run did not start")
+		}
+	})
+}
+
+// A finished step is never re-run when a run resumes after its process stops.
+func TestRecoveryDoesNotRerunFinishedSteps(t *testing.T) {
+	t.Parallel()
+	databases(t, func(t *testing.T, url string) {
+		var first, second atomic.Int32
+		inSecond := make(chan struct{}, 1)
+		var block atomic.Bool
+		block.Store(true)
+		mk := func() *Function {
+			return &Function{ID: "resume", Event: "go", Handler: func(r *Run, ev Event) (any, error) {
+				if _, err := Step(r, "billed", func(context.Context) (int, error) { return int(first.Add(1)), nil }); err != nil {
+					return nil, err
+				}
+				return Step(r, "second", func(ctx context.Context) (int, error) {
+					second.Add(1)
+					if block.Load() {
+						inSecond <- struct{}{}
+						<-ctx.Done() // the process stops here
+						return 0, ctx.Err()
+					}
+					return 2, nil
+				})
+			}}
+		}
+		e1, err := New(context.Background(), Config{DatabaseURL: url, PollInterval: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e1.Register(mk()); err != nil {
+			t.Fatal(err)
+		}
+		if err := e1.Launch(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		s := send(t, e1, "go", "a", nil)
+		<-inSecond
+		_ = e1.Shutdown(5 * time.Second)
+		block.Store(false)
+
+		e2 := newEngine(t, url, mk())
+		if got := wait(t, e2, s.RunID); got.Status != StatusCompleted {
+			t.Fatalf("resumed run %s: %s", got.Status, got.Error)
+		}
+		if first.Load() != 1 || second.Load() != 2 {
+			t.Fatalf("billed step ran %d times (want 1), second %d (want 2)", first.Load(), second.Load())
+		}
+	})
+}
+
+func TestRerunFromFailedStep(t *testing.T) {
+	t.Parallel()
+	databases(t, func(t *testing.T, url string) {
+		var first atomic.Int32
+		var broken atomic.Bool
+		broken.Store(true)
+		e := newEngine(t, url, &Function{ID: "rr", Event: "go", Handler: func(r *Run, ev Event) (any, error) {
+			if _, err := Step(r, "expensive", func(context.Context) (int, error) { return int(first.Add(1)), nil }); err != nil {
+				return nil, err
+			}
+			return Step(r, "save", func(context.Context) (string, error) {
+				if broken.Load() {
+					return "", NonRetriable(errors.New("target table missing"))
+				}
+				return "saved", nil
+			})
+		}})
+		s := send(t, e, "go", "a", nil)
+		if got := wait(t, e, s.RunID); got.Status != StatusFailed {
+			t.Fatalf("status %s, want failed", got.Status)
+		}
+		if _, err := e.Rerun(context.Background(), "nope"); !errors.Is(err, ErrRunNotFound) {
+			t.Fatalf("rerun of unknown run: %v", err)
+		}
+		broken.Store(false)
+		id, err := e.Rerun(context.Background(), s.RunID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := wait(t, e, id)
+		if got.Status != StatusCompleted || got.RerunOf != s.RunID {
+			t.Fatalf("rerun %+v", got)
+		}
+		if first.Load() != 1 {
+			t.Fatalf("the step before the failed one ran %d times, want 1", first.Load())
+		}
+		if _, err := e.Rerun(context.Background(), id); !errors.Is(err, ErrNotRerunnable) {
+			t.Fatalf("rerun of a completed run: %v", err)
+		}
+	})
+}
+
+func TestTransactionStepWritesOnce(t *testing.T) {
+	t.Parallel()
+	databases(t, func(t *testing.T, url string) {
+		e := newEngine(t, url, &Function{ID: "tx", Event: "go", Handler: func(r *Run, ev Event) (any, error) {
+			return Transaction(r, "save", func(ctx context.Context, tx Tx) (int64, error) {
+				if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS t_saves (k TEXT PRIMARY KEY, n INTEGER NOT NULL)`); err != nil {
+					return 0, err
+				}
+				res, err := tx.Exec(ctx, `INSERT INTO t_saves (k, n) VALUES ($1, 1) ON CONFLICT (k) DO UPDATE SET n = t_saves.n + 1`, ev.ID)
+				if err != nil {
+					return 0, err
+				}
+				return res.RowsAffected()
+			})
+		}})
+		s := send(t, e, "go", "a", nil)
+		if got := wait(t, e, s.RunID); got.Status != StatusCompleted {
+			t.Fatalf("status %s: %s", got.Status, got.Error)
+		}
+		var n int
+		if err := e.db.queryRow(context.Background(), `SELECT n FROM t_saves WHERE k = $1`, "a").Scan(&n); err != nil || n != 1 {
+			t.Fatalf("saved %d times (%v), want 1", n, err)
+		}
+	})
+}
+
+func TestRegisterValidates(t *testing.T) {
+	t.Parallel()
+	h := func(*Run, Event) (any, error) { return nil, nil }
+	for _, tc := range []struct {
+		name string
+		fn   Function
+		want string
+	}{
+		{"no trigger", Function{ID: "a", Handler: h}, "needs a trigger"},
+		{"bad id", Function{ID: " a", Event: "e", Handler: h}, "function id"},
+		{"no handler", Function{ID: "a", Event: "e"}, "handler is nil"},
+		{"negative retries", Function{ID: "a", Event: "e", Retries: -1, Handler: h}, "negative"},
+		{"zero concurrency", Function{ID: "a", Event: "e", Concurrency: []Concurrency{{}}, Handler: h}, "concurrency[0].limit"},
+		{"two keys", Function{ID: "a", Event: "e", Concurrency: []Concurrency{{Limit: 1, Key: "x"}, {Limit: 2, Key: "y", PerWorker: true}}, Handler: h}, "one key per function"},
+		{"throttle period", Function{ID: "a", Event: "e", Throttle: &Throttle{Limit: 1}, Handler: h}, "throttle"},
+		{"rate limit", Function{ID: "a", Event: "e", RateLimit: &RateLimit{Period: time.Second}, Handler: h}, "rate limit"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.fn.validate()
+			if err == nil || !contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want an error saying %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestField(t *testing.T) {
+	t.Parallel()
+	ev := Event{Name: "n", ID: "i", Data: []byte(`{"a":{"b":"x"},"n":3,"f":1.5,"z":null}`)}
+	for _, tc := range []struct {
+		path, want string
+		ok         bool
+	}{
+		{"event.data.a.b", "x", true}, {"data.a.b", "x", true}, {"a.b", "x", true},
+		{"n", "3", true}, {"f", "1.5", true}, {"a", `{"b":"x"}`, true},
+		{"z", "", false}, {"missing", "", false}, {"id", "i", true}, {"event.name", "n", true}, {"", "", false},
+	} {
+		got, ok := field(ev, tc.path)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("field(%q) = %q, %v; want %q, %v", tc.path, got, ok, tc.want, tc.ok)
+		}
+	}
+}

@@ -1,0 +1,446 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dbos-inc/dbos-transact-golang/dbos"
+)
+
+// cronWorkflow is the DBOS workflow every cron schedule fires; it starts the
+// run of the function named in the schedule's context.
+const cronWorkflow = "sluice.cron"
+
+// Event is something that happened; functions triggered by its name run.
+type Event struct {
+	Name string          `json:"name"`
+	ID   string          `json:"id,omitempty"`   // deduplicates: the same ID never starts a function twice
+	Data json.RawMessage `json:"data,omitempty"` // a JSON object
+	TS   time.Time       `json:"ts,omitzero"`
+}
+
+// Handler is a function's body. Its result is stored as the run's output.
+type Handler func(r *Run, ev Event) (any, error)
+
+// Concurrency bounds the runs of a function executing at once.
+type Concurrency struct {
+	Limit     int    // at most this many at once
+	Key       string // optional event field (e.g. "data.tenantId"): the limit holds per value
+	PerWorker bool   // the limit holds in each process instead of across all
+}
+
+// Throttle bounds how many runs start per period; excess runs wait in the queue.
+type Throttle struct {
+	Limit  int
+	Period time.Duration
+	Key    string // optional event field: the throttle holds per value
+}
+
+// RateLimit bounds how many events start a run per period; excess events are
+// dropped and recorded as dropped.
+type RateLimit struct {
+	Limit  int
+	Period time.Duration
+	Key    string // optional event field: the limit holds per value
+}
+
+// Function is a registered function: its settings and its handler.
+type Function struct {
+	ID          string
+	Event       string        // trigger: runs for each event of this name
+	Cron        string        // trigger: runs on this cron schedule (5 or 6 fields)
+	Retries     int           // retries of a failing step after its first attempt
+	Timeout     time.Duration // of a whole run, from its start; 0 = none
+	Idempotency string        // event field whose value names the run: one run per value
+	Concurrency []Concurrency
+	Throttle    *Throttle
+	RateLimit   *RateLimit
+	Priority    string // event field holding an integer; higher starts sooner
+	Flow        string // the governor flow its LLM steps draw on (default: the ID)
+	Handler     Handler
+
+	e     *Engine
+	queue dbos.Queue
+}
+
+// ConfigName makes each function its own DBOS registration.
+func (f *Function) ConfigName() string { return f.ID }
+
+func (f *Function) queueName() string { return "sluice:" + f.ID }
+
+// partitionKey is the event field that partitions the queue, if any.
+func (f *Function) partitionKey() string {
+	for _, c := range f.Concurrency {
+		if c.Key != "" {
+			return c.Key
+		}
+	}
+	if f.Throttle != nil {
+		return f.Throttle.Key
+	}
+	return ""
+}
+
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$`)
+
+func (f *Function) validate() error {
+	if !idPattern.MatchString(f.ID) {
+		return fmt.Errorf("function id %q: want 1-128 letters, digits or ._:/- starting with a letter or digit", f.ID)
+	}
+	if f.Event == "" && f.Cron == "" {
+		return fmt.Errorf("function %s: needs a trigger (an event name or a cron schedule)", f.ID)
+	}
+	if f.Cron != "" {
+		n := len(strings.Fields(f.Cron))
+		if n != 5 && n != 6 && !strings.HasPrefix(f.Cron, "@") {
+			return fmt.Errorf("function %s: cron schedule %q has %d fields, want 5 (minute hour day month weekday) or 6 (with seconds first)", f.ID, f.Cron, n)
+		}
+	}
+	if f.Handler == nil {
+		return fmt.Errorf("function %s: handler is nil", f.ID)
+	}
+	if f.Retries < 0 {
+		return fmt.Errorf("function %s: retries %d is negative", f.ID, f.Retries)
+	}
+	if f.Timeout < 0 {
+		return fmt.Errorf("function %s: timeout %s is negative", f.ID, f.Timeout)
+	}
+	key := ""
+	var global, worker, pglobal, pworker bool
+	for i, c := range f.Concurrency {
+		if c.Limit < 1 {
+			return fmt.Errorf("function %s: concurrency[%d].limit %d must be at least 1", f.ID, i, c.Limit)
+		}
+		if c.Key != "" {
+			if key != "" && key != c.Key {
+				return fmt.Errorf("function %s: concurrency keys %q and %q differ: one key per function", f.ID, key, c.Key)
+			}
+			key = c.Key
+		}
+		slot := map[[2]bool]*bool{{false, false}: &global, {false, true}: &worker, {true, false}: &pglobal, {true, true}: &pworker}[[2]bool{c.Key != "", c.PerWorker}]
+		if *slot {
+			return fmt.Errorf("function %s: concurrency[%d] repeats a limit of the same scope", f.ID, i)
+		}
+		*slot = true
+	}
+	if t := f.Throttle; t != nil {
+		if t.Limit < 1 || t.Period <= 0 {
+			return fmt.Errorf("function %s: throttle needs a limit ≥ 1 and a positive period", f.ID)
+		}
+		if key != "" && t.Key != "" && t.Key != key {
+			return fmt.Errorf("function %s: throttle key %q differs from concurrency key %q: one key per function", f.ID, t.Key, key)
+		}
+		if key != "" && t.Key == "" {
+			return fmt.Errorf("function %s: a keyed concurrency limit needs the throttle keyed the same way (%q)", f.ID, key)
+		}
+	}
+	if r := f.RateLimit; r != nil && (r.Limit < 1 || r.Period < time.Millisecond) {
+		return fmt.Errorf("function %s: rate limit needs a limit ≥ 1 and a period of at least 1ms", f.ID)
+	}
+	return nil
+}
+
+func (f *Function) queueOptions(poll time.Duration) []dbos.QueueOption {
+	opts := []dbos.QueueOption{
+		dbos.WithQueueBasePollingInterval(poll),
+		dbos.WithQueueOnConflict(dbos.QueueConflictAlwaysUpdate),
+	}
+	for _, c := range f.Concurrency {
+		switch {
+		case c.Key == "" && !c.PerWorker:
+			opts = append(opts, dbos.WithGlobalConcurrency(c.Limit))
+		case c.Key == "":
+			opts = append(opts, dbos.WithWorkerConcurrency(c.Limit))
+		case !c.PerWorker:
+			opts = append(opts, dbos.WithPartitionConcurrency(c.Limit))
+		default:
+			opts = append(opts, dbos.WithPartitionWorkerConcurrency(c.Limit))
+		}
+	}
+	if t := f.Throttle; t != nil {
+		rl := &dbos.RateLimiter{Limit: t.Limit, Period: t.Period}
+		if t.Key != "" {
+			opts = append(opts, dbos.WithPartitionRateLimiter(rl))
+		} else {
+			opts = append(opts, dbos.WithRateLimiter(rl))
+		}
+	}
+	return opts
+}
+
+// dbosCron gives DBOS the six-field form it wants (seconds first).
+func dbosCron(spec string) string {
+	if len(strings.Fields(spec)) == 5 {
+		return "0 " + spec
+	}
+	return spec
+}
+
+// Register adds a function. Call before Launch.
+func (e *Engine) Register(f *Function) error {
+	if err := f.validate(); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.launched {
+		return fmt.Errorf("register function %s: the engine is already launched", f.ID)
+	}
+	if _, dup := e.fns[f.ID]; dup {
+		return fmt.Errorf("register function %s: already registered", f.ID)
+	}
+	if f.Flow == "" {
+		f.Flow = f.ID
+	}
+	f.e = e
+	dbos.RegisterWorkflow(e.dctx, f.workflow, dbos.WithInstance(f), dbos.WithWorkflowName(f.ID))
+	e.fns[f.ID] = f
+	if f.Event != "" {
+		e.byEvent[f.Event] = append(e.byEvent[f.Event], f)
+	}
+	return nil
+}
+
+// Functions lists the registered functions.
+func (e *Engine) Functions() []*Function {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	out := make([]*Function, 0, len(e.fns))
+	for _, f := range e.fns {
+		out = append(out, f)
+	}
+	return out
+}
+
+func (e *Engine) function(id string) (*Function, bool) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	f, ok := e.fns[id]
+	return f, ok
+}
+
+// input is what a run's workflow receives.
+type input struct {
+	Event Event `json:"event"`
+}
+
+// workflow is the DBOS workflow of one function: the handler, with the run
+// context around the DBOS context.
+func (f *Function) workflow(ctx dbos.Context, in input) (json.RawMessage, error) {
+	r := &Run{dctx: ctx, fn: f, event: in.Event}
+	r.id, _ = dbos.GetWorkflowID(ctx)
+	out, err := f.Handler(r, in.Event)
+	if err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return nil, fmt.Errorf("function %s: encode output: %w", f.ID, err)
+	}
+	return b, nil
+}
+
+// cronTick is fired by a function's schedule and starts that function's run.
+// The run's ID comes from the tick time, so a tick fired by two processes
+// starts one run.
+func (e *Engine) cronTick(ctx dbos.Context, in dbos.ScheduledWorkflowInput) (string, error) {
+	id, err := dbos.DecodeScheduleContext[string](in)
+	if err != nil {
+		return "", err
+	}
+	f, ok := e.function(id)
+	if !ok {
+		return "", fmt.Errorf("cron schedule names unknown function %q", id)
+	}
+	ev := Event{Name: "sluice/cron", ID: "cron-" + in.ScheduledTime.UTC().Format(time.RFC3339), TS: in.ScheduledTime}
+	ref, err := e.start(ctx, f, ev)
+	return ref.RunID, err
+}
+
+// Sent says what an event did to one function.
+type Sent struct {
+	Function string `json:"function"`
+	RunID    string `json:"run_id"`
+	Status   string `json:"status"`           // "queued", "existing" (deduplicated) or "dropped"
+	Reason   string `json:"reason,omitempty"` // why it was dropped
+}
+
+// ErrNoFunction is returned by Send when no function listens to the event.
+var ErrNoFunction = errors.New("no function is triggered by this event")
+
+// Send starts a run of every function the event triggers. An event with an
+// ID already seen (or an idempotency key already used) starts nothing new.
+func (e *Engine) Send(ctx context.Context, ev Event) ([]Sent, error) {
+	if ev.Name == "" {
+		return nil, errors.New("event has no name")
+	}
+	if len(ev.Data) > 0 && !json.Valid(ev.Data) {
+		return nil, errors.New("event data is not valid JSON")
+	}
+	if ev.ID == "" {
+		ev.ID = newID()
+	}
+	if ev.TS.IsZero() {
+		ev.TS = e.cfg.Now().UTC()
+	}
+	e.mu.RLock()
+	fns := e.byEvent[ev.Name]
+	launched := e.launched
+	e.mu.RUnlock()
+	if !launched {
+		return nil, errors.New("send event: the engine is not launched")
+	}
+	if len(fns) == 0 {
+		return nil, fmt.Errorf("event %q: %w", ev.Name, ErrNoFunction)
+	}
+	dctx := e.dctx
+	if ctx != nil {
+		dctx = dbos.WithoutCancel(e.dctx) // the enqueue must not be torn by a client hanging up
+	}
+	out := make([]Sent, 0, len(fns))
+	for _, f := range fns {
+		s, err := e.start(dctx, f, ev)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// runID names the run an event starts: the idempotency key's value when the
+// function has one, else the event ID.
+func (f *Function) runID(ev Event) string {
+	if f.Idempotency != "" {
+		if v, ok := field(ev, f.Idempotency); ok {
+			return f.ID + ":key:" + v
+		}
+	}
+	return f.ID + ":" + ev.ID
+}
+
+// start enqueues one run of f for ev (or finds the run that already exists).
+func (e *Engine) start(ctx dbos.Context, f *Function, ev Event) (Sent, error) {
+	id := f.runID(ev)
+	s := Sent{Function: f.ID, RunID: id}
+	existing, err := dbos.ListWorkflows(ctx, dbos.WithFilterWorkflowIDs(id), dbos.WithFilterLoadInput(false), dbos.WithFilterLoadOutput(false))
+	if err != nil {
+		return s, fmt.Errorf("look up run %s: %w", id, err)
+	}
+	if len(existing) > 0 {
+		s.Status = "existing"
+		return s, nil
+	}
+	if rl := f.RateLimit; rl != nil {
+		key, _ := field(ev, rl.Key)
+		ok, err := e.db.countStart(ctx, f.ID, key, rl.Period, rl.Limit, e.cfg.Now())
+		if err != nil {
+			return s, err
+		}
+		if !ok {
+			s.Status, s.RunID = "dropped", ""
+			s.Reason = fmt.Sprintf("rate limit of %d per %s reached", rl.Limit, rl.Period)
+			if key != "" {
+				s.Reason += fmt.Sprintf(" for %s=%q", rl.Key, key)
+			}
+			return s, e.db.recordDrop(ctx, f.ID, ev, key, s.Reason, e.cfg.Now())
+		}
+	}
+	opts := []dbos.WorkflowOption{
+		dbos.WithWorkflowID(id),
+		dbos.WithQueue(f.queue),
+		dbos.WithRunInstance(f),
+	}
+	priority := 0
+	if v, ok := field(ev, f.Priority); ok {
+		if p, err := strconv.Atoi(v); err == nil {
+			priority = p
+		}
+	}
+	opts = append(opts, dbos.WithPriority(dbosPriority(priority)))
+	if pk := f.partitionKey(); pk != "" {
+		v, ok := field(ev, pk)
+		if !ok || v == "" {
+			v = "-"
+		}
+		opts = append(opts, dbos.WithQueuePartitionKey(v))
+	}
+	runCtx := ctx
+	if f.Timeout > 0 {
+		var cancel context.CancelFunc
+		runCtx, cancel = dbos.WithTimeout(ctx, f.Timeout)
+		defer cancel()
+	}
+	if _, err := dbos.RunWorkflow(runCtx, f.workflow, input{Event: ev}, opts...); err != nil {
+		return s, fmt.Errorf("start run %s of %s: %w", id, f.ID, err)
+	}
+	s.Status = "queued"
+	return s, nil
+}
+
+// dbosPriority maps sluice's priority (higher starts sooner, default 0) onto
+// DBOS's (lower starts sooner, 0 first).
+func dbosPriority(p int) uint {
+	const mid = 1 << 20
+	p = max(min(p, mid-1), -mid)
+	return uint(mid - p)
+}
+
+// field reads a dotted path from the event: "data.user.id", "id", "name";
+// a path without a known head is read inside data ("documentId" is
+// "data.documentId"). Strings come back bare, other values as JSON.
+func field(ev Event, path string) (string, bool) {
+	if path == "" {
+		return "", false
+	}
+	path = strings.TrimPrefix(path, "event.")
+	switch path {
+	case "id":
+		return ev.ID, true
+	case "name":
+		return ev.Name, true
+	}
+	path = strings.TrimPrefix(path, "data.")
+	var cur any
+	dec := json.NewDecoder(bytes.NewReader(ev.Data))
+	dec.UseNumber()
+	if err := dec.Decode(&cur); err != nil {
+		return "", false
+	}
+	for _, p := range strings.Split(path, ".") {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return "", false
+		}
+		if cur, ok = m[p]; !ok {
+			return "", false
+		}
+	}
+	switch v := cur.(type) {
+	case string:
+		return v, true
+	case json.Number:
+		return v.String(), true
+	case nil:
+		return "", false
+	default:
+		b, _ := json.Marshal(v)
+		return string(b), true
+	}
+}
+
+// newID returns a random event ID.
+func newID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,405 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/dbos-inc/dbos-transact-golang/dbos"
+)
+
+// Run statuses as sluice names them.
+const (
+	StatusQueued    = "queued"
+	StatusRunning   = "running"
+	StatusCompleted = "completed"
+	StatusFailed    = "failed"
+	StatusCancelled = "cancelled"
+)
+
+func statusOf(s dbos.WorkflowStatusType) string {
+	switch s {
+	case dbos.WorkflowStatusEnqueued, dbos.WorkflowStatusDelayed:
+		return StatusQueued
+	case dbos.WorkflowStatusPending:
+		return StatusRunning
+	case dbos.WorkflowStatusSuccess:
+		return StatusCompleted
+	case dbos.WorkflowStatusCancelled:
+		return StatusCancelled
+	default:
+		return StatusFailed
+	}
+}
+
+func dbosStatuses(s string) ([]dbos.WorkflowStatusType, error) {
+	switch s {
+	case "":
+		return nil, nil
+	case StatusQueued:
+		return []dbos.WorkflowStatusType{dbos.WorkflowStatusEnqueued, dbos.WorkflowStatusDelayed}, nil
+	case StatusRunning:
+		return []dbos.WorkflowStatusType{dbos.WorkflowStatusPending}, nil
+	case StatusCompleted:
+		return []dbos.WorkflowStatusType{dbos.WorkflowStatusSuccess}, nil
+	case StatusFailed:
+		return []dbos.WorkflowStatusType{dbos.WorkflowStatusError, dbos.WorkflowStatusMaxRecoveryAttemptsExceeded}, nil
+	case StatusCancelled:
+		return []dbos.WorkflowStatusType{dbos.WorkflowStatusCancelled}, nil
+	}
+	return nil, fmt.Errorf("status %q is not one of queued, running, completed, failed, cancelled", s)
+}
+
+// RunFilter selects runs. Zero fields select everything.
+type RunFilter struct {
+	Function string
+	Status   string // queued, running, completed, failed, cancelled
+	Since    time.Time
+	Limit    int // default 100
+}
+
+// RunSummary is one run in a list.
+type RunSummary struct {
+	ID         string    `json:"id"`
+	Function   string    `json:"function"`
+	Status     string    `json:"status"`
+	CreatedAt  time.Time `json:"created_at"`
+	StartedAt  time.Time `json:"started_at,omitzero"`
+	EndedAt    time.Time `json:"ended_at,omitzero"`
+	Error      string    `json:"error,omitempty"`
+	RerunOf    string    `json:"rerun_of,omitempty"`
+	Recoveries int       `json:"recoveries,omitempty"` // times the run was resumed after its process stopped
+}
+
+// Runs lists runs, newest first.
+func (e *Engine) Runs(ctx context.Context, f RunFilter) ([]RunSummary, error) {
+	statuses, err := dbosStatuses(f.Status)
+	if err != nil {
+		return nil, err
+	}
+	names := []string{f.Function}
+	if f.Function == "" {
+		names = names[:0]
+		for _, fn := range e.Functions() {
+			names = append(names, fn.ID)
+		}
+	} else if _, ok := e.function(f.Function); !ok {
+		return nil, fmt.Errorf("unknown function %q", f.Function)
+	}
+	if len(names) == 0 {
+		return nil, nil
+	}
+	opts := []dbos.ListWorkflowsOption{
+		dbos.WithFilterName(names...),
+		dbos.WithFilterSortDesc(),
+		dbos.WithFilterLimit(max(1, cmpOr(f.Limit, 100))),
+		dbos.WithFilterLoadInput(false),
+		dbos.WithFilterLoadOutput(false),
+	}
+	if len(statuses) > 0 {
+		opts = append(opts, dbos.WithFilterStatus(statuses...))
+	}
+	if !f.Since.IsZero() {
+		opts = append(opts, dbos.WithFilterCreatedAfter(f.Since))
+	}
+	ws, err := dbos.ListWorkflows(e.client(ctx), opts...)
+	if err != nil {
+		return nil, fmt.Errorf("list runs: %w", err)
+	}
+	out := make([]RunSummary, 0, len(ws))
+	for _, w := range ws {
+		out = append(out, summary(w))
+	}
+	return out, nil
+}
+
+func summary(w dbos.WorkflowStatus) RunSummary {
+	s := RunSummary{
+		ID:        w.ID,
+		Function:  w.Name,
+		Status:    statusOf(w.Status),
+		CreatedAt: w.CreatedAt.UTC(),
+		StartedAt: w.StartedAt.UTC(),
+		RerunOf:   w.ForkedFrom,
+	}
+	if s.Status == StatusCompleted || s.Status == StatusFailed || s.Status == StatusCancelled {
+		s.EndedAt = cmpTime(w.CompletedAt, w.UpdatedAt).UTC()
+	}
+	if w.Error != nil {
+		s.Error = w.Error.Error()
+	}
+	if w.Attempts > 1 {
+		s.Recoveries = w.Attempts - 1
+	}
+	return s
+}
+
+// StepView is one step of a run as the API shows it: all attempts of a
+// step are folded into one entry.
+type StepView struct {
+	Name            string          `json:"name"`
+	Kind            string          `json:"kind"`   // "step" or "sleep"
+	Status          string          `json:"status"` // completed, failed, retrying
+	Attempts        int             `json:"attempts"`
+	FirstStepID     int             `json:"first_step_id"`
+	StartedAt       time.Time       `json:"started_at,omitzero"`
+	EndedAt         time.Time       `json:"ended_at,omitzero"`
+	DurationMS      float64         `json:"duration_ms"`
+	WaitedMS        float64         `json:"waited_ms,omitempty"` // durable waits between attempts
+	Output          json.RawMessage `json:"output,omitempty"`
+	OutputBytes     int             `json:"output_bytes,omitempty"`
+	OutputTruncated string          `json:"output_truncated,omitempty"` // says which limit cut the output
+	Error           string          `json:"error,omitempty"`
+	AttemptErrors   []string        `json:"attempt_errors,omitempty"`
+}
+
+// RunDetail is a run with its steps.
+type RunDetail struct {
+	RunSummary
+	Event  *Event          `json:"event,omitempty"`
+	Output json.RawMessage `json:"output,omitempty"`
+	Steps  []StepView      `json:"steps"`
+}
+
+// ErrRunNotFound is returned for a run ID that does not exist.
+var ErrRunNotFound = errors.New("run not found")
+
+// RunDetail returns a run and its steps. Step outputs longer than
+// outputLimit bytes are cut, and the cut says so.
+func (e *Engine) RunDetail(ctx context.Context, id string, outputLimit int) (*RunDetail, error) {
+	c := e.client(ctx)
+	ws, err := dbos.ListWorkflows(c, dbos.WithFilterWorkflowIDs(id), dbos.WithFilterLoadInput(true), dbos.WithFilterLoadOutput(true))
+	if err != nil {
+		return nil, fmt.Errorf("get run %s: %w", id, err)
+	}
+	if len(ws) == 0 {
+		return nil, fmt.Errorf("run %s: %w", id, ErrRunNotFound)
+	}
+	w := ws[0]
+	if _, ok := e.function(w.Name); !ok {
+		return nil, fmt.Errorf("run %s: %w", id, ErrRunNotFound)
+	}
+	d := &RunDetail{RunSummary: summary(w)}
+	if in, ok := decodeInput(w.Input); ok {
+		d.Event = &in.Event
+	}
+	if w.Output != nil {
+		d.Output, _, _ = limitJSON(w.Output, outputLimit)
+	}
+	steps, err := dbos.GetWorkflowSteps(c, id, dbos.WithStepsLoadOutput(true))
+	if err != nil {
+		return nil, fmt.Errorf("get steps of run %s: %w", id, err)
+	}
+	d.Steps = foldSteps(steps, outputLimit, d.Status)
+	return d, nil
+}
+
+func decodeInput(v any) (input, bool) {
+	var in input
+	var b []byte
+	switch x := v.(type) {
+	case nil:
+		return in, false
+	case string:
+		b = []byte(x)
+	case *string:
+		if x == nil {
+			return in, false
+		}
+		b = []byte(*x)
+	default:
+		var err error
+		if b, err = json.Marshal(x); err != nil {
+			return in, false
+		}
+	}
+	if err := json.Unmarshal(b, &in); err != nil || in.Event.Name == "" {
+		return in, false
+	}
+	return in, true
+}
+
+// limitJSON encodes v and cuts it to limit bytes; the note names the limit.
+func limitJSON(v any, limit int) (json.RawMessage, int, string) {
+	var b []byte
+	switch x := v.(type) {
+	case json.RawMessage:
+		b = x
+	case string:
+		if json.Valid([]byte(x)) {
+			b = []byte(x)
+		} else {
+			b, _ = json.Marshal(x)
+		}
+	default:
+		var err error
+		if b, err = json.Marshal(v); err != nil {
+			b, _ = json.Marshal(fmt.Sprint(v))
+		}
+	}
+	n := len(b)
+	if limit <= 0 || n <= limit {
+		return b, n, ""
+	}
+	cut, _ := json.Marshal(string(b[:limit]))
+	return cut, n, fmt.Sprintf("output is %d bytes; showing the first %d (output limit %d bytes)", n, limit, limit)
+}
+
+// foldSteps groups DBOS's step rows — one per attempt, and a DBOS.sleep
+// between attempts — into one entry per sluice step.
+func foldSteps(rows []dbos.StepInfo, outputLimit int, runStatus string) []StepView {
+	var out []StepView
+	var pendingWait time.Duration
+	for i, s := range rows {
+		if s.StepName == "DBOS.sleep" {
+			// A wait between two attempts of the same step belongs to it.
+			if len(out) > 0 && i+1 < len(rows) && rows[i+1].StepName == out[len(out)-1].Name && out[len(out)-1].Error != "" {
+				pendingWait = s.CompletedAt.Sub(s.StartedAt)
+				continue
+			}
+			out = append(out, StepView{Name: "sleep", Kind: "sleep", Status: StatusCompleted, Attempts: 1, FirstStepID: s.StepID,
+				StartedAt: s.StartedAt.UTC(), EndedAt: s.CompletedAt.UTC(), DurationMS: ms(s.CompletedAt.Sub(s.StartedAt))})
+			continue
+		}
+		var v *StepView
+		if n := len(out); n > 0 && out[n-1].Name == s.StepName && out[n-1].Error != "" && out[n-1].Kind == "step" {
+			v = &out[n-1] // the next attempt of a failed one
+			v.Attempts++
+			v.WaitedMS += ms(pendingWait)
+		} else {
+			out = append(out, StepView{Name: s.StepName, Kind: "step", FirstStepID: s.StepID, StartedAt: s.StartedAt.UTC(), Attempts: 1})
+			v = &out[len(out)-1]
+		}
+		pendingWait = 0
+		v.EndedAt = s.CompletedAt.UTC()
+		v.DurationMS = ms(v.EndedAt.Sub(v.StartedAt))
+		if s.Error != nil {
+			v.Error = s.Error.Error()
+			v.AttemptErrors = append(v.AttemptErrors, v.Error)
+			v.Status = StatusFailed
+			var se *StepError
+			if errors.As(s.Error, &se) && !se.Final {
+				v.Status = "retrying"
+			}
+			v.Output = nil
+			continue
+		}
+		v.Error, v.Status = "", StatusCompleted
+		if s.Output != nil {
+			v.Output, v.OutputBytes, v.OutputTruncated = limitJSON(s.Output, outputLimit)
+		}
+	}
+	for i := range out {
+		if out[i].Status == "retrying" && runStatus != StatusRunning && runStatus != StatusQueued {
+			out[i].Status = StatusFailed
+		}
+	}
+	return out
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// Cancel stops a queued or running run. A running step finishes its current
+// attempt's I/O but its result is not recorded.
+func (e *Engine) Cancel(ctx context.Context, id string) error {
+	if _, err := e.RunDetail(ctx, id, 1); err != nil {
+		return err
+	}
+	if err := dbos.CancelWorkflow(e.client(ctx), id); err != nil {
+		return fmt.Errorf("cancel run %s: %w", id, err)
+	}
+	return nil
+}
+
+// ErrNotRerunnable is returned by Rerun for a run that has not ended.
+var ErrNotRerunnable = errors.New("only a failed or cancelled run can be re-run")
+
+// Rerun starts a new run that reuses the recorded results of every step
+// before the first one that failed (or did not finish), and runs from there.
+// It returns the new run's ID.
+func (e *Engine) Rerun(ctx context.Context, id string) (string, error) {
+	d, err := e.RunDetail(ctx, id, 1)
+	if err != nil {
+		return "", err
+	}
+	if d.Status != StatusFailed && d.Status != StatusCancelled {
+		return "", fmt.Errorf("run %s is %s: %w", id, d.Status, ErrNotRerunnable)
+	}
+	fn, _ := e.function(d.Function)
+	// Fork copies the records of every DBOS step before start: begin at the
+	// first attempt of the first step that did not complete.
+	start := 0
+	if failed := slices.IndexFunc(d.Steps, func(s StepView) bool { return s.Status != StatusCompleted }); failed >= 0 {
+		start = d.Steps[failed].FirstStepID
+	} else if n := len(d.Steps); n > 0 {
+		start = d.Steps[n-1].FirstStepID + d.Steps[n-1].Attempts
+	}
+	newID := fmt.Sprintf("%s:rerun:%s", strings.SplitN(id, ":rerun:", 2)[0], newID()[:8])
+	in := dbos.ForkWorkflowInput{OriginalWorkflowID: id, ForkedWorkflowID: newID, StartStep: uint(start), QueueName: fn.queueName()}
+	if pk := fn.partitionKey(); pk != "" && d.Event != nil {
+		v, ok := field(*d.Event, pk)
+		if !ok || v == "" {
+			v = "-"
+		}
+		in.QueuePartitionKey = v
+	}
+	h, err := dbos.ForkWorkflow[json.RawMessage](e.client(ctx), in)
+	if err != nil {
+		return "", fmt.Errorf("re-run %s: %w", id, err)
+	}
+	return h.GetWorkflowID(), nil
+}
+
+// Dropped lists events a rate limit dropped, newest first.
+func (e *Engine) Dropped(ctx context.Context, function string, limit int) ([]DroppedEvent, error) {
+	return e.db.dropped(ctx, function, max(1, cmpOr(limit, 100)))
+}
+
+// Wait blocks until the run ends and returns its status.
+func (e *Engine) Wait(ctx context.Context, id string) (RunSummary, error) {
+	h, err := dbos.RetrieveWorkflow[json.RawMessage](e.dctx, id)
+	if err != nil {
+		return RunSummary{}, fmt.Errorf("run %s: %w", id, err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = h.GetResult(dbos.WithHandlePollingInterval(20 * time.Millisecond))
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return RunSummary{}, ctx.Err()
+	}
+	st, err := h.GetStatus()
+	if err != nil {
+		return RunSummary{}, err
+	}
+	return summary(st), nil
+}
+
+// client is the DBOS handle for management calls made on behalf of ctx.
+func (e *Engine) client(ctx context.Context) dbos.Context {
+	if ctx == nil {
+		return e.dctx
+	}
+	return dbos.WithoutCancel(e.dctx)
+}
+
+func cmpOr(a, b int) int {
+	if a != 0 {
+		return a
+	}
+	return b
+}
+
+func cmpTime(a, b time.Time) time.Time {
+	if !a.IsZero() {
+		return a
+	}
+	return b
+}

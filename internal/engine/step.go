@@ -1,0 +1,121 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/dbos-inc/dbos-transact-golang/dbos"
+)
+
+// Run is one execution of a function, passed to its handler. It is a
+// context.Context that ends when the run is cancelled or times out.
+type Run struct {
+	dctx  dbos.Context
+	fn    *Function
+	event Event
+	id    string
+}
+
+var _ context.Context = (*Run)(nil)
+
+func (r *Run) Deadline() (time.Time, bool) { return r.dctx.Deadline() }
+func (r *Run) Done() <-chan struct{}       { return r.dctx.Done() }
+func (r *Run) Err() error                  { return r.dctx.Err() }
+func (r *Run) Value(key any) any           { return r.dctx.Value(key) }
+
+// ID is the run's ID (the DBOS workflow ID).
+func (r *Run) ID() string { return r.id }
+
+// Function is the function this run executes.
+func (r *Run) Function() *Function { return r.fn }
+
+// Event is the event that started the run.
+func (r *Run) Event() Event { return r.event }
+
+// Engine is the engine running the run.
+func (r *Run) Engine() *Engine { return r.fn.e }
+
+// Step runs fn as a durable step named name: once it has succeeded, its
+// result is recorded and a replay after a crash returns the record instead
+// of calling fn again. A failing attempt is retried by the class of its
+// error (see the package comment).
+func Step[R any](r *Run, name string, fn func(context.Context) (R, error)) (R, error) {
+	return retry(r, name, func(attempt int) (R, error) {
+		return dbos.RunAsStep(r.dctx, func(ctx context.Context) (R, error) {
+			v, err := fn(ctx)
+			if err != nil {
+				return v, r.attemptError(name, attempt, err)
+			}
+			return v, nil
+		}, dbos.WithStepName(name))
+	})
+}
+
+// Tx is the transaction a Transaction step runs in.
+type Tx = dbos.Tx
+
+// Transaction runs fn in a transaction on the engine's database, committed
+// together with the step's record: the writes happen exactly once, even if
+// the process dies right after them.
+func Transaction[R any](r *Run, name string, fn func(ctx context.Context, tx Tx) (R, error)) (R, error) {
+	return retry(r, name, func(attempt int) (R, error) {
+		return dbos.RunAsTransaction(r.dctx, r.fn.e.ds, func(ctx context.Context, tx dbos.Tx) (R, error) {
+			v, err := fn(ctx, tx)
+			if err != nil {
+				return v, r.attemptError(name, attempt, err)
+			}
+			return v, nil
+		}, dbos.WithStepName(name))
+	})
+}
+
+// Sleep pauses the run durably: a restart during the sleep sleeps only
+// what remains.
+func Sleep(r *Run, d time.Duration) error {
+	_, err := dbos.Sleep(r.dctx, d)
+	return err
+}
+
+func (r *Run) attemptError(name string, attempt int, err error) *StepError {
+	c, d := classify(err, r.fn.e.classify)
+	return &StepError{Step: name, Attempt: attempt, Class: c, RetryAfter: d, Message: err.Error(), Retries: r.fn.Retries, cause: err}
+}
+
+// retry calls once for attempt 1, 2, … until it succeeds, fails for good,
+// or runs out of retries, sleeping durably in between. Every decision reads
+// only what the attempts recorded, so a replay takes the same path.
+func retry[R any](r *Run, name string, once func(attempt int) (R, error)) (R, error) {
+	var zero R
+	for attempt := 1; ; {
+		v, err := once(attempt)
+		if err == nil {
+			return v, nil
+		}
+		var se *StepError
+		if !errors.As(err, &se) {
+			return zero, err // cancelled, timed out, lost ownership: not a step failure
+		}
+		var wait time.Duration
+		switch se.Class {
+		case Fatal:
+			se.Final = true
+			return zero, se
+		case Quota:
+			wait = se.RetryAfter
+		default:
+			if attempt > r.fn.Retries {
+				se.Final = true
+				return zero, se
+			}
+			wait = se.RetryAfter
+			if se.Class == Retry || wait <= 0 {
+				wait = r.fn.e.backoff(attempt)
+			}
+			attempt++
+		}
+		if _, err := dbos.Sleep(r.dctx, max(wait, time.Millisecond)); err != nil {
+			return zero, err
+		}
+	}
+}
