@@ -217,7 +217,7 @@ func (c *Client) Chat(ctx context.Context, req *ChatRequest) (*ChatResponse, err
 	if out.Choices == nil {
 		// A 2xx carrying an error object (some proxies do this) is that error.
 		if eb := parseErrorBody(body); eb.Message != "" {
-			return nil, c.redact(c.cfg.Profile.classifyBody(http.StatusBadGateway, resp.Header, eb, c.cfg.Now()))
+			return nil, c.redact(c.cfg.Profile.classifyBody(0, resp.Header, eb, c.cfg.Now()))
 		}
 		return nil, &TransportError{Kind: Malformed, Err: errors.New("chat completion body has no choices")}
 	}

@@ -137,8 +137,9 @@ func (e *OverloadedError) Error() string {
 
 // StatusError is any other error response. A 4xx is the request's fault and
 // is not retryable (except 408, a timeout); a 5xx is retryable. Status 0
-// means the provider reported the error inside a stream that had already
-// started, which is treated like a 5xx.
+// means the provider reported the error inside a successful response (an
+// error event in a stream that had started, or an error object in a 2xx
+// body), which is treated like a 5xx.
 type StatusError struct {
 	Status     int
 	Type, Code string
@@ -148,7 +149,7 @@ type StatusError struct {
 func (e *StatusError) Error() string {
 	var b strings.Builder
 	if e.Status == 0 {
-		b.WriteString("llm: error in stream")
+		b.WriteString("llm: error inside a successful response")
 	} else {
 		fmt.Fprintf(&b, "llm: HTTP %d", e.Status)
 	}

@@ -209,7 +209,8 @@ func (p Profile) classify(status int, h http.Header, body []byte, now time.Time)
 }
 
 // classifyBody is the decision table. status 0 means the error arrived
-// inside an event stream.
+// inside a successful response: an error event in a stream, or an error
+// object in a 2xx body.
 func (p Profile) classifyBody(status int, h http.Header, eb errorBody, now time.Time) error {
 	p = p.orDefault()
 	msg := eb.Message

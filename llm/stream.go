@@ -109,7 +109,7 @@ func (c *Client) ChatStream(ctx context.Context, req *ChatRequest) (*Stream, err
 			return nil, c.transportError(ctx, rerr)
 		}
 		if eb := parseErrorBody(body); eb.Message != "" {
-			return nil, c.redact(c.cfg.Profile.classifyBody(http.StatusBadGateway, resp.Header, eb, c.cfg.Now()))
+			return nil, c.redact(c.cfg.Profile.classifyBody(0, resp.Header, eb, c.cfg.Now()))
 		}
 		return nil, &TransportError{Kind: Malformed, Err: errors.New("expected an event stream, got a JSON body")}
 	}
