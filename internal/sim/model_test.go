@@ -1,0 +1,573 @@
+package sim
+
+import (
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/scenario"
+)
+
+// t0 is a whole minute (and whole day) of the Unix clock, so fixed windows
+// start there.
+var t0 = time.Date(2026, 10, 18, 0, 0, 0, 0, time.UTC)
+
+func newModel(t testing.TB, cfg Config) *Model {
+	t.Helper()
+	m, err := NewModel(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func limits(s string) governor.Limits {
+	ls, err := governor.ParseLimits(s)
+	if err != nil {
+		panic(err)
+	}
+	return ls
+}
+
+func at(d time.Duration) time.Time { return t0.Add(d) }
+
+func TestNewModelValidates(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"profile", Config{Profile: "mistral"}, "provider.profile"},
+		{"window", Config{Window: 7}, "provider.window"},
+		{"accounting", Config{Accounting: 9}, "provider.accounting"},
+		{"latency", Config{Latency: -time.Second}, "provider.latency"},
+		{"default max", Config{DefaultMaxTokens: -1}, "provider.default_max_tokens"},
+		{"fault", Config{Faults: scenario.Faults{Timeout: 2}}, "provider.faults.timeout"},
+		{"fault sum", Config{Faults: scenario.Faults{Timeout: 0.6, Reset: 0.6}}, "provider.faults"},
+		{"limit", Config{Limits: governor.Limits{governor.TPM: -1}}, "provider.limits.tpm"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := NewModel(tc.cfg)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("NewModel error = %v, want one naming %s", err, tc.want)
+			}
+		})
+	}
+	m := newModel(t, Config{})
+	if c := m.Config(); c.Profile != "openai" || c.DefaultMaxTokens != 1000 || c.Model != "sim-model" {
+		t.Errorf("defaults = %+v", c)
+	}
+}
+
+func TestRollingWindow(t *testing.T) {
+	t.Parallel()
+	m := newModel(t, Config{Limits: limits("tpm=100")})
+	steps := []struct {
+		at         time.Duration
+		in, max    int64
+		ok         bool
+		retryAfter time.Duration
+	}{
+		{0, 10, 50, true, 0},                                              // used 60
+		{30 * time.Second, 10, 30, true, 0},                               // used 100
+		{31 * time.Second, 5, 5, false, 29 * time.Second},                 // the first charge leaves at 60s
+		{59*time.Second + 999*time.Millisecond, 5, 5, false, time.Second}, // 1ms: rounded up to a whole second
+		{60 * time.Second, 5, 5, true, 0},                                 // used 40 + 10 = 50
+		{61 * time.Second, 30, 30, false, 29 * time.Second},               // needs 60, used 50; the 40 leaves at 90s
+		{90 * time.Second, 30, 30, true, 0},
+	}
+	for i, s := range steps {
+		r := m.Submit(at(s.at), Request{Input: s.in, MaxTokens: s.max})
+		if ok := r.Status == 200; ok != s.ok {
+			t.Fatalf("step %d at %s: status %d, want ok=%v", i, s.at, r.Status, s.ok)
+		}
+		if !s.ok && (r.Limit != governor.TPM || r.RetryAfter != s.retryAfter || r.TooLarge || r.Charged != (governor.Cost{})) {
+			t.Errorf("step %d: limit %s retry %s toolarge %v charged %v, want tpm %s false zero", i, r.Limit, r.RetryAfter, r.TooLarge, r.Charged, s.retryAfter)
+		}
+	}
+}
+
+func TestFixedWindow(t *testing.T) {
+	t.Parallel()
+	// A fixed window forgives a burst across its boundary that a rolling one refuses.
+	for _, tc := range []struct {
+		window scenario.Window
+		second bool
+		retry  time.Duration
+	}{
+		{scenario.Fixed, true, 0},
+		{scenario.Rolling, false, 50 * time.Second},
+	} {
+		t.Run(tc.window.String(), func(t *testing.T) {
+			t.Parallel()
+			m := newModel(t, Config{Window: tc.window, Limits: limits("tpm=100")})
+			if r := m.Submit(at(50*time.Second), Request{Input: 50, MaxTokens: 50}); r.Status != 200 {
+				t.Fatalf("first: %d", r.Status)
+			}
+			r := m.Submit(at(55*time.Second), Request{Input: 1, MaxTokens: 1})
+			wantRetry := 5 * time.Second // fixed: the next boundary
+			if tc.window == scenario.Rolling {
+				wantRetry = 55 * time.Second
+			}
+			if r.Status != 429 || r.RetryAfter != wantRetry {
+				t.Fatalf("inside the window: status %d retry %s, want 429 %s", r.Status, r.RetryAfter, wantRetry)
+			}
+			r = m.Submit(at(60*time.Second), Request{Input: 50, MaxTokens: 50})
+			if got := r.Status == 200; got != tc.second {
+				t.Fatalf("at the boundary: status %d, want ok=%v", r.Status, tc.second)
+			}
+			if !tc.second && r.RetryAfter != tc.retry {
+				t.Errorf("retry after %s, want %s", r.RetryAfter, tc.retry)
+			}
+		})
+	}
+}
+
+func TestFixedDayWindowIsEpochAligned(t *testing.T) {
+	t.Parallel()
+	m := newModel(t, Config{Window: scenario.Fixed, Limits: limits("rpd=2")})
+	start := t0.Add(23 * time.Hour)
+	for i := range 2 {
+		if r := m.Submit(start.Add(time.Duration(i)*time.Minute), Request{}); r.Status != 200 {
+			t.Fatalf("request %d: %d", i, r.Status)
+		}
+	}
+	r := m.Submit(start.Add(10*time.Minute), Request{})
+	if r.Status != 429 || r.Limit != governor.RPD || r.RetryAfter != 50*time.Minute {
+		t.Fatalf("third: status %d limit %s retry %s, want 429 rpd 50m", r.Status, r.Limit, r.RetryAfter)
+	}
+	if r := m.Submit(t0.Add(24*time.Hour), Request{}); r.Status != 200 {
+		t.Fatalf("after midnight UTC: %d", r.Status)
+	}
+}
+
+func TestEveryLimit(t *testing.T) {
+	t.Parallel()
+	// Each request: input 30, max 20. Each limit allows two of them and refuses the third.
+	req := Request{Input: 30, MaxTokens: 20}
+	for _, tc := range []struct {
+		limits string
+		want   governor.Limit
+		retry  time.Duration
+	}{
+		{"rpm=2", governor.RPM, 60 * time.Second},
+		{"rpd=2", governor.RPD, 24 * time.Hour},
+		{"tpm=100", governor.TPM, 60 * time.Second},
+		{"tpd=100", governor.TPD, 24 * time.Hour},
+		{"itpm=60", governor.ITPM, 60 * time.Second},
+		{"otpm=40", governor.OTPM, 60 * time.Second},
+		// Several limits full at once: the first in the provider's order is named.
+		{"otpm=40,itpm=60,tpd=100,rpm=2", governor.RPM, 60 * time.Second},
+		{"otpm=40,tpd=100", governor.TPD, 24 * time.Hour},
+	} {
+		t.Run(tc.limits, func(t *testing.T) {
+			t.Parallel()
+			m := newModel(t, Config{Profile: "groq", Limits: limits(tc.limits)})
+			for i := range 2 {
+				if r := m.Submit(at(0), req); r.Status != 200 {
+					t.Fatalf("request %d refused: %d on %s", i, r.Status, r.Limit)
+				}
+			}
+			r := m.Submit(at(0), req)
+			if !r.Rejected || r.TooLarge || r.Status != 429 || r.Limit != tc.want || r.RetryAfter != tc.retry {
+				t.Fatalf("third = status %d rejected %v limit %s retry %s, want 429 %s %s", r.Status, r.Rejected, r.Limit, r.RetryAfter, tc.want, tc.retry)
+			}
+			st := m.Stats()
+			if st.Rejected != 1 || st.RejectedByLimit[tc.want] != 1 || st.RejectedByStatus[429] != 1 || st.Succeeded != 2 {
+				t.Errorf("stats = %+v", st)
+			}
+		})
+	}
+}
+
+func TestTooLarge(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		profile string
+		limits  string
+		req     Request
+		limit   governor.Limit
+		status  int
+		retry   time.Duration
+		body    string
+	}{
+		{"groq", "tpm=8000", Request{Input: 10387, MaxTokens: 1000}, governor.TPM, 413, 0,
+			"on tokens per minute (TPM): Limit 8000, Requested 11387, please reduce your message size"},
+		{"groq", "tpm=8000,otpm=1000", Request{Input: 200, MaxTokens: 1252}, governor.OTPM, 429, 900 * time.Second,
+			"on output tokens per minute (OTPM): Limit 1000, Requested 1252. The request's expected output tokens exceed the enforced limit"},
+		{"groq", "tpd=5000", Request{Input: 6000}, governor.TPD, 413, 0, "tokens per day (TPD): Limit 5000, Requested 7000"},
+		{"groq", "itpm=500", Request{Input: 600}, governor.ITPM, 413, 0, "input tokens per minute (ITPM): Limit 500, Requested 600"},
+		{"openai", "tpm=30000", Request{Input: 35000, MaxTokens: 1000}, governor.TPM, 429, 0,
+			"Request too large for sim-model in organization org-sim on tokens per min (TPM): Limit 30000, Requested 36000. The input or output tokens must be reduced"},
+		{"anthropic", "otpm=8000", Request{Input: 10, MaxTokens: 9000}, governor.OTPM, 413, 0,
+			"needs 9,000 output tokens, more than your organization's rate limit of 8,000 output tokens per minute"},
+	} {
+		t.Run(tc.profile+"/"+tc.limit.String(), func(t *testing.T) {
+			t.Parallel()
+			m := newModel(t, Config{Profile: tc.profile, Limits: limits(tc.limits), Wire: true})
+			r := m.Submit(at(0), tc.req)
+			if !r.Rejected || !r.TooLarge || r.Limit != tc.limit || r.Status != tc.status || r.RetryAfter != tc.retry || r.Charged != (governor.Cost{}) {
+				t.Fatalf("response = status %d rejected %v toolarge %v limit %s retry %s charged %v", r.Status, r.Rejected, r.TooLarge, r.Limit, r.RetryAfter, r.Charged)
+			}
+			if !strings.Contains(string(r.Body), tc.body) {
+				t.Errorf("body %s\ndoes not contain %q", r.Body, tc.body)
+			}
+			if got := r.Header.Get("Retry-After"); (tc.retry > 0) != (got != "") {
+				t.Errorf("retry-after header %q with retry %s", got, tc.retry)
+			}
+			// It never fits, even with the limit untouched.
+			if r := m.Submit(at(time.Hour), tc.req); !r.TooLarge {
+				t.Error("too large request admitted later")
+			}
+			if st := m.Stats(); st.TooLarge != 2 || st.RejectedByStatus[tc.status] != 2 {
+				t.Errorf("stats = %+v", st)
+			}
+		})
+	}
+}
+
+func TestTooLargeBeatsFull(t *testing.T) {
+	t.Parallel()
+	// tpm is full but otpm can never fit: waiting for tpm would be wasted.
+	m := newModel(t, Config{Profile: "groq", Limits: limits("tpm=1000,otpm=500")})
+	m.Submit(at(0), Request{Input: 500, MaxTokens: 500})
+	if r := m.Submit(at(time.Second), Request{MaxTokens: 600}); !r.TooLarge || r.Limit != governor.OTPM {
+		t.Fatalf("limit %s toolarge %v, want otpm too large", r.Limit, r.TooLarge)
+	}
+}
+
+func TestDefaultMaxTokens(t *testing.T) {
+	t.Parallel()
+	m := newModel(t, Config{DefaultMaxTokens: 1000, Limits: limits("otpm=1000")})
+	r := m.Submit(at(0), Request{Input: 10, Output: 5000})
+	if r.Charged != (governor.Cost{Requests: 1, Input: 10, Output: 1000}) || r.Output != 1000 {
+		t.Fatalf("charged %v output %d, want the default max reserved and output capped at it", r.Charged, r.Output)
+	}
+	// DevPick's trap: one request without max_tokens fills the OTPM minute.
+	if r := m.Submit(at(time.Second), Request{Input: 10, Output: 20}); r.Status != 429 || r.Limit != governor.OTPM {
+		t.Fatalf("second: %d %s, want 429 otpm", r.Status, r.Limit)
+	}
+}
+
+func TestSettleAndReserve(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		acc      scenario.Accounting
+		final    governor.Cost
+		secondOK bool
+	}{
+		{scenario.Reserve, governor.Cost{Requests: 1, Input: 10, Output: 80}, false},
+		{scenario.Settle, governor.Cost{Requests: 1, Input: 10, Output: 20}, true},
+	} {
+		t.Run(tc.acc.String(), func(t *testing.T) {
+			t.Parallel()
+			m := newModel(t, Config{Profile: "anthropic", Accounting: tc.acc, Limits: limits("otpm=100,tpm=1000,tpd=100000")})
+			r := m.Submit(at(0), Request{Input: 10, MaxTokens: 80, Output: 20})
+			if r.Charged != (governor.Cost{Requests: 1, Input: 10, Output: 80}) {
+				t.Fatalf("admission charge %v: settle charges max_tokens at the start too", r.Charged)
+			}
+			// While the response runs, both accountings hold the whole max.
+			if r2 := m.Submit(at(time.Second), Request{MaxTokens: 30}); r2.Status != 429 {
+				t.Fatalf("during the response: %d, want 429", r2.Status)
+			}
+			if got := m.Finish(at(2*time.Second), r); got != tc.final {
+				t.Fatalf("Finish = %v, want %v", got, tc.final)
+			}
+			if again := m.Finish(at(3*time.Second), r); again != tc.final {
+				t.Fatalf("second Finish = %v", again)
+			}
+			r3 := m.Submit(at(3*time.Second), Request{MaxTokens: 30})
+			if got := r3.Status == 200; got != tc.secondOK {
+				t.Fatalf("after Finish: %d, want ok=%v", r3.Status, tc.secondOK)
+			}
+			st := m.Stats()
+			wantOut := tc.final.Output
+			if tc.secondOK {
+				wantOut += 30
+			}
+			if st.Charged.Output != wantOut || st.Charged.On(governor.TPD) != wantOut+st.Charged.Input {
+				t.Errorf("charged %v, want output %d", st.Charged, wantOut)
+			}
+			// The settled charge still ages out one minute after admission.
+			if r4 := m.Submit(at(60*time.Second), Request{MaxTokens: 70}); r4.Status != 200 {
+				t.Errorf("a minute after admission: %d, want 200", r4.Status)
+			}
+		})
+	}
+}
+
+func TestSettleAfterWindowTurned(t *testing.T) {
+	t.Parallel()
+	m := newModel(t, Config{Accounting: scenario.Settle, Window: scenario.Fixed, Limits: limits("otpm=100")})
+	r := m.Submit(at(59*time.Second), Request{MaxTokens: 100, Output: 10})
+	if r2 := m.Submit(at(61*time.Second), Request{MaxTokens: 100}); r2.Status != 200 {
+		t.Fatalf("new window: %d", r2.Status)
+	}
+	// Settling a charge of the previous window must not free room in this one.
+	m.Finish(at(62*time.Second), r)
+	if r3 := m.Submit(at(63*time.Second), Request{MaxTokens: 1}); r3.Status != 429 {
+		t.Fatalf("after settling an old charge: %d, want 429", r3.Status)
+	}
+}
+
+func TestRejectedFinishIsFree(t *testing.T) {
+	t.Parallel()
+	m := newModel(t, Config{Accounting: scenario.Settle, Limits: limits("rpm=1")})
+	m.Submit(at(0), Request{})
+	r := m.Submit(at(0), Request{})
+	if got := m.Finish(at(0), r); got != (governor.Cost{}) {
+		t.Fatalf("Finish of a rejection = %v", got)
+	}
+}
+
+// reference is the obvious quadratic model of the windows, to check the
+// deques against.
+type reference struct {
+	fixed   bool
+	limits  governor.Limits
+	charges []struct {
+		at   time.Time
+		cost governor.Cost
+	}
+}
+
+func (ref *reference) used(now time.Time, l governor.Limit) int64 {
+	var n int64
+	p := l.Period()
+	for i := len(ref.charges) - 1; i >= 0; i-- {
+		c := ref.charges[i]
+		if now.Sub(c.at) >= 24*time.Hour {
+			break // older than any period
+		}
+		var counts bool
+		if ref.fixed {
+			counts = c.at.Truncate(p).Equal(now.Truncate(p))
+		} else {
+			counts = now.Sub(c.at) < p
+		}
+		if counts {
+			n += c.cost.On(l)
+		}
+	}
+	return n
+}
+
+func (ref *reference) submit(now time.Time, c governor.Cost) (bool, governor.Limit) {
+	for _, l := range governor.AllLimits {
+		if ref.limits[l] > 0 && c.On(l) > ref.limits[l] {
+			return false, l
+		}
+	}
+	for _, l := range governor.AllLimits {
+		if ref.limits[l] > 0 && ref.used(now, l)+c.On(l) > ref.limits[l] {
+			return false, l
+		}
+	}
+	ref.charges = append(ref.charges, struct {
+		at   time.Time
+		cost governor.Cost
+	}{now, c})
+	return true, 0
+}
+
+func TestWindowsMatchReference(t *testing.T) {
+	t.Parallel()
+	for _, w := range []scenario.Window{scenario.Rolling, scenario.Fixed} {
+		t.Run(w.String(), func(t *testing.T) {
+			t.Parallel()
+			ls := limits("rpm=20,rpd=1500,tpm=3000,tpd=600000,itpm=2000,otpm=1500")
+			m := newModel(t, Config{Window: w, Limits: ls})
+			ref := &reference{fixed: w == scenario.Fixed, limits: ls}
+			rng := rand.New(rand.NewPCG(1, 2))
+			now := t0.Add(-7 * time.Hour)
+			var admitted int
+			for i := range 4000 {
+				now = now.Add(time.Duration(rng.Int64N(int64(20 * time.Second))))
+				req := Request{Input: rng.Int64N(400), MaxTokens: rng.Int64N(300)}
+				c := governor.Cost{Requests: 1, Input: req.Input, Output: req.MaxTokens}
+				if c.Output == 0 {
+					c.Output = 1000
+				}
+				wantOK, wantLimit := ref.submit(now, c)
+				r := m.Submit(now, req)
+				if (r.Status == 200) != wantOK || (!wantOK && r.Limit != wantLimit) {
+					t.Fatalf("request %d at %s: status %d limit %s, reference ok=%v limit %s", i, now, r.Status, r.Limit, wantOK, wantLimit)
+				}
+				if wantOK {
+					admitted++
+					continue
+				}
+				// The retry time is exact: one nanosecond earlier it still does not fit.
+				if !r.TooLarge {
+					exact := r.RetryAfter
+					if got := ref.used(now.Add(exact), r.Limit) + c.On(r.Limit); got > ls[r.Limit] {
+						t.Fatalf("request %d: after retry-after %s the %s charge %d still exceeds %d", i, exact, r.Limit, got, ls[r.Limit])
+					}
+					if exact > time.Second {
+						if got := ref.used(now.Add(exact-time.Second), r.Limit) + c.On(r.Limit); got <= ls[r.Limit] {
+							t.Fatalf("request %d: retry-after %s is a whole second too long for %s", i, exact, r.Limit)
+						}
+					}
+				}
+			}
+			if admitted < 500 || admitted > 3900 {
+				t.Errorf("admitted %d of 4000: the test does not exercise the limits", admitted)
+			}
+		})
+	}
+}
+
+func TestDeterministicBySeed(t *testing.T) {
+	t.Parallel()
+	run := func(seed int64) []Response {
+		m := newModel(t, Config{Seed: seed, Latency: 2 * time.Second, Limits: limits("tpm=5000"),
+			Faults: scenario.Faults{Error5xx: 0.1, Timeout: 0.1, Reset: 0.1, BadJSON: 0.1}})
+		var out []Response
+		for i := range 300 {
+			r := m.Submit(at(time.Duration(i)*time.Second), Request{Input: 100, MaxTokens: 100, Output: 50})
+			r.flow = nil
+			out = append(out, r)
+		}
+		return out
+	}
+	a, b, c := run(7), run(7), run(8)
+	same := func(x, y []Response) bool {
+		for i := range x {
+			if x[i].Status != y[i].Status || x[i].Fault != y[i].Fault || x[i].Latency != y[i].Latency || x[i].RetryAfter != y[i].RetryAfter {
+				return false
+			}
+		}
+		return true
+	}
+	if !same(a, b) {
+		t.Fatal("same seed, different responses")
+	}
+	if same(a, c) {
+		t.Fatal("different seeds, identical responses")
+	}
+}
+
+func TestLatencyRange(t *testing.T) {
+	t.Parallel()
+	m := newModel(t, Config{Latency: 2 * time.Second})
+	lo, hi := time.Hour, time.Duration(0)
+	for i := range 5000 {
+		r := m.Submit(at(time.Duration(i)), Request{})
+		lo, hi = min(lo, r.Latency), max(hi, r.Latency)
+	}
+	if lo < time.Second || hi > 3*time.Second || lo > 1100*time.Millisecond || hi < 2900*time.Millisecond {
+		t.Fatalf("latency in [%s, %s], want spread over [1s, 3s]", lo, hi)
+	}
+	if r := newModel(t, Config{}).Submit(t0, Request{}); r.Latency != 0 {
+		t.Fatalf("zero latency config gave %s", r.Latency)
+	}
+}
+
+func TestFaultFractions(t *testing.T) {
+	t.Parallel()
+	f := scenario.Faults{Error5xx: 0.1, Timeout: 0.05, Reset: 0.02, BadJSON: 0.03}
+	const n = 20000
+	m := newModel(t, Config{Seed: 42, Faults: f, Accounting: scenario.Settle, Profile: "anthropic", Wire: true})
+	var statuses = map[int]int{}
+	for i := range n {
+		r := m.Submit(at(time.Duration(i)*time.Millisecond), Request{Input: 10, MaxTokens: 100, Output: 40})
+		statuses[r.Status]++
+		if r.Charged.Requests != 1 {
+			t.Fatalf("a faulted request must still be charged: %+v", r)
+		}
+		final := m.Finish(at(time.Duration(i)*time.Millisecond), r)
+		switch r.Fault {
+		case Fault5xx:
+			if final.Output != 0 || r.Output != 0 || len(r.Body) == 0 {
+				t.Fatalf("5xx: final %v output %d body %q", final, r.Output, r.Body)
+			}
+		case FaultTimeout, FaultReset:
+			if r.Status != 0 || final.Output != 40 {
+				t.Fatalf("%s: status %d final %v", r.Fault, r.Status, final)
+			}
+		case FaultBadJSON:
+			if r.Status != 200 || r.Output != 0 || !strings.HasPrefix(string(r.Body), "{") {
+				t.Fatalf("bad json: %+v", r)
+			}
+		case NoFault:
+			if r.Output != 40 || r.Body != nil {
+				t.Fatalf("ok: %+v", r)
+			}
+		}
+	}
+	st := m.Stats()
+	for _, c := range []struct {
+		f Fault
+		p float64
+	}{{Fault5xx, f.Error5xx}, {FaultTimeout, f.Timeout}, {FaultReset, f.Reset}, {FaultBadJSON, f.BadJSON}} {
+		// Five standard deviations of a binomial count.
+		sd := math.Sqrt(n * c.p * (1 - c.p))
+		if got := float64(st.Faults[c.f]); math.Abs(got-n*c.p) > 5*sd {
+			t.Errorf("%s: %v of %d, want about %v", c.f, got, n, n*c.p)
+		}
+	}
+	if st.Succeeded+st.Faults[Fault5xx]+st.Faults[FaultTimeout]+st.Faults[FaultReset]+st.Faults[FaultBadJSON] != n {
+		t.Errorf("counts do not add up: %+v", st)
+	}
+	if statuses[500] == 0 || statuses[529] == 0 || statuses[500]+statuses[529] != int(st.Faults[Fault5xx]) {
+		t.Errorf("5xx statuses %v, want 500 and 529 (anthropic overload)", statuses)
+	}
+}
+
+func TestTimeNeverGoesBack(t *testing.T) {
+	t.Parallel()
+	m := newModel(t, Config{Limits: limits("rpm=1")})
+	m.Submit(at(time.Minute), Request{})
+	// An earlier time counts as the latest seen: the minute is still full.
+	if r := m.Submit(at(0), Request{}); r.Status != 429 || r.RetryAfter != time.Minute {
+		t.Fatalf("status %d retry %s", r.Status, r.RetryAfter)
+	}
+}
+
+func TestFlowStats(t *testing.T) {
+	t.Parallel()
+	m := newModel(t, Config{Limits: limits("rpm=2")})
+	m.Submit(at(0), Request{Flow: "a", Input: 5, MaxTokens: 5})
+	m.Submit(at(0), Request{Flow: "b", Input: 7, MaxTokens: 3})
+	m.Submit(at(0), Request{Flow: "b"})
+	st := m.Stats()
+	if a := st.Flows["a"]; a.Requests != 1 || a.Succeeded != 1 || a.Charged != (governor.Cost{Requests: 1, Input: 5, Output: 5}) {
+		t.Errorf("flow a = %+v", a)
+	}
+	if b := st.Flows["b"]; b.Requests != 2 || b.Succeeded != 1 || b.Rejected != 1 {
+		t.Errorf("flow b = %+v", b)
+	}
+	if st.Requests != 3 || st.Charged.Tokens() != 20 {
+		t.Errorf("stats = %+v", st)
+	}
+}
+
+func TestSubmitAllocations(t *testing.T) {
+	m := newModel(t, Config{Profile: "groq", Latency: time.Second, Limits: limits("rpm=30,rpd=1000,tpm=8000,tpd=200000,otpm=1000"),
+		Faults: scenario.Faults{Error5xx: 0.01}})
+	now := t0
+	allocs := testing.AllocsPerRun(10000, func() {
+		now = now.Add(1500 * time.Millisecond)
+		r := m.Submit(now, Request{Flow: "summary", Input: 200, MaxTokens: 60, Output: 40})
+		m.Finish(now.Add(r.Latency), r)
+	})
+	if allocs > 0.1 {
+		t.Fatalf("Submit+Finish allocate %.2f times per call, want (amortised) none", allocs)
+	}
+}
+
+func BenchmarkSubmit(b *testing.B) {
+	m := newModel(b, Config{Profile: "groq", Accounting: scenario.Settle, Limits: limits("rpm=30,rpd=1000,tpm=8000,tpd=200000,otpm=1000")})
+	now := t0
+	b.ReportAllocs()
+	for b.Loop() {
+		now = now.Add(500 * time.Millisecond)
+		r := m.Submit(now, Request{Flow: "summary", Input: 200, MaxTokens: 60, Output: 40})
+		m.Finish(now, r)
+	}
+}
