@@ -73,7 +73,7 @@ type Engine struct {
 	dctx dbos.Context
 	ds   *dbos.DataSource
 
-	classify Classifier
+	classify Classifier // for errors the engine does not know; default ClassifyLLM
 
 	mu       sync.RWMutex
 	fns      map[string]*Function
@@ -139,6 +139,8 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		ds:      ds,
 		fns:     map[string]*Function{},
 		byEvent: map[string][]*Function{},
+
+		classify: ClassifyLLM,
 	}
 	dbos.RegisterWorkflow(dctx, e.cronTick, dbos.WithWorkflowName(cronWorkflow))
 	return e, nil

@@ -1,0 +1,87 @@
+package sluice
+
+import (
+	"cmp"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/llm"
+)
+
+// Config configures an App. The zero value runs on ./sluice.db with no LLM
+// provider.
+type Config struct {
+	// DatabaseURL is where runs, steps and sluice's own tables live: a path
+	// or "sqlite:PATH" (default "sluice.db"), or "postgres://…" so several
+	// processes share the work.
+	DatabaseURL string
+
+	// Providers are the LLM provider keys functions call through LLM. The
+	// first is the default; a function picks another with
+	// FunctionConfig.Provider.
+	Providers []Provider
+
+	// Flows configure the flows functions draw on (weight and priority of
+	// their share of every provider key). A flow not listed gets weight 1
+	// and priority 0; a function's flow defaults to its ID.
+	Flows []governor.FlowConfig
+
+	// MaxInlineWait is how long an LLM step waits for quota inside the step
+	// before it ends the attempt and sleeps durably until the governor
+	// expects room (default 30s).
+	MaxInlineWait time.Duration
+
+	// PollInterval is how often each function's queue is checked for runs
+	// to start (default 100ms).
+	PollInterval time.Duration
+
+	// RetryBase and RetryMax bound the exponential backoff of transient
+	// failures (defaults 1s and 10m; ±25% jitter).
+	RetryBase, RetryMax time.Duration
+
+	// AppVersion pins the version runs are recorded under. Runs resume
+	// after a crash only in a process of the same version; the default
+	// derives it from the binary.
+	AppVersion string
+
+	// ExecutorID names this process when several share a PostgreSQL
+	// database (default "local"); a restarted process with the same ID
+	// resumes the runs the previous one left.
+	ExecutorID string
+
+	// Logger receives the engine's logs (default: warnings to stderr).
+	Logger *slog.Logger
+}
+
+// Provider is one LLM provider key.
+type Provider struct {
+	// Name names the provider in FunctionConfig.Provider, errors and stats
+	// (default "default"). Never the key itself.
+	Name string
+	// LLM configures the client: base URL, API key, profile (groq, openai,
+	// anthropic), default max_tokens.
+	LLM llm.Config
+	// Limits are the key's limits (rpm rpd tpm tpd itpm otpm); 0 = none.
+	Limits governor.Limits
+	// Window and Accounting say how the provider counts (defaults: rolling
+	// windows; the admission charge stands).
+	Window     governor.Window
+	Accounting governor.Accounting
+}
+
+func (c Config) validate() error {
+	seen := map[string]bool{}
+	for i, p := range c.Providers {
+		name := cmp.Or(p.Name, "default")
+		if seen[name] {
+			return fmt.Errorf("providers[%d]: name %q used twice", i, name)
+		}
+		seen[name] = true
+	}
+	if c.MaxInlineWait < 0 {
+		return fmt.Errorf("MaxInlineWait %s is negative", c.MaxInlineWait)
+	}
+	return nil
+}

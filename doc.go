@@ -1,0 +1,51 @@
+// Package sluice runs LLM pipelines and long backfills durably under a
+// provider's rate limits.
+//
+// # Functions and steps
+//
+// An App holds functions. A function runs when its trigger fires — a named
+// event sent with App.Send, or a cron schedule — and its body is made of
+// steps:
+//
+//	app, _ := sluice.New(ctx, sluice.Config{DatabaseURL: "sluice.db"})
+//	sluice.Register(app, sluice.FunctionConfig{
+//		ID:          "summarize-doc",
+//		Event:       "doc/uploaded",
+//		Retries:     5,
+//		Idempotency: "event.data.documentId",
+//	}, func(ctx *sluice.Context, ev sluice.Event[Doc]) (string, error) {
+//		text, err := sluice.Step(ctx, "fetch", func(context.Context) (string, error) { return load(ev.Data.ID) })
+//		...
+//	})
+//	app.Start(ctx)
+//
+// A step's result is recorded when it succeeds; if the process dies, the run
+// resumes where it stopped and finished steps are not run again — a
+// finished LLM call is never billed twice. Durable execution comes from DBOS
+// Transact (SQLite by default, PostgreSQL by URL).
+//
+// # Retries by class
+//
+// A failing step is retried by what its error means: a rate limit waits the
+// retry-after the provider gave, as a durable sleep; a request too large for
+// a limit, an exhausted quota, other 4xx and errors wrapped with
+// NonRetriable fail at once; 5xx, timeouts and resets back off
+// exponentially with jitter. RetryAfter lets a step say how long to wait.
+// Each attempt is recorded, so a run shows how many each step took.
+//
+// # Governed LLM calls
+//
+// LLM makes a chat call inside one durable step: it reserves the call's
+// cost (requests, input and output tokens) with the provider key's governor,
+// waits for room, calls, and settles with the usage the provider reports. A
+// long wait for quota becomes a durable sleep. Every function draws on the
+// key through a flow, so several functions share one key fairly.
+//
+// # Flow control
+//
+// Per function: Concurrency (globally or per process, optionally per key),
+// Throttle (start at most N runs per period; the excess waits), RateLimit
+// (accept at most N events per period; the excess is dropped and recorded),
+// Priority (higher starts sooner), Timeout, and an Idempotency key read
+// from the event.
+package sluice

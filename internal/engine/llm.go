@@ -1,0 +1,131 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/llm"
+)
+
+// Provider is one provider key: its client, the governor that owns its
+// quota, and the estimator that prices its calls.
+type Provider struct {
+	Name      string
+	Client    *llm.Client
+	Governor  *governor.Governor
+	Estimator *llm.Estimator
+	// MaxInlineWait is the longest a step waits for quota inside the step;
+	// a longer wait ends the attempt and sleeps durably instead (default 30s).
+	MaxInlineWait time.Duration
+	// Now is the clock of feedback to the governor (default time.Now).
+	Now func() time.Time
+}
+
+// LLM makes a governed chat call as one durable step: reserve the cost with
+// the governor, call, settle with the real usage. Once the call has
+// finished its response is recorded, so a crash after it never bills it
+// again. The recorded response keeps the body fields (choices, usage), not
+// the headers.
+func LLM(r *Run, name string, p *Provider, req *llm.ChatRequest) (*llm.ChatResponse, error) {
+	if p == nil {
+		return nil, fmt.Errorf("step %s: no provider configured for LLM calls", name)
+	}
+	flow := r.fn.Flow
+	return Step(r, name, func(ctx context.Context) (*llm.ChatResponse, error) {
+		return p.Call(ctx, flow, req)
+	})
+}
+
+// Call makes one governed call: it waits up to MaxInlineWait for quota, and
+// reports a longer wait as an error classed Quota carrying the governor's
+// estimate, so the step sleeps durably and tries again.
+func (p *Provider) Call(ctx context.Context, flow string, req *llm.ChatRequest) (*llm.ChatResponse, error) {
+	now := p.Now
+	if now == nil {
+		now = time.Now
+	}
+	req, err := p.Client.ApplyDefaults(req)
+	if err != nil {
+		return nil, NonRetriable(err)
+	}
+	cost := p.Estimator.Cost(req)
+	if err := p.Governor.Check(cost); err != nil {
+		return nil, NonRetriable(err) // can never fit: refuse before any call
+	}
+	inline := p.MaxInlineWait
+	if inline <= 0 {
+		inline = 30 * time.Second
+	}
+	wctx, cancel := context.WithTimeout(ctx, inline)
+	res, err := p.Governor.Wait(wctx, flow, cost)
+	cancel()
+	if err != nil {
+		var we *governor.WaitError
+		if errors.As(err, &we) && ctx.Err() == nil {
+			return nil, &quotaWait{err: fmt.Errorf("waiting for quota on %s: %w", p.Name, err), d: max(we.EstimatedWait, time.Second)}
+		}
+		return nil, err
+	}
+	resp, err := p.Client.Chat(ctx, req)
+	t := now()
+	if err != nil {
+		res.Cancel(t)
+		var rl *llm.RateLimitError
+		if errors.As(err, &rl) {
+			if rl.LimitKnown {
+				p.Governor.Rejected(t, rl.Limit, rl.RetryAfter)
+				p.Governor.RejectedFlow(flow, rl.Limit)
+			} else {
+				p.Governor.RejectedUnclassified(t)
+			}
+		}
+		return nil, err
+	}
+	if resp.Snapshot.Any() {
+		p.Governor.Observe(t, resp.Snapshot)
+	}
+	res.Settle(t, resp.Usage.Governor())
+	p.Estimator.Observe(req.Model, cost.Input, resp.Usage.PromptTokens)
+	return resp, nil
+}
+
+// ClassifyLLM classes the errors of the llm client and the governor: a
+// request that can never fit, an exhausted quota and other 4xx are fatal; a
+// rate limit waits what the provider said; overload, 5xx, timeouts and
+// resets back off.
+func ClassifyLLM(err error) (Class, time.Duration, bool) {
+	var (
+		gtl *governor.TooLargeError
+		tl  *llm.TooLargeError
+		q   *llm.QuotaError
+		rl  *llm.RateLimitError
+		ov  *llm.OverloadedError
+		st  *llm.StatusError
+		tr  *llm.TransportError
+	)
+	switch {
+	case errors.As(err, &gtl), errors.As(err, &tl), errors.As(err, &q), errors.Is(err, llm.ErrNoMaxTokens):
+		return Fatal, 0, true
+	case errors.As(err, &rl):
+		if rl.RetryAfter > 0 {
+			return Wait, rl.RetryAfter, true
+		}
+		return Retry, 0, true
+	case errors.As(err, &ov):
+		if ov.RetryAfter > 0 {
+			return Wait, ov.RetryAfter, true
+		}
+		return Retry, 0, true
+	case errors.As(err, &st):
+		if llm.Retryable(err) {
+			return Retry, 0, true
+		}
+		return Fatal, 0, true
+	case errors.As(err, &tr):
+		return Retry, 0, true
+	}
+	return 0, 0, false
+}

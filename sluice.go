@@ -1,0 +1,130 @@
+package sluice
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/engine"
+	"github.com/sluice-dev/sluice/llm"
+)
+
+// App is a set of functions, the database their runs live in, and the
+// governed LLM providers they call. Build it with New, register functions,
+// then Start. Safe for concurrent use once started.
+type App struct {
+	cfg       Config
+	e         *engine.Engine
+	providers map[string]*engine.Provider
+	first     string
+}
+
+// New opens the database and builds the providers' clients and governors.
+func New(ctx context.Context, cfg Config) (*App, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("sluice config: %w", err)
+	}
+	e, err := engine.New(ctx, engine.Config{
+		DatabaseURL:  cfg.DatabaseURL,
+		AppVersion:   cfg.AppVersion,
+		ExecutorID:   cfg.ExecutorID,
+		PollInterval: cfg.PollInterval,
+		RetryBase:    cfg.RetryBase,
+		RetryMax:     cfg.RetryMax,
+		Logger:       cfg.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	a := &App{cfg: cfg, e: e, providers: map[string]*engine.Provider{}}
+	for i, p := range cfg.Providers {
+		name := cmp.Or(p.Name, "default")
+		client, err := llm.NewClient(p.LLM)
+		if err != nil {
+			_ = e.Shutdown(time.Second)
+			return nil, fmt.Errorf("provider %s: %w", name, err)
+		}
+		gov, err := governor.New(governor.Config{
+			Key:        name,
+			Limits:     p.Limits,
+			Window:     p.Window,
+			Accounting: p.Accounting,
+			Flows:      cfg.Flows,
+		})
+		if err != nil {
+			_ = e.Shutdown(time.Second)
+			return nil, fmt.Errorf("provider %s: %w", name, err)
+		}
+		est, err := llm.NewEstimator(llm.EstimatorConfig{})
+		if err != nil {
+			_ = e.Shutdown(time.Second)
+			return nil, fmt.Errorf("provider %s: %w", name, err)
+		}
+		a.providers[name] = &engine.Provider{Name: name, Client: client, Governor: gov, Estimator: est, MaxInlineWait: cfg.MaxInlineWait}
+		if i == 0 {
+			a.first = name
+		}
+	}
+	return a, nil
+}
+
+// Start launches the app: it starts the functions' queues and schedules and
+// resumes the runs a previous process left unfinished.
+func (a *App) Start(ctx context.Context) error { return a.e.Launch(ctx) }
+
+// Stop stops the app. Runs in flight stop at their next step boundary and
+// resume at the next Start; a step cut off mid-way runs again then. Safe to
+// call twice.
+func (a *App) Stop(ctx context.Context) error {
+	timeout := 10 * time.Second
+	if d, ok := ctx.Deadline(); ok {
+		timeout = max(time.Until(d), time.Millisecond)
+	}
+	return a.e.Shutdown(timeout)
+}
+
+// Sent says what an event did to one function: "queued" (a run started),
+// "existing" (the event ID or idempotency key was seen before: nothing new
+// started) or "dropped" (the function's rate limit was full).
+type Sent = engine.Sent
+
+// ErrNoFunction is returned by Send when no function listens to the event.
+var ErrNoFunction = engine.ErrNoFunction
+
+// Send sends an event: every function it triggers starts a run. id
+// deduplicates (empty: a random one); data is encoded as JSON.
+func (a *App) Send(ctx context.Context, name, id string, data any) ([]Sent, error) {
+	var raw json.RawMessage
+	if data != nil {
+		b, err := json.Marshal(data)
+		if err != nil {
+			return nil, fmt.Errorf("send %s: encode data: %w", name, err)
+		}
+		raw = b
+	}
+	return a.e.Send(ctx, engine.Event{Name: name, ID: id, Data: raw})
+}
+
+// RunStatus is a run's state when it ended (or now).
+type RunStatus = engine.RunSummary
+
+// Wait blocks until the run ends (or ctx does) and returns its status.
+func (a *App) Wait(ctx context.Context, runID string) (RunStatus, error) {
+	return a.e.Wait(ctx, runID)
+}
+
+// Stats returns the governor statistics of a provider (flows waiting,
+// admitted, tokens; usage of every limit).
+func (a *App) Stats(provider string) (governor.Stats, error) {
+	p, ok := a.providers[cmp.Or(provider, a.first)]
+	if !ok {
+		return governor.Stats{}, fmt.Errorf("unknown provider %q", provider)
+	}
+	return p.Governor.Stats(time.Now()), nil
+}
+
+var errNoProvider = errors.New("no LLM provider is configured (Config.Providers)")
