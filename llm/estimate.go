@@ -38,9 +38,9 @@ const maxRatio = 8
 
 // EstimatorConfig configures an Estimator. The zero value uses every default.
 type EstimatorConfig struct {
-	// Margin is the least fraction added to every input estimate; learned
-	// corrections never go below 1+Margin. Default: DefaultMargin (5 %).
-	// Must not be negative.
+	// Margin is the fraction added on top of every input estimate, after
+	// the learned correction, so the factor applied is never below
+	// 1+Margin. Default: DefaultMargin (5 %). Must not be negative.
 	Margin float64
 
 	// TokensPerMessage is the chat markup counted per message. Default:
@@ -51,9 +51,9 @@ type EstimatorConfig struct {
 	// DefaultTokensPerReply (3).
 	TokensPerReply int
 
-	// Decay is the fraction by which a learned correction relaxes toward
-	// 1+Margin at every observation, so one odd request does not inflate
-	// estimates forever. Default: DefaultDecay (1 %). Must be in [0, 1).
+	// Decay is the fraction by which a learned ratio relaxes toward 1 at
+	// every observation, so one odd request does not inflate estimates
+	// forever. Default: DefaultDecay (1 %). Must be in [0, 1).
 	Decay float64
 }
 
@@ -89,10 +89,10 @@ func (c EstimatorConfig) validate() error {
 // Estimator prices a request before it is sent, as a governor.Cost: one
 // request; input tokens counted with an offline tokenizer, plus the chat
 // format's overhead, times a per-model correction; output tokens = the
-// request's max_tokens. The correction starts at 1+Margin and learns from
-// the prompt_tokens providers report (Observe), so estimates cover the
-// provider's count with high probability even when its tokenizer is not
-// OpenAI's.
+// request's max_tokens. The correction is (learned ratio) × (1+Margin); the
+// ratio starts at 1 and is learned from the prompt_tokens providers report
+// (Observe), so estimates cover the provider's count with high probability
+// even when its tokenizer is not OpenAI's.
 //
 // The zero value is ready to use with the defaults. An Estimator is safe for
 // simultaneous use by multiple goroutines.
@@ -101,7 +101,7 @@ type Estimator struct {
 
 	mu     sync.Mutex
 	once   sync.Once
-	factor map[string]float64 // learned ratio actual/raw per model; absent: none yet
+	factor map[string]float64 // learned ratio provider count / raw estimate, per model; absent: none yet
 }
 
 // NewEstimator checks cfg and returns an Estimator.
@@ -135,35 +135,42 @@ func (e *Estimator) Cost(req *ChatRequest) governor.Cost {
 	}
 }
 
-// Factor returns the correction Cost applies to a model's raw count: at
-// least 1+Margin.
+// Factor returns the correction Cost applies to a model's raw count: the
+// learned ratio (at least 1) times 1+Margin. The margin sits on top of
+// what was learned because the learned ratio is a recent maximum, which
+// the next call exceeds now and then; the margin covers those.
 func (e *Estimator) Factor(model string) float64 {
 	e.init()
-	floor := 1 + e.cfg.Margin
 	e.mu.Lock()
-	learned := e.factor[model]
-	e.mu.Unlock()
-	return max(floor, learned)
+	defer e.mu.Unlock()
+	return e.factorLocked(model)
+}
+
+func (e *Estimator) factorLocked(model string) float64 {
+	return max(1, e.factor[model]) * (1 + e.cfg.Margin)
 }
 
 // Observe teaches the estimator from a finished call: estimated is the
 // Input of the Cost that Cost returned for the request, actual the
-// prompt_tokens the provider reported. The model's correction becomes the
-// largest ratio seen recently (older ratios relax by Decay per observation),
-// never below 1+Margin. Non-positive values are ignored.
+// prompt_tokens the provider reported. The model's learned ratio of the
+// provider's count to the raw estimate becomes the largest ratio seen
+// recently: older ratios relax toward 1 by Decay per observation, so the
+// correction follows a provider that changes, and a single odd call is
+// bounded by a factor of 8. The factor applied never goes below 1+Margin.
+// Non-positive values are ignored.
 func (e *Estimator) Observe(model string, estimated, actual int64) {
 	if estimated <= 0 || actual <= 0 {
 		return
 	}
 	e.init()
-	floor := 1 + e.cfg.Margin
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	// Undo the factor the estimate carried to get the tokenizer's own
+	// ratio. If another goroutine changed the factor in between, the
+	// ratio is off by that change, which the next observations correct.
+	ratio := min(e.factorLocked(model)*float64(actual)/float64(estimated), maxRatio)
 	learned := e.factor[model]
-	used := max(floor, learned)
-	// Undo the factor the estimate carried to get the tokenizer's own ratio.
-	ratio := min(used*float64(actual)/float64(estimated), maxRatio)
-	if learned > 0 {
+	if learned > 1 {
 		learned = 1 + (learned-1)*(1-e.cfg.Decay)
 	}
 	e.factor[model] = max(learned, ratio)

@@ -125,8 +125,9 @@ type ChatRequest struct {
 	Stream bool
 	// Extra holds any other field (tools, response_format, seed, n,
 	// stream_options, ...). Values are marshalled with encoding/json;
-	// json.RawMessage values are sent byte for byte. A key that names a
-	// modelled field above is ignored.
+	// json.RawMessage values are sent as they are (only compacted), so
+	// numbers keep their precision. A key that names a modelled field
+	// above is ignored.
 	Extra map[string]any
 }
 

@@ -1,0 +1,226 @@
+package llm
+
+import (
+	"encoding/json"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"testing"
+
+	"github.com/sluice-dev/sluice/governor"
+)
+
+func TestPromptTokensMatchesCookbook(t *testing.T) {
+	t.Parallel()
+	var e Estimator // the zero value is ready
+	// OpenAI's cookbook: 3 per message + role (1) + "hello world" (2) + 3 priming = 9.
+	if got := e.PromptTokens(userRequest("gpt-4o", "hello world")); got != 9 {
+		t.Fatalf("PromptTokens = %d, want 9", got)
+	}
+	two := &ChatRequest{Model: "gpt-4o", Messages: []Message{
+		{Role: "system", Content: "hello world"},
+		{Role: "user", Content: "hello world", Extra: map[string]json.RawMessage{"name": json.RawMessage(`"ann"`)}},
+	}}
+	// 3 + 2×(3+1+2) + name (1 + tokens of "ann").
+	want := int64(3+2*(3+1+2)+1) + int64(CountTokens("gpt-4o", "ann"))
+	if got := e.PromptTokens(two); got != want {
+		t.Fatalf("PromptTokens = %d, want %d", got, want)
+	}
+}
+
+func TestCost(t *testing.T) {
+	t.Parallel()
+	var e Estimator
+	req := userRequest("gpt-4o", "hello world")
+	req.MaxTokens = 100
+	// 9 raw tokens × 1.05, rounded up.
+	if got, want := e.Cost(req), (governor.Cost{Requests: 1, Input: 10, Output: 100}); got != want {
+		t.Fatalf("Cost = %+v, want %+v", got, want)
+	}
+	req.Extra = map[string]any{"n": json.RawMessage("3")}
+	if got := e.Cost(req).Output; got != 300 {
+		t.Errorf("n=3: Output = %d, want 300", got)
+	}
+	req.Extra = map[string]any{"n": 2}
+	if got := e.Cost(req).Output; got != 200 {
+		t.Errorf("n=2: Output = %d, want 200", got)
+	}
+	plain := e.Cost(userRequest("gpt-4o", "hello world")).Input
+	withTools := userRequest("gpt-4o", "hello world")
+	withTools.Extra = map[string]any{"tools": json.RawMessage(`[{"type":"function","function":{"name":"lookup_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}]`)}
+	if e.Cost(withTools).Input <= plain+10 {
+		t.Errorf("tool definitions are prompt tokens: %d vs %d", e.Cost(withTools).Input, plain)
+	}
+	noMax := userRequest("gpt-4o", "hello world")
+	if got := e.Cost(noMax).Output; got != 0 {
+		t.Errorf("unset max_tokens: Output = %d", got)
+	}
+}
+
+func TestEstimatorConfig(t *testing.T) {
+	t.Parallel()
+	e, err := NewEstimator(EstimatorConfig{Margin: 0.2, TokensPerMessage: 4, TokensPerReply: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 2 + 4 + 1 + 2 = 9 raw; × 1.2 = 10.8 → 11.
+	if got := e.Cost(userRequest("gpt-4o", "hello world")).Input; got != 11 {
+		t.Errorf("Input = %d, want 11", got)
+	}
+	for _, bad := range []EstimatorConfig{{Margin: -0.1}, {Margin: math.NaN()}, {Decay: 1}, {Decay: -0.5}, {TokensPerMessage: -1}} {
+		if _, err := NewEstimator(bad); err == nil {
+			t.Errorf("NewEstimator(%+v) accepted", bad)
+		}
+	}
+}
+
+func TestObserveLearnsPerModel(t *testing.T) {
+	t.Parallel()
+	var e Estimator
+	req := userRequest("llama-3.1-8b-instant", "hello world")
+	est := e.Cost(req).Input // 10 from 9 raw
+	// The provider counts 12: its tokenizer and template say 12/9 = 1.333.
+	e.Observe(req.Model, est, 12)
+	if got := e.Cost(req).Input; got < 12 {
+		t.Fatalf("after observing 12, estimate %d does not cover it", got)
+	}
+	if f := e.Factor("gpt-4o"); f != 1+DefaultMargin {
+		t.Errorf("another model learned too: %v", f)
+	}
+	// Non-positive observations teach nothing.
+	before := e.Factor(req.Model)
+	e.Observe(req.Model, 0, 12)
+	e.Observe(req.Model, 10, -1)
+	if e.Factor(req.Model) != before {
+		t.Error("non-positive observation changed the factor")
+	}
+	// Accurate counts relax the correction, never below 1+margin.
+	for range 2000 {
+		e.Observe(req.Model, e.Cost(req).Input, 9)
+	}
+	if f := e.Factor(req.Model); f < 1+DefaultMargin || f > 1+DefaultMargin+1e-6 {
+		t.Errorf("factor after accurate counts = %v, want the floor %v", f, 1+DefaultMargin)
+	}
+	// One absurd count is bounded.
+	e.Observe(req.Model, 10, 1_000_000)
+	if f, bound := e.Factor(req.Model), maxRatio*(1+DefaultMargin); f > bound+1e-9 {
+		t.Errorf("factor %v above the bound %v", f, bound)
+	}
+}
+
+// TestObserveCoverage: a provider whose tokenizer counts 15–25 % more than
+// the estimator (Llama, Qwen and others do) is covered once the estimator has
+// seen a few dozen calls.
+func TestObserveCoverage(t *testing.T) {
+	t.Parallel()
+	var e Estimator
+	rng := rand.New(rand.NewPCG(1, 2))
+	words := []string{"summary", "of", "the", "article", "in", "English", "開発", "ニュース", "rate", "limit", "429"}
+	newReq := func() *ChatRequest {
+		n := 20 + rng.IntN(400)
+		b := make([]byte, 0, n*8)
+		for range n {
+			b = append(b, words[rng.IntN(len(words))]...)
+			b = append(b, ' ')
+		}
+		return userRequest("qwen/qwen3-32b", string(b))
+	}
+	provider := func(req *ChatRequest) int64 {
+		return int64(math.Ceil(float64(e.PromptTokens(req)) * (1.15 + 0.10*rng.Float64())))
+	}
+	for range 50 {
+		req := newReq()
+		e.Observe(req.Model, e.Cost(req).Input, provider(req))
+	}
+	covered, total := 0, 500
+	for range total {
+		req := newReq()
+		est, actual := e.Cost(req).Input, provider(req)
+		if est >= actual {
+			covered++
+		}
+		e.Observe(req.Model, est, actual)
+	}
+	if rate := float64(covered) / float64(total); rate < 0.97 {
+		t.Fatalf("estimates covered the provider's count %.1f%% of the time, want ≥ 97%%", 100*rate)
+	}
+	if f := e.Factor("qwen/qwen3-32b"); f > 1.35 {
+		t.Errorf("factor %v overshoots a 1.15–1.25 ratio", f)
+	}
+}
+
+func TestEstimatorConcurrent(t *testing.T) {
+	t.Parallel()
+	var e Estimator
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			model := []string{"gpt-4o", "llama-3.1-8b-instant"}[g%2]
+			for i := range 50 {
+				req := userRequest(model, "hello world")
+				c := e.Cost(req)
+				e.Observe(model, c.Input, c.Input+int64(i%3))
+			}
+		}()
+	}
+	wg.Wait()
+	if e.Factor("gpt-4o") < 1+DefaultMargin {
+		t.Error("factor below the floor")
+	}
+}
+
+func TestEncoding(t *testing.T) {
+	t.Parallel()
+	tests := map[string]string{
+		"gpt-4o":                   "o200k_base",
+		"gpt-4o-mini-2024-07-18":   "o200k_base",
+		"chatgpt-4o-latest":        "o200k_base",
+		"gpt-4.1-nano":             "o200k_base",
+		"gpt-5":                    "o200k_base",
+		"o1":                       "o200k_base",
+		"o3-mini":                  "o200k_base",
+		"o4-mini":                  "o200k_base",
+		"openai/gpt-oss-20b":       "o200k_base",
+		"GPT-4O":                   "o200k_base",
+		"gpt-4":                    "cl100k_base",
+		"gpt-4-turbo":              "cl100k_base",
+		"gpt-3.5-turbo":            "cl100k_base",
+		"llama-3.1-8b-instant":     "cl100k_base",
+		"qwen/qwen3.8-27b":         "cl100k_base",
+		"claude-sonnet-4-5":        "cl100k_base",
+		"o1x-not-openai":           "cl100k_base",
+		"olmo-7b":                  "cl100k_base",
+		"":                         "cl100k_base",
+		"meta-llama/llama-4-scout": "cl100k_base",
+	}
+	for model, want := range tests {
+		if got := Encoding(model); got != want {
+			t.Errorf("Encoding(%q) = %q, want %q", model, got, want)
+		}
+	}
+}
+
+func TestCountTokens(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		model, text string
+		want        int
+	}{
+		{"gpt-4o", "hello world", 2},
+		{"llama-3.1-8b-instant", "hello world", 2},
+		{"gpt-4o", "", 0},
+		{"gpt-4", "Say hello.", 3},
+	}
+	for _, tt := range tests {
+		if got := CountTokens(tt.model, tt.text); got != tt.want {
+			t.Errorf("CountTokens(%q, %q) = %d, want %d", tt.model, tt.text, got, tt.want)
+		}
+	}
+	// Japanese costs far more tokens in cl100k than in o200k.
+	ja := "個人開発しているニュースのキュレーションサービス"
+	if CountTokens("gpt-4o", ja) >= CountTokens("gpt-4", ja) {
+		t.Error("o200k should count Japanese in fewer tokens than cl100k")
+	}
+}

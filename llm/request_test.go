@@ -1,0 +1,168 @@
+package llm
+
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func jsonEqual(t *testing.T, a, b []byte) bool {
+	t.Helper()
+	var x, y any
+	if err := json.Unmarshal(a, &x); err != nil {
+		t.Fatalf("%s: %v", a, err)
+	}
+	if err := json.Unmarshal(b, &y); err != nil {
+		t.Fatalf("%s: %v", b, err)
+	}
+	return reflect.DeepEqual(x, y)
+}
+
+func TestDecodeChatRequestForwardsUnknownFields(t *testing.T) {
+	t.Parallel()
+	bodies := []string{
+		// Tools, tool calls, multi-part content and a null content: all kept.
+		`{"model":"gpt-4o","messages":[
+			{"role":"system","content":"You are terse.","name":"rules"},
+			{"role":"user","content":[{"type":"text","text":"What is in"},{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"}}]},
+			{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"look","arguments":"{\"q\":1}"}}]},
+			{"role":"tool","tool_call_id":"call_1","content":"a cat"}],
+		  "tools":[{"type":"function","function":{"name":"look","parameters":{"type":"object"}}}],
+		  "tool_choice":"auto","response_format":{"type":"json_object"},"seed":12345678901234567890,
+		  "max_tokens":256,"temperature":0.7,"top_p":0.9,"stop":["END","STOP"],"user":"u-1","stream":true,
+		  "stream_options":{"include_usage":false},"logit_bias":{"50256":-100},"n":2}`,
+		`{"model":"llama-3.1-8b-instant","messages":[{"role":"user","content":"hi"}],"reasoning_effort":"low","x_vendor":{"a":[1,2,3]}}`,
+	}
+	for _, body := range bodies {
+		req, err := DecodeChatRequest([]byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := json.Marshal(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !jsonEqual(t, []byte(body), out) {
+			t.Errorf("round trip changed the request:\n in %s\nout %s", body, out)
+		}
+		// Large integers in unknown fields are forwarded byte for byte.
+		if strings.Contains(body, "12345678901234567890") && !strings.Contains(string(out), "12345678901234567890") {
+			t.Errorf("seed lost precision: %s", out)
+		}
+	}
+}
+
+func TestDecodeChatRequestFields(t *testing.T) {
+	t.Parallel()
+	req, err := DecodeChatRequest([]byte(`{"model":"gpt-4o","messages":[
+		{"role":"user","content":[{"type":"text","text":"part one"},{"type":"text","text":"part two"}]},
+		{"role":"assistant","content":null}],
+		"max_tokens":256,"temperature":0.5,"stop":"END","user":"u","stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if req.Model != "gpt-4o" || req.MaxTokens != 256 || req.CompletionTokensName || *req.Temperature != 0.5 ||
+		!reflect.DeepEqual(req.Stop, []string{"END"}) || req.User != "u" || !req.Stream {
+		t.Errorf("req = %+v", req)
+	}
+	if req.Messages[0].Content != "part one\npart two" || req.Messages[1].Content != "" ||
+		string(req.Messages[1].RawContent) != "null" {
+		t.Errorf("messages = %+v", req.Messages)
+	}
+}
+
+func TestDecodeMaxCompletionTokens(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		body     string
+		want     int
+		wantName bool
+		sent     string
+	}{
+		{`{"model":"o3","messages":[{"role":"user","content":"x"}],"max_completion_tokens":900}`, 900, true, `"max_completion_tokens":900`},
+		{`{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":300}`, 300, false, `"max_tokens":300`},
+		{`{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":300,"max_completion_tokens":500}`, 500, true, `"max_completion_tokens":500`},
+		{`{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":null}`, 0, false, ``},
+	}
+	for _, tt := range tests {
+		req, err := DecodeChatRequest([]byte(tt.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if req.MaxTokens != tt.want || req.CompletionTokensName != tt.wantName {
+			t.Errorf("%s: MaxTokens %d name %v", tt.body, req.MaxTokens, req.CompletionTokensName)
+		}
+		out, _ := json.Marshal(req)
+		if tt.sent != "" && !strings.Contains(string(out), tt.sent) {
+			t.Errorf("%s: sent %s", tt.body, out)
+		}
+		if strings.Count(string(out), "max_") > 1 {
+			t.Errorf("both names sent: %s", out)
+		}
+	}
+}
+
+func TestDecodeChatRequestErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		body string
+		want string
+	}{
+		{`[]`, "must be a JSON object"},
+		{`nope`, "must be a JSON object"},
+		{`null`, "must be a JSON object"},
+		{`{"messages":[{"role":"user","content":"x"}]}`, `"model" is missing`},
+		{`{"model":"m"}`, `"messages" is missing`},
+		{`{"model":"m","messages":[]}`, `"messages" is missing or empty`},
+		{`{"model":5,"messages":[{"role":"user","content":"x"}]}`, `"model": must be a string`},
+		{`{"model":"m","messages":{"role":"user"}}`, `"messages": must be an array`},
+		{`{"model":"m","messages":["hi"]}`, `"messages": must be an array of messages`},
+		{`{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":-1}`, `"max_tokens": must be a whole number`},
+		{`{"model":"m","messages":[{"role":"user","content":"x"}],"max_completion_tokens":1.5}`, `"max_completion_tokens": must be a whole number`},
+		{`{"model":"m","messages":[{"role":"user","content":"x"}],"temperature":"hot"}`, `"temperature": must be a number`},
+		{`{"model":"m","messages":[{"role":"user","content":"x"}],"stop":[1]}`, `"stop": must be a string or an array`},
+		{`{"model":"m","messages":[{"role":"user","content":"x"}],"stream":"yes"}`, `"stream": must be true or false`},
+	}
+	for _, tt := range tests {
+		_, err := DecodeChatRequest([]byte(tt.body))
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: err = %v, want it to contain %q", tt.body, err, tt.want)
+		}
+	}
+}
+
+func TestMarshalChatRequest(t *testing.T) {
+	t.Parallel()
+	temp := 0.0
+	req := &ChatRequest{
+		Model:       "m",
+		Messages:    []Message{{Role: "user", Content: "hi", Extra: map[string]json.RawMessage{"name": json.RawMessage(`"ann"`)}}},
+		MaxTokens:   50,
+		Temperature: &temp,
+		Extra: map[string]any{
+			"model":       "ignored: modelled fields win",
+			"max_tokens":  9999,
+			"top_p":       0.5,
+			"raw":         json.RawMessage(`{"kept":[1, 2]}`),
+			"response_id": nil,
+		},
+	}
+	out, err := json.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"max_tokens":50,"messages":[{"content":"hi","name":"ann","role":"user"}],"model":"m","raw":{"kept":[1,2]},"response_id":null,"temperature":0,"top_p":0.5}`
+	if string(out) != want {
+		t.Errorf("marshal:\n got %s\nwant %s", out, want)
+	}
+	// Marshalling twice gives the same bytes: keys are sorted.
+	again, _ := json.Marshal(req)
+	if string(again) != string(out) {
+		t.Error("marshal is not stable")
+	}
+	if _, err := json.Marshal(&ChatRequest{Model: "m", Extra: map[string]any{"bad": make(chan int)}}); err == nil ||
+		!strings.Contains(err.Error(), `"bad"`) {
+		t.Errorf("unmarshallable extra: %v", err)
+	}
+}
