@@ -14,7 +14,7 @@ import (
 // or Cron) are required; every other zero value is a useful default.
 type FunctionConfig struct {
 	// ID names the function; runs are listed under it. Letters, digits and
-	// ._:/- (at most 128).
+	// ._:- (at most 128).
 	ID string
 	// Event triggers a run for each event of this name.
 	Event string

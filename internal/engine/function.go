@@ -90,11 +90,11 @@ func (f *Function) partitionKey() string {
 	return ""
 }
 
-var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$`)
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
 
 func (f *Function) validate() error {
 	if !idPattern.MatchString(f.ID) {
-		return fmt.Errorf("function id %q: want 1-128 letters, digits or ._:/- starting with a letter or digit", f.ID)
+		return fmt.Errorf("function id %q: want 1-128 letters, digits or ._:- starting with a letter or digit", f.ID)
 	}
 	if f.Event == "" && f.Cron == "" {
 		return fmt.Errorf("function %s: needs a trigger (an event name or a cron schedule)", f.ID)

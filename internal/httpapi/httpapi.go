@@ -1,0 +1,236 @@
+// Package httpapi serves sluice's event and run API over HTTP:
+//
+//	POST /v1/events              {"name", "id", "data"}: start the functions it triggers
+//	GET  /v1/runs                ?function=&status=&since=&limit=
+//	GET  /v1/runs/{id}           a run with its steps (attempts, durations, outputs, errors)
+//	POST /v1/runs/{id}/cancel    stop a queued or running run
+//	POST /v1/runs/{id}/rerun     a new run from the first step that did not complete
+//	GET  /v1/dropped             ?function=: events a rate limit dropped
+//	GET  /healthz
+//
+// Errors are JSON {"error": "..."} with the status from one table (see
+// statusOf). When a token is set, every /v1 request must carry it as a
+// bearer token.
+package httpapi
+
+import (
+	"cmp"
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/engine"
+)
+
+// Engine is what the API needs of the engine.
+type Engine interface {
+	Send(ctx context.Context, ev engine.Event) ([]engine.Sent, error)
+	Runs(ctx context.Context, f engine.RunFilter) ([]engine.RunSummary, error)
+	RunDetail(ctx context.Context, id string, outputLimit int) (*engine.RunDetail, error)
+	Cancel(ctx context.Context, id string) error
+	Rerun(ctx context.Context, id string) (string, error)
+	Dropped(ctx context.Context, function string, limit int) ([]engine.DroppedEvent, error)
+}
+
+var _ Engine = (*engine.Engine)(nil)
+
+// Config configures the API.
+type Config struct {
+	Engine Engine
+	// Token, when set, is required as "Authorization: Bearer TOKEN" on every
+	// /v1 request. It never appears in responses or logs.
+	Token string
+	// MaxEventBytes bounds an event's body (default 1 MiB); a larger one is
+	// refused with 413.
+	MaxEventBytes int64
+	// OutputLimit bounds each step output shown by GET /v1/runs/{id}
+	// (default 4096 bytes); a longer one is cut and the cut says so.
+	OutputLimit int
+	// Now is the clock for relative "since" filters (default time.Now).
+	Now func() time.Time
+}
+
+type api struct {
+	cfg Config
+}
+
+// New returns the API's handler.
+func New(cfg Config) http.Handler {
+	cfg.MaxEventBytes = cmp.Or(cfg.MaxEventBytes, 1<<20)
+	cfg.OutputLimit = cmp.Or(cfg.OutputLimit, 4096)
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	a := &api{cfg: cfg}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, map[string]string{"status": "ok"}) })
+	mux.Handle("POST /v1/events", a.auth(a.postEvent))
+	mux.Handle("GET /v1/runs", a.auth(a.listRuns))
+	mux.Handle("GET /v1/runs/{id}", a.auth(a.getRun))
+	mux.Handle("POST /v1/runs/{id}/cancel", a.auth(a.cancel))
+	mux.Handle("POST /v1/runs/{id}/rerun", a.auth(a.rerun))
+	mux.Handle("GET /v1/dropped", a.auth(a.dropped))
+	return mux
+}
+
+func (a *api) auth(h func(w http.ResponseWriter, r *http.Request) error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if a.cfg.Token != "" {
+			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(a.cfg.Token)) != 1 {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
+				writeError(w, http.StatusUnauthorized, errors.New("missing or wrong bearer token"))
+				return
+			}
+		}
+		if err := h(w, r); err != nil {
+			writeError(w, statusOf(err), err)
+		}
+	})
+}
+
+// badRequest marks an error in what the client sent.
+type badRequest struct{ error }
+
+// tooLarge is an event over MaxEventBytes.
+type tooLarge struct{ error }
+
+// statusOf maps errors to HTTP statuses: the one table.
+func statusOf(err error) int {
+	var br badRequest
+	var tl tooLarge
+	switch {
+	case errors.As(err, &tl):
+		return http.StatusRequestEntityTooLarge
+	case errors.As(err, &br):
+		return http.StatusBadRequest
+	case errors.Is(err, engine.ErrRunNotFound), errors.Is(err, engine.ErrNoFunction):
+		return http.StatusNotFound
+	case errors.Is(err, engine.ErrNotRerunnable):
+		return http.StatusConflict
+	}
+	return http.StatusInternalServerError
+}
+
+type eventBody struct {
+	Name string          `json:"name"`
+	ID   string          `json:"id"`
+	Data json.RawMessage `json:"data"`
+	TS   time.Time       `json:"ts,omitzero"`
+}
+
+func (a *api) postEvent(w http.ResponseWriter, r *http.Request) error {
+	body := http.MaxBytesReader(w, r.Body, a.cfg.MaxEventBytes)
+	dec := json.NewDecoder(body)
+	var ev eventBody
+	if err := dec.Decode(&ev); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return tooLarge{fmt.Errorf("event is larger than the limit of %d bytes (max event size)", a.cfg.MaxEventBytes)}
+		}
+		return badRequest{fmt.Errorf("event is not valid JSON: %w", err)}
+	}
+	if ev.Name == "" {
+		return badRequest{errors.New(`event has no "name"`)}
+	}
+	if len(ev.Data) > 0 && ev.Data[0] != '{' && string(ev.Data) != "null" {
+		return badRequest{errors.New(`event "data" must be a JSON object`)}
+	}
+	sent, err := a.cfg.Engine.Send(r.Context(), engine.Event{Name: ev.Name, ID: ev.ID, Data: ev.Data, TS: ev.TS})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusAccepted, map[string]any{"runs": sent})
+	return nil
+}
+
+func (a *api) listRuns(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	f := engine.RunFilter{Function: q.Get("function"), Status: q.Get("status")}
+	if s := q.Get("since"); s != "" {
+		if t, err := time.Parse(time.RFC3339, s); err == nil {
+			f.Since = t
+		} else if d, err := time.ParseDuration(s); err == nil && d > 0 {
+			f.Since = a.cfg.Now().Add(-d)
+		} else {
+			return badRequest{fmt.Errorf("since %q is neither an RFC 3339 time nor a duration like 1h", s)}
+		}
+	}
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > 1000 {
+			return badRequest{fmt.Errorf("limit %q: want 1 to 1000", s)}
+		}
+		f.Limit = n
+	}
+	runs, err := a.cfg.Engine.Runs(r.Context(), f)
+	if err != nil {
+		if strings.Contains(err.Error(), "is not one of") || strings.Contains(err.Error(), "unknown function") {
+			return badRequest{err}
+		}
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"runs": nonNil(runs)})
+	return nil
+}
+
+func (a *api) getRun(w http.ResponseWriter, r *http.Request) error {
+	d, err := a.cfg.Engine.RunDetail(r.Context(), r.PathValue("id"), a.cfg.OutputLimit)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, d)
+	return nil
+}
+
+func (a *api) cancel(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	if err := a.cfg.Engine.Cancel(r.Context(), id); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"id": id, "status": engine.StatusCancelled})
+	return nil
+}
+
+func (a *api) rerun(w http.ResponseWriter, r *http.Request) error {
+	id, err := a.cfg.Engine.Rerun(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusAccepted, map[string]string{"id": id, "rerun_of": r.PathValue("id")})
+	return nil
+}
+
+func (a *api) dropped(w http.ResponseWriter, r *http.Request) error {
+	d, err := a.cfg.Engine.Dropped(r.Context(), r.URL.Query().Get("function"), 100)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"dropped": nonNil(d)})
+	return nil
+}
+
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, err error) {
+	writeJSON(w, status, map[string]string{"error": err.Error()})
+}
