@@ -1,0 +1,60 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/store"
+)
+
+func TestScrubError(t *testing.T) {
+	t.Parallel()
+	inner := fmt.Errorf("dial user=u password=hunter2: %w", context.DeadlineExceeded)
+	err := ScrubError(inner, []string{"hunter2", ""})
+	if strings.Contains(err.Error(), "hunter2") || !strings.Contains(err.Error(), "password=xxxxx") {
+		t.Fatalf("ScrubError = %q, want the secret replaced", err)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatal("scrubbed error no longer wraps the cause")
+	}
+	plain := errors.New("connection refused")
+	if got := ScrubError(plain, []string{"hunter2"}); got != plain {
+		t.Fatalf("ScrubError of an error without secrets = %v, want it unchanged", got)
+	}
+	if ScrubError(nil, []string{"x"}) != nil {
+		t.Fatal("ScrubError(nil) != nil")
+	}
+}
+
+func TestLastByID(t *testing.T) {
+	t.Parallel()
+	at := time.Unix(0, 0)
+	in := []store.Charge{{ID: "b", Flow: "1", At: at}, {ID: "a", Flow: "2", At: at}, {ID: "b", Flow: "3", At: at}}
+	got := LastByID(in)
+	if len(got) != 2 || got[0].ID != "a" || got[1].ID != "b" || got[1].Flow != "3" {
+		t.Fatalf("LastByID = %+v, want a then the last b", got)
+	}
+}
+
+func TestCheckCharges(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		key     string
+		charges []store.Charge
+		wantErr string
+	}{
+		{"groq", []store.Charge{{ID: "a"}}, ""},
+		{"groq", nil, ""},
+		{"", nil, "empty key"},
+		{"groq", []store.Charge{{ID: "a"}, {Flow: "title"}}, `charge 1 (flow "title") has an empty ID`},
+	} {
+		err := CheckCharges(tt.key, tt.charges)
+		if (err == nil) != (tt.wantErr == "") || (err != nil && err.Error() != tt.wantErr) {
+			t.Errorf("CheckCharges(%q, %v) = %v, want %q", tt.key, tt.charges, err, tt.wantErr)
+		}
+	}
+}

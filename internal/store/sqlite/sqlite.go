@@ -1,0 +1,292 @@
+// Package sqlite is the store driver for SQLite, sluice's default: one file
+// (e.g. sluice.db) that DBOS shares through DB, so that both write through one
+// handle and never fight over the file's lock.
+//
+// The handle is set up the way DBOS sets up its own SQLite handles: WAL
+// journal, synchronous=NORMAL, foreign keys on, a 5 s busy timeout, and every
+// transaction begun with BEGIN IMMEDIATE, so a transaction that reads and then
+// writes takes the write lock up front instead of failing with SQLITE_BUSY
+// when it upgrades. Times are stored as integer Unix milliseconds.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+
+	"github.com/sluice-dev/sluice/internal/store"
+	"github.com/sluice-dev/sluice/internal/store/internal/driver"
+)
+
+func init() {
+	store.Register(store.DriverSQLite, func(ctx context.Context, path string) (store.Store, error) {
+		s, err := Open(ctx, path)
+		if err != nil {
+			return nil, err // not a nil *Store in a non-nil interface
+		}
+		return s, nil
+	})
+}
+
+var (
+	//go:embed migrations/*.sql
+	migrationFS embed.FS
+
+	//go:embed sql/create_migrations.sql
+	createMigrationsSQL string
+	//go:embed sql/migrations.sql
+	migrationsSQL string
+	//go:embed sql/record_migration.sql
+	recordMigrationSQL string
+	//go:embed sql/upsert_charges.sql
+	upsertChargesSQL string
+	//go:embed sql/charges.sql
+	chargesSQL string
+	//go:embed sql/prune_charges.sql
+	pruneChargesSQL string
+)
+
+// Memory is the path of a private in-memory database, for tests.
+const Memory = ":memory:"
+
+// pragmas are applied by the driver to every new connection of the pool
+// (database/sql has no per-connection hook); they match what DBOS applies to
+// the SQLite handles it opens itself, since it uses ours as given.
+var pragmas = []string{"busy_timeout(5000)", "foreign_keys(ON)", "journal_mode(WAL)", "synchronous(NORMAL)"}
+
+// Store is a store.Store on one SQLite database. It is safe for simultaneous
+// use by multiple goroutines, and by several processes on the same file.
+type Store struct {
+	db   *sql.DB
+	path string
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open opens the SQLite database at path, creating the file and its folder
+// if missing, and applies the migrations it lacks. Path Memory opens a
+// private in-memory database that lives as long as the Store. A path may
+// carry modernc.org/sqlite DSN parameters after "?"; pragmas given there take
+// precedence over the defaults.
+func Open(ctx context.Context, path string) (*Store, error) {
+	if path == "" {
+		return nil, errors.New("open sqlite: empty path")
+	}
+	name, _, _ := strings.Cut(path, "?")
+	memory := name == Memory || strings.HasPrefix(name, "file::memory:")
+	if !memory {
+		if dir := filepath.Dir(strings.TrimPrefix(name, "file:")); dir != "." {
+			if err := os.MkdirAll(dir, 0o750); err != nil {
+				return nil, fmt.Errorf("open sqlite %s: create folder: %w", path, err)
+			}
+		}
+	}
+	db, err := sql.Open("sqlite", dsn(path))
+	if err != nil {
+		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+	}
+	if memory {
+		// Every connection to ":memory:" is a database of its own: keep one
+		// connection, forever.
+		db.SetMaxOpenConns(1)
+		db.SetMaxIdleConns(1)
+		db.SetConnMaxLifetime(0)
+	} else {
+		// SQLite has one writer at a time; a few connections serve readers.
+		db.SetMaxOpenConns(8)
+		db.SetMaxIdleConns(4)
+		db.SetConnMaxLifetime(time.Hour)
+	}
+	s := &Store{db: db, path: path}
+	if err := s.migrate(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+	}
+	return s, nil
+}
+
+// dsn adds the default pragmas and BEGIN IMMEDIATE to path, leaving out any
+// the caller set already.
+func dsn(path string) string {
+	var params []string
+	for _, p := range pragmas {
+		name, _, _ := strings.Cut(p, "(")
+		if !strings.Contains(path, "_pragma="+name+"(") {
+			params = append(params, "_pragma="+p)
+		}
+	}
+	if !strings.Contains(path, "_txlock=") {
+		params = append(params, "_txlock=immediate")
+	}
+	sep := "?"
+	if strings.Contains(path, "?") {
+		sep = "&"
+	}
+	return path + sep + strings.Join(params, "&")
+}
+
+// DB returns the handle the store uses, for DBOS (dbos.Config.SQLiteSystemDB)
+// to share. It stays owned by the Store: Close closes it.
+func (s *Store) DB() *sql.DB { return s.db }
+
+// String returns "sqlite:PATH".
+func (s *Store) String() string { return "sqlite:" + s.path }
+
+// Close closes the database handle. Calls after the first return nil.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() { s.closeErr = s.db.Close() })
+	return s.closeErr
+}
+
+// migrate applies the migrations the database lacks in one BEGIN IMMEDIATE
+// transaction: a second process opening the same file waits for the first to
+// finish, then finds every migration recorded and applies none.
+func (s *Store) migrate(ctx context.Context) error {
+	files, err := driver.Load(migrationFS, "migrations")
+	if err != nil {
+		return err
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, createMigrationsSQL); err != nil {
+		return fmt.Errorf("migrate: create sluice_migrations: %w", err)
+	}
+	applied, err := queryMigrations(ctx, tx)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	done := make(map[int]bool, len(applied))
+	for _, m := range applied {
+		done[m.Version] = true
+	}
+	if err := driver.CheckApplied(files, done); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	now := time.Now().UnixMilli()
+	for _, f := range files {
+		if done[f.Version] {
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, f.SQL); err != nil {
+			return fmt.Errorf("migrate: apply %03d_%s: %w", f.Version, f.Name, err)
+		}
+		if _, err := tx.ExecContext(ctx, recordMigrationSQL, f.Version, f.Name, now); err != nil {
+			return fmt.Errorf("migrate: record %03d_%s: %w", f.Version, f.Name, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("migrate: commit: %w", err)
+	}
+	return nil
+}
+
+// Migrations returns the schema migrations applied to the database, in order.
+func (s *Store) Migrations(ctx context.Context) ([]store.Migration, error) {
+	ms, err := queryMigrations(ctx, s.db)
+	if err != nil {
+		return nil, fmt.Errorf("list migrations: %w", err)
+	}
+	return ms, nil
+}
+
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+func queryMigrations(ctx context.Context, q querier) ([]store.Migration, error) {
+	rows, err := q.QueryContext(ctx, migrationsSQL)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var ms []store.Migration
+	for rows.Next() {
+		var m store.Migration
+		var at int64
+		if err := rows.Scan(&m.Version, &m.Name, &at); err != nil {
+			return nil, err
+		}
+		m.AppliedAt = time.UnixMilli(at).UTC()
+		ms = append(ms, m)
+	}
+	return ms, rows.Err()
+}
+
+// UpsertCharges implements store.Store.
+func (s *Store) UpsertCharges(ctx context.Context, key string, charges []store.Charge) error {
+	if err := driver.CheckCharges(key, charges); err != nil {
+		return fmt.Errorf("upsert charges: %w", err)
+	}
+	if len(charges) == 0 {
+		return nil
+	}
+	if err := s.upsertCharges(ctx, key, driver.LastByID(charges)); err != nil {
+		return fmt.Errorf("upsert charges: %w", err)
+	}
+	return nil
+}
+
+func (s *Store) upsertCharges(ctx context.Context, key string, charges []store.Charge) error {
+	rows := make([][6]any, len(charges))
+	for i, c := range charges {
+		rows[i] = [6]any{c.ID, c.Flow, c.At.UnixMilli(), c.Cost.Requests, c.Cost.Input, c.Cost.Output}
+	}
+	batch, err := json.Marshal(rows)
+	if err != nil {
+		return err
+	}
+	_, err = s.db.ExecContext(ctx, upsertChargesSQL, key, string(batch))
+	return err
+}
+
+// Charges implements store.Store.
+func (s *Store) Charges(ctx context.Context, key string, since time.Time) ([]store.Charge, error) {
+	rows, err := s.db.QueryContext(ctx, chargesSQL, key, since.UnixMilli())
+	if err != nil {
+		return nil, fmt.Errorf("read charges: %w", err)
+	}
+	defer rows.Close()
+	var out []store.Charge
+	for rows.Next() {
+		var c store.Charge
+		var at int64
+		if err := rows.Scan(&c.ID, &c.Flow, &at, &c.Cost.Requests, &c.Cost.Input, &c.Cost.Output); err != nil {
+			return nil, fmt.Errorf("read charges: %w", err)
+		}
+		c.At = time.UnixMilli(at).UTC()
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read charges: %w", err)
+	}
+	return out, nil
+}
+
+// PruneCharges implements store.Store.
+func (s *Store) PruneCharges(ctx context.Context, key string, before time.Time) (int64, error) {
+	res, err := s.db.ExecContext(ctx, pruneChargesSQL, key, before.UnixMilli())
+	if err != nil {
+		return 0, fmt.Errorf("prune charges: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("prune charges: %w", err)
+	}
+	return n, nil
+}

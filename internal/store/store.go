@@ -1,0 +1,258 @@
+// Package store is sluice's own storage: the few tables sluice keeps next to
+// DBOS's (DBOS owns workflows, steps and queues). One interface, Store, is
+// implemented by two drivers, internal/store/sqlite (the default: one file
+// shared with DBOS) and internal/store/postgres (many nodes on one server),
+// and both must pass the same conformance suite, internal/store/storetest.
+//
+// Open picks the driver from a URL. A driver makes itself known to Open by
+// registering from init, the way database/sql drivers do, because the drivers
+// depend on this package for Charge and Store and so cannot be imported by it.
+// A program that calls Open imports the drivers it wants to offer:
+//
+//	import (
+//		_ "github.com/sluice-dev/sluice/internal/store/postgres"
+//		_ "github.com/sluice-dev/sluice/internal/store/sqlite"
+//	)
+//
+// Every driver applies its numbered schema migrations when it opens a
+// database, once, recorded in a sluice_migrations table, and safely when
+// several processes open the same database at the same moment.
+package store
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sluice-dev/sluice/governor"
+)
+
+// Charge is one admitted call's charge on a provider key, as the governor
+// recorded it.
+type Charge struct {
+	// ID is the reservation id, unique per key. Upserting a charge with an ID
+	// already stored on the key replaces that charge: that is how a call's
+	// charge is settled with the usage the provider reported.
+	ID   string
+	Flow string
+	// At is when the call was admitted. Drivers store it in UTC truncated to
+	// the millisecond, and compare times at that precision.
+	At   time.Time
+	Cost governor.Cost
+}
+
+// Store holds sluice's own tables. Implementations are safe for simultaneous
+// use by multiple goroutines, and by several processes on one database.
+//
+// Every time argument and result is compared and returned at millisecond
+// precision in UTC: a charge admitted at 10:00:00.1234 is returned with At
+// 10:00:00.123 UTC, and is found by Charges(since 10:00:00.123999).
+type Store interface {
+	// UpsertCharges records charges on key in one transaction, replacing any
+	// stored with the same (key, ID). Within one call, the last charge given
+	// for an ID wins. No charges is a no-op; an empty key or ID is an error.
+	UpsertCharges(ctx context.Context, key string, charges []Charge) error
+
+	// Charges returns the charges on key admitted at or after since, oldest
+	// first; charges admitted in the same millisecond come in ID order.
+	Charges(ctx context.Context, key string, since time.Time) ([]Charge, error)
+
+	// PruneCharges deletes the charges on key admitted before before and
+	// returns how many it deleted.
+	PruneCharges(ctx context.Context, key string, before time.Time) (int64, error)
+
+	// Close releases the database. It is safe to call more than once.
+	Close() error
+}
+
+// Migration is one numbered schema change as a driver recorded it in the
+// sluice_migrations table when it applied it.
+type Migration struct {
+	Version   int       // 1, 2, 3…: applied in order, each once
+	Name      string    // from the file name: "quota_charges" for 001_quota_charges.sql
+	AppliedAt time.Time // UTC, millisecond precision
+}
+
+// OpenFunc opens a Store on target: a file path (or ":memory:") for the
+// sqlite driver, a postgres:// URL for the postgres driver.
+type OpenFunc func(ctx context.Context, target string) (Store, error)
+
+// The driver names Open dispatches to.
+const (
+	DriverSQLite   = "sqlite"
+	DriverPostgres = "postgres"
+)
+
+var (
+	driversMu sync.RWMutex
+	drivers   = map[string]OpenFunc{}
+)
+
+// Register makes a driver available to Open under name (DriverSQLite or
+// DriverPostgres). Drivers call it from init; registering a name twice panics,
+// as it means two drivers claim the same databases.
+func Register(name string, open OpenFunc) {
+	driversMu.Lock()
+	defer driversMu.Unlock()
+	if open == nil {
+		panic("store: Register of a nil OpenFunc for " + name)
+	}
+	if _, dup := drivers[name]; dup {
+		panic("store: driver registered twice: " + name)
+	}
+	drivers[name] = open
+}
+
+// Open opens the store named by dbURL and applies its migrations:
+//
+//   - "sqlite:PATH", "sqlite:///ABSOLUTE/PATH", or a bare PATH ending in .db,
+//     .sqlite or .sqlite3: SQLite, file created if missing, in WAL mode with a
+//     busy timeout and foreign keys on;
+//   - "sqlite::memory:": a private in-memory SQLite database, for tests;
+//   - "postgres://…" or "postgresql://…": PostgreSQL via pgx.
+//
+// Errors and messages show the URL only through Redact.
+func Open(ctx context.Context, dbURL string) (Store, error) {
+	driver, target, err := parseURL(dbURL)
+	if err != nil {
+		return nil, fmt.Errorf("open store %q: %w", Redact(dbURL), err)
+	}
+	driversMu.RLock()
+	open := drivers[driver]
+	driversMu.RUnlock()
+	if open == nil {
+		return nil, fmt.Errorf("open store %q: the %s driver is not linked into this program (import github.com/sluice-dev/sluice/internal/store/%s)",
+			Redact(dbURL), driver, driver)
+	}
+	return open(ctx, target)
+}
+
+// parseURL returns the driver named by dbURL and what that driver opens.
+func parseURL(dbURL string) (driver, target string, err error) {
+	if strings.TrimSpace(dbURL) == "" {
+		return "", "", fmt.Errorf("no database URL given (want sqlite:PATH, PATH.db or postgres://…)")
+	}
+	scheme, rest, hasScheme := strings.Cut(dbURL, ":")
+	switch lower := strings.ToLower(scheme); {
+	case hasScheme && (lower == "sqlite" || lower == "sqlite3"):
+		if strings.HasPrefix(rest, "//") {
+			// sqlite:///abs/path.db: the authority must be empty, since
+			// SQLite has no host.
+			rest = rest[2:]
+			if !strings.HasPrefix(rest, "/") {
+				return "", "", fmt.Errorf("a sqlite URL names a file, not a host: write sqlite:PATH or sqlite:///ABSOLUTE/PATH")
+			}
+		}
+		if rest == "" {
+			return "", "", fmt.Errorf("sqlite URL has no path: write sqlite:PATH or sqlite::memory:")
+		}
+		return DriverSQLite, rest, nil
+	case hasScheme && (lower == "postgres" || lower == "postgresql"):
+		if !strings.HasPrefix(rest, "//") {
+			return "", "", fmt.Errorf("a %s URL must start with %s://", lower, lower)
+		}
+		return DriverPostgres, dbURL, nil
+	}
+	if hasSQLiteSuffix(dbURL) && !strings.Contains(dbURL, "://") {
+		return DriverSQLite, dbURL, nil
+	}
+	if s, _, ok := strings.Cut(dbURL, "://"); ok {
+		return "", "", fmt.Errorf("unsupported scheme %q (want sqlite:PATH, PATH.db or postgres://…)", s)
+	}
+	return "", "", fmt.Errorf("not a database URL: want sqlite:PATH, a path ending in .db, .sqlite or .sqlite3, or postgres://…")
+}
+
+func hasSQLiteSuffix(path string) bool {
+	p := strings.ToLower(path)
+	return strings.HasSuffix(p, ".db") || strings.HasSuffix(p, ".sqlite") || strings.HasSuffix(p, ".sqlite3")
+}
+
+// redacted replaces every secret in a URL.
+const redacted = "xxxxx"
+
+// queryPassword matches password=… and sslpassword=… in a query string or a
+// key/value connection string.
+var queryPassword = regexp.MustCompile(`(?i)(password=)[^&#\s]*`)
+
+// Redact returns dbURL with any password replaced by "xxxxx":
+// "postgres://user:secret@host/db?sslpassword=k" becomes
+// "postgres://user:xxxxx@host/db?sslpassword=xxxxx". It errs on the side of
+// hiding: in a URL too malformed to parse, everything between the first ":"
+// after the user name and the last "@" is hidden.
+func Redact(dbURL string) string {
+	if u, err := url.Parse(dbURL); err == nil && u.Scheme != "" && !strings.Contains(u.Opaque+u.Host+u.Path+u.RawQuery+u.Fragment, "@") {
+		return queryPassword.ReplaceAllString(u.Redacted(), "${1}"+redacted)
+	}
+	// url.Parse failed, or read part of the user info as host, port or path
+	// (as it does for an unescaped "/" in a password): hide by position.
+	s := dbURL
+	if i, j, ok := userPassword(s); ok {
+		s = s[:i] + redacted + s[j:]
+	}
+	return queryPassword.ReplaceAllString(s, "${1}"+redacted)
+}
+
+// Secrets returns the passwords written in dbURL, as written and unescaped,
+// so a driver can scrub them from the errors of a library that might quote
+// the URL.
+func Secrets(dbURL string) []string {
+	var out []string
+	add := func(s string) {
+		if s == "" || s == redacted {
+			return
+		}
+		out = append(out, s)
+		if d, err := url.PathUnescape(s); err == nil && d != s {
+			out = append(out, d)
+		}
+	}
+	if i, j, ok := userPassword(dbURL); ok {
+		add(dbURL[i:j])
+	}
+	for _, m := range queryPassword.FindAllString(dbURL, -1) {
+		_, pw, _ := strings.Cut(m, "=")
+		add(pw)
+	}
+	return out
+}
+
+// userPassword finds the password of "scheme://user:password@…" (or of
+// "scheme:user:password@…") by position alone: s[i:j], from after the first
+// ":" following the user name to the last "@".
+func userPassword(s string) (i, j int, ok bool) {
+	start := -1
+	if k := strings.Index(s, "://"); k >= 0 {
+		start = k + 3
+	} else if scheme, _, found := strings.Cut(s, ":"); found && isScheme(scheme) {
+		start = len(scheme) + 1
+	}
+	if start < 0 {
+		return 0, 0, false
+	}
+	rest := s[start:]
+	at := strings.LastIndex(rest, "@")
+	if at < 0 {
+		return 0, 0, false
+	}
+	c := strings.Index(rest[:at], ":")
+	if c < 0 {
+		return 0, 0, false
+	}
+	return start + c + 1, start + at, true
+}
+
+func isScheme(s string) bool {
+	for i, r := range s {
+		switch {
+		case 'a' <= r && r <= 'z', 'A' <= r && r <= 'Z':
+		case i > 0 && ('0' <= r && r <= '9' || r == '+' || r == '-' || r == '.'):
+		default:
+			return false
+		}
+	}
+	return s != ""
+}
