@@ -1,0 +1,66 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+)
+
+func init() {
+	register(&command{
+		name:    "send",
+		summary: "send an event to a running \"sluice serve\"",
+		run:     runSend,
+	})
+}
+
+func runSend(ctx context.Context, env *cmdEnv, args []string) error {
+	fs := newFlagSet(env, "send", "NAME [flags]",
+		"Posts the event NAME to POST /v1/events of a running \"sluice serve\" and prints the runs it\nstarted (or found, when the event ID was sent before).")
+	data := fs.String("data", "{}", "the event's data, a JSON object")
+	id := fs.String("id", "", "event ID; sending the same ID again starts nothing new (default: a random one)")
+	url := fs.String("url", "http://127.0.0.1:8288", "base URL of the sluice API")
+	tokenEnv := fs.String("token-env", "SLUICE_API_TOKEN", "environment variable holding the API's bearer token")
+	if len(args) == 0 || args[0] == "" || args[0][0] == '-' {
+		if err := parseFlags(fs, env, args); err != nil {
+			return err
+		}
+		fmt.Fprintln(env.stderr, "sluice send: missing the event NAME")
+		return errUsage
+	}
+	name := args[0]
+	if err := parseFlags(fs, env, args[1:]); err != nil {
+		return err
+	}
+	if !json.Valid([]byte(*data)) || bytes.TrimSpace([]byte(*data))[0] != '{' {
+		return fmt.Errorf("--data %q is not a JSON object", *data)
+	}
+	body, _ := json.Marshal(map[string]any{"name": name, "id": *id, "data": json.RawMessage(*data)})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, *url+"/v1/events", bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("--url %q: %w", *url, err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if tok := env.getenv(*tokenEnv); tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	if err != nil {
+		return fmt.Errorf("send %s: %w", name, err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode != http.StatusAccepted {
+		var e struct{ Error string }
+		if json.Unmarshal(out, &e) == nil && e.Error != "" {
+			return fmt.Errorf("send %s: %s (HTTP %d)", name, e.Error, resp.StatusCode)
+		}
+		return fmt.Errorf("send %s: HTTP %d", name, resp.StatusCode)
+	}
+	_, err = env.stdout.Write(out)
+	return err
+}
