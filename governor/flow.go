@@ -1,6 +1,9 @@
 package governor
 
-import "math"
+import (
+	"math"
+	"time"
+)
 
 // flow is one flow's line of waiting reservations and its totals.
 type flow struct {
@@ -12,6 +15,11 @@ type flow struct {
 	queue  []*Reservation // waiting, in order
 	finish float64        // finish tag of the last reservation queued
 	index  int            // position in the active heap, -1 when idle
+
+	// rate is an exponentially weighted average of the flow's admitted size
+	// (seconds of a limit's capacity) per second, as of rateAt.
+	rate   float64
+	rateAt int64
 
 	admitted   int64
 	tokens     Cost // charged to admitted reservations, as corrected
@@ -77,4 +85,59 @@ func (h *flowHeap) Pop() any {
 	h.flows = h.flows[:n]
 	f.index = -1
 	return f
+}
+
+// rateWindow is the time constant of a flow's measured rate.
+const rateWindow = float64(time.Hour)
+
+func (f *flow) rateNow(now int64) float64 {
+	if f.rate == 0 || now <= f.rateAt {
+		return f.rate
+	}
+	return f.rate * math.Exp(-float64(now-f.rateAt)/rateWindow)
+}
+
+func (f *flow) addRate(now int64, size float64) {
+	f.rate = f.rateNow(now) + size*float64(time.Second)/rateWindow
+	f.rateAt = now
+}
+
+// BatchSize returns how many items the next call of flow should carry so
+// that, at the share of the key the flow can expect now, the call is
+// admitted and done within about the given time — so a flow keeps making
+// visible progress instead of saving up for one large call — and never more
+// than LargestBatch allows. The expected share is what the other flows have
+// recently used left over, and at least the flow's weighted fair share
+// among all the flows the governor knows.
+// A zero or negative within returns LargestBatch.
+func (g *Governor) BatchSize(now time.Time, flow string, base, item Cost, maxItems int, within time.Duration) int {
+	n := g.LargestBatch(base, item, maxItems)
+	if within <= 0 || n <= 1 {
+		return n
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	t := now.UnixNano()
+	f := g.flow(flow)
+	var others, shares float64
+	for _, o := range g.flows {
+		shares += o.share
+		if o != f {
+			others += o.rateNow(t)
+		}
+	}
+	// Until there is some history, expect the weighted fair share; the
+	// measured rates are corrected for the average's warm-up.
+	free := f.share / shares
+	if elapsed := float64(t - g.epoch); g.epoch != math.MinInt64 && elapsed > rateWindow/4 {
+		free = math.Max(free, 1-others/(1-math.Exp(-elapsed/rateWindow)))
+	}
+	for n > 1 {
+		c := base.add(Cost{Requests: item.Requests * int64(n), Input: item.Input * int64(n), Output: item.Output * int64(n)})
+		if g.size(c)/free <= within.Seconds() {
+			break
+		}
+		n--
+	}
+	return n
 }

@@ -77,6 +77,9 @@ type Config struct {
 	// spent: day budgets are paced at limit/24h so the budget lasts the day,
 	// with this much burst. Default 1h. Negative disables pacing.
 	DayBurst time.Duration
+	// DayPace is the fraction of a day limit's even rate that pacing aims
+	// at. Default 1.
+	DayPace float64
 	// Journal, if set, is told every charge and every correction of one, so
 	// the day's usage can be persisted and given back to Restore after a restart.
 	Journal Journal
@@ -106,6 +109,9 @@ func (c *Config) withDefaults() Config {
 	}
 	if out.DayBurst == 0 {
 		out.DayBurst = time.Hour
+	}
+	if out.DayPace == 0 {
+		out.DayPace = 1
 	}
 	if out.Now == nil {
 		out.Now = time.Now
@@ -312,12 +318,14 @@ func (g *Governor) Reserve(now time.Time, flow string, c Cost) (*Reservation, er
 	return r, nil
 }
 
-// size is c's dominant share: the largest fraction of any limit it takes.
+// size is c's dominant share, in seconds: of every limit, the time the
+// limit needs to replenish what c takes (amount × period ÷ allowance), and
+// the largest of these. Minute and day limits so compare on one scale.
 func (g *Governor) size(c Cost) float64 {
 	var s float64
 	for _, l := range AllLimits {
 		if lim := g.limits[l]; lim > 0 {
-			s = math.Max(s, float64(c.On(l))/float64(lim))
+			s = math.Max(s, float64(c.On(l))*l.Period().Seconds()/float64(lim))
 		}
 	}
 	if s == 0 {
@@ -415,6 +423,7 @@ func (g *Governor) admit(now int64, r *Reservation) {
 	}
 	f.admitted++
 	f.tokens = f.tokens.add(r.cost)
+	f.addRate(now, g.size(r.cost))
 	if g.cfg.Journal != nil {
 		g.cfg.Journal.Record(Charge{ID: r.id, Flow: f.name, At: time.Unix(0, now), Cost: r.cost})
 	}
@@ -440,8 +449,11 @@ func (g *Governor) amend(r *Reservation, c Cost) {
 func (g *Governor) start(now int64) {
 	if g.epoch == math.MinInt64 {
 		g.epoch = now
+		// The pacers start with no burst in hand: under a rolling window a
+		// day paced from the first call never holds more than the limit, so
+		// the window itself never stops everything a day later.
 		for l := range g.pace {
-			g.pace[l].tat = now
+			g.pace[l].tat = now + g.pace[l].burst
 		}
 	}
 }
@@ -633,6 +645,25 @@ func (r *Reservation) withdraw() bool {
 	}
 	g.dequeue(r)
 	r.state = cancelled
+	g.broadcast()
+	return true
+}
+
+// Shrink lowers the charge of an admitted reservation before its call is
+// made — for instance when fewer items were ready to go than were reserved
+// for — and gives the difference back. c must not exceed the current charge
+// in any part; otherwise, or if the reservation is not admitted, Shrink does
+// nothing and reports false.
+func (r *Reservation) Shrink(now time.Time, c Cost) bool {
+	g := r.g
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if r.state != admitted || c.Requests > r.cost.Requests || c.Input > r.cost.Input || c.Output > r.cost.Output ||
+		c.Requests < 0 || c.Input < 0 || c.Output < 0 {
+		return false
+	}
+	g.expire(now.UnixNano())
+	g.amend(r, c)
 	g.broadcast()
 	return true
 }

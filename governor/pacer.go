@@ -20,7 +20,7 @@ func (g *Governor) setPacers() {
 		if !p.on {
 			continue
 		}
-		p.perUnit = float64(l.Period()) / float64(lim)
+		p.perUnit = float64(l.Period()) / (float64(lim) * g.cfg.DayPace)
 		p.burst = int64(g.cfg.DayBurst)
 	}
 }

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/sluice-dev/sluice/internal/bench"
+	"github.com/sluice-dev/sluice/internal/scenario"
+)
+
+func init() {
+	registerBench(&benchCommand{
+		name:    "quota",
+		summary: "replay a quota scenario in virtual time under sluice and the alternatives",
+		run:     runBenchQuota,
+	})
+}
+
+func runBenchQuota(ctx context.Context, env *cmdEnv, args []string) error {
+	fs := newFlagSet(env, "bench quota", "--scenario FILE [flags]",
+		"Replays a quota scenario (see docs/bench.md) in virtual time under one policy or all of them\n"+
+			"and reports, per policy, each limit's use, the work done and each flow's stalls and waits.\n"+
+			"Policies: "+strings.Join(bench.Policies, ", ")+".")
+	scenarioPath := fs.String("scenario", "", "scenario file (YAML, required)")
+	policy := fs.String("policy", "all", `policy to run, or "all"`)
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	svgPath := fs.String("svg", "", "also draw each flow's progress and each limit's use over time to this SVG file")
+	tracePath := fs.String("trace", "", "also write every request the provider model saw to this file, one JSON object a line")
+	if err := parseFlags(fs, env, args); err != nil {
+		return err
+	}
+	if *scenarioPath == "" {
+		fmt.Fprintln(env.stderr, "sluice bench quota: --scenario is required")
+		return errUsage
+	}
+	sc, err := scenario.Load(*scenarioPath)
+	if err != nil {
+		return err
+	}
+	policies := bench.Policies
+	if *policy != "all" {
+		policies = strings.Split(*policy, ",")
+	}
+	var opts bench.Options
+	if *tracePath != "" {
+		f, err := os.Create(*tracePath)
+		if err != nil {
+			return fmt.Errorf("trace: %w", err)
+		}
+		defer f.Close()
+		opts.Trace = f
+	}
+	rep, err := bench.Run(sc, policies, opts)
+	if err != nil {
+		return err
+	}
+	if *svgPath != "" {
+		if err := writeFile(*svgPath, func(w io.Writer) error { return bench.WriteSVG(w, rep) }); err != nil {
+			return fmt.Errorf("svg: %w", err)
+		}
+	}
+	if *asJSON {
+		enc := json.NewEncoder(env.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	printQuotaReport(env.stdout, rep)
+	return nil
+}
+
+func writeFile(path string, fill func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := fill(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func printQuotaReport(w io.Writer, rep *bench.Report) {
+	fmt.Fprintf(w, "scenario %s\n\n", rep.Scenario)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "policy\tbottleneck\tutilization\twork_tokens\t429\t413\twall s\t")
+	for _, r := range rep.Results {
+		fmt.Fprintf(tw, "%s\t%s\t%.4f\t%d\t%d\t%d\t%.2f\t\n", r.Policy, r.Bottleneck, r.BottleneckUtilization,
+			r.WorkTokens, r.ProviderRejections["429"], r.ProviderRejections["413"], r.WallSeconds)
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "policy\tflow\tdone\tremaining\trequests\ttokens\twork_tokens\tnever_fit\tmax_stall_min\tp95_wait_min\t")
+	for _, r := range rep.Results {
+		for _, name := range sortedKeys(r.Flows) {
+			f := r.Flows[name]
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%.1f\t%.1f\t\n", r.Policy, name, f.Done, f.Remaining,
+				f.Requests, f.Tokens, f.WorkTokens, f.NeverFit, f.MaxStallMinutes, f.P95WaitMinutes)
+		}
+	}
+	tw.Flush()
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

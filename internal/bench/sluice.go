@@ -1,0 +1,177 @@
+package bench
+
+import (
+	"time"
+
+	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/scenario"
+	"github.com/sluice-dev/sluice/internal/sim"
+	"github.com/sluice-dev/sluice/llm"
+)
+
+// sluicePolicy drives the production governor: one governor for the key,
+// every flow a governor flow with the scenario's weight and priority. Each
+// flow keeps one reservation in line and a few calls in flight; batches are
+// sized to the largest that fits every limit (and what the flow has), every
+// call sets max_tokens, and the governor learns from the provider's headers
+// and rejections exactly as the engine and the gateway do.
+type sluicePolicy struct {
+	g       *governor.Governor
+	profile llm.Profile
+	flows   []*sluiceFlow
+	wakeAt  time.Time
+	// progressEvery bounds how long a flow's call should take at its share
+	// of the key: batches are sized so every flow keeps finishing work.
+	progressEvery time.Duration
+	// defaultMax is what sluice gives a call whose flow sets no max_tokens
+	// per item: the provider's own default, so it is charged the same.
+	defaultMax int64
+}
+
+type sluiceFlow struct {
+	f        *flowState
+	pending  *governor.Reservation
+	batch    int // items the pending reservation is for
+	inflight int
+	retryAt  time.Time // after a fault, back off before the next call
+	backoff  time.Duration
+}
+
+// defaultProgressEvery is half the stall threshold sluice's monitoring uses
+// by default (an hour): a flow at its share finishes a call at least twice
+// within it.
+const defaultProgressEvery = 30 * time.Minute
+
+// maxInflight is how many calls of one flow may be in flight at once.
+const maxInflight = 4
+
+func newSluicePolicy(sc *scenario.Scenario) (*sluicePolicy, error) {
+	return newSluicePolicyWith(sc, func(*governor.Config) {})
+}
+
+func newSluicePolicyWith(sc *scenario.Scenario, tune func(*governor.Config)) (*sluicePolicy, error) {
+	cfg := governor.Config{
+		Key:        sc.Name,
+		Limits:     sc.Provider.Limits,
+		Window:     governor.Rolling,
+		Accounting: governor.Reserve,
+	}
+	if sc.Provider.Window == scenario.Fixed {
+		cfg.Window = governor.Fixed
+	}
+	if sc.Provider.Accounting == scenario.Settle {
+		cfg.Accounting = governor.Settle
+	}
+	for _, f := range sc.Flows {
+		cfg.Flows = append(cfg.Flows, governor.FlowConfig{Name: f.Name, Weight: f.Weight, Priority: f.Priority})
+	}
+	// Pace day limits just under their even rate, so a rolling day window
+	// never fills: admissions follow the pacer's even, fair rhythm instead
+	// of echoing whatever the window held a day before.
+	cfg.DayPace = 0.995
+	tune(&cfg)
+	g, err := governor.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &sluicePolicy{g: g, progressEvery: defaultProgressEvery, profile: llm.Profile(sc.Provider.Profile), defaultMax: sc.Provider.DefaultMaxTokens}, nil
+}
+
+func (p *sluicePolicy) start(w *world) {
+	for _, f := range w.flows {
+		p.flows = append(p.flows, &sluiceFlow{f: f})
+	}
+}
+
+func (p *sluicePolicy) cost(f *flowState, n int) governor.Cost {
+	return governor.Cost{Requests: 1, Input: f.cfg.PromptTokens + int64(n)*f.cfg.ItemInputTokens, Output: p.maxTokens(f, n)}
+}
+
+func (p *sluicePolicy) maxTokens(f *flowState, n int) int64 {
+	if f.cfg.ItemMaxTokens == 0 {
+		return p.defaultMax
+	}
+	return int64(n) * f.cfg.ItemMaxTokens
+}
+
+func (p *sluicePolicy) wake(w *world) {
+	// Queue one reservation per flow that has work and room in flight.
+	for _, sf := range p.flows {
+		f := sf.f
+		if sf.pending != nil || len(f.queue) == 0 || sf.inflight >= maxInflight || w.now.Before(sf.retryAt) {
+			continue
+		}
+		base := governor.Cost{Requests: 1, Input: f.cfg.PromptTokens}
+		per := governor.Cost{Input: f.cfg.ItemInputTokens, Output: f.cfg.ItemMaxTokens}
+		if f.cfg.ItemMaxTokens == 0 {
+			base.Output = p.defaultMax
+		}
+		n := p.g.BatchSize(w.now, f.cfg.Name, base, per, max(f.cfg.BatchMax, 1), p.progressEvery)
+		if n == 0 {
+			// No call carrying even one item can ever fit: refuse, don't wait.
+			w.refuse(f, w.take(f, len(f.queue)))
+			continue
+		}
+		// Reserve for a full batch; the items are taken when the call is
+		// admitted, so items that arrive while it waits ride along, and
+		// what is not used is given back then.
+		r, err := p.g.Reserve(w.now, f.cfg.Name, p.cost(f, n))
+		if err != nil {
+			w.refuse(f, w.take(f, len(f.queue)))
+			continue
+		}
+		sf.pending, sf.batch = r, n
+	}
+	next := p.g.Advance(w.now)
+	for _, sf := range p.flows {
+		if sf.pending != nil && sf.pending.Admitted() {
+			p.call(w, sf)
+		}
+	}
+	if !next.IsZero() && (p.wakeAt.IsZero() || next.Before(p.wakeAt) || !p.wakeAt.After(w.now)) {
+		p.wakeAt = next
+		w.at(next, func() { p.wake(w) })
+	}
+}
+
+func (p *sluicePolicy) call(w *world, sf *sluiceFlow) {
+	r, f := sf.pending, sf.f
+	sf.pending = nil
+	sf.inflight++
+	items := w.take(f, sf.batch)
+	if len(items) < sf.batch {
+		r.Shrink(w.now, p.cost(f, len(items)))
+	}
+	w.send(f, items, r.Cost().Output, func(o outcome) {
+		sf.inflight--
+		resp := o.resp
+		if len(resp.Header) > 0 {
+			p.g.Observe(w.now, p.profile.Snapshot(resp.Header, w.now))
+		}
+		switch {
+		case resp.Rejected:
+			// The provider did not charge a refused call; it tells which limit is full.
+			r.Cancel(w.now)
+			if resp.TooLarge {
+				w.refuse(f, items)
+				return
+			}
+			w.putBack(f, items)
+			p.g.RejectedFlow(f.cfg.Name, resp.Limit)
+			p.g.Rejected(w.now, resp.Limit, resp.RetryAfter)
+		case resp.Fault != sim.NoFault:
+			// Charged but failed: keep the charge, back off this flow.
+			r.Settle(w.now, governor.Usage{})
+			w.putBack(f, items)
+			sf.backoff = min(max(2*sf.backoff, time.Second), time.Minute)
+			sf.retryAt = w.now.Add(sf.backoff)
+			w.at(sf.retryAt, func() { p.wake(w) })
+		default:
+			sf.backoff = 0
+			r.Settle(w.now, governor.Usage{Input: o.req.Input, Output: resp.Output})
+		}
+		if resp.Rejected {
+			w.at(w.now, func() { p.wake(w) })
+		}
+	})
+}

@@ -1,0 +1,389 @@
+package bench
+
+import (
+	"container/heap"
+	"math"
+	"sort"
+	"time"
+
+	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/scenario"
+	"github.com/sluice-dev/sluice/internal/sim"
+)
+
+// epoch is where virtual time starts: a Monday at midnight UTC, so fixed
+// windows start on whole minutes and days.
+var epoch = time.Date(2026, 10, 19, 0, 0, 0, 0, time.UTC)
+
+// item is one unit of a flow's work.
+type item struct {
+	eligible time.Time
+	output   int64 // real output tokens it will produce
+}
+
+// flowState is a flow's items and its measurements in one run.
+type flowState struct {
+	cfg        scenario.Flow
+	idx        int
+	serial     uint64
+	queue      []item // eligible, not yet in a request
+	out        int    // items in requests not yet answered
+	dependents []*flowState
+
+	done, neverFit int
+	requests       int64
+	tokens         int64
+	waits          []float64 // minutes, per completed item (flows with arrivals)
+	stallFrom      time.Time // when the current stretch without completion began; zero when no work
+	maxStall       time.Duration
+	progress       []point // cumulative done over time, for the chart
+}
+
+type point struct {
+	at time.Time
+	v  float64
+}
+
+func (f *flowState) work() int { return len(f.queue) + f.out }
+
+// world is one policy's run of a scenario in virtual time.
+type world struct {
+	sc      *scenario.Scenario
+	now     time.Time
+	end     time.Time
+	events  eventHeap
+	seq     uint64
+	prov    *sim.Model
+	flows   []*flowState
+	byName  map[string]*flowState
+	pol     policy
+	trace   func(TraceRecord)
+	used    [governor.NumLimits]int64
+	useful  [governor.NumLimits]int64
+	rejects map[int]int64
+	usage   []usagePoint // charges of succeeded requests over time, for the chart
+}
+
+type usagePoint struct {
+	at   time.Time
+	cost governor.Cost
+}
+
+// policy decides when each flow's requests are sent.
+type policy interface {
+	// start is called once at time zero.
+	start(w *world)
+	// wake is called after anything happened that may let the policy act:
+	// items arrived, a response ended.
+	wake(w *world)
+}
+
+func newWorld(sc *scenario.Scenario, pol policy, trace func(TraceRecord)) (*world, error) {
+	p := sc.Provider
+	prov, err := sim.NewModel(sim.Config{
+		Profile: p.Profile, Window: p.Window, Accounting: p.Accounting, Latency: p.Latency,
+		DefaultMaxTokens: p.DefaultMaxTokens, Faults: p.Faults, Limits: p.Limits, Seed: sc.Seed,
+		Wire: true, // headers and error bodies, as the policies' clients would read them
+	})
+	if err != nil {
+		return nil, err
+	}
+	w := &world{
+		sc: sc, now: epoch, end: epoch.Add(sc.Duration), prov: prov, pol: pol, trace: trace,
+		byName: map[string]*flowState{}, rejects: map[int]int64{},
+	}
+	for i, fc := range sc.Flows {
+		f := &flowState{cfg: fc, idx: i}
+		w.flows = append(w.flows, f)
+		w.byName[fc.Name] = f
+	}
+	for _, f := range w.flows {
+		if f.cfg.After != "" {
+			up := w.byName[f.cfg.After]
+			up.dependents = append(up.dependents, f)
+		}
+	}
+	return w, nil
+}
+
+// at schedules fn at time t (not before now).
+func (w *world) at(t time.Time, fn func()) {
+	if t.Before(w.now) {
+		t = w.now
+	}
+	w.seq++
+	heap.Push(&w.events, event{at: t, seq: w.seq, fn: fn})
+}
+
+func (w *world) run() {
+	for _, f := range w.flows {
+		for range f.cfg.Backlog {
+			w.addItem(f)
+		}
+		if f.cfg.ArrivalsPerDay > 0 {
+			w.scheduleArrivals(f)
+		}
+	}
+	w.pol.start(w)
+	w.pol.wake(w)
+	for w.events.Len() > 0 {
+		ev := heap.Pop(&w.events).(event)
+		if !ev.at.Before(w.end) {
+			break
+		}
+		w.now = ev.at
+		ev.fn()
+	}
+	w.now = w.end
+	for _, f := range w.flows {
+		if !f.stallFrom.IsZero() {
+			f.maxStall = max(f.maxStall, w.end.Sub(f.stallFrom))
+		}
+	}
+}
+
+// scheduleArrivals spreads a flow's new items evenly over each day, each at a
+// random moment of its own slot.
+func (w *world) scheduleArrivals(f *flowState) {
+	slot := time.Duration(float64(24*time.Hour) / f.cfg.ArrivalsPerDay)
+	n := int(math.Ceil(float64(w.sc.Duration) / float64(slot)))
+	for i := range n {
+		jitter := time.Duration(unit(uint64(w.sc.Seed), uint64(f.idx)+1000, uint64(i)) * float64(slot))
+		t := epoch.Add(time.Duration(i)*slot + jitter)
+		w.at(t, func() {
+			w.addItem(f)
+			w.pol.wake(w)
+		})
+	}
+}
+
+// addItem makes one item of f eligible now.
+func (w *world) addItem(f *flowState) {
+	f.serial++
+	v := 0.8 + 0.4*unit(uint64(w.sc.Seed), uint64(f.idx), f.serial)
+	it := item{eligible: w.now, output: int64(math.Round(float64(f.cfg.ItemOutputTokens) * v))}
+	if f.work() == 0 {
+		f.stallFrom = w.now
+	}
+	f.queue = append(f.queue, it)
+}
+
+// take removes up to n items from the head of f's queue.
+func (w *world) take(f *flowState, n int) []item {
+	n = min(n, len(f.queue))
+	items := append([]item(nil), f.queue[:n]...)
+	f.queue = f.queue[n:]
+	f.out += n
+	return items
+}
+
+// putBack returns items of a failed request to the head of f's queue.
+func (w *world) putBack(f *flowState, items []item) {
+	f.out -= len(items)
+	f.queue = append(append(make([]item, 0, len(items)+len(f.queue)), items...), f.queue...)
+}
+
+// requeue returns items of a request given up on to the end of f's queue.
+func (w *world) requeue(f *flowState, items []item) {
+	f.out -= len(items)
+	f.queue = append(f.queue, items...)
+}
+
+// refuse drops items no request could ever carry.
+func (w *world) refuse(f *flowState, items []item) {
+	f.out -= len(items)
+	f.neverFit += len(items)
+	if f.work() == 0 {
+		f.maxStall = max(f.maxStall, w.now.Sub(f.stallFrom))
+		f.stallFrom = time.Time{}
+	}
+}
+
+// requestFor shapes the request carrying items: prompt + items' input, the
+// given max_tokens (0: none), and the items' real output.
+func (w *world) requestFor(f *flowState, items []item, maxTokens int64) sim.Request {
+	r := sim.Request{Flow: f.cfg.Name, Input: f.cfg.PromptTokens + int64(len(items))*f.cfg.ItemInputTokens, MaxTokens: maxTokens}
+	for _, it := range items {
+		r.Output += it.output
+	}
+	return r
+}
+
+// outcome is what a policy learns of one request.
+type outcome struct {
+	resp  sim.Response
+	items []item
+	req   sim.Request
+}
+
+// send submits a request of f carrying items (taken with take) now. done is
+// called when the answer arrives: for a success after the response's latency
+// (the items are then done); for a rejection at once and for a fault after
+// the latency, with the items still out: the policy sends them again, puts
+// them back or refuses them.
+func (w *world) send(f *flowState, items []item, maxTokens int64, done func(outcome)) {
+	req := w.requestFor(f, items, maxTokens)
+	resp := w.prov.Submit(w.now, req)
+	sent := w.now
+	o := outcome{resp: resp, items: items, req: req}
+	if resp.Rejected {
+		w.record(sent, sent, f, len(items), req, resp, governor.Cost{})
+		w.rejects[resp.Status]++
+		done(o)
+		return
+	}
+	w.at(w.now.Add(resp.Latency), func() {
+		if resp.Fault != sim.NoFault {
+			w.record(sent, w.now, f, len(items), req, resp, governor.Cost{})
+			done(o)
+			w.pol.wake(w)
+			return
+		}
+		final := w.prov.Finish(w.now, resp)
+		w.record(sent, w.now, f, len(items), req, resp, final)
+		w.succeed(f, items, final, req, resp)
+		done(o)
+		w.pol.wake(w)
+	})
+}
+
+func (w *world) succeed(f *flowState, items []item, charged governor.Cost, req sim.Request, resp sim.Response) {
+	for _, l := range governor.AllLimits {
+		w.used[l] += charged.On(l)
+		w.useful[l] += governor.Cost{Requests: 1, Input: req.Input, Output: resp.Output}.On(l)
+	}
+	w.usage = append(w.usage, usagePoint{at: w.now, cost: charged})
+	f.requests++
+	f.tokens += charged.Tokens()
+	f.out -= len(items)
+	f.done += len(items)
+	if f.cfg.ArrivalsPerDay > 0 {
+		for _, it := range items {
+			f.waits = append(f.waits, w.now.Sub(it.eligible).Minutes())
+		}
+	}
+	f.maxStall = max(f.maxStall, w.now.Sub(f.stallFrom))
+	if f.work() > 0 {
+		f.stallFrom = w.now
+	} else {
+		f.stallFrom = time.Time{}
+	}
+	f.progress = append(f.progress, point{w.now, float64(f.done)})
+	for _, d := range f.dependents {
+		for range items {
+			w.addItem(d)
+		}
+	}
+}
+
+func (w *world) record(sent, end time.Time, f *flowState, items int, req sim.Request, resp sim.Response, charged governor.Cost) {
+	if w.trace == nil {
+		return
+	}
+	rec := TraceRecord{
+		Time: sent.Sub(epoch).Seconds(), End: end.Sub(epoch).Seconds(), Flow: f.cfg.Name, Items: items,
+		Input: req.Input, MaxTokens: req.MaxTokens, Status: resp.Status,
+		Charged: charged,
+	}
+	if resp.Status == 200 && resp.Fault == sim.NoFault {
+		rec.Output = resp.Output
+	}
+	if resp.Rejected {
+		rec.Limit = resp.Limit.String()
+		rec.TooLarge = resp.TooLarge
+		rec.RetryAfter = resp.RetryAfter.Seconds()
+	}
+	if resp.Fault != sim.NoFault {
+		rec.Fault = resp.Fault.String()
+	}
+	w.trace(rec)
+}
+
+// result summarises the run.
+func (w *world) result(name string, wall time.Duration) Result {
+	r := Result{
+		Policy:             name,
+		SimulatedHours:     w.sc.Duration.Hours(),
+		WallSeconds:        wall.Seconds(),
+		Limits:             map[string]LimitResult{},
+		ProviderRejections: map[string]int64{"429": 0, "413": 0},
+		Flows:              map[string]FlowResult{},
+	}
+	for status, n := range w.rejects {
+		r.ProviderRejections[itoa(status)] += n
+	}
+	for _, l := range governor.AllLimits {
+		lim := w.sc.Provider.Limits[l]
+		if lim == 0 {
+			continue
+		}
+		capacity := int64(math.Round(float64(lim) * float64(w.sc.Duration) / float64(l.Period())))
+		lr := LimitResult{Limit: lim, Capacity: capacity, Used: w.used[l], Useful: w.useful[l]}
+		lr.Utilization = round4(float64(lr.Used) / float64(capacity))
+		r.Limits[l.String()] = lr
+		if lr.Utilization > r.BottleneckUtilization || r.Bottleneck == "" {
+			r.Bottleneck, r.BottleneckUtilization = l.String(), lr.Utilization
+		}
+	}
+	for _, f := range w.flows {
+		fr := FlowResult{
+			Done: f.done, Remaining: f.work(), Requests: f.requests, Tokens: f.tokens,
+			WorkTokens: int64(f.done) * (f.cfg.ItemInputTokens + f.cfg.ItemOutputTokens),
+			NeverFit:   f.neverFit, MaxStallMinutes: round1(f.maxStall.Minutes()),
+			P95WaitMinutes: round1(percentile(f.waits, 0.95)),
+		}
+		r.WorkTokens += fr.WorkTokens
+		r.Flows[f.cfg.Name] = fr
+	}
+	return r
+}
+
+func percentile(xs []float64, p float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	i := int(math.Ceil(p*float64(len(s)))) - 1
+	return s[max(i, 0)]
+}
+
+func round4(x float64) float64 { return math.Round(x*10000) / 10000 }
+func round1(x float64) float64 { return math.Round(x*10) / 10 }
+
+// unit returns a deterministic number in [0, 1) from three integers
+// (splitmix64), so every policy sees the same items and arrivals.
+func unit(a, b, c uint64) float64 {
+	x := a*0x9E3779B97F4A7C15 ^ b*0xBF58476D1CE4E5B9 ^ c*0x94D049BB133111EB
+	x ^= x >> 30
+	x *= 0xBF58476D1CE4E5B9
+	x ^= x >> 27
+	x *= 0x94D049BB133111EB
+	x ^= x >> 31
+	return float64(x>>11) / (1 << 53)
+}
+
+type event struct {
+	at  time.Time
+	seq uint64
+	fn  func()
+}
+
+type eventHeap []event
+
+func (h eventHeap) Len() int { return len(h) }
+func (h eventHeap) Less(i, j int) bool {
+	if !h[i].at.Equal(h[j].at) {
+		return h[i].at.Before(h[j].at)
+	}
+	return h[i].seq < h[j].seq
+}
+func (h eventHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *eventHeap) Push(x any)   { *h = append(*h, x.(event)) }
+func (h *eventHeap) Pop() any {
+	old := *h
+	n := len(old) - 1
+	e := old[n]
+	*h = old[:n]
+	return e
+}
