@@ -9,7 +9,7 @@ import (
 
 // words are common English words each of which, with a leading space, is a
 // single cl100k_base token, so n of them make a text of exactly n tokens.
-var words = strings.Fields(`river flows past the old stone bridge and every morning light falls on quiet
+var words = strings.Fields(`river flows past an old stone bridge and every morning light falls on quiet
 water while birds sing above green fields of wheat near a small town where people walk slowly home
 after long days in warm summer air under clear blue sky with friends who know each other well`)
 

@@ -100,6 +100,7 @@ type Request struct {
 	Input     int64  // input tokens, as the provider counts them
 	MaxTokens int64  // 0: the request set none, DefaultMaxTokens is reserved
 	Output    int64  // real output tokens the response will have (capped at the max)
+	Model     string // names the model in error messages; "" means Config.Model
 }
 
 // Response is the provider's decision on one Request.
@@ -120,7 +121,8 @@ type Response struct {
 	admitted bool
 	seqMin   uint64 // sequence numbers in the minute and day ledgers
 	seqDay   uint64
-	final    int64 // output the charge settles to
+	final    int64  // output the charge settles to
+	model    string // the request's model, for messages
 	flow     *FlowStats
 }
 
@@ -220,7 +222,7 @@ func (m *Model) Submit(now time.Time, r Request) Response {
 		max = m.cfg.DefaultMaxTokens
 	}
 	c := governor.Cost{Requests: 1, Input: nonNeg(r.Input), Output: max}
-	resp := Response{id: m.requests, flow: fs}
+	resp := Response{id: m.requests, flow: fs, model: r.Model}
 
 	for _, l := range governor.AllLimits {
 		if lim := m.cfg.Limits[l]; lim > 0 && c.On(l) > lim {

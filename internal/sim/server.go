@@ -326,7 +326,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		model = s.cfg.Models[0]
 	}
 
-	resp := s.m.Submit(s.cfg.Now(), Request{Flow: flow, Input: input, MaxTokens: maxTokens, Output: output})
+	resp := s.m.Submit(s.cfg.Now(), Request{Flow: flow, Input: input, MaxTokens: maxTokens, Output: output, Model: req.Model})
 	h := w.Header()
 	for k, v := range resp.Header {
 		h[k] = v

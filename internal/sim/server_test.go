@@ -98,8 +98,12 @@ func (f *fixture) post(t *testing.T, body string, header ...string) reply {
 
 // chatBody is a request whose prompt is 3 + 3 + tokens(text) tokens.
 func chatBody(text string, maxTokens int) string {
+	return chatBodyModel("llama-3.1-8b-instant", text, maxTokens)
+}
+
+func chatBodyModel(model, text string, maxTokens int) string {
 	b, _ := json.Marshal(map[string]any{
-		"model":      "llama-3.1-8b-instant",
+		"model":      model,
 		"messages":   []map[string]string{{"role": "user", "content": text}},
 		"max_tokens": maxTokens,
 	})
@@ -185,7 +189,7 @@ func TestGroqWire(t *testing.T) {
 	}
 	need := prompt(big) + 500
 	msg := r.errorMessage(t)
-	want := "Rate limit reached for model `sim-model` in organization `org_sim` service tier `on_demand` on tokens per minute (TPM): Limit 1000, Used " +
+	want := "Rate limit reached for model `llama-3.1-8b-instant` in organization `org_sim` service tier `on_demand` on tokens per minute (TPM): Limit 1000, Used " +
 		strconv.FormatInt(used, 10) + ", Requested " + strconv.FormatInt(need, 10) + ". Please try again in 39.5s."
 	if !strings.HasPrefix(msg, want) {
 		t.Errorf("message %q\nwant prefix %q", msg, want)
@@ -206,7 +210,7 @@ func TestGroqWire(t *testing.T) {
 	if r.status != 413 || r.header.Get("retry-after") != "" {
 		t.Fatalf("status %d retry-after %q, want 413 and none", r.status, r.header.Get("retry-after"))
 	}
-	if msg := r.errorMessage(t); !strings.Contains(msg, "Request too large for model `sim-model` in organization `org_sim` service tier `on_demand` on tokens per minute (TPM): Limit 1000, Requested "+strconv.FormatInt(prompt(huge)+10, 10)+", please reduce your message size and try again.") {
+	if msg := r.errorMessage(t); !strings.Contains(msg, "Request too large for model `llama-3.1-8b-instant` in organization `org_sim` service tier `on_demand` on tokens per minute (TPM): Limit 1000, Requested "+strconv.FormatInt(prompt(huge)+10, 10)+", please reduce your message size and try again.") {
 		t.Errorf("413 message %q", msg)
 	}
 	// Too large for OTPM: Groq's 429 with a 900 s retry-after (seed 000).
@@ -221,8 +225,8 @@ func TestGroqWire(t *testing.T) {
 
 func TestOpenAIWire(t *testing.T) {
 	t.Parallel()
-	f := serve(t, Config{Profile: "openai", Model: "gpt-4o", Limits: limits("rpm=2,tpm=30000")}, ServerConfig{})
-	r := f.post(t, chatBody("a", 50))
+	f := serve(t, Config{Profile: "openai", Limits: limits("rpm=2,tpm=30000")}, ServerConfig{})
+	r := f.post(t, chatBodyModel("gpt-4o", "a", 50))
 	if r.status != 200 {
 		t.Fatalf("status %d: %s", r.status, r.body)
 	}
@@ -233,10 +237,10 @@ func TestOpenAIWire(t *testing.T) {
 		}
 	}
 	f.clock.Set(t0.Add(45 * time.Second))
-	if r := f.post(t, chatBody("b", 50)); r.status != 200 {
+	if r := f.post(t, chatBodyModel("gpt-4o", "b", 50)); r.status != 200 {
 		t.Fatalf("second: %d", r.status)
 	}
-	r = f.post(t, chatBody("c", 50))
+	r = f.post(t, chatBodyModel("gpt-4o", "c", 50))
 	if r.status != 429 || r.header.Get("retry-after") != "45" || r.header.Get("x-ratelimit-reset-requests") != "1m0s" {
 		t.Fatalf("third: %d retry-after %q reset %q", r.status, r.header.Get("retry-after"), r.header.Get("x-ratelimit-reset-requests"))
 	}
@@ -247,7 +251,7 @@ func TestOpenAIWire(t *testing.T) {
 		t.Errorf("body %s", r.body)
 	}
 	// Too large is a 429 at OpenAI.
-	r = f.post(t, chatBody("d", 31000))
+	r = f.post(t, chatBodyModel("gpt-4o", "d", 31000))
 	if r.status != 429 || r.header.Get("retry-after") != "" {
 		t.Fatalf("too large: %d retry-after %q", r.status, r.header.Get("retry-after"))
 	}
@@ -304,7 +308,7 @@ func TestAnthropicWire(t *testing.T) {
 		t.Fatal(err)
 	}
 	if v.Type != "error" || v.Error.Type != "rate_limit_error" || v.RequestID == "" ||
-		!strings.HasPrefix(v.Error.Message, "This request would exceed your organization's rate limit of 8,000 output tokens per minute (org: org-sim, model: sim-model).") {
+		!strings.HasPrefix(v.Error.Message, "This request would exceed your organization's rate limit of 8,000 output tokens per minute (org: org-sim, model: llama-3.1-8b-instant).") {
 		t.Errorf("body %s", r.body)
 	}
 	r = f.post(t, chatBody("x", 9000))

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -37,7 +38,7 @@ func (m *Model) wire(t int64, r *Response, c governor.Cost, exact time.Duration)
 	case r.Fault == Fault5xx:
 		r.Body = ServerErrorBody(m.cfg.Profile, r.Status, r.id)
 	case r.Fault == FaultBadJSON:
-		r.Body = fmt.Appendf(nil, `{"id":"chatcmpl-sim-%d","object":"chat.completion","model":%q,"choices":[{"index":0,"message":{"role":"assistant","content":"The`, r.id, m.cfg.Model)
+		r.Body = fmt.Appendf(nil, `{"id":"chatcmpl-sim-%d","object":"chat.completion","model":%q,"choices":[{"index":0,"message":{"role":"assistant","content":"The`, r.id, cmp.Or(r.model, m.cfg.Model))
 	}
 }
 
@@ -86,7 +87,7 @@ func (m *Model) rejectBody(r *Response, c governor.Cost, exact time.Duration) []
 	if l == governor.RPM || l == governor.RPD {
 		kind = "requests"
 	}
-	model := m.cfg.Model
+	model := cmp.Or(r.model, m.cfg.Model)
 	switch m.cfg.Profile {
 	case "groq":
 		org := fmt.Sprintf("for model `%s` in organization `org_sim` service tier `on_demand` on %s (%s)", model, l.Title(), abbr)
