@@ -102,7 +102,9 @@ func Open(ctx context.Context, dbURL string) (*Store, error) {
 }
 
 // Pool returns the pool the store uses, for DBOS (dbos.Config.SystemDBPool)
-// to share. It stays owned by the Store: Close closes it.
+// to share. DBOS closes the pool it is given when it shuts down: shut DBOS
+// down after the last call on the Store, then Close the Store (a no-op by
+// then). Close closes the pool too.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
 // String returns the database URL with its password replaced by "xxxxx".

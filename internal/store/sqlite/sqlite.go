@@ -138,8 +138,12 @@ func dsn(path string) string {
 	return path + sep + strings.Join(params, "&")
 }
 
-// DB returns the handle the store uses, for DBOS (dbos.Config.SQLiteSystemDB)
-// to share. It stays owned by the Store: Close closes it.
+// DB returns the handle the store uses, for DBOS (dbos.Config.SQLiteSystemDB,
+// with github.com/dbos-inc/dbos-transact-golang/dbos/driver/sqlite imported)
+// to share, so that one pool of connections serializes all writes to the
+// file. DBOS closes the handle it is given when it shuts down: shut DBOS down
+// after the last call on the Store, then Close the Store (a no-op by then).
+// Close closes the handle too.
 func (s *Store) DB() *sql.DB { return s.db }
 
 // String returns "sqlite:PATH".
