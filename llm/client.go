@@ -63,12 +63,15 @@ type Config struct {
 // String describes the configuration with the key redacted, so a Config
 // can be logged.
 func (c Config) String() string {
-	key := "none"
+	key, base := "none", c.BaseURL
 	if c.APIKey != "" {
 		key = "[redacted]"
+		if len(c.APIKey) >= minRedactLen {
+			base = strings.ReplaceAll(base, c.APIKey, "[redacted]")
+		}
 	}
 	return fmt.Sprintf("llm.Config{BaseURL: %q, Profile: %q, APIKey: %s, DefaultMaxTokens: %d, ModelMaxTokens: %v}",
-		c.BaseURL, c.Profile, key, c.DefaultMaxTokens, c.ModelMaxTokens)
+		base, c.Profile, key, c.DefaultMaxTokens, c.ModelMaxTokens)
 }
 
 // GoString redacts the key from %#v as well.

@@ -472,7 +472,7 @@ func TestKeyNeverInErrors(t *testing.T) {
 	})
 	t.Run("printing the config or client", func(t *testing.T) {
 		t.Parallel()
-		cfg := Config{BaseURL: "http://example.invalid", APIKey: testKey}
+		cfg := Config{BaseURL: "http://example.invalid/" + testKey, APIKey: testKey}
 		c := newTestClient(t, cfg)
 		for _, s := range []string{fmt.Sprint(cfg), fmt.Sprintf("%+v", cfg), fmt.Sprintf("%#v", cfg),
 			fmt.Sprintf("%v", &cfg), fmt.Sprint(c), fmt.Sprintf("%+v", c)} {
