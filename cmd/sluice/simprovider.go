@@ -1,0 +1,162 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/scenario"
+	"github.com/sluice-dev/sluice/internal/sim"
+)
+
+func init() {
+	register(&command{
+		name:    "sim-provider",
+		summary: "serve a simulated LLM provider with exact rate limits (OpenAI-compatible HTTP)",
+		run:     runSimProvider,
+	})
+}
+
+func runSimProvider(ctx context.Context, env *cmdEnv, args []string) error {
+	fs := newFlagSet(env, "sim-provider", "[flags]",
+		"Serves POST /v1/chat/completions, GET /v1/models and GET /sim/stats from a provider model that\n"+
+			"enforces every limit exactly and answers in the chosen provider's wire format. Settings come\n"+
+			"from --scenario's provider section, then from the flags given explicitly.\n\n"+
+			"Example:\n  sluice sim-provider --profile groq --limits rpm=30,tpm=8000,tpd=200000,otpm=1000")
+	var (
+		addr       = fs.String("addr", "127.0.0.1:8089", "address to listen on (port 0 picks a free port)")
+		scenarioF  = fs.String("scenario", "", "scenario `FILE` whose provider section (and seed) to serve")
+		profile    = fs.String("profile", "openai", "wire format: groq, openai or anthropic")
+		limitsF    = fs.String("limits", "", "limits such as `rpm=30,tpm=8000,tpd=200000,otpm=1000` (rpm rpd tpm tpd itpm otpm); none means unlimited")
+		window     = fs.String("window", "rolling", "rolling (a charge counts for exactly one period) or fixed (windows on whole minutes and days)")
+		accounting = fs.String("accounting", "reserve", "reserve (the input + max_tokens charge stands) or settle (output corrected to the real output at the end)")
+		latency    = fs.Duration("latency", 0, "mean response time; each response takes it ±50% (0 answers at once)")
+		defMax     = fs.Int64("default-max-tokens", scenario.DefaultMaxTokens, "output tokens reserved for a request that sets no max_tokens")
+		faultsF    = fs.String("faults", "", "fractions of admitted requests that fail, e.g. `error_5xx=0.1,timeout=0.05,reset=0.01,bad_json=0.01`")
+		seed       = fs.Int64("seed", 1, "seed for faults, latency and output lengths")
+		model      = fs.String("model", "sim-model", "model name listed by /v1/models and used when a request names none")
+		keyEnv     = fs.String("api-key-env", "", "`NAME` of an environment variable holding the API key clients must send (default: no key required)")
+	)
+	if err := parseFlags(fs, env, args); err != nil {
+		return err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+
+	p := scenario.Provider{Profile: "openai", DefaultMaxTokens: scenario.DefaultMaxTokens}
+	seedV := *seed
+	if *scenarioF != "" {
+		sc, err := scenario.Load(*scenarioF)
+		if err != nil {
+			return err
+		}
+		p = sc.Provider
+		if !set["seed"] {
+			seedV = sc.Seed
+		}
+	}
+	var err error
+	if set["profile"] || *scenarioF == "" {
+		p.Profile = *profile
+		if !scenario.ValidProfile(p.Profile) {
+			return fmt.Errorf("--profile %q: want groq, openai or anthropic", p.Profile)
+		}
+	}
+	if set["limits"] {
+		if p.Limits, err = governor.ParseLimits(*limitsF); err != nil {
+			return fmt.Errorf("--limits: %w", err)
+		}
+	}
+	if set["window"] {
+		if p.Window, err = scenario.ParseWindow(*window); err != nil {
+			return fmt.Errorf("--window: %w", err)
+		}
+	}
+	if set["accounting"] {
+		if p.Accounting, err = scenario.ParseAccounting(*accounting); err != nil {
+			return fmt.Errorf("--accounting: %w", err)
+		}
+	}
+	if set["latency"] {
+		p.Latency = *latency
+	}
+	if set["default-max-tokens"] {
+		p.DefaultMaxTokens = *defMax
+	}
+	if set["faults"] {
+		if p.Faults, err = parseFaults(*faultsF); err != nil {
+			return fmt.Errorf("--faults: %w", err)
+		}
+	}
+	cfg := sim.ConfigFrom(p, seedV)
+	cfg.Model, cfg.Wire = *model, true
+	m, err := sim.NewModel(cfg)
+	if err != nil {
+		return err
+	}
+	scfg := sim.ServerConfig{Addr: *addr, Models: []string{*model}}
+	if *keyEnv != "" {
+		scfg.APIKey = env.getenv(*keyEnv)
+		if scfg.APIKey == "" {
+			return fmt.Errorf("--api-key-env %s: the variable is unset or empty", *keyEnv)
+		}
+	}
+	srv := sim.NewServer(m, scfg)
+	if err := srv.Start(ctx); err != nil {
+		return err
+	}
+	limits := p.Limits.String()
+	if limits == "" {
+		limits = "none"
+	}
+	auth := "no API key required"
+	if scfg.APIKey != "" {
+		auth = "API key from $" + *keyEnv + " required"
+	}
+	fmt.Fprintf(env.stdout, "listening on http://%s (profile %s, limits %s, window %s, accounting %s, latency %s, default max_tokens %d, model %s, %s)\n",
+		srv.Addr(), p.Profile, limits, p.Window, p.Accounting, p.Latency, p.DefaultMaxTokens, *model, auth)
+	<-ctx.Done()
+	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return srv.Stop(stopCtx)
+}
+
+// parseFaults reads "error_5xx=0.1,timeout=0.05".
+func parseFaults(s string) (scenario.Faults, error) {
+	var f scenario.Faults
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		name, val, ok := strings.Cut(part, "=")
+		if !ok {
+			return f, fmt.Errorf("%q: want name=fraction, e.g. timeout=0.05", part)
+		}
+		x, err := strconv.ParseFloat(val, 64)
+		if err != nil || !(x >= 0 && x <= 1) {
+			return f, fmt.Errorf("%s: %q is not a fraction in [0, 1]", name, val)
+		}
+		switch name {
+		case "error_5xx":
+			f.Error5xx = x
+		case "timeout":
+			f.Timeout = x
+		case "reset":
+			f.Reset = x
+		case "bad_json":
+			f.BadJSON = x
+		default:
+			return f, fmt.Errorf("unknown fault %q (want error_5xx, timeout, reset or bad_json)", name)
+		}
+	}
+	if f.Sum() > 1 {
+		return f, errors.New("the fractions add up to more than 1")
+	}
+	return f, nil
+}
