@@ -51,6 +51,9 @@ type Charge struct {
 // Every time argument and result is compared and returned at millisecond
 // precision in UTC: a charge admitted at 10:00:00.1234 is returned with At
 // 10:00:00.123 UTC, and is found by Charges(since 10:00:00.123999).
+//
+// A key names a provider key as the governor configured it ("groq",
+// "openai/gpt-4o"), never the secret itself: it is stored in clear.
 type Store interface {
 	// UpsertCharges records charges on key in one transaction, replacing any
 	// stored with the same (key, ID). Within one call, the last charge given

@@ -56,7 +56,9 @@ var (
 	pruneChargesSQL string
 )
 
-// Memory is the path of a private in-memory database, for tests.
+// Memory is the path of a private in-memory database, for tests. It is served
+// by a single connection (each connection to ":memory:" would be a database of
+// its own), so it is no handle to give DBOS, which needs several at once.
 const Memory = ":memory:"
 
 // pragmas are applied by the driver to every new connection of the pool
@@ -99,8 +101,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
 	}
 	if memory {
-		// Every connection to ":memory:" is a database of its own: keep one
-		// connection, forever.
+		// Keep the one connection forever: closing it drops the database.
 		db.SetMaxOpenConns(1)
 		db.SetMaxIdleConns(1)
 		db.SetConnMaxLifetime(0)
