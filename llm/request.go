@@ -139,7 +139,7 @@ var modelledFields = map[string]bool{
 
 // MarshalJSON writes the request as the OpenAI wire format, with Extra's
 // fields merged in and keys in a stable order.
-func (r *ChatRequest) MarshalJSON() ([]byte, error) {
+func (r ChatRequest) MarshalJSON() ([]byte, error) {
 	fields := make(map[string]json.RawMessage, len(r.Extra)+8)
 	for k, v := range r.Extra {
 		if modelledFields[k] {

@@ -166,3 +166,18 @@ func TestMarshalChatRequest(t *testing.T) {
 		t.Errorf("unmarshallable extra: %v", err)
 	}
 }
+
+func TestMarshalChatRequestByValue(t *testing.T) {
+	t.Parallel()
+	// Structs that hold a request by value must marshal it in wire format too.
+	holder := struct {
+		Req ChatRequest `json:"req"`
+	}{ChatRequest{Model: "m", MaxTokens: 5}}
+	out, err := json.Marshal(holder)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"req":{"max_tokens":5,"messages":[],"model":"m"}}`; string(out) != want {
+		t.Fatalf("got %s, want %s", out, want)
+	}
+}
