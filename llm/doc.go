@@ -27,7 +27,8 @@
 //     or 429 with a 900 s retry-after for output tokens; OpenAI sends 429).
 //   - [*QuotaError]: no money or credit left; never retry.
 //   - [*OverloadedError]: the provider's own overload (529, 503); back off.
-//   - [*StatusError]: any other status; 5xx is retryable, 4xx is not.
+//   - [*StatusError]: any other status; 5xx (and 408) is retryable, other
+//     4xx is not.
 //   - [*TransportError]: timeout, reset or malformed body; retryable.
 //
 // [Retryable], [RetryAfter] and [LimitOf] answer the questions a retry
@@ -47,10 +48,10 @@
 // An [Estimator] prices a request as a governor.Cost before it is sent:
 // one request, input tokens counted with the offline tiktoken vocabularies
 // (o200k_base for OpenAI's newer models, cl100k_base otherwise) plus the
-// chat format's overhead, scaled by a margin, and output tokens = max_tokens.
-// The margin is learned per model from the prompt_tokens providers report
-// ([Estimator.Observe]), so an estimate made with one tokenizer still covers
-// a provider that counts with another.
+// chat format's overhead, scaled by a per-model correction with a margin on
+// top, and output tokens = max_tokens. The correction is learned from the
+// prompt_tokens providers report ([Estimator.Observe]), so an estimate made
+// with one tokenizer still covers a provider that counts with another.
 //
 // # Forwarding
 //
