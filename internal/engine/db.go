@@ -33,7 +33,16 @@ type db struct {
 // "sqlite:PATH", "sqlite::memory:", or a bare path (an SQLite file).
 func openDB(ctx context.Context, dbURL string) (*db, error) {
 	if isPostgresURL(dbURL) {
-		pool, err := pgxpool.New(ctx, dbURL)
+		pcfg, err := pgxpool.ParseConfig(dbURL)
+		if err != nil {
+			return nil, fmt.Errorf("open postgres %s: %w", redactURL(dbURL), scrub(err, dbURL))
+		}
+		if !strings.Contains(dbURL, "pool_max_conns") {
+			// Workers, queue pollers and the API share the pool; pgx's default
+			// (4 on a small machine) starves them. DBOS uses 20 for its own.
+			pcfg.MaxConns = 20
+		}
+		pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 		if err != nil {
 			return nil, fmt.Errorf("open postgres %s: %w", redactURL(dbURL), err)
 		}

@@ -332,13 +332,16 @@ func (f *Function) runID(ev Event) string {
 func (e *Engine) start(ctx dbos.Context, f *Function, ev Event) (Sent, error) {
 	id := f.runID(ev)
 	s := Sent{Function: f.ID, RunID: id}
-	existing, err := dbos.ListWorkflows(ctx, dbos.WithFilterWorkflowIDs(id), dbos.WithFilterLoadInput(false), dbos.WithFilterLoadOutput(false))
-	if err != nil {
-		return s, fmt.Errorf("look up run %s: %w", id, err)
-	}
-	if len(existing) > 0 {
-		s.Status = "existing"
-		return s, nil
+	if f.RateLimit != nil {
+		// Only a new run may take a slot of the rate limit: look first.
+		existing, err := dbos.ListWorkflows(ctx, dbos.WithFilterWorkflowIDs(id), dbos.WithFilterLoadInput(false), dbos.WithFilterLoadOutput(false))
+		if err != nil {
+			return s, fmt.Errorf("look up run %s: %w", id, err)
+		}
+		if len(existing) > 0 {
+			s.Status = "existing"
+			return s, nil
+		}
 	}
 	if rl := f.RateLimit; rl != nil {
 		key, _ := field(ev, rl.Key)
@@ -359,6 +362,7 @@ func (e *Engine) start(ctx dbos.Context, f *Function, ev Event) (Sent, error) {
 		dbos.WithWorkflowID(id),
 		dbos.WithQueue(f.queue),
 		dbos.WithRunInstance(f),
+		dbos.WithWorkflowIDReusePolicy(dbos.WorkflowIDReusePolicyReject),
 	}
 	priority := 0
 	if v, ok := field(ev, f.Priority); ok {
@@ -381,6 +385,10 @@ func (e *Engine) start(ctx dbos.Context, f *Function, ev Event) (Sent, error) {
 		defer cancel()
 	}
 	if _, err := dbos.RunWorkflow(runCtx, f.workflow, input{Event: ev}, opts...); err != nil {
+		if errors.Is(err, dbos.ErrWorkflowIDInUse) {
+			s.Status = "existing" // the event ID or idempotency key was seen before
+			return s, nil
+		}
 		return s, fmt.Errorf("start run %s of %s: %w", id, f.ID, err)
 	}
 	s.Status = "queued"

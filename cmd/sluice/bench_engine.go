@@ -1,0 +1,180 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/dbos-inc/dbos-transact-golang/dbos"
+
+	"github.com/sluice-dev/sluice"
+)
+
+func init() {
+	registerBench(&benchCommand{
+		name:    "engine",
+		summary: "throughput of a 3-step run through the sluice SDK vs bare DBOS, side by side",
+		run:     runBenchEngine,
+	})
+}
+
+type engineReport struct {
+	Runs         int     `json:"runs"`
+	SluiceRunsPS float64 `json:"sluice_runs_per_s"`
+	DBOSRunsPS   float64 `json:"dbos_runs_per_s"`
+	Ratio        float64 `json:"ratio"`
+	DatabaseKind string  `json:"database"`
+}
+
+func runBenchEngine(ctx context.Context, env *cmdEnv, args []string) error {
+	fs := newFlagSet(env, "bench engine", "[flags]",
+		"Runs the same 3-step run N times through the sluice SDK (event → queued run → three steps)\n"+
+			"and through bare DBOS (enqueue → workflow → three RunAsStep), each on a fresh database,\n"+
+			"with the same queue polling, and prints both throughputs and their ratio.")
+	runs := fs.Int("runs", 200, "runs per side")
+	dbURL := fs.String("db", "", "postgres://… URL to run on (default: SQLite files in a temporary folder)")
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	if err := parseFlags(fs, env, args); err != nil {
+		return err
+	}
+	if *runs < 1 {
+		return errors.New("--runs must be at least 1")
+	}
+	dir, err := os.MkdirTemp("", "sluice-bench-engine")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	dbFor := func(name string) string {
+		if *dbURL != "" {
+			return *dbURL
+		}
+		return filepath.Join(dir, name+".db")
+	}
+	rep := engineReport{Runs: *runs, DatabaseKind: "sqlite"}
+	if *dbURL != "" {
+		rep.DatabaseKind = "postgres"
+	}
+	// Alternate the sides so neither profits from a warm cache alone.
+	if rep.DBOSRunsPS, err = benchBareDBOS(ctx, dbFor("dbos"), *runs); err != nil {
+		return fmt.Errorf("bare DBOS: %w", err)
+	}
+	if rep.SluiceRunsPS, err = benchSluice(ctx, dbFor("sluice"), *runs); err != nil {
+		return fmt.Errorf("sluice: %w", err)
+	}
+	rep.Ratio = rep.SluiceRunsPS / rep.DBOSRunsPS
+	if *asJSON {
+		return json.NewEncoder(env.stdout).Encode(rep)
+	}
+	fmt.Fprintf(env.stdout, "%d runs of 3 steps on %s: sluice %.1f runs/s, bare DBOS %.1f runs/s, ratio %.2f\n",
+		rep.Runs, rep.DatabaseKind, rep.SluiceRunsPS, rep.DBOSRunsPS, rep.Ratio)
+	return nil
+}
+
+const benchPoll = 20 * time.Millisecond
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func benchSluice(ctx context.Context, db string, n int) (float64, error) {
+	app, err := sluice.New(ctx, sluice.Config{DatabaseURL: db, PollInterval: benchPoll, Logger: quietLogger(), AppVersion: "bench"})
+	if err != nil {
+		return 0, err
+	}
+	defer app.Stop(context.Background())
+	err = sluice.Register(app, sluice.FunctionConfig{ID: "three-steps", Event: "bench/go"}, func(ctx *sluice.Context, ev sluice.Event[struct{ I int }]) (int, error) {
+		a, err := sluice.Step(ctx, "one", func(context.Context) (int, error) { return ev.Data.I, nil })
+		if err != nil {
+			return 0, err
+		}
+		b, err := sluice.Step(ctx, "two", func(context.Context) (int, error) { return a + 1, nil })
+		if err != nil {
+			return 0, err
+		}
+		return sluice.Step(ctx, "three", func(context.Context) (int, error) { return b + 1, nil })
+	})
+	if err != nil {
+		return 0, err
+	}
+	if err := app.Start(ctx); err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	ids := make([]string, n)
+	for i := range n {
+		sent, err := app.Send(ctx, "bench/go", "e"+strconv.Itoa(i), struct{ I int }{i})
+		if err != nil {
+			return 0, err
+		}
+		ids[i] = sent[0].RunID
+	}
+	for _, id := range ids {
+		st, err := app.Wait(ctx, id)
+		if err != nil {
+			return 0, err
+		}
+		if st.Status != "completed" {
+			return 0, fmt.Errorf("run %s: %s %s", id, st.Status, st.Error)
+		}
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
+}
+
+func benchWorkflow(ctx dbos.Context, i int) (int, error) {
+	a, err := dbos.RunAsStep(ctx, func(context.Context) (int, error) { return i, nil }, dbos.WithStepName("one"))
+	if err != nil {
+		return 0, err
+	}
+	b, err := dbos.RunAsStep(ctx, func(context.Context) (int, error) { return a + 1, nil }, dbos.WithStepName("two"))
+	if err != nil {
+		return 0, err
+	}
+	return dbos.RunAsStep(ctx, func(context.Context) (int, error) { return b + 1, nil }, dbos.WithStepName("three"))
+}
+
+func benchBareDBOS(ctx context.Context, db string, n int) (float64, error) {
+	cfg := dbos.Config{AppName: "bench-dbos", Logger: quietLogger(), ApplicationVersion: "bench"}
+	if isPostgres(db) {
+		cfg.DatabaseURL = db
+	} else {
+		cfg.DatabaseURL = "sqlite:" + db
+	}
+	dctx, err := dbos.NewContext(ctx, cfg)
+	if err != nil {
+		return 0, err
+	}
+	defer dbos.Shutdown(dctx, 10*time.Second)
+	dbos.RegisterWorkflow(dctx, benchWorkflow)
+	q, err := dbos.RegisterQueue(dctx, "bench-dbos", dbos.WithQueueBasePollingInterval(benchPoll))
+	if err != nil {
+		return 0, err
+	}
+	if err := dbos.Launch(dctx); err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	handles := make([]dbos.WorkflowHandle[int], n)
+	for i := range n {
+		h, err := dbos.RunWorkflow(dctx, benchWorkflow, i, dbos.WithQueue(q), dbos.WithWorkflowID("dbos-e"+strconv.Itoa(i)))
+		if err != nil {
+			return 0, err
+		}
+		handles[i] = h
+	}
+	for _, h := range handles {
+		if _, err := h.GetResult(dbos.WithHandlePollingInterval(20 * time.Millisecond)); err != nil {
+			return 0, err
+		}
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
+}
+
+func isPostgres(u string) bool {
+	return len(u) > 11 && (u[:11] == "postgres://" || u[:13] == "postgresql:/")
+}
