@@ -140,5 +140,6 @@ func newSummarizeApp(ctx context.Context, env *cmdEnv, o summarizeOptions) (*slu
 	return app, nil
 }
 
-
-func sluiceHandlerConfig(token string) sluice.HandlerConfig { return sluice.HandlerConfig{Token: token} }
+func sluiceHandlerConfig(token string) sluice.HandlerConfig {
+	return sluice.HandlerConfig{Token: token}
+}

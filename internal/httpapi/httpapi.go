@@ -69,7 +69,9 @@ func New(cfg Config) http.Handler {
 	}
 	a := &api{cfg: cfg}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, map[string]string{"status": "ok"}) })
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
 	mux.Handle("POST /v1/events", a.auth(a.postEvent))
 	mux.Handle("GET /v1/runs", a.auth(a.listRuns))
 	mux.Handle("GET /v1/runs/{id}", a.auth(a.getRun))
