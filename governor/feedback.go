@@ -5,16 +5,43 @@ import (
 	"time"
 )
 
-// Observe adjusts the governor to what the provider reported in a response's
-// headers: the provider is the source of truth. A different allowance
-// replaces the configured one (so Check and pacing follow it); a remaining
-// count below what the governor believes is left means someone else uses the
-// key, and that much room is held until the provider's reset.
+// Observe adjusts the governor to what the provider reported in the headers
+// of a response that belongs to no reservation of this governor: the
+// provider is the source of truth. A different allowance replaces the
+// configured one (so Check and pacing follow it); a remaining count below
+// what the governor believes is left means someone else uses the key, and
+// that much room is held until the provider's reset. Prefer
+// Reservation.Observe for the response to an admitted call: it compares
+// with the state the provider saw, not the state now.
 func (g *Governor) Observe(now time.Time, s Snapshot) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	n := now.UnixNano()
 	g.expire(n)
+	var used [NumLimits]int64
+	for _, l := range AllLimits {
+		used[l] = g.ledgerOf(l).sum.On(l)
+	}
+	g.observe(n, n, used, s)
+}
+
+// Observe adjusts the governor to the headers of the response to r's call.
+// The provider counted the call at about the time it was admitted, so its
+// remaining counts are compared with what the governor had charged then.
+func (r *Reservation) Observe(now time.Time, s Snapshot) {
+	g := r.g
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if r.state != admitted && r.state != settled {
+		return
+	}
+	g.expire(now.UnixNano())
+	g.observe(now.UnixNano(), r.at, r.usedAt, s)
+}
+
+// observe applies snapshot s, taken by the provider at time at when the
+// governor had charged used, at now.
+func (g *Governor) observe(now, at int64, used [NumLimits]int64, s Snapshot) {
 	changedLimits := false
 	for _, l := range AllLimits {
 		o := s[l]
@@ -26,15 +53,23 @@ func (g *Governor) Observe(now time.Time, s Snapshot) {
 			changedLimits = true
 		}
 		lim := g.limits[l]
-		if lim == 0 || o.Reset <= 0 {
+		if lim == 0 || o.Reset <= 0 || at+int64(o.Reset) <= now {
 			continue
 		}
-		room := lim - g.ledgerOf(l).sum.On(l)
+		room := lim - used[l]
 		for _, p := range g.phantom[l] {
-			room -= p.amount
+			if p.until > at {
+				room -= p.amount
+			}
 		}
-		if gap := room - max(o.Remaining, 0); gap > 0 {
-			g.phantom[l] = addPhantom(g.phantom[l], phantom{until: n + int64(o.Reset), amount: gap})
+		// Remaining counts are often rounded (Anthropic: to thousands) and
+		// may lag a little: only a gap beyond that noise is someone else's use.
+		noise := lim / 50
+		if o.Remaining%1000 == 0 {
+			noise += 1000
+		}
+		if gap := room - max(o.Remaining, 0); gap > noise {
+			g.phantom[l] = addPhantom(g.phantom[l], phantom{until: at + int64(o.Reset), amount: gap})
 		}
 	}
 	if changedLimits {

@@ -417,6 +417,9 @@ func (g *Governor) admit(now int64, r *Reservation) {
 	r.minSeq = g.minute.add(now, r.cost)
 	r.daySeq = g.day.add(now, r.cost)
 	for _, l := range AllLimits {
+		r.usedAt[l] = g.ledgerOf(l).sum.On(l)
+	}
+	for _, l := range AllLimits {
 		if g.pace[l].on {
 			g.pace[l].take(now, r.cost.On(l))
 		}
@@ -562,6 +565,7 @@ type Reservation struct {
 	at            int64 // admitted at
 	minSeq        uint64
 	daySeq        uint64
+	usedAt        [NumLimits]int64 // what the governor had charged, this call included, when it was admitted
 	ready         chan struct{}
 }
 

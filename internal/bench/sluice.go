@@ -30,8 +30,7 @@ type sluicePolicy struct {
 
 type sluiceFlow struct {
 	f        *flowState
-	pending  *governor.Reservation
-	batch    int // items the pending reservation is for
+	pending  []pendingCall // reservations waiting, oldest first
 	inflight int
 	retryAt  time.Time // after a fault, back off before the next call
 	backoff  time.Duration
@@ -40,10 +39,18 @@ type sluiceFlow struct {
 // defaultProgressEvery is half the stall threshold sluice's monitoring uses
 // by default (an hour): a flow at its share finishes a call at least twice
 // within it.
-const defaultProgressEvery = 30 * time.Minute
+const defaultProgressEvery = 45 * time.Minute
 
-// maxInflight is how many calls of one flow may be in flight at once.
-const maxInflight = 4
+// pendingCall is a reservation for up to batch items of a flow.
+type pendingCall struct {
+	r     *governor.Reservation
+	batch int
+}
+
+// maxQueued is how many reservations one flow keeps in line. Calls in
+// flight do not count: a flow whose calls are all in flight is still
+// backlogged, and must not lose its place in the fair order.
+const maxQueued = 32
 
 func newSluicePolicy(sc *scenario.Scenario) (*sluicePolicy, error) {
 	return newSluicePolicyWith(sc, func(*governor.Config) {})
@@ -95,58 +102,86 @@ func (p *sluicePolicy) maxTokens(f *flowState, n int) int64 {
 }
 
 func (p *sluicePolicy) wake(w *world) {
-	// Queue one reservation per flow that has work and room in flight.
+	for {
+		p.reserve(w)
+		next := p.g.Advance(w.now)
+		called := false
+		for _, sf := range p.flows {
+			for len(sf.pending) > 0 && sf.pending[0].r.Admitted() {
+				p.call(w, sf)
+				called = true
+			}
+		}
+		if called {
+			continue // the flows that just called may queue their next reservation
+		}
+		if !next.IsZero() && (next.Before(p.wakeAt) || !p.wakeAt.After(w.now)) {
+			p.wakeAt = next
+			w.at(next, func() { p.wake(w) })
+		}
+		return
+	}
+}
+
+// reserve keeps every flow with work in line: reservations for its eligible
+// items, up to maxQueued of them, so a backlogged flow always has a
+// reservation waiting when room frees.
+func (p *sluicePolicy) reserve(w *world) {
 	for _, sf := range p.flows {
 		f := sf.f
-		if sf.pending != nil || len(f.queue) == 0 || sf.inflight >= maxInflight || w.now.Before(sf.retryAt) {
+		if w.now.Before(sf.retryAt) {
 			continue
 		}
-		base := governor.Cost{Requests: 1, Input: f.cfg.PromptTokens}
-		per := governor.Cost{Input: f.cfg.ItemInputTokens, Output: f.cfg.ItemMaxTokens}
-		if f.cfg.ItemMaxTokens == 0 {
-			base.Output = p.defaultMax
+		covered := 0
+		for _, pr := range sf.pending {
+			covered += pr.batch
 		}
-		n := p.g.BatchSize(w.now, f.cfg.Name, base, per, max(f.cfg.BatchMax, 1), p.progressEvery)
-		if n == 0 {
-			// No call carrying even one item can ever fit: refuse, don't wait.
-			w.refuse(f, w.take(f, len(f.queue)))
-			continue
+		for len(f.queue) > covered && len(sf.pending) < maxQueued {
+			base := governor.Cost{Requests: 1, Input: f.cfg.PromptTokens}
+			per := governor.Cost{Input: f.cfg.ItemInputTokens, Output: f.cfg.ItemMaxTokens}
+			if f.cfg.ItemMaxTokens == 0 {
+				base.Output = p.defaultMax
+			}
+			n := p.g.BatchSize(w.now, f.cfg.Name, base, per, max(f.cfg.BatchMax, 1), p.progressEvery)
+			if n == 0 {
+				// No call carrying even one item can ever fit: refuse, don't wait.
+				w.refuse(f, w.take(f, len(f.queue)-covered))
+				break
+			}
+			// Reserve for a full batch; the items are taken when the call is
+			// admitted, so items that arrive while it waits ride along, and
+			// what is not used is given back then.
+			r, err := p.g.Reserve(w.now, f.cfg.Name, p.cost(f, n))
+			if err != nil {
+				w.refuse(f, w.take(f, len(f.queue)-covered))
+				break
+			}
+			sf.pending = append(sf.pending, pendingCall{r: r, batch: n})
+			covered += n
 		}
-		// Reserve for a full batch; the items are taken when the call is
-		// admitted, so items that arrive while it waits ride along, and
-		// what is not used is given back then.
-		r, err := p.g.Reserve(w.now, f.cfg.Name, p.cost(f, n))
-		if err != nil {
-			w.refuse(f, w.take(f, len(f.queue)))
-			continue
-		}
-		sf.pending, sf.batch = r, n
-	}
-	next := p.g.Advance(w.now)
-	for _, sf := range p.flows {
-		if sf.pending != nil && sf.pending.Admitted() {
-			p.call(w, sf)
-		}
-	}
-	if !next.IsZero() && (p.wakeAt.IsZero() || next.Before(p.wakeAt) || !p.wakeAt.After(w.now)) {
-		p.wakeAt = next
-		w.at(next, func() { p.wake(w) })
 	}
 }
 
 func (p *sluicePolicy) call(w *world, sf *sluiceFlow) {
-	r, f := sf.pending, sf.f
-	sf.pending = nil
+	pc, f := sf.pending[0], sf.f
+	r := pc.r
+	sf.pending = sf.pending[1:]
 	sf.inflight++
-	items := w.take(f, sf.batch)
-	if len(items) < sf.batch {
+	items := w.take(f, pc.batch)
+	if len(items) == 0 {
+		// Earlier calls took what this one was reserved for.
+		sf.inflight--
+		r.Cancel(w.now)
+		return
+	}
+	if len(items) < pc.batch {
 		r.Shrink(w.now, p.cost(f, len(items)))
 	}
 	w.send(f, items, r.Cost().Output, func(o outcome) {
 		sf.inflight--
 		resp := o.resp
 		if len(resp.Header) > 0 {
-			p.g.Observe(w.now, p.profile.Snapshot(resp.Header, w.now))
+			r.Observe(w.now, p.profile.Snapshot(resp.Header, w.now))
 		}
 		switch {
 		case resp.Rejected:
