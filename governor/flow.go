@@ -15,6 +15,8 @@ type flow struct {
 	queue  []*Reservation // waiting, in order
 	finish float64        // finish tag of the last reservation queued
 	index  int            // position in the active heap, -1 when idle
+	idleAt int64          // when its line last emptied
+	idleV  float64        // the virtual time then
 
 	// rate is an exponentially weighted average of the flow's admitted size
 	// (seconds of a limit's capacity) per second, as of rateAt.

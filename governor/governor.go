@@ -78,7 +78,10 @@ type Config struct {
 	// with this much burst. Default 1h. Negative disables pacing.
 	DayBurst time.Duration
 	// DayPace is the fraction of a day limit's even rate that pacing aims
-	// at. Default 1.
+	// at. Default 0.995: just under the even rate, so under a rolling day
+	// window the window itself never fills, and admissions follow the
+	// pacer's even, fair rhythm instead of echoing whatever the window held
+	// a day before.
 	DayPace float64
 	// Journal, if set, is told every charge and every correction of one, so
 	// the day's usage can be persisted and given back to Restore after a restart.
@@ -111,7 +114,7 @@ func (c *Config) withDefaults() Config {
 		out.DayBurst = time.Hour
 	}
 	if out.DayPace == 0 {
-		out.DayPace = 1
+		out.DayPace = 0.995
 	}
 	if out.Now == nil {
 		out.Now = time.Now
@@ -131,6 +134,9 @@ func (c *Config) validate() error {
 		if c.Limits[l] < 0 {
 			return fmt.Errorf("%slimit %s is negative (%d)", c.prefix(), l, c.Limits[l])
 		}
+	}
+	if c.DayPace < 0 || c.DayPace > 1 || math.IsNaN(c.DayPace) {
+		return fmt.Errorf("%sDayPace must be in (0, 1], got %v", c.prefix(), c.DayPace)
 	}
 	if c.PriorityFactor < 1 || math.IsNaN(c.PriorityFactor) || math.IsInf(c.PriorityFactor, 0) {
 		return fmt.Errorf("%sPriorityFactor must be at least 1, got %v", c.prefix(), c.PriorityFactor)
@@ -194,9 +200,8 @@ func New(cfg Config) (*Governor, error) {
 		limits:  cfg.Limits,
 		minute:  newLedger(time.Minute, cfg.Window == Fixed),
 		day:     newLedger(24*time.Hour, cfg.Window == Fixed),
-		flows:   make(map[string]*flow, len(cfg.Flows)),
-		changed: make(chan struct{}),
-		epoch:   math.MinInt64,
+		flows: make(map[string]*flow, len(cfg.Flows)),
+		epoch: math.MinInt64,
 	}
 	for _, fc := range cfg.Flows {
 		g.flows[fc.Name] = g.newFlow(fc)
@@ -302,10 +307,18 @@ func (g *Governor) Reserve(now time.Time, flow string, c Cost) (*Reservation, er
 	g.start(now.UnixNano())
 	f := g.flow(flow)
 	g.seq++
-	r := &Reservation{g: g, f: f, id: g.seq, cost: c, ready: make(chan struct{})}
+	r := &Reservation{g: g, f: f, id: g.seq, cost: c}
 	size := g.size(c) / f.share
 	if len(f.queue) == 0 {
-		r.start = math.Max(g.vtime, f.finish)
+		// A flow that comes back is not owed what it missed while it had
+		// nothing waiting — except when it comes back at the very moment
+		// its line emptied (its calls were all admitted at once and it
+		// queues the next ones): it keeps its place.
+		v := g.vtime
+		if now.UnixNano() == f.idleAt {
+			v = f.idleV
+		}
+		r.start = math.Max(v, f.finish)
 	} else {
 		r.start = f.queue[len(f.queue)-1].finish
 	}
@@ -405,13 +418,14 @@ func (g *Governor) admit(now int64, r *Reservation) {
 	f := r.f
 	f.queue[0] = nil
 	f.queue = f.queue[1:]
+	g.vtime = r.start
 	if len(f.queue) == 0 {
 		f.queue = nil
 		heap.Pop(&g.active)
+		f.idleAt, f.idleV = now, g.vtime
 	} else {
 		heap.Fix(&g.active, 0)
 	}
-	g.vtime = r.start
 	r.state = admitted
 	r.at = now
 	r.minSeq = g.minute.add(now, r.cost)
@@ -430,7 +444,9 @@ func (g *Governor) admit(now int64, r *Reservation) {
 	if g.cfg.Journal != nil {
 		g.cfg.Journal.Record(Charge{ID: r.id, Flow: f.name, At: time.Unix(0, now), Cost: r.cost})
 	}
-	close(r.ready)
+	if r.ready != nil {
+		close(r.ready)
+	}
 }
 
 // amend replaces an admitted reservation's charge.
@@ -461,9 +477,21 @@ func (g *Governor) start(now int64) {
 	}
 }
 
+// broadcast wakes every Wait: something changed that may admit. The
+// channel is made only when a Wait asks for it.
 func (g *Governor) broadcast() {
-	close(g.changed)
-	g.changed = make(chan struct{})
+	if g.changed != nil {
+		close(g.changed)
+		g.changed = nil
+	}
+}
+
+// changedChan returns the channel the next broadcast closes. g.mu is held.
+func (g *Governor) changedChan() chan struct{} {
+	if g.changed == nil {
+		g.changed = make(chan struct{})
+	}
+	return g.changed
 }
 
 // Wait reserves on the clock of Config.Now and blocks until the call is
@@ -476,6 +504,7 @@ func (g *Governor) Wait(ctx context.Context, flow string, c Cost) (*Reservation,
 	if err != nil {
 		return nil, err
 	}
+	ready := r.Ready()
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
@@ -486,7 +515,7 @@ func (g *Governor) Wait(ctx context.Context, flow string, c Cost) (*Reservation,
 		g.mu.Lock()
 		now := g.cfg.Now().UnixNano()
 		next := g.advance(now)
-		changed := g.changed
+		changed := g.changedChan()
 		g.mu.Unlock()
 		if r.Admitted() {
 			return r, nil
@@ -502,7 +531,7 @@ func (g *Governor) Wait(ctx context.Context, flow string, c Cost) (*Reservation,
 			tick = timer.C
 		}
 		select {
-		case <-r.ready:
+		case <-ready:
 			return r, nil
 		case <-changed:
 		case <-tick:
@@ -585,7 +614,17 @@ func (r *Reservation) ID() uint64 { return r.id }
 func (r *Reservation) Flow() string { return r.f.name }
 
 // Ready is closed when the reservation is admitted.
-func (r *Reservation) Ready() <-chan struct{} { return r.ready }
+func (r *Reservation) Ready() <-chan struct{} {
+	r.g.mu.Lock()
+	defer r.g.mu.Unlock()
+	if r.ready == nil {
+		r.ready = make(chan struct{})
+		if r.state != waiting {
+			close(r.ready)
+		}
+	}
+	return r.ready
+}
 
 // Admitted reports whether the call may be made (and has not been cancelled).
 func (r *Reservation) Admitted() bool {
