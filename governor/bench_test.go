@@ -125,4 +125,3 @@ func idleFlowBytes() float64 {
 	runtime.KeepAlive(g)
 	return float64(after.HeapAlloc-before.HeapAlloc) / n
 }
-

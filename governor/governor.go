@@ -196,12 +196,12 @@ func New(cfg Config) (*Governor, error) {
 		return nil, err
 	}
 	g := &Governor{
-		cfg:     cfg,
-		limits:  cfg.Limits,
-		minute:  newLedger(time.Minute, cfg.Window == Fixed),
-		day:     newLedger(24*time.Hour, cfg.Window == Fixed),
-		flows: make(map[string]*flow, len(cfg.Flows)),
-		epoch: math.MinInt64,
+		cfg:    cfg,
+		limits: cfg.Limits,
+		minute: newLedger(time.Minute, cfg.Window == Fixed),
+		day:    newLedger(24*time.Hour, cfg.Window == Fixed),
+		flows:  make(map[string]*flow, len(cfg.Flows)),
+		epoch:  math.MinInt64,
 	}
 	for _, fc := range cfg.Flows {
 		g.flows[fc.Name] = g.newFlow(fc)
