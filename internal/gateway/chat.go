@@ -1,0 +1,381 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/sim"
+	"github.com/sluice-dev/sluice/llm"
+)
+
+// maxAttempts bounds the upstream calls one request makes; the request's
+// max wait usually ends the retries first.
+const maxAttempts = 8
+
+// chatCall is one POST /v1/chat/completions on its way through the gateway.
+type chatCall struct {
+	g    *Gateway
+	w    http.ResponseWriter
+	r    *http.Request
+	flow string
+
+	req       *llm.ChatRequest
+	cost      governor.Cost
+	wantUsage bool // the caller asked for the usage chunk of a stream
+	maxWait   time.Duration
+	deadline  time.Time
+
+	waited   time.Duration
+	attempts int
+	status   int  // what the caller was answered (499: it left first)
+	wrote    bool // the answer has started
+}
+
+func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, flow string) {
+	start := g.cfg.Now()
+	c := &chatCall{g: g, w: w, r: r, flow: flow}
+	if e := c.run(start); e != nil && !c.wrote {
+		if r.Context().Err() == nil {
+			e.write(w, g.cfg.Profile)
+			c.status = e.status
+		} else {
+			c.status = 499 // nobody to answer
+		}
+	}
+	g.m.requests.WithLabelValues(flow, strconv.Itoa(c.status)).Inc()
+	g.cfg.Logger.Info("chat", "id", g.seq.Add(1), "key", g.cfg.Key, "flow", flow, "status", c.status,
+		"stream", c.req != nil && c.req.Stream, "attempts", c.attempts, "waited", c.waited, "took", g.cfg.Now().Sub(start))
+}
+
+// run answers the request, or returns the error to answer it with.
+func (c *chatCall) run(start time.Time) *apiError {
+	g := c.g
+	body, err := io.ReadAll(http.MaxBytesReader(c.w, c.r.Body, g.cfg.MaxBodyBytes))
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return &apiError{status: http.StatusRequestEntityTooLarge, typ: "invalid_request_error",
+				message: fmt.Sprintf("sluice gateway: request body larger than %d bytes", g.cfg.MaxBodyBytes)}
+		}
+		return badRequest("sluice gateway: reading the request body: " + err.Error())
+	}
+	req, err := llm.DecodeChatRequest(body)
+	if err != nil {
+		return badRequest("sluice gateway: " + strings.TrimPrefix(err.Error(), "llm: "))
+	}
+	if c.maxWait, err = g.maxWait(c.r.Header.Get(MaxWaitHeader)); err != nil {
+		return badRequest("sluice gateway: " + err.Error())
+	}
+	c.deadline = start.Add(c.maxWait)
+	c.wantUsage = req.Stream && includeUsage(req.Extra["stream_options"])
+	c.req, c.cost = g.withMaxTokens(req, c.flow)
+	if err := g.gov.Check(c.cost); err != nil {
+		return c.refuse(err)
+	}
+
+	// Waiting ends at the max wait or when the caller leaves; the upstream
+	// call itself is bounded only by the caller.
+	wctx, cancel := context.WithDeadline(c.r.Context(), c.deadline)
+	defer cancel()
+	for {
+		c.attempts++
+		res, entry, err := c.admit(wctx)
+		if err != nil {
+			return c.refuse(err)
+		}
+		retry, after, e := c.send(res, entry)
+		if !retry {
+			return e
+		}
+		now := g.cfg.Now()
+		if c.attempts >= maxAttempts || !now.Add(after).Before(c.deadline) {
+			return e
+		}
+		if after > 0 && !sleep(wctx, after) {
+			return e
+		}
+	}
+}
+
+// refuse turns an admission failure into the answer.
+func (c *chatCall) refuse(err error) *apiError {
+	if tl, ok := errors.AsType[*governor.TooLargeError](err); ok {
+		return tooLarge(c.g.cfg.Profile, c.req.Model, tl)
+	}
+	if we, ok := errors.AsType[*governor.WaitError](err); ok {
+		return notAdmitted(c.g.cfg.Profile, c.flow, c.maxWait, we.EstimatedWait)
+	}
+	return &apiError{status: http.StatusInternalServerError, typ: "server_error", message: "sluice gateway: " + err.Error()}
+}
+
+// admit waits for the governor, then for the gate.
+func (c *chatCall) admit(ctx context.Context) (*governor.Reservation, *gateEntry, error) {
+	g := c.g
+	t0 := g.cfg.Now()
+	res, err := g.gov.Wait(ctx, c.flow, c.cost)
+	if err != nil {
+		c.waited += g.cfg.Now().Sub(t0)
+		return nil, nil, err
+	}
+	entry, err := g.gate.pass(ctx, c.cost)
+	now := g.cfg.Now()
+	c.waited += now.Sub(t0)
+	if err != nil {
+		res.Cancel(now)
+		return nil, nil, &governor.WaitError{Key: g.cfg.Key, Err: err, EstimatedWait: max(g.cfg.Lag, time.Second)}
+	}
+	g.m.admissions.WithLabelValues(c.flow).Inc()
+	g.m.wait.WithLabelValues(c.flow).Observe(seconds(now.Sub(t0)))
+	if g.afterAdmit != nil {
+		g.afterAdmit(c.flow, c.cost)
+	}
+	return res, entry, nil
+}
+
+// send makes one upstream call for an admitted request. It reports whether
+// to try again (after how long), and otherwise the error to answer with,
+// nil when the answer was written.
+func (c *chatCall) send(res *governor.Reservation, entry *gateEntry) (retry bool, after time.Duration, e *apiError) {
+	g := c.g
+	ctx := c.r.Context()
+	if ctx.Err() != nil { // the caller left before the call was made: give the room back
+		res.Cancel(g.cfg.Now())
+		g.gate.amend(entry, governor.Cost{})
+		return false, 0, nil
+	}
+	if c.req.Stream {
+		s, err := g.client.ChatStream(ctx, c.req)
+		if err != nil {
+			return c.failed(res, entry, err)
+		}
+		c.stream(res, entry, s)
+		return false, 0, nil
+	}
+	resp, err := g.client.Chat(ctx, c.req)
+	if err != nil {
+		return c.failed(res, entry, err)
+	}
+	c.settle(res, entry, resp.Snapshot, &resp.Usage)
+	c.header(resp.Header)
+	c.w.Header().Set("Content-Type", "application/json")
+	c.w.WriteHeader(http.StatusOK)
+	c.status, c.wrote = http.StatusOK, true
+	_, _ = c.w.Write(resp.Body)
+	return false, 0, nil
+}
+
+// header sets the answer's headers: the upstream's request id, for the
+// provider's support, and how long the request waited.
+func (c *chatCall) header(up http.Header) {
+	h := c.w.Header()
+	for _, k := range []string{"X-Request-Id", "Request-Id"} {
+		if v := up.Get(k); v != "" {
+			h.Set(k, v)
+		}
+	}
+	h.Set(WaitHeader, c.waited.String())
+}
+
+// settle records a finished call: the provider's view of the limits, the
+// real usage (nil: none reported, the charge stands as reserved).
+func (c *chatCall) settle(res *governor.Reservation, entry *gateEntry, snap governor.Snapshot, u *llm.Usage) {
+	g := c.g
+	t := g.cfg.Now()
+	if snap.Any() {
+		g.gov.Observe(t, snap)
+	}
+	var used governor.Usage
+	if u != nil {
+		used = u.Governor()
+		g.est.Observe(c.req.Model, c.cost.Input, u.PromptTokens)
+	}
+	res.Settle(t, used)
+	final := res.Cost()
+	g.gate.amend(entry, final)
+	g.m.tokens.WithLabelValues(c.flow, "input").Add(float64(final.Input))
+	g.m.tokens.WithLabelValues(c.flow, "output").Add(float64(final.Output))
+}
+
+// failed feeds an upstream failure back and decides whether to try again.
+func (c *chatCall) failed(res *governor.Reservation, entry *gateEntry, err error) (bool, time.Duration, *apiError) {
+	g := c.g
+	t := g.cfg.Now()
+	if c.r.Context().Err() != nil {
+		// The caller left during the call. The provider may have counted
+		// it, so its charge stands.
+		res.Settle(t, governor.Usage{})
+		return false, 0, nil
+	}
+	giveBack := func() { // the provider refused the call and counted nothing
+		res.Cancel(t)
+		g.gate.amend(entry, governor.Cost{})
+	}
+	g.cfg.Logger.Warn("upstream call failed", "key", g.cfg.Key, "flow", c.flow, "attempt", c.attempts, "err", err)
+	e := upstreamError(g.cfg.Profile, err)
+	if rl, ok := errors.AsType[*llm.RateLimitError](err); ok {
+		giveBack()
+		if rl.LimitKnown {
+			g.gov.Rejected(t, rl.Limit, rl.RetryAfter)
+			g.gov.RejectedFlow(c.flow, rl.Limit)
+		} else {
+			g.gov.RejectedUnclassified(t)
+		}
+		g.m.rejected(rl.Limit, rl.LimitKnown, rl.Status)
+		// The governor now holds the limit: waiting for admission again is
+		// the backoff. If the max wait ends first, say how long the
+		// provider asked for.
+		return true, 0, e
+	}
+	if tl, ok := errors.AsType[*llm.TooLargeError](err); ok {
+		giveBack()
+		if tl.LimitKnown {
+			g.gov.RejectedFlow(c.flow, tl.Limit)
+		}
+		g.m.rejected(tl.Limit, tl.LimitKnown, tl.Status)
+		return false, 0, e
+	}
+	if _, ok := errors.AsType[*llm.QuotaError](err); ok || !llm.Retryable(err) {
+		giveBack()
+		return false, 0, e
+	}
+	// Overload, 5xx, timeouts and resets: the provider may have counted the
+	// call, so its charge stands, and the next attempt reserves anew.
+	res.Settle(t, governor.Usage{})
+	after := g.cfg.RetryBase << min(c.attempts-1, 10)
+	if ra, ok := llm.RetryAfter(err); ok {
+		after = max(after, ra)
+	}
+	return true, after, e
+}
+
+// stream passes a streamed completion through as it arrives, one event at
+// a time, and settles with the usage of its final chunk. The usage chunk
+// the gateway asked for is dropped when the caller did not ask for it.
+func (c *chatCall) stream(res *governor.Reservation, entry *gateEntry, s *llm.Stream) {
+	defer s.Close()
+	w := c.w
+	flusher, _ := w.(http.Flusher)
+	c.header(s.Header())
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	c.status, c.wrote = http.StatusOK, true
+	if flusher != nil {
+		flusher.Flush()
+	}
+	gone := false
+	for s.Next() {
+		ch := s.Chunk()
+		if !c.wantUsage && ch.Usage != nil && len(ch.Choices) == 0 {
+			continue
+		}
+		if !writeEvent(w, flusher, ch.Raw) {
+			gone = true
+			break
+		}
+	}
+	var u *llm.Usage
+	if !gone {
+		u = s.Usage()
+	}
+	c.settle(res, entry, s.Snapshot(), u)
+	if gone || c.r.Context().Err() != nil {
+		c.status = 499
+		return
+	}
+	if err := s.Err(); err != nil {
+		c.g.cfg.Logger.Warn("upstream stream failed", "key", c.g.cfg.Key, "flow", c.flow, "err", err)
+		e := upstreamError(c.g.cfg.Profile, err)
+		writeEvent(w, flusher, sim.ErrorBody(string(c.g.cfg.Profile), e.typ, e.code, e.message, 0))
+		return
+	}
+	writeEvent(w, flusher, []byte("[DONE]"))
+}
+
+func writeEvent(w io.Writer, f http.Flusher, data []byte) bool {
+	buf := make([]byte, 0, len(data)+8)
+	buf = append(buf, "data: "...)
+	buf = append(buf, data...)
+	buf = append(buf, "\n\n"...)
+	if _, err := w.Write(buf); err != nil {
+		return false
+	}
+	if f != nil {
+		f.Flush()
+	}
+	return true
+}
+
+// withMaxTokens gives a request without max_tokens its flow's default —
+// lowered to what fits the limits with its prompt — and prices it.
+func (g *Gateway) withMaxTokens(req *llm.ChatRequest, flow string) (*llm.ChatRequest, governor.Cost) {
+	if req.MaxTokens > 0 {
+		return req, g.est.Cost(req)
+	}
+	out := *req
+	out.MaxTokens = g.flows[flow].DefaultMaxTokens
+	if out.MaxTokens == 0 {
+		out.MaxTokens = g.cfg.DefaultMaxTokens
+	}
+	cost := g.est.Cost(&out)
+	if tl, ok := errors.AsType[*governor.TooLargeError](g.gov.Check(cost)); ok && tl.MaxOutput >= 1 {
+		n := cost.Output / int64(out.MaxTokens) // choices
+		if fit := tl.MaxOutput / max(n, 1); fit >= 1 && fit < int64(out.MaxTokens) {
+			out.MaxTokens = int(fit)
+			cost = g.est.Cost(&out)
+		}
+	}
+	return &out, cost
+}
+
+// maxWait reads X-Sluice-Max-Wait: a Go duration or a number of seconds.
+func (g *Gateway) maxWait(v string) (time.Duration, error) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return g.cfg.MaxWait, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		f, ferr := strconv.ParseFloat(v, 64)
+		if ferr != nil || f != f {
+			return 0, fmt.Errorf("%s %q: want a duration such as 30s or a number of seconds", MaxWaitHeader, v)
+		}
+		d = time.Duration(min(f, 1e9) * float64(time.Second))
+	}
+	if d < 0 {
+		return 0, fmt.Errorf("%s %q: must not be negative", MaxWaitHeader, v)
+	}
+	return min(d, g.cfg.MaxWaitCap), nil
+}
+
+// includeUsage reports whether stream_options asks for the usage chunk.
+func includeUsage(v any) bool {
+	raw, ok := v.(json.RawMessage)
+	if !ok {
+		return false
+	}
+	var o struct {
+		IncludeUsage bool `json:"include_usage"`
+	}
+	return json.Unmarshal(raw, &o) == nil && o.IncludeUsage
+}
+
+// sleep waits d unless ctx ends first; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,210 @@
+package gateway
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/llm"
+)
+
+// DefaultFlow is the flow of a request that names none, or names one the
+// configuration does not list.
+const DefaultFlow = "default"
+
+// FlowHeader names the flow a request draws on.
+const FlowHeader = "X-Sluice-Flow"
+
+// MaxWaitHeader sets one request's max wait for admission: a Go duration
+// ("45s", "1m30s") or a number of seconds.
+const MaxWaitHeader = "X-Sluice-Max-Wait"
+
+// WaitHeader, on every answer to a chat request, says how long the request
+// waited for admission (a Go duration).
+const WaitHeader = "X-Sluice-Wait"
+
+// Config configures a Gateway. Every field documents its default; Upstream
+// is the only one required.
+type Config struct {
+	// Upstream is the provider's OpenAI-compatible API root, e.g.
+	// "https://api.groq.com/openai/v1"; requests go to Upstream+"/chat/completions".
+	Upstream string
+
+	// Profile says how to read the provider's headers and error bodies, and
+	// the format of the errors the gateway itself answers with. Default openai.
+	Profile llm.Profile
+
+	// APIKey is the provider key, sent upstream as a bearer token and
+	// nowhere else: not in logs, errors, responses, /v1/flows or metrics.
+	// Default: none (an upstream without authentication).
+	APIKey string
+
+	// Key names the provider key in /v1/flows, metrics and logs. Never the
+	// secret. Default: the profile's name.
+	Key string
+
+	// Limits are the key's limits (0: the limit does not apply).
+	Limits governor.Limits
+
+	// Window and Accounting say how the provider counts. Defaults: rolling
+	// windows; the admission charge stands (settle for the anthropic profile,
+	// which corrects output tokens at the end of a call).
+	Window     governor.Window
+	Accounting governor.Accounting
+
+	// Flows lists the flows with their weights, priorities and default
+	// max_tokens. A request naming a flow not listed is counted in "default".
+	Flows []Flow
+
+	// ClientKeys, when not empty, authenticate callers: each request must
+	// carry "Authorization: Bearer KEY" with one of them, or it gets 401. A
+	// key with a Flow draws on that flow whatever X-Sluice-Flow says.
+	// Default: none, every caller is accepted.
+	ClientKeys []ClientKey
+
+	// DefaultMaxTokens is given to a request without max_tokens whose flow
+	// sets none, and counted as its output reservation. When it cannot fit
+	// the limits with the request's prompt, the largest value that fits is
+	// given instead. Default 1024.
+	DefaultMaxTokens int
+
+	// MaxWait is how long a request may wait for admission (and for retries
+	// of transient upstream failures) before it gets 429 with a retry-after.
+	// A request may set its own with X-Sluice-Max-Wait, up to MaxWaitCap.
+	// Default 60s.
+	MaxWait time.Duration
+
+	// MaxWaitCap bounds X-Sluice-Max-Wait. Default 10m (at least MaxWait).
+	MaxWaitCap time.Duration
+
+	// MaxBodyBytes bounds a request body; a larger one gets 413. Default 4 MiB.
+	MaxBodyBytes int64
+
+	// Lag bounds how much later than its admission the provider counts a
+	// call (the time it takes to send it). Every charge is held this much
+	// longer than its window before the room is used again, so calls that
+	// reach the provider in another order than they were admitted never
+	// take its window over a limit. Default 250ms; negative turns it off.
+	Lag time.Duration
+
+	// RetryBase is the first backoff after a transient upstream failure
+	// (5xx, overload, timeout, reset); it doubles each attempt, and a
+	// provider's retry-after wins when longer. Retries happen only within
+	// the request's max wait. Default 250ms.
+	RetryBase time.Duration
+
+	// HTTPClient sends upstream requests. Default: llm's default client.
+	HTTPClient *http.Client
+
+	// Logger receives one line per request and every upstream failure.
+	// Default: discard.
+	Logger *slog.Logger
+
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+// Flow is one flow of requests: an app, a job, a tenant.
+type Flow struct {
+	Name string
+	// Weight is the flow's share among flows of equal priority. Default 1.
+	Weight float64
+	// Priority: each step up multiplies the flow's share by 4 — a larger
+	// reserved share, never an absolute one. Default 0.
+	Priority int
+	// DefaultMaxTokens is given to this flow's requests without max_tokens.
+	// Default: Config.DefaultMaxTokens.
+	DefaultMaxTokens int
+}
+
+// ClientKey is a key callers present to the gateway (not the provider key).
+type ClientKey struct {
+	Key string
+	// Flow, if set, is the flow every request with this key draws on.
+	Flow string
+}
+
+// String describes the configuration with every key redacted.
+func (c Config) String() string {
+	return fmt.Sprintf("gateway.Config{Upstream: %q, Profile: %q, Key: %q, Limits: %q, Flows: %d, ClientKeys: %d, APIKey: [redacted]}",
+		c.Upstream, c.Profile, c.Key, c.Limits.String(), len(c.Flows), len(c.ClientKeys))
+}
+
+// GoString redacts %#v as well.
+func (c Config) GoString() string { return c.String() }
+
+func (c Config) withDefaults() Config {
+	if p, err := llm.ParseProfile(string(c.Profile)); err == nil {
+		c.Profile = p
+	}
+	c.Key = cmp.Or(c.Key, string(c.Profile))
+	if c.Accounting == governor.Reserve && c.Profile == llm.Anthropic {
+		c.Accounting = governor.Settle
+	}
+	c.DefaultMaxTokens = cmp.Or(c.DefaultMaxTokens, 1024)
+	c.MaxWait = cmp.Or(c.MaxWait, 60*time.Second)
+	c.MaxWaitCap = max(cmp.Or(c.MaxWaitCap, 10*time.Minute), c.MaxWait)
+	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, 4<<20)
+	c.Lag = cmp.Or(c.Lag, 250*time.Millisecond)
+	c.RetryBase = cmp.Or(c.RetryBase, 250*time.Millisecond)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if _, err := llm.ParseProfile(string(c.Profile)); err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	u, err := url.Parse(c.Upstream)
+	if c.Upstream == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("gateway: upstream %q is not an http(s) URL", c.Upstream)
+	}
+	if c.DefaultMaxTokens < 0 {
+		return fmt.Errorf("gateway: default max_tokens %d is negative", c.DefaultMaxTokens)
+	}
+	if c.MaxWait < 0 || c.MaxBodyBytes < 0 || c.RetryBase < 0 {
+		return errors.New("gateway: max wait, max body size and retry base must not be negative")
+	}
+	seen := map[string]bool{}
+	for _, f := range c.Flows {
+		if f.Name == "" {
+			return errors.New("gateway: a flow has no name")
+		}
+		if seen[f.Name] {
+			return fmt.Errorf("gateway: flow %q listed twice", f.Name)
+		}
+		seen[f.Name] = true
+		if f.DefaultMaxTokens < 0 {
+			return fmt.Errorf("gateway: flow %q: default max_tokens %d is negative", f.Name, f.DefaultMaxTokens)
+		}
+	}
+	keys := map[string]bool{}
+	for i, k := range c.ClientKeys {
+		if k.Key == "" {
+			return fmt.Errorf("gateway: client key %d is empty", i+1)
+		}
+		if strings.ContainsAny(k.Key, " \t\r\n") {
+			return fmt.Errorf("gateway: client key %d contains white space", i+1)
+		}
+		if keys[k.Key] {
+			return fmt.Errorf("gateway: client key %d is listed twice", i+1)
+		}
+		keys[k.Key] = true
+		if c.APIKey != "" && k.Key == c.APIKey {
+			return fmt.Errorf("gateway: client key %d is the upstream key: give callers keys of their own", i+1)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,141 @@
+package gateway
+
+import (
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/sim"
+	"github.com/sluice-dev/sluice/llm"
+)
+
+// apiError is an answer the gateway gives instead of a completion, written
+// in the upstream profile's error format so the caller's client reads it
+// as it would read the provider's own.
+type apiError struct {
+	status     int
+	typ, code  string
+	message    string
+	retryAfter time.Duration // sent as retry-after (whole seconds, rounded up) and retry-after-ms
+}
+
+// write sends e in the profile's body shape. The shapes come from the
+// simulator, which models each provider's wire format.
+func (e *apiError) write(w http.ResponseWriter, p llm.Profile) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	if e.retryAfter > 0 {
+		h.Set("Retry-After", strconv.FormatInt(int64(math.Ceil(e.retryAfter.Seconds())), 10))
+		h.Set("Retry-After-Ms", strconv.FormatInt(int64(math.Ceil(float64(e.retryAfter)/float64(time.Millisecond))), 10))
+	}
+	w.WriteHeader(e.status)
+	_, _ = w.Write(sim.ErrorBody(string(p), e.typ, e.code, e.message, 0))
+}
+
+func badRequest(msg string) *apiError {
+	return &apiError{status: http.StatusBadRequest, typ: "invalid_request_error", message: msg}
+}
+
+// tooLarge is the answer to a request that can never fit a limit, worded as
+// the profile's provider words it, so clients that recognise "request too
+// large" (llm.Classify among them) never wait for it. The status is 413 for
+// every profile: a 429, which OpenAI uses, makes clients retry in vain.
+func tooLarge(p llm.Profile, model string, e *governor.TooLargeError) *apiError {
+	l := e.Limit
+	abbr := strings.ToUpper(l.String())
+	var msg string
+	switch p {
+	case llm.Anthropic:
+		msg = fmt.Sprintf("Request too large: this request needs %s %s, more than your organization's rate limit of %s %s allows at once.",
+			commas(e.Need), l.Unit(), commas(e.Max), l.Title())
+	case llm.Groq:
+		msg = fmt.Sprintf("Request too large for model `%s` on %s (%s): Limit %d, Requested %d.", model, l.Title(), abbr, e.Max, e.Need)
+	default:
+		msg = fmt.Sprintf("Request too large for %s on %s (%s): Limit %d, Requested %d.", model,
+			strings.Replace(l.Title(), "minute", "min", 1), abbr, e.Max, e.Need)
+	}
+	msg += " " + hint(e) + " (sluice gateway: waiting never helps; the request was not sent)"
+	typ, code := "tokens", "rate_limit_exceeded"
+	switch {
+	case p == llm.Anthropic:
+		typ, code = "invalid_request_error", ""
+	case l == governor.RPM || l == governor.RPD:
+		typ = "requests"
+	}
+	return &apiError{status: http.StatusRequestEntityTooLarge, typ: typ, code: code, message: msg}
+}
+
+func hint(e *governor.TooLargeError) string {
+	switch e.Limit {
+	case governor.RPM, governor.RPD:
+		return "The key allows no request at all."
+	case governor.ITPM:
+		return "Shorten the prompt."
+	}
+	if e.MaxOutput >= 1 {
+		return fmt.Sprintf("Lower max_tokens: max_tokens ≤ %s fits.", commas(e.MaxOutput))
+	}
+	return "Shorten the prompt: it alone does not fit."
+}
+
+// notAdmitted is the answer to a request whose max wait ended before it was
+// admitted. retryAfter is the governor's estimate of the further wait.
+func notAdmitted(p llm.Profile, flow string, maxWait, retryAfter time.Duration) *apiError {
+	retryAfter = max(retryAfter, time.Millisecond)
+	msg := fmt.Sprintf("Rate limit reached: sluice gateway could not admit this request of flow %q within its max wait of %s. Please try again in %s.",
+		flow, maxWait, retryAfter.Round(time.Millisecond))
+	typ, code := "requests", "rate_limit_exceeded"
+	if p == llm.Anthropic {
+		typ, code = "rate_limit_error", ""
+	}
+	return &apiError{status: http.StatusTooManyRequests, typ: typ, code: code, message: msg, retryAfter: retryAfter}
+}
+
+// upstreamError is the answer for an upstream failure the gateway gives up
+// on: the provider's status and message, re-written in its own format (the
+// provider's raw body is not forwarded, so nothing it echoed slips through).
+func upstreamError(p llm.Profile, err error) *apiError {
+	switch e := err.(type) {
+	case *llm.RateLimitError:
+		return &apiError{status: http.StatusTooManyRequests, typ: "tokens", code: "rate_limit_exceeded", message: e.Message, retryAfter: e.RetryAfter}
+	case *llm.TooLargeError:
+		return &apiError{status: http.StatusRequestEntityTooLarge, typ: "tokens", code: "rate_limit_exceeded", message: e.Message}
+	case *llm.QuotaError:
+		return &apiError{status: cmpStatus(e.Status, http.StatusTooManyRequests), typ: e.Type, code: e.Code, message: e.Message}
+	case *llm.OverloadedError:
+		return &apiError{status: cmpStatus(e.Status, http.StatusServiceUnavailable), typ: "server_error", message: cmpMsg(e.Message, "provider overloaded"), retryAfter: e.RetryAfter}
+	case *llm.StatusError:
+		return &apiError{status: cmpStatus(e.Status, http.StatusBadGateway), typ: cmpMsg(e.Type, "server_error"), code: e.Code, message: cmpMsg(e.Message, http.StatusText(e.Status))}
+	case *llm.TransportError:
+		return &apiError{status: http.StatusBadGateway, typ: "server_error",
+			message: "sluice gateway: the upstream gave no usable answer (" + e.Kind.String() + ")"}
+	}
+	return &apiError{status: http.StatusBadGateway, typ: "server_error", message: "sluice gateway: upstream call failed"}
+}
+
+func cmpStatus(s, def int) int {
+	if s == 0 {
+		return def
+	}
+	return s
+}
+
+func cmpMsg(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// commas formats n with thousands separators: 1252 → "1,252".
+func commas(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	for i := len(s) - 3; i > 0 && s[i-1] != '-'; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}

@@ -1,0 +1,210 @@
+package gateway
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/llm"
+)
+
+// Gateway is an OpenAI-compatible HTTP proxy that governs one provider key.
+// It serves POST /v1/chat/completions (plain and streamed), GET /v1/models,
+// GET /v1/flows and GET /metrics. It is an http.Handler: serve it with an
+// http.Server. A Gateway is safe for simultaneous use by multiple goroutines.
+type Gateway struct {
+	cfg    Config
+	client *llm.Client
+	gov    *governor.Governor
+	est    *llm.Estimator
+	gate   *gate
+	flows  map[string]Flow
+	keys   []ClientKey
+	m      *metrics
+	mux    *http.ServeMux
+	seq    atomic.Uint64
+
+	// afterAdmit, when set (by tests), is called after each admission.
+	afterAdmit func(flow string, c governor.Cost)
+}
+
+var _ http.Handler = (*Gateway)(nil)
+
+// New checks cfg, fills its defaults and returns a Gateway.
+func New(cfg Config) (*Gateway, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	client, err := llm.NewClient(llm.Config{BaseURL: cfg.Upstream, APIKey: cfg.APIKey, Profile: cfg.Profile,
+		HTTPClient: cfg.HTTPClient, Now: cfg.Now})
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	flows := make([]governor.FlowConfig, 0, len(cfg.Flows)+1)
+	byName := make(map[string]Flow, len(cfg.Flows)+1)
+	for _, f := range cfg.Flows {
+		flows = append(flows, governor.FlowConfig{Name: f.Name, Weight: f.Weight, Priority: f.Priority})
+		byName[f.Name] = f
+	}
+	if _, ok := byName[DefaultFlow]; !ok {
+		flows = append(flows, governor.FlowConfig{Name: DefaultFlow})
+		byName[DefaultFlow] = Flow{Name: DefaultFlow}
+	}
+	for _, k := range cfg.ClientKeys {
+		if _, ok := byName[k.Flow]; k.Flow != "" && !ok {
+			return nil, fmt.Errorf("gateway: a client key names flow %q, which is not configured", k.Flow)
+		}
+	}
+	gov, err := governor.New(governor.Config{Key: cfg.Key, Limits: cfg.Limits, Window: cfg.Window,
+		Accounting: cfg.Accounting, Flows: flows, Now: cfg.Now})
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	est, err := llm.NewEstimator(llm.EstimatorConfig{})
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	g := &Gateway{cfg: cfg, client: client, gov: gov, est: est, flows: byName, keys: cfg.ClientKeys,
+		mux: http.NewServeMux()}
+	g.gate = newGate(cfg.Lag, cfg.Window == governor.Fixed, gov.Limits, cfg.Now)
+	g.m = newMetrics(g)
+	g.mux.HandleFunc("POST /v1/chat/completions", g.auth(g.chat))
+	g.mux.HandleFunc("GET /v1/models", g.auth(g.models))
+	g.mux.HandleFunc("GET /v1/flows", g.auth(g.flowsJSON))
+	g.mux.Handle("GET /metrics", promhttp.HandlerFor(g.m.reg, promhttp.HandlerOpts{}))
+	g.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		(&apiError{status: http.StatusNotFound, typ: "invalid_request_error", code: "unknown_url",
+			message: fmt.Sprintf("sluice gateway: unknown request URL: %s %s", r.Method, r.URL.Path)}).write(w, g.cfg.Profile)
+	})
+	return g, nil
+}
+
+// Governor returns the governor that owns the key, for callers that embed
+// the gateway and want its stats.
+func (g *Gateway) Governor() *governor.Governor { return g.gov }
+
+// ServeHTTP serves the gateway's routes.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) { g.mux.ServeHTTP(w, r) }
+
+type ctxFlowKey struct{}
+
+// auth checks the caller's client key when keys are configured, and picks
+// the request's flow: the key's, else X-Sluice-Flow, else default.
+func (g *Gateway) auth(next func(http.ResponseWriter, *http.Request, string)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		flow := g.flowOf(r.Header.Get(FlowHeader))
+		if len(g.keys) > 0 {
+			got, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			var match *ClientKey
+			for i := range g.keys {
+				// Compare with every key so timing says nothing of which matched.
+				if subtle.ConstantTimeCompare([]byte(got), []byte(g.keys[i].Key)) == 1 {
+					match = &g.keys[i]
+				}
+			}
+			if match == nil {
+				// The key sent is never echoed: it may be a real one sent by mistake.
+				(&apiError{status: http.StatusUnauthorized, typ: "invalid_request_error", code: "invalid_api_key",
+					message: "sluice gateway: missing or unknown client key (send Authorization: Bearer KEY)"}).write(w, g.cfg.Profile)
+				g.m.requests.WithLabelValues(flow, "401").Inc()
+				return
+			}
+			if match.Flow != "" {
+				flow = match.Flow
+			}
+		}
+		next(w, r, flow)
+	}
+}
+
+// flowOf maps a requested flow name to a configured one.
+func (g *Gateway) flowOf(name string) string {
+	if _, ok := g.flows[name]; ok {
+		return name
+	}
+	return DefaultFlow
+}
+
+// models lists the upstream's models.
+func (g *Gateway) models(w http.ResponseWriter, r *http.Request, _ string) {
+	list, err := g.client.Models(r.Context())
+	if err != nil {
+		g.cfg.Logger.Warn("list models", "key", g.cfg.Key, "err", err)
+		upstreamError(g.cfg.Profile, err).write(w, g.cfg.Profile)
+		return
+	}
+	data := make([]json.RawMessage, len(list))
+	for i, m := range list {
+		data[i] = m.Raw
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Object string            `json:"object"`
+		Data   []json.RawMessage `json:"data"`
+	}{"list", data})
+}
+
+// FlowsView is the body of GET /v1/flows.
+type FlowsView struct {
+	Key    string               `json:"key"`
+	Limits map[string]LimitView `json:"limits"`
+	Flows  []FlowView           `json:"flows"`
+}
+
+// LimitView is one limit's state.
+type LimitView struct {
+	Max       int64 `json:"max"`
+	Used      int64 `json:"used"`
+	Remaining int64 `json:"remaining"`
+}
+
+// FlowView is one flow's state and totals.
+type FlowView struct {
+	Name     string  `json:"name"`
+	Weight   float64 `json:"weight"`
+	Priority int     `json:"priority"`
+	Waiting  int     `json:"waiting"`
+	Admitted int64   `json:"admitted"`
+	// Tokens are charged to the flow's admitted calls, as settled, by kind.
+	Tokens map[string]int64 `json:"tokens"`
+	// Rejections counts provider rejections of the flow's calls by limit.
+	Rejections map[string]int64 `json:"rejections"`
+}
+
+// Flows returns the state GET /v1/flows serves.
+func (g *Gateway) Flows() FlowsView {
+	st := g.gov.Stats(g.cfg.Now())
+	v := FlowsView{Key: st.Key, Limits: map[string]LimitView{}, Flows: make([]FlowView, 0, len(st.Flows))}
+	for _, ls := range st.Limits {
+		if ls.Max > 0 {
+			v.Limits[ls.Limit.String()] = LimitView{Max: ls.Max, Used: ls.Used, Remaining: ls.Capacity}
+		}
+	}
+	for _, f := range st.Flows {
+		fv := FlowView{Name: f.Name, Weight: f.Weight, Priority: f.Priority, Waiting: f.Waiting, Admitted: f.Admitted,
+			Tokens:     map[string]int64{"input": f.Tokens.Input, "output": f.Tokens.Output, "total": f.Tokens.Tokens()},
+			Rejections: map[string]int64{}}
+		for _, l := range governor.AllLimits {
+			if n := f.Rejections[l]; n > 0 {
+				fv.Rejections[l.String()] = n
+			}
+		}
+		v.Flows = append(v.Flows, fv)
+	}
+	return v
+}
+
+func (g *Gateway) flowsJSON(w http.ResponseWriter, _ *http.Request, _ string) {
+	writeJSON(w, http.StatusOK, g.Flows())
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,549 @@
+package gateway
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/scenario"
+	"github.com/sluice-dev/sluice/internal/sim"
+	"github.com/sluice-dev/sluice/llm"
+)
+
+// upstreamKey is the provider key in every test; no answer, header or log
+// line may ever contain it.
+const upstreamKey = "sk-upstream-3f9a7c1e5b2d4068"
+
+func limits(s string) governor.Limits {
+	ls, err := governor.ParseLimits(s)
+	if err != nil {
+		panic(err)
+	}
+	return ls
+}
+
+// syncBuffer is a log sink the gateway's goroutines write to at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// bundle is a simulator with a gateway in front of it.
+type bundle struct {
+	model *sim.Model
+	sim   *httptest.Server
+	gw    *Gateway
+	srv   *httptest.Server
+	log   *syncBuffer
+
+	mu   sync.Mutex
+	seen bytes.Buffer // every answer's status line, headers and body
+}
+
+// setup starts the simulator (wire format on, the upstream key required)
+// and a gateway in front of it; cfg's Upstream, APIKey and Logger are filled in.
+func setup(t *testing.T, sc sim.Config, cfg Config) *bundle {
+	t.Helper()
+	sc.Wire = true
+	m, err := sim.NewModel(sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &bundle{model: m, log: &syncBuffer{}}
+	b.sim = httptest.NewServer(sim.NewServer(m, sim.ServerConfig{APIKey: upstreamKey}))
+	t.Cleanup(b.sim.Close)
+	cfg.Upstream = b.sim.URL + "/v1"
+	if cfg.APIKey == "" {
+		cfg.APIKey = upstreamKey
+	}
+	cfg.Profile = llm.Profile(sc.Profile)
+	cfg.Logger = slog.New(slog.NewTextHandler(b.log, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	b.gw, err = New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.srv = httptest.NewServer(b.gw)
+	t.Cleanup(b.srv.Close)
+	t.Cleanup(func() { assertNoKey(t, "log", b.log.String()) })
+	t.Cleanup(func() { assertNoKey(t, "answers", b.seen.String()) })
+	return b
+}
+
+func assertNoKey(t *testing.T, what, text string) {
+	t.Helper()
+	if strings.Contains(text, upstreamKey) || strings.Contains(text, upstreamKey[3:]) {
+		t.Errorf("the upstream key appears in the %s", what)
+	}
+}
+
+// do sends a request to the gateway and records the whole answer.
+func (b *bundle) do(t *testing.T, method, path, body string, header map[string]string) (*http.Response, []byte) {
+	t.Helper()
+	return b.doCtx(context.Background(), t, method, path, body, header)
+}
+
+func (b *bundle) doCtx(ctx context.Context, t *testing.T, method, path, body string, header map[string]string) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, method, b.srv.URL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, nil
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_ = resp.Header.Write(&b.seen)
+	b.seen.Write(data)
+	return resp, data
+}
+
+func chatBody(content string, maxTokens int, extra string) string {
+	mt := ""
+	if maxTokens > 0 {
+		mt = `,"max_tokens":` + strconv.Itoa(maxTokens)
+	}
+	return `{"model":"sim-model","messages":[{"role":"user","content":` + strconv.Quote(content) + `}]` + mt + extra + `}`
+}
+
+func flowView(t *testing.T, b *bundle, name string) FlowView {
+	t.Helper()
+	for _, f := range b.gw.Flows().Flows {
+		if f.Name == name {
+			return f
+		}
+	}
+	t.Fatalf("no flow %q in /v1/flows", name)
+	return FlowView{}
+}
+
+func TestChatPlain(t *testing.T) {
+	t.Parallel()
+	b := setup(t, sim.Config{Profile: "groq", Limits: limits("rpm=30,tpm=6000")},
+		Config{Limits: limits("rpm=30,tpm=6000"), Flows: []Flow{{Name: "summary", Weight: 2}}})
+	resp, body := b.do(t, "POST", "/v1/chat/completions", chatBody("Say hello.", 40, `,"seed":7`),
+		map[string]string{FlowHeader: "summary"})
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	var c struct {
+		Object string `json:"object"`
+		Usage  struct {
+			Prompt     int64 `json:"prompt_tokens"`
+			Completion int64 `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal(body, &c); err != nil || c.Object != "chat.completion" || c.Usage.Prompt == 0 {
+		t.Fatalf("body %s (%v)", body, err)
+	}
+	if _, err := time.ParseDuration(resp.Header.Get(WaitHeader)); err != nil {
+		t.Errorf("%s = %q", WaitHeader, resp.Header.Get(WaitHeader))
+	}
+	if resp.Header.Get("X-Request-Id") == "" {
+		t.Error("the upstream request id is not passed on")
+	}
+	f := flowView(t, b, "summary")
+	// Settled the way Groq counts: the provider's input count, max_tokens reserved.
+	if f.Admitted != 1 || f.Tokens["input"] != c.Usage.Prompt || f.Tokens["output"] != 40 || f.Weight != 2 {
+		t.Errorf("flow summary = %+v, usage %+v", f, c.Usage)
+	}
+	if st := b.model.Stats(); st.Requests != 1 || st.Charged.Output != 40 {
+		t.Errorf("simulator saw %+v", st)
+	}
+}
+
+// events reads a server-sent event stream into its data lines.
+func events(t *testing.T, body []byte) []string {
+	t.Helper()
+	var out []string
+	sc := bufio.NewScanner(bytes.NewReader(body))
+	for sc.Scan() {
+		if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+func TestStream(t *testing.T) {
+	t.Parallel()
+	b := setup(t, sim.Config{Profile: "openai", Limits: limits("rpm=30,tpm=6000")}, Config{Limits: limits("rpm=30,tpm=6000")})
+	for _, tc := range []struct {
+		name  string
+		extra string
+		usage bool
+	}{
+		{"without usage", `,"stream":true`, false},
+		{"with usage", `,"stream":true,"stream_options":{"include_usage":true}`, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, body := b.do(t, "POST", "/v1/chat/completions", chatBody("Stream a few words.", 30, tc.extra), nil)
+			if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+				t.Fatalf("status %d, type %q: %s", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+			}
+			ev := events(t, body)
+			if len(ev) < 4 || ev[len(ev)-1] != "[DONE]" {
+				t.Fatalf("events %q", ev)
+			}
+			var usage *llm.Usage
+			var text strings.Builder
+			for _, e := range ev[:len(ev)-1] {
+				var ch llm.ChatChunk
+				if err := json.Unmarshal([]byte(e), &ch); err != nil {
+					t.Fatalf("event %q: %v", e, err)
+				}
+				text.WriteString(ch.Text())
+				if ch.Usage != nil {
+					usage = ch.Usage
+				}
+			}
+			if (usage != nil) != tc.usage {
+				t.Fatalf("usage chunk passed on: %v, want %v", usage != nil, tc.usage)
+			}
+			n := int64(llm.CountTokens("sim-model", text.String()))
+			if n < 15 || (usage != nil && usage.CompletionTokens != n) {
+				t.Errorf("streamed %d tokens %q, usage %+v", n, text.String(), usage)
+			}
+		})
+	}
+	// Both streams were settled with the usage the gateway asked for.
+	f := flowView(t, b, DefaultFlow)
+	if f.Admitted != 2 || f.Tokens["output"] != 60 || f.Tokens["input"] != 2*(int64(llm.CountTokens("sim-model", "Stream a few words."))+6) {
+		t.Errorf("default flow = %+v", f)
+	}
+}
+
+func TestDefaultMaxTokens(t *testing.T) {
+	t.Parallel()
+	b := setup(t, sim.Config{Profile: "groq", Limits: limits("rpm=30,tpm=20000,otpm=1000")},
+		Config{Limits: limits("rpm=30,tpm=20000,otpm=1000"), DefaultMaxTokens: 300,
+			Flows: []Flow{{Name: "title", DefaultMaxTokens: 50}, {Name: "analysis"}}})
+	for _, tc := range []struct {
+		flow string
+		want int64
+	}{
+		{"title", 50},
+		{"analysis", 300},
+	} {
+		resp, body := b.do(t, "POST", "/v1/chat/completions", chatBody("Title this.", 0, ""), map[string]string{FlowHeader: tc.flow})
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s: status %d: %s", tc.flow, resp.StatusCode, body)
+		}
+		if got := flowView(t, b, tc.flow).Tokens["output"]; got != tc.want {
+			t.Errorf("%s: output reserved %d, want the flow's default %d", tc.flow, got, tc.want)
+		}
+	}
+	if st := b.model.Stats(); st.Charged.Output != 350 {
+		t.Errorf("upstream charged output %d, want 350: the default max_tokens was not sent", st.Charged.Output)
+	}
+
+	// A default larger than the output limit is lowered to what fits: the
+	// provider's own default would make the call too large forever.
+	b2 := setup(t, sim.Config{Profile: "groq", Limits: limits("otpm=1000")}, Config{Limits: limits("otpm=1000")})
+	resp, body := b2.do(t, "POST", "/v1/chat/completions", chatBody("Analyse this.", 0, ""), nil)
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	if st := b2.model.Stats(); st.Charged.Output != 1000 || st.Rejected != 0 {
+		t.Errorf("upstream saw %+v; want max_tokens lowered to 1000", st)
+	}
+}
+
+func TestTooLarge(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		profile, limits string
+		maxTokens       int
+		want            []string
+	}{
+		{"groq", "tpm=6000,otpm=1000", 1252, []string{"Request too large for model `sim-model` on output tokens per minute (OTPM): Limit 1000, Requested 1252.", "max_tokens ≤ 1,000 fits"}},
+		{"groq", "tpm=2000", 1990, []string{"on tokens per minute (TPM): Limit 2000, Requested ", "max_tokens ≤ 1,9"}},
+		{"openai", "tpm=2000", 3000, []string{"Request too large for sim-model on tokens per min (TPM): Limit 2000, Requested "}},
+		{"anthropic", "otpm=800", 900, []string{"this request needs 900 output tokens, more than your organization's rate limit of 800 output tokens per minute"}},
+	} {
+		t.Run(tc.profile+"/"+tc.limits, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, sim.Config{Profile: tc.profile, Limits: limits(tc.limits)}, Config{Limits: limits(tc.limits)})
+			resp, body := b.do(t, "POST", "/v1/chat/completions", chatBody("Write a long essay.", tc.maxTokens, ""), nil)
+			if resp.StatusCode != 413 || resp.Header.Get("Retry-After") != "" {
+				t.Fatalf("status %d retry-after %q: %s", resp.StatusCode, resp.Header.Get("Retry-After"), body)
+			}
+			// The caller's client reads it as the provider's own error.
+			err := llm.Profile(tc.profile).Classify(resp.StatusCode, resp.Header, body)
+			tl, ok := err.(*llm.TooLargeError)
+			if !ok || !tl.LimitKnown {
+				t.Fatalf("classified as %T %v", err, err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(tl.Message, w) {
+					t.Errorf("message %q lacks %q", tl.Message, w)
+				}
+			}
+			if st := b.model.Stats(); st.Requests != 0 {
+				t.Errorf("the upstream was called %d times for a request that can never fit", st.Requests)
+			}
+		})
+	}
+}
+
+func TestNotAdmittedInTime(t *testing.T) {
+	t.Parallel()
+	b := setup(t, sim.Config{Profile: "groq", Limits: limits("rpm=1")}, Config{Limits: limits("rpm=1")})
+	if resp, body := b.do(t, "POST", "/v1/chat/completions", chatBody("one", 10, ""), nil); resp.StatusCode != 200 {
+		t.Fatalf("first: %d %s", resp.StatusCode, body)
+	}
+	resp, body := b.do(t, "POST", "/v1/chat/completions", chatBody("two", 10, ""), map[string]string{MaxWaitHeader: "50ms"})
+	if resp.StatusCode != 429 {
+		t.Fatalf("second: %d %s", resp.StatusCode, body)
+	}
+	// Honest: the minute's one request comes back about a minute after the first.
+	ra, err := strconv.Atoi(resp.Header.Get("Retry-After"))
+	if err != nil || ra < 50 || ra > 61 {
+		t.Errorf("retry-after %q, want about 60", resp.Header.Get("Retry-After"))
+	}
+	rl, ok := llm.Groq.Classify(resp.StatusCode, resp.Header, body).(*llm.RateLimitError)
+	if !ok || rl.RetryAfter < 50*time.Second || !strings.Contains(rl.Message, `flow "default"`) {
+		t.Errorf("classified %+v", rl)
+	}
+	if f := flowView(t, b, DefaultFlow); f.Waiting != 0 || f.Admitted != 1 {
+		t.Errorf("after the timeout the flow is %+v", f)
+	}
+	if st := b.model.Stats(); st.Requests != 1 {
+		t.Errorf("upstream saw %d requests, want 1", st.Requests)
+	}
+}
+
+func TestBadRequests(t *testing.T) {
+	t.Parallel()
+	b := setup(t, sim.Config{Profile: "openai"}, Config{MaxBodyBytes: 2000})
+	for _, tc := range []struct {
+		name, body string
+		header     map[string]string
+		status     int
+		want       string
+	}{
+		{"not JSON", `{"model":`, nil, 400, "request body must be a JSON object"},
+		{"no messages", `{"model":"m"}`, nil, 400, `"messages" is missing`},
+		{"bad field", `{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":"many"}`, nil, 400, `"max_tokens"`},
+		{"too big", chatBody(strings.Repeat("x", 3000), 5, ""), nil, 413, "larger than 2000 bytes"},
+		{"bad max wait", chatBody("x", 5, ""), map[string]string{MaxWaitHeader: "soon"}, 400, MaxWaitHeader},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, body := b.do(t, "POST", "/v1/chat/completions", tc.body, tc.header)
+			var e struct {
+				Error struct{ Message string } `json:"error"`
+			}
+			_ = json.Unmarshal(body, &e)
+			if resp.StatusCode != tc.status || !strings.Contains(e.Error.Message, tc.want) {
+				t.Errorf("status %d body %s; want %d naming %q", resp.StatusCode, body, tc.status, tc.want)
+			}
+		})
+	}
+	if st := b.model.Stats(); st.Requests != 0 {
+		t.Errorf("upstream saw %d requests", st.Requests)
+	}
+}
+
+func TestClientKeys(t *testing.T) {
+	t.Parallel()
+	b := setup(t, sim.Config{Profile: "groq"}, Config{
+		Flows:      []Flow{{Name: "summary"}, {Name: "title"}},
+		ClientKeys: []ClientKey{{Key: "gw-title-key", Flow: "title"}, {Key: "gw-any-key"}},
+	})
+	for _, tc := range []struct {
+		name, auth, flowHeader string
+		status                 int
+	}{
+		{"missing", "", "summary", 401},
+		{"wrong", "Bearer gw-nope", "summary", 401},
+		{"upstream key is not a client key", "Bearer " + upstreamKey, "summary", 401},
+		{"mapped key wins over the header", "Bearer gw-title-key", "summary", 200},
+		{"unmapped key takes the header", "Bearer gw-any-key", "summary", 200},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, body := b.do(t, "POST", "/v1/chat/completions", chatBody("hi", 5, ""),
+				map[string]string{"Authorization": tc.auth, FlowHeader: tc.flowHeader})
+			if resp.StatusCode != tc.status {
+				t.Fatalf("status %d: %s", resp.StatusCode, body)
+			}
+			if tc.status == 401 && (strings.Contains(string(body), "gw-nope") || !strings.Contains(string(body), "client key")) {
+				t.Errorf("401 body %s", body)
+			}
+		})
+	}
+	if a, s := flowView(t, b, "title").Admitted, flowView(t, b, "summary").Admitted; a != 1 || s != 1 {
+		t.Errorf("admitted title %d summary %d, want 1 and 1", a, s)
+	}
+	if resp, _ := b.do(t, "GET", "/v1/flows", "", nil); resp.StatusCode != 401 {
+		t.Errorf("/v1/flows without a key: %d", resp.StatusCode)
+	}
+}
+
+// waitFor polls cond until it holds or a deadline passes.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestDisconnectLeavesTheLine(t *testing.T) {
+	t.Parallel()
+	b := setup(t, sim.Config{Profile: "groq", Limits: limits("rpm=1")}, Config{Limits: limits("rpm=1")})
+	if resp, _ := b.do(t, "POST", "/v1/chat/completions", chatBody("one", 10, ""), nil); resp.StatusCode != 200 {
+		t.Fatalf("first: %d", resp.StatusCode)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		b.doCtx(ctx, t, "POST", "/v1/chat/completions", chatBody("two", 10, ""), nil)
+	}()
+	waitFor(t, "the second request to wait", func() bool { return flowView(t, b, DefaultFlow).Waiting == 1 })
+	cancel()
+	<-done
+	waitFor(t, "the line to empty", func() bool { return flowView(t, b, DefaultFlow).Waiting == 0 })
+	if f := flowView(t, b, DefaultFlow); f.Admitted != 1 {
+		t.Errorf("flow after the disconnect: %+v", f)
+	}
+	if st := b.model.Stats(); st.Requests != 1 {
+		t.Errorf("upstream saw %d requests", st.Requests)
+	}
+}
+
+func TestUpstreamRejectionFeedsBack(t *testing.T) {
+	t.Parallel()
+	// The provider enforces an RPM the gateway was not told of, and Groq's
+	// headers never report RPM: the 429's text is the only way to learn it.
+	b := setup(t, sim.Config{Profile: "groq", Limits: limits("rpm=1,tpm=50000")}, Config{Limits: limits("tpm=50000"),
+		Flows: []Flow{{Name: "summary"}}})
+	h := map[string]string{FlowHeader: "summary", MaxWaitHeader: "100ms"}
+	if resp, _ := b.do(t, "POST", "/v1/chat/completions", chatBody("one", 10, ""), h); resp.StatusCode != 200 {
+		t.Fatalf("first: %d", resp.StatusCode)
+	}
+	resp, body := b.do(t, "POST", "/v1/chat/completions", chatBody("two", 10, ""), h)
+	if resp.StatusCode != 429 {
+		t.Fatalf("second: %d %s", resp.StatusCode, body)
+	}
+	if ra, _ := strconv.Atoi(resp.Header.Get("Retry-After")); ra < 50 {
+		t.Errorf("retry-after %q", resp.Header.Get("Retry-After"))
+	}
+	// The next call waits in the gateway instead of hitting the provider again.
+	resp, _ = b.do(t, "POST", "/v1/chat/completions", chatBody("three", 10, ""), h)
+	if resp.StatusCode != 429 {
+		t.Fatalf("third: %d", resp.StatusCode)
+	}
+	if st := b.model.Stats(); st.Requests != 2 {
+		t.Errorf("upstream saw %d requests, want 2", st.Requests)
+	}
+	if f := flowView(t, b, "summary"); f.Rejections["rpm"] != 1 {
+		t.Errorf("flow rejections %v", f.Rejections)
+	}
+	_, metrics := b.do(t, "GET", "/metrics", "", nil)
+	if !strings.Contains(string(metrics), `sluice_provider_rejections_total{key="groq",limit="rpm",status="429"} 1`) {
+		t.Errorf("metrics lack the rejection:\n%s", metrics)
+	}
+}
+
+func TestTransientFailuresRetried(t *testing.T) {
+	t.Parallel()
+	b := setup(t, sim.Config{Profile: "openai", Seed: 3, Faults: scenario.Faults{Error5xx: 0.5, Reset: 0.2}},
+		Config{RetryBase: time.Millisecond, MaxWait: 5 * time.Second})
+	for i := range 10 {
+		resp, body := b.do(t, "POST", "/v1/chat/completions", chatBody("try "+strconv.Itoa(i), 10, ""), nil)
+		if resp.StatusCode != 200 {
+			t.Fatalf("request %d: %d %s", i, resp.StatusCode, body)
+		}
+	}
+	st := b.model.Stats()
+	if st.Succeeded != 10 || st.Requests <= 10 {
+		t.Errorf("upstream saw %+v: want failures retried to 10 successes", st)
+	}
+	// A failed call may have been counted by the provider: its charge stands.
+	if f := flowView(t, b, DefaultFlow); f.Admitted != st.Requests {
+		t.Errorf("admitted %d, upstream requests %d", f.Admitted, st.Requests)
+	}
+}
+
+func TestModelsAndMetrics(t *testing.T) {
+	t.Parallel()
+	b := setup(t, sim.Config{Profile: "groq", Limits: limits("rpm=30,tpm=6000")}, Config{Limits: limits("rpm=30,tpm=6000")})
+	resp, body := b.do(t, "GET", "/v1/models", "", nil)
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `"id":"sim-model"`) {
+		t.Fatalf("models: %d %s", resp.StatusCode, body)
+	}
+	b.do(t, "POST", "/v1/chat/completions", chatBody("hi", 10, ""), nil)
+	_, m := b.do(t, "GET", "/metrics", "", nil)
+	for _, want := range []string{
+		`sluice_limit_capacity{key="groq",limit="tpm"} 6000`,
+		`sluice_limit_used{key="groq",limit="rpm"} 1`,
+		`sluice_flow_admissions_total{flow="default",key="groq"} 1`,
+		`sluice_flow_admission_wait_seconds_count{flow="default",key="groq"} 1`,
+		`sluice_flow_tokens_total{flow="default",key="groq",kind="output"} 10`,
+		`sluice_gateway_requests_total{code="200",flow="default",key="groq"} 1`,
+		`sluice_flow_waiting{flow="default",key="groq"} 0`,
+	} {
+		if !strings.Contains(string(m), want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	for _, line := range strings.Split(string(m), "\n") {
+		if line != "" && !strings.HasPrefix(line, "#") && !strings.HasPrefix(line, "sluice_") {
+			t.Errorf("metric not named sluice_…: %s", line)
+		}
+	}
+	if resp, body := b.do(t, "GET", "/nope", "", nil); resp.StatusCode != 404 || !strings.Contains(string(body), "unknown request URL") {
+		t.Errorf("unknown path: %d %s", resp.StatusCode, body)
+	}
+}
+
+func TestUpstreamKeyNeverLeaks(t *testing.T) {
+	t.Parallel()
+	// The gateway holds a key the provider refuses: its 401 travels back.
+	b := setup(t, sim.Config{Profile: "openai"}, Config{APIKey: "sk-wrong-" + upstreamKey})
+	resp, body := b.do(t, "POST", "/v1/chat/completions", chatBody("hi", 10, ""), nil)
+	if resp.StatusCode != 401 {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	b.do(t, "POST", "/v1/chat/completions", chatBody("hi", 10, `,"stream":true`), nil)
+	b.do(t, "GET", "/v1/models", "", nil)
+	b.do(t, "GET", "/v1/flows", "", nil)
+	b.do(t, "GET", "/metrics", "", nil)
+	if s := b.gw.cfg.String() + b.gw.client.String(); strings.Contains(s, upstreamKey) {
+		t.Errorf("config string carries the key: %s", s)
+	}
+	// setup's cleanups grep every answer and the log.
+}
