@@ -72,10 +72,6 @@ func newSluicePolicyWith(sc *scenario.Scenario, tune func(*governor.Config)) (*s
 	for _, f := range sc.Flows {
 		cfg.Flows = append(cfg.Flows, governor.FlowConfig{Name: f.Name, Weight: f.Weight, Priority: f.Priority})
 	}
-	// Pace day limits just under their even rate, so a rolling day window
-	// never fills: admissions follow the pacer's even, fair rhythm instead
-	// of echoing whatever the window held a day before.
-	cfg.DayPace = 0.995
 	tune(&cfg)
 	g, err := governor.New(cfg)
 	if err != nil {
