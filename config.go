@@ -13,9 +13,10 @@ import (
 // Config configures an App. The zero value runs on ./sluice.db with no LLM
 // provider.
 type Config struct {
-	// DatabaseURL is where runs, steps and sluice's own tables live: a path
-	// or "sqlite:PATH" (default "sluice.db"), or "postgres://…" so several
-	// processes share the work.
+	// DatabaseURL is where runs, steps and sluice's own tables live (the
+	// governors' charges too, so a restart remembers the day's usage):
+	// "sqlite:PATH" or a path ending in .db, .sqlite or .sqlite3 (default
+	// "sluice.db"), or "postgres://…" so several processes share the work.
 	DatabaseURL string
 
 	// Providers are the LLM provider keys functions call through LLM. The
@@ -69,6 +70,11 @@ type Provider struct {
 	// windows; the admission charge stands).
 	Window     governor.Window
 	Accounting governor.Accounting
+	// DayBurst is how far ahead of an even pace the day limits (RPD, TPD)
+	// may be spent: the governor spreads a day's budget over the day so it
+	// is not gone by the morning. Default 1h; negative spends it as fast as
+	// the other limits allow.
+	DayBurst time.Duration
 }
 
 func (c Config) validate() error {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/engine"
+	"github.com/sluice-dev/sluice/internal/quota"
 	"github.com/sluice-dev/sluice/llm"
 )
 
@@ -20,10 +21,14 @@ type App struct {
 	cfg       Config
 	e         *engine.Engine
 	providers map[string]*engine.Provider
+	quotas    []*quota.Governor
 	first     string
 }
 
 // New opens the database and builds the providers' clients and governors.
+// Each governor starts from the charges its provider's key made in the last
+// day, as recorded in the database by this and every other process that
+// used the key under the same provider name.
 func New(ctx context.Context, cfg Config) (*App, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("sluice config: %w", err)
@@ -48,33 +53,52 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 			_ = e.Shutdown(time.Second)
 			return nil, fmt.Errorf("provider %s: %w", name, err)
 		}
-		gov, err := governor.New(governor.Config{
-			Key:        name,
+		gov, err := quota.Open(ctx, e.Store(), governor.Config{
+			Key:        name, // the store keeps it in clear: never the API key
 			Limits:     p.Limits,
 			Window:     p.Window,
 			Accounting: p.Accounting,
+			DayBurst:   p.DayBurst,
 			Flows:      cfg.Flows,
-		})
+		}, quota.Config{})
 		if err != nil {
 			_ = e.Shutdown(time.Second)
 			return nil, fmt.Errorf("provider %s: %w", name, err)
 		}
+		a.quotas = append(a.quotas, gov)
 		est, err := llm.NewEstimator(llm.EstimatorConfig{})
 		if err != nil {
 			_ = e.Shutdown(time.Second)
 			return nil, fmt.Errorf("provider %s: %w", name, err)
 		}
-		a.providers[name] = &engine.Provider{Name: name, Client: client, Governor: gov, Estimator: est, MaxInlineWait: cfg.MaxInlineWait}
+		a.providers[name] = &engine.Provider{Name: name, Client: client, Governor: gov.Governor, Estimator: est, MaxInlineWait: cfg.MaxInlineWait}
 		if i == 0 {
 			a.first = name
 		}
 	}
+	// Charges made by runs still in flight when the app stops are written
+	// once the last of them has returned, before the database closes.
+	e.BeforeClose(a.flushQuotas)
 	return a, nil
 }
 
+func (a *App) flushQuotas(ctx context.Context) error {
+	var errs []error
+	for _, q := range a.quotas {
+		errs = append(errs, q.Flush(ctx))
+	}
+	return errors.Join(errs...)
+}
+
 // Start launches the app: it starts the functions' queues and schedules and
-// resumes the runs a previous process left unfinished.
-func (a *App) Start(ctx context.Context) error { return a.e.Launch(ctx) }
+// resumes the runs a previous process left unfinished. The governors write
+// their charges to the database in the background until Stop.
+func (a *App) Start(ctx context.Context) error {
+	for _, q := range a.quotas {
+		q.Start(context.WithoutCancel(ctx))
+	}
+	return a.e.Launch(ctx)
+}
 
 // Stop stops the app. Runs in flight stop at their next step boundary and
 // resume at the next Start; a step cut off mid-way runs again then. Safe to
@@ -84,7 +108,15 @@ func (a *App) Stop(ctx context.Context) error {
 	if d, ok := ctx.Deadline(); ok {
 		timeout = max(time.Until(d), time.Millisecond)
 	}
-	return a.e.Shutdown(timeout)
+	// The background writers stop first so that none is writing when the
+	// database closes; the charges of runs still in flight are flushed by
+	// the engine once they have returned (see New).
+	var errs []error
+	for _, q := range a.quotas {
+		errs = append(errs, q.Stop(ctx))
+	}
+	errs = append(errs, a.e.Shutdown(timeout))
+	return errors.Join(errs...)
 }
 
 // Sent says what an event did to one function: "queued" (a run started),

@@ -3,111 +3,50 @@ package engine
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
-	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	// Registers the "sqlite" database/sql driver and tells DBOS how to read
-	// its error codes; DBOS refuses an SQLite handle without it.
+	"github.com/sluice-dev/sluice/internal/store"
+	"github.com/sluice-dev/sluice/internal/store/postgres"
+	"github.com/sluice-dev/sluice/internal/store/sqlite"
+
+	// Tells DBOS how to read the SQLite driver's error codes; DBOS refuses
+	// an SQLite handle without it.
 	_ "github.com/dbos-inc/dbos-transact-golang/dbos/driver/sqlite"
 )
 
 // db is the one database sluice shares with DBOS: an SQLite file or a
-// PostgreSQL database. Its own tables (rate-limit counters, dropped events)
-// sit next to DBOS's. Queries use $N placeholders, which both drivers accept.
+// PostgreSQL database, opened by sluice's store, whose handle DBOS and the
+// engine's own tables (rate-limit counters, dropped events) use too.
+// Queries use $N placeholders, which both drivers accept.
 type db struct {
+	st     store.Store
 	sqlite *sql.DB       // set for SQLite
 	pg     *pgxpool.Pool // set for PostgreSQL
-	owned  bool          // closed by Close
 	name   string        // for errors, without secrets
 }
 
-// openDB opens the database named by url: "postgres://…" / "postgresql://…",
-// "sqlite:PATH", "sqlite::memory:", or a bare path (an SQLite file).
+// openDB opens the store named by dbURL (see store.Open) and takes its handle.
 func openDB(ctx context.Context, dbURL string) (*db, error) {
-	if isPostgresURL(dbURL) {
-		pcfg, err := pgxpool.ParseConfig(dbURL)
-		if err != nil {
-			return nil, fmt.Errorf("open postgres %s: %w", redactURL(dbURL), scrub(err, dbURL))
-		}
-		if !strings.Contains(dbURL, "pool_max_conns") {
-			// Workers, queue pollers and the API share the pool; pgx's default
-			// (4 on a small machine) starves them. DBOS uses 20 for its own.
-			pcfg.MaxConns = 20
-		}
-		pool, err := pgxpool.NewWithConfig(ctx, pcfg)
-		if err != nil {
-			return nil, fmt.Errorf("open postgres %s: %w", redactURL(dbURL), err)
-		}
-		if err := pool.Ping(ctx); err != nil {
-			pool.Close()
-			return nil, fmt.Errorf("connect to postgres %s: %w", redactURL(dbURL), scrub(err, dbURL))
-		}
-		return &db{pg: pool, owned: true, name: redactURL(dbURL)}, nil
-	}
-	path := strings.TrimPrefix(strings.TrimPrefix(dbURL, "sqlite://"), "sqlite:")
-	if path == "" {
-		return nil, errors.New("open sqlite: empty path")
-	}
-	if path != ":memory:" {
-		if dir := filepath.Dir(path); dir != "." && dir != "" {
-			if err := os.MkdirAll(dir, 0o750); err != nil {
-				return nil, fmt.Errorf("open sqlite %s: %w", path, err)
-			}
-		}
-	}
-	// The same settings DBOS applies to the handles it opens itself: every
-	// transaction takes the write lock up front (no deadlocked upgrades),
-	// writers wait for each other, WAL lets readers run beside a writer.
-	dsn := "file:" + path + "?_txlock=immediate&_pragma=busy_timeout(10000)&_pragma=foreign_keys(ON)&_pragma=synchronous(NORMAL)&_pragma=journal_mode(WAL)"
-	if path == ":memory:" {
-		dsn = "file::memory:?cache=shared&_txlock=immediate&_pragma=busy_timeout(10000)"
-	}
-	h, err := sql.Open("sqlite", dsn)
+	st, err := store.Open(ctx, dbURL)
 	if err != nil {
-		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+		return nil, err
 	}
-	h.SetMaxOpenConns(8)
-	if err := h.PingContext(ctx); err != nil {
-		h.Close()
-		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+	switch s := st.(type) {
+	case *sqlite.Store:
+		if name := strings.TrimPrefix(s.String(), "sqlite:"); strings.HasPrefix(name, sqlite.Memory) || strings.HasPrefix(name, "file::memory:") {
+			s.Close()
+			return nil, fmt.Errorf("open %s: an in-memory SQLite database lives in one connection and cannot be shared with DBOS; use a file", s)
+		}
+		return &db{st: s, sqlite: s.DB(), name: s.String()}, nil
+	case *postgres.Store:
+		return &db{st: s, pg: s.Pool(), name: s.String()}, nil
 	}
-	return &db{sqlite: h, owned: true, name: "sqlite:" + path}, nil
-}
-
-func isPostgresURL(u string) bool {
-	return strings.HasPrefix(u, "postgres://") || strings.HasPrefix(u, "postgresql://")
-}
-
-// redactURL hides the password of a database URL.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
-		return raw
-	}
-	if _, ok := u.User.Password(); ok {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
-	}
-	return u.String()
-}
-
-// scrub removes a URL's password from an error message.
-func scrub(err error, raw string) error {
-	u, perr := url.Parse(raw)
-	if perr != nil || u.User == nil {
-		return err
-	}
-	if pw, ok := u.User.Password(); ok && pw != "" && strings.Contains(err.Error(), pw) {
-		return errors.New(strings.ReplaceAll(err.Error(), pw, "xxxxx"))
-	}
-	return err
+	st.Close()
+	return nil, fmt.Errorf("open %s: the store gives no handle DBOS can share", store.Redact(dbURL))
 }
 
 func (d *db) postgres() bool { return d.pg != nil }
@@ -161,21 +100,9 @@ func (d *db) query(ctx context.Context, q string, args []any, each func(scanner)
 	return rows.Err()
 }
 
-func isNoRows(err error) bool {
-	return errors.Is(err, sql.ErrNoRows) || errors.Is(err, pgx.ErrNoRows)
-}
-
-func (d *db) close() {
-	if !d.owned {
-		return
-	}
-	if d.pg != nil {
-		d.pg.Close()
-	}
-	if d.sqlite != nil {
-		d.sqlite.Close()
-	}
-}
+// close closes the store. DBOS closes the handle when it shuts down, so by
+// then this only marks the store closed.
+func (d *db) close() { _ = d.st.Close() }
 
 // migrations create sluice's engine tables. Each statement is idempotent, so
 // running them at every start (and from two processes at once) is safe.

@@ -3,7 +3,6 @@ package engine
 import (
 	"cmp"
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,20 +12,16 @@ import (
 	"time"
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
-	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sluice-dev/sluice/internal/store"
 )
 
 // Config configures an Engine. The zero value runs on ./sluice.db.
 type Config struct {
-	// DatabaseURL names the database shared with DBOS: a path or "sqlite:PATH"
-	// (default "sluice.db"), or "postgres://…". Ignored when SQLite or
-	// Postgres is set.
+	// DatabaseURL names the database sluice's store, the engine's tables
+	// and DBOS share through one handle: "sqlite:PATH" or a path ending in
+	// .db, .sqlite or .sqlite3 (default "sluice.db"), or "postgres://…".
 	DatabaseURL string
-	// SQLite and Postgres hand the engine an open handle to share (e.g. the
-	// store's), so one process holds one connection pool per database. The
-	// caller keeps ownership.
-	SQLite   *sql.DB
-	Postgres *pgxpool.Pool
 	// AppName names the application in DBOS's tables (default "sluice").
 	AppName string
 	// AppVersion pins the DBOS application version. DBOS recovers only runs
@@ -73,6 +68,13 @@ type Engine struct {
 	dctx dbos.Context
 	ds   *dbos.DataSource
 
+	// Runs executing now, and what to do once none is while stopping: DBOS
+	// closes the database right after the last run returns.
+	activeMu    sync.Mutex
+	active      int
+	stopping    bool
+	beforeClose []func(context.Context) error
+
 	classify Classifier // for errors the engine does not know; default ClassifyLLM
 
 	mu       sync.RWMutex
@@ -89,20 +91,9 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	if cfg.PollInterval < 0 || cfg.RetryBase < 0 || cfg.RetryMax < cfg.RetryBase {
 		return nil, fmt.Errorf("engine config: poll interval and retry bounds must be positive and RetryMax ≥ RetryBase")
 	}
-	var (
-		d   *db
-		err error
-	)
-	switch {
-	case cfg.SQLite != nil:
-		d = &db{sqlite: cfg.SQLite, name: "sqlite"}
-	case cfg.Postgres != nil:
-		d = &db{pg: cfg.Postgres, name: "postgres"}
-	default:
-		d, err = openDB(ctx, cfg.DatabaseURL)
-		if err != nil {
-			return nil, err
-		}
+	d, err := openDB(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return nil, err
 	}
 	if err := d.migrate(ctx); err != nil {
 		d.close()
@@ -189,12 +180,67 @@ func (e *Engine) Launch(ctx context.Context) error {
 	return nil
 }
 
+// Store is sluice's store on the engine's database, sharing its handle.
+// It is usable until Shutdown returns.
+func (e *Engine) Store() store.Store { return e.db.st }
+
+// BeforeClose adds fn to what Shutdown runs once no run executes any more,
+// before the database closes: the place to flush what runs left in memory.
+// fn may run more than once (a run may start while the engine stops); it must
+// not block for long. Call before Launch.
+func (e *Engine) BeforeClose(fn func(context.Context) error) {
+	e.activeMu.Lock()
+	defer e.activeMu.Unlock()
+	e.beforeClose = append(e.beforeClose, fn)
+}
+
+// enter and leave bracket every run's handler.
+func (e *Engine) enter() {
+	e.activeMu.Lock()
+	e.active++
+	e.activeMu.Unlock()
+}
+
+func (e *Engine) leave() {
+	e.activeMu.Lock()
+	e.active--
+	idle := e.stopping && e.active == 0
+	e.activeMu.Unlock()
+	if idle {
+		e.runBeforeClose()
+	}
+}
+
+// runBeforeClose runs the BeforeClose functions. DBOS waits for every run
+// to return before it closes the database, so when the last run calls this
+// on its way out, the database is still open.
+func (e *Engine) runBeforeClose() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	e.activeMu.Lock()
+	fns := e.beforeClose
+	e.activeMu.Unlock()
+	for _, fn := range fns {
+		if err := fn(ctx); err != nil {
+			e.cfg.Logger.Error("sluice: before closing the database", "err", err)
+		}
+	}
+}
+
 // Shutdown stops running runs at their next step boundary (they resume at
-// the next Launch) and closes the database if the engine opened it. Safe to
-// call twice.
+// the next Launch), runs the BeforeClose functions once no run executes, and
+// closes the database. Safe to call twice.
 func (e *Engine) Shutdown(timeout time.Duration) error {
 	var err error
 	e.stopOnce.Do(func() {
+		e.activeMu.Lock()
+		e.stopping = true
+		idle := e.active == 0
+		e.activeMu.Unlock()
+		if idle {
+			e.runBeforeClose()
+		}
+		// DBOS closes the shared handle: nothing may use the store after it.
 		err = dbos.Shutdown(e.dctx, timeout)
 		e.db.close()
 	})

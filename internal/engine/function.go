@@ -236,6 +236,8 @@ type input struct {
 // workflow is the DBOS workflow of one function: the handler, with the run
 // context around the DBOS context.
 func (f *Function) workflow(ctx dbos.Context, in input) (json.RawMessage, error) {
+	f.e.enter()
+	defer f.e.leave()
 	r := &Run{dctx: ctx, fn: f, event: in.Event}
 	r.id, _ = dbos.GetWorkflowID(ctx)
 	out, err := f.Handler(r, in.Event)

@@ -1,0 +1,159 @@
+package sluice_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice"
+	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/sim"
+	"github.com/sluice-dev/sluice/llm"
+)
+
+// simProvider serves a provider model over HTTP for the test's lifetime.
+func simProvider(t *testing.T, limits governor.Limits) (*sim.Model, llm.Config) {
+	t.Helper()
+	model, err := sim.NewModel(sim.Config{Profile: "groq", Limits: limits, Wire: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := sim.NewServer(model, sim.ServerConfig{})
+	if err := srv.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Stop(context.Background()) })
+	return model, llm.Config{BaseURL: "http://" + srv.Addr() + "/v1", Profile: llm.Groq}
+}
+
+type ask struct {
+	MaxTokens int `json:"maxTokens"`
+}
+
+// registerAsk registers a function making one governed call of the event's
+// max_tokens.
+func registerAsk(t *testing.T, app *sluice.App, cfg sluice.FunctionConfig) {
+	t.Helper()
+	err := sluice.Register(app, cfg, func(ctx *sluice.Context, ev sluice.Event[ask]) (int64, error) {
+		resp, err := sluice.LLM(ctx, "call", &llm.ChatRequest{
+			Model:     "sim-model",
+			Messages:  []llm.Message{{Role: "user", Content: "Summarize the quarterly report."}},
+			MaxTokens: ev.Data.MaxTokens,
+		})
+		if err != nil {
+			return 0, err
+		}
+		return resp.Usage.CompletionTokens, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func runTo(t *testing.T, app *sluice.App, id string, data any) sluice.RunStatus {
+	t.Helper()
+	sent, err := app.Send(context.Background(), "ask", id, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st, err := app.Wait(ctx, sent[0].RunID)
+	if err != nil {
+		t.Fatalf("run %s: %v", id, err)
+	}
+	return st
+}
+
+// The day's usage is in the database: an app started after another stopped
+// admits only what is left of the day's TPD budget.
+func TestDayUsageSurvivesRestart(t *testing.T) {
+	t.Parallel()
+	databases(t, func(t *testing.T, url string) {
+		// The provider itself has no day limit here: only the governor can
+		// refuse, so a refused call shows what the governor remembers.
+		model, client := simProvider(t, governor.Limits{})
+		const tpd = 5000
+		provider := sluice.Provider{Name: "groq", LLM: client, Limits: governor.Limits{governor.TPD: tpd}, DayBurst: -1}
+
+		first := newApp(t, sluice.Config{DatabaseURL: url, Providers: []sluice.Provider{provider}})
+		registerAsk(t, first, sluice.FunctionConfig{ID: "ask", Event: "ask"})
+		if err := first.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range []string{"a", "b", "c", "d"} {
+			if st := runTo(t, first, id, ask{MaxTokens: 1000}); st.Status != "completed" {
+				t.Fatalf("run %s: %s %s", id, st.Status, st.Error)
+			}
+		}
+		stats, err := first.Stats("groq")
+		if err != nil {
+			t.Fatal(err)
+		}
+		spent := stats.Limits[governor.TPD].Used
+		if spent < 4000 || spent > tpd {
+			t.Fatalf("first app spent %d of the day's %d tokens, want the four calls' ~4,100", spent, tpd)
+		}
+		if err := first.Stop(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+
+		second := newApp(t, sluice.Config{DatabaseURL: url, Providers: []sluice.Provider{provider}, MaxInlineWait: 100 * time.Millisecond})
+		registerAsk(t, second, sluice.FunctionConfig{ID: "ask", Event: "ask", Timeout: 3 * time.Second})
+		if err := second.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		stats, err = second.Stats("groq")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := stats.Limits[governor.TPD].Used; got != spent {
+			t.Fatalf("after the restart the governor counts %d TPD tokens used, want the %d spent before it", got, spent)
+		}
+		left := tpd - spent
+		// What is left of the day is admitted…
+		if st := runTo(t, second, "small", ask{MaxTokens: int(left) / 4}); st.Status != "completed" {
+			t.Fatalf("a call within what is left of the day: %s %s", st.Status, st.Error)
+		}
+		calls := model.Stats().Requests
+		// …more than that is not: the step waits for quota (until the run's
+		// timeout here) and the provider never sees the call.
+		st := runTo(t, second, "big", ask{MaxTokens: int(left) + 200})
+		if st.Status != "cancelled" {
+			t.Fatalf("a call past what is left of the day: run %s (%s), want it waiting for quota until its timeout", st.Status, st.Error)
+		}
+		if got := model.Stats().Requests; got != calls {
+			t.Fatalf("the provider received %d calls past the day's budget", got-calls)
+		}
+		d := runDetail(t, second, st.ID)
+		if len(d.Steps) == 0 || len(d.Steps[0].AttemptErrors) == 0 || !strings.Contains(d.Steps[0].AttemptErrors[0], "waiting for quota on groq") {
+			t.Fatalf("the refused call's step %+v does not record a wait for quota", d.Steps)
+		}
+	})
+}
+
+type runView struct {
+	Steps []struct {
+		Name          string   `json:"name"`
+		AttemptErrors []string `json:"attempt_errors"`
+	} `json:"steps"`
+}
+
+// runDetail reads a run through the app's HTTP API.
+func runDetail(t *testing.T, app *sluice.App, id string) runView {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	app.Handler(sluice.HandlerConfig{}).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/runs/"+id, nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("GET run %s: %d %s", id, rec.Code, rec.Body)
+	}
+	var d runView
+	if err := json.NewDecoder(rec.Body).Decode(&d); err != nil {
+		t.Fatalf("decode run %s: %v", id, err)
+	}
+	return d
+}
