@@ -74,6 +74,7 @@ func (g *Governor) observe(now, at int64, used [NumLimits]int64, s Snapshot) {
 	}
 	if changedLimits {
 		g.setPacers()
+		g.setScales()
 		g.broadcast()
 	}
 }

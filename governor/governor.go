@@ -176,6 +176,7 @@ type Governor struct {
 	day     ledger
 	phantom [NumLimits][]phantom
 	pace    [NumLimits]pacer
+	scale   [NumLimits]float64 // seconds of a limit's capacity per unit
 
 	pauseUntil int64 // an unclassified rejection pauses the key until then
 	pauseLevel int
@@ -207,6 +208,7 @@ func New(cfg Config) (*Governor, error) {
 		g.flows[fc.Name] = g.newFlow(fc)
 	}
 	g.setPacers()
+	g.setScales()
 	return g, nil
 }
 
@@ -308,7 +310,8 @@ func (g *Governor) Reserve(now time.Time, flow string, c Cost) (*Reservation, er
 	f := g.flow(flow)
 	g.seq++
 	r := &Reservation{g: g, f: f, id: g.seq, cost: c}
-	size := g.size(c) / f.share
+	r.size = g.size(c)
+	size := r.size / f.share
 	if len(f.queue) == 0 {
 		// A flow that comes back is not owed what it missed while it had
 		// nothing waiting — except when it comes back at the very moment
@@ -324,9 +327,14 @@ func (g *Governor) Reserve(now time.Time, flow string, c Cost) (*Reservation, er
 	}
 	r.finish = r.start + size
 	f.finish = r.finish
-	f.queue = append(f.queue, r)
-	if len(f.queue) == 1 {
+	if len(f.queue) == 0 {
+		// Reuse the line's memory: a flow that makes one call at a time
+		// allocates nothing for its line.
+		f.queue = append(f.qbuf[:0], r)
+		f.qbuf = f.queue[:0]
 		heap.Push(&g.active, f)
+	} else {
+		f.queue = append(f.queue, r)
 	}
 	return r, nil
 }
@@ -337,14 +345,27 @@ func (g *Governor) Reserve(now time.Time, flow string, c Cost) (*Reservation, er
 func (g *Governor) size(c Cost) float64 {
 	var s float64
 	for _, l := range AllLimits {
-		if lim := g.limits[l]; lim > 0 {
-			s = math.Max(s, float64(c.On(l))*l.Period().Seconds()/float64(lim))
+		if k := g.scale[l]; k > 0 {
+			if v := float64(c.On(l)) * k; v > s {
+				s = v
+			}
 		}
 	}
 	if s == 0 {
 		s = 1e-9 // no limits: plain round robin
 	}
 	return s
+}
+
+// setScales computes, for each limit in force, the seconds of its capacity
+// one unit takes.
+func (g *Governor) setScales() {
+	for _, l := range AllLimits {
+		g.scale[l] = 0
+		if lim := g.limits[l]; lim > 0 {
+			g.scale[l] = l.Period().Seconds() / float64(lim)
+		}
+	}
 }
 
 // Advance admits, in fair order, every waiting reservation that fits at now,
@@ -420,7 +441,7 @@ func (g *Governor) admit(now int64, r *Reservation) {
 	f.queue = f.queue[1:]
 	g.vtime = r.start
 	if len(f.queue) == 0 {
-		f.queue = nil
+		f.queue = f.qbuf[:0]
 		heap.Pop(&g.active)
 		f.idleAt, f.idleV = now, g.vtime
 	} else {
@@ -440,7 +461,7 @@ func (g *Governor) admit(now int64, r *Reservation) {
 	}
 	f.admitted++
 	f.tokens = f.tokens.add(r.cost)
-	f.addRate(now, g.size(r.cost))
+	f.addRate(now, r.size)
 	if g.cfg.Journal != nil {
 		g.cfg.Journal.Record(Charge{ID: r.id, Flow: f.name, At: time.Unix(0, now), Cost: r.cost})
 	}
@@ -590,6 +611,7 @@ type Reservation struct {
 	cost Cost
 
 	start, finish float64 // fair-queuing tags
+	size          float64 // dominant share of cost, in seconds
 	state         resState
 	at            int64 // admitted at
 	minSeq        uint64
@@ -751,7 +773,7 @@ func (g *Governor) dequeue(r *Reservation) {
 	}
 	f.finish -= size
 	if len(f.queue) == 0 {
-		f.queue = nil
+		f.queue = f.qbuf[:0]
 		heap.Remove(&g.active, f.index)
 	} else if i == 0 {
 		heap.Fix(&g.active, f.index)
