@@ -121,14 +121,12 @@ func (g *Governor) Restore(now time.Time, charges []Charge) {
 	n := now.UnixNano()
 	cs := append([]Charge(nil), charges...)
 	sort.Slice(cs, func(i, j int) bool { return cs[i].At.Before(cs[j].At) })
-	var dayUsed Cost
 	for _, c := range cs {
 		at := c.At.UnixNano()
 		if at > n || at <= n-int64(24*time.Hour) {
 			continue
 		}
 		g.day.add(at, c.Cost)
-		dayUsed = dayUsed.add(c.Cost)
 		if at > n-int64(time.Minute) {
 			g.minute.add(at, c.Cost)
 		}
@@ -137,13 +135,9 @@ func (g *Governor) Restore(now time.Time, charges []Charge) {
 		}
 	}
 	g.expire(n)
+	// The pacers start as on a fresh start, with nothing in hand; the
+	// restored window holds the day's usage.
 	g.start(n)
-	for _, l := range AllLimits {
-		if p := &g.pace[l]; p.on {
-			// As if the day so far had been spent at an even pace.
-			p.tat = max(n-p.burst, n-int64(l.Period())+int64(float64(dayUsed.On(l))*p.perUnit))
-		}
-	}
 }
 
 // Stats is a view of a governor at one moment.

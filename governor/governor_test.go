@@ -487,6 +487,25 @@ func TestRestoreRemembersTheDay(t *testing.T) {
 	}
 }
 
+func TestRestoreKeepsPacing(t *testing.T) {
+	t.Parallel()
+	// A restart with no usage recorded must not hand out a burst the fresh
+	// governor would not have had.
+	g := mustNew(t, Config{Limits: Limits{TPD: 20000000}})
+	g.Restore(t0, nil)
+	n := 0
+	for range 50 {
+		r := mustReserve(t, g, t0, "a", Cost{Requests: 1, Input: 250, Output: 250})
+		g.Advance(t0)
+		if r.Admitted() {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d calls admitted at once after a restore, want 1 (the day is paced from the start)", n)
+	}
+}
+
 func TestWaitRealClock(t *testing.T) {
 	t.Parallel()
 	g := mustNew(t, Config{Limits: Limits{RPM: 1}})
