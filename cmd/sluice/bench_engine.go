@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"time"
 
@@ -27,6 +28,7 @@ func init() {
 
 type engineReport struct {
 	Runs         int     `json:"runs"`
+	Rounds       int     `json:"rounds"`
 	SluiceRunsPS float64 `json:"sluice_runs_per_s"`
 	DBOSRunsPS   float64 `json:"dbos_runs_per_s"`
 	Ratio        float64 `json:"ratio"`
@@ -37,44 +39,88 @@ func runBenchEngine(ctx context.Context, env *cmdEnv, args []string) error {
 	fs := newFlagSet(env, "bench engine", "[flags]",
 		"Runs the same 3-step run N times through the sluice SDK (event → queued run → three steps)\n"+
 			"and through bare DBOS (enqueue → workflow → three RunAsStep), each on a fresh database,\n"+
-			"with the same queue polling, and prints both throughputs and their ratio.")
-	runs := fs.Int("runs", 200, "runs per side")
+			"with the same queue polling, and prints both throughputs and their ratio. The sides take\n"+
+			"turns over several rounds (the first side alternates) so that neither profits alone\n"+
+			"from a quiet moment of the machine; each throughput is all its runs over all its time.")
+	runs := fs.Int("runs", 200, "runs per side and round")
+	rounds := fs.Int("rounds", 3, "rounds; each runs both sides once")
 	dbURL := fs.String("db", "", "postgres://… URL to run on (default: SQLite files in a temporary folder)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the measured rounds to this file (read it with go tool pprof)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	if err := parseFlags(fs, env, args); err != nil {
 		return err
 	}
-	if *runs < 1 {
-		return errors.New("--runs must be at least 1")
+	if *runs < 1 || *rounds < 1 {
+		return errors.New("--runs and --rounds must be at least 1")
 	}
 	dir, err := os.MkdirTemp("", "sluice-bench-engine")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
+	// Run IDs are new in every invocation: on a PostgreSQL database kept
+	// between invocations, an ID seen before would start nothing.
+	tag := strconv.FormatInt(time.Now().UnixNano(), 36)
 	dbFor := func(name string) string {
 		if *dbURL != "" {
 			return *dbURL
 		}
 		return filepath.Join(dir, name+".db")
 	}
-	rep := engineReport{Runs: *runs, DatabaseKind: "sqlite"}
+	rep := engineReport{Runs: *runs, Rounds: *rounds, DatabaseKind: "sqlite"}
 	if *dbURL != "" {
 		rep.DatabaseKind = "postgres"
 	}
-	// Alternate the sides so neither profits from a warm cache alone.
-	if rep.DBOSRunsPS, err = benchBareDBOS(ctx, dbFor("dbos"), *runs); err != nil {
-		return fmt.Errorf("bare DBOS: %w", err)
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
-	if rep.SluiceRunsPS, err = benchSluice(ctx, dbFor("sluice"), *runs); err != nil {
-		return fmt.Errorf("sluice: %w", err)
+	var sluiceTime, dbosTime time.Duration
+	for r := range *rounds {
+		prefix := tag + "-" + strconv.Itoa(r) + "-"
+		sides := []func() error{
+			func() error {
+				d, err := benchBareDBOS(ctx, dbFor("dbos"+strconv.Itoa(r)), prefix, *runs)
+				dbosTime += d
+				if err != nil {
+					return fmt.Errorf("bare DBOS: %w", err)
+				}
+				return nil
+			},
+			func() error {
+				d, err := benchSluice(ctx, dbFor("sluice"+strconv.Itoa(r)), prefix, *runs)
+				sluiceTime += d
+				if err != nil {
+					return fmt.Errorf("sluice: %w", err)
+				}
+				return nil
+			},
+		}
+		if r%2 == 1 {
+			sides[0], sides[1] = sides[1], sides[0]
+		}
+		for _, side := range sides {
+			if err := side(); err != nil {
+				return err
+			}
+		}
 	}
+	total := float64(*runs * *rounds)
+	rep.SluiceRunsPS = total / sluiceTime.Seconds()
+	rep.DBOSRunsPS = total / dbosTime.Seconds()
 	rep.Ratio = rep.SluiceRunsPS / rep.DBOSRunsPS
 	if *asJSON {
 		return json.NewEncoder(env.stdout).Encode(rep)
 	}
-	fmt.Fprintf(env.stdout, "%d runs of 3 steps on %s: sluice %.1f runs/s, bare DBOS %.1f runs/s, ratio %.2f\n",
-		rep.Runs, rep.DatabaseKind, rep.SluiceRunsPS, rep.DBOSRunsPS, rep.Ratio)
+	fmt.Fprintf(env.stdout, "%d×%d runs of 3 steps on %s: sluice %.1f runs/s, bare DBOS %.1f runs/s, ratio %.2f\n",
+		rep.Rounds, rep.Runs, rep.DatabaseKind, rep.SluiceRunsPS, rep.DBOSRunsPS, rep.Ratio)
 	return nil
 }
 
@@ -82,7 +128,9 @@ const benchPoll = 20 * time.Millisecond
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-func benchSluice(ctx context.Context, db string, n int) (float64, error) {
+// benchSluice sends n events and waits for their runs, and returns how long
+// that took (set-up and shut-down not included).
+func benchSluice(ctx context.Context, db, prefix string, n int) (time.Duration, error) {
 	app, err := sluice.New(ctx, sluice.Config{DatabaseURL: db, PollInterval: benchPoll, Logger: quietLogger(), AppVersion: "bench"})
 	if err != nil {
 		return 0, err
@@ -108,7 +156,7 @@ func benchSluice(ctx context.Context, db string, n int) (float64, error) {
 	start := time.Now()
 	ids := make([]string, n)
 	for i := range n {
-		sent, err := app.Send(ctx, "bench/go", "e"+strconv.Itoa(i), struct{ I int }{i})
+		sent, err := app.Send(ctx, "bench/go", prefix+strconv.Itoa(i), struct{ I int }{i})
 		if err != nil {
 			return 0, err
 		}
@@ -123,7 +171,7 @@ func benchSluice(ctx context.Context, db string, n int) (float64, error) {
 			return 0, fmt.Errorf("run %s: %s %s", id, st.Status, st.Error)
 		}
 	}
-	return float64(n) / time.Since(start).Seconds(), nil
+	return time.Since(start), nil
 }
 
 func benchWorkflow(ctx dbos.Context, i int) (int, error) {
@@ -138,7 +186,9 @@ func benchWorkflow(ctx dbos.Context, i int) (int, error) {
 	return dbos.RunAsStep(ctx, func(context.Context) (int, error) { return b + 1, nil }, dbos.WithStepName("three"))
 }
 
-func benchBareDBOS(ctx context.Context, db string, n int) (float64, error) {
+// benchBareDBOS enqueues n runs of the same workflow on a DBOS queue and
+// waits for them, and returns how long that took.
+func benchBareDBOS(ctx context.Context, db, prefix string, n int) (time.Duration, error) {
 	cfg := dbos.Config{AppName: "bench-dbos", Logger: quietLogger(), ApplicationVersion: "bench"}
 	if isPostgres(db) {
 		cfg.DatabaseURL = db
@@ -161,7 +211,7 @@ func benchBareDBOS(ctx context.Context, db string, n int) (float64, error) {
 	start := time.Now()
 	handles := make([]dbos.WorkflowHandle[int], n)
 	for i := range n {
-		h, err := dbos.RunWorkflow(dctx, benchWorkflow, i, dbos.WithQueue(q), dbos.WithWorkflowID("dbos-e"+strconv.Itoa(i)))
+		h, err := dbos.RunWorkflow(dctx, benchWorkflow, i, dbos.WithQueue(q), dbos.WithWorkflowID("dbos-"+prefix+strconv.Itoa(i)))
 		if err != nil {
 			return 0, err
 		}
@@ -172,7 +222,7 @@ func benchBareDBOS(ctx context.Context, db string, n int) (float64, error) {
 			return 0, err
 		}
 	}
-	return float64(n) / time.Since(start).Seconds(), nil
+	return time.Since(start), nil
 }
 
 func isPostgres(u string) bool {

@@ -6,20 +6,59 @@ import (
 	"encoding/json"
 	"os"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sluice-dev/sluice/internal/testenv"
 )
 
 func TestBenchEngine(t *testing.T) {
 	t.Parallel()
-	var out, errb bytes.Buffer
-	env := &cmdEnv{stdout: &out, stderr: &errb, getenv: os.Getenv}
-	if code := runMain(context.Background(), env, []string{"bench", "engine", "--runs", "20", "--json"}); code != 0 {
-		t.Fatalf("exit %d: %s", code, errb.String())
-	}
-	var rep engineReport
-	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
-		t.Fatalf("%s: %v", out.String(), err)
-	}
-	if rep.Runs != 20 || rep.SluiceRunsPS <= 0 || rep.DBOSRunsPS <= 0 || rep.Ratio <= 0 {
-		t.Fatalf("report %+v", rep)
+	for _, tc := range []struct {
+		name string
+		db   func(t *testing.T) []string
+		kind string
+	}{
+		{"sqlite", func(*testing.T) []string { return nil }, "sqlite"},
+		{"postgres", func(t *testing.T) []string { return []string{"--db", testenv.Postgres(t)} }, "postgres"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			db := tc.db(t)
+			args := append([]string{"bench", "engine", "--runs", "20", "--rounds", "2", "--json"}, db...)
+			// Twice on one database: the second invocation's runs must be
+			// new runs, not the first one's found again.
+			for range 2 {
+				var out, errb bytes.Buffer
+				env := &cmdEnv{stdout: &out, stderr: &errb, getenv: os.Getenv}
+				if code := runMain(context.Background(), env, args); code != 0 {
+					t.Fatalf("exit %d: %s", code, errb.String())
+				}
+				var rep engineReport
+				if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+					t.Fatalf("%s: %v", out.String(), err)
+				}
+				if rep.Runs != 20 || rep.Rounds != 2 || rep.DatabaseKind != tc.kind || rep.SluiceRunsPS <= 0 || rep.DBOSRunsPS <= 0 || rep.Ratio <= 0 {
+					t.Fatalf("report %+v", rep)
+				}
+			}
+			if len(db) == 0 {
+				return
+			}
+			conn, err := pgx.Connect(context.Background(), db[1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close(context.Background())
+			for _, name := range []string{"three-steps", "%benchWorkflow"} {
+				var n int
+				if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM dbos.workflow_status WHERE name LIKE $1 AND status = 'SUCCESS'`, name).Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				if n != 2*2*20 {
+					t.Errorf("%d runs of %s completed on the database, want 80 (two invocations of 2 rounds of 20)", n, name)
+				}
+			}
+		})
 	}
 }

@@ -359,27 +359,37 @@ func (e *Engine) Dropped(ctx context.Context, function string, limit int) ([]Dro
 	return e.db.dropped(ctx, function, max(1, cmpOr(limit, 100)))
 }
 
-// Wait blocks until the run ends and returns its status.
+// waitPoll is how often Wait reads a run's status.
+const waitPoll = 20 * time.Millisecond
+
+// Wait blocks until the run ends and returns its status. Each check is one
+// read of the run's status row, which also holds what Wait returns.
 func (e *Engine) Wait(ctx context.Context, id string) (RunSummary, error) {
-	h, err := dbos.RetrieveWorkflow[json.RawMessage](e.dctx, id)
-	if err != nil {
-		return RunSummary{}, fmt.Errorf("run %s: %w", id, err)
+	c := e.client(ctx)
+	var timer *time.Timer
+	for {
+		ws, err := dbos.ListWorkflows(c, dbos.WithFilterWorkflowIDs(id), dbos.WithFilterLoadInput(false), dbos.WithFilterLoadOutput(true))
+		if err != nil {
+			return RunSummary{}, fmt.Errorf("run %s: %w", id, err)
+		}
+		if len(ws) == 0 {
+			return RunSummary{}, fmt.Errorf("run %s: %w", id, ErrRunNotFound)
+		}
+		if s := summary(ws[0]); s.Status == StatusCompleted || s.Status == StatusFailed || s.Status == StatusCancelled {
+			return s, nil
+		}
+		if timer == nil {
+			timer = time.NewTimer(waitPoll)
+			defer timer.Stop()
+		} else {
+			timer.Reset(waitPoll)
+		}
+		select {
+		case <-ctx.Done():
+			return RunSummary{}, ctx.Err()
+		case <-timer.C:
+		}
 	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_, _ = h.GetResult(dbos.WithHandlePollingInterval(20 * time.Millisecond))
-	}()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		return RunSummary{}, ctx.Err()
-	}
-	st, err := h.GetStatus()
-	if err != nil {
-		return RunSummary{}, err
-	}
-	return summary(st), nil
 }
 
 // client is the DBOS handle for management calls made on behalf of ctx.
