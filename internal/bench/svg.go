@@ -96,7 +96,7 @@ func WriteSVG(out io.Writer, rep *Report) error {
 		for _, f := range s.flows {
 			maxDone = math.Max(maxDone, f.done[len(f.done)-1])
 		}
-		b.axes(left, top, plotW, panelH, fmt.Sprintf("items done (max %.0f)", maxDone))
+		b.axes(left, top, plotW, panelH, fmt.Sprintf("items done (max %.0f)", maxDone), s.hours)
 		for k, f := range s.flows {
 			c := palette[k%len(palette)]
 			b.printf(`<polyline fill="none" stroke="%s" stroke-width="1.5" points="`, c)
@@ -108,7 +108,7 @@ func WriteSVG(out io.Writer, rep *Report) error {
 		}
 		// Limit panel: use per hour as a fraction of the hour's allowance.
 		top2 := top + panelH + gap/2
-		b.axes(left, top2, plotW, panelH, "limit use per hour (1 = the hour's even share)")
+		b.axes(left, top2, plotW, panelH, "limit use per hour (dashed line: the hour's even share)", s.hours)
 		scale := 2.0
 		for k, l := range s.limits {
 			c := palette[(k+3)%len(palette)]
@@ -136,9 +136,9 @@ func (b *svgBuf) printf(format string, args ...any) {
 	}
 }
 
-func (b *svgBuf) axes(left int, top, w, h float64, label string) {
+func (b *svgBuf) axes(left int, top, w, h float64, label string, hours int) {
 	b.printf(`<rect x="%d" y="%.0f" width="%.0f" height="%.0f" fill="none" stroke="#444"/>`+"\n", left, top, w, h)
 	b.printf(`<text x="%d" y="%.0f" fill="#444">%s</text>`+"\n", left+4, top+12, html.EscapeString(label))
 	b.printf(`<text x="%d" y="%.0f" fill="#444" text-anchor="end">0 h</text>`+"\n", left, top+h+12)
-	b.printf(`<text x="%.0f" y="%.0f" fill="#444" text-anchor="end">simulated hours →</text>`+"\n", float64(left)+w, top+h+12)
+	b.printf(`<text x="%.0f" y="%.0f" fill="#444" text-anchor="end">%d h simulated</text>`+"\n", float64(left)+w, top+h+12, hours)
 }
