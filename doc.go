@@ -41,6 +41,13 @@
 // long wait for quota becomes a durable sleep. Every function draws on the
 // key through a flow, so several functions share one key fairly.
 //
+// The governor's charges are kept in the app's database under the
+// provider's name, so an app started after a restart knows what the key
+// spent in the last day and does not spend the day's budget twice. Limits a
+// provider reveals only in its errors (Groq's OTPM in "request too large",
+// RPM and TPD in a 429) become the governor's: the next call that cannot
+// fit is refused before it is sent.
+//
 // # Flow control
 //
 // Per function: Concurrency (globally or per process, optionally per key),
