@@ -133,9 +133,6 @@ func (c *chatCall) admit(ctx context.Context) (*governor.Reservation, *gateEntry
 	}
 	g.m.admissions.WithLabelValues(c.flow).Inc()
 	g.m.wait.WithLabelValues(c.flow).Observe(seconds(now.Sub(t0)))
-	if g.afterAdmit != nil {
-		g.afterAdmit(c.flow, c.cost)
-	}
 	return res, entry, nil
 }
 

@@ -109,6 +109,10 @@ type Config struct {
 
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
+
+	// journal, when set (by tests), receives the governor's charges in the
+	// order it makes them.
+	journal governor.Journal
 }
 
 // Flow is one flow of requests: an app, a job, a tenant.

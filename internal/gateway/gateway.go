@@ -28,9 +28,6 @@ type Gateway struct {
 	m      *metrics
 	mux    *http.ServeMux
 	seq    atomic.Uint64
-
-	// afterAdmit, when set (by tests), is called after each admission.
-	afterAdmit func(flow string, c governor.Cost)
 }
 
 var _ http.Handler = (*Gateway)(nil)
@@ -62,7 +59,7 @@ func New(cfg Config) (*Gateway, error) {
 		}
 	}
 	gov, err := governor.New(governor.Config{Key: cfg.Key, Limits: cfg.Limits, Window: cfg.Window,
-		Accounting: cfg.Accounting, Flows: flows, Now: cfg.Now})
+		Accounting: cfg.Accounting, Flows: flows, Now: cfg.Now, Journal: cfg.journal})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}

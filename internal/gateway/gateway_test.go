@@ -65,7 +65,7 @@ type bundle struct {
 
 // setup starts the simulator (wire format on, the upstream key required)
 // and a gateway in front of it; cfg's Upstream, APIKey and Logger are filled in.
-func setup(t *testing.T, sc sim.Config, cfg Config) *bundle {
+func setup(t *testing.T, sc sim.Config, cfg Config, before ...func(*Gateway)) *bundle {
 	t.Helper()
 	sc.Wire = true
 	m, err := sim.NewModel(sc)
@@ -84,6 +84,9 @@ func setup(t *testing.T, sc sim.Config, cfg Config) *bundle {
 	b.gw, err = New(cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, f := range before {
+		f(b.gw)
 	}
 	b.srv = httptest.NewServer(b.gw)
 	t.Cleanup(b.srv.Close)
