@@ -279,6 +279,10 @@ func TestRerunFromFailedStep(t *testing.T) {
 		if got := wait(t, e, s.RunID); got.Status != StatusFailed {
 			t.Fatalf("status %s, want failed", got.Status)
 		}
+		failed, err := e.Runs(context.Background(), RunFilter{Function: "rr", Status: StatusFailed})
+		if err != nil || len(failed) != 1 || !contains(failed[0].Error, "target table missing") {
+			t.Fatalf("failed runs %+v (%v): want the one run, with its error", failed, err)
+		}
 		if _, err := e.Rerun(context.Background(), "nope"); !errors.Is(err, ErrRunNotFound) {
 			t.Fatalf("rerun of unknown run: %v", err)
 		}

@@ -111,8 +111,30 @@ func (e *Engine) Runs(ctx context.Context, f RunFilter) ([]RunSummary, error) {
 		return nil, fmt.Errorf("list runs: %w", err)
 	}
 	out := make([]RunSummary, 0, len(ws))
+	var failed []string
 	for _, w := range ws {
-		out = append(out, summary(w))
+		s := summary(w)
+		if s.Status == StatusFailed {
+			failed = append(failed, s.ID)
+		}
+		out = append(out, s)
+	}
+	if len(failed) > 0 {
+		// DBOS reads a run's error only with its output; a failed run has
+		// no output, so reading only the failed ones again stays cheap.
+		errs, err := dbos.ListWorkflows(e.client(ctx), dbos.WithFilterWorkflowIDs(failed...), dbos.WithFilterLoadInput(false), dbos.WithFilterLoadOutput(true))
+		if err != nil {
+			return nil, fmt.Errorf("list runs: read errors: %w", err)
+		}
+		byID := make(map[string]error, len(errs))
+		for _, w := range errs {
+			byID[w.ID] = w.Error
+		}
+		for i := range out {
+			if err := byID[out[i].ID]; err != nil {
+				out[i].Error = err.Error()
+			}
+		}
 	}
 	return out, nil
 }
