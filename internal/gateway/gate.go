@@ -41,7 +41,9 @@ type gateEntry struct {
 	inMin, inDy bool // still counted by the minute / day window
 }
 
-type gateTicket struct{}
+// gateTicket is a call's place in the gate's line. It is not empty: pointers
+// to distinct zero-size values may compare equal.
+type gateTicket struct{ _ byte }
 
 type gateWindow struct {
 	period  int64
