@@ -127,4 +127,3 @@ func TestGateOff(t *testing.T) {
 		}
 	}
 }
-
