@@ -1,0 +1,304 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/gateway"
+	"github.com/sluice-dev/sluice/llm"
+)
+
+func init() {
+	register(&command{
+		name:    "gateway",
+		summary: "serve an OpenAI-compatible gateway that governs one provider key for apps in any language",
+		run:     runGateway,
+	})
+}
+
+// gatewayFile is the gateway's section of a YAML config file; flags given
+// explicitly win over it.
+type gatewayFile struct {
+	Upstream         string           `yaml:"upstream"`
+	Profile          string           `yaml:"profile"`
+	Limits           string           `yaml:"limits"`
+	Addr             string           `yaml:"addr"`
+	KeyEnv           string           `yaml:"key_env"`
+	Key              string           `yaml:"key_name"`
+	Window           string           `yaml:"window"`
+	Accounting       string           `yaml:"accounting"`
+	MaxWait          string           `yaml:"max_wait"`
+	DefaultMaxTokens int              `yaml:"default_max_tokens"`
+	MaxBodyBytes     int64            `yaml:"max_body_bytes"`
+	Lag              string           `yaml:"lag"`
+	Flows            []gatewayFlow    `yaml:"flows"`
+	ClientKeys       []gatewayKeyFile `yaml:"client_keys"`
+}
+
+type gatewayFlow struct {
+	Name             string  `yaml:"name"`
+	Weight           float64 `yaml:"weight"`
+	Priority         int     `yaml:"priority"`
+	DefaultMaxTokens int     `yaml:"default_max_tokens"`
+}
+
+// gatewayKeyFile names a client key by the environment variable holding it,
+// so no secret sits in the file.
+type gatewayKeyFile struct {
+	Env  string `yaml:"env"`
+	Flow string `yaml:"flow"`
+}
+
+// flowFlags collects repeated --flow NAME=WEIGHT[:PRIORITY[:MAX_TOKENS]].
+type flowFlags []gateway.Flow
+
+func (f *flowFlags) String() string { return "" }
+
+func (f *flowFlags) Set(v string) error {
+	fl, err := parseFlow(v)
+	if err != nil {
+		return err
+	}
+	*f = append(*f, fl)
+	return nil
+}
+
+func parseFlow(v string) (gateway.Flow, error) {
+	name, spec, ok := strings.Cut(v, "=")
+	name = strings.TrimSpace(name)
+	if !ok || name == "" {
+		return gateway.Flow{}, fmt.Errorf("flow %q: want NAME=WEIGHT[:PRIORITY[:MAX_TOKENS]], e.g. analysis=1:1", v)
+	}
+	parts := strings.Split(spec, ":")
+	if len(parts) > 3 {
+		return gateway.Flow{}, fmt.Errorf("flow %q: want NAME=WEIGHT[:PRIORITY[:MAX_TOKENS]]", v)
+	}
+	fl := gateway.Flow{Name: name}
+	w, err := strconv.ParseFloat(parts[0], 64)
+	if err != nil || w <= 0 {
+		return fl, fmt.Errorf("flow %q: weight %q is not a positive number", v, parts[0])
+	}
+	fl.Weight = w
+	if len(parts) > 1 && parts[1] != "" {
+		if fl.Priority, err = strconv.Atoi(parts[1]); err != nil {
+			return fl, fmt.Errorf("flow %q: priority %q is not a whole number", v, parts[1])
+		}
+	}
+	if len(parts) > 2 {
+		if fl.DefaultMaxTokens, err = strconv.Atoi(parts[2]); err != nil || fl.DefaultMaxTokens <= 0 {
+			return fl, fmt.Errorf("flow %q: default max_tokens %q is not a positive whole number", v, parts[2])
+		}
+	}
+	return fl, nil
+}
+
+// parseClientKeys reads "KEY[=FLOW],KEY[=FLOW]".
+func parseClientKeys(s string) []gateway.ClientKey {
+	var keys []gateway.ClientKey
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		k, flow, _ := strings.Cut(part, "=")
+		keys = append(keys, gateway.ClientKey{Key: k, Flow: flow})
+	}
+	return keys
+}
+
+func runGateway(ctx context.Context, env *cmdEnv, args []string) error {
+	fs := newFlagSet(env, "gateway", "[flags]",
+		"Serves POST /v1/chat/completions (plain and streaming), GET /v1/models, GET /v1/flows and\n"+
+			"GET /metrics in front of one provider key. Point any OpenAI-compatible client at\n"+
+			"http://ADDR/v1; X-Sluice-Flow picks the flow. Requests wait for their turn instead of\n"+
+			"being refused; the provider key is read from the environment and never leaves the gateway.\n\n"+
+			"Example:\n  SLUICE_UPSTREAM_KEY=gsk_… sluice gateway --upstream https://api.groq.com/openai/v1 --profile groq \\\n"+
+			"    --limits rpm=30,tpm=8000,tpd=200000,otpm=1000 --flow summary=1 --flow title=1 --flow analysis=1:1")
+	var (
+		configF    = fs.String("config", "", "YAML `FILE` with the same settings (flags given explicitly win); see docs/gateway.md")
+		upstream   = fs.String("upstream", "", "the provider's OpenAI-compatible API root, e.g. https://api.groq.com/openai/v1 (required)")
+		profile    = fs.String("profile", "openai", "how to read the provider's headers and errors: groq, openai or anthropic")
+		limitsF    = fs.String("limits", "", "the key's limits, e.g. rpm=30,tpm=8000,tpd=200000,otpm=1000 (names: rpm rpd tpm tpd itpm otpm)")
+		addr       = fs.String("addr", "127.0.0.1:8080", "address to listen on (port 0 picks a free port); off loopback, client keys are required")
+		keyEnv     = fs.String("key-env", "SLUICE_UPSTREAM_KEY", "`NAME` of the environment variable holding the provider key")
+		keyName    = fs.String("key-name", "", "name of the key in /v1/flows, metrics and logs (default: the profile)")
+		clientEnv  = fs.String("client-keys-env", "SLUICE_GATEWAY_KEYS", "`NAME` of an environment variable holding client keys as KEY[=FLOW],…; unset: no authentication")
+		window     = fs.String("window", "rolling", "how the provider counts a period: rolling or fixed")
+		accounting = fs.String("accounting", "", "what the provider keeps of a charge: reserve or settle (default: settle for anthropic, else reserve)")
+		maxWait    = fs.Duration("max-wait", 60*time.Second, "longest a request waits for admission before 429 (a request may set X-Sluice-Max-Wait)")
+		defMax     = fs.Int("default-max-tokens", 1024, "max_tokens given to a request that sets none, when its flow has no default")
+		maxBody    = fs.Int64("max-body-bytes", 4<<20, "largest request body accepted; larger ones get 413")
+		lag        = fs.Duration("lag", 250*time.Millisecond, "how much later than its admission the provider may count a call; charges are held that much longer (negative: off)")
+		logLevel   = fs.String("log-level", "info", "log level: debug, info, warn or error (logs go to stderr)")
+		flows      flowFlags
+	)
+	fs.Var(&flows, "flow", "a flow as `NAME=WEIGHT[:PRIORITY[:MAX_TOKENS]]` (repeatable); unknown flows go to default")
+	if err := parseFlags(fs, env, args); err != nil {
+		return err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+
+	var file gatewayFile
+	if *configF != "" {
+		data, err := os.ReadFile(*configF)
+		if err != nil {
+			return fmt.Errorf("--config: %w", err)
+		}
+		dec := yaml.NewDecoder(bytes.NewReader(data))
+		dec.KnownFields(true)
+		if err := dec.Decode(&file); err != nil {
+			return fmt.Errorf("--config %s: %w", *configF, err)
+		}
+	}
+	// pick returns the flag's value when given explicitly, else the file's when set.
+	pick := func(name, flagV, fileV string) string {
+		if set[name] || fileV == "" {
+			return flagV
+		}
+		return fileV
+	}
+	dur := func(name string, flagV time.Duration, fileV string) (time.Duration, error) {
+		if set[name] || fileV == "" {
+			return flagV, nil
+		}
+		d, err := time.ParseDuration(fileV)
+		if err != nil {
+			return 0, fmt.Errorf("--config: %s %q: %w", strings.ReplaceAll(name, "-", "_"), fileV, err)
+		}
+		return d, nil
+	}
+
+	cfg := gateway.Config{Upstream: pick("upstream", *upstream, file.Upstream), Key: pick("key-name", *keyName, file.Key),
+		DefaultMaxTokens: *defMax, MaxBodyBytes: *maxBody}
+	if cfg.Upstream == "" {
+		fmt.Fprintln(env.stderr, "sluice gateway: --upstream is required (or upstream: in --config)")
+		return errUsage
+	}
+	prof, err := llm.ParseProfile(pick("profile", *profile, file.Profile))
+	if err != nil {
+		return fmt.Errorf("--profile: %w", err)
+	}
+	cfg.Profile = prof
+	if cfg.Limits, err = governor.ParseLimits(pick("limits", *limitsF, file.Limits)); err != nil {
+		return fmt.Errorf("--limits: %w", err)
+	}
+	switch w := pick("window", *window, file.Window); w {
+	case "rolling":
+	case "fixed":
+		cfg.Window = governor.Fixed
+	default:
+		return fmt.Errorf("--window %q: want rolling or fixed", w)
+	}
+	switch a := pick("accounting", *accounting, file.Accounting); a {
+	case "":
+		if prof == llm.Anthropic {
+			cfg.Accounting = governor.Settle
+		}
+	case "reserve":
+	case "settle":
+		cfg.Accounting = governor.Settle
+	default:
+		return fmt.Errorf("--accounting %q: want reserve or settle", a)
+	}
+	if cfg.MaxWait, err = dur("max-wait", *maxWait, file.MaxWait); err != nil {
+		return err
+	}
+	if cfg.MaxWait == 0 {
+		cfg.MaxWait = time.Nanosecond // 0 means "do not wait", not "the default"
+	}
+	if cfg.Lag, err = dur("lag", *lag, file.Lag); err != nil {
+		return err
+	}
+	if cfg.Lag == 0 {
+		cfg.Lag = -1
+	}
+	if !set["default-max-tokens"] && file.DefaultMaxTokens > 0 {
+		cfg.DefaultMaxTokens = file.DefaultMaxTokens
+	}
+	if !set["max-body-bytes"] && file.MaxBodyBytes > 0 {
+		cfg.MaxBodyBytes = file.MaxBodyBytes
+	}
+	if len(flows) > 0 {
+		cfg.Flows = flows
+	} else {
+		for _, f := range file.Flows {
+			cfg.Flows = append(cfg.Flows, gateway.Flow{Name: f.Name, Weight: f.Weight, Priority: f.Priority, DefaultMaxTokens: f.DefaultMaxTokens})
+		}
+	}
+
+	kEnv := pick("key-env", *keyEnv, file.KeyEnv)
+	if cfg.APIKey = env.getenv(kEnv); cfg.APIKey == "" {
+		fmt.Fprintf(env.stderr, "sluice gateway: %s is empty: no provider key is sent upstream\n", kEnv)
+	}
+	cfg.ClientKeys = parseClientKeys(env.getenv(*clientEnv))
+	for i, k := range file.ClientKeys {
+		v := env.getenv(k.Env)
+		if v == "" {
+			return fmt.Errorf("--config: client_keys[%d]: environment variable %s is empty", i, k.Env)
+		}
+		cfg.ClientKeys = append(cfg.ClientKeys, gateway.ClientKey{Key: v, Flow: k.Flow})
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fmt.Errorf("--log-level %q: want debug, info, warn or error", *logLevel)
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(env.stderr, &slog.HandlerOptions{Level: level}))
+
+	listen := pick("addr", *addr, file.Addr)
+	if err := checkGatewayBind(listen, len(cfg.ClientKeys) > 0, *clientEnv); err != nil {
+		return err
+	}
+	gw, err := gateway.New(cfg)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", listen, err)
+	}
+	srv := &http.Server{Handler: gw, ReadHeaderTimeout: 10 * time.Second}
+	fmt.Fprintf(env.stdout, "listening on http://%s (upstream %s, profile %s, limits %s)\n", ln.Addr(), cfg.Upstream, prof, cfg.Limits)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	}
+}
+
+// checkGatewayBind refuses to put the provider key at the disposal of the
+// network without client keys.
+func checkGatewayBind(addr string, haveKeys bool, keysEnv string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("--addr %q: %w", addr, err)
+	}
+	if haveKeys || host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("refusing to serve the provider key on %s without client keys: set %s (or bind to 127.0.0.1)", addr, keysEnv)
+}

@@ -1,0 +1,287 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/sim"
+)
+
+const gatewayTestKey = "gsk-test-upstream-5c81d2e9"
+
+// lockedBuffer collects a command's stderr while it runs.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// startGatewaySim serves a simulator that requires gatewayTestKey.
+func startGatewaySim(t *testing.T, limits string) (*sim.Model, string) {
+	t.Helper()
+	ls, err := governor.ParseLimits(limits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := sim.NewModel(sim.Config{Profile: "groq", Limits: ls, Wire: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(sim.NewServer(m, sim.ServerConfig{APIKey: gatewayTestKey}))
+	t.Cleanup(ts.Close)
+	return m, ts.URL + "/v1"
+}
+
+// startGateway runs "sluice gateway args..." in-process until the test ends
+// and returns its base URL and its log.
+func startGateway(t *testing.T, vars map[string]string, args ...string) (string, *lockedBuffer) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	stderr := &lockedBuffer{}
+	env := &cmdEnv{stdout: pw, stderr: stderr, getenv: func(k string) string { return vars[k] }}
+	done := make(chan int, 1)
+	go func() {
+		code := runMain(ctx, env, append([]string{"gateway"}, args...))
+		pw.Close()
+		done <- code
+	}()
+	var out bytes.Buffer
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case code := <-done:
+			if code != 0 {
+				t.Errorf("gateway exited %d: %s", code, stderr.String())
+			}
+		case <-time.After(15 * time.Second):
+			t.Error("gateway did not stop after its context ended")
+		}
+		for what, s := range map[string]string{"log": stderr.String(), "output": out.String()} {
+			if strings.Contains(s, gatewayTestKey) {
+				t.Errorf("the provider key appears in the gateway's %s", what)
+			}
+		}
+	})
+	br := bufio.NewReader(pr)
+	lines := make(chan string, 1)
+	go func() {
+		l, _ := br.ReadString('\n')
+		lines <- l
+		_, _ = io.Copy(io.Discard, br)
+	}()
+	var line string
+	select {
+	case line = <-lines:
+	case <-time.After(15 * time.Second):
+		t.Fatalf("gateway printed nothing: %s", stderr.String())
+	}
+	out.WriteString(line)
+	addr, ok := strings.CutPrefix(line, "listening on http://")
+	if !ok {
+		t.Fatalf("first line %q (stderr %s)", line, stderr.String())
+	}
+	addr, _, _ = strings.Cut(addr, " ")
+	return "http://" + addr, stderr
+}
+
+func gatewayPost(t *testing.T, url, body string, header map[string]string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequest("POST", url+"/v1/chat/completions", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if strings.Contains(string(data), gatewayTestKey) {
+		t.Error("an answer carries the provider key")
+	}
+	return resp.StatusCode, data
+}
+
+type flowsBody struct {
+	Flows []struct {
+		Name     string           `json:"name"`
+		Weight   float64          `json:"weight"`
+		Priority int              `json:"priority"`
+		Admitted int64            `json:"admitted"`
+		Tokens   map[string]int64 `json:"tokens"`
+	} `json:"flows"`
+	Limits map[string]struct {
+		Max int64 `json:"max"`
+	} `json:"limits"`
+}
+
+func getFlows(t *testing.T, url string, header map[string]string) flowsBody {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url+"/v1/flows", nil)
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var fb flowsBody
+	if err := json.NewDecoder(resp.Body).Decode(&fb); err != nil {
+		t.Fatalf("/v1/flows: status %d: %v", resp.StatusCode, err)
+	}
+	return fb
+}
+
+const gatewayChat = `{"model":"llama-3.1-8b-instant","messages":[{"role":"user","content":"Analyse this."}]}`
+
+func TestGatewayCommand(t *testing.T) {
+	t.Parallel()
+	m, upstream := startGatewaySim(t, "rpm=60,tpm=6000")
+	url, log := startGateway(t, map[string]string{"SLUICE_UPSTREAM_KEY": gatewayTestKey},
+		"--upstream", upstream, "--profile", "groq", "--limits", "rpm=60,tpm=6000", "--addr", "127.0.0.1:0",
+		"--flow", "summary=2", "--flow", "analysis=1:1:300")
+	status, body := gatewayPost(t, url, gatewayChat, map[string]string{"X-Sluice-Flow": "analysis"})
+	if status != 200 {
+		t.Fatalf("status %d: %s", status, body)
+	}
+	fb := getFlows(t, url, nil)
+	got := map[string]string{}
+	for _, f := range fb.Flows {
+		b, _ := json.Marshal(f)
+		got[f.Name] = string(b)
+		switch f.Name {
+		case "analysis":
+			if f.Admitted != 1 || f.Priority != 1 || f.Tokens["output"] != 300 {
+				t.Errorf("analysis = %s; want one call with the flow's 300 max_tokens", b)
+			}
+		case "summary":
+			if f.Weight != 2 {
+				t.Errorf("summary = %s", b)
+			}
+		}
+	}
+	if len(got) != 3 || fb.Limits["tpm"].Max != 6000 {
+		t.Errorf("flows %v limits %v; want summary, analysis and default", got, fb.Limits)
+	}
+	if st := m.Stats(); st.Succeeded != 1 || st.Charged.Output != 300 {
+		t.Errorf("upstream saw %+v", st)
+	}
+	if !strings.Contains(log.String(), "flow=analysis status=200") {
+		t.Errorf("log lacks the request: %s", log.String())
+	}
+}
+
+func TestGatewayConfigFile(t *testing.T) {
+	t.Parallel()
+	_, upstream := startGatewaySim(t, "rpm=60,tpm=6000")
+	file := filepath.Join(t.TempDir(), "gateway.yaml")
+	conf := `upstream: ` + upstream + `
+profile: groq
+limits: rpm=1,tpm=10
+key_env: MY_PROVIDER_KEY
+max_wait: 5s
+flows:
+  - name: title
+    weight: 3
+    default_max_tokens: 20
+client_keys:
+  - env: TITLE_APP_KEY
+    flow: title
+`
+	if err := os.WriteFile(file, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	url, _ := startGateway(t, map[string]string{"MY_PROVIDER_KEY": gatewayTestKey, "TITLE_APP_KEY": "app-title-key"},
+		"--config", file, "--limits", "rpm=60,tpm=6000", "--addr", "127.0.0.1:0")
+	if status, body := gatewayPost(t, url, gatewayChat, nil); status != 401 {
+		t.Errorf("without a client key: %d %s", status, body)
+	}
+	auth := map[string]string{"Authorization": "Bearer app-title-key"}
+	if status, body := gatewayPost(t, url, gatewayChat, auth); status != 200 {
+		t.Fatalf("with the client key: %d %s", status, body)
+	}
+	fb := getFlows(t, url, auth)
+	for _, f := range fb.Flows {
+		if f.Name == "title" && (f.Admitted != 1 || f.Weight != 3 || f.Tokens["output"] != 20) {
+			t.Errorf("title flow %+v", f)
+		}
+	}
+	if fb.Limits["tpm"].Max != 6000 {
+		t.Errorf("the --limits flag did not win over the file: %v", fb.Limits)
+	}
+}
+
+func TestGatewayCommandErrors(t *testing.T) {
+	t.Parallel()
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("upstream: http://127.0.0.1:1/v1\nlimts: rpm=1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"no upstream", nil, 2, "--upstream is required"},
+		{"bad flow", []string{"--upstream", "http://127.0.0.1:1/v1", "--flow", "summary"}, 2, "want NAME=WEIGHT"},
+		{"bad weight", []string{"--upstream", "http://127.0.0.1:1/v1", "--flow", "summary=-1"}, 2, "not a positive number"},
+		{"bad limits", []string{"--upstream", "http://127.0.0.1:1/v1", "--limits", "tpm=lots"}, 1, "--limits"},
+		{"bad profile", []string{"--upstream", "http://127.0.0.1:1/v1", "--profile", "azure"}, 1, "unknown profile"},
+		{"typo in the file", []string{"--config", bad}, 1, "limts"},
+		{"open to the network without client keys", []string{"--upstream", "http://127.0.0.1:1/v1", "--addr", "0.0.0.0:0"}, 1, "without client keys"},
+		{"bad upstream", []string{"--upstream", "ftp://x"}, 1, "not an http(s) URL"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			env := &cmdEnv{stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }}
+			code := runMain(context.Background(), env, append([]string{"gateway"}, tc.args...))
+			if code != tc.code || !strings.Contains(stderr.String(), tc.want) {
+				t.Errorf("exit %d, stderr %q; want %d naming %q", code, stderr.String(), tc.code, tc.want)
+			}
+		})
+	}
+}
+
+func TestGatewayHelp(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr bytes.Buffer
+	env := &cmdEnv{stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }}
+	if code := runMain(context.Background(), env, []string{"gateway", "--help"}); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	for _, flag := range []string{"-config", "-upstream", "-profile", "-limits", "-addr", "-key-env", "-key-name", "-client-keys-env",
+		"-window", "-accounting", "-max-wait", "-default-max-tokens", "-max-body-bytes", "-lag", "-log-level", "-flow"} {
+		if !strings.Contains(stdout.String(), "  "+flag+" ") && !strings.Contains(stdout.String(), "  "+flag+"\n") {
+			t.Errorf("help does not document %s", flag)
+		}
+	}
+}
