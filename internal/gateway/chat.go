@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -28,6 +29,7 @@ type chatCall struct {
 	flow string
 
 	req       *llm.ChatRequest
+	body      []byte // what is sent upstream for a plain request
 	cost      governor.Cost
 	wantUsage bool // the caller asked for the usage chunk of a stream
 	maxWait   time.Duration
@@ -50,7 +52,11 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, flow string) {
 			c.status = 499 // nobody to answer
 		}
 	}
-	g.m.requests.WithLabelValues(flow, strconv.Itoa(c.status)).Inc()
+	if c.status == http.StatusOK {
+		g.fm[flow].ok.Inc()
+	} else {
+		g.m.requests.WithLabelValues(flow, strconv.Itoa(c.status)).Inc()
+	}
 	g.cfg.Logger.Info("chat", "id", g.seq.Add(1), "key", g.cfg.Key, "flow", flow, "status", c.status,
 		"stream", c.req != nil && c.req.Stream, "attempts", c.attempts, "waited", c.waited, "took", g.cfg.Now().Sub(start))
 }
@@ -66,7 +72,7 @@ func (c *chatCall) run(start time.Time) *apiError {
 		}
 		return badRequest("sluice gateway: reading the request body: " + err.Error())
 	}
-	req, err := llm.DecodeChatRequest(body)
+	req, err := decode(body)
 	if err != nil {
 		return badRequest("sluice gateway: " + strings.TrimPrefix(err.Error(), "llm: "))
 	}
@@ -76,6 +82,16 @@ func (c *chatCall) run(start time.Time) *apiError {
 	c.deadline = start.Add(c.maxWait)
 	c.wantUsage = req.Stream && includeUsage(req.Extra["stream_options"])
 	c.req, c.cost = g.withMaxTokens(req, c.flow)
+	if !req.Stream {
+		// A request sent as the caller wrote it keeps every byte; one given
+		// a max_tokens is written anew.
+		// (A request read in part has its max_tokens: it is never changed.)
+		if c.body = body; c.req != req {
+			if c.body, err = json.Marshal(c.req); err != nil {
+				return badRequest("sluice gateway: " + strings.TrimPrefix(err.Error(), "llm: "))
+			}
+		}
+	}
 	if err := g.gov.Check(c.cost); err != nil {
 		return c.refuse(err)
 	}
@@ -131,8 +147,9 @@ func (c *chatCall) admit(ctx context.Context) (*governor.Reservation, *gateEntry
 		res.Cancel(now)
 		return nil, nil, &governor.WaitError{Key: g.cfg.Key, Err: err, EstimatedWait: max(g.cfg.Lag, time.Second)}
 	}
-	g.m.admissions.WithLabelValues(c.flow).Inc()
-	g.m.wait.WithLabelValues(c.flow).Observe(seconds(now.Sub(t0)))
+	fm := g.fm[c.flow]
+	fm.admissions.Inc()
+	fm.wait.Observe(seconds(now.Sub(t0)))
 	return res, entry, nil
 }
 
@@ -155,16 +172,16 @@ func (c *chatCall) send(res *governor.Reservation, entry *gateEntry) (retry bool
 		c.stream(res, entry, s)
 		return false, 0, nil
 	}
-	resp, err := g.client.Chat(ctx, c.req)
+	resp, err := g.complete(ctx, c.body)
 	if err != nil {
 		return c.failed(res, entry, err)
 	}
-	c.settle(res, entry, resp.Snapshot, &resp.Usage)
-	c.header(resp.Header)
+	c.settle(res, entry, g.cfg.Profile.Snapshot(resp.header, g.cfg.Now()), resp.usage)
+	c.header(resp.header)
 	c.w.Header().Set("Content-Type", "application/json")
 	c.w.WriteHeader(http.StatusOK)
 	c.status, c.wrote = http.StatusOK, true
-	_, _ = c.w.Write(resp.Body)
+	_, _ = c.w.Write(resp.body)
 	return false, 0, nil
 }
 
@@ -196,8 +213,9 @@ func (c *chatCall) settle(res *governor.Reservation, entry *gateEntry, snap gove
 	res.Settle(t, used)
 	final := res.Cost()
 	g.gate.amend(entry, final)
-	g.m.tokens.WithLabelValues(c.flow, "input").Add(float64(final.Input))
-	g.m.tokens.WithLabelValues(c.flow, "output").Add(float64(final.Output))
+	fm := g.fm[c.flow]
+	fm.tokensIn.Add(float64(final.Input))
+	fm.tokensOut.Add(float64(final.Output))
 }
 
 // failed feeds an upstream failure back and decides whether to try again.
@@ -214,8 +232,8 @@ func (c *chatCall) failed(res *governor.Reservation, entry *gateEntry, err error
 		res.Cancel(t)
 		g.gate.amend(entry, governor.Cost{})
 	}
-	g.cfg.Logger.Warn("upstream call failed", "key", g.cfg.Key, "flow", c.flow, "attempt", c.attempts, "err", err)
-	e := upstreamError(g.cfg.Profile, err)
+	g.cfg.Logger.Warn("upstream call failed", "key", g.cfg.Key, "flow", c.flow, "attempt", c.attempts, "err", g.scrub(err.Error()))
+	e := g.upstreamError(err)
 	if rl, ok := errors.AsType[*llm.RateLimitError](err); ok {
 		giveBack()
 		if rl.LimitKnown {
@@ -289,8 +307,8 @@ func (c *chatCall) stream(res *governor.Reservation, entry *gateEntry, s *llm.St
 		return
 	}
 	if err := s.Err(); err != nil {
-		c.g.cfg.Logger.Warn("upstream stream failed", "key", c.g.cfg.Key, "flow", c.flow, "err", err)
-		e := upstreamError(c.g.cfg.Profile, err)
+		c.g.cfg.Logger.Warn("upstream stream failed", "key", c.g.cfg.Key, "flow", c.flow, "err", c.g.scrub(err.Error()))
+		e := c.g.upstreamError(err)
 		writeEvent(w, flusher, sim.ErrorBody(string(c.g.cfg.Profile), e.typ, e.code, e.message, 0))
 		return
 	}
@@ -309,6 +327,54 @@ func writeEvent(w io.Writer, f http.Flusher, data []byte) bool {
 		f.Flush()
 	}
 	return true
+}
+
+// decode reads a chat request. A plain request that sets max_tokens is
+// forwarded byte for byte, so only what prices it is read: about half the
+// work of llm.DecodeChatRequest, which reads every field so that a request
+// can be written anew. Any other request, or one that does not read
+// cleanly, is decoded whole, with its errors.
+func decode(body []byte) (*llm.ChatRequest, error) {
+	var p struct {
+		Model               string          `json:"model"`
+		Messages            []llm.Message   `json:"messages"`
+		MaxTokens           *int            `json:"max_tokens"`
+		MaxCompletionTokens *int            `json:"max_completion_tokens"`
+		Stream              *bool           `json:"stream"`
+		N                   json.RawMessage `json:"n"`
+		Tools               json.RawMessage `json:"tools"`
+		Functions           json.RawMessage `json:"functions"`
+		ToolChoice          json.RawMessage `json:"tool_choice"`
+		ResponseFormat      json.RawMessage `json:"response_format"`
+	}
+	// encoding/json matches keys regardless of case; the provider does not,
+	// so the priced max_tokens must be spelled as the provider reads it.
+	named := bytes.Contains(body, []byte(`"max_tokens"`)) || bytes.Contains(body, []byte(`"max_completion_tokens"`))
+	if !named || json.Unmarshal(body, &p) != nil || p.Model == "" || len(p.Messages) == 0 || (p.Stream != nil && *p.Stream) ||
+		p.MaxTokens != nil && *p.MaxTokens <= 0 || p.MaxCompletionTokens != nil && *p.MaxCompletionTokens <= 0 ||
+		p.MaxTokens == nil && p.MaxCompletionTokens == nil {
+		return llm.DecodeChatRequest(body)
+	}
+	req := &llm.ChatRequest{Model: p.Model, Messages: p.Messages, MaxTokens: max(ptrOr(p.MaxTokens), ptrOr(p.MaxCompletionTokens))}
+	for _, f := range [...]struct {
+		name string
+		raw  json.RawMessage
+	}{{"n", p.N}, {"tools", p.Tools}, {"functions", p.Functions}, {"tool_choice", p.ToolChoice}, {"response_format", p.ResponseFormat}} {
+		if len(f.raw) > 0 {
+			if req.Extra == nil {
+				req.Extra = map[string]any{}
+			}
+			req.Extra[f.name] = f.raw
+		}
+	}
+	return req, nil
+}
+
+func ptrOr(p *int) int {
+	if p == nil {
+		return 0
+	}
+	return *p
 }
 
 // withMaxTokens gives a request without max_tokens its flow's default —

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -100,7 +99,10 @@ type Config struct {
 	// the request's max wait. Default 250ms.
 	RetryBase time.Duration
 
-	// HTTPClient sends upstream requests. Default: llm's default client.
+	// HTTPClient sends upstream requests. Default: a client that bounds
+	// connecting (10s) and waiting for an answer's headers (10m), keeps up to
+	// 64 idle connections to the upstream, and sets no overall timeout so
+	// streams can run.
 	HTTPClient *http.Client
 
 	// Logger receives one line per request and every upstream failure.
@@ -159,7 +161,7 @@ func (c Config) withDefaults() Config {
 	c.Lag = cmp.Or(c.Lag, 250*time.Millisecond)
 	c.RetryBase = cmp.Or(c.RetryBase, 250*time.Millisecond)
 	if c.Logger == nil {
-		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	if c.Now == nil {
 		c.Now = time.Now

@@ -96,9 +96,16 @@ func notAdmitted(p llm.Profile, flow string, maxWait, retryAfter time.Duration) 
 }
 
 // upstreamError is the answer for an upstream failure the gateway gives up
-// on: the provider's status and message, re-written in its own format (the
-// provider's raw body is not forwarded, so nothing it echoed slips through).
-func upstreamError(p llm.Profile, err error) *apiError {
+// on: the provider's status and message, re-written in its own format. The
+// provider's raw body is not forwarded, and the key is scrubbed from its
+// message, so nothing it echoed slips through.
+func (g *Gateway) upstreamError(err error) *apiError {
+	e := upstreamErrorOf(err)
+	e.message = g.scrub(e.message)
+	return e
+}
+
+func upstreamErrorOf(err error) *apiError {
 	switch e := err.(type) {
 	case *llm.RateLimitError:
 		return &apiError{status: http.StatusTooManyRequests, typ: "tokens", code: "rate_limit_exceeded", message: e.Message, retryAfter: e.RetryAfter}

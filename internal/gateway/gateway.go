@@ -18,16 +18,19 @@ import (
 // GET /v1/flows and GET /metrics. It is an http.Handler: serve it with an
 // http.Server. A Gateway is safe for simultaneous use by multiple goroutines.
 type Gateway struct {
-	cfg    Config
-	client *llm.Client
-	gov    *governor.Governor
-	est    *llm.Estimator
-	gate   *gate
-	flows  map[string]Flow
-	keys   []ClientKey
-	m      *metrics
-	mux    *http.ServeMux
-	seq    atomic.Uint64
+	cfg     Config
+	client  *llm.Client
+	http    *http.Client
+	chatURL string
+	gov     *governor.Governor
+	est     *llm.Estimator
+	gate    *gate
+	flows   map[string]Flow
+	keys    []ClientKey
+	m       *metrics
+	fm      map[string]*flowMetrics // by flow name; read-only after New
+	mux     *http.ServeMux
+	seq     atomic.Uint64
 }
 
 var _ http.Handler = (*Gateway)(nil)
@@ -38,8 +41,12 @@ func New(cfg Config) (*Gateway, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	hc := cfg.HTTPClient
+	if hc == nil {
+		hc = defaultHTTPClient()
+	}
 	client, err := llm.NewClient(llm.Config{BaseURL: cfg.Upstream, APIKey: cfg.APIKey, Profile: cfg.Profile,
-		HTTPClient: cfg.HTTPClient, Now: cfg.Now})
+		HTTPClient: hc, Now: cfg.Now})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
@@ -67,10 +74,14 @@ func New(cfg Config) (*Gateway, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	g := &Gateway{cfg: cfg, client: client, gov: gov, est: est, flows: byName, keys: cfg.ClientKeys,
+	g := &Gateway{cfg: cfg, client: client, http: hc, chatURL: strings.TrimRight(cfg.Upstream, "/") + "/chat/completions", gov: gov, est: est, flows: byName, keys: cfg.ClientKeys,
 		mux: http.NewServeMux()}
 	g.gate = newGate(cfg.Lag, cfg.Window == governor.Fixed, gov.Limits, cfg.Now)
 	g.m = newMetrics(g)
+	g.fm = make(map[string]*flowMetrics, len(byName))
+	for name := range byName {
+		g.fm[name] = g.m.flow(name)
+	}
 	g.mux.HandleFunc("POST /v1/chat/completions", g.auth(g.chat))
 	g.mux.HandleFunc("GET /v1/models", g.auth(g.models))
 	g.mux.HandleFunc("GET /v1/flows", g.auth(g.flowsJSON))
@@ -132,8 +143,8 @@ func (g *Gateway) flowOf(name string) string {
 func (g *Gateway) models(w http.ResponseWriter, r *http.Request, _ string) {
 	list, err := g.client.Models(r.Context())
 	if err != nil {
-		g.cfg.Logger.Warn("list models", "key", g.cfg.Key, "err", err)
-		upstreamError(g.cfg.Profile, err).write(w, g.cfg.Profile)
+		g.cfg.Logger.Warn("list models", "key", g.cfg.Key, "err", g.scrub(err.Error()))
+		g.upstreamError(err).write(w, g.cfg.Profile)
 		return
 	}
 	data := make([]json.RawMessage, len(list))

@@ -550,3 +550,81 @@ func TestUpstreamKeyNeverLeaks(t *testing.T) {
 	}
 	// setup's cleanups grep every answer and the log.
 }
+
+// TestEchoedKeyScrubbed: a provider (or a proxy before it) that echoes the
+// key in its error messages does not get it to the caller or the log.
+func TestEchoedKeyScrubbed(t *testing.T) {
+	t.Parallel()
+	echo := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+		status := http.StatusUnauthorized
+		if r.Header.Get("Accept") == "text/event-stream" {
+			status = http.StatusInternalServerError
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		_, _ = w.Write(sim.ErrorBody("openai", "invalid_request_error", "invalid_api_key", "Incorrect API key provided: "+key+".", 0))
+	}))
+	defer echo.Close()
+	log := &syncBuffer{}
+	gw, err := New(Config{Upstream: echo.URL + "/v1", APIKey: upstreamKey, MaxWait: 50 * time.Millisecond, RetryBase: time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(gw)
+	defer srv.Close()
+	var seen strings.Builder
+	for _, body := range []string{chatBody("hi", 5, ""), chatBody("hi", 5, `,"stream":true`)} {
+		resp, err := http.Post(srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		_ = resp.Header.Write(&seen)
+		seen.Write(data)
+		if !strings.Contains(string(data), "[redacted]") {
+			t.Errorf("status %d body %s: want the provider's message with the key scrubbed", resp.StatusCode, data)
+		}
+	}
+	assertNoKey(t, "answers", seen.String())
+	assertNoKey(t, "log", log.String())
+}
+
+// TestDecodePricesLikeTheWholeRequest: a plain request read in part is
+// priced exactly as the same request decoded whole.
+func TestDecodePricesLikeTheWholeRequest(t *testing.T) {
+	t.Parallel()
+	est, err := llm.NewEstimator(llm.EstimatorConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, body := range []string{
+		chatBody("Say hello.", 40, ""),
+		chatBody("Say hello.", 40, `,"n":3,"seed":1,"temperature":0.2`),
+		`{"model":"gpt-4o","max_completion_tokens":70,"messages":[{"role":"system","content":"Be brief."},{"role":"user","name":"ann","content":[{"type":"text","text":"Two parts"},{"type":"text","text":"of text."}]}]}`,
+		`{"model":"m","max_tokens":9,"messages":[{"role":"user","content":"Weather?"}],"tools":[{"type":"function","function":{"name":"weather","parameters":{"type":"object"}}}],"tool_choice":"auto","response_format":{"type":"json_object"}}`,
+		`{"model":"m","max_tokens":9,"max_completion_tokens":12,"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c1","content":"sunny"}]}`,
+	} {
+		whole, err := llm.DecodeChatRequest([]byte(body))
+		if err != nil {
+			t.Fatalf("%s: %v", body, err)
+		}
+		part, err := decode([]byte(body))
+		if err != nil {
+			t.Fatalf("%s: %v", body, err)
+		}
+		if a, b := est.Cost(part), est.Cost(whole); a != b || part.Extra != nil && whole.Extra == nil {
+			t.Errorf("%s: priced %+v read in part, %+v whole", body, a, b)
+		}
+	}
+	// Streams, requests without max_tokens and ones that do not read are decoded whole.
+	for _, body := range []string{chatBody("x", 5, `,"stream":true`), chatBody("x", 0, ""), `{"model":"m","messages":[],"max_tokens":5}`, `{"model":"m","Max_Tokens":5,"messages":[{"role":"user","content":"x"}]}`} {
+		whole, werr := llm.DecodeChatRequest([]byte(body))
+		part, perr := decode([]byte(body))
+		if (werr == nil) != (perr == nil) || werr == nil && (part.Stream != whole.Stream || part.MaxTokens != whole.MaxTokens || len(part.Extra) != len(whole.Extra)) {
+			t.Errorf("%s: read %+v %v, want %+v %v", body, part, perr, whole, werr)
+		}
+	}
+}

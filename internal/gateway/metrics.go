@@ -50,6 +50,24 @@ func newMetrics(g *Gateway) *metrics {
 	return m
 }
 
+// flowMetrics are one flow's series, looked up once: flows are fixed at New.
+type flowMetrics struct {
+	ok                  prometheus.Counter // requests answered 200
+	admissions          prometheus.Counter
+	wait                prometheus.Observer
+	tokensIn, tokensOut prometheus.Counter
+}
+
+func (m *metrics) flow(name string) *flowMetrics {
+	return &flowMetrics{
+		ok:         m.requests.WithLabelValues(name, "200"),
+		admissions: m.admissions.WithLabelValues(name),
+		wait:       m.wait.WithLabelValues(name),
+		tokensIn:   m.tokens.WithLabelValues(name, "input"),
+		tokensOut:  m.tokens.WithLabelValues(name, "output"),
+	}
+}
+
 func (m *metrics) rejected(l governor.Limit, known bool, status int) {
 	name := "unknown"
 	if known {
