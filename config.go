@@ -75,6 +75,11 @@ type Provider struct {
 	// is not gone by the morning. Default 1h; negative spends it as fast as
 	// the other limits allow.
 	DayBurst time.Duration
+	// Lag is how much later than this process the provider may count a
+	// call — the request's transit — so a call admitted the moment an old
+	// charge ages out here does not arrive while it still counts there
+	// (default 2s).
+	Lag time.Duration
 }
 
 func (c Config) validate() error {

@@ -59,6 +59,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 			Window:     p.Window,
 			Accounting: p.Accounting,
 			DayBurst:   p.DayBurst,
+			Lag:        cmp.Or(p.Lag, 2*time.Second),
 			Flows:      cfg.Flows,
 		}, quota.Config{})
 		if err != nil {

@@ -83,6 +83,16 @@ type Config struct {
 	// pacer's even, fair rhythm instead of echoing whatever the window held
 	// a day before.
 	DayPace float64
+	// Lag is how much later than the governor's clock the provider may
+	// count a call: the time a request takes to reach it. Under a rolling
+	// window a charge ages out this much later than one period after it was
+	// admitted; under a fixed window a call made this close before a
+	// boundary also counts after it. So a call admitted the instant an old
+	// charge ages out here does not reach the provider while that charge
+	// still counts there. Default 0, right for an explicit clock shared
+	// with the provider (the bench); on the wall clock use the request's
+	// transit time with some margin (sluice's engine and gateway use 2s).
+	Lag time.Duration
 	// Journal, if set, is told every charge and every correction of one, so
 	// the day's usage can be persisted and given back to Restore after a restart.
 	Journal Journal
@@ -134,6 +144,9 @@ func (c *Config) validate() error {
 		if c.Limits[l] < 0 {
 			return fmt.Errorf("%slimit %s is negative (%d)", c.prefix(), l, c.Limits[l])
 		}
+	}
+	if c.Lag < 0 {
+		return fmt.Errorf("%sLag must not be negative, got %v", c.prefix(), c.Lag)
 	}
 	if c.DayPace < 0 || c.DayPace > 1 || math.IsNaN(c.DayPace) {
 		return fmt.Errorf("%sDayPace must be in (0, 1], got %v", c.prefix(), c.DayPace)
@@ -199,8 +212,8 @@ func New(cfg Config) (*Governor, error) {
 	g := &Governor{
 		cfg:    cfg,
 		limits: cfg.Limits,
-		minute: newLedger(time.Minute, cfg.Window == Fixed),
-		day:    newLedger(24*time.Hour, cfg.Window == Fixed),
+		minute: newLedger(time.Minute, cfg.Lag, cfg.Window == Fixed),
+		day:    newLedger(24*time.Hour, cfg.Lag, cfg.Window == Fixed),
 		flows:  make(map[string]*flow, len(cfg.Flows)),
 		epoch:  math.MinInt64,
 	}

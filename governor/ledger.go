@@ -22,6 +22,7 @@ type charge struct {
 // the current window, which starts at a whole multiple of the period.
 type ledger struct {
 	period int64
+	lag    int64 // how much later the provider may count a charge
 	fixed  bool
 	start  int64 // fixed: start of the current window
 
@@ -31,8 +32,8 @@ type ledger struct {
 	sum     Cost
 }
 
-func newLedger(period time.Duration, fixed bool) ledger {
-	return ledger{period: int64(period), fixed: fixed, start: math.MinInt64}
+func newLedger(period, lag time.Duration, fixed bool) ledger {
+	return ledger{period: int64(period), lag: int64(lag), fixed: fixed, start: math.MinInt64}
 }
 
 // expire drops what no longer counts at now.
@@ -40,15 +41,23 @@ func (lg *ledger) expire(now int64) {
 	if lg.fixed {
 		ws := now - mod(now, lg.period)
 		if ws != lg.start {
-			lg.first += uint64(len(lg.entries) - lg.head)
-			lg.entries = lg.entries[:0]
-			lg.head = 0
-			lg.sum = Cost{}
+			// A call made within lag of the boundary may reach the provider
+			// after it: it still counts in the new window.
+			for lg.head < len(lg.entries) && lg.entries[lg.head].at < ws-lg.lag {
+				lg.sum = lg.sum.sub(lg.entries[lg.head].cost)
+				lg.head++
+				lg.first++
+			}
 			lg.start = ws
+		}
+		if lg.head > 64 && lg.head*2 >= len(lg.entries) {
+			n := copy(lg.entries, lg.entries[lg.head:])
+			lg.entries = lg.entries[:n]
+			lg.head = 0
 		}
 		return
 	}
-	cut := now - lg.period
+	cut := now - lg.period - lg.lag
 	for lg.head < len(lg.entries) && lg.entries[lg.head].at <= cut {
 		lg.sum = lg.sum.sub(lg.entries[lg.head].cost)
 		lg.head++
@@ -91,9 +100,17 @@ func (lg *ledger) freeAt(now int64, l Limit, need, lim int64, ph []phantom) int6
 		return now
 	}
 	if lg.fixed {
-		// At the boundary the window's own charges are gone; phantoms may
-		// still hold some room until they end.
+		// At the boundary the window's own charges are gone, but for those
+		// made within lag of it; phantoms may still hold some room until
+		// they end.
 		t := lg.start + lg.period
+		var carried int64
+		for i := len(lg.entries) - 1; i >= lg.head && lg.entries[i].at >= t-lg.lag; i-- {
+			carried += lg.entries[i].cost.On(l)
+		}
+		if carried+need > lim {
+			t += lg.period
+		}
 		for _, p := range ph {
 			if phUsed+need <= lim {
 				break
@@ -107,8 +124,8 @@ func (lg *ledger) freeAt(now int64, l Limit, need, lim int64, ph []phantom) int6
 	i, j := lg.head, 0
 	for i < len(lg.entries) || j < len(ph) {
 		var t, freed int64
-		if j >= len(ph) || (i < len(lg.entries) && lg.entries[i].at+lg.period <= ph[j].until) {
-			t, freed = lg.entries[i].at+lg.period, lg.entries[i].cost.On(l)
+		if j >= len(ph) || (i < len(lg.entries) && lg.entries[i].at+lg.period+lg.lag <= ph[j].until) {
+			t, freed = lg.entries[i].at+lg.period+lg.lag, lg.entries[i].cost.On(l)
 			i++
 		} else {
 			t, freed = ph[j].until, ph[j].amount
