@@ -203,6 +203,12 @@ func (c *chatCall) settle(res *governor.Reservation, entry *gateEntry, snap gove
 	g := c.g
 	t := g.cfg.Now()
 	if snap.Any() {
+		// Compared with the governor's state now, not at admission
+		// (Reservation.Observe): with many calls in flight, calls admitted
+		// after this one often reach the provider before it, and the lower
+		// remaining count the provider then reports is no one else's use.
+		// Held as such until the provider's reset (a whole minute), it
+		// would idle room the key has.
 		g.gov.Observe(t, snap)
 	}
 	var used governor.Usage
