@@ -44,6 +44,7 @@ type gatewayFile struct {
 	DefaultMaxTokens int              `yaml:"default_max_tokens"`
 	MaxBodyBytes     int64            `yaml:"max_body_bytes"`
 	Lag              string           `yaml:"lag"`
+	RetryBase        string           `yaml:"retry_base"`
 	Flows            []gatewayFlow    `yaml:"flows"`
 	ClientKeys       []gatewayKeyFile `yaml:"client_keys"`
 }
@@ -142,6 +143,7 @@ func runGateway(ctx context.Context, env *cmdEnv, args []string) error {
 		defMax     = fs.Int("default-max-tokens", 1024, "max_tokens given to a request that sets none, when its flow has no default")
 		maxBody    = fs.Int64("max-body-bytes", 4<<20, "largest request body accepted; larger ones get 413")
 		lag        = fs.Duration("lag", 250*time.Millisecond, "how much later than its admission the provider may count a call; charges are held that much longer (negative: off)")
+		retryBase  = fs.Duration("retry-base", 250*time.Millisecond, "first backoff after a 5xx, overload, timeout or reset; doubles per attempt, within the request's max wait")
 		logLevel   = fs.String("log-level", "info", "log level: debug, info, warn or error (logs go to stderr)")
 		flows      flowFlags
 	)
@@ -225,6 +227,9 @@ func runGateway(ctx context.Context, env *cmdEnv, args []string) error {
 	}
 	if cfg.Lag == 0 {
 		cfg.Lag = -1
+	}
+	if cfg.RetryBase, err = dur("retry-base", *retryBase, file.RetryBase); err != nil {
+		return err
 	}
 	if !set["default-max-tokens"] && file.DefaultMaxTokens > 0 {
 		cfg.DefaultMaxTokens = file.DefaultMaxTokens
