@@ -145,8 +145,23 @@ func TestOpenAINodeClientBursts(t *testing.T) {
 	}
 
 	// The provider refused nothing and saw each request once.
-	st := b.model.Stats()
-	if st.Rejected != 0 || st.Requests != int64(total) || st.Succeeded != int64(total) {
+	resp, err := http.Get(b.sim.URL + "/sim/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		Requests         int64            `json:"requests"`
+		Succeeded        int64            `json:"succeeded"`
+		Rejected         int64            `json:"rejected"`
+		RejectedByStatus map[string]int64 `json:"rejected_by_status"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&st)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatalf("/sim/stats: %v", err)
+	}
+	if st.Rejected != 0 || st.RejectedByStatus["429"] != 0 || st.RejectedByStatus["413"] != 0 ||
+		st.Requests != int64(total) || st.Succeeded != int64(total) {
 		t.Errorf("simulator: %d requests, %d succeeded, %d rejected %v; want %d, %d, 0",
 			st.Requests, st.Succeeded, st.Rejected, st.RejectedByStatus, total, total)
 	}
