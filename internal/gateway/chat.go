@@ -48,9 +48,10 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, flow string) {
 		if r.Context().Err() == nil {
 			e.write(w, g.cfg.Profile)
 			c.status = e.status
-		} else {
-			c.status = 499 // nobody to answer
 		}
+	}
+	if c.status == 0 {
+		c.status = 499 // the caller left before an answer began
 	}
 	if c.status == http.StatusOK {
 		g.fm[flow].ok.Inc()
@@ -83,9 +84,9 @@ func (c *chatCall) run(start time.Time) *apiError {
 	c.wantUsage = req.Stream && includeUsage(req.Extra["stream_options"])
 	c.req, c.cost = g.withMaxTokens(req, c.flow)
 	if !req.Stream {
-		// A request sent as the caller wrote it keeps every byte; one given
-		// a max_tokens is written anew.
-		// (A request read in part has its max_tokens: it is never changed.)
+		// A request goes upstream as the caller wrote it, every byte kept,
+		// unless it was given a max_tokens (never one read in part by
+		// decode: it has its own).
 		if c.body = body; c.req != req {
 			if c.body, err = json.Marshal(c.req); err != nil {
 				return badRequest("sluice gateway: " + strings.TrimPrefix(err.Error(), "llm: "))

@@ -442,6 +442,10 @@ func TestDisconnectLeavesTheLine(t *testing.T) {
 	if f := flowView(t, b, DefaultFlow); f.Admitted != 1 {
 		t.Errorf("flow after the disconnect: %+v", f)
 	}
+	waitFor(t, "the departure to be counted", func() bool {
+		_, m := b.do(t, "GET", "/metrics", "", nil)
+		return strings.Contains(string(m), `sluice_gateway_requests_total{code="499",flow="default",key="groq"} 1`)
+	})
 	if st := b.model.Stats(); st.Requests != 1 {
 		t.Errorf("upstream saw %d requests", st.Requests)
 	}
