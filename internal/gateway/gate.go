@@ -67,11 +67,18 @@ func (gt *gate) off() bool { return gt == nil || gt.lag < 0 }
 // pass waits until c fits the provider's view of every limit and every call
 // that came to the gate earlier has passed, then records c. It returns the
 // entry to amend once the provider has reported the call's real usage.
+//
+// A call waits at most lag: the governor, which admitted it, counts it from
+// its admission, and a call held longer would be held again a lag longer by
+// the next call to reuse its room, and so on — under a key saturated for
+// hours the waits would grow without end. Past that bound, the governor's
+// feedback from a rare refusal takes over.
 func (gt *gate) pass(ctx context.Context, c governor.Cost) (*gateEntry, error) {
 	if gt.off() {
 		return nil, nil
 	}
 	t := &gateTicket{}
+	latest := gt.now().UnixNano() + gt.lag
 	gt.mu.Lock()
 	gt.line = append(gt.line, t)
 	gt.mu.Unlock()
@@ -87,7 +94,7 @@ func (gt *gate) pass(ctx context.Context, c governor.Cost) (*gateEntry, error) {
 		var at int64
 		if gt.line[0] == t {
 			lim := gt.limits()
-			if at = gt.freeAt(now, c, lim); at <= now {
+			if at = min(gt.freeAt(now, c, lim), latest); at <= now {
 				e := gt.record(now, c, lim)
 				gt.line = gt.line[1:]
 				gt.broadcast()

@@ -81,7 +81,7 @@ func TestGateAmend(t *testing.T) {
 func TestGateOrder(t *testing.T) {
 	t.Parallel()
 	lim := limits("tpm=100")
-	gt := newGate(time.Second, false, func() governor.Limits { return lim }, time.Now)
+	gt := newGate(time.Hour, false, func() governor.Limits { return lim }, time.Now)
 	if _, err := gt.pass(context.Background(), governor.Cost{Requests: 1, Input: 80}); err != nil {
 		t.Fatal(err)
 	}
@@ -125,5 +125,25 @@ func TestGateOff(t *testing.T) {
 		if e, err := gt.pass(context.Background(), governor.Cost{Requests: 1}); e != nil || err != nil {
 			t.Fatalf("a gate that is off held a call: %v %v", e, err)
 		}
+	}
+}
+
+// TestGateWaitsAtMostLag: a call the governor admitted is held at most lag,
+// so holds cannot pile up from one minute to the next on a saturated key.
+func TestGateWaitsAtMostLag(t *testing.T) {
+	t.Parallel()
+	lim := limits("tpm=100")
+	gt := newGate(50*time.Millisecond, false, func() governor.Limits { return lim }, time.Now)
+	if _, err := gt.pass(context.Background(), governor.Cost{Requests: 1, Input: 100}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	if _, err := gt.pass(ctx, governor.Cost{Requests: 1, Input: 100}); err != nil {
+		t.Fatalf("a full window held the call past its lag: %v", err)
+	}
+	if d := time.Since(start); d < 50*time.Millisecond {
+		t.Errorf("passed after %s, before the lag", d)
 	}
 }
