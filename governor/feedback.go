@@ -18,16 +18,28 @@ func (g *Governor) Observe(now time.Time, s Snapshot) {
 	defer g.mu.Unlock()
 	n := now.UnixNano()
 	g.expire(n)
+	used := g.usedNow()
+	g.observe(n, n, used, used, s)
+}
+
+// usedNow is what the governor has charged on each limit in its current windows.
+func (g *Governor) usedNow() [NumLimits]int64 {
 	var used [NumLimits]int64
 	for _, l := range AllLimits {
 		used[l] = g.ledgerOf(l).sum.On(l)
 	}
-	g.observe(n, n, used, s)
+	return used
 }
 
 // Observe adjusts the governor to the headers of the response to r's call.
-// The provider counted the call at about the time it was admitted, so its
-// remaining counts are compared with what the governor had charged then.
+//
+// The provider counted the call when it arrived, some time after it was
+// admitted, and other calls in flight may have arrived before it or after
+// it. A remaining count below what the governor expects is someone else's
+// use of the key only if it is below both what the governor had charged
+// when it admitted the call (calls admitted later, but arrived first, are
+// not someone else's) and what it has charged now (charges that aged out or
+// settled since are not either).
 func (r *Reservation) Observe(now time.Time, s Snapshot) {
 	g := r.g
 	g.mu.Lock()
@@ -35,13 +47,14 @@ func (r *Reservation) Observe(now time.Time, s Snapshot) {
 	if r.state != admitted && r.state != settled {
 		return
 	}
-	g.expire(now.UnixNano())
-	g.observe(now.UnixNano(), r.at, r.usedAt, s)
+	n := now.UnixNano()
+	g.expire(n)
+	g.observe(n, r.at, r.usedAt, g.usedNow(), s)
 }
 
-// observe applies snapshot s, taken by the provider at time at when the
-// governor had charged used, at now.
-func (g *Governor) observe(now, at int64, used [NumLimits]int64, s Snapshot) {
+// observe applies snapshot s, taken by the provider at about time at, when
+// the governor had charged usedAt; it has charged usedNow at now.
+func (g *Governor) observe(now, at int64, usedAt, usedNow [NumLimits]int64, s Snapshot) {
 	changedLimits := false
 	for _, l := range AllLimits {
 		o := s[l]
@@ -56,7 +69,7 @@ func (g *Governor) observe(now, at int64, used [NumLimits]int64, s Snapshot) {
 		if lim == 0 || o.Reset <= 0 || at+int64(o.Reset) <= now {
 			continue
 		}
-		room := lim - used[l]
+		room := lim - max(usedAt[l], usedNow[l])
 		for _, p := range g.phantom[l] {
 			if p.until > at {
 				room -= p.amount

@@ -390,6 +390,32 @@ func TestObserveLearnsOthersUse(t *testing.T) {
 	}
 }
 
+func TestObserveOutOfOrderIsNotOthersUse(t *testing.T) {
+	t.Parallel()
+	// Two calls are admitted, the second reaches the provider first: the
+	// first call's headers count both. That is not someone else's use.
+	g := mustNew(t, Config{Limits: Limits{TPM: 10000}})
+	first := mustReserve(t, g, t0, "a", Cost{Requests: 1, Input: 2000})
+	second := mustReserve(t, g, t0, "a", Cost{Requests: 1, Input: 3000})
+	g.Advance(t0)
+	var s Snapshot
+	s[TPM] = Observed{Known: true, Limit: 10000, Remaining: 5000, Reset: 30 * time.Second}
+	first.Observe(at(time.Second), s)
+	second.Observe(at(time.Second), s)
+	if used := g.Stats(at(time.Second)).Limits[TPM].Used; used != 5000 {
+		t.Fatalf("TPM used = %d after out-of-order headers, want 5000 (no phantom)", used)
+	}
+	// A real gap — another client used 2,000 — is held until the reset.
+	s[TPM] = Observed{Known: true, Limit: 10000, Remaining: 3000, Reset: 30 * time.Second}
+	second.Observe(at(2*time.Second), s)
+	if used := g.Stats(at(2 * time.Second)).Limits[TPM].Used; used != 7000 {
+		t.Fatalf("TPM used = %d, want 7000 (2,000 of someone else's)", used)
+	}
+	if used := g.Stats(at(31 * time.Second)).Limits[TPM].Used; used != 5000 {
+		t.Fatalf("TPM used = %d after the reset, want 5000", used)
+	}
+}
+
 func TestSettleAndCancel(t *testing.T) {
 	t.Parallel()
 	for _, acc := range []Accounting{Reserve, Settle} {
