@@ -103,11 +103,11 @@ func (c *chatCall) run(start time.Time) *apiError {
 	defer cancel()
 	for {
 		c.attempts++
-		res, entry, err := c.admit(wctx)
+		res, err := c.admit(wctx)
 		if err != nil {
 			return c.refuse(err)
 		}
-		retry, after, e := c.send(res, entry)
+		retry, after, e := c.send(res)
 		if !retry {
 			return e
 		}
@@ -132,52 +132,45 @@ func (c *chatCall) refuse(err error) *apiError {
 	return &apiError{status: http.StatusInternalServerError, typ: "server_error", message: "sluice gateway: " + err.Error()}
 }
 
-// admit waits for the governor, then for the gate.
-func (c *chatCall) admit(ctx context.Context) (*governor.Reservation, *gateEntry, error) {
+// admit waits for the governor.
+func (c *chatCall) admit(ctx context.Context) (*governor.Reservation, error) {
 	g := c.g
 	t0 := g.cfg.Now()
 	res, err := g.gov.Wait(ctx, c.flow, c.cost)
-	if err != nil {
-		c.waited += g.cfg.Now().Sub(t0)
-		return nil, nil, err
-	}
-	entry, err := g.gate.pass(ctx, c.cost)
 	now := g.cfg.Now()
 	c.waited += now.Sub(t0)
 	if err != nil {
-		res.Cancel(now)
-		return nil, nil, &governor.WaitError{Key: g.cfg.Key, Err: err, EstimatedWait: max(g.cfg.Lag, time.Second)}
+		return nil, err
 	}
 	fm := g.fm[c.flow]
 	fm.admissions.Inc()
 	fm.wait.Observe(seconds(now.Sub(t0)))
-	return res, entry, nil
+	return res, nil
 }
 
 // send makes one upstream call for an admitted request. It reports whether
 // to try again (after how long), and otherwise the error to answer with,
 // nil when the answer was written.
-func (c *chatCall) send(res *governor.Reservation, entry *gateEntry) (retry bool, after time.Duration, e *apiError) {
+func (c *chatCall) send(res *governor.Reservation) (retry bool, after time.Duration, e *apiError) {
 	g := c.g
 	ctx := c.r.Context()
 	if ctx.Err() != nil { // the caller left before the call was made: give the room back
 		res.Cancel(g.cfg.Now())
-		g.gate.amend(entry, governor.Cost{})
 		return false, 0, nil
 	}
 	if c.req.Stream {
 		s, err := g.client.ChatStream(ctx, c.req)
 		if err != nil {
-			return c.failed(res, entry, err)
+			return c.failed(res, err)
 		}
-		c.stream(res, entry, s)
+		c.stream(res, s)
 		return false, 0, nil
 	}
 	resp, err := g.complete(ctx, c.body)
 	if err != nil {
-		return c.failed(res, entry, err)
+		return c.failed(res, err)
 	}
-	c.settle(res, entry, g.cfg.Profile.Snapshot(resp.header, g.cfg.Now()), resp.usage)
+	c.settle(res, g.cfg.Profile.Snapshot(resp.header, g.cfg.Now()), resp.usage)
 	c.header(resp.header)
 	c.w.Header().Set("Content-Type", "application/json")
 	c.w.WriteHeader(http.StatusOK)
@@ -200,17 +193,15 @@ func (c *chatCall) header(up http.Header) {
 
 // settle records a finished call: the provider's view of the limits, the
 // real usage (nil: none reported, the charge stands as reserved).
-func (c *chatCall) settle(res *governor.Reservation, entry *gateEntry, snap governor.Snapshot, u *llm.Usage) {
+func (c *chatCall) settle(res *governor.Reservation, snap governor.Snapshot, u *llm.Usage) {
 	g := c.g
 	t := g.cfg.Now()
 	if snap.Any() {
-		// Compared with the governor's state now, not at admission
-		// (Reservation.Observe): with many calls in flight, calls admitted
-		// after this one often reach the provider before it, and the lower
-		// remaining count the provider then reports is no one else's use.
-		// Held as such until the provider's reset (a whole minute), it
-		// would idle room the key has.
-		g.gov.Observe(t, snap)
+		// Compared with what the governor had charged when it admitted the
+		// call and with what it has charged now: calls admitted after this
+		// one that reached the provider first, and charges that aged out
+		// since, are no one else's use of the key.
+		res.Observe(t, snap)
 	}
 	var used governor.Usage
 	if u != nil {
@@ -219,14 +210,13 @@ func (c *chatCall) settle(res *governor.Reservation, entry *gateEntry, snap gove
 	}
 	res.Settle(t, used)
 	final := res.Cost()
-	g.gate.amend(entry, final)
 	fm := g.fm[c.flow]
 	fm.tokensIn.Add(float64(final.Input))
 	fm.tokensOut.Add(float64(final.Output))
 }
 
 // failed feeds an upstream failure back and decides whether to try again.
-func (c *chatCall) failed(res *governor.Reservation, entry *gateEntry, err error) (bool, time.Duration, *apiError) {
+func (c *chatCall) failed(res *governor.Reservation, err error) (bool, time.Duration, *apiError) {
 	g := c.g
 	t := g.cfg.Now()
 	if c.r.Context().Err() != nil {
@@ -235,10 +225,7 @@ func (c *chatCall) failed(res *governor.Reservation, entry *gateEntry, err error
 		res.Settle(t, governor.Usage{})
 		return false, 0, nil
 	}
-	giveBack := func() { // the provider refused the call and counted nothing
-		res.Cancel(t)
-		g.gate.amend(entry, governor.Cost{})
-	}
+	giveBack := func() { res.Cancel(t) } // the provider refused the call and counted nothing
 	g.cfg.Logger.Warn("upstream call failed", "key", g.cfg.Key, "flow", c.flow, "attempt", c.attempts, "err", g.scrub(err.Error()))
 	e := g.upstreamError(err)
 	if rl, ok := errors.AsType[*llm.RateLimitError](err); ok {
@@ -280,7 +267,7 @@ func (c *chatCall) failed(res *governor.Reservation, entry *gateEntry, err error
 // stream passes a streamed completion through as it arrives, one event at
 // a time, and settles with the usage of its final chunk. The usage chunk
 // the gateway asked for is dropped when the caller did not ask for it.
-func (c *chatCall) stream(res *governor.Reservation, entry *gateEntry, s *llm.Stream) {
+func (c *chatCall) stream(res *governor.Reservation, s *llm.Stream) {
 	defer s.Close()
 	w := c.w
 	flusher, _ := w.(http.Flusher)
@@ -308,7 +295,7 @@ func (c *chatCall) stream(res *governor.Reservation, entry *gateEntry, s *llm.St
 	if !gone {
 		u = s.Usage()
 	}
-	c.settle(res, entry, s.Snapshot(), u)
+	c.settle(res, s.Snapshot(), u)
 	if gone || c.r.Context().Err() != nil {
 		c.status = 499
 		return

@@ -87,11 +87,11 @@ type Config struct {
 	MaxBodyBytes int64
 
 	// Lag bounds how much later than its admission the provider counts a
-	// call (the time it takes to send it). Every charge is held this much
-	// longer than its window before the room is used again, so calls that
-	// reach the provider in another order than they were admitted do not
-	// take its window over a limit; a call waits at most Lag for this.
-	// Default 250ms; negative turns it off.
+	// call (the time it takes to send it): the governor holds every charge
+	// this much longer than its window (governor.Config.Lag), so calls that
+	// reach the provider later, or in another order than they were
+	// admitted, do not take its window over a limit. Default 250ms;
+	// negative turns it off.
 	Lag time.Duration
 
 	// RetryBase is the first backoff after a transient upstream failure

@@ -24,7 +24,6 @@ type Gateway struct {
 	chatURL string
 	gov     *governor.Governor
 	est     *llm.Estimator
-	gate    *gate
 	flows   map[string]Flow
 	keys    []ClientKey
 	m       *metrics
@@ -66,7 +65,7 @@ func New(cfg Config) (*Gateway, error) {
 		}
 	}
 	gov, err := governor.New(governor.Config{Key: cfg.Key, Limits: cfg.Limits, Window: cfg.Window,
-		Accounting: cfg.Accounting, Flows: flows, Now: cfg.Now, Journal: cfg.journal})
+		Accounting: cfg.Accounting, Flows: flows, Now: cfg.Now, Journal: cfg.journal, Lag: max(cfg.Lag, 0)})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
@@ -76,7 +75,6 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	g := &Gateway{cfg: cfg, client: client, http: hc, chatURL: strings.TrimRight(cfg.Upstream, "/") + "/chat/completions", gov: gov, est: est, flows: byName, keys: cfg.ClientKeys,
 		mux: http.NewServeMux()}
-	g.gate = newGate(cfg.Lag, cfg.Window == governor.Fixed, gov.Limits, cfg.Now)
 	g.m = newMetrics(g)
 	g.fm = make(map[string]*flowMetrics, len(byName))
 	for name := range byName {
