@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sluice-dev/sluice/governor"
 	"io"
 	"net"
 	"net/http"
@@ -201,33 +202,84 @@ func (c *Client) Chat(ctx context.Context, req *ChatRequest) (*ChatResponse, err
 		r = r.clone()
 		r.Stream = false
 	}
-	resp, err := c.post(ctx, r)
+	body, err := json.Marshal(r)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("llm: encode request: %w", err)
 	}
-	defer resp.Body.Close()
-	body, err := readBody(resp.Body)
+	resp, data, err := c.plain(ctx, body)
 	if err != nil {
-		return nil, c.transportError(ctx, err)
-	}
-	if err := c.classify(resp.StatusCode, resp.Header, body); err != nil {
 		return nil, err
 	}
 	var out ChatResponse
-	if err := json.Unmarshal(body, &out); err != nil {
+	if err := json.Unmarshal(data, &out); err != nil {
 		return nil, &TransportError{Kind: Malformed, Err: fmt.Errorf("chat completion body: %w", err)}
 	}
 	if out.Choices == nil {
-		// A 2xx carrying an error object (some proxies do this) is that error.
-		if eb := parseErrorBody(body); eb.Message != "" {
-			return nil, c.redact(c.cfg.Profile.classifyBody(0, resp.Header, eb, c.cfg.Now()))
-		}
-		return nil, &TransportError{Kind: Malformed, Err: errors.New("chat completion body has no choices")}
+		return nil, c.noChoices(resp.Header, data)
 	}
 	out.Header = resp.Header
 	out.Snapshot = c.cfg.Profile.Snapshot(resp.Header, c.cfg.Now())
-	out.Body = body
+	out.Body = data
 	return &out, nil
+}
+
+// RawResponse is a non-streamed completion as the provider sent it.
+type RawResponse struct {
+	Header   http.Header
+	Snapshot governor.Snapshot // the limits the headers report
+	Body     []byte            // unchanged
+	Usage    *Usage            // nil if the provider reported none
+}
+
+// ChatRaw sends body, a chat completions request the caller encoded, as it
+// is, and returns the provider's answer with its body unchanged: for proxies
+// that pass requests and answers on byte for byte. Only the answer's usage is
+// decoded. ChatRaw does not read the request, so it cannot see whether it
+// sets max_tokens: the caller must have checked (DecodeChatRequest). Failures
+// are classified as Chat's are, and it never retries.
+func (c *Client) ChatRaw(ctx context.Context, body []byte) (*RawResponse, error) {
+	resp, data, err := c.plain(ctx, body)
+	if err != nil {
+		return nil, err
+	}
+	var out struct {
+		Choices json.RawMessage `json:"choices"`
+		Usage   *Usage          `json:"usage"`
+	}
+	if err := json.Unmarshal(data, &out); err != nil {
+		return nil, &TransportError{Kind: Malformed, Err: fmt.Errorf("chat completion body: %w", err)}
+	}
+	if len(out.Choices) == 0 || string(out.Choices) == "null" {
+		return nil, c.noChoices(resp.Header, data)
+	}
+	return &RawResponse{Header: resp.Header, Snapshot: c.cfg.Profile.Snapshot(resp.Header, c.cfg.Now()), Body: data, Usage: out.Usage}, nil
+}
+
+// plain posts a non-streamed request body and returns the response with its
+// body read, or a classified error.
+func (c *Client) plain(ctx context.Context, body []byte) (*http.Response, []byte, error) {
+	resp, err := c.postBody(ctx, body, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	data, err := readBody(resp.Body)
+	if err != nil {
+		return nil, nil, c.transportError(ctx, err)
+	}
+	if err := c.classify(resp.StatusCode, resp.Header, data); err != nil {
+		return nil, nil, err
+	}
+	return resp, data, nil
+}
+
+// noChoices is the error of a 2xx completion without choices: the error
+// object it carries (some proxies answer errors so), or a malformed answer.
+func (c *Client) noChoices(h http.Header, body []byte) error {
+	if eb := parseErrorBody(body); eb.Message != "" {
+		return c.redact(c.cfg.Profile.classifyBody(0, h, eb, c.cfg.Now()))
+	}
+	return &TransportError{Kind: Malformed, Err: errors.New("chat completion body has no choices")}
 }
 
 // Models lists the models the key may use (GET /models).
@@ -274,13 +326,18 @@ func (c *Client) post(ctx context.Context, r *ChatRequest) (*http.Response, erro
 	if err != nil {
 		return nil, fmt.Errorf("llm: encode request: %w", err)
 	}
+	return c.postBody(ctx, body, r.Stream)
+}
+
+// postBody sends an encoded chat request.
+func (c *Client) postBody(ctx context.Context, body []byte, stream bool) (*http.Response, error) {
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.cfg.BaseURL+"/chat/completions", bytes.NewReader(body))
 	if err != nil {
 		return nil, fmt.Errorf("llm: chat: %w", err)
 	}
 	c.setHeaders(hreq)
 	hreq.Header.Set("Content-Type", "application/json")
-	if r.Stream {
+	if stream {
 		hreq.Header.Set("Accept", "text/event-stream")
 	} else {
 		hreq.Header.Set("Accept", "application/json")

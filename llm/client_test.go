@@ -1,6 +1,7 @@
 package llm
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -511,5 +512,61 @@ func TestNewClientValidates(t *testing.T) {
 	c, err = NewClient(Config{})
 	if err != nil || c.Profile() != OpenAI || c.cfg.BaseURL != "https://api.openai.com/v1" {
 		t.Errorf("zero config: %v %v", c, err)
+	}
+}
+
+func TestChatRaw(t *testing.T) {
+	t.Parallel()
+	const answer = `{"id":"c1","choices":[{"index":0,"message":{"role":"assistant","content":"hi"}}],"usage":{"prompt_tokens":12,"completion_tokens":3,"total_tokens":15},"x_extra":{"kept":true}}`
+	var got []byte
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, _ = io.ReadAll(r.Body)
+		switch {
+		case r.Header.Get("Authorization") != "Bearer sk-raw-123456":
+			w.WriteHeader(http.StatusUnauthorized)
+		case bytes.Contains(got, []byte(`"limit"`)):
+			w.Header().Set("Retry-After", "7")
+			w.WriteHeader(http.StatusTooManyRequests)
+			_, _ = w.Write([]byte(`{"error":{"message":"Rate limit reached for model m on tokens per minute (TPM): Limit 8000, Used 7972, Requested 1351. Please try again in 5.289s.","type":"tokens","code":"rate_limit_exceeded"}}`))
+		case bytes.Contains(got, []byte(`"nochoices"`)):
+			_, _ = w.Write([]byte(`{"id":"c2"}`))
+		default:
+			w.Header().Set("x-ratelimit-limit-tokens", "8000")
+			w.Header().Set("x-ratelimit-remaining-tokens", "7000")
+			w.Header().Set("x-ratelimit-reset-tokens", "7.5s")
+			_, _ = w.Write([]byte(answer))
+		}
+	}))
+	defer srv.Close()
+	c, err := NewClient(Config{BaseURL: srv.URL, APIKey: "sk-raw-123456", Profile: Groq})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := []byte(`{"model":"m","max_tokens":20,"messages":[{"role":"user","content":"hello"}],"vendor_field":[1,2]}`)
+	resp, err := c.ChatRaw(context.Background(), body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, body) {
+		t.Errorf("sent %s, want the body unchanged: %s", got, body)
+	}
+	if string(resp.Body) != answer {
+		t.Errorf("answer %s, want it unchanged", resp.Body)
+	}
+	if resp.Usage == nil || resp.Usage.PromptTokens != 12 || resp.Usage.CompletionTokens != 3 {
+		t.Errorf("usage = %+v", resp.Usage)
+	}
+	if o := resp.Snapshot[governor.TPM]; !o.Known || o.Remaining != 7000 {
+		t.Errorf("snapshot TPM = %+v", o)
+	}
+	_, err = c.ChatRaw(context.Background(), []byte(`{"model":"limit","max_tokens":1}`))
+	var rl *RateLimitError
+	if !errors.As(err, &rl) || rl.Limit != governor.TPM || rl.RetryAfter < 7*time.Second {
+		t.Errorf("429 = %v, want a RateLimitError on TPM with the retry time", err)
+	}
+	_, err = c.ChatRaw(context.Background(), []byte(`{"model":"nochoices","max_tokens":1}`))
+	var te *TransportError
+	if !errors.As(err, &te) || te.Kind != Malformed {
+		t.Errorf("answer without choices = %v, want a Malformed TransportError", err)
 	}
 }

@@ -166,16 +166,16 @@ func (c *chatCall) send(res *governor.Reservation) (retry bool, after time.Durat
 		c.stream(res, s)
 		return false, 0, nil
 	}
-	resp, err := g.complete(ctx, c.body)
+	resp, err := g.client.ChatRaw(ctx, c.body)
 	if err != nil {
 		return c.failed(res, err)
 	}
-	c.settle(res, g.cfg.Profile.Snapshot(resp.header, g.cfg.Now()), resp.usage)
-	c.header(resp.header)
+	c.settle(res, resp.Snapshot, resp.Usage)
+	c.header(resp.Header)
 	c.w.Header().Set("Content-Type", "application/json")
 	c.w.WriteHeader(http.StatusOK)
 	c.status, c.wrote = http.StatusOK, true
-	_, _ = c.w.Write(resp.body)
+	_, _ = c.w.Write(resp.Body)
 	return false, 0, nil
 }
 

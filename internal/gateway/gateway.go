@@ -18,18 +18,16 @@ import (
 // GET /v1/flows and GET /metrics. It is an http.Handler: serve it with an
 // http.Server. A Gateway is safe for simultaneous use by multiple goroutines.
 type Gateway struct {
-	cfg     Config
-	client  *llm.Client
-	http    *http.Client
-	chatURL string
-	gov     *governor.Governor
-	est     *llm.Estimator
-	flows   map[string]Flow
-	keys    []ClientKey
-	m       *metrics
-	fm      map[string]*flowMetrics // by flow name; read-only after New
-	mux     *http.ServeMux
-	seq     atomic.Uint64
+	cfg    Config
+	client *llm.Client
+	gov    *governor.Governor
+	est    *llm.Estimator
+	flows  map[string]Flow
+	keys   []ClientKey
+	m      *metrics
+	fm     map[string]*flowMetrics // by flow name; read-only after New
+	mux    *http.ServeMux
+	seq    atomic.Uint64
 }
 
 var _ http.Handler = (*Gateway)(nil)
@@ -73,7 +71,7 @@ func New(cfg Config) (*Gateway, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	g := &Gateway{cfg: cfg, client: client, http: hc, chatURL: strings.TrimRight(cfg.Upstream, "/") + "/chat/completions", gov: gov, est: est, flows: byName, keys: cfg.ClientKeys,
+	g := &Gateway{cfg: cfg, client: client, gov: gov, est: est, flows: byName, keys: cfg.ClientKeys,
 		mux: http.NewServeMux()}
 	g.m = newMetrics(g)
 	g.fm = make(map[string]*flowMetrics, len(byName))
