@@ -8,11 +8,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"sort"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // command is one subcommand. Each lives in its own file and registers itself
@@ -135,4 +138,22 @@ func parseFlags(fs *flag.FlagSet, env *cmdEnv, args []string) error {
 		return errUsage
 	}
 	return nil
+}
+
+// serveUntilDone serves srv on ln until ctx ends, then shuts it down,
+// giving requests in flight up to ten seconds to finish.
+func serveUntilDone(ctx context.Context, srv *http.Server, ln net.Listener) error {
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	}
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -59,19 +58,7 @@ func runServe(ctx context.Context, env *cmdEnv, args []string) error {
 	}
 	srv := &http.Server{Handler: app.Handler(sluice.HandlerConfig{Token: token, MaxEventBytes: *maxEvent, OutputLimit: *outputLimit}), ReadHeaderTimeout: 10 * time.Second}
 	fmt.Fprintf(env.stdout, "listening on http://%s\n", ln.Addr())
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			return err
-		}
-		return nil
-	}
+	return serveUntilDone(ctx, srv, ln)
 }
 
 // checkBind refuses to serve the API off loopback without a token.
