@@ -464,6 +464,7 @@ func (g *Governor) admit(now int64, r *Reservation) {
 	r.at = now
 	r.minSeq = g.minute.add(now, r.cost)
 	r.daySeq = g.day.add(now, r.cost)
+	r.sent = now
 	for _, l := range AllLimits {
 		r.usedAt[l] = g.ledgerOf(l).sum.On(l)
 	}
@@ -627,6 +628,7 @@ type Reservation struct {
 	size          float64 // dominant share of cost, in seconds
 	state         resState
 	at            int64 // admitted at
+	sent          int64 // its charge counts from then (admission, or Sent)
 	minSeq        uint64
 	daySeq        uint64
 	usedAt        [NumLimits]int64 // what the governor had charged, this call included, when it was admitted
@@ -725,6 +727,28 @@ func (r *Reservation) withdraw() bool {
 	r.state = cancelled
 	g.broadcast()
 	return true
+}
+
+// Sent tells the governor when the admitted call actually left for the
+// provider, if that is later than its admission (the caller was busy, or
+// waited for a connection): its charge then counts from now, in the windows
+// of now, so it never ages out here before it does at the provider. Lag
+// only has to cover the transit after Sent. Calling Sent on a reservation
+// that is not admitted, or with a time before its admission, does nothing.
+func (r *Reservation) Sent(now time.Time) {
+	g := r.g
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := now.UnixNano()
+	if r.state != admitted || n <= r.sent {
+		return
+	}
+	g.expire(n)
+	g.minute.amend(r.minSeq, Cost{})
+	g.day.amend(r.daySeq, Cost{})
+	r.minSeq = g.minute.add(n, r.cost)
+	r.daySeq = g.day.add(n, r.cost)
+	r.sent = n
 }
 
 // Shrink lowers the charge of an admitted reservation before its call is

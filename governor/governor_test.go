@@ -416,6 +416,32 @@ func TestObserveOutOfOrderIsNotOthersUse(t *testing.T) {
 	}
 }
 
+func TestSentRestampsTheCharge(t *testing.T) {
+	t.Parallel()
+	g := mustNew(t, Config{Limits: Limits{RPM: 1}})
+	r := mustReserve(t, g, t0, "a", Cost{Requests: 1})
+	g.Advance(t0)
+	// The call leaves 5 s after its admission: it counts until 65 s, not 60 s.
+	r.Sent(at(5 * time.Second))
+	next := mustReserve(t, g, at(5*time.Second), "a", Cost{Requests: 1})
+	if when := g.Advance(at(5 * time.Second)); !when.Equal(at(65 * time.Second)) {
+		t.Fatalf("next admission at %v, want 65s (a minute after the call left)", when.Sub(t0))
+	}
+	g.Advance(at(64 * time.Second))
+	if next.Admitted() {
+		t.Fatal("admitted while the re-stamped charge still counts")
+	}
+	r.Settle(at(6*time.Second), Usage{})
+	g.Advance(at(65 * time.Second))
+	if !next.Admitted() {
+		t.Fatal("not admitted a minute after the call left")
+	}
+	r.Sent(at(70 * time.Second)) // settled: nothing changes
+	if used := g.Stats(at(70 * time.Second)).Limits[RPM].Used; used != 1 {
+		t.Fatalf("RPM used = %d, want 1", used)
+	}
+}
+
 func TestSettleAndCancel(t *testing.T) {
 	t.Parallel()
 	for _, acc := range []Accounting{Reserve, Settle} {

@@ -63,11 +63,12 @@ func runDemo(ctx context.Context, env *cmdEnv, args []string) error {
 	every := fs.Duration("report-every", 5*time.Second, "how often to print progress")
 	addr := fs.String("addr", "127.0.0.1:8288", `address of the run API ("" to serve none)`)
 	dbURL := fs.String("db", "", "database (default: a new SQLite file in a temporary folder, removed at the end)")
+	untilEach := fs.Int("until-each", 0, "stop early once every job has finished this many articles (0: run for --for)")
 	if err := parseFlags(fs, env, args); err != nil {
 		return err
 	}
-	if *dur <= 0 || *every <= 0 {
-		fmt.Fprintln(env.stderr, "sluice demo: --for and --report-every must be positive")
+	if *dur <= 0 || *every <= 0 || *untilEach < 0 {
+		fmt.Fprintln(env.stderr, "sluice demo: --for and --report-every must be positive, --until-each not negative")
 		return errUsage
 	}
 	db := *dbURL
@@ -112,7 +113,7 @@ func runDemo(ctx context.Context, env *cmdEnv, args []string) error {
 	}
 	defer app.Stop(context.Background())
 
-	prog := newDemoProgress()
+	prog := newDemoProgress(*untilEach)
 	for _, f := range demoFlows {
 		if err := registerDemoFlow(app, f, prog); err != nil {
 			return err
@@ -150,6 +151,9 @@ loop:
 	for {
 		select {
 		case <-runCtx.Done():
+			break loop
+		case <-prog.reached:
+			cancel()
 			break loop
 		case <-tick.C:
 			prog.print(env.stdout, time.Since(start), model.Stats())
@@ -243,8 +247,10 @@ func demoArticle(n int) string {
 
 // demoProgress counts what each job sent and finished.
 type demoProgress struct {
-	mu    sync.Mutex
-	flows map[string]*demoCount
+	mu      sync.Mutex
+	flows   map[string]*demoCount
+	target  int           // every job's done count that closes reached (0: never)
+	reached chan struct{} // closed once every job has finished target articles
 }
 
 type demoCount struct {
@@ -253,8 +259,8 @@ type demoCount struct {
 	waits      []time.Duration
 }
 
-func newDemoProgress() *demoProgress {
-	p := &demoProgress{flows: map[string]*demoCount{}}
+func newDemoProgress(target int) *demoProgress {
+	p := &demoProgress{flows: map[string]*demoCount{}, target: target, reached: make(chan struct{})}
 	for _, f := range demoFlows {
 		p.flows[f.name] = &demoCount{}
 	}
@@ -274,6 +280,15 @@ func (p *demoProgress) done(flow string, tokens int64, wait time.Duration) {
 	c.done++
 	c.tokens += tokens
 	c.waits = append(c.waits, wait)
+	if p.target <= 0 || c.done != p.target {
+		return
+	}
+	for _, o := range p.flows {
+		if o.done < p.target {
+			return
+		}
+	}
+	close(p.reached)
 }
 
 func (p *demoProgress) print(w io.Writer, elapsed time.Duration, st sim.Stats) {

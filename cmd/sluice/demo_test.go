@@ -15,7 +15,8 @@ func TestDemo(t *testing.T) {
 	t.Parallel()
 	var out, errOut bytes.Buffer
 	env := &cmdEnv{stdout: &out, stderr: &errOut, getenv: func(string) string { return "" }}
-	code := runMain(context.Background(), env, []string{"demo", "--for", "4s", "--report-every", "2s", "--addr", "", "--db", t.TempDir() + "/demo.db"})
+	// Until every job has finished two articles, however slow the machine.
+	code := runMain(context.Background(), env, []string{"demo", "--for", "5m", "--until-each", "2", "--report-every", "2s", "--addr", "", "--db", t.TempDir() + "/demo.db"})
 	if code != 0 {
 		t.Fatalf("demo exited %d: %s", code, errOut.String())
 	}
@@ -30,8 +31,8 @@ func TestDemo(t *testing.T) {
 		if m == nil {
 			t.Fatalf("no row for %s in:\n%s", job, last)
 		}
-		if done, _ := strconv.Atoi(m[2]); done == 0 {
-			t.Errorf("job %s finished nothing in the demo:\n%s", job, last)
+		if done, _ := strconv.Atoi(m[2]); done < 2 {
+			t.Errorf("job %s finished %d articles, want the demo to stop once each finished 2:\n%s", job, done, last)
 		}
 	}
 }

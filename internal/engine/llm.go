@@ -69,6 +69,7 @@ func (p *Provider) Call(ctx context.Context, flow string, req *llm.ChatRequest) 
 		}
 		return nil, err
 	}
+	res.Sent(now()) // its charge counts from when the call leaves
 	resp, err := p.Client.Chat(ctx, req)
 	t := now()
 	if err != nil {

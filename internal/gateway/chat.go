@@ -158,6 +158,9 @@ func (c *chatCall) send(res *governor.Reservation) (retry bool, after time.Durat
 		res.Cancel(g.cfg.Now())
 		return false, 0, nil
 	}
+	// The charge counts from now, when the call leaves, not from its
+	// admission: the time in between is not transit the lag must cover.
+	res.Sent(g.cfg.Now())
 	if c.req.Stream {
 		s, err := g.client.ChatStream(ctx, c.req)
 		if err != nil {

@@ -251,6 +251,15 @@ func backlogged(admitted []governor.Charge, arrived []arrival, weights map[strin
 	tokens := map[string]int64{}
 	waiting := map[string]int{}
 	n, next := 0, 0
+	// A request is in the governor's line only once the gateway has read and
+	// priced it, a moment after it arrived (longer under the race detector);
+	// admissions made while requests were still coming in went first come,
+	// first served to those already priced. Count from a second after the
+	// last arrival, when every request is in line.
+	var settled time.Time
+	if len(arrived) > 0 {
+		settled = arrived[len(arrived)-1].at.Add(time.Second)
+	}
 	for _, c := range admitted {
 		for next < len(arrived) && !arrived[next].at.After(c.At) {
 			waiting[arrived[next].flow]++
@@ -266,7 +275,7 @@ func backlogged(admitted []governor.Charge, arrived []arrival, weights map[strin
 				all = false
 			}
 		}
-		if all {
+		if all && !c.At.Before(settled) {
 			tokens[c.Flow] += c.Cost.Tokens()
 			n++
 		}
