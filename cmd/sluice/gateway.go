@@ -141,7 +141,7 @@ func runGateway(ctx context.Context, env *cmdEnv, args []string) error {
 		maxWait    = fs.Duration("max-wait", 60*time.Second, "longest a request waits for admission before 429 (a request may set X-Sluice-Max-Wait)")
 		defMax     = fs.Int("default-max-tokens", 1024, "max_tokens given to a request that sets none, when its flow has no default")
 		maxBody    = fs.Int64("max-body-bytes", 4<<20, "largest request body accepted; larger ones get 413")
-		lag        = fs.Duration("lag", 250*time.Millisecond, "how much later than its admission the provider may count a call; charges are held that much longer (negative: off)")
+		lag        = fs.Duration("lag", time.Second, "how much later than its admission the provider may count a call; charges are held that much longer (negative: off)")
 		retryBase  = fs.Duration("retry-base", 250*time.Millisecond, "first backoff after a 5xx, overload, timeout or reset; doubles per attempt, within the request's max wait")
 		logLevel   = fs.String("log-level", "info", "log level: debug, info, warn or error (logs go to stderr)")
 		flows      flowFlags

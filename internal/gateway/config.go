@@ -90,7 +90,7 @@ type Config struct {
 	// call (the time it takes to send it): the governor holds every charge
 	// this much longer than its window (governor.Config.Lag), so calls that
 	// reach the provider later, or in another order than they were
-	// admitted, do not take its window over a limit. Default 250ms;
+	// admitted, do not take its window over a limit. Default 1s;
 	// negative turns it off.
 	Lag time.Duration
 
@@ -159,7 +159,7 @@ func (c Config) withDefaults() Config {
 	c.MaxWait = cmp.Or(c.MaxWait, 60*time.Second)
 	c.MaxWaitCap = max(cmp.Or(c.MaxWaitCap, 10*time.Minute), c.MaxWait)
 	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, 4<<20)
-	c.Lag = cmp.Or(c.Lag, 250*time.Millisecond)
+	c.Lag = cmp.Or(c.Lag, time.Second)
 	c.RetryBase = cmp.Or(c.RetryBase, 250*time.Millisecond)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

@@ -49,7 +49,11 @@ func TestOpenAINodeClientBursts(t *testing.T) {
 		Flows:      []Flow{{Name: "summary", Weight: 1}, {Name: "title", Weight: 2}, {Name: "analysis", Weight: 3}},
 		ClientKeys: []ClientKey{{Key: clientKey}},
 		MaxWait:    2 * time.Minute,
-		journal:    journal,
+		// Under the race detector, with the other packages' tests running
+		// beside it, a request can take over a second from leaving the
+		// gateway to being counted by the simulator: the lag must cover it.
+		Lag:     3 * time.Second,
+		journal: journal,
 	})
 	type flowPlan struct {
 		Name         string `json:"name"`
