@@ -2,9 +2,13 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
+	"github.com/sluice-dev/sluice/internal/store"
+	_ "github.com/sluice-dev/sluice/internal/store/postgres"
+	_ "github.com/sluice-dev/sluice/internal/store/sqlite"
 	"log/slog"
 	"net"
 	"net/http"
@@ -44,6 +48,7 @@ type gatewayFile struct {
 	MaxBodyBytes     int64            `yaml:"max_body_bytes"`
 	Lag              string           `yaml:"lag"`
 	RetryBase        string           `yaml:"retry_base"`
+	DB               string           `yaml:"db"`
 	Flows            []gatewayFlow    `yaml:"flows"`
 	ClientKeys       []gatewayKeyFile `yaml:"client_keys"`
 }
@@ -144,6 +149,7 @@ func runGateway(ctx context.Context, env *cmdEnv, args []string) error {
 		lag        = fs.Duration("lag", time.Second, "how much later than its admission the provider may count a call; charges are held that much longer (negative: off)")
 		retryBase  = fs.Duration("retry-base", 250*time.Millisecond, "first backoff after a 5xx, overload, timeout or reset; doubles per attempt, within the request's max wait")
 		logLevel   = fs.String("log-level", "info", "log level: debug, info, warn or error (logs go to stderr)")
+		dbURL      = fs.String("db", "", "database that keeps the key's day usage across restarts: an SQLite path (….db) or postgres://… URL (default $SLUICE_DB; neither: kept in memory only)")
 		flows      flowFlags
 	)
 	fs.Var(&flows, "flow", "a flow as `NAME=WEIGHT[:PRIORITY[:MAX_TOKENS]]` (repeatable); unknown flows go to default")
@@ -266,10 +272,19 @@ func runGateway(ctx context.Context, env *cmdEnv, args []string) error {
 	if err := checkGatewayBind(listen, len(cfg.ClientKeys) > 0, *clientEnv); err != nil {
 		return err
 	}
+	if db := cmp.Or(pick("db", *dbURL, file.DB), env.getenv("SLUICE_DB")); db != "" {
+		st, err := store.Open(ctx, db)
+		if err != nil {
+			return fmt.Errorf("--db: %w", err)
+		}
+		defer st.Close()
+		cfg.Store = st
+	}
 	gw, err := gateway.New(cfg)
 	if err != nil {
 		return err
 	}
+	defer gw.Close(context.Background())
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", listen, err)

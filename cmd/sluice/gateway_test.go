@@ -279,7 +279,7 @@ func TestGatewayHelp(t *testing.T) {
 		t.Fatalf("exit %d", code)
 	}
 	for _, flag := range []string{"-config", "-upstream", "-profile", "-limits", "-addr", "-key-env", "-key-name", "-client-keys-env",
-		"-window", "-accounting", "-max-wait", "-default-max-tokens", "-max-body-bytes", "-lag", "-retry-base", "-log-level", "-flow"} {
+		"-window", "-accounting", "-max-wait", "-default-max-tokens", "-max-body-bytes", "-lag", "-retry-base", "-log-level", "-flow", "-db"} {
 		if !strings.Contains(stdout.String(), "  "+flag+" ") && !strings.Contains(stdout.String(), "  "+flag+"\n") {
 			t.Errorf("help does not document %s", flag)
 		}

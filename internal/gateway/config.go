@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"github.com/sluice-dev/sluice/internal/store"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -112,6 +113,12 @@ type Config struct {
 
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
+
+	// Store, if set, keeps the key's charges (under Key) so a restarted
+	// gateway remembers the day's usage instead of spending the day's
+	// budget again: they are restored at New, written every second and on
+	// Close. Nil keeps them in memory only.
+	Store store.Store
 
 	// journal, when set (by tests), receives the governor's charges in the
 	// order it makes them.

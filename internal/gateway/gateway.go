@@ -1,12 +1,15 @@
 package gateway
 
 import (
+	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"fmt"
+	"github.com/sluice-dev/sluice/internal/quota"
 	"net/http"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/sluice-dev/sluice/governor"
@@ -21,6 +24,7 @@ type Gateway struct {
 	cfg    Config
 	client *llm.Client
 	gov    *governor.Governor
+	kept   *quota.Governor // gov, when its charges are kept in cfg.Store
 	est    *llm.Estimator
 	flows  map[string]Flow
 	keys   []ClientKey
@@ -62,16 +66,32 @@ func New(cfg Config) (*Gateway, error) {
 			return nil, fmt.Errorf("gateway: a client key names flow %q, which is not configured", k.Flow)
 		}
 	}
-	gov, err := governor.New(governor.Config{Key: cfg.Key, Limits: cfg.Limits, Window: cfg.Window,
-		Accounting: cfg.Accounting, Flows: flows, Now: cfg.Now, Journal: cfg.journal, Lag: max(cfg.Lag, 0)})
-	if err != nil {
-		return nil, fmt.Errorf("gateway: %w", err)
+	gcfg := governor.Config{Key: cfg.Key, Limits: cfg.Limits, Window: cfg.Window,
+		Accounting: cfg.Accounting, Flows: flows, Now: cfg.Now, Journal: cfg.journal, Lag: max(cfg.Lag, 0)}
+	var (
+		gov  *governor.Governor
+		kept *quota.Governor
+		gerr error
+	)
+	if cfg.Store != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		kept, gerr = quota.Open(ctx, cfg.Store, gcfg, quota.Config{Now: cfg.Now})
+		cancel()
+		if gerr == nil {
+			gov = kept.Governor
+			kept.Start(context.Background())
+		}
+	} else {
+		gov, gerr = governor.New(gcfg)
+	}
+	if gerr != nil {
+		return nil, fmt.Errorf("gateway: %w", gerr)
 	}
 	est, err := llm.NewEstimator(llm.EstimatorConfig{})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	g := &Gateway{cfg: cfg, client: client, gov: gov, est: est, flows: byName, keys: cfg.ClientKeys,
+	g := &Gateway{cfg: cfg, client: client, gov: gov, kept: kept, est: est, flows: byName, keys: cfg.ClientKeys,
 		mux: http.NewServeMux()}
 	g.m = newMetrics(g)
 	g.fm = make(map[string]*flowMetrics, len(byName))
@@ -87,6 +107,16 @@ func New(cfg Config) (*Gateway, error) {
 			message: fmt.Sprintf("sluice gateway: unknown request URL: %s %s", r.Method, r.URL.Path)}).write(w, g.cfg.Profile)
 	})
 	return g, nil
+}
+
+// Close writes the charges not yet kept in Config.Store and stops writing
+// them. It does nothing without a Store, and is safe to call twice. Serve
+// no more requests after it.
+func (g *Gateway) Close(ctx context.Context) error {
+	if g.kept == nil {
+		return nil
+	}
+	return g.kept.Stop(ctx)
 }
 
 // Governor returns the governor that owns the key, for callers that embed

@@ -5,10 +5,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +20,8 @@ import (
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/scenario"
 	"github.com/sluice-dev/sluice/internal/sim"
+	"github.com/sluice-dev/sluice/internal/store"
+	"github.com/sluice-dev/sluice/internal/store/sqlite"
 	"github.com/sluice-dev/sluice/llm"
 )
 
@@ -630,5 +634,53 @@ func TestDecodePricesLikeTheWholeRequest(t *testing.T) {
 		if (werr == nil) != (perr == nil) || werr == nil && (part.Stream != whole.Stream || part.MaxTokens != whole.MaxTokens || len(part.Extra) != len(whole.Extra)) {
 			t.Errorf("%s: read %+v %v, want %+v %v", body, part, perr, whole, werr)
 		}
+	}
+}
+
+// TestRestartRemembersTheDay: a gateway with a store spends part of the
+// day's TPD; a new gateway on the same store starts from that usage.
+func TestRestartRemembersTheDay(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "gw.db")
+	open := func() store.Store {
+		st, err := sqlite.Open(context.Background(), path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	// A large day budget: paced over the day, a call of ~530 tokens waits
+	// under half a second for the next.
+	lim := limits("tpd=100000000")
+	st := open()
+	b := setup(t, sim.Config{Profile: "groq", Limits: lim}, Config{Key: "groq-day", Limits: lim, Store: st})
+	for i := range 3 {
+		resp, body := b.do(t, "POST", "/v1/chat/completions",
+			fmt.Sprintf(`{"model":"m","max_tokens":500,"messages":[{"role":"user","content":"item %d"}]}`, i), nil)
+		if resp.StatusCode != 200 {
+			t.Fatalf("request %d: %d %s", i, resp.StatusCode, body)
+		}
+	}
+	used := b.gw.Governor().Stats(time.Now()).Limits[governor.TPD].Used
+	if used < 1500 {
+		t.Fatalf("TPD used %d after three calls of max_tokens 500", used)
+	}
+	if err := b.gw.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.gw.Close(context.Background()); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	st.Close()
+
+	st2 := open()
+	defer st2.Close()
+	gw2, err := New(Config{Key: "groq-day", Upstream: b.sim.URL + "/v1", APIKey: upstreamKey, Profile: llm.Groq, Limits: lim, Store: st2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gw2.Close(context.Background())
+	if got := gw2.Governor().Stats(time.Now()).Limits[governor.TPD].Used; got != used {
+		t.Fatalf("restarted gateway starts with TPD used %d, want the day's %d", got, used)
 	}
 }
