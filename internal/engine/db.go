@@ -104,46 +104,6 @@ func (d *db) query(ctx context.Context, q string, args []any, each func(scanner)
 // then this only marks the store closed.
 func (d *db) close() { _ = d.st.Close() }
 
-// migrations create sluice's engine tables. Each statement is idempotent, so
-// running them at every start (and from two processes at once) is safe.
-var migrations = []string{
-	// Rate limit (drops excess): events admitted per function, key and fixed
-	// period. A row per window; old windows are pruned as new ones open.
-	`CREATE TABLE IF NOT EXISTS sluice_rate_counts (
-		function TEXT NOT NULL,
-		rate_key TEXT NOT NULL,
-		window_start BIGINT NOT NULL,
-		count BIGINT NOT NULL,
-		PRIMARY KEY (function, rate_key, window_start))`,
-	// Events a rate limit dropped, so "why did nothing run" has an answer.
-	`CREATE TABLE IF NOT EXISTS sluice_dropped_events (
-		function TEXT NOT NULL,
-		event_id TEXT NOT NULL,
-		event_name TEXT NOT NULL,
-		rate_key TEXT NOT NULL,
-		reason TEXT NOT NULL,
-		dropped_at BIGINT NOT NULL,
-		PRIMARY KEY (function, event_id))`,
-	// The save target of examples/summarize and the crash bench: one row per
-	// idempotency key; writes counts how often a save reached the table.
-	`CREATE TABLE IF NOT EXISTS sluice_summaries (
-		idempotency_key TEXT PRIMARY KEY,
-		document_id TEXT NOT NULL,
-		summary TEXT NOT NULL,
-		category TEXT NOT NULL,
-		saved_at BIGINT NOT NULL,
-		writes BIGINT NOT NULL)`,
-}
-
-func (d *db) migrate(ctx context.Context) error {
-	for _, m := range migrations {
-		if _, err := d.exec(ctx, m); err != nil {
-			return fmt.Errorf("migrate engine tables: %w", err)
-		}
-	}
-	return nil
-}
-
 // countStart records one event start for (fn, key) in the fixed window that
 // contains now and reports whether it is within limit. The increment and the
 // check are one statement so concurrent senders cannot both take the last slot.

@@ -95,10 +95,6 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := d.migrate(ctx); err != nil {
-		d.close()
-		return nil, err
-	}
 	dcfg := dbos.Config{
 		AppName:            cfg.AppName,
 		ApplicationVersion: cfg.AppVersion,
