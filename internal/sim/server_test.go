@@ -614,3 +614,13 @@ func TestStartStop(t *testing.T) {
 		t.Fatal("the held request did not end with Stop")
 	}
 }
+
+func TestErrorBodyWithoutRequest(t *testing.T) {
+	t.Parallel()
+	if b := string(ErrorBody("anthropic", "rate_limit_error", "", "m", 0)); strings.Contains(b, "request_id") {
+		t.Errorf("anthropic body for no request carries a request_id: %s", b)
+	}
+	if b := string(ErrorBody("anthropic", "rate_limit_error", "", "m", 7)); !strings.Contains(b, `"request_id":"req_sim_000007"`) {
+		t.Errorf("anthropic body lost its request_id: %s", b)
+	}
+}

@@ -148,23 +148,26 @@ func ServerErrorBody(profile string, status int, id uint64) []byte {
 
 // ErrorBody is an error body in the profile's shape: OpenAI and Groq
 // {"error":{"message","type","code"}} (OpenAI also "param"), Anthropic
-// {"type":"error","error":{"type","message"},"request_id"}. An empty code is
-// left out (Groq) or null (OpenAI).
+// {"type":"error","error":{"type","message"},"request_id"}; id 0 (a body
+// that answers no request of the model, e.g. a proxy's own error) leaves
+// request_id out. An empty code is left out (Groq) or null (OpenAI).
 func ErrorBody(profile, typ, code, msg string, id uint64) []byte {
 	var v any
 	switch profile {
 	case "anthropic":
-		v = struct {
-			Type  string `json:"type"`
-			Error struct {
-				Type    string `json:"type"`
-				Message string `json:"message"`
-			} `json:"error"`
-			RequestID string `json:"request_id"`
-		}{Type: "error", Error: struct {
+		type detail struct {
 			Type    string `json:"type"`
 			Message string `json:"message"`
-		}{typ, msg}, RequestID: fmt.Sprintf("req_sim_%06d", id)}
+		}
+		body := struct {
+			Type      string `json:"type"`
+			Error     detail `json:"error"`
+			RequestID string `json:"request_id,omitempty"`
+		}{Type: "error", Error: detail{typ, msg}}
+		if id != 0 {
+			body.RequestID = fmt.Sprintf("req_sim_%06d", id)
+		}
+		v = body
 	case "groq":
 		type groqError struct {
 			Message string `json:"message"`
