@@ -3,20 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
-	"sort"
 )
 
-// benchCommand is one "sluice bench NAME" measurement. Each lives in its own
+// benches are the "sluice bench NAME" measurements. Each lives in its own
 // file and registers itself from init with registerBench.
-type benchCommand struct {
-	name    string
-	summary string
-	run     func(ctx context.Context, env *cmdEnv, args []string) error
-}
+var benches = map[string]*command{}
 
-var benches = map[string]*benchCommand{}
-
-func registerBench(b *benchCommand) {
+func registerBench(b *command) {
 	if _, dup := benches[b.name]; dup {
 		panic("sluice: bench registered twice: " + b.name)
 	}
@@ -37,14 +30,7 @@ func runBench(ctx context.Context, env *cmdEnv, args []string) error {
 		fmt.Fprintln(w, "Usage: sluice bench NAME [flags]")
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, "Measurements:")
-		names := make([]string, 0, len(benches))
-		for n := range benches {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		for _, n := range names {
-			fmt.Fprintf(w, "  %-8s %s\n", n, benches[n].summary)
-		}
+		listCommands(w, benches)
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, `Run "sluice bench NAME --help" for its flags.`)
 		return nil

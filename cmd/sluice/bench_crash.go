@@ -32,7 +32,7 @@ const (
 )
 
 func init() {
-	registerBench(&benchCommand{
+	registerBench(&command{
 		name:    "crash",
 		summary: "SIGKILL a worker running the summarize pipeline N times; count lost runs, duplicate saves, re-billed calls",
 		run:     runBenchCrash,

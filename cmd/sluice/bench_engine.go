@@ -19,7 +19,7 @@ import (
 )
 
 func init() {
-	registerBench(&benchCommand{
+	registerBench(&command{
 		name:    "engine",
 		summary: "throughput of a 3-step run through the sluice SDK vs bare DBOS, side by side",
 		run:     runBenchEngine,

@@ -23,7 +23,7 @@ import (
 )
 
 func init() {
-	registerBench(&benchCommand{
+	registerBench(&command{
 		name:    "gateway",
 		summary: "latency the gateway adds and its throughput, beside httputil.ReverseProxy, in one run",
 		run:     runBenchGateway,

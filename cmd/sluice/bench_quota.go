@@ -15,7 +15,7 @@ import (
 )
 
 func init() {
-	registerBench(&benchCommand{
+	registerBench(&command{
 		name:    "quota",
 		summary: "replay a quota scenario in virtual time under sluice and the alternatives",
 		run:     runBenchQuota,

@@ -93,16 +93,23 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "Usage: sluice COMMAND [flags]")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Commands:")
-	names := make([]string, 0, len(commands))
-	for n := range commands {
+	listCommands(w, commands)
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, `Run "sluice COMMAND --help" for a command's flags.`)
+}
+
+// listCommands prints each command's name and summary, in name order.
+func listCommands(w io.Writer, cs map[string]*command) {
+	names := make([]string, 0, len(cs))
+	width := 0
+	for n := range cs {
 		names = append(names, n)
+		width = max(width, len(n))
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		fmt.Fprintf(w, "  %-14s %s\n", n, commands[n].summary)
+		fmt.Fprintf(w, "  %-*s  %s\n", width, n, cs[n].summary)
 	}
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, `Run "sluice COMMAND --help" for a command's flags.`)
 }
 
 // newFlagSet returns a flag set whose usage text starts with the command's
