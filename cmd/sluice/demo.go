@@ -58,7 +58,7 @@ func runDemo(ctx context.Context, env *cmdEnv, args []string) error {
 			"and a title backfill, as in DevPick's write-up. Every LLM call is a durable step admitted by\n"+
 			"the quota governor, so the jobs share the key fairly in tokens and the provider refuses\n"+
 			"nothing. Prints progress every few seconds, then a summary. The run API is served on --addr\n"+
-			"meanwhile (try: curl 'http://127.0.0.1:8288/v1/runs?status=SUCCESS').")
+			"meanwhile (try: curl 'http://127.0.0.1:8288/v1/runs?status=completed').")
 	dur := fs.Duration("for", time.Minute, "how long to run")
 	every := fs.Duration("report-every", 5*time.Second, "how often to print progress")
 	addr := fs.String("addr", "127.0.0.1:8288", `address of the run API ("" to serve none)`)
