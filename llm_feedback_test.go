@@ -2,6 +2,7 @@ package sluice_test
 
 import (
 	"context"
+	"github.com/sluice-dev/sluice/internal/testenv"
 	"strings"
 	"testing"
 
@@ -13,7 +14,7 @@ import (
 // once told, the governor refuses such calls before any is sent.
 func TestTooLargeTeachesTheLimit(t *testing.T) {
 	t.Parallel()
-	databases(t, func(t *testing.T, url string) {
+	testenv.Databases(t, func(t *testing.T, url string) {
 		model, client := simProvider(t, governor.Limits{governor.OTPM: 1000})
 		// The key's OTPM limit is not configured: the provider has to say it.
 		app := newApp(t, sluice.Config{DatabaseURL: url, Providers: []sluice.Provider{{Name: "groq", LLM: client, Limits: governor.Limits{governor.TPM: 100000}}}})
@@ -52,7 +53,7 @@ func TestTooLargeTeachesTheLimit(t *testing.T) {
 // the allowance it names and holds that limit until the retry time.
 func TestRateLimitTeachesTheLimit(t *testing.T) {
 	t.Parallel()
-	databases(t, func(t *testing.T, url string) {
+	testenv.Databases(t, func(t *testing.T, url string) {
 		model, client := simProvider(t, governor.Limits{governor.RPM: 1})
 		app := newApp(t, sluice.Config{DatabaseURL: url, Providers: []sluice.Provider{{Name: "groq", LLM: client}}})
 		registerAsk(t, app, sluice.FunctionConfig{ID: "ask", Event: "ask", Retries: sluice.NoRetries})

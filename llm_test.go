@@ -3,6 +3,7 @@ package sluice_test
 import (
 	"context"
 	"encoding/json"
+	"github.com/sluice-dev/sluice/internal/testenv"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -73,7 +74,7 @@ func runTo(t *testing.T, app *sluice.App, id string, data any) sluice.RunStatus 
 // admits only what is left of the day's TPD budget.
 func TestDayUsageSurvivesRestart(t *testing.T) {
 	t.Parallel()
-	databases(t, func(t *testing.T, url string) {
+	testenv.Databases(t, func(t *testing.T, url string) {
 		// The provider itself has no day limit here: only the governor can
 		// refuse, so a refused call shows what the governor remembers.
 		model, client := simProvider(t, governor.Limits{})

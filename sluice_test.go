@@ -14,18 +14,6 @@ import (
 	"github.com/sluice-dev/sluice/internal/testenv"
 )
 
-// databases runs a test on SQLite and on PostgreSQL.
-func databases(t *testing.T, test func(t *testing.T, url string)) {
-	t.Run("sqlite", func(t *testing.T) {
-		t.Parallel()
-		test(t, filepath.Join(t.TempDir(), "sluice.db"))
-	})
-	t.Run("postgres", func(t *testing.T) {
-		t.Parallel()
-		test(t, testenv.Postgres(t))
-	})
-}
-
 func newApp(t *testing.T, cfg sluice.Config) *sluice.App {
 	t.Helper()
 	cfg.PollInterval = 20 * time.Millisecond
@@ -46,7 +34,7 @@ type doc struct {
 
 func TestAppRunsTypedFunction(t *testing.T) {
 	t.Parallel()
-	databases(t, func(t *testing.T, url string) {
+	testenv.Databases(t, func(t *testing.T, url string) {
 		app := newApp(t, sluice.Config{DatabaseURL: url})
 		var fetched, failures atomic.Int32
 		err := sluice.Register(app, sluice.FunctionConfig{ID: "summarize-doc", Event: "doc/uploaded", Retries: 2, Idempotency: "event.data.documentId"},

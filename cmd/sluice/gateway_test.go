@@ -5,13 +5,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/sluice-dev/sluice/internal/testenv"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,24 +20,6 @@ import (
 )
 
 const gatewayTestKey = "gsk-test-upstream-5c81d2e9"
-
-// lockedBuffer collects a command's stderr while it runs.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // startGatewaySim serves a simulator that requires gatewayTestKey.
 func startGatewaySim(t *testing.T, limits string) (*sim.Model, string) {
@@ -57,11 +39,11 @@ func startGatewaySim(t *testing.T, limits string) (*sim.Model, string) {
 
 // startGateway runs "sluice gateway args..." in-process until the test ends
 // and returns its base URL and its log.
-func startGateway(t *testing.T, vars map[string]string, args ...string) (string, *lockedBuffer) {
+func startGateway(t *testing.T, vars map[string]string, args ...string) (string, *testenv.Buffer) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
-	stderr := &lockedBuffer{}
+	stderr := &testenv.Buffer{}
 	env := &cmdEnv{stdout: pw, stderr: stderr, getenv: func(k string) string { return vars[k] }}
 	done := make(chan int, 1)
 	go func() {

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"github.com/sluice-dev/sluice/internal/testenv"
 	"io"
 	"log/slog"
 	"strings"
@@ -46,7 +47,7 @@ func TestOpenDBRefuses(t *testing.T) {
 // the shared handle.
 func TestOneDatabaseAndFlushBeforeClose(t *testing.T) {
 	t.Parallel()
-	databases(t, func(t *testing.T, url string) {
+	testenv.Databases(t, func(t *testing.T, url string) {
 		e, err := New(context.Background(), Config{DatabaseURL: url, PollInterval: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if err != nil {
 			t.Fatal(err)

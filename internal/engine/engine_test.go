@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,19 +14,6 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/testenv"
 )
-
-// databases runs a test on SQLite and on PostgreSQL: every engine behaviour
-// must hold on both.
-func databases(t *testing.T, test func(t *testing.T, url string)) {
-	t.Run("sqlite", func(t *testing.T) {
-		t.Parallel()
-		test(t, filepath.Join(t.TempDir(), "sluice.db"))
-	})
-	t.Run("postgres", func(t *testing.T) {
-		t.Parallel()
-		test(t, testenv.Postgres(t))
-	})
-}
 
 type bundle struct {
 	e   *Engine
@@ -96,7 +82,7 @@ var errFlaky = errors.New("connection reset by peer")
 
 func TestStepsRetriesAndAttempts(t *testing.T) {
 	t.Parallel()
-	databases(t, func(t *testing.T, url string) {
+	testenv.Databases(t, func(t *testing.T, url string) {
 		var fetches, flaky atomic.Int32
 		fn := &Function{ID: "pipeline", Event: "doc/uploaded", Retries: 3, Handler: func(r *Run, ev Event) (any, error) {
 			text, err := Step(r, "fetch", func(context.Context) (string, error) {
@@ -137,7 +123,7 @@ func TestStepsRetriesAndAttempts(t *testing.T) {
 
 func TestRetryClasses(t *testing.T) {
 	t.Parallel()
-	databases(t, func(t *testing.T, url string) {
+	testenv.Databases(t, func(t *testing.T, url string) {
 		var calls sync.Map
 		count := func(k string) int32 {
 			v, _ := calls.LoadOrStore(k, new(atomic.Int32))

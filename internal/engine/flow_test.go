@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"github.com/sluice-dev/sluice/internal/testenv"
 	"io"
 	"log/slog"
 	"sync"
@@ -19,7 +20,7 @@ func echo(r *Run, ev Event) (any, error) {
 
 func TestIdempotencyAndDedup(t *testing.T) {
 	t.Parallel()
-	databases(t, func(t *testing.T, url string) {
+	testenv.Databases(t, func(t *testing.T, url string) {
 		e := newEngine(t, url,
 			&Function{ID: "keyed", Event: "doc", Idempotency: "event.data.documentId", Handler: echo},
 		)
@@ -40,7 +41,7 @@ func TestIdempotencyAndDedup(t *testing.T) {
 
 func TestEventIDDeduplicates(t *testing.T) {
 	t.Parallel()
-	databases(t, func(t *testing.T, url string) {
+	testenv.Databases(t, func(t *testing.T, url string) {
 		e := newEngine(t, url, &Function{ID: "f", Event: "ping", Handler: echo})
 		a := send(t, e, "ping", "same", nil)
 		b := send(t, e, "ping", "same", nil)
@@ -55,7 +56,7 @@ func TestEventIDDeduplicates(t *testing.T) {
 
 func TestRateLimitDropsExcess(t *testing.T) {
 	t.Parallel()
-	databases(t, func(t *testing.T, url string) {
+	testenv.Databases(t, func(t *testing.T, url string) {
 		e := newEngine(t, url, &Function{ID: "rl", Event: "hit", RateLimit: &RateLimit{Limit: 2, Period: time.Hour, Key: "user"}, Handler: echo})
 		var got []string
 		for i, u := range []string{"a", "a", "a", "b"} {
@@ -76,7 +77,7 @@ func TestRateLimitDropsExcess(t *testing.T) {
 
 func TestConcurrencyLimit(t *testing.T) {
 	t.Parallel()
-	databases(t, func(t *testing.T, url string) {
+	testenv.Databases(t, func(t *testing.T, url string) {
 		var active, most atomic.Int32
 		fn := &Function{ID: "one-at-a-time", Event: "go", Concurrency: []Concurrency{{Limit: 1}}, Handler: func(r *Run, ev Event) (any, error) {
 			return Step(r, "work", func(context.Context) (int32, error) {
@@ -110,7 +111,7 @@ func TestConcurrencyLimit(t *testing.T) {
 
 func TestThrottleQueuesExcess(t *testing.T) {
 	t.Parallel()
-	databases(t, func(t *testing.T, url string) {
+	testenv.Databases(t, func(t *testing.T, url string) {
 		e := newEngine(t, url, &Function{ID: "th", Event: "go", Throttle: &Throttle{Limit: 1, Period: time.Hour}, Handler: echo})
 		a := send(t, e, "go", "a", nil)
 		if s := wait(t, e, a.RunID); s.Status != StatusCompleted {
@@ -134,7 +135,7 @@ func TestThrottleQueuesExcess(t *testing.T) {
 
 func TestPriorityOrdersQueuedRuns(t *testing.T) {
 	t.Parallel()
-	databases(t, func(t *testing.T, url string) {
+	testenv.Databases(t, func(t *testing.T, url string) {
 		gate := make(chan struct{})
 		entered := make(chan string, 10)
 		var mu sync.Mutex
@@ -175,7 +176,7 @@ func TestPriorityOrdersQueuedRuns(t *testing.T) {
 
 func TestTimeoutCancelsRun(t *testing.T) {
 	t.Parallel()
-	databases(t, func(t *testing.T, url string) {
+	testenv.Databases(t, func(t *testing.T, url string) {
 		e := newEngine(t, url, &Function{ID: "slow", Event: "go", Timeout: 300 * time.Millisecond, Handler: func(r *Run, ev Event) (any, error) {
 			return nil, Sleep(r, time.Hour)
 		}})
@@ -188,7 +189,7 @@ func TestTimeoutCancelsRun(t *testing.T) {
 
 func TestCronTrigger(t *testing.T) {
 	t.Parallel()
-	databases(t, func(t *testing.T, url string) {
+	testenv.Databases(t, func(t *testing.T, url string) {
 		ran := make(chan string, 1)
 		e := newEngine(t, url, &Function{ID: "nightly", Cron: "0 3 * * *", Handler: func(r *Run, ev Event) (any, error) {
 			ran <- ev.Name
@@ -212,7 +213,7 @@ func TestCronTrigger(t *testing.T) {
 // A finished step is never re-run when a run resumes after its process stops.
 func TestRecoveryDoesNotRerunFinishedSteps(t *testing.T) {
 	t.Parallel()
-	databases(t, func(t *testing.T, url string) {
+	testenv.Databases(t, func(t *testing.T, url string) {
 		var first, second atomic.Int32
 		inSecond := make(chan struct{}, 1)
 		var block atomic.Bool
@@ -260,7 +261,7 @@ func TestRecoveryDoesNotRerunFinishedSteps(t *testing.T) {
 
 func TestRerunFromFailedStep(t *testing.T) {
 	t.Parallel()
-	databases(t, func(t *testing.T, url string) {
+	testenv.Databases(t, func(t *testing.T, url string) {
 		var first atomic.Int32
 		var broken atomic.Bool
 		broken.Store(true)
@@ -306,7 +307,7 @@ func TestRerunFromFailedStep(t *testing.T) {
 
 func TestTransactionStepWritesOnce(t *testing.T) {
 	t.Parallel()
-	databases(t, func(t *testing.T, url string) {
+	testenv.Databases(t, func(t *testing.T, url string) {
 		e := newEngine(t, url, &Function{ID: "tx", Event: "go", Handler: func(r *Run, ev Event) (any, error) {
 			return Transaction(r, "save", func(ctx context.Context, tx Tx) (int64, error) {
 				if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS t_saves (k TEXT PRIMARY KEY, n INTEGER NOT NULL)`); err != nil {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/sluice-dev/sluice/internal/testenv"
 	"io"
 	"log/slog"
 	"net/http"
@@ -37,31 +38,13 @@ func limits(s string) governor.Limits {
 	return ls
 }
 
-// syncBuffer is a log sink the gateway's goroutines write to at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // bundle is a simulator with a gateway in front of it.
 type bundle struct {
 	model *sim.Model
 	sim   *httptest.Server
 	gw    *Gateway
 	srv   *httptest.Server
-	log   *syncBuffer
+	log   *testenv.Buffer
 
 	mu   sync.Mutex
 	seen bytes.Buffer // every answer's status line, headers and body
@@ -76,7 +59,7 @@ func setup(t *testing.T, sc sim.Config, cfg Config, before ...func(*Gateway)) *b
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &bundle{model: m, log: &syncBuffer{}}
+	b := &bundle{model: m, log: &testenv.Buffer{}}
 	b.sim = httptest.NewServer(sim.NewServer(m, sim.ServerConfig{APIKey: upstreamKey}))
 	t.Cleanup(b.sim.Close)
 	cfg.Upstream = b.sim.URL + "/v1"
@@ -574,7 +557,7 @@ func TestEchoedKeyScrubbed(t *testing.T) {
 		_, _ = w.Write(sim.ErrorBody("openai", "invalid_request_error", "invalid_api_key", "Incorrect API key provided: "+key+".", 0))
 	}))
 	defer echo.Close()
-	log := &syncBuffer{}
+	log := &testenv.Buffer{}
 	gw, err := New(Config{Upstream: echo.URL + "/v1", APIKey: upstreamKey, MaxWait: 50 * time.Millisecond, RetryBase: time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {

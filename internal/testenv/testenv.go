@@ -4,6 +4,7 @@
 package testenv
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -90,4 +92,39 @@ func NodeModules(t testing.TB) (node, modules string) {
 		unavailable(t, "the openai npm package is not installed in %s", modules)
 	}
 	return node, modules
+}
+
+// Databases runs test on SQLite (a file in a temporary folder) and on
+// PostgreSQL (a fresh database, see Postgres), as parallel subtests: every
+// store behaviour must hold on both.
+func Databases(t *testing.T, test func(t *testing.T, url string)) {
+	t.Helper()
+	t.Run("sqlite", func(t *testing.T) {
+		t.Parallel()
+		test(t, filepath.Join(t.TempDir(), "sluice.db"))
+	})
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		test(t, Postgres(t))
+	})
+}
+
+// Buffer is an io.Writer safe for writers on several goroutines (a log
+// sink, a command's stderr) whose text can be read at any time.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *Buffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// String returns what was written so far.
+func (l *Buffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
