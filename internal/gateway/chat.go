@@ -73,6 +73,20 @@ func (c *chatCall) run(start time.Time) *apiError {
 		}
 		return badRequest("sluice gateway: reading the request body: " + err.Error())
 	}
+	// A place in line before any pricing: a prompt costs CPU to price and
+	// memory while it waits, so both stop at the line's bounds.
+	size := int64(len(body))
+	if full := g.line.enter(c.flow, size); full != "" {
+		return lineFull(g.cfg.Profile, full)
+	}
+	inLine := true
+	leave := func() {
+		if inLine {
+			inLine = false
+			g.line.leave(c.flow, size)
+		}
+	}
+	defer leave()
 	req, err := decode(body)
 	if err != nil {
 		return badRequest("sluice gateway: " + strings.TrimPrefix(err.Error(), "llm: "))
@@ -92,6 +106,9 @@ func (c *chatCall) run(start time.Time) *apiError {
 				return badRequest("sluice gateway: " + strings.TrimPrefix(err.Error(), "llm: "))
 			}
 		}
+		// The body goes upstream; the decoded messages, as large again,
+		// need not wait with it.
+		c.req = &llm.ChatRequest{Model: c.req.Model, MaxTokens: c.req.MaxTokens}
 	}
 	if err := g.gov.Check(c.cost); err != nil {
 		return c.refuse(err)
@@ -104,6 +121,7 @@ func (c *chatCall) run(start time.Time) *apiError {
 	for {
 		c.attempts++
 		res, err := c.admit(wctx)
+		leave()
 		if err != nil {
 			return c.refuse(err)
 		}
@@ -229,8 +247,8 @@ func (c *chatCall) failed(res *governor.Reservation, err error) (bool, time.Dura
 		return false, 0, nil
 	}
 	giveBack := func() { res.Cancel(t) } // the provider refused the call and counted nothing
-	g.cfg.Logger.Warn("upstream call failed", "key", g.cfg.Key, "flow", c.flow, "attempt", c.attempts, "err", g.scrub(err.Error()))
-	e := g.upstreamError(err)
+	g.cfg.Logger.Warn("upstream call failed", "key", g.cfg.Key, "flow", c.flow, "attempt", c.attempts, "err", g.scrub.string(err.Error()))
+	e := upstreamError(err)
 	if rl, ok := errors.AsType[*llm.RateLimitError](err); ok {
 		giveBack()
 		if rl.LimitKnown {
@@ -304,8 +322,8 @@ func (c *chatCall) stream(res *governor.Reservation, s *llm.Stream) {
 		return
 	}
 	if err := s.Err(); err != nil {
-		c.g.cfg.Logger.Warn("upstream stream failed", "key", c.g.cfg.Key, "flow", c.flow, "err", c.g.scrub(err.Error()))
-		e := c.g.upstreamError(err)
+		c.g.cfg.Logger.Warn("upstream stream failed", "key", c.g.cfg.Key, "flow", c.flow, "err", c.g.scrub.string(err.Error()))
+		e := upstreamError(err)
 		writeEvent(w, flusher, sim.ErrorBody(string(c.g.cfg.Profile), e.typ, e.code, e.message, 0))
 		return
 	}

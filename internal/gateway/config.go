@@ -87,6 +87,23 @@ type Config struct {
 	// MaxBodyBytes bounds a request body; a larger one gets 413. Default 4 MiB.
 	MaxBodyBytes int64
 
+	// MaxWaiting bounds the requests waiting for admission on the key, of
+	// every flow; one more gets 429 with retry-after 1s and a message that
+	// names the bound. Default 1024.
+	MaxWaiting int
+
+	// MaxFlowWaiting bounds the requests of one flow waiting for
+	// admission, so one flow cannot take every place in line. Default 512
+	// (at most MaxWaiting).
+	MaxFlowWaiting int
+
+	// MaxWaitingBytes bounds the bodies of the requests waiting for
+	// admission, added up: a waiting request holds its body and about as
+	// much again in decoded form (docs/benchmarks.md). A request larger than
+	// the bound on its own is still let in when nothing else waits.
+	// Default 256 MiB.
+	MaxWaitingBytes int64
+
 	// Lag bounds how much later than its admission the provider counts a
 	// call (the time it takes to send it): the governor holds every charge
 	// this much longer than its window (governor.Config.Lag), so calls that
@@ -166,6 +183,9 @@ func (c Config) withDefaults() Config {
 	c.MaxWait = cmp.Or(c.MaxWait, 60*time.Second)
 	c.MaxWaitCap = max(cmp.Or(c.MaxWaitCap, 10*time.Minute), c.MaxWait)
 	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, 4<<20)
+	c.MaxWaiting = cmp.Or(c.MaxWaiting, 1024)
+	c.MaxFlowWaiting = min(cmp.Or(c.MaxFlowWaiting, 512), c.MaxWaiting)
+	c.MaxWaitingBytes = cmp.Or(c.MaxWaitingBytes, 256<<20)
 	c.Lag = cmp.Or(c.Lag, time.Second)
 	c.RetryBase = cmp.Or(c.RetryBase, 250*time.Millisecond)
 	if c.Logger == nil {
@@ -190,6 +210,9 @@ func (c Config) validate() error {
 	}
 	if c.MaxWait < 0 || c.MaxBodyBytes < 0 || c.RetryBase < 0 {
 		return errors.New("gateway: max wait, max body size and retry base must not be negative")
+	}
+	if c.MaxWaiting < 0 || c.MaxFlowWaiting < 0 || c.MaxWaitingBytes < 0 {
+		return errors.New("gateway: max waiting, max flow waiting and max waiting bytes must not be negative")
 	}
 	seen := map[string]bool{}
 	for _, f := range c.Flows {

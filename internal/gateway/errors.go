@@ -86,8 +86,22 @@ func hint(e *governor.TooLargeError) string {
 // admitted. retryAfter is the governor's estimate of the further wait.
 func notAdmitted(p llm.Profile, flow string, maxWait, retryAfter time.Duration) *apiError {
 	retryAfter = max(retryAfter, time.Millisecond)
-	msg := fmt.Sprintf("Rate limit reached: sluice gateway could not admit this request of flow %q within its max wait of %s. Please try again in %s.",
-		flow, maxWait, retryAfter.Round(time.Millisecond))
+	return rateLimited(p, fmt.Sprintf("Rate limit reached: sluice gateway could not admit this request of flow %q within its max wait of %s. Please try again in %s.",
+		flow, maxWait, retryAfter.Round(time.Millisecond)), retryAfter)
+}
+
+// lineFullRetry is the retry-after of a request refused by a full wait
+// line: a place frees as soon as a request ahead is admitted.
+const lineFullRetry = time.Second
+
+// lineFull is the answer to a request that finds the wait line full; full
+// names the bound.
+func lineFull(p llm.Profile, full string) *apiError {
+	return rateLimited(p, "Rate limit reached: sluice gateway: "+full+". Please try again in 1s.", lineFullRetry)
+}
+
+// rateLimited is a 429 in the profile's words for a rate limit.
+func rateLimited(p llm.Profile, msg string, retryAfter time.Duration) *apiError {
 	typ, code := "requests", "rate_limit_exceeded"
 	if p == llm.Anthropic {
 		typ, code = "rate_limit_error", ""
@@ -96,16 +110,11 @@ func notAdmitted(p llm.Profile, flow string, maxWait, retryAfter time.Duration) 
 }
 
 // upstreamError is the answer for an upstream failure the gateway gives up
-// on: the provider's status and message, re-written in its own format. The
-// provider's raw body is not forwarded, and the key is scrubbed from its
-// message, so nothing it echoed slips through.
-func (g *Gateway) upstreamError(err error) *apiError {
-	e := upstreamErrorOf(err)
-	e.message = g.scrub(e.message)
-	return e
-}
-
-func upstreamErrorOf(err error) *apiError {
+// on: the provider's status, type, code and message, re-written in its own
+// format. The provider's raw body is not forwarded; the key, should the
+// provider echo it in any field, is scrubbed as every answer is
+// (Gateway.ServeHTTP).
+func upstreamError(err error) *apiError {
 	switch e := err.(type) {
 	case *llm.RateLimitError:
 		return &apiError{status: http.StatusTooManyRequests, typ: "tokens", code: "rate_limit_exceeded", message: e.Message, retryAfter: e.RetryAfter}

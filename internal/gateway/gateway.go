@@ -32,6 +32,8 @@ type Gateway struct {
 	fm     map[string]*flowMetrics // by flow name; read-only after New
 	mux    *http.ServeMux
 	seq    atomic.Uint64
+	scrub  *scrubber // nil without a provider key
+	line   *line
 }
 
 var _ http.Handler = (*Gateway)(nil)
@@ -92,7 +94,10 @@ func New(cfg Config) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	g := &Gateway{cfg: cfg, client: client, gov: gov, kept: kept, est: est, flows: byName, keys: cfg.ClientKeys,
-		mux: http.NewServeMux()}
+		mux: http.NewServeMux(), scrub: newScrubber(cfg.APIKey), line: newLine(cfg)}
+	if cfg.Limits == (governor.Limits{}) {
+		cfg.Logger.Warn("no limits configured: the gateway governs nothing and every request goes upstream at once", "key", cfg.Key)
+	}
 	g.m = newMetrics(g)
 	g.fm = make(map[string]*flowMetrics, len(byName))
 	for name := range byName {
@@ -123,8 +128,16 @@ func (g *Gateway) Close(ctx context.Context) error {
 // the gateway and want its stats.
 func (g *Gateway) Governor() *governor.Governor { return g.gov }
 
-// ServeHTTP serves the gateway's routes.
-func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) { g.mux.ServeHTTP(w, r) }
+// ServeHTTP serves the gateway's routes. Everything it answers passes the
+// scrubber, so the provider key never reaches a client, whatever part of
+// an answer the provider echoed it in.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if g.scrub == nil {
+		g.mux.ServeHTTP(w, r)
+		return
+	}
+	g.mux.ServeHTTP(&scrubWriter{ResponseWriter: w, s: g.scrub}, r)
+}
 
 type ctxFlowKey struct{}
 
@@ -169,8 +182,8 @@ func (g *Gateway) flowOf(name string) string {
 func (g *Gateway) models(w http.ResponseWriter, r *http.Request, _ string) {
 	list, err := g.client.Models(r.Context())
 	if err != nil {
-		g.cfg.Logger.Warn("list models", "key", g.cfg.Key, "err", g.scrub(err.Error()))
-		g.upstreamError(err).write(w, g.cfg.Profile)
+		g.cfg.Logger.Warn("list models", "key", g.cfg.Key, "err", g.scrub.string(err.Error()))
+		upstreamError(err).write(w, g.cfg.Profile)
 		return
 	}
 	data := make([]json.RawMessage, len(list))

@@ -3,7 +3,6 @@ package gateway
 import (
 	"net"
 	"net/http"
-	"strings"
 	"time"
 )
 
@@ -16,13 +15,4 @@ func defaultHTTPClient() *http.Client {
 	t.ResponseHeaderTimeout = 10 * time.Minute // a long completion answers only when done
 	t.MaxIdleConnsPerHost = 64                 // every waiting caller may be sent at once
 	return &http.Client{Transport: t}
-}
-
-// scrub removes the provider key from text that came from the provider,
-// should it ever echo the key back.
-func (g *Gateway) scrub(s string) string {
-	if len(g.cfg.APIKey) < 6 {
-		return s
-	}
-	return strings.ReplaceAll(s, g.cfg.APIKey, "[redacted]")
 }

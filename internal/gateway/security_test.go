@@ -1,0 +1,195 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/sim"
+	"github.com/sluice-dev/sluice/internal/testenv"
+)
+
+// echoUpstream answers with the caller's key in every place a provider's
+// answer has: the body of a completion, a stream's events, an error's
+// message, type and code, the request id header, a model list. The prompt
+// picks the answer.
+func echoUpstream(t *testing.T) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+		w.Header().Set("X-Request-Id", "req-"+key)
+		w.Header().Set("Content-Type", "application/json")
+		if r.URL.Path == "/v1/models" {
+			fmt.Fprintf(w, `{"object":"list","data":[{"id":"model-%s","object":"model","owned_by":"%s"}]}`, key, key)
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		errBody := func(status int) {
+			w.WriteHeader(status)
+			fmt.Fprintf(w, `{"error":{"message":"bad key %s","type":"%s","code":"%s","param":"%s"}}`, key, key, key, key)
+		}
+		switch {
+		case strings.Contains(string(body), "say-400"):
+			errBody(400)
+		case strings.Contains(string(body), "say-500"):
+			errBody(500)
+		case strings.Contains(string(body), "say-429"):
+			w.Header().Set("Retry-After", "0")
+			errBody(429)
+		case strings.Contains(string(body), `"stream":true`):
+			w.Header().Set("Content-Type", "text/event-stream")
+			fmt.Fprintf(w, "data: {\"id\":\"c-%s\",\"object\":\"chat.completion.chunk\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"%s\"}}]}\n\n", key, key)
+			if strings.Contains(string(body), "stream-error") {
+				fmt.Fprintf(w, "data: {\"error\":{\"message\":\"failed %s\",\"type\":\"%s\",\"code\":\"%s\"}}\n\n", key, key, key)
+				return
+			}
+			fmt.Fprintf(w, "data: [DONE]\n\n")
+		default:
+			fmt.Fprintf(w, `{"id":"c-%s","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"%s"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}`, key, key)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// TestEchoedKeyScrubbedEverywhere: whatever part of an answer the provider
+// echoes the key in, the client gets [redacted] in its place.
+func TestEchoedKeyScrubbedEverywhere(t *testing.T) {
+	t.Parallel()
+	up := echoUpstream(t)
+	log := &testenv.Buffer{}
+	gw, err := New(Config{Upstream: up.URL + "/v1", APIKey: upstreamKey, MaxWait: 100 * time.Millisecond, RetryBase: time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(gw)
+	defer srv.Close()
+	for _, tc := range []struct {
+		name, method, path, body string
+		status                   int
+	}{
+		{"completion", "POST", "/v1/chat/completions", chatBody("hello", 5, ""), 200},
+		{"stream", "POST", "/v1/chat/completions", chatBody("hello", 5, `,"stream":true`), 200},
+		{"stream error event", "POST", "/v1/chat/completions", chatBody("stream-error", 5, `,"stream":true`), 200},
+		{"400", "POST", "/v1/chat/completions", chatBody("say-400", 5, ""), 400},
+		{"500", "POST", "/v1/chat/completions", chatBody("say-500", 5, ""), 500},
+		// The provider's 429 holds the key's line until the max wait ends:
+		// the gateway's own 429 answers, with nothing of the provider's.
+		{"429", "POST", "/v1/chat/completions", chatBody("say-429", 5, ""), 429},
+		{"models", "GET", "/v1/models", "", 200},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest(tc.method, srv.URL+tc.path, strings.NewReader(tc.body))
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			data, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			var all strings.Builder
+			_ = resp.Header.Write(&all)
+			all.Write(data)
+			if resp.StatusCode != tc.status {
+				t.Errorf("status %d, want %d: %s", resp.StatusCode, tc.status, data)
+			}
+			assertNoKey(t, tc.name, all.String())
+			if tc.status != 429 && !strings.Contains(all.String(), redacted) {
+				t.Errorf("the echoed key was dropped rather than redacted, or the answer lost its field:\n%s", all.String())
+			}
+		})
+	}
+	assertNoKey(t, "log", log.String())
+}
+
+func TestScrubberForms(t *testing.T) {
+	t.Parallel()
+	s := newScrubber(`k3y/with"quote+&`)
+	for _, in := range []string{`k3y/with"quote+&`, `k3y/with\"quote+\u0026`, `k3y%2Fwith%22quote%2B%26`} {
+		if out := s.string("x " + in + " y"); out != "x "+redacted+" y" {
+			t.Errorf("scrub(%q) = %q", in, out)
+		}
+	}
+	if newScrubber("abc") != nil {
+		t.Error("a key shorter than minScrubLen would redact ordinary text")
+	}
+	if got := (*scrubber)(nil).string("as is"); got != "as is" {
+		t.Errorf("nil scrubber changed text: %q", got)
+	}
+}
+
+// TestWaitLineBounded: a key saturated for long holds at most the line's
+// bounds of waiting requests; one more gets 429 naming the bound, with a
+// retry-after, and other flows keep their places.
+func TestWaitLineBounded(t *testing.T) {
+	t.Parallel()
+	b := setup(t, sim.Config{Profile: "openai", Limits: limits("rpm=1")},
+		Config{Limits: limits("rpm=1"), MaxWait: time.Minute, MaxWaiting: 5, MaxFlowWaiting: 3,
+			Flows: []Flow{{Name: "a"}, {Name: "b"}}})
+	if resp, _ := b.do(t, "POST", "/v1/chat/completions", chatBody("fill the minute", 5, ""), nil); resp.StatusCode != 200 {
+		t.Fatalf("first: %d", resp.StatusCode)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wait := func(flow string) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b.doCtx(ctx, t, "POST", "/v1/chat/completions", chatBody("wait", 5, ""), map[string]string{FlowHeader: flow})
+		}()
+	}
+	for range 3 {
+		wait("a")
+	}
+	waitFor(t, "three of flow a to wait", func() bool { return flowView(t, b, "a").Waiting == 3 })
+
+	resp, body := b.do(t, "POST", "/v1/chat/completions", chatBody("one more", 5, ""), map[string]string{FlowHeader: "a"})
+	if resp.StatusCode != 429 || !strings.Contains(string(body), `flow \"a\" is full`) || !strings.Contains(string(body), "max_flow_waiting") {
+		t.Fatalf("a fourth request of flow a: %d %s; want 429 naming the per-flow bound", resp.StatusCode, body)
+	}
+	if resp.Header.Get("Retry-After") != "1" {
+		t.Errorf("retry-after %q, want 1", resp.Header.Get("Retry-After"))
+	}
+	for range 2 {
+		wait("b")
+	}
+	waitFor(t, "two of flow b to wait", func() bool { return flowView(t, b, "b").Waiting == 2 })
+	resp, body = b.do(t, "POST", "/v1/chat/completions", chatBody("one more", 5, ""), map[string]string{FlowHeader: "default"})
+	if resp.StatusCode != 429 || !strings.Contains(string(body), "max_waiting") || strings.Contains(string(body), "max_flow_waiting") {
+		t.Fatalf("a sixth request on the key: %d %s; want 429 naming the key's bound", resp.StatusCode, body)
+	}
+	cancel()
+	wg.Wait()
+	waitFor(t, "the line to empty", func() bool {
+		b.gw.line.mu.Lock()
+		defer b.gw.line.mu.Unlock()
+		return b.gw.line.n == 0 && b.gw.line.bytes == 0 && len(b.gw.line.perFlow) == 0
+	})
+}
+
+func TestWaitLineBytes(t *testing.T) {
+	t.Parallel()
+	l := newLine(Config{MaxWaiting: 10, MaxFlowWaiting: 10, MaxWaitingBytes: 1000})
+	if full := l.enter("a", 2000); full != "" {
+		t.Fatalf("a request larger than the bound, alone: %s", full)
+	}
+	if full := l.enter("a", 1); !strings.Contains(full, "max_waiting_bytes") {
+		t.Fatalf("a second request past the byte bound: %q", full)
+	}
+	l.leave("a", 2000)
+	for i := range 2 {
+		if full := l.enter("b", 500); full != "" {
+			t.Fatalf("request %d within the bound: %s", i, full)
+		}
+	}
+	if full := l.enter("b", 1); full == "" {
+		t.Fatal("1,001 bytes admitted under a bound of 1,000")
+	}
+}
