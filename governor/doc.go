@@ -8,4 +8,14 @@
 // The package follows golang.org/x/time/rate: every decision takes the current
 // time as an argument, so the same code runs on the wall clock in production
 // and on a virtual clock in sluice's simulator and bench.
+//
+// # Bounds
+//
+// Every number that comes from outside is bounded where it enters: each part
+// of a Cost lies in [0, MaxCost] (Check, Reserve and Wait refuse others with
+// ErrInvalidCost), a flow's priority in [MinPriority, MaxPriority] and its
+// weight in [MinWeight, MaxWeight] (New refuses others), and the usage and
+// headers a provider reports are held to what a call can use. Sums of these
+// numbers saturate instead of wrapping, so no cost, however large, can turn
+// a full limit into an empty one.
 package governor

@@ -66,13 +66,14 @@ func (g *Governor) observe(now, at int64, usedAt, usedNow [NumLimits]int64, s Sn
 			changedLimits = true
 		}
 		lim := g.limits[l]
-		if lim == 0 || o.Reset <= 0 || at+int64(o.Reset) <= now {
+		until := addSat(at, int64(o.Reset))
+		if lim == 0 || o.Reset <= 0 || until <= now {
 			continue
 		}
-		room := lim - max(usedAt[l], usedNow[l])
+		room := subSat(lim, max(usedAt[l], usedNow[l]))
 		for _, p := range g.phantom[l] {
 			if p.until > at {
-				room -= p.amount
+				room = subSat(room, p.amount)
 			}
 		}
 		// Remaining counts are often rounded (Anthropic: to thousands) and
@@ -81,8 +82,8 @@ func (g *Governor) observe(now, at int64, usedAt, usedNow [NumLimits]int64, s Sn
 		if o.Remaining%1000 == 0 {
 			noise += 1000
 		}
-		if gap := room - max(o.Remaining, 0); gap > noise {
-			g.phantom[l] = addPhantom(g.phantom[l], phantom{until: at + int64(o.Reset), amount: gap})
+		if gap := subSat(room, max(o.Remaining, 0)); gap > noise {
+			g.phantom[l] = addPhantom(g.phantom[l], phantom{until: until, amount: gap})
 		}
 	}
 	if changedLimits {
@@ -107,10 +108,10 @@ func (g *Governor) Rejected(now time.Time, l Limit, retryAfter time.Duration) {
 	if lim == 0 {
 		// The provider enforces a limit we were not told of; hold every call
 		// for the retry time rather than guess its size.
-		g.pauseUntil = max(g.pauseUntil, n+int64(retryAfter))
+		g.pauseUntil = max(g.pauseUntil, addSat(n, int64(retryAfter)))
 		return
 	}
-	g.phantom[l] = addPhantom(g.phantom[l], phantom{until: n + int64(retryAfter), amount: lim})
+	g.phantom[l] = addPhantom(g.phantom[l], phantom{until: addSat(n, int64(retryAfter)), amount: lim})
 }
 
 // RejectedUnclassified records a rate-limit rejection that named no limit:
@@ -127,7 +128,8 @@ func (g *Governor) RejectedUnclassified(now time.Time) {
 
 // Restore loads charges recorded by a Journal before a restart, so the day's
 // usage is not forgotten. Call it once, right after New and before any other
-// call. Charges older than a day are ignored.
+// call. Charges older than a day, and charges whose Cost is not valid (a
+// part negative or over MaxCost), are ignored.
 func (g *Governor) Restore(now time.Time, charges []Charge) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -136,7 +138,7 @@ func (g *Governor) Restore(now time.Time, charges []Charge) {
 	sort.Slice(cs, func(i, j int) bool { return cs[i].At.Before(cs[j].At) })
 	for _, c := range cs {
 		at := c.At.UnixNano()
-		if at > n || at <= n-int64(24*time.Hour) {
+		if at > n || at <= n-int64(24*time.Hour) || c.Cost.validate() != nil {
 			continue
 		}
 		g.day.add(at, c.Cost)
@@ -196,9 +198,9 @@ func (g *Governor) Stats(now time.Time) Stats {
 	for _, l := range AllLimits {
 		used := g.ledgerOf(l).sum.On(l)
 		for _, p := range g.phantom[l] {
-			used += p.amount
+			used = addSat(used, p.amount)
 		}
-		st.Limits[l] = LimitStats{Limit: l, Max: g.limits[l], Used: used, Capacity: max(g.limits[l]-used, 0)}
+		st.Limits[l] = LimitStats{Limit: l, Max: g.limits[l], Used: used, Capacity: max(subSat(g.limits[l], used), 0)}
 	}
 	for _, f := range g.flows {
 		st.Flows = append(st.Flows, FlowStats{

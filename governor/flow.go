@@ -136,7 +136,7 @@ func (g *Governor) BatchSize(now time.Time, flow string, base, item Cost, maxIte
 		free = math.Max(free, 1-others/(1-math.Exp(-elapsed/rateWindow)))
 	}
 	for n > 1 {
-		c := base.add(Cost{Requests: item.Requests * int64(n), Input: item.Input * int64(n), Output: item.Output * int64(n)})
+		c := base.add(item.times(int64(n)))
 		if g.size(c)/free <= within.Seconds() {
 			break
 		}

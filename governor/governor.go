@@ -50,13 +50,42 @@ func (a Accounting) String() string {
 // FlowConfig describes one flow: a job, a tenant, a function drawing on the key.
 type FlowConfig struct {
 	Name string
-	// Weight is the flow's share among flows of equal priority. Default 1.
+	// Weight is the flow's share among flows of equal priority. Default 1
+	// (0 means the default). Must be between MinWeight and MaxWeight.
 	Weight float64
 	// Priority: higher is more urgent. Each step of priority multiplies the
 	// flow's share by Config.PriorityFactor: a reserved, larger share, never
 	// an absolute one, so a lower-priority flow is slowed but never stopped.
+	// Must be between MinPriority and MaxPriority.
 	Priority int
 }
+
+// The range of FlowConfig.Priority. Six steps apart, at the largest
+// PriorityFactor (16), the most urgent flow's share is 16^6 ≈ 1.7e7 times the
+// least urgent one's: a finite ratio, so the least urgent flow still gets its
+// calls in. An unbounded priority (1000 steps of 4 is +Inf) would stop
+// every other flow, which priority must never do.
+const (
+	MinPriority = -3
+	MaxPriority = 3
+)
+
+// The range of FlowConfig.Weight. A weight expresses a relative share; a
+// ratio beyond 10^12 between two flows says nothing a smaller one does not,
+// and a weight near 0 or +Inf makes a flow's fair-queuing tags infinite, so
+// that it is never admitted or holds every other flow back.
+const (
+	MinWeight = 1e-6
+	MaxWeight = 1e6
+)
+
+// maxPriorityFactor bounds Config.PriorityFactor, so that the share ratio
+// across the priority range stays finite (see MinPriority).
+const maxPriorityFactor = 16
+
+// maxLag bounds Config.Lag: transit takes seconds, and a lag of a period or
+// more would count every charge in two windows.
+const maxLag = time.Minute
 
 // Config configures a Governor. The zero value of every field is a useful default.
 type Config struct {
@@ -72,10 +101,11 @@ type Config struct {
 	// with weight 1 and priority 0.
 	Flows []FlowConfig
 	// PriorityFactor multiplies a flow's share per step of priority. Default 4.
+	// Must be between 1 and 16.
 	PriorityFactor float64
 	// DayBurst is how far ahead of an even pace a day limit (RPD, TPD) may be
 	// spent: day budgets are paced at limit/24h so the budget lasts the day,
-	// with this much burst. Default 1h. Negative disables pacing.
+	// with this much burst. Default 1h. Negative disables pacing. At most 24h.
 	DayBurst time.Duration
 	// DayPace is the fraction of a day limit's even rate that pacing aims
 	// at. Default 0.995: just under the even rate, so under a rolling day
@@ -92,6 +122,7 @@ type Config struct {
 	// still counts there. Default 0, right for an explicit clock shared
 	// with the provider (the bench); on the wall clock use the request's
 	// transit time with some margin (sluice's engine and gateway use 2s).
+	// At most a minute.
 	Lag time.Duration
 	// Journal, if set, is told every charge and every correction of one, so
 	// the day's usage can be persisted and given back to Restore after a restart.
@@ -145,14 +176,17 @@ func (c *Config) validate() error {
 			return fmt.Errorf("%slimit %s is negative (%d)", c.prefix(), l, c.Limits[l])
 		}
 	}
-	if c.Lag < 0 {
-		return fmt.Errorf("%sLag must not be negative, got %v", c.prefix(), c.Lag)
+	if c.Lag < 0 || c.Lag > maxLag {
+		return fmt.Errorf("%sLag must be between 0 and %v, got %v", c.prefix(), maxLag, c.Lag)
+	}
+	if c.DayBurst > 24*time.Hour {
+		return fmt.Errorf("%sDayBurst must be at most 24h, got %v", c.prefix(), c.DayBurst)
 	}
 	if c.DayPace < 0 || c.DayPace > 1 || math.IsNaN(c.DayPace) {
 		return fmt.Errorf("%sDayPace must be in (0, 1], got %v", c.prefix(), c.DayPace)
 	}
-	if c.PriorityFactor < 1 || math.IsNaN(c.PriorityFactor) || math.IsInf(c.PriorityFactor, 0) {
-		return fmt.Errorf("%sPriorityFactor must be at least 1, got %v", c.prefix(), c.PriorityFactor)
+	if !(c.PriorityFactor >= 1 && c.PriorityFactor <= maxPriorityFactor) {
+		return fmt.Errorf("%sPriorityFactor must be at least 1 and at most %d, got %v", c.prefix(), maxPriorityFactor, c.PriorityFactor)
 	}
 	seen := map[string]bool{}
 	for _, f := range c.Flows {
@@ -163,8 +197,11 @@ func (c *Config) validate() error {
 			return fmt.Errorf("%sflow %q listed twice", c.prefix(), f.Name)
 		}
 		seen[f.Name] = true
-		if f.Weight < 0 || math.IsNaN(f.Weight) || math.IsInf(f.Weight, 0) {
-			return fmt.Errorf("%sflow %q: weight must be positive, got %v", c.prefix(), f.Name, f.Weight)
+		if f.Weight != 0 && !(f.Weight >= MinWeight && f.Weight <= MaxWeight) {
+			return fmt.Errorf("%sflow %q: weight must be positive, between %g and %g, got %v", c.prefix(), f.Name, float64(MinWeight), float64(MaxWeight), f.Weight)
+		}
+		if f.Priority < MinPriority || f.Priority > MaxPriority {
+			return fmt.Errorf("%sflow %q: priority must be between %d and %d, got %d", c.prefix(), f.Name, MinPriority, MaxPriority, f.Priority)
 		}
 	}
 	return nil
@@ -241,7 +278,8 @@ func (g *Governor) ledgerOf(l Limit) *ledger {
 
 // Check reports whether c could ever be admitted. If not, the error is a
 // *TooLargeError naming the limit, the numbers, and the largest max_tokens
-// that would fit with the same input.
+// that would fit with the same input — or, for a cost with a part negative
+// or over MaxCost, an error wrapping ErrInvalidCost that names the part.
 func (g *Governor) Check(c Cost) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -249,8 +287,8 @@ func (g *Governor) Check(c Cost) error {
 }
 
 func (g *Governor) check(c Cost) error {
-	if c.Requests < 0 || c.Input < 0 || c.Output < 0 {
-		return fmt.Errorf("%snegative cost %+v", g.cfg.prefix(), c)
+	if err := c.validate(); err != nil {
+		return fmt.Errorf("%s%w", g.cfg.prefix(), err)
 	}
 	for _, l := range AllLimits {
 		lim := g.limits[l]
@@ -287,12 +325,23 @@ func (g *Governor) maxOutput(input int64) int64 {
 }
 
 // LargestBatch returns the largest n ≤ maxItems such that a call costing
-// base + n×item fits every limit (0 if even one item does not fit). Use it
-// to size batches before calling instead of learning from rejections.
+// base + n×item fits every limit and MaxCost (0 if even one item does not
+// fit, or base or item is not a valid Cost). Use it to size batches before
+// calling instead of learning from rejections.
 func (g *Governor) LargestBatch(base, item Cost, maxItems int) int {
+	if maxItems <= 0 || base.validate() != nil || item.validate() != nil {
+		return 0
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	n := maxItems
+	for _, part := range [...][2]int64{{base.Requests, item.Requests}, {base.Input, item.Input}, {base.Output, item.Output}} {
+		if part[1] > 0 {
+			if fit := (MaxCost - part[0]) / part[1]; fit < int64(n) {
+				n = int(fit)
+			}
+		}
+	}
 	for _, l := range AllLimits {
 		lim := g.limits[l]
 		per := item.On(l)
@@ -490,7 +539,7 @@ func (g *Governor) amend(r *Reservation, c Cost) {
 	g.day.amend(r.daySeq, c)
 	for _, l := range AllLimits {
 		if g.pace[l].on {
-			g.pace[l].giveBack(r.cost.On(l) - c.On(l))
+			g.pace[l].giveBack(subSat(r.cost.On(l), c.On(l)))
 		}
 	}
 	r.f.tokens = r.f.tokens.sub(r.cost).add(c)
@@ -507,7 +556,7 @@ func (g *Governor) start(now int64) {
 		// day paced from the first call never holds more than the limit, so
 		// the window itself never stops everything a day later.
 		for l := range g.pace {
-			g.pace[l].tat = now + g.pace[l].burst
+			g.pace[l].tat = addSat(now, g.pace[l].burst)
 		}
 	}
 }
@@ -607,14 +656,14 @@ func (g *Governor) EstimateWait(now time.Time, r *Reservation) time.Duration {
 			continue
 		}
 		lg := g.ledgerOf(l)
-		need := lg.sum.On(l) + ahead.On(l) - lim
+		need := subSat(addSat(lg.sum.On(l), ahead.On(l)), lim)
 		if need > 0 {
 			// the backlog drains at the limit's rate
 			rate := float64(lim) / float64(l.Period())
-			at = max(at, n+int64(float64(need)/rate))
+			at = max(at, addSat(n, nanos(float64(need)/rate)))
 		}
 	}
-	return time.Duration(at - n)
+	return time.Duration(subSat(at, n))
 }
 
 // Reservation is a call's place in line and, once admitted, its charge.
@@ -688,8 +737,9 @@ func (r *Reservation) Cost() Cost {
 }
 
 // Settle records what the call really used, as the provider reported it.
-// The input part of the charge becomes the provider's count; the output part
-// becomes the real output under Settle accounting and stays max_tokens under
+// The input part of the charge becomes the provider's count (at most
+// MaxCost); the output part becomes the real output under Settle accounting
+// (never below 0 nor above what was reserved) and stays max_tokens under
 // Reserve accounting. A zero Usage (the provider reported none) keeps the
 // charge as reserved. Settling twice, or a reservation that was not
 // admitted, does nothing.
@@ -703,10 +753,10 @@ func (r *Reservation) Settle(now time.Time, used Usage) {
 	g.expire(now.UnixNano())
 	c := r.cost
 	if used.Input > 0 {
-		c.Input = used.Input
+		c.Input = min(used.Input, MaxCost)
 	}
 	if g.cfg.Accounting == Settle && used != (Usage{}) {
-		c.Output = min(used.Output, r.cost.Output)
+		c.Output = min(max(used.Output, 0), r.cost.Output)
 	}
 	g.amend(r, c)
 	r.state = settled

@@ -38,6 +38,10 @@ func newLedger(period, lag time.Duration, fixed bool) ledger {
 
 // expire drops what no longer counts at now.
 func (lg *ledger) expire(now int64) {
+	if lg.sum.saturated() {
+		// A saturated sum minus what ages out is no longer the sum of what is left.
+		defer lg.recount()
+	}
 	if lg.fixed {
 		ws := now - mod(now, lg.period)
 		if ws != lg.start {
@@ -84,19 +88,37 @@ func (lg *ledger) amend(seq uint64, c Cost) {
 		return
 	}
 	e := &lg.entries[lg.head+int(seq-lg.first)]
+	sat := lg.sum.saturated()
 	lg.sum = lg.sum.sub(e.cost).add(c)
 	e.cost = c
+	if sat {
+		lg.recount()
+	}
+}
+
+// recount sums the live charges again. It is needed only after a saturated
+// sum lost a charge, which takes millions of calls of MaxCost in one window.
+func (lg *ledger) recount() {
+	lg.sum = Cost{}
+	for _, e := range lg.entries[lg.head:] {
+		lg.sum = lg.sum.add(e.cost)
+	}
 }
 
 // freeAt returns the earliest time not before now at which used+extra on
 // limit l, after need is added, stays within lim. It assumes expire(now) ran.
+// Sums saturate and only ever grow; a saturated total is more than any
+// limit, so a sum too large for an int64 holds the call back instead of
+// letting it through.
 func (lg *ledger) freeAt(now int64, l Limit, need, lim int64, ph []phantom) int64 {
 	used := lg.sum.On(l)
 	var phUsed int64
 	for _, p := range ph {
-		phUsed += p.amount
+		phUsed = addSat(phUsed, p.amount)
 	}
-	if used+phUsed+need <= lim {
+	total := addSat(addSat(used, phUsed), need)
+	exact := total < math.MaxInt64
+	if exact && total <= lim {
 		return now
 	}
 	if lg.fixed {
@@ -106,35 +128,42 @@ func (lg *ledger) freeAt(now int64, l Limit, need, lim int64, ph []phantom) int6
 		t := lg.start + lg.period
 		var carried int64
 		for i := len(lg.entries) - 1; i >= lg.head && lg.entries[i].at >= t-lg.lag; i-- {
-			carried += lg.entries[i].cost.On(l)
+			carried = addSat(carried, lg.entries[i].cost.On(l))
 		}
-		if carried+need > lim {
+		if addSat(carried, need) > lim {
 			t += lg.period
 		}
-		for _, p := range ph {
-			if phUsed+need <= lim {
+		// Phantoms end in order: wait for every one up to the last whose
+		// end leaves too little room.
+		var left int64
+		for j := len(ph) - 1; j >= 0; j-- {
+			left = addSat(left, ph[j].amount)
+			if addSat(left, need) > lim {
+				t = max(t, ph[j].until)
 				break
 			}
-			t = max(t, p.until)
-			phUsed -= p.amount
 		}
 		return t
 	}
-	excess := used + phUsed + need - lim
+	var freed int64
+	t := now
 	i, j := lg.head, 0
 	for i < len(lg.entries) || j < len(ph) {
-		var t, freed int64
+		var f int64
 		if j >= len(ph) || (i < len(lg.entries) && lg.entries[i].at+lg.period+lg.lag <= ph[j].until) {
-			t, freed = lg.entries[i].at+lg.period+lg.lag, lg.entries[i].cost.On(l)
+			t, f = lg.entries[i].at+lg.period+lg.lag, lg.entries[i].cost.On(l)
 			i++
 		} else {
-			t, freed = ph[j].until, ph[j].amount
+			t, f = ph[j].until, ph[j].amount
 			j++
 		}
-		excess -= freed
-		if excess <= 0 {
+		freed = addSat(freed, f)
+		if exact && total <= addSat(lim, freed) {
 			return t
 		}
+	}
+	if !exact && need <= lim {
+		return t // everything charged is gone by then
 	}
 	return never
 }
@@ -178,10 +207,83 @@ func expirePhantoms(ph []phantom, now int64) []phantom {
 	return append(ph[:0], ph[n:]...)
 }
 
+// add returns c + d, part by part, saturating instead of wrapping.
 func (c Cost) add(d Cost) Cost {
-	return Cost{c.Requests + d.Requests, c.Input + d.Input, c.Output + d.Output}
+	return Cost{addSat(c.Requests, d.Requests), addSat(c.Input, d.Input), addSat(c.Output, d.Output)}
 }
 
+// sub returns c − d, part by part, saturating instead of wrapping.
 func (c Cost) sub(d Cost) Cost {
-	return Cost{c.Requests - d.Requests, c.Input - d.Input, c.Output - d.Output}
+	return Cost{subSat(c.Requests, d.Requests), subSat(c.Input, d.Input), subSat(c.Output, d.Output)}
+}
+
+// times returns c × n, part by part, saturating instead of wrapping.
+func (c Cost) times(n int64) Cost {
+	return Cost{mulSat(c.Requests, n), mulSat(c.Input, n), mulSat(c.Output, n)}
+}
+
+// saturated reports whether a part of c is held at an int64 bound, so that
+// subtracting from it would no longer give the true difference.
+func (c Cost) saturated() bool {
+	for _, v := range [...]int64{c.Requests, c.Input, c.Output} {
+		if v == math.MaxInt64 || v == math.MinInt64 {
+			return true
+		}
+	}
+	return false
+}
+
+// addSat returns a + b, held at the int64 bounds instead of wrapping: the
+// governor's sums include numbers that came from outside (costs, usage,
+// provider headers), and a wrapped sum would turn a full limit into an empty one.
+func addSat(a, b int64) int64 {
+	s := a + b
+	if (s > a) != (b > 0) {
+		if b > 0 {
+			return math.MaxInt64
+		}
+		return math.MinInt64
+	}
+	return s
+}
+
+// subSat returns a − b, held at the int64 bounds instead of wrapping.
+func subSat(a, b int64) int64 {
+	s := a - b
+	if (s < a) != (b > 0) {
+		if b > 0 {
+			return math.MinInt64
+		}
+		return math.MaxInt64
+	}
+	return s
+}
+
+// mulSat returns a × b, held at the int64 bounds instead of wrapping.
+func mulSat(a, b int64) int64 {
+	if a == 0 || b == 0 {
+		return 0
+	}
+	p := a * b
+	if p/b != a || (a == -1 && b == math.MinInt64) || (b == -1 && a == math.MinInt64) {
+		if (a > 0) == (b > 0) {
+			return math.MaxInt64
+		}
+		return math.MinInt64
+	}
+	return p
+}
+
+// nanos converts a float64 count of nanoseconds to int64, held at the int64
+// bounds (a conversion out of range is undefined in Go); NaN is 0.
+func nanos(f float64) int64 {
+	switch {
+	case f != f:
+		return 0
+	case f >= math.MaxInt64:
+		return math.MaxInt64
+	case f <= math.MinInt64:
+		return math.MinInt64
+	}
+	return int64(f)
 }

@@ -1,6 +1,7 @@
 package governor
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -134,13 +135,47 @@ func (ls Limits) String() string {
 
 // Cost is what one call is charged: one request, its input tokens and the
 // output tokens reserved for it (its max_tokens). Total tokens are input + output.
+//
+// Each part must be between 0 and MaxCost; Check, Reserve and Wait refuse
+// any other cost with an error that wraps ErrInvalidCost.
 type Cost struct {
 	Requests int64
 	Input    int64
 	Output   int64
 }
 
-// On returns the amount of c that counts against limit l.
+// MaxCost bounds each part of a Cost: 2^40, about 1.1 trillion. No real call
+// comes near it — the largest context windows hold a few million tokens, and
+// a batch of 128 choices of a million output tokens each is 2^27 — while sums
+// of millions of calls that large still fit in an int64. A cost over it can
+// only come from a client's absurd numbers (max_tokens 2^62 times n), which
+// would otherwise wrap the governor's sums and switch a limit off.
+const MaxCost = 1 << 40
+
+// ErrInvalidCost is wrapped by the error Check, Reserve and Wait return for a
+// cost with a negative part or a part over MaxCost. The error names the part
+// and the bound.
+var ErrInvalidCost = errors.New("invalid cost")
+
+// validate returns an error wrapping ErrInvalidCost that names the first part
+// of c that is negative or over MaxCost, or nil.
+func (c Cost) validate() error {
+	for _, p := range [...]struct {
+		name string
+		v    int64
+	}{{"Requests", c.Requests}, {"Input", c.Input}, {"Output", c.Output}} {
+		switch {
+		case p.v < 0:
+			return fmt.Errorf("%w: %s %d is negative", ErrInvalidCost, p.name, p.v)
+		case p.v > MaxCost:
+			return fmt.Errorf("%w: %s %d is over the bound of %d (governor.MaxCost)", ErrInvalidCost, p.name, p.v, int64(MaxCost))
+		}
+	}
+	return nil
+}
+
+// On returns the amount of c that counts against limit l. Input + output
+// saturates at the int64 bounds instead of wrapping.
 func (c Cost) On(l Limit) int64 {
 	switch l {
 	case RPM, RPD:
@@ -150,12 +185,12 @@ func (c Cost) On(l Limit) int64 {
 	case OTPM:
 		return c.Output
 	default:
-		return c.Input + c.Output
+		return addSat(c.Input, c.Output)
 	}
 }
 
-// Tokens returns input + output.
-func (c Cost) Tokens() int64 { return c.Input + c.Output }
+// Tokens returns input + output, saturating at the int64 bounds instead of wrapping.
+func (c Cost) Tokens() int64 { return addSat(c.Input, c.Output) }
 
 // Usage is what the provider reports a finished call really used.
 type Usage struct {

@@ -25,12 +25,15 @@ func (g *Governor) setPacers() {
 	}
 }
 
-func (p *pacer) readyAt() int64 { return p.tat - p.burst }
+func (p *pacer) readyAt() int64 { return subSat(p.tat, p.burst) }
 
+// take and giveBack saturate: a charge made under a larger allowance and
+// given back after the provider reported a smaller one is worth more time
+// than an int64 holds.
 func (p *pacer) take(now int64, n int64) {
-	p.tat = max(p.tat, now) + int64(float64(n)*p.perUnit)
+	p.tat = addSat(max(p.tat, now), nanos(float64(n)*p.perUnit))
 }
 
 func (p *pacer) giveBack(n int64) {
-	p.tat -= int64(float64(n) * p.perUnit)
+	p.tat = subSat(p.tat, nanos(float64(n)*p.perUnit))
 }

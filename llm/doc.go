@@ -58,4 +58,17 @@
 // [DecodeChatRequest] reads a client's raw request body and keeps every
 // field it does not model, so a proxy can change what it must (max_tokens)
 // and forward the rest unchanged with [ChatRequest.MarshalJSON].
+//
+// It also bounds what the client sent, where it enters: the body must be
+// valid UTF-8 and one JSON object; max_tokens and max_completion_tokens
+// from 1 to [MaxOutputTokens]; n from 1 to [MaxChoices]; every message an
+// object with a known role and content. Its errors name the field in words
+// a proxy can answer with a 400:
+//
+//	llm: request field "max_tokens": 9223372036854775807 is over the limit of 1048576
+//
+// A proxy that decodes only part of a body itself checks it with
+// [ChatRequest.Validate] (and utf8.Valid on the body). [Estimator.Cost]
+// saturates, so even an unchecked request is never priced at a wrapped,
+// negative amount.
 package llm

@@ -2,7 +2,6 @@ package llm
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -22,6 +21,11 @@ const (
 	DefaultTokensPerReply   = 3
 	tokensPerName           = 1
 )
+
+// maxOverhead bounds the configured overheads: real templates add a few
+// tokens a message, and a bounded overhead keeps PromptTokens' sum far from
+// wrapping.
+const maxOverhead = 1000
 
 // DefaultMargin is the fraction added to every input estimate unless
 // EstimatorConfig.Margin says otherwise.
@@ -44,11 +48,11 @@ type EstimatorConfig struct {
 	Margin float64
 
 	// TokensPerMessage is the chat markup counted per message. Default:
-	// DefaultTokensPerMessage (3).
+	// DefaultTokensPerMessage (3). At most 1000.
 	TokensPerMessage int
 
 	// TokensPerReply is the priming of the reply, counted once. Default:
-	// DefaultTokensPerReply (3).
+	// DefaultTokensPerReply (3). At most 1000.
 	TokensPerReply int
 
 	// Decay is the fraction by which a learned ratio relaxes toward 1 at
@@ -77,8 +81,8 @@ func (c EstimatorConfig) validate() error {
 	if c.Margin < 0 || math.IsNaN(c.Margin) || math.IsInf(c.Margin, 0) {
 		return fmt.Errorf("llm: estimator margin %v: want a fraction ≥ 0", c.Margin)
 	}
-	if c.TokensPerMessage < 0 || c.TokensPerReply < 0 {
-		return errors.New("llm: estimator token overheads must not be negative")
+	if c.TokensPerMessage < 0 || c.TokensPerReply < 0 || c.TokensPerMessage > maxOverhead || c.TokensPerReply > maxOverhead {
+		return fmt.Errorf("llm: estimator token overheads must be between 0 and %d", maxOverhead)
 	}
 	if c.Decay < 0 || c.Decay >= 1 || math.IsNaN(c.Decay) {
 		return fmt.Errorf("llm: estimator decay %v: want a fraction in [0, 1)", c.Decay)
@@ -124,15 +128,43 @@ func (e *Estimator) init() {
 
 // Cost returns the cost of sending req. Output is req.MaxTokens (times n
 // when the request asks for several choices): apply the client's defaults
-// first (Client.ApplyDefaults) so it is the max_tokens really sent.
+// first (Client.ApplyDefaults) so it is the max_tokens really sent. Both
+// parts saturate at math.MaxInt64 instead of wrapping, so a request whose
+// numbers were never bounded (ChatRequest.Validate bounds a client's) costs
+// too much for any governor, never a negative amount.
 func (e *Estimator) Cost(req *ChatRequest) governor.Cost {
 	raw := e.PromptTokens(req)
 	f := e.Factor(req.Model)
 	return governor.Cost{
 		Requests: 1,
-		Input:    int64(math.Ceil(float64(raw) * f)),
-		Output:   int64(req.MaxTokens) * choices(req),
+		Input:    ceilTokens(float64(raw) * f),
+		Output:   outputTokens(int64(req.MaxTokens), choices(req)),
 	}
+}
+
+// ceilTokens rounds an estimate up to whole tokens, held at math.MaxInt64
+// (converting a larger float to int64 is undefined); NaN, from no tokens
+// times an infinite factor, is 0.
+func ceilTokens(f float64) int64 {
+	switch {
+	case f >= math.MaxInt64:
+		return math.MaxInt64
+	case !(f > 0):
+		return 0
+	}
+	return int64(math.Ceil(f))
+}
+
+// outputTokens is max_tokens × n (n ≥ 1), held at math.MaxInt64; an unset
+// or negative max_tokens reserves nothing.
+func outputTokens(maxTokens, n int64) int64 {
+	if maxTokens <= 0 {
+		return 0
+	}
+	if maxTokens > math.MaxInt64/n {
+		return math.MaxInt64
+	}
+	return maxTokens * n
 }
 
 // Factor returns the correction Cost applies to a model's raw count: the
@@ -213,8 +245,9 @@ func (e *Estimator) PromptTokens(req *ChatRequest) int64 {
 // promptExtras are request fields the provider turns into prompt tokens.
 var promptExtras = []string{"tools", "functions", "tool_choice", "response_format"}
 
-// choices returns the request's n (number of choices); output is reserved
-// for each.
+// choices returns the request's n (number of choices), for which output is
+// reserved each, held between 1 and MaxChoices: a request with a larger n
+// (ChatRequest.Validate refuses it) is priced at the most a provider serves.
 func choices(req *ChatRequest) int64 {
 	v, ok := req.Extra["n"]
 	if !ok {
@@ -235,10 +268,10 @@ func choices(req *ChatRequest) int64 {
 	default:
 		return 1
 	}
-	if n < 1 || n > 128 {
+	if !(n >= 1) { // NaN too
 		return 1
 	}
-	return int64(n)
+	return int64(min(n, MaxChoices))
 }
 
 var (

@@ -224,3 +224,45 @@ func TestCountTokens(t *testing.T) {
 		t.Error("o200k should count Japanese in fewer tokens than cl100k")
 	}
 }
+
+// A request whose numbers were never bounded is priced at too much for any
+// governor, never at a wrapped negative amount.
+func TestCostSaturates(t *testing.T) {
+	t.Parallel()
+	var e Estimator
+	tests := []struct {
+		name      string
+		maxTokens int
+		n         any
+		want      int64
+	}{
+		{"2^62 × 2", 1 << 62, json.RawMessage("2"), math.MaxInt64},
+		{"MaxInt × 128", math.MaxInt, 128, math.MaxInt64},
+		{"n over the bound counts as 128", 1000, 1000, 128000},
+		{"n NaN counts as 1", 1000, math.NaN(), 1000},
+		{"negative max_tokens reserves nothing", -5, 3, 0},
+		{"bounded", MaxOutputTokens, MaxChoices, MaxOutputTokens * MaxChoices},
+	}
+	for _, tt := range tests {
+		req := userRequest("gpt-4o", "hello")
+		req.MaxTokens = tt.maxTokens
+		req.Extra = map[string]any{"n": tt.n}
+		if got := e.Cost(req).Output; got != tt.want {
+			t.Errorf("%s: Output = %d, want %d", tt.name, got, tt.want)
+		}
+	}
+	huge, err := NewEstimator(EstimatorConfig{Margin: math.MaxFloat64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	huge.Observe("m", 1, 8) // learned ratio 8: 8 × MaxFloat64 is +Inf
+	if got := huge.Cost(userRequest("m", "hello")).Input; got != math.MaxInt64 {
+		t.Errorf("Input with an infinite factor = %d, want MaxInt64", got)
+	}
+	if got := huge.Cost(&ChatRequest{Model: "m"}).Input; got < 0 {
+		t.Errorf("Input = %d", got)
+	}
+	if _, err := NewEstimator(EstimatorConfig{TokensPerMessage: 1 << 62}); err == nil {
+		t.Error("an overhead of 2^62 tokens a message was accepted")
+	}
+}

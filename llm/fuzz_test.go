@@ -5,9 +5,11 @@ import (
 	"errors"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 var fuzzProfiles = []Profile{Groq, OpenAI, Anthropic}
@@ -124,27 +126,71 @@ func FuzzRetryIn(f *testing.F) {
 }
 
 // FuzzDecodeChatRequest: a body that decodes re-encodes to one that decodes
-// to the same request, so forwarding is stable.
+// to the same request, so forwarding is stable; and what is accepted is
+// bounded: valid UTF-8, max_tokens and n within their limits, every message
+// with a known role, a cost no governor sum can wrap on.
 func FuzzDecodeChatRequest(f *testing.F) {
 	for _, s := range []string{
 		`{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":5}`,
 		`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a"}]}],"max_completion_tokens":9,"tools":[]}`,
 		`{"model":"m","messages":[{"role":"assistant","content":null,"tool_calls":[]}],"stop":"x","stream":true,"n":2}`,
+		`{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":4611686018427387904,"n":2}`,
+		`{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":1048576,"max_completion_tokens":1,"n":128}`,
+		`{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":0}`,
+		`{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":-1e400,"n":1e2}`,
+		`{"model":"m","messages":[{}]} trailing`,
+		`{"model":"0","messages":[{"role":"user","content":""}],"max_":0,"max_0":0}`,
+		"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"\xff\"}]}",
+		`{"model":"m","messages":[{"role":"tool","content":"\ud800"}],"x":"\u0000"}`,
 	} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, body string) {
 		req, err := DecodeChatRequest([]byte(body))
 		if err != nil {
+			if !strings.HasPrefix(err.Error(), "llm: request ") {
+				t.Fatalf("error without the request's words: %v", err)
+			}
 			return
+		}
+		if !utf8.ValidString(body) {
+			t.Fatalf("accepted invalid UTF-8: %q", body)
+		}
+		if req.MaxTokens < 0 || req.MaxTokens > MaxOutputTokens {
+			t.Fatalf("accepted max_tokens %d", req.MaxTokens)
+		}
+		if n := choices(req); n < 1 || n > MaxChoices {
+			t.Fatalf("accepted n %d", n)
+		}
+		if err := req.Validate(); err != nil {
+			t.Fatalf("decoded request does not validate: %v", err)
+		}
+		for i, m := range req.Messages {
+			if !slices.Contains(roles, m.Role) {
+				t.Fatalf("message %d has role %q", i, m.Role)
+			}
 		}
 		out, err := json.Marshal(req)
 		if err != nil {
 			t.Fatalf("marshal: %v", err)
 		}
+		if !utf8.Valid(out) {
+			t.Fatalf("re-encoded to invalid UTF-8: %q", out)
+		}
 		again, err := DecodeChatRequest(out)
 		if err != nil {
 			t.Fatalf("re-decode %s: %v", out, err)
+		}
+		if again.Model != req.Model || again.MaxTokens != req.MaxTokens || again.CompletionTokensName != req.CompletionTokensName ||
+			again.User != req.User || again.Stream != req.Stream || len(again.Messages) != len(req.Messages) ||
+			!slices.Equal(again.Stop, req.Stop) || len(again.Extra) != len(req.Extra) {
+			t.Fatalf("re-decoded differently:\n%+v\n%+v", req, again)
+		}
+		for i := range req.Messages {
+			a, b := req.Messages[i], again.Messages[i]
+			if a.Role != b.Role || a.Content != b.Content || len(a.Extra) != len(b.Extra) {
+				t.Fatalf("message %d re-decoded differently:\n%+v\n%+v", i, a, b)
+			}
 		}
 		out2, err := json.Marshal(again)
 		if err != nil {
@@ -153,12 +199,74 @@ func FuzzDecodeChatRequest(f *testing.F) {
 		if string(out) != string(out2) {
 			t.Fatalf("not stable:\n%s\n%s", out, out2)
 		}
-		if strings.Count(string(out), `"max_`) > 1 {
+		var fields map[string]json.RawMessage
+		if err := json.Unmarshal(out, &fields); err != nil {
+			t.Fatal(err)
+		}
+		_, mt := fields["max_tokens"]
+		_, mct := fields["max_completion_tokens"]
+		if mt && mct {
 			t.Fatalf("two max_tokens names: %s", out)
 		}
 		var e Estimator
-		if c := e.Cost(req); c.Input < 0 || c.Output < 0 || c.Requests != 1 {
+		c := e.Cost(req)
+		if c.Input < 0 || c.Output < 0 || c.Requests != 1 || c.Output > MaxOutputTokens*MaxChoices {
 			t.Fatalf("cost %+v", c)
+		}
+		if c.Input > int64(len(body))*2+100 {
+			t.Fatalf("input estimate %d for a body of %d bytes", c.Input, len(body))
+		}
+	})
+}
+
+// FuzzStream: any bytes from upstream read as a stream without panicking
+// and end it: every chunk is the JSON of one event, no more chunks than data
+// lines, the end is sticky, and a clean end (no error) was earned by [DONE]
+// or a finish.
+func FuzzStream(f *testing.F) {
+	for _, s := range []string{
+		": keep-alive\n\n" + `data: {"id":"c","choices":[{"index":0,"delta":{"content":"Hel"}}]}` + "\n\n" +
+			`data: {"id":"c","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}` + "\n\ndata: [DONE]\n\n",
+		"event: error\ndata: {\"error\":{\"message\":\"Overloaded\",\"type\":\"overloaded_error\"}}\n\n",
+		"data: {\"id\":1,\n" + "data: \"choices\":[]}\r\n\r\n",
+		`data: {"choices":[],"x_groq":{"usage":{"prompt_tokens":-1,"completion_tokens":9223372036854775807}}}`,
+		"data: {\"error\":{\"message\":\"Rate limit reached: Please try again in 2s.\",\"code\":\"rate_limit_exceeded\"}}\n\n",
+		"data: [DONE]",
+		"data:\ndata:\n\n",
+		"\xff\xfe\x00data: {}",
+		"",
+	} {
+		f.Add(s)
+	}
+	c, err := NewClient(Config{Profile: Groq})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, body string) {
+		s := readerStream(c, strings.NewReader(body))
+		chunks := 0
+		for s.Next() {
+			chunks++
+			ch := s.Chunk()
+			if !json.Valid(ch.Raw) || len(ch.Raw) > maxEvent {
+				t.Fatalf("chunk %d: raw %q", chunks, ch.Raw)
+			}
+		}
+		if max := strings.Count(body, "data"); chunks > max {
+			t.Fatalf("%d chunks from %d data lines", chunks, max)
+		}
+		err := s.Err()
+		if s.Next() || s.Err() != err {
+			t.Fatal("Next after the end read more or changed the error")
+		}
+		if err == nil && !strings.Contains(body, "[DONE]") && !s.finished {
+			t.Fatalf("clean end without [DONE] or a finish: %q", body)
+		}
+		if err != nil {
+			_ = err.Error()
+			if d, _ := RetryAfter(err); d < 0 || d > maxWait {
+				t.Fatalf("RetryAfter %v", d)
+			}
 		}
 	})
 }

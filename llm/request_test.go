@@ -57,7 +57,7 @@ func TestDecodeChatRequestFields(t *testing.T) {
 	t.Parallel()
 	req, err := DecodeChatRequest([]byte(`{"model":"gpt-4o","messages":[
 		{"role":"user","content":[{"type":"text","text":"part one"},{"type":"text","text":"part two"}]},
-		{"role":"assistant","content":null}],
+		{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"f","arguments":"{}"}}]}],
 		"max_tokens":256,"temperature":0.5,"stop":"END","user":"u","stream":true}`))
 	if err != nil {
 		t.Fatal(err)
@@ -118,7 +118,7 @@ func TestDecodeChatRequestErrors(t *testing.T) {
 		{`{"model":5,"messages":[{"role":"user","content":"x"}]}`, `"model": must be a string`},
 		{`{"model":"m","messages":{"role":"user"}}`, `"messages": must be an array`},
 		{`{"model":"m","messages":["hi"]}`, `"messages": must be an array of messages`},
-		{`{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":-1}`, `"max_tokens": must be a whole number`},
+		{`{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":-1}`, `"max_tokens": must be at least 1, got -1`},
 		{`{"model":"m","messages":[{"role":"user","content":"x"}],"max_completion_tokens":1.5}`, `"max_completion_tokens": must be a whole number`},
 		{`{"model":"m","messages":[{"role":"user","content":"x"}],"temperature":"hot"}`, `"temperature": must be a number`},
 		{`{"model":"m","messages":[{"role":"user","content":"x"}],"stop":[1]}`, `"stop": must be a string or an array`},
@@ -179,5 +179,121 @@ func TestMarshalChatRequestByValue(t *testing.T) {
 	}
 	if want := `{"req":{"max_tokens":5,"messages":[],"model":"m"}}`; string(out) != want {
 		t.Fatalf("got %s, want %s", out, want)
+	}
+}
+
+func TestDecodeChatRequestBounds(t *testing.T) {
+	t.Parallel()
+	const user = `"messages":[{"role":"user","content":"x"}]`
+	tests := []struct {
+		name string
+		body string
+		want string // the whole error
+	}{
+		{"max_tokens at int64's top", `{"model":"m",` + user + `,"max_tokens":9223372036854775807}`,
+			`llm: request field "max_tokens": 9223372036854775807 is over the limit of 1048576`},
+		{"max_tokens over the bound", `{"model":"m",` + user + `,"max_tokens":1048577}`,
+			`llm: request field "max_tokens": 1048577 is over the limit of 1048576`},
+		{"max_tokens beyond float64", `{"model":"m",` + user + `,"max_tokens":1e400}`,
+			`llm: request field "max_tokens": 1e400 is over the limit of 1048576`},
+		{"max_tokens 0", `{"model":"m",` + user + `,"max_tokens":0}`,
+			`llm: request field "max_tokens": must be at least 1, got 0`},
+		{"max_completion_tokens negative", `{"model":"m",` + user + `,"max_completion_tokens":-5}`,
+			`llm: request field "max_completion_tokens": must be at least 1, got -5`},
+		{"max_completion_tokens 2^62", `{"model":"m",` + user + `,"max_completion_tokens":4611686018427387904}`,
+			`llm: request field "max_completion_tokens": 4611686018427387904 is over the limit of 1048576`},
+		{"max_tokens a string", `{"model":"m",` + user + `,"max_tokens":"5"}`,
+			`llm: request field "max_tokens": must be a whole number`},
+		{"max_tokens of a thousand digits", `{"model":"m",` + user + `,"max_tokens":` + strings.Repeat("9", 1000) + `}`,
+			`llm: request field "max_tokens": 99999999999999999999…9999999999 is over the limit of 1048576`},
+		{"n 0", `{"model":"m",` + user + `,"n":0}`, `llm: request field "n": must be at least 1, got 0`},
+		{"n over 128", `{"model":"m",` + user + `,"n":129}`, `llm: request field "n": 129 is over the limit of 128`},
+		{"n fractional", `{"model":"m",` + user + `,"n":1.5}`, `llm: request field "n": must be a whole number, got 1.5`},
+		{"n a string", `{"model":"m",` + user + `,"n":"2"}`, `llm: request field "n": must be a whole number`},
+		{"trailing garbage", `{"model":"m",` + user + `} {"model":"x"}`,
+			`llm: request body has data after the JSON object, at byte 57`},
+		{"trailing garbage after a newline", `{"model":"m",` + user + "}\nxyz",
+			`llm: request body has data after the JSON object, at byte 57`},
+		{"invalid UTF-8 in content", "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"a\xffb\"}]}",
+			`llm: request body is not valid UTF-8: invalid byte at offset 52`},
+		{"invalid UTF-8 in an unknown field", "{\"model\":\"m\"," + user + ",\"user_tag\":\"\xc3\"}",
+			`llm: request body is not valid UTF-8: invalid byte at offset 68`},
+		{"empty message", `{"model":"m","messages":[{}]}`, `llm: request field "messages[0]": "role" is missing`},
+		{"unknown role", `{"model":"m","messages":[{"role":"user","content":"a"},{"role":"robot","content":"x"}]}`,
+			`llm: request field "messages[1]": "role" "robot" is not one of system, user, assistant, tool, developer, function`},
+		{"no content", `{"model":"m","messages":[{"role":"user"}]}`, `llm: request field "messages[0]": "content" is missing`},
+		{"null content from a user", `{"model":"m","messages":[{"role":"user","content":null}]}`,
+			`llm: request field "messages[0]": "content" is null; only an assistant message with tool_calls may leave it out`},
+		{"assistant with null tool_calls", `{"model":"m","messages":[{"role":"assistant","content":null,"tool_calls":null}]}`,
+			`llm: request field "messages[0]": "content" is null; only an assistant message with tool_calls may leave it out`},
+		{"content a number", `{"model":"m","messages":[{"role":"user","content":5}]}`,
+			`llm: request field "messages[0]": "content" must be a string or an array of content parts`},
+		{"content an object", `{"model":"m","messages":[{"role":"user","content":{"text":"a"}}]}`,
+			`llm: request field "messages[0]": "content" must be a string or an array of content parts`},
+		{"content parts that are not objects", `{"model":"m","messages":[{"role":"user","content":["a"]}]}`,
+			`llm: request field "messages[0]": "content" must be a string or an array of content parts`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			req, err := DecodeChatRequest([]byte(tt.body))
+			if err == nil || err.Error() != tt.want {
+				t.Fatalf("err = %v, want %s (req %+v)", err, tt.want, req)
+			}
+		})
+	}
+}
+
+func TestDecodeChatRequestAccepts(t *testing.T) {
+	t.Parallel()
+	for _, body := range []string{
+		`{"model":"m","messages":[{"role":"user","content":""}],"max_tokens":1048576,"n":128}`,
+		`{"model":"m","messages":[{"role":"developer","content":"be terse"},{"role":"user","content":[]}],"max_tokens":null,"n":null}`,
+		`{"model":"m","messages":[{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]},` +
+			`{"role":"tool","tool_call_id":"c","content":[{"type":"text","text":"ok"}]}],"max_completion_tokens":1}`,
+		`{"model":"m","messages":[{"role":"assistant","content":null,"function_call":{"name":"f","arguments":"{}"}},` +
+			`{"role":"function","name":"f","content":"42"}],"max_tokens":5.0}`,
+		"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"h\u00e9 \U0001F600\"}]}\n\t ",
+	} {
+		if _, err := DecodeChatRequest([]byte(body)); err != nil {
+			t.Errorf("%s: %v", body, err)
+		}
+	}
+}
+
+// A request decoded some other way (the gateway reads only what prices a
+// call) is checked by Validate with the same words.
+func TestValidate(t *testing.T) {
+	t.Parallel()
+	var p struct {
+		Model     string    `json:"model"`
+		Messages  []Message `json:"messages"`
+		MaxTokens *int      `json:"max_tokens"`
+	}
+	if err := json.Unmarshal([]byte(`{"model":"m","messages":[{"role":"user"}],"max_tokens":9223372036854775807}`), &p); err != nil {
+		t.Fatal(err)
+	}
+	req := &ChatRequest{Model: p.Model, Messages: p.Messages, MaxTokens: *p.MaxTokens}
+	if err := req.Validate(); err == nil || err.Error() != `llm: request field "messages[0]": "content" is missing` {
+		t.Errorf("Validate() = %v", err)
+	}
+	req.Messages = []Message{{Role: "user", Content: "hi"}}
+	if err := req.Validate(); err == nil || err.Error() != `llm: request field "max_tokens": 9223372036854775807 is over the limit of 1048576` {
+		t.Errorf("Validate() = %v", err)
+	}
+	req.MaxTokens, req.CompletionTokensName = -3, true
+	if err := req.Validate(); err == nil || err.Error() != `llm: request field "max_completion_tokens": must be at least 1, got -3` {
+		t.Errorf("Validate() = %v", err)
+	}
+	req.MaxTokens = 100
+	for _, n := range []any{json.RawMessage("1000"), 0, int64(129), 2.5, "2"} {
+		req.Extra = map[string]any{"n": n}
+		if err := req.Validate(); err == nil || !strings.HasPrefix(err.Error(), `llm: request field "n": `) {
+			t.Errorf("n %v: Validate() = %v", n, err)
+		}
+	}
+	req.Extra = map[string]any{"n": 3}
+	if err := req.Validate(); err != nil {
+		t.Errorf("Validate() = %v", err)
 	}
 }

@@ -1,6 +1,7 @@
 package llm
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"io"
@@ -247,4 +248,57 @@ func TestStreamCloseFromAnotherGoroutine(t *testing.T) {
 		t.Fatal("Next did not return after Close")
 	}
 	s.Close() // twice is fine
+}
+
+// readerStream reads a stream body from r, as ChatStream would after the headers.
+func readerStream(c *Client, r io.Reader) *Stream {
+	return &Stream{client: c, ctx: context.Background(), body: io.NopCloser(r), r: bufio.NewReaderSize(r, 16<<10)}
+}
+
+// endless repeats its pattern forever.
+type endless struct {
+	pattern []byte
+	off     int
+}
+
+func (e *endless) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = e.pattern[e.off%len(e.pattern)]
+		e.off++
+	}
+	return len(p), nil
+}
+
+// An upstream that never ends a line, or an event, ends the stream with an
+// error after a bounded read, instead of taking all memory.
+func TestStreamBoundsLinesAndEvents(t *testing.T) {
+	t.Parallel()
+	c := newTestClient(t, Config{Profile: Groq})
+	tests := []struct {
+		name, pattern, want string
+		perByte             int // bytes read for each byte kept
+	}{
+		{"a line without end", "a", "stream line longer than 8388608 bytes", 1},
+		{"a data line without end", "data: {", "stream line longer than 8388608 bytes", 1},
+		{"an event without end", "data: {\"a\":1}\n", "stream event larger than 8388608 bytes", 2},
+		{"empty data lines", "data:\n", "stream event larger than 8388608 bytes", 6},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			src := &endless{pattern: []byte(tt.pattern)}
+			s := readerStream(c, src)
+			if s.Next() {
+				t.Fatal("Next read a chunk")
+			}
+			var te *TransportError
+			if !errors.As(s.Err(), &te) || te.Kind != Malformed || !strings.Contains(s.Err().Error(), tt.want) {
+				t.Fatalf("err = %v, want a Malformed error saying %q", s.Err(), tt.want)
+			}
+			// Reading stops within a buffer or so of the bound.
+			if src.off > tt.perByte*maxEvent+64<<10 {
+				t.Fatalf("read %d bytes for a bound of %d", src.off, maxEvent)
+			}
+		})
+	}
 }
