@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test sluice has, on a fresh machine too: starts PostgreSQL when it
 # is down, installs the Node packages the client tests use, then runs go vet
-# and the Go tests with the race detector. Extra arguments go to "go test"
-# (e.g. scripts/test.sh -run TestGovernor ./governor).
+# and the Go tests with the race detector, then every fuzz target briefly
+# (FUZZTIME, default 10s each; SLUICE_FUZZ=0 skips them). Extra arguments go
+# to "go test" and skip the fuzzing (e.g. scripts/test.sh -run TestGovernor ./governor).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -42,3 +43,8 @@ log "go vet"
 go vet ./...
 log "go test -race"
 go test -race -count=1 -timeout 30m "${@:-./...}"
+
+if [ "$#" -eq 0 ] && [ "${SLUICE_FUZZ:-1}" != 0 ]; then
+  log "fuzz targets (scripts/fuzz.sh)"
+  FUZZTIME="${FUZZTIME:-10s}" scripts/fuzz.sh
+fi

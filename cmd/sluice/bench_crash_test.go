@@ -30,7 +30,7 @@ func TestBenchCrash(t *testing.T) {
 			}
 			var out, errb bytes.Buffer
 			env := &cmdEnv{stdout: &out, stderr: &errb, getenv: os.Getenv}
-			code := runMain(context.Background(), env, []string{"bench", "crash", "--kills", "10", "--events", "30", "--db", url, "--json"})
+			code := runMain(context.Background(), env, []string{"bench", "crash", "--kills", "10", "--events", "60", "--db", url, "--json"})
 			if code != 0 {
 				t.Fatalf("exit %d: %s", code, errb.String())
 			}
@@ -39,8 +39,8 @@ func TestBenchCrash(t *testing.T) {
 				t.Fatalf("%s: %v", out.String(), err)
 			}
 			t.Logf("%+v", rep)
-			if rep.Runs != 30 || rep.Lost != 0 || rep.DuplicateSaves != 0 || rep.RebilledCalls > rep.Kills || rep.Completed != 30 {
-				t.Fatalf("report %+v: want 30 runs completed, none lost, no duplicate saves, re-billed ≤ kills", rep)
+			if rep.Runs != 60 || rep.Lost != 0 || rep.DuplicateSaves != 0 || rep.RebilledCalls > rep.Kills || rep.Completed != 60 {
+				t.Fatalf("report %+v: want 60 runs completed, none lost, no duplicate saves, re-billed ≤ kills", rep)
 			}
 			if rep.Kills < 5 {
 				t.Fatalf("only %d kills landed before the work finished: the workload is too small to test recovery", rep.Kills)

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/gateway"
+	"github.com/sluice-dev/sluice/internal/guard"
 	"github.com/sluice-dev/sluice/internal/sim"
 )
 
@@ -98,12 +99,17 @@ func runBenchGateway(ctx context.Context, env *cmdEnv, args []string) error {
 	pt.MaxIdleConnsPerHost = 16
 	proxy.Transport = pt
 	var servers []*http.Server
-	serve := func(h http.Handler) (string, error) {
+	// The gateway is served as "sluice gateway" serves it, behind guard's
+	// deadlines and checks; the proxy as a plain http.Server.
+	serve := func(h http.Handler, guarded bool) (string, error) {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return "", err
 		}
 		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+		if guarded {
+			srv = guard.NewServer(h, guard.Config{Addr: ln.Addr().String()})
+		}
 		servers = append(servers, srv)
 		go func() { _ = srv.Serve(ln) }()
 		return "http://" + ln.Addr().String(), nil
@@ -113,11 +119,11 @@ func runBenchGateway(ctx context.Context, env *cmdEnv, args []string) error {
 			_ = s.Close()
 		}
 	}()
-	proxyURL, err := serve(proxy)
+	proxyURL, err := serve(proxy, false)
 	if err != nil {
 		return err
 	}
-	gatewayURL, err := serve(gw)
+	gatewayURL, err := serve(gw, true)
 	if err != nil {
 		return err
 	}

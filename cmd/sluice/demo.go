@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/sluice-dev/sluice"
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/guard"
 	"github.com/sluice-dev/sluice/internal/sim"
 	"github.com/sluice-dev/sluice/llm"
 )
@@ -123,11 +123,14 @@ func runDemo(ctx context.Context, env *cmdEnv, args []string) error {
 		return err
 	}
 	if *addr != "" {
+		if err := guard.CheckBind(*addr, false, "the demo's run API has no token"); err != nil {
+			return err
+		}
 		ln, err := net.Listen("tcp", *addr)
 		if err != nil {
 			return fmt.Errorf("listen on %s: %w (use --addr to pick another, or --addr \"\")", *addr, err)
 		}
-		srv := &http.Server{Handler: app.Handler(sluice.HandlerConfig{}), ReadHeaderTimeout: 10 * time.Second}
+		srv := guard.NewServer(app.Handler(sluice.HandlerConfig{}), guard.Config{Addr: *addr})
 		go func() { _ = srv.Serve(ln) }()
 		defer srv.Close()
 		fmt.Fprintf(env.stdout, "run API on http://%s/v1/runs\n", ln.Addr())

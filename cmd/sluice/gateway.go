@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"github.com/sluice-dev/sluice/internal/store"
@@ -11,7 +12,6 @@ import (
 	_ "github.com/sluice-dev/sluice/internal/store/sqlite"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -21,6 +21,7 @@ import (
 
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/gateway"
+	"github.com/sluice-dev/sluice/internal/guard"
 	"github.com/sluice-dev/sluice/llm"
 )
 
@@ -44,8 +45,16 @@ type gatewayFile struct {
 	Window           string           `yaml:"window"`
 	Accounting       string           `yaml:"accounting"`
 	MaxWait          string           `yaml:"max_wait"`
-	DefaultMaxTokens int              `yaml:"default_max_tokens"`
-	MaxBodyBytes     int64            `yaml:"max_body_bytes"`
+	DefaultMaxTokens *int             `yaml:"default_max_tokens"`
+	MaxBodyBytes     *int64           `yaml:"max_body_bytes"`
+	MaxWaiting       *int             `yaml:"max_waiting"`
+	MaxFlowWaiting   *int             `yaml:"max_flow_waiting"`
+	MaxWaitingBytes  *int64           `yaml:"max_waiting_bytes"`
+	HeaderTimeout    string           `yaml:"header_timeout"`
+	BodyTimeout      string           `yaml:"body_timeout"`
+	WriteTimeout     string           `yaml:"write_timeout"`
+	IdleTimeout      string           `yaml:"idle_timeout"`
+	AllowedHosts     []string         `yaml:"allowed_hosts"`
 	Lag              string           `yaml:"lag"`
 	RetryBase        string           `yaml:"retry_base"`
 	DB               string           `yaml:"db"`
@@ -53,11 +62,13 @@ type gatewayFile struct {
 	ClientKeys       []gatewayKeyFile `yaml:"client_keys"`
 }
 
+// gatewayFlow is a flow in the file. A key left out takes its default; a
+// key given is checked as the same part of --flow is.
 type gatewayFlow struct {
-	Name             string  `yaml:"name"`
-	Weight           float64 `yaml:"weight"`
-	Priority         int     `yaml:"priority"`
-	DefaultMaxTokens int     `yaml:"default_max_tokens"`
+	Name             string   `yaml:"name"`
+	Weight           *float64 `yaml:"weight"`
+	Priority         int      `yaml:"priority"`
+	DefaultMaxTokens *int     `yaml:"default_max_tokens"`
 }
 
 // gatewayKeyFile names a client key by the environment variable holding it,
@@ -93,19 +104,48 @@ func parseFlow(v string) (gateway.Flow, error) {
 	}
 	fl := gateway.Flow{Name: name}
 	w, err := strconv.ParseFloat(parts[0], 64)
-	if err != nil || w <= 0 {
-		return fl, fmt.Errorf("flow %q: weight %q is not a positive number", v, parts[0])
+	if err != nil {
+		return fl, fmt.Errorf("flow %q: weight %q is not a number", name, parts[0])
 	}
 	fl.Weight = w
 	if len(parts) > 1 && parts[1] != "" {
 		if fl.Priority, err = strconv.Atoi(parts[1]); err != nil {
-			return fl, fmt.Errorf("flow %q: priority %q is not a whole number", v, parts[1])
+			return fl, fmt.Errorf("flow %q: priority %q is not a whole number", name, parts[1])
 		}
 	}
+	maxTokens := (*int)(nil)
 	if len(parts) > 2 {
-		if fl.DefaultMaxTokens, err = strconv.Atoi(parts[2]); err != nil || fl.DefaultMaxTokens <= 0 {
-			return fl, fmt.Errorf("flow %q: default max_tokens %q is not a positive whole number", v, parts[2])
+		n, err := strconv.Atoi(parts[2])
+		if err != nil {
+			return fl, fmt.Errorf("flow %q: default max_tokens %q is not a whole number", name, parts[2])
 		}
+		maxTokens = &n
+	}
+	return checkFlow(fl.Name, &fl.Weight, fl.Priority, maxTokens)
+}
+
+// checkFlow builds a flow from --flow or from the file alike, so both
+// accept and refuse the same values. Nil means left out: the default.
+func checkFlow(name string, weight *float64, priority int, maxTokens *int) (gateway.Flow, error) {
+	fl := gateway.Flow{Name: name, Weight: 1, Priority: priority}
+	if name == "" {
+		return fl, errors.New("a flow has no name")
+	}
+	if weight != nil {
+		if w := *weight; !(w >= governor.MinWeight && w <= governor.MaxWeight) {
+			return fl, fmt.Errorf("flow %q: weight %v: want a positive number from %v to %v", name, w, governor.MinWeight, governor.MaxWeight)
+		}
+		fl.Weight = *weight
+	}
+	if priority < governor.MinPriority || priority > governor.MaxPriority {
+		return fl, fmt.Errorf("flow %q: priority %d: want %d to %d (each step multiplies the flow's share by 4; priority is never absolute)",
+			name, priority, governor.MinPriority, governor.MaxPriority)
+	}
+	if maxTokens != nil {
+		if n := *maxTokens; n < 1 || n > llm.MaxOutputTokens {
+			return fl, fmt.Errorf("flow %q: default max_tokens %d: want 1 to %d", name, n, llm.MaxOutputTokens)
+		}
+		fl.DefaultMaxTokens = *maxTokens
 	}
 	return fl, nil
 }
@@ -119,7 +159,7 @@ func parseClientKeys(s string) []gateway.ClientKey {
 			continue
 		}
 		k, flow, _ := strings.Cut(part, "=")
-		keys = append(keys, gateway.ClientKey{Key: k, Flow: flow})
+		keys = append(keys, gateway.ClientKey{Key: strings.TrimSpace(k), Flow: strings.TrimSpace(flow)})
 	}
 	return keys
 }
@@ -149,10 +189,15 @@ func runGateway(ctx context.Context, env *cmdEnv, args []string) error {
 		lag        = fs.Duration("lag", time.Second, "how much later than its admission the provider may count a call; charges are held that much longer (negative: off)")
 		retryBase  = fs.Duration("retry-base", 250*time.Millisecond, "first backoff after a 5xx, overload, timeout or reset; doubles per attempt, within the request's max wait")
 		logLevel   = fs.String("log-level", "info", "log level: debug, info, warn or error (logs go to stderr)")
+		maxWaiting = fs.Int("max-waiting", 1024, "most requests that may wait for admission on the key; one more gets 429 naming the bound")
+		maxFlowW   = fs.Int("max-flow-waiting", 512, "most requests of one flow that may wait for admission")
+		maxWBytes  = fs.Int64("max-waiting-bytes", 256<<20, "most bytes of request bodies that may wait for admission, added up")
 		dbURL      = fs.String("db", "", "database that keeps the key's day usage across restarts: an SQLite path (….db) or postgres://… URL (default $SLUICE_DB; neither: kept in memory only)")
 		flows      flowFlags
 	)
-	fs.Var(&flows, "flow", "a flow as `NAME=WEIGHT[:PRIORITY[:MAX_TOKENS]]` (repeatable); unknown flows go to default")
+	fs.Var(&flows, "flow", "a flow as `NAME=WEIGHT[:PRIORITY[:MAX_TOKENS]]` (repeatable; priority from "+
+		strconv.Itoa(governor.MinPriority)+" to "+strconv.Itoa(governor.MaxPriority)+"); unknown flows go to default")
+	sf := addServerFlags(fs)
 	if err := parseFlags(fs, env, args); err != nil {
 		return err
 	}
@@ -189,11 +234,41 @@ func runGateway(ctx context.Context, env *cmdEnv, args []string) error {
 		return d, nil
 	}
 
-	cfg := gateway.Config{Upstream: pick("upstream", *upstream, file.Upstream), Key: pick("key-name", *keyName, file.Key),
-		DefaultMaxTokens: *defMax, MaxBodyBytes: *maxBody}
+	cfg := gateway.Config{Upstream: pick("upstream", *upstream, file.Upstream), Key: pick("key-name", *keyName, file.Key)}
 	if cfg.Upstream == "" {
 		fmt.Fprintln(env.stderr, "sluice gateway: --upstream is required (or upstream: in --config)")
 		return errUsage
+	}
+	// Numbers: the flag when given, else the file's when present, else the
+	// flag's default; checked the same wherever they came from.
+	var err error
+	if cfg.DefaultMaxTokens, err = bounded("default-max-tokens", set, *defMax, file.DefaultMaxTokens, 1, llm.MaxOutputTokens); err != nil {
+		return err
+	}
+	if cfg.MaxBodyBytes, err = bounded("max-body-bytes", set, *maxBody, file.MaxBodyBytes, 1, 1<<30); err != nil {
+		return err
+	}
+	if cfg.MaxWaiting, err = bounded("max-waiting", set, *maxWaiting, file.MaxWaiting, 1, 1<<20); err != nil {
+		return err
+	}
+	if cfg.MaxFlowWaiting, err = bounded("max-flow-waiting", set, *maxFlowW, file.MaxFlowWaiting, 1, 1<<20); err != nil {
+		return err
+	}
+	if cfg.MaxWaitingBytes, err = bounded("max-waiting-bytes", set, *maxWBytes, file.MaxWaitingBytes, 1, 1<<40); err != nil {
+		return err
+	}
+	for _, d := range []struct {
+		name string
+		to   *time.Duration
+		file string
+	}{{"header-timeout", &sf.header, file.HeaderTimeout}, {"body-timeout", &sf.body, file.BodyTimeout},
+		{"write-timeout", &sf.write, file.WriteTimeout}, {"idle-timeout", &sf.idle, file.IdleTimeout}} {
+		if *d.to, err = dur(d.name, *d.to, d.file); err != nil {
+			return err
+		}
+	}
+	if !set["allowed-hosts"] && len(file.AllowedHosts) > 0 {
+		sf.hosts = strings.Join(file.AllowedHosts, ",")
 	}
 	prof, err := llm.ParseProfile(pick("profile", *profile, file.Profile))
 	if err != nil {
@@ -224,6 +299,9 @@ func runGateway(ctx context.Context, env *cmdEnv, args []string) error {
 	if cfg.MaxWait, err = dur("max-wait", *maxWait, file.MaxWait); err != nil {
 		return err
 	}
+	if cfg.MaxWait < 0 {
+		return fmt.Errorf("max wait %s is negative", cfg.MaxWait)
+	}
 	if cfg.MaxWait == 0 {
 		cfg.MaxWait = time.Nanosecond // 0 means "do not wait", not "the default"
 	}
@@ -236,17 +314,15 @@ func runGateway(ctx context.Context, env *cmdEnv, args []string) error {
 	if cfg.RetryBase, err = dur("retry-base", *retryBase, file.RetryBase); err != nil {
 		return err
 	}
-	if !set["default-max-tokens"] && file.DefaultMaxTokens > 0 {
-		cfg.DefaultMaxTokens = file.DefaultMaxTokens
-	}
-	if !set["max-body-bytes"] && file.MaxBodyBytes > 0 {
-		cfg.MaxBodyBytes = file.MaxBodyBytes
-	}
 	if len(flows) > 0 {
 		cfg.Flows = flows
 	} else {
-		for _, f := range file.Flows {
-			cfg.Flows = append(cfg.Flows, gateway.Flow{Name: f.Name, Weight: f.Weight, Priority: f.Priority, DefaultMaxTokens: f.DefaultMaxTokens})
+		for i, f := range file.Flows {
+			fl, err := checkFlow(f.Name, f.Weight, f.Priority, f.DefaultMaxTokens)
+			if err != nil {
+				return fmt.Errorf("--config: flows[%d]: %w", i, err)
+			}
+			cfg.Flows = append(cfg.Flows, fl)
 		}
 	}
 
@@ -269,8 +345,11 @@ func runGateway(ctx context.Context, env *cmdEnv, args []string) error {
 	cfg.Logger = slog.New(slog.NewTextHandler(env.stderr, &slog.HandlerOptions{Level: level}))
 
 	listen := pick("addr", *addr, file.Addr)
-	if err := checkGatewayBind(listen, len(cfg.ClientKeys) > 0, *clientEnv); err != nil {
+	if err := guard.CheckBind(listen, len(cfg.ClientKeys) > 0, "give client keys in "+*clientEnv); err != nil {
 		return err
+	}
+	if cfg.Limits == (governor.Limits{}) {
+		fmt.Fprintln(env.stderr, "sluice gateway: warning: no --limits: the gateway governs nothing and sends every request upstream at once")
 	}
 	if db := cmp.Or(pick("db", *dbURL, file.DB), env.getenv("SLUICE_DB")); db != "" {
 		st, err := store.Open(ctx, db)
@@ -284,28 +363,30 @@ func runGateway(ctx context.Context, env *cmdEnv, args []string) error {
 	if err != nil {
 		return err
 	}
+	gc, err := sf.config(listen, gw.WriteError)
+	if err != nil {
+		return err
+	}
 	defer gw.Close(context.Background())
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", listen, err)
 	}
-	srv := &http.Server{Handler: gw, ReadHeaderTimeout: 10 * time.Second}
+	srv := guard.NewServer(gw, gc)
 	fmt.Fprintf(env.stdout, "listening on http://%s (upstream %s, profile %s, limits %s)\n", ln.Addr(), cfg.Upstream, prof, cfg.Limits)
 	return serveUntilDone(ctx, srv, ln)
 }
 
-// checkGatewayBind refuses to put the provider key at the disposal of the
-// network without client keys.
-func checkGatewayBind(addr string, haveKeys bool, keysEnv string) error {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("--addr %q: %w", addr, err)
+// bounded picks a number as the gateway's other settings are picked — the
+// flag when given, else the file's when present — and checks it within
+// [lo, hi], naming the flag and the file's key alike.
+func bounded[T int | int64](name string, set map[string]bool, flagV T, fileV *T, lo, hi T) (T, error) {
+	v := flagV
+	if !set[name] && fileV != nil {
+		v = *fileV
 	}
-	if haveKeys || host == "localhost" {
-		return nil
+	if v < lo || v > hi {
+		return v, fmt.Errorf("--%s (%s: in --config) %d: want %d to %d", name, strings.ReplaceAll(name, "-", "_"), v, lo, hi)
 	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
-		return nil
-	}
-	return fmt.Errorf("refusing to serve the provider key on %s without client keys: set %s (or bind to 127.0.0.1)", addr, keysEnv)
+	return v, nil
 }

@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"net"
 	"github.com/sluice-dev/sluice/internal/testenv"
 	"io"
 	"net/http"
@@ -96,6 +98,7 @@ func gatewayPost(t *testing.T, url, body string, header map[string]string) (int,
 	if err != nil {
 		t.Fatal(err)
 	}
+	req.Header.Set("Content-Type", "application/json")
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
@@ -201,12 +204,12 @@ client_keys:
 	if err := os.WriteFile(file, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	url, _ := startGateway(t, map[string]string{"MY_PROVIDER_KEY": gatewayTestKey, "TITLE_APP_KEY": "app-title-key"},
+	url, _ := startGateway(t, map[string]string{"MY_PROVIDER_KEY": gatewayTestKey, "TITLE_APP_KEY": "app-title-key-0123"},
 		"--config", file, "--limits", "rpm=60,tpm=6000", "--addr", "127.0.0.1:0")
 	if status, body := gatewayPost(t, url, gatewayChat, nil); status != 401 {
 		t.Errorf("without a client key: %d %s", status, body)
 	}
-	auth := map[string]string{"Authorization": "Bearer app-title-key"}
+	auth := map[string]string{"Authorization": "Bearer app-title-key-0123"}
 	if status, body := gatewayPost(t, url, gatewayChat, auth); status != 200 {
 		t.Fatalf("with the client key: %d %s", status, body)
 	}
@@ -235,16 +238,22 @@ func TestGatewayCommandErrors(t *testing.T) {
 	}{
 		{"no upstream", nil, 2, "--upstream is required"},
 		{"bad flow", []string{"--upstream", "http://127.0.0.1:1/v1", "--flow", "summary"}, 2, "want NAME=WEIGHT"},
-		{"bad weight", []string{"--upstream", "http://127.0.0.1:1/v1", "--flow", "summary=-1"}, 2, "not a positive number"},
+		{"bad weight", []string{"--upstream", "http://127.0.0.1:1/v1", "--flow", "summary=-1"}, 2, "weight -1: want a positive number"},
+		{"short client key", []string{"--upstream", "http://127.0.0.1:1/v1", "--client-keys-env", "SHORT"}, 1, "client key 1 is 1 characters long"},
 		{"bad limits", []string{"--upstream", "http://127.0.0.1:1/v1", "--limits", "tpm=lots"}, 1, "--limits"},
 		{"bad profile", []string{"--upstream", "http://127.0.0.1:1/v1", "--profile", "azure"}, 1, "unknown profile"},
 		{"typo in the file", []string{"--config", bad}, 1, "limts"},
-		{"open to the network without client keys", []string{"--upstream", "http://127.0.0.1:1/v1", "--addr", "0.0.0.0:0"}, 1, "without client keys"},
+		{"open to the network without client keys", []string{"--upstream", "http://127.0.0.1:1/v1", "--addr", "0.0.0.0:0"}, 1, "without authentication: give client keys"},
 		{"bad upstream", []string{"--upstream", "ftp://x"}, 1, "not an http(s) URL"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
-			env := &cmdEnv{stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }}
+			env := &cmdEnv{stdout: &stdout, stderr: &stderr, getenv: func(k string) string {
+				if k == "SHORT" {
+					return "x"
+				}
+				return ""
+			}}
 			code := runMain(context.Background(), env, append([]string{"gateway"}, tc.args...))
 			if code != tc.code || !strings.Contains(stderr.String(), tc.want) {
 				t.Errorf("exit %d, stderr %q; want %d naming %q", code, stderr.String(), tc.code, tc.want)
@@ -261,9 +270,124 @@ func TestGatewayHelp(t *testing.T) {
 		t.Fatalf("exit %d", code)
 	}
 	for _, flag := range []string{"-config", "-upstream", "-profile", "-limits", "-addr", "-key-env", "-key-name", "-client-keys-env",
-		"-window", "-accounting", "-max-wait", "-default-max-tokens", "-max-body-bytes", "-lag", "-retry-base", "-log-level", "-flow", "-db"} {
+		"-window", "-accounting", "-max-wait", "-default-max-tokens", "-max-body-bytes", "-lag", "-retry-base", "-log-level", "-flow", "-db",
+		"-max-waiting", "-max-flow-waiting", "-max-waiting-bytes", "-header-timeout", "-body-timeout", "-write-timeout", "-idle-timeout", "-allowed-hosts"} {
 		if !strings.Contains(stdout.String(), "  "+flag+" ") && !strings.Contains(stdout.String(), "  "+flag+"\n") {
 			t.Errorf("help does not document %s", flag)
 		}
+	}
+}
+
+// TestGatewayFileAndFlagsAgree: a value refused as a flag is refused in the
+// file, and the other way round, naming the same setting; none is quietly
+// replaced by a default.
+func TestGatewayFileAndFlagsAgree(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for i, tc := range []struct {
+		name string
+		flag []string
+		file string
+		want string
+	}{
+		{"zero weight", []string{"--flow", "a=0"}, "flows:\n  - name: a\n    weight: 0\n", `flow "a": weight 0`},
+		{"negative weight", []string{"--flow", "a=-2"}, "flows:\n  - name: a\n    weight: -2\n", `flow "a": weight -2`},
+		{"unbounded priority", []string{"--flow", "a=1:1000"}, "flows:\n  - name: a\n    priority: 1000\n", `flow "a": priority 1000`},
+		{"flow max_tokens 0", []string{"--flow", "a=1:0:0"}, "flows:\n  - name: a\n    default_max_tokens: 0\n", `flow "a": default max_tokens 0`},
+		{"negative max body", []string{"--max-body-bytes", "-5"}, "max_body_bytes: -5\n", "max_body_bytes: in --config) -5"},
+		{"negative default max tokens", []string{"--default-max-tokens", "-5"}, "default_max_tokens: -5\n", "default_max_tokens: in --config) -5"},
+		{"zero default max tokens", []string{"--default-max-tokens", "0"}, "default_max_tokens: 0\n", "default_max_tokens: in --config) 0"},
+		{"absurd default max tokens", []string{"--default-max-tokens", "9223372036854775807"}, "default_max_tokens: 9223372036854775807\n", "default_max_tokens: in --config) 9223372036854775807"},
+		{"zero max waiting", []string{"--max-waiting", "0"}, "max_waiting: 0\n", "max_waiting: in --config) 0"},
+		{"negative body timeout", []string{"--body-timeout", "-1s"}, "body_timeout: -1s\n", "--body-timeout -1s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			run := func(args ...string) (int, string) {
+				var stdout, stderr bytes.Buffer
+				env := &cmdEnv{stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }}
+				code := runMain(context.Background(), env, append([]string{"gateway", "--addr", "127.0.0.1:0"}, args...))
+				return code, stderr.String()
+			}
+			code, msg := run(append([]string{"--upstream", "http://127.0.0.1:1/v1"}, tc.flag...)...)
+			if code == 0 || !strings.Contains(msg, tc.want) {
+				t.Errorf("flag %v: exit %d, %q; want a refusal naming %q", tc.flag, code, msg, tc.want)
+			}
+			file := filepath.Join(dir, fmt.Sprintf("c%d.yaml", i))
+			if err := os.WriteFile(file, []byte("upstream: http://127.0.0.1:1/v1\n"+tc.file), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			code, msg = run("--config", file)
+			if code == 0 || !strings.Contains(msg, tc.want) {
+				t.Errorf("file %q: exit %d, %q; want a refusal naming %q", tc.file, code, msg, tc.want)
+			}
+		})
+	}
+}
+
+func TestGatewayWarnsWhenItGovernsNothing(t *testing.T) {
+	t.Parallel()
+	_, upstream := startGatewaySim(t, "rpm=60")
+	_, log := startGateway(t, map[string]string{"SLUICE_UPSTREAM_KEY": gatewayTestKey}, "--upstream", upstream, "--addr", "127.0.0.1:0")
+	if !strings.Contains(log.String(), "no --limits: the gateway governs nothing") {
+		t.Errorf("no warning for an ungoverned gateway: %s", log.String())
+	}
+}
+
+// TestGatewayServerGuards: the command's server refuses what a web page
+// could send it, and cuts off a client that sends its body too slowly.
+func TestGatewayServerGuards(t *testing.T) {
+	t.Parallel()
+	_, upstream := startGatewaySim(t, "rpm=60")
+	url, _ := startGateway(t, map[string]string{"SLUICE_UPSTREAM_KEY": gatewayTestKey}, "--upstream", upstream, "--addr", "127.0.0.1:0",
+		"--limits", "rpm=60", "--body-timeout", "300ms")
+	for _, tc := range []struct {
+		name   string
+		header map[string]string
+		want   int
+	}{
+		{"text/plain from a form", map[string]string{"Content-Type": "text/plain"}, http.StatusUnsupportedMediaType},
+		{"rebound host", map[string]string{"Content-Type": "application/json", "Host": "evil.example"}, http.StatusMisdirectedRequest},
+		{"cross-site origin", map[string]string{"Content-Type": "application/json", "Origin": "https://evil.example"}, http.StatusForbidden},
+		{"json from loopback", map[string]string{"Content-Type": "application/json"}, http.StatusOK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest("POST", url+"/v1/chat/completions", strings.NewReader(gatewayChat))
+			for k, v := range tc.header {
+				if k == "Host" {
+					req.Host = v
+				} else {
+					req.Header.Set(k, v)
+				}
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tc.want {
+				t.Fatalf("status %d %s, want %d", resp.StatusCode, body, tc.want)
+			}
+			if tc.want != 200 && !strings.Contains(string(body), `"error":{`) {
+				t.Errorf("refusal not in the provider's error format: %s", body)
+			}
+		})
+	}
+	// A slow body is cut off: the connection closes without an answer.
+	c, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"model\"")
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err == nil {
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusRequestTimeout {
+			t.Fatalf("a body that never arrived: %d %s; want 408", resp.StatusCode, body)
+		}
+	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatal("a slow body held the connection for 10 s with a body timeout of 300 ms")
 	}
 }

@@ -4,12 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"net/http"
 	"time"
 
 	"github.com/sluice-dev/sluice"
 	"github.com/sluice-dev/sluice/examples/summarize"
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/guard"
 	"github.com/sluice-dev/sluice/llm"
 )
 
@@ -37,11 +37,21 @@ func runServe(ctx context.Context, env *cmdEnv, args []string) error {
 	limits := fs.String("limits", "rpm=30,tpm=8000,tpd=200000,otpm=1000", "the key's limits, e.g. rpm=30,tpm=8000")
 	keyEnv := fs.String("api-key-env", "", "environment variable holding the provider's API key (optional)")
 	model := fs.String("model", "sim-model", "model the pipeline asks for")
+	sf := addServerFlags(fs)
 	if err := parseFlags(fs, env, args); err != nil {
 		return err
 	}
 	token := env.getenv(*tokenEnv)
-	if err := checkBind(*addr, token, *tokenEnv); err != nil {
+	if token != "" {
+		if err := guard.CheckToken(*tokenEnv, token); err != nil {
+			return err
+		}
+	}
+	if err := guard.CheckBind(*addr, token != "", "set "+*tokenEnv); err != nil {
+		return err
+	}
+	gc, err := sf.config(*addr, nil)
+	if err != nil {
 		return err
 	}
 	app, err := newSummarizeApp(ctx, env, summarizeOptions{db: *dbURL, providerURL: *providerURL, profile: *profile, limits: *limits, keyEnv: *keyEnv, model: *model})
@@ -56,27 +66,9 @@ func runServe(ctx context.Context, env *cmdEnv, args []string) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", *addr, err)
 	}
-	srv := &http.Server{Handler: app.Handler(sluice.HandlerConfig{Token: token, MaxEventBytes: *maxEvent, OutputLimit: *outputLimit}), ReadHeaderTimeout: 10 * time.Second}
+	srv := guard.NewServer(app.Handler(sluice.HandlerConfig{Token: token, MaxEventBytes: *maxEvent, OutputLimit: *outputLimit}), gc)
 	fmt.Fprintf(env.stdout, "listening on http://%s\n", ln.Addr())
 	return serveUntilDone(ctx, srv, ln)
-}
-
-// checkBind refuses to serve the API off loopback without a token.
-func checkBind(addr, token, tokenEnv string) error {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("--addr %q: %w", addr, err)
-	}
-	if token != "" {
-		return nil
-	}
-	if host == "localhost" {
-		return nil
-	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
-		return nil
-	}
-	return fmt.Errorf("refusing to serve on %s without a bearer token: set %s (or bind to 127.0.0.1)", addr, tokenEnv)
 }
 
 type summarizeOptions struct {

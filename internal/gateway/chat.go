@@ -7,10 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/sim"
@@ -45,7 +48,9 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, flow string) {
 	start := g.cfg.Now()
 	c := &chatCall{g: g, w: w, r: r, flow: flow}
 	if e := c.run(start); e != nil && !c.wrote {
-		if r.Context().Err() == nil {
+		// A body cut off by its deadline ends the request's context too;
+		// the client is still there to be told.
+		if r.Context().Err() == nil || e.status == http.StatusRequestTimeout {
 			e.write(w, g.cfg.Profile)
 			c.status = e.status
 		}
@@ -65,11 +70,15 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, flow string) {
 // run answers the request, or returns the error to answer it with.
 func (c *chatCall) run(start time.Time) *apiError {
 	g := c.g
-	body, err := io.ReadAll(http.MaxBytesReader(c.w, c.r.Body, g.cfg.MaxBodyBytes))
+	body, err := readBody(c.w, c.r, g.cfg.MaxBodyBytes)
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			return &apiError{status: http.StatusRequestEntityTooLarge, typ: "invalid_request_error",
 				message: fmt.Sprintf("sluice gateway: request body larger than %d bytes", g.cfg.MaxBodyBytes)}
+		}
+		if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+			return &apiError{status: http.StatusRequestTimeout, typ: "invalid_request_error",
+				message: "sluice gateway: the request body did not arrive within the server's body timeout"}
 		}
 		return badRequest("sluice gateway: reading the request body: " + err.Error())
 	}
@@ -137,6 +146,21 @@ func (c *chatCall) run(start time.Time) *apiError {
 			return e
 		}
 	}
+}
+
+// readBody reads a request's body up to limit bytes, into a buffer of its
+// announced size when it has one: a body waits in line for as long as its
+// request does, so it should hold no spare capacity.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	rd := http.MaxBytesReader(w, r.Body, limit)
+	if n := r.ContentLength; n > 0 && n <= limit {
+		buf := make([]byte, n)
+		if _, err := io.ReadFull(rd, buf); err != nil {
+			return nil, err
+		}
+		return buf, nil
+	}
+	return io.ReadAll(rd)
 }
 
 // refuse turns an admission failure into the answer.
@@ -365,12 +389,15 @@ func decode(body []byte) (*llm.ChatRequest, error) {
 	// encoding/json matches keys regardless of case; the provider does not,
 	// so the priced max_tokens must be spelled as the provider reads it.
 	named := bytes.Contains(body, []byte(`"max_tokens"`)) || bytes.Contains(body, []byte(`"max_completion_tokens"`))
-	if !named || json.Unmarshal(body, &p) != nil || p.Model == "" || len(p.Messages) == 0 || (p.Stream != nil && *p.Stream) ||
+	// encoding/json would read invalid UTF-8 as U+FFFD and forward the
+	// bytes as they are: the whole decoder refuses them.
+	if !named || !utf8.Valid(body) || json.Unmarshal(body, &p) != nil || p.Model == "" || len(p.Messages) == 0 || (p.Stream != nil && *p.Stream) ||
 		p.MaxTokens != nil && *p.MaxTokens <= 0 || p.MaxCompletionTokens != nil && *p.MaxCompletionTokens <= 0 ||
 		p.MaxTokens == nil && p.MaxCompletionTokens == nil {
 		return llm.DecodeChatRequest(body)
 	}
-	req := &llm.ChatRequest{Model: p.Model, Messages: p.Messages, MaxTokens: max(ptrOr(p.MaxTokens), ptrOr(p.MaxCompletionTokens))}
+	req := &llm.ChatRequest{Model: p.Model, Messages: p.Messages, MaxTokens: max(ptrOr(p.MaxTokens), ptrOr(p.MaxCompletionTokens)),
+		CompletionTokensName: p.MaxCompletionTokens != nil && ptrOr(p.MaxCompletionTokens) >= ptrOr(p.MaxTokens)}
 	for _, f := range [...]struct {
 		name string
 		raw  json.RawMessage
@@ -381,6 +408,10 @@ func decode(body []byte) (*llm.ChatRequest, error) {
 			}
 			req.Extra[f.name] = f.raw
 		}
+	}
+	// Bounded as the whole decoder bounds them: max_tokens, n, roles.
+	if err := req.Validate(); err != nil {
+		return nil, err
 	}
 	return req, nil
 }
@@ -423,10 +454,14 @@ func (g *Gateway) maxWait(v string) (time.Duration, error) {
 	d, err := time.ParseDuration(v)
 	if err != nil {
 		f, ferr := strconv.ParseFloat(v, 64)
-		if ferr != nil || f != f {
+		if ferr != nil && !errors.Is(ferr, strconv.ErrRange) || math.IsNaN(f) {
 			return 0, fmt.Errorf("%s %q: want a duration such as 30s or a number of seconds", MaxWaitHeader, v)
 		}
-		d = time.Duration(min(f, 1e9) * float64(time.Second))
+		if f < 0 {
+			return 0, fmt.Errorf("%s %q: must not be negative", MaxWaitHeader, v)
+		}
+		// Capped before the conversion, which would overflow past 292 years.
+		d = time.Duration(min(f, g.cfg.MaxWaitCap.Seconds()) * float64(time.Second))
 	}
 	if d < 0 {
 		return 0, fmt.Errorf("%s %q: must not be negative", MaxWaitHeader, v)

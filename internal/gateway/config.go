@@ -4,11 +4,11 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"github.com/sluice-dev/sluice/internal/guard"
 	"github.com/sluice-dev/sluice/internal/store"
 	"log/slog"
 	"net/http"
 	"net/url"
-	"strings"
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
@@ -229,11 +229,8 @@ func (c Config) validate() error {
 	}
 	keys := map[string]bool{}
 	for i, k := range c.ClientKeys {
-		if k.Key == "" {
-			return fmt.Errorf("gateway: client key %d is empty", i+1)
-		}
-		if strings.ContainsAny(k.Key, " \t\r\n") {
-			return fmt.Errorf("gateway: client key %d contains white space", i+1)
+		if err := guard.CheckToken(fmt.Sprintf("client key %d", i+1), k.Key); err != nil {
+			return fmt.Errorf("gateway: %w", err)
 		}
 		if keys[k.Key] {
 			return fmt.Errorf("gateway: client key %d is listed twice", i+1)

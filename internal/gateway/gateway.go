@@ -139,7 +139,11 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.mux.ServeHTTP(&scrubWriter{ResponseWriter: w, s: g.scrub}, r)
 }
 
-type ctxFlowKey struct{}
+// WriteError writes a refusal in the profile's error format, for checks a
+// server puts in front of the gateway (its Host and Content-Type checks).
+func (g *Gateway) WriteError(w http.ResponseWriter, status int, message string) {
+	(&apiError{status: status, typ: "invalid_request_error", message: "sluice gateway: " + message}).write(w, g.cfg.Profile)
+}
 
 // auth checks the caller's client key when keys are configured, and picks
 // the request's flow: the key's, else X-Sluice-Flow, else default.

@@ -52,7 +52,7 @@ type bundle struct {
 
 // setup starts the simulator (wire format on, the upstream key required)
 // and a gateway in front of it; cfg's Upstream, APIKey and Logger are filled in.
-func setup(t *testing.T, sc sim.Config, cfg Config, before ...func(*Gateway)) *bundle {
+func setup(t testing.TB, sc sim.Config, cfg Config, before ...func(*Gateway)) *bundle {
 	t.Helper()
 	sc.Wire = true
 	m, err := sim.NewModel(sc)
@@ -82,7 +82,7 @@ func setup(t *testing.T, sc sim.Config, cfg Config, before ...func(*Gateway)) *b
 	return b
 }
 
-func assertNoKey(t *testing.T, what, text string) {
+func assertNoKey(t testing.TB, what, text string) {
 	t.Helper()
 	if strings.Contains(text, upstreamKey) || strings.Contains(text, upstreamKey[3:]) {
 		t.Errorf("the upstream key appears in the %s", what)
@@ -90,12 +90,12 @@ func assertNoKey(t *testing.T, what, text string) {
 }
 
 // do sends a request to the gateway and records the whole answer.
-func (b *bundle) do(t *testing.T, method, path, body string, header map[string]string) (*http.Response, []byte) {
+func (b *bundle) do(t testing.TB, method, path, body string, header map[string]string) (*http.Response, []byte) {
 	t.Helper()
 	return b.doCtx(context.Background(), t, method, path, body, header)
 }
 
-func (b *bundle) doCtx(ctx context.Context, t *testing.T, method, path, body string, header map[string]string) (*http.Response, []byte) {
+func (b *bundle) doCtx(ctx context.Context, t testing.TB, method, path, body string, header map[string]string) (*http.Response, []byte) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(ctx, method, b.srv.URL+path, strings.NewReader(body))
 	if err != nil {
@@ -125,7 +125,7 @@ func chatBody(content string, maxTokens int, extra string) string {
 	return `{"model":"sim-model","messages":[{"role":"user","content":` + strconv.Quote(content) + `}]` + mt + extra + `}`
 }
 
-func flowView(t *testing.T, b *bundle, name string) FlowView {
+func flowView(t testing.TB, b *bundle, name string) FlowView {
 	t.Helper()
 	for _, f := range b.gw.Flows().Flows {
 		if f.Name == name {
@@ -367,7 +367,7 @@ func TestClientKeys(t *testing.T) {
 	t.Parallel()
 	b := setup(t, sim.Config{Profile: "groq"}, Config{
 		Flows:      []Flow{{Name: "summary"}, {Name: "title"}},
-		ClientKeys: []ClientKey{{Key: "gw-title-key", Flow: "title"}, {Key: "gw-any-key"}},
+		ClientKeys: []ClientKey{{Key: "gw-title-key-0123456", Flow: "title"}, {Key: "gw-any-key-0123456789"}},
 	})
 	for _, tc := range []struct {
 		name, auth, flowHeader string
@@ -376,8 +376,8 @@ func TestClientKeys(t *testing.T) {
 		{"missing", "", "summary", 401},
 		{"wrong", "Bearer gw-nope", "summary", 401},
 		{"upstream key is not a client key", "Bearer " + upstreamKey, "summary", 401},
-		{"mapped key wins over the header", "Bearer gw-title-key", "summary", 200},
-		{"unmapped key takes the header", "Bearer gw-any-key", "summary", 200},
+		{"mapped key wins over the header", "Bearer gw-title-key-0123456", "summary", 200},
+		{"unmapped key takes the header", "Bearer gw-any-key-0123456789", "summary", 200},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			resp, body := b.do(t, "POST", "/v1/chat/completions", chatBody("hi", 5, ""),
@@ -399,7 +399,7 @@ func TestClientKeys(t *testing.T) {
 }
 
 // waitFor polls cond until it holds or a deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !cond() {

@@ -193,3 +193,55 @@ func TestWaitLineBytes(t *testing.T) {
 		t.Fatal("1,001 bytes admitted under a bound of 1,000")
 	}
 }
+
+// TestHugeNumbersCannotDisableALimit is the probe that once turned off a
+// key's TPM for everyone: max_tokens 2^63−1 wrapped the cost negative.
+func TestHugeNumbersCannotDisableALimit(t *testing.T) {
+	t.Parallel()
+	b := setup(t, sim.Config{Profile: "openai", Limits: limits("rpm=600,tpm=1000")},
+		Config{Limits: limits("rpm=600,tpm=1000"), MaxWait: 300 * time.Millisecond})
+	for _, tc := range []struct{ extra, field string }{
+		{`,"max_tokens":9223372036854775807`, `max_tokens`},
+		{`,"max_tokens":4611686018427387904,"n":2`, `max_tokens`},
+		{`,"max_tokens":10,"n":9223372036854775807`, `n`},
+		{`,"max_tokens":-5`, `max_tokens`},
+		{`,"max_tokens":0`, `max_tokens`},
+		{`,"max_completion_tokens":0`, `max_completion_tokens`},
+		{`,"max_tokens":1e7`, `max_tokens`},
+	} {
+		body := `{"model":"sim-model","messages":[{"role":"user","content":"x"}]` + tc.extra + `}`
+		resp, data := b.do(t, "POST", "/v1/chat/completions", body, nil)
+		if resp.StatusCode != 400 || !strings.Contains(string(data), `\"`+tc.field+`\"`) {
+			t.Errorf("%s: %d %s; want 400 naming %s", tc.extra, resp.StatusCode, data, tc.field)
+		}
+		if strings.Contains(string(data), "negative cost") || strings.Contains(string(data), "Output:") {
+			t.Errorf("%s: the answer shows the governor's internals: %s", tc.extra, data)
+		}
+	}
+	if u := b.gw.Flows().Limits["tpm"]; u.Used < 0 || u.Used > 1000 {
+		t.Fatalf("tpm after the probes: %+v", u)
+	}
+	// Ten calls of about 309 tokens under TPM 1,000: three fit.
+	prompt := strings.Repeat("word ", 290)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	ok := 0
+	for range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if resp, _ := b.do(t, "POST", "/v1/chat/completions", chatBody(prompt, 10, ""), nil); resp != nil && resp.StatusCode == 200 {
+				mu.Lock()
+				ok++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if ok > 3 || ok == 0 {
+		t.Errorf("%d of 10 calls of ~309 tokens admitted under TPM 1,000; want 1 to 3", ok)
+	}
+	if st := b.model.Stats(); st.Rejected > 0 {
+		t.Errorf("the provider rejected %d calls", st.Rejected)
+	}
+}

@@ -169,8 +169,7 @@ func Handler(h http.Handler, c Config) http.Handler {
 	})
 }
 
-// body clears the read deadline once the body has been read to its end or
-// closed.
+// body clears the read deadline once the body has been read to its end.
 type body struct {
 	io.ReadCloser
 	rc   *http.ResponseController
@@ -179,7 +178,9 @@ type body struct {
 
 func (b *body) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
-	if err != nil && !b.done {
+	// Only a whole body lifts the deadline: after a timeout it must stay,
+	// or the server's own read of the rest of the body would wait forever.
+	if err == io.EOF && !b.done {
 		b.done = true
 		_ = b.rc.SetReadDeadline(time.Time{})
 	}

@@ -135,6 +135,11 @@ func TestBodyDeadline(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the slow body was not cut off")
 	}
+	// And the connection is answered or closed, not held.
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadAll(c); err != nil {
+		t.Fatalf("the connection of a cut-off body was held open: %v", err)
+	}
 
 	// A whole body, then a wait longer than the body timeout.
 	resp, err := http.Post("http://"+addr+"/", "application/json", strings.NewReader(`{"a":1}`))

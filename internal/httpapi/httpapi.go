@@ -20,6 +20,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -137,6 +138,13 @@ func (a *api) postEvent(w http.ResponseWriter, r *http.Request) error {
 			return tooLarge{fmt.Errorf("event is larger than the limit of %d bytes (max event size)", a.cfg.MaxEventBytes)}
 		}
 		return badRequest{fmt.Errorf("event is not valid JSON: %w", err)}
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return tooLarge{fmt.Errorf("event is larger than the limit of %d bytes (max event size)", a.cfg.MaxEventBytes)}
+		}
+		return badRequest{errors.New("event: trailing data after the JSON object: send one event per request")}
 	}
 	if ev.Name == "" {
 		return badRequest{errors.New(`event has no "name"`)}

@@ -1,0 +1,72 @@
+package gateway
+
+import (
+	"context"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/sim"
+)
+
+// BenchmarkWaitingRequestMemory measures what one request holds while it
+// waits for admission: 40 requests with 1 MB prompts wait on a saturated
+// rpm=1 key (the probe that once cost 2.7 MB each), and the live heap
+// grows by B/waiting each, against their body's 1 MB (body-B/waiting).
+func BenchmarkWaitingRequestMemory(b *testing.B) {
+	const n = 40
+	prompt := strings.Repeat("All work and no play makes a dull prompt. ", 1<<20/43)
+	for _, stream := range []bool{false, true} {
+		name := "plain"
+		extra := ""
+		if stream {
+			name, extra = "stream", `,"stream":true`
+		}
+		body := chatBody(prompt, 10, extra)
+		b.Run(name, func(b *testing.B) {
+			var per float64
+			for range b.N {
+				bd := setup(b, sim.Config{Profile: "openai", Limits: limits("rpm=1")},
+					Config{Limits: limits("rpm=1"), MaxWait: time.Hour, MaxWaitingBytes: 1 << 30})
+				if resp, _ := bd.do(b, "POST", "/v1/chat/completions", chatBody("fill the minute", 5, ""), nil); resp.StatusCode != 200 {
+					b.Fatalf("first: %d", resp.StatusCode)
+				}
+				before := liveHeap()
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel() // a failure must not leave requests holding the servers open
+				var wg sync.WaitGroup
+				for range n {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						bd.doCtx(ctx, b, "POST", "/v1/chat/completions", body, nil)
+					}()
+				}
+				// Pricing a 1 MB prompt takes a fraction of a CPU second: allow
+				// the 40 a minute on a loaded machine.
+				for deadline := time.Now().Add(time.Minute); flowView(b, bd, DefaultFlow).Waiting < n; time.Sleep(10 * time.Millisecond) {
+					if time.Now().After(deadline) {
+						b.Fatalf("%d of %d requests waiting after a minute", flowView(b, bd, DefaultFlow).Waiting, n)
+					}
+				}
+				per = float64(liveHeap()-before) / n
+				cancel()
+				wg.Wait()
+				bd.sim.Close()
+				bd.srv.Close()
+			}
+			b.ReportMetric(per, "B/waiting")
+			b.ReportMetric(float64(len(body)), "body-B/waiting")
+		})
+	}
+}
+
+func liveHeap() int64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
+}

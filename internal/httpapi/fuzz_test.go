@@ -1,0 +1,94 @@
+package httpapi_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/sluice-dev/sluice/internal/engine"
+	"github.com/sluice-dev/sluice/internal/httpapi"
+)
+
+// fakeEngine records what the API passes on; its Func fields answer.
+type fakeEngine struct {
+	SendFunc func(ev engine.Event) ([]engine.Sent, error)
+}
+
+func (f *fakeEngine) Send(_ context.Context, ev engine.Event) ([]engine.Sent, error) {
+	return f.SendFunc(ev)
+}
+func (f *fakeEngine) Runs(context.Context, engine.RunFilter) ([]engine.RunSummary, error) {
+	return nil, nil
+}
+func (f *fakeEngine) RunDetail(context.Context, string, int) (*engine.RunDetail, error) {
+	return nil, engine.ErrRunNotFound
+}
+func (f *fakeEngine) Cancel(context.Context, string) error          { return engine.ErrRunNotFound }
+func (f *fakeEngine) Rerun(context.Context, string) (string, error) { return "", engine.ErrRunNotFound }
+func (f *fakeEngine) Dropped(context.Context, string, int) ([]engine.DroppedEvent, error) {
+	return nil, nil
+}
+
+// FuzzPostEvent: whatever a client posts, the API answers 202, 400 or 413,
+// never 5xx; it passes an event on only when the body is exactly one JSON
+// object with a name, and passes it on as sent.
+func FuzzPostEvent(f *testing.F) {
+	for _, s := range []string{
+		`{"name":"doc/uploaded","id":"e1","data":{"documentId":"d1"}}`,
+		`{"name":"doc/uploaded","data":null}`,
+		`{"name":"x"} {"name":"y"}`,
+		`{"name":"x"}garbage`,
+		`{"name":"","data":{}}`,
+		`{"name":"x","data":[1]}`,
+		`{"name":"x","ts":"yesterday"}`,
+		"{\"name\":\"\xff\"}",
+		`[`, ``, `null`, `{"name":"x","data":{"a":` + string(bytes.Repeat([]byte("["), 300)),
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var got *engine.Event
+		fe := &fakeEngine{SendFunc: func(ev engine.Event) ([]engine.Sent, error) {
+			got = &ev
+			return []engine.Sent{{Function: "f", RunID: "f:" + ev.ID, Status: "started"}}, nil
+		}}
+		h := httpapi.New(httpapi.Config{Engine: fe, MaxEventBytes: 4096})
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest("POST", "/v1/events", bytes.NewReader(body))
+		h.ServeHTTP(w, r)
+		switch w.Code {
+		case http.StatusAccepted:
+			if got == nil {
+				t.Fatal("202 without an event passed on")
+			}
+			var one struct {
+				Name string `json:"name"`
+				ID   string `json:"id"`
+			}
+			dec := json.NewDecoder(bytes.NewReader(body))
+			if err := dec.Decode(&one); err != nil || dec.More() {
+				t.Fatalf("202 for a body that is not one JSON object: %q", body)
+			}
+			if got.Name == "" || got.Name != one.Name || got.ID != one.ID {
+				t.Fatalf("passed on %+v for %q", got, body)
+			}
+		case http.StatusBadRequest, http.StatusRequestEntityTooLarge:
+			if got != nil {
+				t.Fatalf("%d, yet the event was passed on: %q", w.Code, body)
+			}
+			var e struct{ Error string }
+			if err := json.Unmarshal(w.Body.Bytes(), &e); err != nil || e.Error == "" {
+				t.Fatalf("refusal without an error message: %q", w.Body.String())
+			}
+			if !utf8.ValidString(w.Body.String()) {
+				t.Fatalf("refusal is not valid UTF-8: %q", w.Body.String())
+			}
+		default:
+			t.Fatalf("status %d for %q: %s", w.Code, body, w.Body.String())
+		}
+	})
+}
