@@ -1,10 +1,12 @@
 package gateway
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/guard"
 	"github.com/sluice-dev/sluice/internal/sim"
 	"github.com/sluice-dev/sluice/internal/testenv"
 )
@@ -243,5 +246,59 @@ func TestHugeNumbersCannotDisableALimit(t *testing.T) {
 	}
 	if st := b.model.Stats(); st.Rejected > 0 {
 		t.Errorf("the provider rejected %d calls", st.Rejected)
+	}
+}
+
+// TestStreamToAClientThatStopsReading: behind the server's write deadline,
+// a stream whose client reads nothing more ends, and with it the upstream
+// call: no upstream connection is held for a client that is not there.
+func TestStreamToAClientThatStopsReading(t *testing.T) {
+	t.Parallel()
+	upstreamDone := make(chan struct{})
+	chunk := strings.Repeat("x", 16<<10)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer close(upstreamDone)
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := 0; ; i++ {
+			_, err := fmt.Fprintf(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"%s\"}}]}\n\n", chunk)
+			if err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}))
+	defer up.Close()
+	gw, err := New(Config{Upstream: up.URL + "/v1", APIKey: upstreamKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := guard.NewServer(gw, guard.Config{Addr: ln.Addr().String(), WriteTimeout: 300 * time.Millisecond})
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	body := chatBody("go on forever", 100, `,"stream":true`)
+	fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	if _, err := http.ReadResponse(bufio.NewReader(c), nil); err != nil {
+		t.Fatal(err)
+	}
+	// Read nothing more.
+	select {
+	case <-upstreamDone:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the upstream stream still runs 30 s after its client stopped reading")
 	}
 }
