@@ -346,6 +346,14 @@ func TestBadRequests(t *testing.T) {
 		{"bad field", `{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":"many"}`, nil, 400, `"max_tokens"`},
 		{"too big", chatBody(strings.Repeat("x", 3000), 5, ""), nil, 413, "larger than 2000 bytes"},
 		{"bad max wait", chatBody("x", 5, ""), map[string]string{MaxWaitHeader: "soon"}, 400, MaxWaitHeader},
+		{"negative max wait", chatBody("x", 5, ""), map[string]string{MaxWaitHeader: "-Inf"}, 400, "must not be negative"},
+		{"not-a-number max wait", chatBody("x", 5, ""), map[string]string{MaxWaitHeader: "NaN"}, 400, MaxWaitHeader},
+		{"trailing garbage", chatBody("x", 5, "") + `{"model":"m"}`, nil, 400, "data after the JSON object"},
+		{"trailing garbage, read in part", chatBody("x", 5, "") + "xx", nil, 400, "data after the JSON object"},
+		{"unknown role", `{"model":"m","max_tokens":5,"messages":[{"role":"wizard","content":"x"}]}`, nil, 400, `"role" "wizard" is not one of`},
+		{"empty message", `{"model":"m","max_tokens":5,"messages":[{}]}`, nil, 400, `"messages[0]": "role" is missing`},
+		{"no content", `{"model":"m","messages":[{"role":"user"}]}`, nil, 400, `"content" is missing`},
+		{"invalid UTF-8", "{\"model\":\"m\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"\xff\"}]}", nil, 400, "not valid UTF-8"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			resp, body := b.do(t, "POST", "/v1/chat/completions", tc.body, tc.header)

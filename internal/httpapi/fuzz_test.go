@@ -92,3 +92,29 @@ func FuzzPostEvent(f *testing.F) {
 		}
 	})
 }
+
+func TestEventBodyRefusals(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, body string
+		status     int
+		want       string
+	}{
+		{"two objects", `{"name":"a"} {"name":"b"}`, 400, "trailing data"},
+		{"garbage after", `{"name":"a"}x`, 400, "trailing data"},
+		{"not JSON", `{"name":`, 400, "not valid JSON"},
+		{"no name", `{"id":"1"}`, 400, "has no"},
+		{"data not an object", `{"name":"a","data":[1]}`, 400, "must be a JSON object"},
+		{"too large", `{"name":"a","data":{"x":"` + string(bytes.Repeat([]byte("x"), 5000)) + `"}}`, 413, "larger than the limit"},
+		{"one object and white space", "{\"name\":\"a\"}\n\t ", 202, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fe := &fakeEngine{SendFunc: func(ev engine.Event) ([]engine.Sent, error) { return nil, nil }}
+			w := httptest.NewRecorder()
+			httpapi.New(httpapi.Config{Engine: fe, MaxEventBytes: 4096}).ServeHTTP(w, httptest.NewRequest("POST", "/v1/events", bytes.NewReader([]byte(tc.body))))
+			if w.Code != tc.status || !bytes.Contains(w.Body.Bytes(), []byte(tc.want)) {
+				t.Fatalf("status %d %s; want %d naming %q", w.Code, w.Body.String(), tc.status, tc.want)
+			}
+		})
+	}
+}
