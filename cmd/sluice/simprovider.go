@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/guard"
 	"github.com/sluice-dev/sluice/internal/scenario"
 	"github.com/sluice-dev/sluice/internal/sim"
 )
@@ -29,7 +30,8 @@ func runSimProvider(ctx context.Context, env *cmdEnv, args []string) error {
 			"from --scenario's provider section, then from the flags given explicitly.\n\n"+
 			"Example:\n  sluice sim-provider --profile groq --limits rpm=30,tpm=8000,tpd=200000,otpm=1000")
 	var (
-		addr       = fs.String("addr", "127.0.0.1:8089", "address to listen on (port 0 picks a free port)")
+		addr       = fs.String("addr", "127.0.0.1:8089", "address to listen on (port 0 picks a free port); off loopback only with --allow-remote")
+		remote     = fs.Bool("allow-remote", false, "allow an --addr off loopback: the simulator is a test double that anyone who reaches it can drive")
 		scenarioF  = fs.String("scenario", "", "scenario `FILE` whose provider section (and seed) to serve")
 		profile    = fs.String("profile", "openai", "wire format: groq, openai or anthropic")
 		limitsF    = fs.String("limits", "", "`LIST` of limits, e.g. rpm=30,tpm=8000,tpd=200000,otpm=1000 (names: rpm rpd tpm tpd itpm otpm); none means unlimited")
@@ -37,6 +39,7 @@ func runSimProvider(ctx context.Context, env *cmdEnv, args []string) error {
 		accounting = fs.String("accounting", "reserve", "reserve (the input + max_tokens charge stands) or settle (output corrected to the real output at the end)")
 		latency    = fs.Duration("latency", 0, "mean response time; each response takes it ±50% (0 answers at once)")
 		defMax     = fs.Int64("default-max-tokens", scenario.DefaultMaxTokens, "output tokens reserved for a request that sets no max_tokens")
+		maxOut     = fs.Int64("max-output-tokens", scenario.MaxOutputTokens, "the simulated model's max output tokens: a request asking more max_tokens gets a 400")
 		faultsF    = fs.String("faults", "", "`LIST` of fractions of admitted requests that fail, e.g. error_5xx=0.1,timeout=0.05,reset=0.01,bad_json=0.01")
 		seed       = fs.Int64("seed", 1, "seed for faults, latency and output lengths")
 		model      = fs.String("model", "sim-model", "model name listed by /v1/models and used when a request names none")
@@ -47,6 +50,9 @@ func runSimProvider(ctx context.Context, env *cmdEnv, args []string) error {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if err := guard.CheckBind(*addr, *remote, "pass --allow-remote to serve the simulator to other machines"); err != nil {
+		return err
+	}
 
 	p := scenario.Provider{Profile: "openai", DefaultMaxTokens: scenario.DefaultMaxTokens}
 	seedV := *seed
@@ -94,7 +100,7 @@ func runSimProvider(ctx context.Context, env *cmdEnv, args []string) error {
 		}
 	}
 	cfg := sim.ConfigFrom(p, seedV)
-	cfg.Model, cfg.Wire = *model, true
+	cfg.Model, cfg.Wire, cfg.MaxOutputTokens = *model, true, *maxOut
 	m, err := sim.NewModel(cfg)
 	if err != nil {
 		return err
@@ -118,8 +124,8 @@ func runSimProvider(ctx context.Context, env *cmdEnv, args []string) error {
 	if scfg.APIKey != "" {
 		auth = "API key from $" + *keyEnv + " required"
 	}
-	fmt.Fprintf(env.stdout, "listening on http://%s (profile %s, limits %s, window %s, accounting %s, latency %s, default max_tokens %d, model %s, %s)\n",
-		srv.Addr(), p.Profile, limits, p.Window, p.Accounting, p.Latency, p.DefaultMaxTokens, *model, auth)
+	fmt.Fprintf(env.stdout, "listening on http://%s (profile %s, limits %s, window %s, accounting %s, latency %s, default max_tokens %d, max output tokens %d, model %s, %s)\n",
+		srv.Addr(), p.Profile, limits, p.Window, p.Accounting, p.Latency, p.DefaultMaxTokens, m.Config().MaxOutputTokens, *model, auth)
 	<-ctx.Done()
 	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -65,6 +66,7 @@ func chat(t *testing.T, base, key, body string) *http.Response {
 	if err != nil {
 		t.Fatal(err)
 	}
+	req.Header.Set("Content-Type", "application/json")
 	if key != "" {
 		req.Header.Set("Authorization", "Bearer "+key)
 	}
@@ -156,9 +158,23 @@ func TestSimProviderErrors(t *testing.T) {
 		{[]string{"--scenario", "/nonexistent/s.yaml"}, 1, "s.yaml"},
 		{[]string{"--latency", "soon"}, 2, "latency"},
 		{[]string{"extra"}, 2, "unexpected argument"},
+		{[]string{"--latency", "2h"}, 1, "provider.latency: 2h0m0s is more than the bound of 1h0m0s"},
+		{[]string{"--limits", "tpm=9223372036854775807"}, 1, "provider.limits.tpm: 9223372036854775807 is more than the bound of 1,000,000,000,000"},
+		{[]string{"--max-output-tokens", "2000000"}, 1, "max output tokens: 2000000 is not between 1 and 1048576"},
+		{[]string{"--max-output-tokens", "500"}, 1, "default max tokens: 1000 is more than the model's max output tokens, 500"},
+		{[]string{"--default-max-tokens", "100000"}, 1, "default max tokens: 100000 is more than the model's max output tokens, 32768"},
+		{[]string{"--addr", "0.0.0.0:0"}, 1, "refusing to listen on 0.0.0.0:0, off loopback, without authentication: pass --allow-remote to serve the simulator to other machines (or bind to 127.0.0.1)"},
+		{[]string{"--addr", ":8089"}, 1, "pass --allow-remote"},
+		{[]string{"--addr", "[::]:0", "--api-key-env", "SIM_PROVIDER_SET"}, 1, "pass --allow-remote"},
+		{[]string{"--addr", "nonsense"}, 1, `--addr "nonsense"`},
 	} {
 		var stdout, stderr bytes.Buffer
-		env := &cmdEnv{stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }}
+		env := &cmdEnv{stdout: &stdout, stderr: &stderr, getenv: func(k string) string {
+			if k == "SIM_PROVIDER_SET" {
+				return "sk-sim-provider-test-key"
+			}
+			return ""
+		}}
 		args := append([]string{"sim-provider", "--addr", "127.0.0.1:0"}, tc.args...)
 		if code := runMain(context.Background(), env, args); code != tc.code || !strings.Contains(stderr.String(), tc.want) {
 			t.Errorf("%v: exit %d stderr %q, want %d and %q", tc.args, code, stderr.String(), tc.code, tc.want)
@@ -173,10 +189,39 @@ func TestSimProviderHelp(t *testing.T) {
 	if code := runMain(context.Background(), env, []string{"sim-provider", "--help"}); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
-	for _, flag := range []string{"-addr", "-scenario", "-profile", "-limits", "-window", "-accounting", "-latency",
-		"-default-max-tokens", "-faults", "-seed", "-model", "-api-key-env"} {
+	for _, flag := range []string{"-addr", "-allow-remote", "-scenario", "-profile", "-limits", "-window", "-accounting", "-latency",
+		"-default-max-tokens", "-max-output-tokens", "-faults", "-seed", "-model", "-api-key-env"} {
 		if !strings.Contains(stdout.String(), flag) {
 			t.Errorf("help does not document %s", flag)
 		}
+	}
+}
+
+// TestSimProviderBinds: loopback addresses need no flag; any other needs
+// --allow-remote. (Only loopback names are bound here: a test must not
+// open a port to the network.)
+func TestSimProviderBinds(t *testing.T) {
+	t.Parallel()
+	for _, addr := range []string{"127.0.0.1:0", "localhost:0", "[::1]:0"} {
+		t.Run(addr, func(t *testing.T) {
+			t.Parallel()
+			if addr == "[::1]:0" {
+				if ln, err := net.Listen("tcp", addr); err != nil {
+					t.Skip("no IPv6 loopback here")
+				} else {
+					ln.Close()
+				}
+			}
+			line, base := startSimProvider(t, func(string) string { return "" }, "--addr", addr)
+			if !strings.Contains(line, "max output tokens 32768") {
+				t.Errorf("first line %q", line)
+			}
+			if resp := chat(t, base, "", `{"model":"m","max_tokens":40000,"messages":[{"role":"user","content":"hi"}]}`); resp.StatusCode != 400 {
+				t.Errorf("max_tokens over the model's bound: %d, want 400", resp.StatusCode)
+			}
+			if resp := chat(t, base, "", `{"model":"m","max_tokens":4611686018427387904,"messages":[{"role":"user","content":"hi"}]}`); resp.StatusCode != 400 {
+				t.Errorf("max_tokens of 2^62: %d, want 400", resp.StatusCode)
+			}
+		})
 	}
 }

@@ -3,12 +3,16 @@ package bench
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"encoding/xml"
+	"errors"
+	"math"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/scenario"
@@ -25,7 +29,7 @@ func load(t *testing.T, name string) *scenario.Scenario {
 
 func run(t *testing.T, sc *scenario.Scenario, opts Options) map[string]Result {
 	t.Helper()
-	rep, err := Run(sc, Policies, opts)
+	rep, err := Run(context.Background(), sc, Policies, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +169,7 @@ func TestTraceRecomputesReport(t *testing.T) {
 	t.Parallel()
 	sc := load(t, "groq-faults.yaml")
 	var buf bytes.Buffer
-	rep, err := Run(sc, []string{"sluice", "cookbook"}, Options{Trace: &buf})
+	rep, err := Run(context.Background(), sc, []string{"sluice", "cookbook"}, Options{Trace: &buf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,11 +229,11 @@ func TestTraceRecomputesReport(t *testing.T) {
 func TestSameSeedSameReport(t *testing.T) {
 	t.Parallel()
 	sc := load(t, "groq-faults.yaml")
-	a, err := Run(sc, Policies, Options{})
+	a, err := Run(context.Background(), sc, Policies, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := Run(sc, Policies, Options{})
+	b, err := Run(context.Background(), sc, Policies, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +248,7 @@ func TestSameSeedSameReport(t *testing.T) {
 
 func TestUnknownPolicy(t *testing.T) {
 	t.Parallel()
-	_, err := Run(load(t, "devpick.yaml"), []string{"fifo"}, Options{})
+	_, err := Run(context.Background(), load(t, "devpick.yaml"), []string{"fifo"}, Options{})
 	if err == nil || !strings.Contains(err.Error(), `unknown policy "fifo"`) || !strings.Contains(err.Error(), "cookbook-informed") {
 		t.Fatalf("error = %v, want it to name the policy and list the known ones", err)
 	}
@@ -252,7 +256,7 @@ func TestUnknownPolicy(t *testing.T) {
 
 func TestSVG(t *testing.T) {
 	t.Parallel()
-	rep, err := Run(load(t, "devpick.yaml"), []string{"sluice", "devpick-naive"}, Options{})
+	rep, err := Run(context.Background(), load(t, "devpick.yaml"), []string{"sluice", "devpick-naive"}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,6 +282,140 @@ func TestSVG(t *testing.T) {
 	for _, s := range []string{"sluice", "devpick-naive", "title", "otpm"} {
 		if !bytes.Contains(buf.Bytes(), []byte(s)) {
 			t.Errorf("SVG does not mention %q", s)
+		}
+	}
+}
+
+// largeScenario takes far longer than a test may to run to its end: a year
+// of steady arrivals besides a large backlog.
+func largeScenario(t *testing.T) *scenario.Scenario {
+	t.Helper()
+	sc := &scenario.Scenario{Name: "large", Duration: scenario.MaxDuration, Seed: 1,
+		Provider: scenario.Provider{Profile: "openai", Latency: time.Second, DefaultMaxTokens: 1000,
+			Limits: governor.Limits{governor.RPM: 100_000, governor.TPM: 100_000_000}},
+		Flows: []scenario.Flow{
+			{Name: "backlog", Weight: 1, BatchMax: 1, Backlog: 300_000, ItemInputTokens: 10, ItemOutputTokens: 10, ItemMaxTokens: 10},
+			{Name: "steady", Weight: 1, BatchMax: 2, ArrivalsPerDay: 1500, ItemInputTokens: 10, ItemOutputTokens: 10, ItemMaxTokens: 10},
+		}}
+	if err := sc.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return sc
+}
+
+// cancelAfter is a trace writer that cancels a run after n lines and then
+// counts the lines written after that.
+type cancelAfter struct {
+	n, after int
+	cancel   func()
+}
+
+func (c *cancelAfter) Write(p []byte) (int, error) {
+	if c.n > 0 {
+		if c.n--; c.n == 0 {
+			c.cancel()
+		}
+	} else {
+		c.after++
+	}
+	return len(p), nil
+}
+
+// TestBenchCancelled: every policy's run stops soon after its context ends,
+// on a scenario far too large to finish in a test, and the error is
+// context.Canceled.
+func TestBenchCancelled(t *testing.T) {
+	t.Parallel()
+	sc := largeScenario(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := Run(ctx, sc, Policies, Options{}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled before the start: %v", err)
+	}
+	for _, name := range append(append([]string(nil), Policies...), ExtraPolicies...) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			w := &cancelAfter{n: 1000, cancel: cancel}
+			_, err := Run(ctx, sc, []string{name}, Options{Trace: w})
+			if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "policy "+name+" stopped at") {
+				t.Fatalf("error = %v, want context.Canceled naming the policy", err)
+			}
+			if w.n != 0 {
+				t.Fatalf("the run ended before it was cancelled: %v", err)
+			}
+			// A run checks its context every few thousand events, so only a
+			// few thousand requests can follow the cancel; the whole run has
+			// hundreds of thousands.
+			if w.after > 4*checkEvery {
+				t.Errorf("%d requests after the cancel", w.after)
+			}
+		})
+	}
+}
+
+// TestBenchSeriesFromTrace: the chart's hourly series, kept per hour during
+// the run, equal what the trace of every request gives.
+func TestBenchSeriesFromTrace(t *testing.T) {
+	t.Parallel()
+	sc := load(t, "groq-faults.yaml")
+	var buf bytes.Buffer
+	rep, err := Run(context.Background(), sc, Policies, Options{Trace: &buf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hours := int(sc.Duration.Hours())
+	type want struct {
+		done map[string][]float64
+		use  map[string][]float64
+	}
+	got := map[string]*want{}
+	lines := bufio.NewScanner(&buf)
+	for lines.Scan() {
+		var rec TraceRecord
+		if err := json.Unmarshal(lines.Bytes(), &rec); err != nil {
+			t.Fatal(err)
+		}
+		wt := got[rec.Policy]
+		if wt == nil {
+			wt = &want{done: map[string][]float64{}, use: map[string][]float64{}}
+			got[rec.Policy] = wt
+		}
+		if rec.Status != 200 || rec.Fault != "" {
+			continue
+		}
+		if wt.done[rec.Flow] == nil {
+			wt.done[rec.Flow] = make([]float64, hours)
+		}
+		// Completions count in the hour whose end is at or after them.
+		for h := max(int(math.Ceil(rec.End/3600))-1, 0); h < hours; h++ {
+			wt.done[rec.Flow][h] += float64(rec.Items)
+		}
+		for _, l := range governor.AllLimits {
+			if lim := sc.Provider.Limits[l]; lim > 0 {
+				if wt.use[l.String()] == nil {
+					wt.use[l.String()] = make([]float64, hours)
+				}
+				wt.use[l.String()][int(rec.End/3600)] += float64(rec.Charged.On(l)) / (float64(lim) * float64(time.Hour) / float64(l.Period()))
+			}
+		}
+	}
+	for _, r := range rep.Results {
+		wt := got[r.Policy]
+		for _, fs := range r.series.flows {
+			for h, v := range fs.done {
+				if w := wt.done[fs.name]; w != nil && w[h] != v || w == nil && v != 0 {
+					t.Fatalf("%s %s hour %d: done %v, trace says %v", r.Policy, fs.name, h, v, w)
+				}
+			}
+		}
+		for _, ls := range r.series.limits {
+			for h, v := range ls.use {
+				if w := wt.use[ls.name]; math.Abs(w[h]-v) > 1e-9 {
+					t.Fatalf("%s %s hour %d: use %v, trace says %v", r.Policy, ls.name, h, v, w[h])
+				}
+			}
 		}
 	}
 }

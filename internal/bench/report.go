@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -105,8 +106,9 @@ type Options struct {
 	Trace io.Writer
 }
 
-// Run replays sc under each named policy and returns the report.
-func Run(sc *scenario.Scenario, policies []string, opts Options) (*Report, error) {
+// Run replays sc under each named policy and returns the report. It stops
+// soon after ctx ends, with an error that wraps ctx.Err().
+func Run(ctx context.Context, sc *scenario.Scenario, policies []string, opts Options) (*Report, error) {
 	rep := &Report{Scenario: sc.Name}
 	var enc *json.Encoder
 	if opts.Trace != nil {
@@ -132,7 +134,9 @@ func Run(sc *scenario.Scenario, policies []string, opts Options) (*Report, error
 			return nil, err
 		}
 		began := time.Now()
-		w.run()
+		if err := w.run(ctx); err != nil {
+			return nil, fmt.Errorf("policy %s stopped at %s of %s simulated: %w", name, w.now.Sub(epoch).Round(time.Minute), sc.Duration, err)
+		}
 		res := w.result(name, time.Since(began))
 		res.series = w.series()
 		if traceErr != nil {

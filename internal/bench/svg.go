@@ -5,7 +5,6 @@ import (
 	"html"
 	"io"
 	"math"
-	"time"
 
 	"github.com/sluice-dev/sluice/governor"
 )
@@ -28,36 +27,20 @@ type limitSeries struct {
 }
 
 func (w *world) series() *series {
-	hours := int(math.Ceil(w.sc.Duration.Hours()))
-	s := &series{hours: hours}
+	s := &series{hours: w.hours}
 	for _, f := range w.flows {
-		fs := flowSeries{name: f.cfg.Name, done: make([]float64, hours)}
-		j := 0
+		fs := flowSeries{name: f.cfg.Name, done: make([]float64, w.hours)}
 		var v float64
-		for h := range hours {
-			end := epoch.Add(time.Duration(h+1) * time.Hour)
-			for j < len(f.progress) && !f.progress[j].at.After(end) {
-				v = f.progress[j].v
-				j++
-			}
+		for h := range w.hours {
+			v = max(v, f.doneBy[h]) // done only grows; an hour without a completion keeps the last
 			fs.done[h] = v
 		}
 		s.flows = append(s.flows, fs)
 	}
 	for _, l := range governor.AllLimits {
-		lim := w.sc.Provider.Limits[l]
-		if lim == 0 {
-			continue
+		if w.use[l] != nil {
+			s.limits = append(s.limits, limitSeries{name: l.String(), use: w.use[l]})
 		}
-		perHour := float64(lim) * float64(time.Hour) / float64(l.Period())
-		ls := limitSeries{name: l.String(), use: make([]float64, hours)}
-		for _, u := range w.usage {
-			h := int(u.at.Sub(epoch) / time.Hour)
-			if h >= 0 && h < hours {
-				ls.use[h] += float64(u.cost.On(l)) / perHour
-			}
-		}
-		s.limits = append(s.limits, ls)
 	}
 	return s
 }

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"container/heap"
+	"context"
 	"math"
 	"sort"
 	"time"
@@ -36,12 +37,9 @@ type flowState struct {
 	waits          []float64 // minutes, per completed item (flows with arrivals)
 	stallFrom      time.Time // when the current stretch without completion began; zero when no work
 	maxStall       time.Duration
-	progress       []point // cumulative done over time, for the chart
-}
-
-type point struct {
-	at time.Time
-	v  float64
+	// doneBy[h] is done as of the last completion in hour h (an hour holds
+	// its end), for the chart; 0 for an hour without one.
+	doneBy []float64
 }
 
 func (f *flowState) work() int { return len(f.queue) + f.out }
@@ -61,12 +59,12 @@ type world struct {
 	used    [governor.NumLimits]int64
 	useful  [governor.NumLimits]int64
 	rejects map[int]int64
-	usage   []usagePoint // charges of succeeded requests over time, for the chart
-}
-
-type usagePoint struct {
-	at   time.Time
-	cost governor.Cost
+	// hours of simulated time, and per configured limit the charges of
+	// succeeded requests in each hour as a fraction of the hour's allowance,
+	// for the chart. Kept per hour, not per request, so that memory does not
+	// grow with the requests of a run.
+	hours int
+	use   [governor.NumLimits][]float64
 }
 
 // policy decides when each flow's requests are sent.
@@ -91,9 +89,15 @@ func newWorld(sc *scenario.Scenario, pol policy, trace func(TraceRecord)) (*worl
 	w := &world{
 		sc: sc, now: epoch, end: epoch.Add(sc.Duration), prov: prov, pol: pol, trace: trace,
 		byName: map[string]*flowState{}, rejects: map[int]int64{},
+		hours: int(math.Ceil(sc.Duration.Hours())),
+	}
+	for _, l := range governor.AllLimits {
+		if p.Limits[l] > 0 {
+			w.use[l] = make([]float64, w.hours)
+		}
 	}
 	for i, fc := range sc.Flows {
-		f := &flowState{cfg: fc, idx: i}
+		f := &flowState{cfg: fc, idx: i, doneBy: make([]float64, w.hours)}
 		w.flows = append(w.flows, f)
 		w.byName[fc.Name] = f
 	}
@@ -108,25 +112,53 @@ func newWorld(sc *scenario.Scenario, pol policy, trace func(TraceRecord)) (*worl
 
 // at schedules fn at time t (not before now).
 func (w *world) at(t time.Time, fn func()) {
+	w.seq++
+	w.atSeq(t, w.seq, fn)
+}
+
+// atSeq schedules fn at time t (not before now) with sequence number seq,
+// which orders events at the same time.
+func (w *world) atSeq(t time.Time, seq uint64, fn func()) {
 	if t.Before(w.now) {
 		t = w.now
 	}
-	w.seq++
-	heap.Push(&w.events, event{at: t, seq: w.seq, fn: fn})
+	heap.Push(&w.events, event{at: t, seq: seq, fn: fn})
 }
 
-func (w *world) run() {
+// checkEvery is how many events run between two looks at the context: often
+// enough to stop within milliseconds, rarely enough to cost nothing.
+const checkEvery = 4096
+
+// run plays the scenario to its end, or until ctx ends (returning its error).
+func (w *world) run(ctx context.Context) error {
 	for _, f := range w.flows {
-		for range f.cfg.Backlog {
+		for i := range f.cfg.Backlog {
+			if i%(16*checkEvery) == 0 {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+			}
 			w.addItem(f)
 		}
-		if f.cfg.ArrivalsPerDay > 0 {
-			w.scheduleArrivals(f)
+	}
+	// Arrivals are scheduled one at a time, each when the one before it
+	// happens, so the queue of events does not hold a whole run's arrivals.
+	// Each gets the sequence number it would have had were all scheduled
+	// now, flow by flow, so that events at the same moment keep their order.
+	for _, f := range w.flows {
+		if n := f.cfg.Arrivals(w.sc.Duration); n > 0 {
+			w.scheduleArrival(f, w.seq, 0, n)
+			w.seq += uint64(n)
 		}
 	}
 	w.pol.start(w)
 	w.pol.wake(w)
-	for w.events.Len() > 0 {
+	for n := 1; w.events.Len() > 0; n++ {
+		if n%checkEvery == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
 		ev := heap.Pop(&w.events).(event)
 		if !ev.at.Before(w.end) {
 			break
@@ -140,21 +172,23 @@ func (w *world) run() {
 			f.maxStall = max(f.maxStall, w.end.Sub(f.stallFrom))
 		}
 	}
+	return nil
 }
 
-// scheduleArrivals spreads a flow's new items evenly over each day, each at a
-// random moment of its own slot.
-func (w *world) scheduleArrivals(f *flowState) {
-	slot := time.Duration(float64(24*time.Hour) / f.cfg.ArrivalsPerDay)
-	n := int(math.Ceil(float64(w.sc.Duration) / float64(slot)))
-	for i := range n {
-		jitter := time.Duration(unit(uint64(w.sc.Seed), uint64(f.idx)+1000, uint64(i)) * float64(slot))
-		t := epoch.Add(time.Duration(i)*slot + jitter)
-		w.at(t, func() {
-			w.addItem(f)
-			w.pol.wake(w)
-		})
-	}
+// scheduleArrival schedules the i-th of a flow's n arrivals, one in each
+// slot of the day at a random moment of the slot; seq0 is the sequence number
+// before its first. When it happens it schedules the next.
+func (w *world) scheduleArrival(f *flowState, seq0 uint64, i, n int64) {
+	slot := f.cfg.ArrivalSlot()
+	jitter := time.Duration(unit(uint64(w.sc.Seed), uint64(f.idx)+1000, uint64(i)) * float64(slot))
+	t := epoch.Add(time.Duration(i)*slot + jitter)
+	w.atSeq(t, seq0+uint64(i)+1, func() {
+		if i+1 < n {
+			w.scheduleArrival(f, seq0, i+1, n)
+		}
+		w.addItem(f)
+		w.pol.wake(w)
+	})
 }
 
 // addItem makes one item of f eligible now.
@@ -225,24 +259,25 @@ func (w *world) send(f *flowState, items []item, maxTokens int64, done func(outc
 	req := w.requestFor(f, items, maxTokens)
 	resp := w.prov.Submit(w.now, req)
 	sent := w.now
-	o := outcome{resp: resp, items: items, req: req}
 	if resp.Rejected {
 		w.record(sent, sent, f, len(items), req, resp, governor.Cost{})
 		w.rejects[resp.Status]++
-		done(o)
+		done(outcome{resp: resp, items: items, req: req})
 		return
 	}
+	// The closure holds one copy of the call: a run may have a great many in flight.
+	o := &outcome{resp: resp, items: items, req: req}
 	w.at(w.now.Add(resp.Latency), func() {
-		if resp.Fault != sim.NoFault {
-			w.record(sent, w.now, f, len(items), req, resp, governor.Cost{})
-			done(o)
+		if o.resp.Fault != sim.NoFault {
+			w.record(sent, w.now, f, len(o.items), o.req, o.resp, governor.Cost{})
+			done(*o)
 			w.pol.wake(w)
 			return
 		}
-		final := w.prov.Finish(w.now, resp)
-		w.record(sent, w.now, f, len(items), req, resp, final)
-		w.succeed(f, items, final, req, resp)
-		done(o)
+		final := w.prov.Finish(w.now, o.resp)
+		w.record(sent, w.now, f, len(o.items), o.req, o.resp, final)
+		w.succeed(f, o.items, final, o.req, o.resp)
+		done(*o)
 		w.pol.wake(w)
 	})
 }
@@ -252,7 +287,14 @@ func (w *world) succeed(f *flowState, items []item, charged governor.Cost, req s
 		w.used[l] += charged.On(l)
 		w.useful[l] += governor.Cost{Requests: 1, Input: req.Input, Output: resp.Output}.On(l)
 	}
-	w.usage = append(w.usage, usagePoint{at: w.now, cost: charged})
+	if d := w.now.Sub(epoch); d >= 0 {
+		for _, l := range governor.AllLimits {
+			if h := int(d / time.Hour); w.use[l] != nil && h < w.hours {
+				perHour := float64(w.sc.Provider.Limits[l]) * float64(time.Hour) / float64(l.Period())
+				w.use[l][h] += float64(charged.On(l)) / perHour
+			}
+		}
+	}
 	f.requests++
 	f.tokens += charged.Tokens()
 	f.out -= len(items)
@@ -268,7 +310,10 @@ func (w *world) succeed(f *flowState, items []item, charged governor.Cost, req s
 	} else {
 		f.stallFrom = time.Time{}
 	}
-	f.progress = append(f.progress, point{w.now, float64(f.done)})
+	// The hour whose end is at or after now: an hour holds its end.
+	if h := int(max(w.now.Sub(epoch)-1, 0) / time.Hour); h < w.hours {
+		f.doneBy[h] = float64(f.done)
+	}
 	for _, d := range f.dependents {
 		for range items {
 			w.addItem(d)

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -17,6 +19,9 @@ import (
 // The YAML is walked as a node tree rather than decoded into tagged structs
 // so that every error can name the full key path and line of what is wrong.
 func Parse(data []byte) (*Scenario, error) {
+	if len(data) > MaxFileBytes {
+		return nil, fmt.Errorf("scenario is more than the bound of %s bytes", group(MaxFileBytes))
+	}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return nil, fmt.Errorf("scenario is not valid YAML: %w", err)
@@ -26,18 +31,26 @@ func Parse(data []byte) (*Scenario, error) {
 	}
 	s := &Scenario{Provider: Provider{Profile: "openai", DefaultMaxTokens: DefaultMaxTokens}}
 	var durationSet bool
+	var flows *yaml.Node
 	err := eachKey(doc.Content[0], "", func(key string, path string, v *yaml.Node) error {
 		switch key {
 		case "name":
 			return str(v, path, &s.Name)
 		case "duration":
 			durationSet = true
-			return duration(v, path, &s.Duration)
+			if err := duration(v, path, &s.Duration); err != nil {
+				return err
+			}
+			if s.Duration > MaxDuration {
+				return valueErr(path, v, aboveDuration(MaxDuration))
+			}
+			return nil
 		case "seed":
-			return integer(v, path, &s.Seed)
+			return integer(v, path, math.MinInt64, math.MaxInt64, &s.Seed)
 		case "provider":
 			return parseProvider(v, path, &s.Provider)
 		case "flows":
+			flows = v
 			return parseFlows(v, path, &s.Flows)
 		}
 		return unknown(path, v)
@@ -48,8 +61,12 @@ func Parse(data []byte) (*Scenario, error) {
 	if !durationSet {
 		return nil, errors.New("duration: missing (a Go duration such as 168h)")
 	}
-	if err := s.Validate(); err != nil {
+	// What Validate checks, but the total of items gets the line of flows.
+	if err := s.validate(); err != nil {
 		return nil, err
+	}
+	if err := s.checkItems(); err != nil {
+		return nil, at(flows, err)
 	}
 	return s, nil
 }
@@ -94,15 +111,12 @@ func parseProvider(n *yaml.Node, prefix string, p *Provider) error {
 			if p.Latency < 0 {
 				return valueErr(path, v, "is negative")
 			}
+			if p.Latency > MaxLatency {
+				return valueErr(path, v, aboveDuration(MaxLatency))
+			}
 			return nil
 		case "default_max_tokens":
-			if err := integer(v, path, &p.DefaultMaxTokens); err != nil {
-				return err
-			}
-			if p.DefaultMaxTokens <= 0 {
-				return valueErr(path, v, "is not positive")
-			}
-			return nil
+			return integer(v, path, 1, MaxOutputTokens, &p.DefaultMaxTokens)
 		case "faults":
 			return parseFaults(v, path, &p.Faults)
 		case "limits":
@@ -111,15 +125,7 @@ func parseProvider(n *yaml.Node, prefix string, p *Provider) error {
 				if err != nil || name != l.String() {
 					return at(lv, fmt.Errorf("%s: unknown limit (want rpm, rpd, tpm, tpd, itpm or otpm)", lpath))
 				}
-				var n int64
-				if err := integer(lv, lpath, &n); err != nil {
-					return err
-				}
-				if n <= 0 {
-					return valueErr(lpath, lv, "is not positive")
-				}
-				p.Limits[l] = n
-				return nil
+				return integer(lv, lpath, 1, MaxLimit, &p.Limits[l])
 			})
 		}
 		return unknown(path, v)
@@ -141,12 +147,14 @@ func parseFaults(n *yaml.Node, prefix string, f *Faults) error {
 		default:
 			return unknown(path, v)
 		}
-		if err := number(v, path, dst); err != nil {
+		x, err := number(v, path)
+		if err != nil {
 			return err
 		}
-		if !(*dst >= 0 && *dst <= 1) {
+		if !(x >= 0 && x <= 1) {
 			return valueErr(path, v, "is not a fraction in [0, 1]")
 		}
+		*dst = x
 		return nil
 	})
 	if err != nil {
@@ -162,9 +170,13 @@ func parseFlows(n *yaml.Node, prefix string, flows *[]Flow) error {
 	if n.Kind != yaml.SequenceNode {
 		return at(n, fmt.Errorf("%s: want a list of flows", prefix))
 	}
+	if len(n.Content) > MaxFlows {
+		return at(n, fmt.Errorf("%s: %d flows %s", prefix, len(n.Content), above(MaxFlows)))
+	}
 	for i, item := range n.Content {
 		f := Flow{Weight: 1, BatchMax: 1}
 		p := fmt.Sprintf("%s[%d]", prefix, i)
+		var x int64
 		err := eachKey(item, p, func(key, path string, v *yaml.Node) error {
 			switch key {
 			case "name":
@@ -176,61 +188,53 @@ func parseFlows(n *yaml.Node, prefix string, flows *[]Flow) error {
 				}
 				return nil
 			case "priority":
-				var x int64
-				if err := integer(v, path, &x); err != nil {
+				if err := integer(v, path, math.MinInt32, math.MaxInt32, &x); err != nil {
 					return err
-				}
-				if x < math.MinInt32 || x > math.MaxInt32 {
-					return valueErr(path, v, "is out of range")
 				}
 				f.Priority = int(x)
 				return nil
 			case "weight":
-				if err := number(v, path, &f.Weight); err != nil {
+				w, err := number(v, path)
+				if err != nil {
 					return err
 				}
-				if !(f.Weight > 0) {
-					return valueErr(path, v, "is not positive")
+				if msg := outsideFloat(w, MinWeight, MaxWeight); msg != "" {
+					return valueErr(path, v, msg)
 				}
+				f.Weight = w
 				return nil
 			case "backlog":
-				var x int64
-				if err := nonNegative(v, path, &x); err != nil {
+				if err := integer(v, path, 0, MaxBacklog, &x); err != nil {
 					return err
-				}
-				if x > math.MaxInt32 {
-					return valueErr(path, v, "is too large")
 				}
 				f.Backlog = int(x)
 				return nil
 			case "arrivals_per_day":
-				if err := number(v, path, &f.ArrivalsPerDay); err != nil {
+				a, err := number(v, path)
+				if err != nil {
 					return err
 				}
-				if !(f.ArrivalsPerDay >= 0) {
-					return valueErr(path, v, "is negative")
+				if msg := outsideArrivals(a); msg != "" {
+					return valueErr(path, v, msg)
 				}
+				f.ArrivalsPerDay = a
 				return nil
 			case "after":
 				return str(v, path, &f.After)
 			case "batch_max":
-				var x int64
-				if err := integer(v, path, &x); err != nil {
+				if err := integer(v, path, 1, MaxBatch, &x); err != nil {
 					return err
-				}
-				if x < 1 || x > math.MaxInt32 {
-					return valueErr(path, v, "is not a whole number of at least 1")
 				}
 				f.BatchMax = int(x)
 				return nil
 			case "prompt_tokens":
-				return nonNegative(v, path, &f.PromptTokens)
+				return integer(v, path, 0, MaxInputTokens, &f.PromptTokens)
 			case "item_input_tokens":
-				return nonNegative(v, path, &f.ItemInputTokens)
+				return integer(v, path, 0, MaxInputTokens, &f.ItemInputTokens)
 			case "item_output_tokens":
-				return nonNegative(v, path, &f.ItemOutputTokens)
+				return integer(v, path, 0, MaxOutputTokens, &f.ItemOutputTokens)
 			case "item_max_tokens":
-				return nonNegative(v, path, &f.ItemMaxTokens)
+				return integer(v, path, 0, MaxOutputTokens, &f.ItemMaxTokens)
 			}
 			return unknown(path, v)
 		})
@@ -239,6 +243,9 @@ func parseFlows(n *yaml.Node, prefix string, flows *[]Flow) error {
 		}
 		if f.Name == "" {
 			return at(item, fmt.Errorf("%s.name: missing", p))
+		}
+		if err := f.checkRequest(p); err != nil {
+			return at(item, err)
 		}
 		*flows = append(*flows, f)
 	}
@@ -323,50 +330,76 @@ func str(v *yaml.Node, path string, dst *string) error {
 	return nil
 }
 
-func integer(v *yaml.Node, path string, dst *int64) error {
+// integer reads a whole number within [lo, hi]. A YAML float that is whole
+// (1e6) counts; a number beyond int64 or float64 is out of every bound,
+// never wrapped or zero.
+func integer(v *yaml.Node, path string, lo, hi int64, dst *int64) error {
 	if err := scalar(v, path); err != nil {
 		return err
-	}
-	if v.ShortTag() != "!!int" {
-		return valueErr(path, v, "is not a whole number")
 	}
 	var x int64
-	if err := v.Decode(&x); err != nil {
-		return valueErr(path, v, "is not a whole number")
-	}
-	*dst = x
-	return nil
-}
-
-func nonNegative(v *yaml.Node, path string, dst *int64) error {
-	if err := integer(v, path, dst); err != nil {
-		return err
-	}
-	if *dst < 0 {
-		return valueErr(path, v, "is negative")
-	}
-	return nil
-}
-
-func number(v *yaml.Node, path string, dst *float64) error {
-	if err := scalar(v, path); err != nil {
-		return err
-	}
-	if t := v.ShortTag(); t != "!!int" && t != "!!float" {
-		return valueErr(path, v, "is not a number")
-	}
-	x, err := strconv.ParseFloat(v.Value, 64)
-	if err != nil {
-		if err := v.Decode(&x); err != nil {
-			return valueErr(path, v, "is not a number")
+	if v.ShortTag() == "!!int" && v.Decode(&x) == nil {
+		if msg := outside(x, lo, hi); msg != "" {
+			return valueErr(path, v, msg)
 		}
+		*dst = x
+		return nil
+	}
+	f, ok := numeric(v)
+	switch {
+	case !ok || math.IsNaN(f) || (!math.IsInf(f, 0) && f != math.Trunc(f)):
+		return valueErr(path, v, "is not a whole number")
+	case f < float64(lo) || f < math.MinInt64:
+		return valueErr(path, v, below(lo))
+	case f > float64(hi) || f >= math.MaxInt64: // float64(math.MaxInt64) is 2⁶³
+		return valueErr(path, v, above(hi))
+	}
+	*dst = int64(f) // whole, within [lo, hi]: exact enough for every bound
+	return nil
+}
+
+// number reads a finite number.
+func number(v *yaml.Node, path string) (float64, error) {
+	if err := scalar(v, path); err != nil {
+		return 0, err
+	}
+	x, ok := numeric(v)
+	if !ok {
+		return 0, valueErr(path, v, "is not a number")
 	}
 	if math.IsNaN(x) || math.IsInf(x, 0) {
-		return valueErr(path, v, "is not a finite number")
+		return 0, valueErr(path, v, "is not a finite number")
 	}
-	*dst = x
-	return nil
+	return x, nil
 }
+
+// numeric reads a scalar YAML number as a float64. A number too large for
+// float64 (1e400, which YAML leaves a string) reads as ±Inf so that it fails
+// every bound; a quoted string is not a number.
+func numeric(v *yaml.Node) (float64, bool) {
+	tag := v.ShortTag()
+	if tag != "!!int" && tag != "!!float" && !(tag == "!!str" && v.Style == 0) {
+		return 0, false
+	}
+	x, err := strconv.ParseFloat(strings.ReplaceAll(v.Value, "_", ""), 64)
+	switch {
+	case errors.Is(err, strconv.ErrRange):
+		return x, true
+	case tag == "!!str":
+		return 0, false // "inf", "nan" and the like are words in YAML
+	case err == nil:
+		return x, true
+	}
+	// YAML's own spellings: .inf, .nan, 0o17, 0x1F.
+	if v.Decode(&x) != nil {
+		return 0, false
+	}
+	return x, true
+}
+
+// durationShape is what time.ParseDuration reads; a value of this shape that
+// it refuses is too large for a time.Duration.
+var durationShape = regexp.MustCompile(`^[-+]?(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+$`)
 
 func duration(v *yaml.Node, path string, dst *time.Duration) error {
 	if err := scalar(v, path); err != nil {
@@ -374,6 +407,12 @@ func duration(v *yaml.Node, path string, dst *time.Duration) error {
 	}
 	d, err := time.ParseDuration(v.Value)
 	if err != nil {
+		if durationShape.MatchString(v.Value) {
+			if strings.HasPrefix(v.Value, "-") {
+				return valueErr(path, v, "is negative")
+			}
+			return valueErr(path, v, "is too large for a duration")
+		}
 		return valueErr(path, v, "is not a duration such as 90s, 2m or 168h")
 	}
 	*dst = d

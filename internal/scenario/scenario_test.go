@@ -1,6 +1,8 @@
 package scenario
 
 import (
+	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -223,5 +225,204 @@ func TestValidateInCode(t *testing.T) {
 	s.Provider.Limits[governor.TPM] = -1
 	if err := s.Validate(); err == nil || !strings.Contains(err.Error(), "provider.limits.tpm") {
 		t.Errorf("Validate = %v, want tpm error", err)
+	}
+}
+
+// TestScenarioBounds: a value beyond a documented bound is refused at load, naming
+// the key, the bound and the line; a value at the bound loads. Numbers too
+// large for int64 or float64 are refused, never wrapped or read as zero.
+func TestScenarioBounds(t *testing.T) {
+	t.Parallel()
+	flow := func(extra string) string { return base + extra }
+	for _, tc := range []struct {
+		name, yaml string
+		want       []string // every one must appear in the error; nil: it loads
+	}{
+		{"duration at bound", strings.Replace(base, "duration: 1h", "duration: 8784h", 1), nil},
+		{"duration over", strings.Replace(base, "duration: 1h", "duration: 8785h", 1), []string{`duration: "8785h" is more than the bound of 8784h (366 days)`, "line 2"}},
+		{"duration overflows", strings.Replace(base, "duration: 1h", "duration: 100000000h", 1), []string{`duration: "100000000h" is too large`}},
+		{"latency over", strings.Replace(base, "profile: groq", "profile: groq\n  latency: 61m", 1), []string{`provider.latency: "61m" is more than the bound of 1h0m0s`}},
+		{"default max at bound", strings.Replace(base, "profile: groq", "profile: groq\n  default_max_tokens: 32768", 1), nil},
+		{"default max over", strings.Replace(base, "profile: groq", "profile: groq\n  default_max_tokens: 32769", 1), []string{`provider.default_max_tokens: "32769" is more than the bound of 32,768`, "line 5"}},
+		{"limit at bound", strings.Replace(base, "tpm: 8000", "tpm: 1_000_000_000_000", 1), nil},
+		{"limit over", strings.Replace(base, "tpm: 8000", "tpm: 1000000000001", 1), []string{`provider.limits.tpm: "1000000000001" is more than the bound of 1,000,000,000,000`}},
+		{"limit beyond int64", strings.Replace(base, "tpm: 8000", "tpm: 9223372036854775808", 1), []string{`provider.limits.tpm: "9223372036854775808" is more than the bound`}},
+		{"limit beyond uint64", strings.Replace(base, "tpm: 8000", "tpm: 99999999999999999999999", 1), []string{"provider.limits.tpm", "is more than the bound"}},
+		{"limit 1e300", strings.Replace(base, "tpm: 8000", "tpm: 1e300", 1), []string{`provider.limits.tpm: "1e300" is more than the bound`}},
+		{"limit whole float", strings.Replace(base, "tpm: 8000", "tpm: 1e4", 1), nil},
+		{"backlog at bound", flow("    backlog: 1000000\n"), nil},
+		{"backlog over", flow("    backlog: 2147483647\n"), []string{`flows[0].backlog: "2147483647" is more than the bound of 1,000,000`, "line 8"}},
+		{"backlog below int64", flow("    backlog: -9223372036854775809\n"), []string{`flows[0].backlog: "-9223372036854775809" is negative`}},
+		{"backlog NaN", flow("    backlog: .nan\n"), []string{`flows[0].backlog: ".nan" is not a whole number`}},
+		{"backlog inf", flow("    backlog: .inf\n"), []string{`flows[0].backlog: ".inf" is more than the bound`}},
+		{"backlog quoted", flow("    backlog: \"5\"\n"), []string{`flows[0].backlog: "5" is not a whole number`}},
+		{"arrivals at bound", flow("    arrivals_per_day: 1e6\n"), nil}, // an hour of it: 41,667 items
+		{"arrivals over", flow("    arrivals_per_day: 1e12\n"), []string{`flows[0].arrivals_per_day: "1e12" is more than the bound of 1,000,000`, "line 8"}},
+		{"arrivals 1e300", flow("    arrivals_per_day: 1e300\n"), []string{`flows[0].arrivals_per_day: "1e300" is more than the bound`}},
+		{"arrivals 1e400", flow("    arrivals_per_day: 1e400\n"), []string{`flows[0].arrivals_per_day: "1e400" is not a finite number`}},
+		{"arrivals NaN", flow("    arrivals_per_day: .nan\n"), []string{`flows[0].arrivals_per_day: ".nan" is not a finite number`}},
+		{"arrivals inf", flow("    arrivals_per_day: .inf\n"), []string{`flows[0].arrivals_per_day: ".inf" is not a finite number`}},
+		{"arrivals tiny", flow("    arrivals_per_day: 1e-300\n"), []string{`flows[0].arrivals_per_day: "1e-300" is less than the bound of 0.01`}},
+		{"arrivals least", flow("    arrivals_per_day: 0.01\n"), nil},
+		{"weight over", flow("    weight: 1e7\n"), []string{`flows[0].weight: "1e7" is more than the bound of 1,000,000`}},
+		{"weight tiny", flow("    weight: 1e-9\n"), []string{`flows[0].weight: "1e-9" is less than the bound of 0.001`}},
+		{"batch_max over", flow("    batch_max: 10001\n"), []string{`flows[0].batch_max: "10001" is more than the bound of 10,000`}},
+		{"prompt_tokens over", flow("    prompt_tokens: 1000001\n"), []string{`flows[0].prompt_tokens: "1000001" is more than the bound of 1,000,000`}},
+		{"item_input_tokens over", flow("    item_input_tokens: 1000001\n"), []string{`flows[0].item_input_tokens: "1000001" is more than the bound of 1,000,000`}},
+		{"item_output_tokens over", flow("    item_output_tokens: 32769\n"), []string{`flows[0].item_output_tokens: "32769" is more than the bound of 32,768`}},
+		{"item_max_tokens over", flow("    item_max_tokens: 40000\n"), []string{`flows[0].item_max_tokens: "40000" is more than the bound of 32,768`}},
+		{"request max at bound", flow("    batch_max: 8\n    item_max_tokens: 4096\n"), nil},
+		{"request max over", flow("    batch_max: 10\n    item_max_tokens: 4096\n"),
+			[]string{"flows[0]: batch_max × item_max_tokens = 10 × 4096 = 40,960 max_tokens in one request, more than the simulated model's 32,768 max output tokens", "line 7"}},
+		{"priority beyond int32", flow("    priority: 2147483648\n"), []string{`flows[0].priority: "2147483648" is more than the bound of 2,147,483,647`}},
+		{"priority at bound", flow("    priority: 3\n"), nil},
+		{"priority over", flow("    priority: 4\n"), []string{`flows[0].priority: 4 is not between -3 and 3`}},
+		{"priority under", flow("    priority: -4\n"), []string{`flows[0].priority: -4 is not between -3 and 3`}},
+		{"seed beyond int64", strings.Replace(base, "name: t", "name: t\nseed: 9223372036854775808", 1), []string{`seed: "9223372036854775808" is more than the bound`}},
+		{"too many flows", base + manyFlows(100), []string{"flows: 101 flows is more than the bound of 100", "line 7"}},
+		{"items over", strings.Replace(base, "duration: 1h", "duration: 168h", 1) + "    arrivals_per_day: 150000\n",
+			[]string{"flows: the scenario makes up to 1,050,000 items", "more than the bound of 1,000,000", "line 7"}},
+		{"items of after chains", base + "    backlog: 400000\n  - name: b\n    after: a\n  - name: c\n    after: b\n",
+			[]string{"flows: the scenario makes up to 1,200,000 items"}},
+		{"file too large", base + "# " + strings.Repeat("x", MaxFileBytes) + "\n", []string{"scenario is more than the bound of 1,048,576 bytes"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s, err := Parse([]byte(tc.yaml))
+			if tc.want == nil {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				checkBounded(t, s)
+				return
+			}
+			if err == nil {
+				t.Fatalf("loaded %+v", s)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// manyFlows is n more flows, named f0…
+func manyFlows(n int) string {
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, "  - name: f%d\n", i)
+	}
+	return b.String()
+}
+
+// checkBounded asserts every documented bound on s, independently of Validate.
+func checkBounded(t *testing.T, s *Scenario) {
+	t.Helper()
+	if s.Duration <= 0 || s.Duration > 366*24*time.Hour {
+		t.Errorf("duration %s", s.Duration)
+	}
+	p := s.Provider
+	if p.Latency < 0 || p.Latency > time.Hour || p.DefaultMaxTokens < 1 || p.DefaultMaxTokens > 32768 {
+		t.Errorf("provider %+v", p)
+	}
+	for _, l := range governor.AllLimits {
+		if p.Limits[l] < 0 || p.Limits[l] > 1e12 {
+			t.Errorf("limit %s = %d", l, p.Limits[l])
+		}
+	}
+	for _, x := range []float64{p.Faults.Error5xx, p.Faults.Timeout, p.Faults.Reset, p.Faults.BadJSON, p.Faults.Sum()} {
+		if !(x >= 0 && x <= 1+1e-9) {
+			t.Errorf("faults %+v", p.Faults)
+		}
+	}
+	if len(s.Flows) < 1 || len(s.Flows) > 100 {
+		t.Errorf("%d flows", len(s.Flows))
+	}
+	var items float64
+	byName := map[string]Flow{}
+	for _, f := range s.Flows {
+		byName[f.Name] = f
+	}
+	for _, f := range s.Flows {
+		if !(f.Weight >= 0.001 && f.Weight <= 1e6) || f.Backlog < 0 || f.Backlog > 1e6 || f.BatchMax < 1 || f.BatchMax > 10000 ||
+			!(f.ArrivalsPerDay == 0 || f.ArrivalsPerDay >= 0.01 && f.ArrivalsPerDay <= 1e6) ||
+			f.PromptTokens < 0 || f.PromptTokens > 1e6 || f.ItemInputTokens < 0 || f.ItemInputTokens > 1e6 ||
+			f.ItemOutputTokens < 0 || f.ItemOutputTokens > 32768 || f.ItemMaxTokens < 0 || int64(f.BatchMax)*f.ItemMaxTokens > 32768 {
+			t.Errorf("flow %+v", f)
+		}
+		// The items this flow can get: its own and those of every flow up its chain.
+		for cur, n := f, 0; n <= len(s.Flows); n++ {
+			items += float64(cur.Backlog) + math.Ceil(s.Duration.Hours()/24*cur.ArrivalsPerDay)
+			next, ok := byName[cur.After]
+			if !ok {
+				break
+			}
+			cur = next
+		}
+	}
+	if items > 1_000_000*(1+1e-6) {
+		t.Errorf("%v items", items)
+	}
+}
+
+func TestScenarioItems(t *testing.T) {
+	t.Parallel()
+	s := &Scenario{Duration: 48 * time.Hour, Flows: []Flow{
+		{Name: "a", Backlog: 10, ArrivalsPerDay: 3},
+		{Name: "b", After: "a", Backlog: 1},
+		{Name: "c", After: "b"},
+		{Name: "d", ArrivalsPerDay: 0.5}, // one every 2 days: one slot starts in 48h
+	}}
+	// a: 10 + 6; b: 1 + 16; c: 17; d: 1.
+	if got := s.Items(); got != 16+17+17+1 {
+		t.Errorf("Items = %d, want 51", got)
+	}
+	f := Flow{ArrivalsPerDay: 100}
+	if f.ArrivalSlot() != 864*time.Second || f.Arrivals(time.Hour) != 5 {
+		t.Errorf("slot %s arrivals %d", f.ArrivalSlot(), f.Arrivals(time.Hour))
+	}
+}
+
+// TestScenarioBoundsInCode: a scenario built in code obeys the same bounds.
+func TestScenarioBoundsInCode(t *testing.T) {
+	t.Parallel()
+	ok := func() Scenario {
+		return Scenario{Duration: time.Hour, Provider: Provider{Profile: "groq", DefaultMaxTokens: 1000},
+			Flows: []Flow{{Name: "a", Weight: 1, BatchMax: 1}}}
+	}
+	for _, tc := range []struct {
+		name string
+		edit func(*Scenario)
+		want string
+	}{
+		{"duration", func(s *Scenario) { s.Duration = 400 * 24 * time.Hour }, "duration: 9600h0m0s is more than the bound of 8784h (366 days)"},
+		{"latency", func(s *Scenario) { s.Provider.Latency = math.MaxInt64 }, "provider.latency"},
+		{"default max", func(s *Scenario) { s.Provider.DefaultMaxTokens = 1 << 40 }, "provider.default_max_tokens: 1099511627776 is more than the bound of 32,768"},
+		{"limit", func(s *Scenario) { s.Provider.Limits[governor.TPD] = math.MaxInt64 }, "provider.limits.tpd"},
+		{"backlog", func(s *Scenario) { s.Flows[0].Backlog = math.MaxInt32 }, "flows[0].backlog: 2147483647 is more than the bound of 1,000,000"},
+		{"arrivals", func(s *Scenario) { s.Flows[0].ArrivalsPerDay = math.Inf(1) }, "flows[0].arrivals_per_day: +Inf is more than the bound"},
+		{"arrivals NaN", func(s *Scenario) { s.Flows[0].ArrivalsPerDay = math.NaN() }, "flows[0].arrivals_per_day: NaN is not a number"},
+		{"weight", func(s *Scenario) { s.Flows[0].Weight = math.NaN() }, "flows[0].weight"},
+		{"batch", func(s *Scenario) { s.Flows[0].BatchMax = 1 << 30 }, "flows[0].batch_max"},
+		{"tokens", func(s *Scenario) { s.Flows[0].ItemInputTokens = math.MaxInt64 }, "flows[0].item_input_tokens"},
+		{"request", func(s *Scenario) { s.Flows[0].BatchMax, s.Flows[0].ItemMaxTokens = 100, 1000 }, "flows[0]: batch_max × item_max_tokens"},
+		{"flows", func(s *Scenario) {
+			for i := range 100 {
+				s.Flows = append(s.Flows, Flow{Name: fmt.Sprint(i), Weight: 1, BatchMax: 1})
+			}
+		}, "flows: 101 flows is more than the bound of 100"},
+		{"items", func(s *Scenario) { s.Flows[0].ArrivalsPerDay = 1e6; s.Duration = 48 * time.Hour }, "flows: the scenario makes up to 2,000,000 items"},
+	} {
+		s := ok()
+		tc.edit(&s)
+		if err := s.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: Validate = %v, want %q", tc.name, err, tc.want)
+		}
+	}
+	s := ok()
+	if err := s.Validate(); err != nil {
+		t.Errorf("valid scenario: %v", err)
 	}
 }

@@ -27,8 +27,13 @@ type Config struct {
 	// ±50 % uniformly. Zero answers at once.
 	Latency time.Duration
 	// DefaultMaxTokens is reserved for a request that sets no max_tokens.
-	// Default 1000.
+	// Default 1000; at most MaxOutputTokens.
 	DefaultMaxTokens int64
+	// MaxOutputTokens is the simulated model's max output tokens: the server
+	// answers a request asking more max_tokens with a 400, and no response
+	// is longer. Default scenario.MaxOutputTokens (32,768); at most
+	// MaxOutputTokensCap.
+	MaxOutputTokens int64
 	// Faults are the fractions of admitted requests that fail.
 	Faults scenario.Faults
 	// Limits holds the allowance of each limit; zero means unlimited.
@@ -52,12 +57,19 @@ func ConfigFrom(p scenario.Provider, seed int64) Config {
 	}
 }
 
+// MaxOutputTokensCap bounds Config.MaxOutputTokens, so that no response the
+// server writes is longer than about 7 MB of text, whatever it is configured.
+const MaxOutputTokensCap = 1 << 20
+
 func (c Config) withDefaults() Config {
 	if c.Profile == "" {
 		c.Profile = "openai"
 	}
 	if c.DefaultMaxTokens == 0 {
 		c.DefaultMaxTokens = scenario.DefaultMaxTokens
+	}
+	if c.MaxOutputTokens == 0 {
+		c.MaxOutputTokens = scenario.MaxOutputTokens
 	}
 	if c.Model == "" {
 		c.Model = "sim-model"
@@ -68,7 +80,16 @@ func (c Config) withDefaults() Config {
 func (c Config) validate() error {
 	p := scenario.Provider{Profile: c.Profile, Window: c.Window, Accounting: c.Accounting, Latency: c.Latency,
 		DefaultMaxTokens: c.DefaultMaxTokens, Faults: c.Faults, Limits: c.Limits}
-	return p.Validate()
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	if c.MaxOutputTokens < 1 || c.MaxOutputTokens > MaxOutputTokensCap {
+		return fmt.Errorf("max output tokens: %d is not between 1 and %d", c.MaxOutputTokens, MaxOutputTokensCap)
+	}
+	if c.DefaultMaxTokens > c.MaxOutputTokens {
+		return fmt.Errorf("default max tokens: %d is more than the model's max output tokens, %d", c.DefaultMaxTokens, c.MaxOutputTokens)
+	}
+	return nil
 }
 
 // Fault is how an admitted request fails.

@@ -49,6 +49,12 @@ func TestNewModelValidates(t *testing.T) {
 		{"fault", Config{Faults: scenario.Faults{Timeout: 2}}, "provider.faults.timeout"},
 		{"fault sum", Config{Faults: scenario.Faults{Timeout: 0.6, Reset: 0.6}}, "provider.faults"},
 		{"limit", Config{Limits: governor.Limits{governor.TPM: -1}}, "provider.limits.tpm"},
+		{"limit too large", Config{Limits: governor.Limits{governor.TPD: math.MaxInt64}}, "provider.limits.tpd: 9223372036854775807 is more than the bound of 1,000,000,000,000"},
+		{"latency too long", Config{Latency: math.MaxInt64}, "provider.latency"},
+		{"max output", Config{MaxOutputTokens: MaxOutputTokensCap + 1}, "max output tokens: 1048577 is not between 1 and 1048576"},
+		{"max output negative", Config{MaxOutputTokens: -1}, "max output tokens"},
+		{"default above max output", Config{DefaultMaxTokens: 4096, MaxOutputTokens: 2048}, "default max tokens: 4096 is more than the model's max output tokens, 2048"},
+		{"default above bound", Config{DefaultMaxTokens: 1 << 40}, "default max tokens"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -59,7 +65,7 @@ func TestNewModelValidates(t *testing.T) {
 		})
 	}
 	m := newModel(t, Config{})
-	if c := m.Config(); c.Profile != "openai" || c.DefaultMaxTokens != 1000 || c.Model != "sim-model" {
+	if c := m.Config(); c.Profile != "openai" || c.DefaultMaxTokens != 1000 || c.Model != "sim-model" || c.MaxOutputTokens != 32768 {
 		t.Errorf("defaults = %+v", c)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -15,6 +16,8 @@ import (
 	"time"
 
 	"github.com/tiktoken-go/tokenizer"
+
+	"github.com/sluice-dev/sluice/internal/guard"
 )
 
 // ServerConfig configures the HTTP simulator.
@@ -38,6 +41,15 @@ type ServerConfig struct {
 	// the client does not give up first. Default 10 minutes.
 	HangTimeout time.Duration
 }
+
+// MaxRequestBytes bounds a request body; a larger one gets a 413. It holds
+// a prompt of about half a million tokens, and keeps counting a prompt's
+// tokens under a second.
+const MaxRequestBytes = 2 << 20
+
+// MaxModelName bounds the model name a request may give: the answer repeats
+// it in every chunk of a stream.
+const MaxModelName = 256
 
 // OutputTokensHeader fixes the real output length of one request (capped at
 // its max_tokens); without it the server draws the length uniformly between
@@ -131,7 +143,10 @@ func (s *Server) Start(ctx context.Context) error {
 		return fmt.Errorf("simulator listen: %w", err)
 	}
 	s.ln = ln
-	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+	// The guard's deadlines and request checks; its refusals in the profile's shape.
+	s.srv = guard.NewServer(s, guard.Config{Addr: ln.Addr().String(), Error: func(w http.ResponseWriter, status int, msg string) {
+		s.writeError(w, status, "invalid_request_error", "", msg)
+	}})
 	go func() { _ = s.srv.Serve(ln) }()
 	return nil
 }
@@ -230,9 +245,12 @@ type chatRequest struct {
 		Content json.RawMessage `json:"content"`
 		Name    string          `json:"name"`
 	} `json:"messages"`
-	MaxTokens           *int64 `json:"max_tokens"`
-	MaxCompletionTokens *int64 `json:"max_completion_tokens"`
-	Stream              bool   `json:"stream"`
+	// Numbers are read raw, so that a fraction, a string or a number beyond
+	// int64 gets the provider's 400 rather than a decoder's message.
+	MaxTokens           json.RawMessage `json:"max_tokens"`
+	MaxCompletionTokens json.RawMessage `json:"max_completion_tokens"`
+	N                   json.RawMessage `json:"n"`
+	Stream              bool            `json:"stream"`
 	StreamOptions       *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
@@ -284,7 +302,27 @@ func contentText(raw json.RawMessage) (string, error) {
 
 func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	var req chatRequest
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 32<<20)).Decode(&req); err != nil {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
+	err := dec.Decode(&req)
+	if err == nil {
+		switch extra := dec.Decode(&struct{}{}); {
+		case extra == io.EOF:
+		case errors.As(extra, new(*http.MaxBytesError)):
+			err = extra
+		default:
+			err = errors.New("data after the JSON object")
+		}
+	}
+	if err != nil {
+		if errors.As(err, new(*http.MaxBytesError)) {
+			typ := "invalid_request_error"
+			if s.m.cfg.Profile == "anthropic" {
+				typ = "request_too_large"
+			}
+			s.writeError(w, http.StatusRequestEntityTooLarge, typ, "",
+				fmt.Sprintf("Request body too large: the simulator reads at most %d bytes.", int64(MaxRequestBytes)))
+			return
+		}
 		s.writeError(w, http.StatusBadRequest, "invalid_request_error", "", "The request body is not valid JSON: "+err.Error())
 		return
 	}
@@ -292,20 +330,20 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, http.StatusBadRequest, "invalid_request_error", "", "'messages' must contain at least one message.")
 		return
 	}
+	maxTokens, msg := s.maxTokens(&req)
+	if msg == "" {
+		msg = choices(req.N)
+	}
+	if msg == "" && len(req.Model) > MaxModelName {
+		msg = fmt.Sprintf("Invalid 'model': a model name is at most %d bytes, got %d.", MaxModelName, len(req.Model))
+	}
+	if msg != "" {
+		s.writeError(w, http.StatusBadRequest, "invalid_request_error", "", msg)
+		return
+	}
 	input, err := req.inputTokens()
 	if err != nil {
 		s.writeError(w, http.StatusBadRequest, "invalid_request_error", "", err.Error())
-		return
-	}
-	var maxTokens int64
-	switch {
-	case req.MaxCompletionTokens != nil:
-		maxTokens = *req.MaxCompletionTokens
-	case req.MaxTokens != nil:
-		maxTokens = *req.MaxTokens
-	}
-	if maxTokens < 0 || (maxTokens == 0 && (req.MaxTokens != nil || req.MaxCompletionTokens != nil)) {
-		s.writeError(w, http.StatusBadRequest, "invalid_request_error", "", fmt.Sprintf("max_tokens must be at least 1, got %d.", maxTokens))
 		return
 	}
 	limit := maxTokens
@@ -377,6 +415,69 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	c.write(w)
 }
 
+// maxTokens returns the request's max_completion_tokens, else its
+// max_tokens, or 0 when it sets neither; msg is the 400's message for a value
+// that is not an integer from 1 to the model's max output tokens.
+func (s *Server) maxTokens(req *chatRequest) (n int64, msg string) {
+	for _, p := range []struct {
+		name string
+		raw  json.RawMessage
+	}{{"max_completion_tokens", req.MaxCompletionTokens}, {"max_tokens", req.MaxTokens}} {
+		v, set, msg := intParam(p.name, p.raw)
+		switch {
+		case msg != "":
+			return 0, msg
+		case !set:
+			continue
+		case v < 1:
+			return 0, fmt.Sprintf("Invalid '%s': integer below minimum value. Expected a value >= 1, but got %s instead.", p.name, clip(string(p.raw)))
+		case v > s.m.cfg.MaxOutputTokens:
+			return 0, fmt.Sprintf("%s is too large: %s. This model supports at most %d completion tokens, whereas you provided %s.",
+				p.name, clip(string(p.raw)), s.m.cfg.MaxOutputTokens, clip(string(p.raw)))
+		}
+		if n == 0 {
+			n = v
+		}
+	}
+	return n, ""
+}
+
+// choices checks the request's n. The simulator answers one choice, as Groq
+// and Anthropic's OpenAI-compatible API do; OpenAI accepts up to 128.
+func choices(raw json.RawMessage) (msg string) {
+	v, set, msg := intParam("n", raw)
+	switch {
+	case msg != "":
+		return msg
+	case set && v != 1:
+		return fmt.Sprintf("Invalid 'n': the simulator answers one choice per request, so n must be 1; got %s.", clip(string(raw)))
+	}
+	return ""
+}
+
+// intParam reads an integer parameter: absent or null is unset; a number
+// beyond int64 reads as the nearest int64, which every bound refuses.
+func intParam(name string, raw json.RawMessage) (v int64, set bool, msg string) {
+	text := strings.TrimSpace(string(raw))
+	if text == "" || text == "null" {
+		return 0, false, ""
+	}
+	v, err := strconv.ParseInt(text, 10, 64)
+	if err != nil && !errors.Is(err, strconv.ErrRange) {
+		return 0, false, fmt.Sprintf("Invalid type for '%s': expected an integer, but got %s instead.", name, clip(text))
+	}
+	return v, true, ""
+}
+
+// clip shortens what a client sent before it is echoed in an error.
+func clip(s string) string {
+	const n = 40
+	if len(s) > n {
+		return strings.ToValidUTF8(s[:n], "") + "…"
+	}
+	return s
+}
+
 // outputTokens returns the real output length: the header's value, or a
 // draw uniform in [max/2, max].
 func (s *Server) outputTokens(header string, max int64) (int64, error) {
@@ -424,14 +525,13 @@ func (s *Server) hang(ctx context.Context) {
 // abort closes the connection without a response; with reset, the peer sees
 // a TCP reset rather than an orderly close.
 func abort(w http.ResponseWriter, reset bool) {
-	if hj, ok := w.(http.Hijacker); ok {
-		if conn, _, err := hj.Hijack(); err == nil {
-			if tc, ok := conn.(*net.TCPConn); ok && reset {
-				_ = tc.SetLinger(0)
-			}
-			_ = conn.Close()
-			return
+	// The controller reaches the connection through wrappers such as the guard's.
+	if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+		if tc, ok := conn.(*net.TCPConn); ok && reset {
+			_ = tc.SetLinger(0)
 		}
+		_ = conn.Close()
+		return
 	}
 	panic(http.ErrAbortHandler) // closes the stream without a response
 }

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sluice-dev/sluice/internal/scenario"
 )
@@ -622,5 +623,143 @@ func TestErrorBodyWithoutRequest(t *testing.T) {
 	}
 	if b := string(ErrorBody("anthropic", "rate_limit_error", "", "m", 7)); !strings.Contains(b, `"request_id":"req_sim_000007"`) {
 		t.Errorf("anthropic body lost its request_id: %s", b)
+	}
+}
+
+// TestSimRequestBounds: the server validates like a provider: max_tokens and
+// max_completion_tokens from 1 to the model's max output tokens, n of 1, one
+// JSON object of at most MaxRequestBytes. Every refusal is a 4xx in the
+// profile's shape and never reaches the model.
+func TestSimRequestBounds(t *testing.T) {
+	t.Parallel()
+	msgs := `"messages":[{"role":"user","content":"x"}]`
+	for _, profile := range scenario.Profiles {
+		t.Run(profile, func(t *testing.T) {
+			t.Parallel()
+			f := serve(t, Config{Profile: profile}, ServerConfig{})
+			for _, tc := range []struct {
+				name, body string
+				status     int
+				want       string
+			}{
+				{"max zero", `{"max_tokens":0,` + msgs + `}`, 400, "Invalid 'max_tokens': integer below minimum value. Expected a value >= 1, but got 0 instead."},
+				{"max negative", `{"max_tokens":-3,` + msgs + `}`, 400, "but got -3 instead"},
+				{"max fraction", `{"max_tokens":1.5,` + msgs + `}`, 400, "Invalid type for 'max_tokens': expected an integer, but got 1.5 instead."},
+				{"max string", `{"max_tokens":"10",` + msgs + `}`, 400, `expected an integer, but got "10" instead`},
+				{"max exponent", `{"max_tokens":1e7,` + msgs + `}`, 400, "expected an integer, but got 1e7"},
+				{"max over", `{"max_tokens":32769,` + msgs + `}`, 400, "max_tokens is too large: 32769. This model supports at most 32768 completion tokens, whereas you provided 32769."},
+				{"max 2^62", `{"max_tokens":4611686018427387904,` + msgs + `}`, 400, "max_tokens is too large: 4611686018427387904."},
+				{"max 2^63-1", `{"max_tokens":9223372036854775807,` + msgs + `}`, 400, "max_tokens is too large"},
+				{"max beyond int64", `{"max_tokens":99999999999999999999999,` + msgs + `}`, 400, "max_tokens is too large: 99999999999999999999999."},
+				{"max below int64", `{"max_tokens":-99999999999999999999999,` + msgs + `}`, 400, "integer below minimum value"},
+				{"max completion over", `{"max_completion_tokens":10000000,` + msgs + `}`, 400, "max_completion_tokens is too large: 10000000."},
+				{"max completion bad, max fine", `{"max_tokens":5,"max_completion_tokens":0,` + msgs + `}`, 400, "Invalid 'max_completion_tokens'"},
+				{"n two", `{"n":2,` + msgs + `}`, 400, "Invalid 'n': the simulator answers one choice per request, so n must be 1; got 2."},
+				{"n zero", `{"n":0,` + msgs + `}`, 400, "n must be 1; got 0"},
+				{"n absurd", `{"n":1000000000000,` + msgs + `}`, 400, "n must be 1; got 1000000000000"},
+				{"n fraction", `{"n":1.5,` + msgs + `}`, 400, "Invalid type for 'n': expected an integer, but got 1.5 instead."},
+				{"n object", `{"n":{"a":` + strings.Repeat("1", 100) + `},` + msgs + `}`, 400, `but got {"a":1111`},
+				{"trailing data", `{` + msgs + `} {}`, 400, "data after the JSON object"},
+				{"model name", `{"model":"` + strings.Repeat("m", 257) + `",` + msgs + `}`, 400, "Invalid 'model': a model name is at most 256 bytes, got 257."},
+				{"too large", `{"model":"` + strings.Repeat("m", MaxRequestBytes) + `",` + msgs + `}`, 413, "Request body too large: the simulator reads at most 2097152 bytes."},
+			} {
+				r := f.post(t, tc.body)
+				if r.status != tc.status || !strings.Contains(r.errorMessage(t), tc.want) {
+					t.Errorf("%s: %d %.300s, want %d and %q", tc.name, r.status, r.body, tc.status, tc.want)
+				}
+				if profile == "anthropic" && !bytes.HasPrefix(r.body, []byte(`{"type":"error","error":{"type":"`)) {
+					t.Errorf("%s: body not in the anthropic shape: %.200s", tc.name, r.body)
+				}
+			}
+			if st := f.model.Stats(); st.Requests != 0 {
+				t.Errorf("refused requests reached the model: %+v", st)
+			}
+			for _, body := range []string{`{"n":1,"max_tokens":null,` + msgs + `}`, `{"n":null,"max_completion_tokens":7,` + msgs + "}\n"} {
+				if r := f.post(t, body); r.status != 200 {
+					t.Errorf("%s: %d %s", body, r.status, r.body)
+				}
+			}
+		})
+	}
+}
+
+// TestSimLongestAnswer: a request for the model's max output tokens gets an
+// answer of exactly that length, bounded in size; a smaller configured bound
+// is enforced the same way.
+func TestSimLongestAnswer(t *testing.T) {
+	t.Parallel()
+	f := serve(t, Config{Profile: "groq"}, ServerConfig{})
+	r := f.post(t, chatBody("x", scenario.MaxOutputTokens), OutputTokensHeader, "1000000000")
+	var c completionJSON
+	if err := json.Unmarshal(r.body, &c); err != nil || r.status != 200 {
+		t.Fatalf("%d %v", r.status, err)
+	}
+	if c.Usage.CompletionTokens != scenario.MaxOutputTokens || c.Choices[0].FinishReason != "length" {
+		t.Errorf("usage %+v finish %q", c.Usage, c.Choices[0].FinishReason)
+	}
+	if len(r.body) > 12*scenario.MaxOutputTokens {
+		t.Errorf("answer of %d bytes", len(r.body))
+	}
+	small := serve(t, Config{Profile: "openai", MaxOutputTokens: 100, DefaultMaxTokens: 50}, ServerConfig{})
+	if r := small.post(t, chatBody("x", 101)); r.status != 400 || !strings.Contains(r.errorMessage(t), "at most 100 completion tokens") {
+		t.Errorf("over a configured bound: %d %s", r.status, r.body)
+	}
+	if r := small.post(t, chatBody("x", 100)); r.status != 200 {
+		t.Errorf("at a configured bound: %d %s", r.status, r.body)
+	}
+}
+
+// TestSimFlowStatsBounded: flow names come from clients; the stats keep a
+// bounded number of them, each of bounded length.
+func TestSimFlowStatsBounded(t *testing.T) {
+	t.Parallel()
+	m := newModel(t, Config{})
+	long := strings.Repeat("é", 500)
+	for i := range maxFlowStats + 50 {
+		m.Submit(t0, Request{Flow: strconv.Itoa(i) + long, Input: 1, MaxTokens: 1})
+	}
+	st := m.Stats()
+	if len(st.Flows) != maxFlowStats+1 || st.Flows[OtherFlows].Requests != 50 {
+		t.Fatalf("%d flows, %d under %s", len(st.Flows), st.Flows[OtherFlows].Requests, OtherFlows)
+	}
+	for name := range st.Flows {
+		if len(name) > maxFlowName || !utf8.ValidString(name) {
+			t.Fatalf("flow name of %d bytes: %q…", len(name), name[:20])
+		}
+	}
+}
+
+// TestSimStartGuarded: the listening server has the guard in front: a request
+// naming a foreign host (DNS rebinding) is refused in the profile's shape,
+// and a reset fault still resets the connection through the guard's writer.
+func TestSimStartGuarded(t *testing.T) {
+	t.Parallel()
+	m := newModel(t, Config{Profile: "anthropic", Faults: scenario.Faults{Reset: 1}, Wire: true})
+	s := NewServer(m, ServerConfig{})
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
+	url := "http://" + s.Addr() + "/v1/chat/completions"
+	req, _ := http.NewRequest("POST", url, strings.NewReader(chatBody("x", 5)))
+	req.Header.Set("Content-Type", "application/json")
+	req.Host = "attacker.example"
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMisdirectedRequest || !bytes.HasPrefix(b, []byte(`{"type":"error","error":{"type":"invalid_request_error"`)) {
+		t.Errorf("foreign host: %d %s", resp.StatusCode, b)
+	}
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err = client.Post(url, "application/json", strings.NewReader(chatBody("x", 5)))
+	if err == nil {
+		resp.Body.Close()
+		t.Fatalf("reset fault answered %d", resp.StatusCode)
+	}
+	if !strings.Contains(err.Error(), "reset") {
+		t.Errorf("reset fault: %v, want a connection reset", err)
 	}
 }

@@ -3,6 +3,7 @@ package sim
 import (
 	"encoding/json"
 	"strconv"
+	"strings"
 
 	"github.com/sluice-dev/sluice/governor"
 )
@@ -51,9 +52,29 @@ func newStats() stats {
 	return stats{byStatus: map[int]int64{}, flows: map[string]*FlowStats{}}
 }
 
+// Flow names come from clients (a header, the body's user), so the stats
+// keep at most maxFlowStats of them, each clipped to maxFlowName bytes; the
+// requests of any further flow count under OtherFlows.
+const (
+	maxFlowStats = 1000
+	maxFlowName  = 200
+	// OtherFlows is the flow under which Stats counts requests of flows
+	// beyond the first 1000 names.
+	OtherFlows = "(other)"
+)
+
 func (s *stats) flow(name string) *FlowStats {
+	if len(name) > maxFlowName {
+		name = strings.ToValidUTF8(name[:maxFlowName], "")
+	}
 	f := s.flows[name]
 	if f == nil {
+		if len(s.flows) >= maxFlowStats {
+			name = OtherFlows
+			if f = s.flows[name]; f != nil {
+				return f
+			}
+		}
 		f = &FlowStats{}
 		s.flows[name] = f
 	}

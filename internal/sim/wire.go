@@ -12,24 +12,48 @@ import (
 	"github.com/sluice-dev/sluice/governor"
 )
 
-// headerLimits maps the name part of each profile's rate-limit headers to
-// the limit it reports. Groq's "requests" are per day, OpenAI's per minute;
-// neither reports the other limits, which clients learn from error text.
-var headerLimits = map[string][]struct {
-	name  string
+// headerLimit is one limit a profile reports in headers, with the canonical
+// names of its limit, remaining and reset headers.
+type headerLimit struct {
 	limit governor.Limit
-}{
-	"groq":      {{"requests", governor.RPD}, {"tokens", governor.TPM}},
-	"openai":    {{"requests", governor.RPM}, {"tokens", governor.TPM}},
-	"anthropic": {{"requests", governor.RPM}, {"tokens", governor.TPM}, {"input-tokens", governor.ITPM}, {"output-tokens", governor.OTPM}},
+	keys  [3]string
+}
+
+// headerLimits lists the limits each profile's rate-limit headers report.
+// Groq's "requests" are per day, OpenAI's per minute; neither reports the
+// other limits, which clients learn from error text.
+var headerLimits = map[string][]headerLimit{
+	"groq":      {xHeaders("requests", governor.RPD), xHeaders("tokens", governor.TPM)},
+	"openai":    {xHeaders("requests", governor.RPM), xHeaders("tokens", governor.TPM)},
+	"anthropic": {anthropicHeaders("requests", governor.RPM), anthropicHeaders("tokens", governor.TPM), anthropicHeaders("input-tokens", governor.ITPM), anthropicHeaders("output-tokens", governor.OTPM)},
+}
+
+func xHeaders(name string, l governor.Limit) headerLimit {
+	return headerLimit{l, [3]string{http.CanonicalHeaderKey("X-Ratelimit-Limit-" + name),
+		http.CanonicalHeaderKey("X-Ratelimit-Remaining-" + name), http.CanonicalHeaderKey("X-Ratelimit-Reset-" + name)}}
+}
+
+func anthropicHeaders(name string, l governor.Limit) headerLimit {
+	p := "Anthropic-Ratelimit-" + name + "-"
+	return headerLimit{l, [3]string{http.CanonicalHeaderKey(p + "Limit"), http.CanonicalHeaderKey(p + "Remaining"), http.CanonicalHeaderKey(p + "Reset")}}
 }
 
 // wire builds the Header and Body of r from the model's state after the decision.
 func (m *Model) wire(t int64, r *Response, c governor.Cost, exact time.Duration) {
-	h := make(http.Header, 10)
-	m.rateHeaders(t, h)
+	// The bench keeps the response of every call in flight, so the header
+	// costs as little as it can: a map of the size it needs and one array
+	// for all its values.
+	n := 1 // retry-after
+	for _, hl := range headerLimits[m.cfg.Profile] {
+		if m.cfg.Limits[hl.limit] > 0 {
+			n += 3
+		}
+	}
+	h := make(http.Header, n)
+	vals := m.rateHeaders(t, h, make([]string, 0, n))
 	if r.Status == http.StatusTooManyRequests && r.RetryAfter > 0 {
-		h.Set("Retry-After", strconv.FormatInt(int64(r.RetryAfter/time.Second), 10))
+		vals = append(vals, strconv.FormatInt(int64(r.RetryAfter/time.Second), 10))
+		h["Retry-After"] = vals[len(vals)-1 : len(vals) : len(vals)]
 	}
 	r.Header = h
 	switch {
@@ -43,9 +67,15 @@ func (m *Model) wire(t int64, r *Response, c governor.Cost, exact time.Duration)
 }
 
 // rateHeaders sets the profile's rate-limit headers for the limits that are
-// configured. Remaining is what the limit has left now; reset is when
-// everything it counts now will have stopped counting.
-func (m *Model) rateHeaders(t int64, h http.Header) {
+// configured, appending their values to vals (which must have room for them,
+// so that each header's value is a slice of it). Remaining is what the limit
+// has left now; reset is when everything it counts now will have stopped
+// counting.
+func (m *Model) rateHeaders(t int64, h http.Header, vals []string) []string {
+	set := func(key, v string) {
+		vals = append(vals, v)
+		h[key] = vals[len(vals)-1 : len(vals) : len(vals)]
+	}
 	for _, hl := range headerLimits[m.cfg.Profile] {
 		l := hl.limit
 		lim := m.cfg.Limits[l]
@@ -60,20 +90,20 @@ func (m *Model) rateHeaders(t int64, h http.Header) {
 			if l != governor.RPM {
 				remaining = remaining / 1000 * 1000 // Anthropic rounds token remainders down to thousands
 			}
-			p := "Anthropic-Ratelimit-" + hl.name + "-"
-			h.Set(p+"Limit", strconv.FormatInt(lim, 10))
-			h.Set(p+"Remaining", strconv.FormatInt(remaining, 10))
-			h.Set(p+"Reset", time.Unix(0, t).Add(ceilTo(reset, time.Second)).UTC().Truncate(time.Second).Format(time.RFC3339))
+			set(hl.keys[0], strconv.FormatInt(lim, 10))
+			set(hl.keys[1], strconv.FormatInt(remaining, 10))
+			set(hl.keys[2], time.Unix(0, t).Add(ceilTo(reset, time.Second)).UTC().Truncate(time.Second).Format(time.RFC3339))
 		default:
 			unit := time.Millisecond
 			if m.cfg.Profile == "groq" {
 				unit = 10 * time.Millisecond // Groq shows resets to hundredths: "2m59.56s"
 			}
-			h.Set("X-Ratelimit-Limit-"+hl.name, strconv.FormatInt(lim, 10))
-			h.Set("X-Ratelimit-Remaining-"+hl.name, strconv.FormatInt(remaining, 10))
-			h.Set("X-Ratelimit-Reset-"+hl.name, ceilTo(reset, unit).String())
+			set(hl.keys[0], strconv.FormatInt(lim, 10))
+			set(hl.keys[1], strconv.FormatInt(remaining, 10))
+			set(hl.keys[2], ceilTo(reset, unit).String())
 		}
 	}
+	return vals
 }
 
 // rejectBody is the profile's error body for a rate-limit or too-large rejection.

@@ -1,0 +1,45 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestBenchQuotaInterrupted: an interrupt (the context main cancels on
+// SIGINT or SIGTERM) ends the bench with a message that says so.
+func TestBenchQuotaInterrupted(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var stdout, stderr bytes.Buffer
+	env := &cmdEnv{stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }}
+	code := runMain(ctx, env, []string{"bench", "quota", "--scenario", "../../internal/bench/testdata/devpick.yaml", "--json"})
+	if code != 1 || !strings.Contains(stderr.String(), "sluice: bench quota interrupted, no report: policy sluice stopped at 0s of 168h0m0s simulated: context canceled") {
+		t.Errorf("exit %d, stderr %q", code, stderr.String())
+	}
+	if stdout.Len() != 0 {
+		t.Errorf("a report was printed: %s", stdout.String())
+	}
+}
+
+// TestBenchQuotaBounds: a scenario beyond a bound is refused before any run,
+// naming the file, the key, its line and the bound.
+func TestBenchQuotaBounds(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "huge.yaml")
+	err := os.WriteFile(path, []byte("duration: 168h\nflows:\n  - name: a\n    arrivals_per_day: 1e12\n"), 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	env := &cmdEnv{stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }}
+	code := runMain(context.Background(), env, []string{"bench", "quota", "--scenario", path})
+	want := path + `: flows[0].arrivals_per_day: "1e12" is more than the bound of 1,000,000 (line 4)`
+	if code != 1 || !strings.Contains(stderr.String(), want) {
+		t.Errorf("exit %d, stderr %q, want %q", code, stderr.String(), want)
+	}
+}
