@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"regexp"
 	"strconv"
 	"strings"
@@ -425,6 +426,9 @@ func field(ev Event, path string) (string, bool) {
 	dec.UseNumber()
 	if err := dec.Decode(&cur); err != nil {
 		return "", false
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return "", false // more after the value: the data is not one JSON value
 	}
 	for _, p := range strings.Split(path, ".") {
 		m, ok := cur.(map[string]any)
