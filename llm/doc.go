@@ -34,6 +34,16 @@
 // [Retryable], [RetryAfter] and [LimitOf] answer the questions a retry
 // policy asks without type switches.
 //
+// # Governor feedback
+//
+// [Feedback] turns a governed call's outcome into feedback to its
+// governor.Governor: the headers observed, the charge settled with the real
+// usage, kept (a 5xx, overload, timeout, reset or malformed body: the
+// provider may have counted the call) or given back (a rejection: it did
+// not), the limit a 429 names paused, and an allowance an error names
+// learnt. sluice's engine, gateway and bench all call it, so the decision
+// is made once.
+//
 // # Profiles
 //
 // A [Profile] ([Groq], [OpenAI], [Anthropic]) says what the headers mean.

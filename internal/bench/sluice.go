@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"errors"
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
@@ -175,34 +176,53 @@ func (p *sluicePolicy) call(w *world, sf *sluiceFlow) {
 	}
 	w.send(f, items, r.Cost().Output, func(o outcome) {
 		sf.inflight--
-		resp := o.resp
-		if len(resp.Header) > 0 {
-			r.Observe(w.now, p.profile.Snapshot(resp.Header, w.now))
-		}
+		// The governor learns from the provider's answer exactly as the
+		// engine and the gateway do: read as a client would read it, and fed
+		// back by the same function.
+		used, snap, err := p.read(w.now, o)
+		llm.Feedback(w.now, p.g, r, used, snap, err)
+		var (
+			rl *llm.RateLimitError
+			tl *llm.TooLargeError
+		)
 		switch {
-		case resp.Rejected:
-			// The provider did not charge a refused call; it tells which limit is full.
-			r.Cancel(w.now)
-			if resp.TooLarge {
-				w.refuse(f, items)
-				return
-			}
+		case err == nil:
+			sf.backoff = 0
+		case errors.As(err, &tl):
+			w.refuse(f, items)
+		case errors.As(err, &rl):
 			w.putBack(f, items)
-			p.g.RejectedFlow(f.cfg.Name, resp.Limit)
-			p.g.Rejected(w.now, resp.Limit, resp.RetryAfter)
-		case resp.Fault != sim.NoFault:
-			// Charged but failed: keep the charge, back off this flow.
-			r.Settle(w.now, governor.Usage{})
+			w.at(w.now, func() { p.wake(w) })
+		default:
+			// Failed: back off this flow.
 			w.putBack(f, items)
 			sf.backoff = min(max(2*sf.backoff, time.Second), time.Minute)
 			sf.retryAt = w.now.Add(sf.backoff)
 			w.at(sf.retryAt, func() { p.wake(w) })
-		default:
-			sf.backoff = 0
-			r.Settle(w.now, governor.Usage{Input: o.req.Input, Output: resp.Output})
-		}
-		if resp.Rejected {
-			w.at(w.now, func() { p.wake(w) })
 		}
 	})
+}
+
+// read is what a client makes of a simulated answer: the usage of a
+// success, the limits its headers report, and the error a Client would
+// return — the profile's own classification of status, headers and body,
+// or the transport error of an answer that never came whole.
+func (p *sluicePolicy) read(now time.Time, o outcome) (governor.Usage, governor.Snapshot, error) {
+	resp := o.resp
+	var snap governor.Snapshot
+	if len(resp.Header) > 0 {
+		snap = p.profile.Snapshot(resp.Header, now)
+	}
+	switch resp.Fault {
+	case sim.FaultTimeout:
+		return governor.Usage{}, snap, &llm.TransportError{Kind: llm.Timeout}
+	case sim.FaultReset:
+		return governor.Usage{}, snap, &llm.TransportError{Kind: llm.Reset}
+	case sim.FaultBadJSON:
+		return governor.Usage{}, snap, &llm.TransportError{Kind: llm.Malformed}
+	}
+	if err := p.profile.Classify(resp.Status, resp.Header, resp.Body); err != nil {
+		return governor.Usage{}, snap, err
+	}
+	return governor.Usage{Input: o.req.Input, Output: resp.Output}, snap, nil
 }

@@ -73,60 +73,12 @@ func (p *Provider) Call(ctx context.Context, flow string, req *llm.ChatRequest) 
 	resp, err := p.Client.Chat(ctx, req)
 	t := now()
 	if err != nil {
-		p.feedback(t, flow, res, err)
-		res.Cancel(t)
+		llm.Feedback(t, p.Governor, res, governor.Usage{}, governor.Snapshot{}, err)
 		return nil, err
 	}
-	if resp.Snapshot.Any() {
-		// Compared with what the governor had charged when it admitted the
-		// call, which is what the provider counted it against: compared with
-		// now, charges that aged out or settled meanwhile would look like
-		// someone else's use of the key.
-		res.Observe(t, resp.Snapshot)
-	}
-	res.Settle(t, resp.Usage.Governor())
+	llm.Feedback(t, p.Governor, res, resp.Usage.Governor(), resp.Snapshot, nil)
 	p.Estimator.Observe(req.Model, cost.Input, resp.Usage.PromptTokens)
 	return resp, nil
-}
-
-// feedback tells the governor what a failed call revealed about the key.
-func (p *Provider) feedback(t time.Time, flow string, res *governor.Reservation, err error) {
-	var (
-		rl *llm.RateLimitError
-		tl *llm.TooLargeError
-	)
-	switch {
-	case errors.As(err, &tl):
-		if tl.LimitKnown && tl.Max > 0 {
-			// The only place some providers reveal a limit (Groq's OTPM and
-			// ITPM): learnt as the limit's allowance, so Check refuses such
-			// calls before they are sent.
-			learn(t, res, tl.Limit, tl.Max)
-		}
-		if tl.LimitKnown {
-			p.Governor.RejectedFlow(flow, tl.Limit)
-		}
-	case errors.As(err, &rl):
-		if rl.LimitKnown {
-			// Groq names RPM and TPD only here ("Limit 14400, Used …").
-			learn(t, res, rl.Limit, rl.Max)
-			p.Governor.Rejected(t, rl.Limit, rl.RetryAfter)
-			p.Governor.RejectedFlow(flow, rl.Limit)
-		} else {
-			p.Governor.RejectedUnclassified(t)
-		}
-	}
-}
-
-// learn gives the governor a limit's allowance the provider named in an
-// error. The error gives no reset, so no remaining count is read into it.
-func learn(t time.Time, res *governor.Reservation, l governor.Limit, allowance int64) {
-	if allowance <= 0 {
-		return
-	}
-	var s governor.Snapshot
-	s[l] = governor.Observed{Known: true, Limit: allowance, Remaining: allowance}
-	res.Observe(t, s)
 }
 
 // ClassifyLLM classes the errors of the llm client and the governor: a

@@ -240,20 +240,12 @@ func (c *chatCall) header(up http.Header) {
 // real usage (nil: none reported, the charge stands as reserved).
 func (c *chatCall) settle(res *governor.Reservation, snap governor.Snapshot, u *llm.Usage) {
 	g := c.g
-	t := g.cfg.Now()
-	if snap.Any() {
-		// Compared with what the governor had charged when it admitted the
-		// call and with what it has charged now: calls admitted after this
-		// one that reached the provider first, and charges that aged out
-		// since, are no one else's use of the key.
-		res.Observe(t, snap)
-	}
 	var used governor.Usage
 	if u != nil {
 		used = u.Governor()
 		g.est.Observe(c.req.Model, c.cost.Input, u.PromptTokens)
 	}
-	res.Settle(t, used)
+	llm.Feedback(g.cfg.Now(), g.gov, res, used, snap, nil)
 	final := res.Cost()
 	fm := g.fm[c.flow]
 	fm.tokensIn.Add(float64(final.Input))
@@ -263,24 +255,15 @@ func (c *chatCall) settle(res *governor.Reservation, snap governor.Snapshot, u *
 // failed feeds an upstream failure back and decides whether to try again.
 func (c *chatCall) failed(res *governor.Reservation, err error) (bool, time.Duration, *apiError) {
 	g := c.g
-	t := g.cfg.Now()
+	// Whether the call keeps its charge, and what the governor learns from
+	// it, is decided in one place for the engine, the gateway and the bench.
+	llm.Feedback(g.cfg.Now(), g.gov, res, governor.Usage{}, governor.Snapshot{}, err)
 	if c.r.Context().Err() != nil {
-		// The caller left during the call. The provider may have counted
-		// it, so its charge stands.
-		res.Settle(t, governor.Usage{})
-		return false, 0, nil
+		return false, 0, nil // the caller left during the call
 	}
-	giveBack := func() { res.Cancel(t) } // the provider refused the call and counted nothing
 	g.cfg.Logger.Warn("upstream call failed", "key", g.cfg.Key, "flow", c.flow, "attempt", c.attempts, "err", g.scrub.string(err.Error()))
 	e := upstreamError(err)
 	if rl, ok := errors.AsType[*llm.RateLimitError](err); ok {
-		giveBack()
-		if rl.LimitKnown {
-			g.gov.Rejected(t, rl.Limit, rl.RetryAfter)
-			g.gov.RejectedFlow(c.flow, rl.Limit)
-		} else {
-			g.gov.RejectedUnclassified(t)
-		}
 		g.m.rejected(rl.Limit, rl.LimitKnown, rl.Status)
 		// The governor now holds the limit: waiting for admission again is
 		// the backoff. If the max wait ends first, say how long the
@@ -288,20 +271,14 @@ func (c *chatCall) failed(res *governor.Reservation, err error) (bool, time.Dura
 		return true, 0, e
 	}
 	if tl, ok := errors.AsType[*llm.TooLargeError](err); ok {
-		giveBack()
-		if tl.LimitKnown {
-			g.gov.RejectedFlow(c.flow, tl.Limit)
-		}
 		g.m.rejected(tl.Limit, tl.LimitKnown, tl.Status)
 		return false, 0, e
 	}
-	if _, ok := errors.AsType[*llm.QuotaError](err); ok || !llm.Retryable(err) {
-		giveBack()
+	if !llm.Retryable(err) {
 		return false, 0, e
 	}
-	// Overload, 5xx, timeouts and resets: the provider may have counted the
-	// call, so its charge stands, and the next attempt reserves anew.
-	res.Settle(t, governor.Usage{})
+	// Overload, 5xx, timeouts and resets: back off; the next attempt
+	// reserves anew.
 	after := g.cfg.RetryBase << min(c.attempts-1, 10)
 	if ra, ok := llm.RetryAfter(err); ok {
 		after = max(after, ra)
@@ -388,7 +365,8 @@ func decode(body []byte) (*llm.ChatRequest, error) {
 	}
 	// encoding/json matches keys regardless of case; the provider does not,
 	// so the priced max_tokens must be spelled as the provider reads it.
-	named := bytes.Contains(body, []byte(`"max_tokens"`)) || bytes.Contains(body, []byte(`"max_completion_tokens"`))
+	named := (bytes.Contains(body, []byte(`"max_tokens"`)) || bytes.Contains(body, []byte(`"max_completion_tokens"`))) &&
+		pricedKeysExact(body)
 	// encoding/json would read invalid UTF-8 as U+FFFD and forward the
 	// bytes as they are: the whole decoder refuses them.
 	if !named || !utf8.Valid(body) || json.Unmarshal(body, &p) != nil || p.Model == "" || len(p.Messages) == 0 || (p.Stream != nil && *p.Stream) ||

@@ -29,6 +29,8 @@ func FuzzDecode(f *testing.F) {
 		`{"model":"m","max_tokens":5,"messages":[{"role":"wizard","content":"x"}]}`,
 		"{\"model\":\"m\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"\xff\"}]}",
 		`{"model":"m","max_completion_tokens":70,"messages":[{"role":"user","content":[{"type":"text","text":"a"}]}]}`,
+		`{"model":"m","messages":[{"role":"user","content":"x"}],"stop":["max_tokens"],"Max_Tokens":1}`,
+		"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":5,\"max_to\u212aens\":1}",
 	} {
 		f.Add([]byte(s))
 	}
@@ -59,6 +61,9 @@ func FuzzDecode(f *testing.F) {
 			if v < 0 || v > governor.MaxCost {
 				t.Fatalf("cost %+v out of bounds for %q", c, body)
 			}
+		}
+		if whole.MaxTokens != part.MaxTokens && whole.MaxTokens > 0 {
+			t.Fatalf("read in part with max_tokens %d, whole with %d: %q", part.MaxTokens, whole.MaxTokens, body)
 		}
 		if part.MaxTokens > 0 && whole.MaxTokens > 0 && est.Cost(whole) != c {
 			t.Fatalf("priced %+v read in part, %+v whole: %q", c, est.Cost(whole), body)

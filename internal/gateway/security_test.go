@@ -17,6 +17,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/guard"
 	"github.com/sluice-dev/sluice/internal/sim"
 	"github.com/sluice-dev/sluice/internal/testenv"
+	"github.com/sluice-dev/sluice/llm"
 )
 
 // echoUpstream answers with the caller's key in every place a provider's
@@ -300,5 +301,41 @@ func TestStreamToAClientThatStopsReading(t *testing.T) {
 	case <-upstreamDone:
 	case <-time.After(30 * time.Second):
 		t.Fatal("the upstream stream still runs 30 s after its client stopped reading")
+	}
+}
+
+// TestCaseVariantKeysArePricedAsSent: encoding/json reads "Max_Tokens" (or
+// "max_toKens" with a Kelvin sign) as max_tokens; a provider does not. Such
+// a request is priced as the provider will read it — without max_tokens,
+// so it is given the default and sent with it — never by the variant.
+func TestCaseVariantKeysArePricedAsSent(t *testing.T) {
+	t.Parallel()
+	for _, body := range []string{
+		`{"model":"m","messages":[{"role":"user","content":"x"}],"stop":["max_tokens"],"Max_Tokens":1}`,
+		"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":5,\"max_to\u212aens\":1}",
+	} {
+		part, err := decode([]byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		whole, err := llm.DecodeChatRequest([]byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if part.MaxTokens != whole.MaxTokens {
+			t.Errorf("%s: read in part with max_tokens %d, as the provider reads it %d", body, part.MaxTokens, whole.MaxTokens)
+		}
+	}
+	for body, want := range map[string]bool{
+		`{"max_tokens":1,"x":{"Max_Tokens":2}}`:      true, // nested keys are not the request's
+		`{"Max_Tokens":1}`:                           false,
+		`{"max_tokens":1,"MAX_COMPLETION_TOKENS":3}`: false,
+		`{"max\u005ftokens":1}`:                      false, // an escaped key: the whole decoder decides
+		`{"a":"\"Max_Tokens\"","max_tokens":1}`:      true,
+		`{"a":["Max_Tokens"],"max_tokens":1}`:        true,
+	} {
+		if got := pricedKeysExact([]byte(body)); got != want {
+			t.Errorf("pricedKeysExact(%s) = %v, want %v", body, got, want)
+		}
 	}
 }

@@ -1,0 +1,128 @@
+package llm
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/sluice-dev/sluice/governor"
+)
+
+// Feedback tells g how the call admitted by reservation r ended. It is the
+// one place where a call's outcome becomes governor feedback: sluice's
+// engine, its gateway and its bench all call it, and so can any other code
+// that pairs a Client (or its own HTTP calls and [Profile.Classify]) with a
+// governor. g must be the governor r came from; used is the usage the
+// provider reported (zero: none), s what the response's headers said about
+// the key (zero: no headers), err the call's error.
+//
+// The headers are observed first, whatever the outcome, against what the
+// governor had charged when it admitted the call. Then:
+//
+//   - nil: the call is settled with used. A stream that began and then
+//     failed was counted: pass nil with whatever usage it reported.
+//   - *RateLimitError: the provider refused the call and counted nothing;
+//     the charge is given back. A named limit is taken as full for
+//     RetryAfter ([governor.Governor.Rejected]) and the rejection is
+//     counted in r's flow; a 429 that names none pauses the key briefly
+//     ([governor.Governor.RejectedUnclassified]).
+//   - *TooLargeError: given back and counted in r's flow, never paused:
+//     waiting never helps, whatever retry-after came with it.
+//   - *QuotaError, a 4xx *StatusError other than 408, [ErrNoMaxTokens]: the
+//     provider refused the request, or it was never sent; given back.
+//   - anything else — *OverloadedError, 5xx, 408, an error inside a 2xx
+//     answer, *TransportError (timeout, reset, malformed body), a call the
+//     caller cancelled, an error of unknown kind: the charge is kept, as if
+//     the call had succeeded without reporting its usage.
+//
+// Why a failure without a verdict keeps its charge: the provider counts a
+// request when it arrives, and it may have arrived — a timeout or a reset
+// says nothing about that, a 5xx or a malformed body says it did. A charge
+// given back that the provider kept leaves the governor believing in room
+// the provider does not have, and the next calls are admitted into 429s; a
+// charge kept that the provider did not count costs one call's room for one
+// window. The first breaks the governor's promise, the second only slows it.
+//
+// A limit whose allowance an error names ("Limit 1000, Requested 1252") is
+// learnt as that limit's allowance: Groq reveals RPM, TPD, ITPM and OTPM
+// nowhere else, and once learnt, Check refuses a call that can never fit
+// before it is sent.
+//
+// Whether and when to call again is the caller's decision: [Retryable] and
+// [RetryAfter] answer it. After a rate limit the governor holds the limit
+// (or the key) for the wait, so waiting for admission again is the backoff.
+func Feedback(now time.Time, g *governor.Governor, r *governor.Reservation, used governor.Usage, s governor.Snapshot, err error) {
+	if s.Any() {
+		// Compared with what the governor had charged when it admitted the
+		// call, which is what the provider counted it against: compared with
+		// now, charges that aged out or settled meanwhile would look like
+		// someone else's use of the key.
+		r.Observe(now, s)
+	}
+	if err == nil {
+		r.Settle(now, used)
+		return
+	}
+	var (
+		rl *RateLimitError
+		tl *TooLargeError
+	)
+	switch {
+	case errors.As(err, &tl):
+		if tl.LimitKnown {
+			learn(now, r, tl.Limit, tl.Max)
+		}
+		r.Cancel(now)
+		if tl.LimitKnown {
+			g.RejectedFlow(r.Flow(), tl.Limit)
+		}
+	case errors.As(err, &rl):
+		if rl.LimitKnown {
+			learn(now, r, rl.Limit, rl.Max)
+		}
+		r.Cancel(now)
+		if rl.LimitKnown {
+			g.Rejected(now, rl.Limit, rl.RetryAfter)
+			g.RejectedFlow(r.Flow(), rl.Limit)
+		} else {
+			g.RejectedUnclassified(now)
+		}
+	case refused(err):
+		r.Cancel(now)
+	default:
+		r.Settle(now, used)
+	}
+}
+
+// refused reports whether err says the provider turned the request down
+// without counting it, or that it was never sent: quota, a 4xx other than
+// 408, a request without max_tokens. A cancelled call is not refused: it
+// may have reached the provider before the caller left.
+func refused(err error) bool {
+	var (
+		q  *QuotaError
+		st *StatusError
+	)
+	switch {
+	case errors.Is(err, context.Canceled):
+		return false
+	case errors.As(err, &q), errors.Is(err, ErrNoMaxTokens):
+		return true
+	case errors.As(err, &st):
+		return st.Status >= 400 && st.Status < 500 && st.Status != 408
+	}
+	return false
+}
+
+// learn gives the governor a limit's allowance the provider named in an
+// error. The error gives no reset, so no remaining count is read into it.
+// It must come before the reservation is cancelled: a cancelled
+// reservation observes nothing.
+func learn(now time.Time, r *governor.Reservation, l governor.Limit, allowance int64) {
+	if allowance <= 0 {
+		return
+	}
+	var s governor.Snapshot
+	s[l] = governor.Observed{Known: true, Limit: allowance, Remaining: allowance}
+	r.Observe(now, s)
+}
