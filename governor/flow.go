@@ -58,8 +58,11 @@ type flowHeap struct{ flows []*flow }
 
 func (h *flowHeap) Len() int { return len(h.flows) }
 
-func (h *flowHeap) Less(i, j int) bool {
-	a, b := h.flows[i].queue[0], h.flows[j].queue[0]
+func (h *flowHeap) Less(i, j int) bool { return h.less(h.flows[i], h.flows[j]) }
+
+// less orders two flows by their first reservations.
+func (h *flowHeap) less(f, g *flow) bool {
+	a, b := f.queue[0], g.queue[0]
 	if a.start != b.start {
 		return a.start < b.start
 	}

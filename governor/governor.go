@@ -212,9 +212,11 @@ func (c *Config) validate() error {
 //
 // Admission is all-or-nothing: a call is admitted only when its cost fits
 // every limit. Waiting calls are admitted in weighted fair order of their
-// flows' dominant share (the largest fraction of any limit a call takes), and
-// the first in that order holds the line: no stream of small calls can pass
-// a large one forever.
+// flows' dominant share (the largest fraction of any limit a call takes). The
+// first in that order keeps its start: no stream of small calls can pass a
+// large one forever. Calls of other flows that fit while it cannot are
+// admitted only when they do not push its start later (backfilling), so
+// room it cannot use yet is not left idle.
 //
 // A Governor is safe for simultaneous use by multiple goroutines.
 type Governor struct {
@@ -447,23 +449,123 @@ func (g *Governor) Advance(now time.Time) time.Time {
 func (g *Governor) advance(now int64) int64 {
 	g.expire(now)
 	admitted := false
+	next := int64(0)
 	for g.active.Len() > 0 {
 		f := g.active.flows[0]
 		r := f.queue[0]
 		at := g.fitAt(now, r.cost)
-		if at > now {
-			if admitted {
-				g.broadcast()
-			}
-			return at
+		if at <= now {
+			g.admit(now, r, true)
+			admitted = true
+			continue
 		}
-		g.admit(now, r)
-		admitted = true
+		if at == never {
+			if err := g.check(r.cost); err != nil {
+				// A limit learned lower than when the call was queued: it
+				// can never fit now, so it fails at once instead of holding
+				// the line.
+				g.refuse(r, err)
+				admitted = true // something changed: wake the waiters
+				continue
+			}
+		}
+		n, wake := g.backfill(now, r, at)
+		if n > 0 {
+			admitted = true
+			continue // what was admitted may have made room for more, or changed the line
+		}
+		next = min(at, wake)
+		break
 	}
 	if admitted {
 		g.broadcast()
 	}
-	return 0
+	return next
+}
+
+// backfillScan bounds how many other flows one backfill pass looks at, so a
+// blocked line costs a bounded amount of work however many flows wait.
+const backfillScan = 32
+
+// backfill admits, while the call at the front of the line (head) cannot
+// start before at, the front calls of other flows that fit now and would
+// not make head start later — the backfilling rule of batch schedulers
+// (EASY): capacity the front call cannot use yet is not left idle, and the
+// front call's start is never delayed by it. Candidates are taken in fair
+// order. It returns how many calls it admitted (or refused, as advance
+// does: see refuse) and the earliest time a candidate that did not fit may
+// fit.
+//
+// The unfairness this allows is bounded: a call admitted ahead of its turn
+// takes only room the front call could not use before its start, and its
+// flow's fair-queuing tags advance as if it had waited, so its flow is
+// admitted that much later once the front call has gone.
+func (g *Governor) backfill(now int64, head *Reservation, at int64) (int, int64) {
+	var cand [backfillScan]*flow
+	n := 0
+	for i := 1; i < len(g.active.flows) && n < backfillScan; i++ {
+		cand[n] = g.active.flows[i]
+		n++
+	}
+	// Insertion sort into fair order: n is small.
+	for i := 1; i < n; i++ {
+		for j := i; j > 0 && g.active.less(cand[j], cand[j-1]); j-- {
+			cand[j], cand[j-1] = cand[j-1], cand[j]
+		}
+	}
+	wake, count := int64(never), 0
+	for _, f := range cand[:n] {
+		r := f.queue[0]
+		t := g.fitAt(now, r.cost)
+		if t == never {
+			if err := g.check(r.cost); err != nil {
+				g.refuse(r, err)
+				count++ // a change: the caller looks at the line again
+				continue
+			}
+		}
+		if t > now {
+			wake = min(wake, t)
+			continue
+		}
+		if g.delays(now, head, at, r.cost) {
+			continue
+		}
+		g.admit(now, r, false)
+		count++
+	}
+	return count, wake
+}
+
+// delays reports whether charging c now would make head, which fits at
+// at, fit only later. Under a rolling window a charge made now is gone by
+// now + period + lag; under a fixed one at the end of its window; on a day
+// pacer it moves the time head may start by its own amount.
+func (g *Governor) delays(now int64, head *Reservation, at int64, c Cost) bool {
+	for _, l := range AllLimits {
+		lim, need, extra := g.limits[l], head.cost.On(l), c.On(l)
+		if lim == 0 || need == 0 || extra == 0 {
+			continue
+		}
+		lg := g.ledgerOf(l)
+		gone := addSat(addSat(now, lg.period), lg.lag)
+		if lg.fixed {
+			gone = addSat(lg.start, lg.period)
+			if now >= gone-lg.lag {
+				gone = addSat(gone, lg.period)
+			}
+		}
+		if at < gone && lg.freeAt(now, l, addSat(need, extra), lim, g.phantom[l]) > at {
+			return true
+		}
+		if p := &g.pace[l]; p.on {
+			tat := addSat(max(p.tat, now), nanos(float64(extra)*p.perUnit))
+			if subSat(tat, p.burst) > at {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // expire drops what no longer counts at now.
@@ -497,17 +599,22 @@ func (g *Governor) fitAt(now int64, c Cost) int64 {
 	return at
 }
 
-func (g *Governor) admit(now int64, r *Reservation) {
+// admit admits r, the first call in its flow's line. inTurn says r is the
+// front of the whole line, whose start tag the virtual time moves to; a
+// call admitted ahead of its turn (backfill) leaves the virtual time alone.
+func (g *Governor) admit(now int64, r *Reservation, inTurn bool) {
 	f := r.f
 	f.queue[0] = nil
 	f.queue = f.queue[1:]
-	g.vtime = r.start
+	if inTurn {
+		g.vtime = r.start
+	}
 	if len(f.queue) == 0 {
 		f.queue = f.qbuf[:0]
-		heap.Pop(&g.active)
+		heap.Remove(&g.active, f.index)
 		f.idleAt, f.idleV = now, g.vtime
 	} else {
-		heap.Fix(&g.active, 0)
+		heap.Fix(&g.active, f.index)
 	}
 	r.state = admitted
 	r.at = now
@@ -600,9 +707,13 @@ func (g *Governor) Wait(ctx context.Context, flow string, c Cost) (*Reservation,
 		now := g.cfg.Now().UnixNano()
 		next := g.advance(now)
 		changed := g.changedChan()
+		state, rerr := r.state, r.err
 		g.mu.Unlock()
-		if r.Admitted() {
+		switch state {
+		case admitted, settled:
 			return r, nil
+		case refused:
+			return nil, rerr
 		}
 		var tick <-chan time.Time
 		if next > 0 && next != never {
@@ -616,13 +727,19 @@ func (g *Governor) Wait(ctx context.Context, flow string, c Cost) (*Reservation,
 		}
 		select {
 		case <-ready:
+			if err := r.Err(); err != nil {
+				return nil, err
+			}
 			return r, nil
 		case <-changed:
 		case <-tick:
 		case <-ctx.Done():
 			now := g.cfg.Now()
 			est := g.EstimateWait(now, r)
-			if !r.withdraw() { // admitted by another waiter's Advance in the meantime
+			if !r.withdraw() { // admitted, or refused, by another waiter's Advance in the meantime
+				if err := r.Err(); err != nil {
+					return nil, err
+				}
 				return r, nil
 			}
 			return nil, &WaitError{Key: g.cfg.Key, Err: ctx.Err(), EstimatedWait: est}
@@ -682,6 +799,7 @@ type Reservation struct {
 	daySeq        uint64
 	usedAt        [NumLimits]int64 // what the governor had charged, this call included, when it was admitted
 	ready         chan struct{}
+	err           error // why a waiting reservation was refused
 }
 
 type resState uint8
@@ -691,6 +809,7 @@ const (
 	admitted
 	settled
 	cancelled
+	refused // a limit learned lower made it impossible; see Err
 )
 
 // ID identifies the reservation within its governor (and in Journal records).
@@ -699,7 +818,7 @@ func (r *Reservation) ID() uint64 { return r.id }
 // Flow is the name of the flow the reservation was made for.
 func (r *Reservation) Flow() string { return r.f.name }
 
-// Ready is closed when the reservation is admitted.
+// Ready is closed when the reservation is admitted, or refused (Err).
 func (r *Reservation) Ready() <-chan struct{} {
 	r.g.mu.Lock()
 	defer r.g.mu.Unlock()
@@ -710,6 +829,16 @@ func (r *Reservation) Ready() <-chan struct{} {
 		}
 	}
 	return r.ready
+}
+
+// Err reports why a waiting reservation was ended by the governor: a
+// *TooLargeError when a limit learned since it was queued (Observe, a
+// provider's headers or error) is below what the call needs, so it can never
+// be admitted. It is nil otherwise. Ready is closed when it is set.
+func (r *Reservation) Err() error {
+	r.g.mu.Lock()
+	defer r.g.mu.Unlock()
+	return r.err
 }
 
 // Admitted reports whether the call may be made (and has not been cancelled).
@@ -864,6 +993,16 @@ func (g *Governor) dequeue(r *Reservation) {
 		heap.Remove(&g.active, f.index)
 	} else if i == 0 {
 		heap.Fix(&g.active, f.index)
+	}
+}
+
+// refuse ends waiting reservation r with err.
+func (g *Governor) refuse(r *Reservation, err error) {
+	g.dequeue(r)
+	r.state = refused
+	r.err = err
+	if r.ready != nil {
+		close(r.ready)
 	}
 }
 

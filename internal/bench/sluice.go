@@ -104,6 +104,18 @@ func (p *sluicePolicy) wake(w *world) {
 		next := p.g.Advance(w.now)
 		called := false
 		for _, sf := range p.flows {
+			// A reservation the governor refused — a limit learned lower
+			// than its batch needs — is dropped; reserve sizes the next
+			// batch to the limits as they are now, down to one item.
+			kept := sf.pending[:0]
+			for _, pc := range sf.pending {
+				if pc.r.Err() == nil {
+					kept = append(kept, pc)
+				} else {
+					called = true
+				}
+			}
+			sf.pending = kept
 			for len(sf.pending) > 0 && sf.pending[0].r.Admitted() {
 				p.call(w, sf)
 				called = true

@@ -1,0 +1,165 @@
+package governor
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// TestBackfillUsesRoomTheFrontCallCannot: a call that must wait for room
+// does not leave idle what smaller calls of another flow can use without
+// delaying it, and it starts exactly when it would have alone.
+func TestBackfillUsesRoomTheFrontCallCannot(t *testing.T) {
+	t.Parallel()
+	run := func(smalls int) (admittedNow int, bigAt time.Time) {
+		g := mustNew(t, Config{Limits: Limits{TPM: 1000}})
+		old := mustReserve(t, g, at(0), "old", Cost{Requests: 1, Input: 500})
+		g.Advance(at(0))
+		if !old.Admitted() {
+			t.Fatal("the first call was not admitted")
+		}
+		big := mustReserve(t, g, at(time.Second), "big", Cost{Requests: 1, Input: 600})
+		var rs []*Reservation
+		for range smalls {
+			rs = append(rs, mustReserve(t, g, at(time.Second), "small", Cost{Requests: 1, Input: 40}))
+		}
+		next := g.Advance(at(time.Second))
+		for _, r := range rs {
+			if r.Admitted() {
+				admittedNow++
+			}
+		}
+		for now := at(time.Second); !big.Admitted(); now = next {
+			if next.IsZero() {
+				t.Fatal("the big call waits and Advance says nothing waits")
+			}
+			next = g.Advance(next)
+			now = next
+			_ = now
+		}
+		return admittedNow, big.AdmittedAt()
+	}
+	_, alone := run(0)
+	n, with := run(12)
+	if n != 10 {
+		t.Errorf("%d of 12 calls of 40 tokens admitted while the 600-token call waits; want 10 (the room it cannot use before its start)", n)
+	}
+	if !with.Equal(alone) || !alone.Equal(at(time.Minute)) {
+		t.Errorf("the front call started at %v with others backfilled, %v alone; want both at %v", with, alone, at(time.Minute))
+	}
+}
+
+// TestBackfillNeverDelaysTheFrontCall holds for every limit kind: day
+// pacing and fixed windows too.
+func TestBackfillNeverDelaysTheFrontCall(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+	}{
+		{"rolling tpm", Config{Limits: Limits{TPM: 1000, RPM: 100}}},
+		{"fixed tpm", Config{Limits: Limits{TPM: 1000}, Window: Fixed}},
+		{"paced tpd", Config{Limits: Limits{TPD: 100000, TPM: 5000}}},
+		{"otpm", Config{Limits: Limits{OTPM: 1000, TPM: 20000}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			start := func(others bool) time.Time {
+				g := mustNew(t, tc.cfg)
+				for i := range 3 {
+					mustReserve(t, g, at(0), "fill", Cost{Requests: 1, Input: 300, Output: 300})
+					g.Advance(at(time.Duration(i) * time.Second))
+				}
+				big := mustReserve(t, g, at(5*time.Second), "big", Cost{Requests: 1, Input: 450, Output: 450})
+				if others {
+					for range 40 {
+						mustReserve(t, g, at(5*time.Second), "small", Cost{Requests: 1, Input: 20, Output: 20})
+					}
+				}
+				now := at(5 * time.Second)
+				for i := 0; !big.Admitted(); i++ {
+					next := g.Advance(now)
+					if big.Admitted() {
+						break
+					}
+					if next.IsZero() || i > 100000 {
+						t.Fatal("the front call never started")
+					}
+					now = next
+				}
+				return big.AdmittedAt()
+			}
+			if alone, with := start(false), start(true); with.After(alone) {
+				t.Errorf("the front call started at %v with backfilling, %v without", with.Sub(t0), alone.Sub(t0))
+			}
+		})
+	}
+}
+
+// TestLearnedLowerLimitRefusesWaitingCall: a queued call that a limit
+// learned lower makes impossible fails at once, and no longer holds back
+// the calls of other flows.
+func TestLearnedLowerLimitRefusesWaitingCall(t *testing.T) {
+	t.Parallel()
+	g := mustNew(t, Config{Limits: Limits{OTPM: 5000}})
+	first := mustReserve(t, g, at(0), "a", Cost{Requests: 1, Output: 4000})
+	g.Advance(at(0))
+	if !first.Admitted() {
+		t.Fatal("first call not admitted")
+	}
+	large := mustReserve(t, g, at(time.Second), "a", Cost{Requests: 1, Output: 3000})
+	small := mustReserve(t, g, at(time.Second), "b", Cost{Requests: 1, Output: 10})
+	var s Snapshot
+	s[OTPM] = Observed{Known: true, Limit: 1000, Remaining: 1000}
+	first.Observe(at(2*time.Second), s)
+	next := g.Advance(at(2 * time.Second))
+	var tl *TooLargeError
+	if err := large.Err(); !errors.As(err, &tl) || tl.Limit != OTPM || tl.Max != 1000 {
+		t.Fatalf("the 3,000-token call after OTPM fell to 1,000: err %v", large.Err())
+	}
+	select {
+	case <-large.Ready():
+	default:
+		t.Error("Ready is not closed for a refused reservation")
+	}
+	if large.Admitted() {
+		t.Error("a refused reservation reports admitted")
+	}
+	// The first call still holds 4,000 of a 1,000 minute: the small call
+	// waits for it to age out, and Advance says when.
+	if small.Admitted() || next.IsZero() {
+		t.Fatalf("small admitted %v, next %v", small.Admitted(), next)
+	}
+	g.Advance(next)
+	if !small.Admitted() || next.After(at(time.Minute+time.Second)) {
+		t.Errorf("the small call of another flow: admitted %v at %v", small.Admitted(), next.Sub(t0))
+	}
+}
+
+func TestWaitReturnsRefusal(t *testing.T) {
+	t.Parallel()
+	now := at(0)
+	g := mustNew(t, Config{Limits: Limits{OTPM: 5000}, Now: func() time.Time { return now }})
+	first := mustReserve(t, g, now, "a", Cost{Requests: 1, Output: 4000})
+	g.Advance(now)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := g.Wait(context.Background(), "a", Cost{Requests: 1, Output: 3000})
+		errc <- err
+	}()
+	for g.Stats(now).Flows[0].Waiting == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	var s Snapshot
+	s[OTPM] = Observed{Known: true, Limit: 1000, Remaining: 1000}
+	first.Observe(now, s)
+	select {
+	case err := <-errc:
+		var tl *TooLargeError
+		if !errors.As(err, &tl) {
+			t.Fatalf("Wait returned %v, want a *TooLargeError", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait still waits for a call that can never fit")
+	}
+}
