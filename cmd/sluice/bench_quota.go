@@ -28,9 +28,9 @@ func runBenchQuota(ctx context.Context, env *cmdEnv, args []string) error {
 	fs := newFlagSet(env, "bench quota", "--scenario FILE [flags]",
 		"Replays a quota scenario (see docs/bench.md) in virtual time under one policy or all of them\n"+
 			"and reports, per policy, each limit's use, the work done and each flow's stalls and waits.\n"+
-			"Policies: "+strings.Join(bench.Policies, ", ")+".")
+			"Policies (all): "+strings.Join(bench.Policies, ", ")+"; by name only: "+strings.Join(bench.ExtraPolicies, ", ")+".")
 	scenarioPath := fs.String("scenario", "", "scenario file (YAML, required)")
-	policy := fs.String("policy", "all", `policy to run, or "all"`)
+	policy := fs.String("policy", "all", `policies to run, comma-separated; "all" stands for every policy but those run by name only`)
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	svgPath := fs.String("svg", "", "also draw each flow's progress and each limit's use over time to this SVG file")
 	tracePath := fs.String("trace", "", "also write every request the provider model saw to this file, one JSON object a line")
@@ -51,9 +51,15 @@ func runBenchQuota(ctx context.Context, env *cmdEnv, args []string) error {
 	if env.getenv("GOMEMLIMIT") == "" {
 		defer debug.SetMemoryLimit(debug.SetMemoryLimit(quotaMemoryLimit))
 	}
-	policies := bench.Policies
-	if *policy != "all" {
-		policies = strings.Split(*policy, ",")
+	// "all" stands for every policy of bench.Policies, alone or in a list
+	// ("all,cookbook-rpm-tpm").
+	var policies []string
+	for _, name := range strings.Split(*policy, ",") {
+		if name == "all" {
+			policies = append(policies, bench.Policies...)
+		} else {
+			policies = append(policies, name)
+		}
 	}
 	var opts bench.Options
 	if *tracePath != "" {
@@ -103,10 +109,19 @@ func writeFile(path string, fill func(io.Writer) error) error {
 func printQuotaReport(w io.Writer, rep *bench.Report) {
 	fmt.Fprintf(w, "scenario %s\n\n", rep.Scenario)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "policy\tbottleneck\tutilization\twork_tokens\t429\t413\twall s\t")
+	// The column "vs greedy" is there when the greedy reference ran.
+	vsGreedy := len(rep.Results) > 0 && rep.Results[0].UtilizationVsGreedy != nil
+	head := "policy\tbottleneck\tutilization\t"
+	if vsGreedy {
+		head += "vs greedy\t"
+	}
+	fmt.Fprintln(tw, head+"work_tokens\t429\t413\twall s\t")
 	for _, r := range rep.Results {
-		fmt.Fprintf(tw, "%s\t%s\t%.4f\t%d\t%d\t%d\t%.2f\t\n", r.Policy, r.Bottleneck, r.BottleneckUtilization,
-			r.WorkTokens, r.ProviderRejections["429"], r.ProviderRejections["413"], r.WallSeconds)
+		fmt.Fprintf(tw, "%s\t%s\t%.4f\t", r.Policy, r.Bottleneck, r.BottleneckUtilization)
+		if vsGreedy {
+			fmt.Fprintf(tw, "%.4f\t", *r.UtilizationVsGreedy)
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%.2f\t\n", r.WorkTokens, r.ProviderRejections["429"], r.ProviderRejections["413"], r.WallSeconds)
 	}
 	tw.Flush()
 	fmt.Fprintln(w)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -41,5 +42,28 @@ func TestBenchQuotaBounds(t *testing.T) {
 	want := path + `: flows[0].arrivals_per_day: "1e12" is more than the bound of 1,000,000 (line 4)`
 	if code != 1 || !strings.Contains(stderr.String(), want) {
 		t.Errorf("exit %d, stderr %q, want %q", code, stderr.String(), want)
+	}
+}
+
+// TestBenchQuotaVsGreedy: the table has a "vs greedy" column when the greedy
+// reference ran, and none otherwise.
+func TestBenchQuotaVsGreedy(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		policies string
+		want     bool
+	}{{"sluice,greedy", true}, {"sluice", false}} {
+		var stdout, stderr bytes.Buffer
+		env := &cmdEnv{stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }}
+		code := runMain(context.Background(), env, []string{"bench", "quota", "--scenario", "../../internal/bench/testdata/openai-fixed.yaml", "--policy", tc.policies})
+		if code != 0 {
+			t.Fatalf("--policy %s: exit %d, stderr %q", tc.policies, code, stderr.String())
+		}
+		if got := strings.Contains(stdout.String(), "vs greedy"); got != tc.want {
+			t.Errorf("--policy %s: column vs greedy shown %v, want %v:\n%s", tc.policies, got, tc.want, stdout.String())
+		}
+		if tc.want && !regexp.MustCompile(`(?m)^\s*greedy\s+\S+\s+[0-9.]+\s+1\.0000\s`).MatchString(stdout.String()) {
+			t.Errorf("greedy's row does not show 1.0000 vs itself:\n%s", stdout.String())
+		}
 	}
 }

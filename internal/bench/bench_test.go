@@ -10,7 +10,10 @@ import (
 	"math"
 	"path/filepath"
 	"reflect"
+	"sort"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -62,15 +65,40 @@ func TestDevPickTargets(t *testing.T) {
 		t.Errorf("sluice analysis p95 wait %.1f min, want ≤ 30", w)
 	}
 	for name, r := range res {
-		if name == "sluice" {
+		if name == "sluice" || name == Greedy {
 			continue
 		}
 		if s.BottleneckUtilization < r.BottleneckUtilization-0.005 {
 			t.Errorf("sluice utilization %.4f behind %s's %.4f", s.BottleneckUtilization, name, r.BottleneckUtilization)
 		}
-		if s.WorkTokens <= r.WorkTokens {
+		// Work tokens are compared only with anchors that serve every flow
+		// (scenarios README): one that starves a flow buys its work with it.
+		if servesEveryFlow(r) && s.WorkTokens <= r.WorkTokens {
 			t.Errorf("sluice work_tokens %d not ahead of %s's %d", s.WorkTokens, name, r.WorkTokens)
 		}
+	}
+	// The greedy reference sends whatever fits: the practical ceiling of
+	// utilization (issue 7: sluice within 3 % of it).
+	if g := res[Greedy].BottleneckUtilization; s.BottleneckUtilization < 0.97*g {
+		t.Errorf("sluice utilization %.4f below 0.97 × greedy's %.4f", s.BottleneckUtilization, g)
+	}
+	if g := res[Greedy]; g.ProviderRejections["429"]+g.ProviderRejections["413"] != 0 {
+		t.Errorf("greedy drew rejections %v; it knows every limit and never sends what cannot fit", g.ProviderRejections)
+	}
+	// The gap, as it stands (issue "An honest bench"): the cookbook told
+	// every limit does more work than sluice — 1,146,700 work tokens against
+	// 1,076,640 when this was written — by spending the week on the summary
+	// backfill, the flow with the least instructions per item, while the
+	// analysis of new articles never runs and titles stall for days. Under
+	// the README's rule it is compared on utilization only; this check holds
+	// both facts so the gap is not forgotten. When sluice closes it, make
+	// this a target.
+	c := res["cookbook"]
+	if s.WorkTokens > c.WorkTokens {
+		t.Errorf("sluice work_tokens %d now ahead of the cookbook's %d: the gap is closed; make it a target", s.WorkTokens, c.WorkTokens)
+	}
+	if servesEveryFlow(c) {
+		t.Errorf("the cookbook's %d work tokens, ahead of sluice's %d, no longer starve a flow", c.WorkTokens, s.WorkTokens)
 	}
 	// The naive model reproduces the seed: the title backfill never moves.
 	if st := res["devpick-naive"].Flows["title"].MaxStallMinutes; st < 480 {
@@ -86,6 +114,17 @@ func TestDevPickTargets(t *testing.T) {
 	if res["devpick-fixed"].ProviderRejections["429"] == 0 {
 		t.Error("devpick-fixed drew no 429s; the seed's fixed scheduler still hit OTPM")
 	}
+}
+
+// servesEveryFlow reports whether r left no flow with eligible work stalled
+// past two hours, the seed's own stall alert (scenarios README).
+func servesEveryFlow(r Result) bool {
+	for _, f := range r.Flows {
+		if f.MaxStallMinutes > 120 && f.Remaining > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // TestVariedScenarios runs scenarios written for the bench — other profiles,
@@ -128,8 +167,13 @@ func TestVariedScenarios(t *testing.T) {
 					t.Errorf("sluice flow %s refused %d items up front, want %d", name, f.NeverFit, want)
 				}
 			}
+			// Greedy knows every limit and how the provider counts it: it is
+			// never refused.
+			if g := res[Greedy]; g.ProviderRejections["429"]+g.ProviderRejections["413"] != 0 {
+				t.Errorf("greedy drew rejections %v", g.ProviderRejections)
+			}
 			for name, r := range res {
-				if name == "sluice" {
+				if name == "sluice" || name == Greedy {
 					continue
 				}
 				if s.BottleneckUtilization < r.BottleneckUtilization-0.005 {
@@ -163,66 +207,318 @@ func TestVariedScenarios(t *testing.T) {
 	}
 }
 
-// TestTraceRecomputesReport rebuilds the report's figures from the --trace
-// lines alone.
+// TestTraceRecomputesReport rebuilds every figure of the report but wall
+// time from the --trace lines and the scenario alone, on scenarios with
+// faults, items that never fit, arrivals, a flow that follows another and
+// settle accounting.
 func TestTraceRecomputesReport(t *testing.T) {
 	t.Parallel()
-	sc := load(t, "groq-faults.yaml")
-	var buf bytes.Buffer
-	rep, err := Run(context.Background(), sc, []string{"sluice", "cookbook"}, Options{Trace: &buf})
+	seen := map[string]int{} // kinds of line, and faults, over every scenario
+	var mu sync.Mutex
+	t.Cleanup(func() {
+		// Every kind of line the recomputation relies on was there.
+		for _, k := range []string{KindRequest, KindNeverFit, KindInFlight, KindWaiting, "fault", "429"} {
+			if seen[k] == 0 {
+				t.Errorf("no %s in any trace: the test does not exercise it", k)
+			}
+		}
+	})
+	for _, file := range []string{"groq-faults.yaml", "devpick.yaml", "anthropic-settle.yaml", "devpick-otpm-unannounced.yaml"} {
+		t.Run(file, func(t *testing.T) {
+			t.Parallel()
+			sc := load(t, file)
+			if file == "anthropic-settle.yaml" {
+				sc.Duration = 2 * time.Hour // settle accounting and a flow after another, in less time
+			}
+			var buf bytes.Buffer
+			policies := append(append([]string(nil), Policies...), ExtraPolicies...)
+			rep, err := Run(context.Background(), sc, policies, Options{Trace: &buf})
+			if err != nil {
+				t.Fatal(err)
+			}
+			byPolicy := map[string][]TraceRecord{}
+			lines := bufio.NewScanner(&buf)
+			lines.Buffer(make([]byte, 1<<20), 1<<20)
+			for lines.Scan() {
+				var rec TraceRecord
+				if err := json.Unmarshal(lines.Bytes(), &rec); err != nil {
+					t.Fatalf("trace line %q: %v", lines.Text(), err)
+				}
+				if len(rec.IDs) != rec.Items || len(rec.Eligible) != rec.Items {
+					t.Fatalf("trace line of %d items with %d ids and %d eligible times", rec.Items, len(rec.IDs), len(rec.Eligible))
+				}
+				byPolicy[rec.Policy] = append(byPolicy[rec.Policy], rec)
+				mu.Lock()
+				seen[rec.Kind]++
+				if rec.Fault != "" {
+					seen["fault"]++
+				}
+				if rec.Status == 429 {
+					seen["429"]++
+				}
+				mu.Unlock()
+			}
+			if err := lines.Err(); err != nil {
+				t.Fatal(err)
+			}
+			want := map[string]Result{}
+			for _, r := range rep.Results {
+				r.WallSeconds, r.series = 0, nil
+				want[r.Policy] = r
+			}
+			// Tracing changes nothing of the run.
+			untraced, err := Run(context.Background(), sc, policies, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range untraced.Results {
+				r.WallSeconds, r.series = 0, nil
+				if !reflect.DeepEqual(r, want[r.Policy]) {
+					t.Errorf("%s: the report of a run with --trace differs from one without", r.Policy)
+				}
+			}
+			got := map[string]Result{}
+			for _, name := range policies {
+				got[name] = resultFromTrace(t, sc, name, byPolicy[name])
+			}
+			if g, ok := got[Greedy]; ok && g.BottleneckUtilization > 0 {
+				for name, r := range got {
+					v := round4(r.BottleneckUtilization / g.BottleneckUtilization)
+					r.UtilizationVsGreedy = &v
+					got[name] = r
+				}
+			}
+			for _, name := range policies {
+				if !reflect.DeepEqual(got[name], want[name]) {
+					g, _ := json.Marshal(got[name])
+					w, _ := json.Marshal(want[name])
+					t.Errorf("%s: the trace gives\n%s\nthe report says\n%s", name, g, w)
+				}
+			}
+		})
+	}
+}
+
+// resultFromTrace computes a policy's Result, but for its wall time and
+// utilization_vs_greedy, from its trace lines and the scenario, following the
+// definitions of the scenarios README.
+func resultFromTrace(t *testing.T, sc *scenario.Scenario, policy string, recs []TraceRecord) Result {
+	t.Helper()
+	end := sc.Duration.Seconds()
+	r := Result{
+		Policy: policy, SimulatedHours: sc.Duration.Hours(), Limits: map[string]LimitResult{},
+		ProviderRejections: map[string]int64{"429": 0, "413": 0}, Flows: map[string]FlowResult{},
+	}
+	var used, useful [governor.NumLimits]int64
+	// What happened to each item: an event list per flow for the stalls.
+	type event struct {
+		at     float64
+		change int // +1 eligible, -n done or refused
+		done   bool
+	}
+	type itemKey struct {
+		flow string
+		id   uint32
+	}
+	eligible := map[itemKey]float64{}
+	fate := map[itemKey]string{}
+	events := map[string][]event{}
+	waits := map[string][]float64{}
+	flows := map[string]FlowResult{}
+	note := func(rec TraceRecord) {
+		for i, id := range rec.IDs {
+			k := itemKey{rec.Flow, id}
+			if e, ok := eligible[k]; ok && e != rec.Eligible[i] {
+				t.Fatalf("%s item %d eligible at %v and at %v", rec.Flow, id, e, rec.Eligible[i])
+			}
+			eligible[k] = rec.Eligible[i]
+		}
+	}
+	settle := func(rec TraceRecord, how string) {
+		for _, id := range rec.IDs {
+			k := itemKey{rec.Flow, id}
+			if fate[k] != "" {
+				t.Fatalf("%s item %d %s, already %s", rec.Flow, id, how, fate[k])
+			}
+			fate[k] = how
+		}
+	}
+	for _, rec := range recs {
+		note(rec)
+		f := flows[rec.Flow]
+		switch rec.Kind {
+		case KindRequest:
+			switch {
+			case rec.Status == 200 && rec.Fault == "":
+				for _, l := range governor.AllLimits {
+					used[l] += rec.Charged.On(l)
+					useful[l] += governor.Cost{Requests: 1, Input: rec.Input, Output: rec.Output}.On(l)
+				}
+				f.Requests++
+				f.Tokens += rec.Charged.Tokens()
+				f.Done += rec.Items
+				settle(rec, "done")
+				events[rec.Flow] = append(events[rec.Flow], event{at: rec.End, change: -rec.Items, done: true})
+				for _, e := range rec.Eligible {
+					waits[rec.Flow] = append(waits[rec.Flow], (rec.End-e)/60)
+				}
+			case rec.Limit != "":
+				r.ProviderRejections[strconv.Itoa(rec.Status)]++
+				if rec.Charged != (governor.Cost{}) {
+					t.Errorf("a refused request was charged %+v", rec.Charged)
+				}
+			case rec.Fault != "":
+				if rec.Charged.Requests != 1 {
+					t.Errorf("a faulted request was charged %+v, want its charge", rec.Charged)
+				}
+			}
+		case KindNeverFit:
+			if rec.Limit == "" {
+				t.Errorf("%s: %d items refused naming no limit", rec.Flow, rec.Items)
+			}
+			f.NeverFit += rec.Items
+			settle(rec, "refused")
+			events[rec.Flow] = append(events[rec.Flow], event{at: rec.Time, change: -rec.Items})
+		case KindInFlight, KindWaiting:
+			settle(rec, "left")
+		default:
+			t.Fatalf("trace line of kind %q", rec.Kind)
+		}
+		flows[rec.Flow] = f
+	}
+	// Every item that became eligible is on some line. Those neither done
+	// nor refused remain: waiting, in flight, or held by the policy after a
+	// failed call (seen then only on the failed call's line).
+	for k, e := range eligible {
+		events[k.flow] = append(events[k.flow], event{at: e, change: 1})
+		if fate[k] != "done" && fate[k] != "refused" {
+			f := flows[k.flow]
+			f.Remaining++
+			flows[k.flow] = f
+		}
+	}
+	for _, l := range governor.AllLimits {
+		lim := sc.Provider.Limits[l]
+		if lim == 0 {
+			continue
+		}
+		capacity := int64(math.Round(float64(lim) * float64(sc.Duration) / float64(l.Period())))
+		lr := LimitResult{Limit: lim, Capacity: capacity, Used: used[l], Useful: useful[l], Utilization: round4(float64(used[l]) / float64(capacity))}
+		r.Limits[l.String()] = lr
+		if lr.Utilization > r.BottleneckUtilization || r.Bottleneck == "" {
+			r.Bottleneck, r.BottleneckUtilization = l.String(), lr.Utilization
+		}
+	}
+	for _, fc := range sc.Flows {
+		f := flows[fc.Name]
+		f.WorkTokens = int64(f.Done) * (fc.ItemInputTokens + fc.ItemOutputTokens)
+		r.WorkTokens += f.WorkTokens
+		if fc.ArrivalsPerDay > 0 {
+			f.P95WaitMinutes = round1(percentile(waits[fc.Name], 0.95))
+		}
+		// A stall runs from when the flow got work, or last finished some,
+		// to its next completion, or until it has no work left.
+		evs := events[fc.Name]
+		sort.SliceStable(evs, func(i, j int) bool {
+			if evs[i].at != evs[j].at {
+				return evs[i].at < evs[j].at
+			}
+			return evs[i].change > 0 && evs[j].change <= 0 // what became eligible at a moment counts first
+		})
+		work, from, longest := 0, -1.0, 0.0
+		for _, e := range evs {
+			switch {
+			case e.change > 0:
+				if work == 0 {
+					from = e.at
+				}
+			case e.done:
+				longest = max(longest, e.at-from)
+				from = -1
+				if work+e.change > 0 {
+					from = e.at
+				}
+			case work+e.change == 0:
+				longest = max(longest, e.at-from)
+				from = -1
+			}
+			work += e.change
+		}
+		if from >= 0 {
+			longest = max(longest, end-from)
+		}
+		f.MaxStallMinutes = round1(longest / 60)
+		r.Flows[fc.Name] = f
+	}
+	return r
+}
+
+// TestUnannounced: a limit the scenario marks unannounced is enforced by the
+// provider and measured in the report, and no policy is configured with it.
+func TestUnannounced(t *testing.T) {
+	t.Parallel()
+	sc := load(t, "devpick-otpm-unannounced.yaml")
+	if !sc.Provider.Unannounced[governor.OTPM] || sc.Provider.Limits[governor.OTPM] != 1000 {
+		t.Fatalf("scenario provider %+v, want otpm 1000 unannounced", sc.Provider)
+	}
+	for _, name := range append(append([]string(nil), Policies...), ExtraPolicies...) {
+		pol, err := newPolicy(name, sc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := newWorld(sc, pol, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w.sc.Provider.Limits[governor.OTPM] != 0 || w.limits[governor.OTPM] != 1000 || w.prov.Config().Limits[governor.OTPM] != 1000 {
+			t.Errorf("%s: policies see otpm %d, the provider enforces %d and the report measures %d, want 0, 1000, 1000",
+				name, w.sc.Provider.Limits[governor.OTPM], w.prov.Config().Limits[governor.OTPM], w.limits[governor.OTPM])
+		}
+	}
+	if k := newCookbook(announced(sc), false).known; k[governor.OTPM] != 0 || k[governor.TPD] != 200000 {
+		t.Errorf("the cookbook told every announced limit knows %v", k)
+	}
+	res := run(t, sc, Options{})
+	for name, r := range res {
+		if _, ok := r.Limits["otpm"]; !ok {
+			t.Errorf("%s: the report does not measure otpm", name)
+		}
+	}
+	// Greedy never sends what its limits say cannot fit: told of OTPM, it
+	// is never refused (TestDevPickTargets); not told, it is.
+	if g := res[Greedy]; g.ProviderRejections["429"] == 0 {
+		t.Errorf("greedy drew no 429 from a limit it was not told of")
+	}
+}
+
+// TestUtilizationVsGreedy: with greedy in the run, every result gives its
+// utilization as a fraction of greedy's; without it, none does.
+func TestUtilizationVsGreedy(t *testing.T) {
+	t.Parallel()
+	sc := load(t, "openai-fixed.yaml")
+	rep, err := Run(context.Background(), sc, []string{"sluice", Greedy, "cookbook"}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	type totals struct {
-		used     [governor.NumLimits]int64
-		requests map[string]int64
-		tokens   map[string]int64
-		rejects  map[int]int64
-	}
-	got := map[string]*totals{}
-	sc2 := bufio.NewScanner(&buf)
-	sc2.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc2.Scan() {
-		var rec TraceRecord
-		if err := json.Unmarshal(sc2.Bytes(), &rec); err != nil {
-			t.Fatalf("trace line %q: %v", sc2.Text(), err)
-		}
-		tt := got[rec.Policy]
-		if tt == nil {
-			tt = &totals{requests: map[string]int64{}, tokens: map[string]int64{}, rejects: map[int]int64{}}
-			got[rec.Policy] = tt
-		}
-		switch {
-		case rec.Status == 200 && rec.Fault == "":
-			for _, l := range governor.AllLimits {
-				tt.used[l] += rec.Charged.On(l)
-			}
-			tt.requests[rec.Flow]++
-			tt.tokens[rec.Flow] += rec.Charged.Tokens()
-		case rec.Limit != "":
-			tt.rejects[rec.Status]++
-		}
-	}
+	g := rep.Results[1].BottleneckUtilization
 	for _, r := range rep.Results {
-		tt := got[r.Policy]
-		if tt == nil {
-			t.Fatalf("no trace lines for %s", r.Policy)
+		if r.UtilizationVsGreedy == nil || *r.UtilizationVsGreedy != round4(r.BottleneckUtilization/g) {
+			t.Errorf("%s: utilization_vs_greedy %v, want %.4f", r.Policy, r.UtilizationVsGreedy, round4(r.BottleneckUtilization/g))
 		}
-		for name, lr := range r.Limits {
-			l, _ := governor.ParseLimit(name)
-			if tt.used[l] != lr.Used {
-				t.Errorf("%s %s: trace sums to %d used, report says %d", r.Policy, name, tt.used[l], lr.Used)
-			}
-		}
-		for name, f := range r.Flows {
-			if tt.requests[name] != f.Requests || tt.tokens[name] != f.Tokens {
-				t.Errorf("%s flow %s: trace %d requests %d tokens, report %d and %d",
-					r.Policy, name, tt.requests[name], tt.tokens[name], f.Requests, f.Tokens)
-			}
-		}
-		if tt.rejects[429] != r.ProviderRejections["429"] {
-			t.Errorf("%s: trace has %d 429s, report %d", r.Policy, tt.rejects[429], r.ProviderRejections["429"])
-		}
+	}
+	data, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := bytes.Count(data, []byte(`"utilization_vs_greedy":`)); n != 3 {
+		t.Errorf("the JSON report has utilization_vs_greedy %d times, want 3", n)
+	}
+	rep, err = Run(context.Background(), sc, []string{"sluice"}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if data, _ := json.Marshal(rep); bytes.Contains(data, []byte("utilization_vs_greedy")) {
+		t.Errorf("without greedy the report has utilization_vs_greedy: %s", data)
 	}
 }
 
@@ -249,7 +545,7 @@ func TestSameSeedSameReport(t *testing.T) {
 func TestUnknownPolicy(t *testing.T) {
 	t.Parallel()
 	_, err := Run(context.Background(), load(t, "devpick.yaml"), []string{"fifo"}, Options{})
-	if err == nil || !strings.Contains(err.Error(), `unknown policy "fifo"`) || !strings.Contains(err.Error(), "cookbook-informed") {
+	if err == nil || !strings.Contains(err.Error(), `unknown policy "fifo"`) || !strings.Contains(err.Error(), "cookbook-rpm-tpm") {
 		t.Fatalf("error = %v, want it to name the policy and list the known ones", err)
 	}
 }

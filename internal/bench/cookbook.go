@@ -10,28 +10,33 @@ import (
 )
 
 // cookbookPolicy models the OpenAI cookbook's api_request_parallel_processor.py:
-// one FIFO of requests over all flows; a request bucket and a token bucket
-// sized to RPM and TPM that refill continuously; a request is sent when both
-// hold its estimate (prompt tokens + max_tokens, or 15 when it sets none);
-// any error whose message says "rate limit" pauses every request for 15 s;
-// failed requests go to a retry queue served first, up to 5 attempts. It knows
-// no other limit. Requests are built from eligible items oldest first, each
-// carrying the largest batch, up to batch_max, that fits the two limits the
-// script is told (RPM and TPM, its max_requests_per_minute and
-// max_tokens_per_minute); a provider limit it is not told of, such as OTPM,
-// is met only as errors — as DevPick met it (seed 000). Items of a request
-// that failed 5 times go back to the end of the line, as a user re-running
-// the failures would.
+// one FIFO of requests over all flows; a bucket per limit the user told it of
+// that refills continuously (the script has two, max_requests_per_minute and
+// max_tokens_per_minute; the user who read the whole limits page adds one of
+// the same kind for every other limit of the key); a request is sent when
+// every bucket holds its estimate (the script's count: prompt tokens +
+// max_tokens, or 15 when it sets none, split into input and output for the
+// limits that count only one); any error whose message says "rate limit"
+// pauses every request for 15 s; failed requests go to a retry queue served
+// first, up to 5 attempts. Requests are built from eligible items oldest
+// first, each carrying the largest batch, up to batch_max, that fits the
+// limits it knows. Items of a request that failed 5 times go back to the end
+// of the line, as a user re-running the failures would.
+//
+// Told every announced limit ("cookbook"), it leaves out of the file items
+// that no request can carry within them (never_fit), as that user would; the
+// script itself would wait for them forever. Told only RPM and TPM
+// ("cookbook-rpm-tpm"), it meets every other limit only as errors — as
+// DevPick met OTPM (seed 000) — and sends such items like any other.
 type cookbookPolicy struct {
-	rpm, tpm       float64
-	reqCap, tokCap float64
-	last           time.Time
-	lastRateLimit  time.Time
-	retries        []*cookbookReq
-	batch          map[*flowState]int
-	turn           int  // where the search for the oldest item starts
-	informed       bool // sizes batches to every limit, not only RPM and TPM
-	wakeAt         time.Time
+	known         governor.Limits             // the limits it was told of
+	avail         [governor.NumLimits]float64 // what each bucket holds
+	last          time.Time
+	lastRateLimit time.Time
+	retries       []*cookbookReq
+	batch         map[*flowState]int
+	turn          int // where the search for the oldest item starts
+	wakeAt        time.Time
 }
 
 type cookbookReq struct {
@@ -46,27 +51,34 @@ const (
 	cookbookDefaultMax  = 15 // the script's completion estimate when max_tokens is unset
 )
 
-func newCookbook(sc *scenario.Scenario, informed bool) *cookbookPolicy {
-	p := &cookbookPolicy{rpm: 1e12, tpm: 1e12, batch: map[*flowState]int{}, informed: informed}
-	if l := sc.Provider.Limits[governor.RPM]; l > 0 {
-		p.rpm = float64(l)
+// newCookbook models the script told every limit sc announces, or with
+// rpmTPMOnly only RPM and TPM, its two command-line limits.
+func newCookbook(sc *scenario.Scenario, rpmTPMOnly bool) *cookbookPolicy {
+	p := &cookbookPolicy{known: sc.Provider.Limits, batch: map[*flowState]int{}}
+	if rpmTPMOnly {
+		p.known = governor.Limits{}
+		p.known[governor.RPM], p.known[governor.TPM] = sc.Provider.Limits[governor.RPM], sc.Provider.Limits[governor.TPM]
 	}
-	if l := sc.Provider.Limits[governor.TPM]; l > 0 {
-		p.tpm = float64(l)
+	for _, l := range governor.AllLimits {
+		p.avail[l] = float64(p.known[l]) // the script's buckets start full
 	}
-	p.reqCap, p.tokCap = p.rpm, p.tpm
 	return p
+}
+
+// informed reports whether it knows more than RPM and TPM.
+func (p *cookbookPolicy) informed() bool {
+	for _, l := range governor.AllLimits {
+		if p.known[l] > 0 && l != governor.RPM && l != governor.TPM {
+			return true
+		}
+	}
+	return false
 }
 
 func (p *cookbookPolicy) start(w *world) {
 	p.last = w.now
 	for _, f := range w.flows {
-		known := w.sc.Provider.Limits
-		if !p.informed {
-			known = governor.Limits{}
-			known[governor.RPM], known[governor.TPM] = w.sc.Provider.Limits[governor.RPM], w.sc.Provider.Limits[governor.TPM]
-		}
-		p.batch[f] = userBatch(w.sc, known, f)
+		p.batch[f] = userBatch(w.sc, p.known, f)
 	}
 }
 
@@ -93,20 +105,23 @@ func (p *cookbookPolicy) next(w *world) *cookbookReq {
 	return &cookbookReq{f: oldest}
 }
 
-func (p *cookbookPolicy) estimate(w *world, r *cookbookReq, n int) float64 {
-	f := r.f
+// estimate is the script's count of a request of n items of f.
+func (p *cookbookPolicy) estimate(f *flowState, n int) governor.Cost {
 	out := int64(n) * f.cfg.ItemMaxTokens
 	if out == 0 {
 		out = cookbookDefaultMax
 	}
-	return float64(f.cfg.PromptTokens + int64(n)*f.cfg.ItemInputTokens + out)
+	return governor.Cost{Requests: 1, Input: f.cfg.PromptTokens + int64(n)*f.cfg.ItemInputTokens, Output: out}
 }
 
 func (p *cookbookPolicy) pump(w *world) {
 	for {
-		elapsed := w.now.Sub(p.last).Minutes()
-		p.reqCap = min(p.reqCap+p.rpm*elapsed, p.rpm)
-		p.tokCap = min(p.tokCap+p.tpm*elapsed, p.tpm)
+		elapsed := w.now.Sub(p.last)
+		for _, l := range governor.AllLimits {
+			if lim := float64(p.known[l]); lim > 0 {
+				p.avail[l] = min(p.avail[l]+lim*float64(elapsed)/float64(l.Period()), lim)
+			}
+		}
 		p.last = w.now
 		if pauseEnd := p.lastRateLimit.Add(cookbookPause); w.now.Before(pauseEnd) {
 			p.wakeLater(w, pauseEnd)
@@ -119,18 +134,31 @@ func (p *cookbookPolicy) pump(w *world) {
 		n := len(r.items)
 		if r.items == nil {
 			n = min(p.batch[r.f], len(r.f.queue))
+			if n == 0 && p.informed() {
+				// Not even one item fits a limit it knows: left out of the file.
+				w.refuse(r.f, w.take(r.f, 1))
+				continue
+			}
 			if n == 0 {
 				n = min(max(r.f.cfg.BatchMax, 1), len(r.f.queue))
 			}
 		}
-		tokens := p.estimate(w, r, n)
-		if p.reqCap < 1 || p.tokCap < tokens {
-			need := max((1-p.reqCap)/p.rpm, (tokens-p.tokCap)/p.tpm)
-			p.wakeLater(w, w.now.Add(time.Duration(need*float64(time.Minute))+time.Millisecond))
+		c := p.estimate(r.f, n)
+		var need time.Duration // until every bucket holds the estimate
+		for _, l := range governor.AllLimits {
+			if lim := float64(p.known[l]); lim > 0 && p.avail[l] < float64(c.On(l)) {
+				need = max(need, time.Duration((float64(c.On(l))-p.avail[l])/lim*float64(l.Period())))
+			}
+		}
+		if need > 0 {
+			p.wakeLater(w, w.now.Add(need+time.Millisecond))
 			return
 		}
-		p.reqCap--
-		p.tokCap -= tokens
+		for _, l := range governor.AllLimits {
+			if p.known[l] > 0 {
+				p.avail[l] -= float64(c.On(l))
+			}
+		}
 		if r.items == nil {
 			r.items = w.take(r.f, n)
 		} else {

@@ -28,9 +28,13 @@ type Result struct {
 	Limits                map[string]LimitResult `json:"limits"`
 	Bottleneck            string                 `json:"bottleneck"`
 	BottleneckUtilization float64                `json:"bottleneck_utilization"`
-	WorkTokens            int64                  `json:"work_tokens"`
-	ProviderRejections    map[string]int64       `json:"provider_rejections"`
-	Flows                 map[string]FlowResult  `json:"flows"`
+	// UtilizationVsGreedy is BottleneckUtilization ÷ that of the greedy
+	// reference policy, when greedy ran in the same invocation and used
+	// anything; absent otherwise.
+	UtilizationVsGreedy *float64              `json:"utilization_vs_greedy,omitempty"`
+	WorkTokens          int64                 `json:"work_tokens"`
+	ProviderRejections  map[string]int64      `json:"provider_rejections"`
+	Flows               map[string]FlowResult `json:"flows"`
 
 	series *series // for the chart; not in the JSON
 }
@@ -56,33 +60,80 @@ type FlowResult struct {
 	P95WaitMinutes  float64 `json:"p95_wait_minutes"`
 }
 
-// TraceRecord is one request the provider model saw, as a JSON line of --trace.
-// Times are seconds of virtual time since the start.
+// TraceRecord is one line of --trace: a request the provider model saw, items
+// refused up front, or, once a run has ended, a call still in flight or items
+// still waiting. Times are seconds of virtual time since the start. With the
+// scenario, the lines of a policy give back every figure of its Result but
+// wall_seconds (docs/bench.md, "The trace").
 type TraceRecord struct {
-	Policy     string        `json:"policy"`
-	Time       float64       `json:"t"`
-	End        float64       `json:"end"`
-	Flow       string        `json:"flow"`
-	Items      int           `json:"items"`
-	Input      int64         `json:"input_tokens"`
-	MaxTokens  int64         `json:"max_tokens"`
-	Output     int64         `json:"output_tokens"`
-	Status     int           `json:"status"`
-	Fault      string        `json:"fault,omitempty"`
-	Limit      string        `json:"limit,omitempty"`
-	TooLarge   bool          `json:"too_large,omitempty"`
-	RetryAfter float64       `json:"retry_after,omitempty"`
-	Charged    governor.Cost `json:"charged"`
+	Policy string `json:"policy"`
+	Kind   string `json:"kind"` // KindRequest, KindNeverFit, KindInFlight or KindWaiting
+	// Time is when the request was sent or the items refused; for lines
+	// written at the end, the call's sending or the run's end.
+	Time float64 `json:"t"`
+	// End is when the answer ended (a request), the run's end (a call in
+	// flight or items waiting), or Time (items refused).
+	End   float64 `json:"end"`
+	Flow  string  `json:"flow"`
+	Items int     `json:"items"`
+	// IDs and Eligible give, for each item of the line, its serial number in
+	// its flow and when it became eligible (seconds since the start).
+	IDs      []uint32  `json:"ids"`
+	Eligible []float64 `json:"eligible"`
+	// The request: its input and max_tokens (0: none set), and the real
+	// output of a success.
+	Input     int64 `json:"input_tokens"`
+	MaxTokens int64 `json:"max_tokens"`
+	Output    int64 `json:"output_tokens"`
+	// Status is the provider's status code (0 for a timeout or reset, and on
+	// lines that are not a request's answer).
+	Status int    `json:"status"`
+	Fault  string `json:"fault,omitempty"`
+	// Limit is the limit that refused a request, or that the items of a
+	// never_fit line exceed.
+	Limit      string  `json:"limit,omitempty"`
+	TooLarge   bool    `json:"too_large,omitempty"`
+	RetryAfter float64 `json:"retry_after,omitempty"`
+	// Charged is what the provider charged the request: its final charge for
+	// a success or a fault, the admission charge for a call in flight, zero
+	// for a refusal.
+	Charged governor.Cost `json:"charged"`
 }
 
-// Policies lists the policies "all" runs, sluice first.
-var Policies = []string{"sluice", "devpick-naive", "devpick-fixed", "cookbook", "inngest-throttle"}
+// Kinds of trace lines.
+const (
+	KindRequest  = "request"   // a request the provider model answered or refused
+	KindNeverFit = "never_fit" // items refused before any call: no request carrying them fits Limit
+	KindInFlight = "in_flight" // at the end: a call sent and not yet answered
+	KindWaiting  = "waiting"   // at the end: items eligible and in no call (up to 1,000 a line)
+)
+
+func (r *TraceRecord) setItems(items []item) {
+	r.Items = len(items)
+	r.IDs = make([]uint32, len(items))
+	r.Eligible = make([]float64, len(items))
+	for i, it := range items {
+		r.IDs[i] = it.id
+		r.Eligible[i] = it.eligible.Sub(epoch).Seconds()
+	}
+}
+
+// Policies lists the policies "all" runs: sluice first, then the anchors,
+// then the greedy reference.
+var Policies = []string{"sluice", "devpick-naive", "devpick-fixed", "cookbook", "inngest-throttle", Greedy}
+
+// Greedy is the reference policy whose utilization the others are measured
+// against (Result.UtilizationVsGreedy).
+const Greedy = "greedy"
 
 // ExtraPolicies are run only when named: variants of an anchor that
 // docs/bench.md discusses.
-var ExtraPolicies = []string{"cookbook-informed"}
+var ExtraPolicies = []string{"cookbook-rpm-tpm"}
 
+// newPolicy makes the named policy for sc. It sees only the limits sc
+// announces.
 func newPolicy(name string, sc *scenario.Scenario) (policy, error) {
+	sc = announced(sc)
 	switch name {
 	case "sluice":
 		return newSluicePolicy(sc)
@@ -92,10 +143,12 @@ func newPolicy(name string, sc *scenario.Scenario) (policy, error) {
 		return newDevpick(sc, true)
 	case "cookbook":
 		return newCookbook(sc, false), nil
-	case "cookbook-informed":
+	case "cookbook-rpm-tpm":
 		return newCookbook(sc, true), nil
 	case "inngest-throttle":
 		return newInngest(sc), nil
+	case Greedy:
+		return newGreedy(sc), nil
 	}
 	return nil, fmt.Errorf("unknown policy %q (want one of %s, or all)", name, strings.Join(append(append([]string(nil), Policies...), ExtraPolicies...), ", "))
 }
@@ -144,7 +197,22 @@ func Run(ctx context.Context, sc *scenario.Scenario, policies []string, opts Opt
 		}
 		rep.Results = append(rep.Results, res)
 	}
+	compareToGreedy(rep)
 	return rep, nil
+}
+
+// compareToGreedy sets every result's UtilizationVsGreedy when greedy ran.
+func compareToGreedy(rep *Report) {
+	for _, g := range rep.Results {
+		if g.Policy != Greedy || g.BottleneckUtilization <= 0 {
+			continue
+		}
+		for i := range rep.Results {
+			v := round4(rep.Results[i].BottleneckUtilization / g.BottleneckUtilization)
+			rep.Results[i].UtilizationVsGreedy = &v
+		}
+		return
+	}
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }

@@ -16,10 +16,12 @@ import (
 // windows start on whole minutes and days.
 var epoch = time.Date(2026, 10, 19, 0, 0, 0, 0, time.UTC)
 
-// item is one unit of a flow's work.
+// item is one unit of a flow's work. It is kept small: a run may hold a
+// million of them.
 type item struct {
 	eligible time.Time
-	output   int64 // real output tokens it will produce
+	output   int32  // real output tokens it will produce (at most 1.2 × MaxOutputTokens)
+	id       uint32 // its flow's serial number (a run makes at most MaxItems items)
 }
 
 // flowState is a flow's items and its measurements in one run.
@@ -46,7 +48,12 @@ func (f *flowState) work() int { return len(f.queue) + f.out }
 
 // world is one policy's run of a scenario in virtual time.
 type world struct {
-	sc      *scenario.Scenario
+	// sc is the scenario as policies see it: the provider's limits are the
+	// announced ones (scenario.Provider.Announced).
+	sc *scenario.Scenario
+	// limits are the limits the provider enforces, announced or not: what
+	// the report measures.
+	limits  governor.Limits
 	now     time.Time
 	end     time.Time
 	events  eventHeap
@@ -65,6 +72,17 @@ type world struct {
 	// grow with the requests of a run.
 	hours int
 	use   [governor.NumLimits][]float64
+	// inflight holds, when tracing, the calls sent and not yet answered, so
+	// that the trace can list those still out at the end.
+	inflight map[*outcome]inflightCall
+	calls    uint64 // calls admitted so far, when tracing
+}
+
+// inflightCall is a call in flight as the trace lists it at the end.
+type inflightCall struct {
+	seq  uint64 // orders the calls by when they were sent
+	sent time.Time
+	f    *flowState
 }
 
 // policy decides when each flow's requests are sent.
@@ -76,6 +94,17 @@ type policy interface {
 	wake(w *world)
 }
 
+// announced returns sc as policies see it: a copy whose provider limits are
+// only the announced ones.
+func announced(sc *scenario.Scenario) *scenario.Scenario {
+	view := *sc
+	view.Provider.Limits = sc.Provider.Announced()
+	view.Provider.Unannounced = [governor.NumLimits]bool{}
+	return &view
+}
+
+// newWorld prepares a run of sc under pol. The provider model enforces every
+// limit of sc; pol should have been made from announced(sc), as newPolicy does.
 func newWorld(sc *scenario.Scenario, pol policy, trace func(TraceRecord)) (*world, error) {
 	p := sc.Provider
 	prov, err := sim.NewModel(sim.Config{
@@ -87,9 +116,12 @@ func newWorld(sc *scenario.Scenario, pol policy, trace func(TraceRecord)) (*worl
 		return nil, err
 	}
 	w := &world{
-		sc: sc, now: epoch, end: epoch.Add(sc.Duration), prov: prov, pol: pol, trace: trace,
+		sc: announced(sc), limits: p.Limits, now: epoch, end: epoch.Add(sc.Duration), prov: prov, pol: pol, trace: trace,
 		byName: map[string]*flowState{}, rejects: map[int]int64{},
 		hours: int(math.Ceil(sc.Duration.Hours())),
+	}
+	if trace != nil {
+		w.inflight = map[*outcome]inflightCall{}
 	}
 	for _, l := range governor.AllLimits {
 		if p.Limits[l] > 0 {
@@ -172,6 +204,7 @@ func (w *world) run(ctx context.Context) error {
 			f.maxStall = max(f.maxStall, w.end.Sub(f.stallFrom))
 		}
 	}
+	w.traceEnd()
 	return nil
 }
 
@@ -195,7 +228,7 @@ func (w *world) scheduleArrival(f *flowState, seq0 uint64, i, n int64) {
 func (w *world) addItem(f *flowState) {
 	f.serial++
 	v := 0.8 + 0.4*unit(uint64(w.sc.Seed), uint64(f.idx), f.serial)
-	it := item{eligible: w.now, output: int64(math.Round(float64(f.cfg.ItemOutputTokens) * v))}
+	it := item{eligible: w.now, output: int32(math.Round(float64(f.cfg.ItemOutputTokens) * v)), id: uint32(f.serial)}
 	if f.work() == 0 {
 		f.stallFrom = w.now
 	}
@@ -225,6 +258,14 @@ func (w *world) requeue(f *flowState, items []item) {
 
 // refuse drops items no request could ever carry.
 func (w *world) refuse(f *flowState, items []item) {
+	if w.trace != nil {
+		rec := TraceRecord{Kind: KindNeverFit, Time: w.since(w.now), End: w.since(w.now), Flow: f.cfg.Name}
+		rec.setItems(items)
+		if l, ok := w.refusedOn(f, len(items)); ok {
+			rec.Limit = l.String()
+		}
+		w.trace(rec)
+	}
 	f.out -= len(items)
 	f.neverFit += len(items)
 	if f.work() == 0 {
@@ -233,12 +274,33 @@ func (w *world) refuse(f *flowState, items []item) {
 	}
 }
 
+// refusedOn names the limit that refuses n items of f: the first limit the
+// provider enforces (in its order: rpm, rpd, tpm, tpd, itpm, otpm) that a
+// request carrying one of them exceeds on its own or, when one fits every
+// limit, the first that a request carrying all n exceeds — what the provider
+// answered to the call too large that made a policy refuse them.
+func (w *world) refusedOn(f *flowState, n int) (governor.Limit, bool) {
+	for _, k := range []int{1, n} {
+		out := int64(k) * f.cfg.ItemMaxTokens
+		if out == 0 {
+			out = w.sc.Provider.DefaultMaxTokens
+		}
+		c := governor.Cost{Requests: 1, Input: f.cfg.PromptTokens + int64(k)*f.cfg.ItemInputTokens, Output: out}
+		for _, l := range governor.AllLimits {
+			if lim := w.limits[l]; lim > 0 && c.On(l) > lim {
+				return l, true
+			}
+		}
+	}
+	return 0, false
+}
+
 // requestFor shapes the request carrying items: prompt + items' input, the
 // given max_tokens (0: none), and the items' real output.
 func (w *world) requestFor(f *flowState, items []item, maxTokens int64) sim.Request {
 	r := sim.Request{Flow: f.cfg.Name, Input: f.cfg.PromptTokens + int64(len(items))*f.cfg.ItemInputTokens, MaxTokens: maxTokens}
 	for _, it := range items {
-		r.Output += it.output
+		r.Output += int64(it.output)
 	}
 	return r
 }
@@ -260,22 +322,31 @@ func (w *world) send(f *flowState, items []item, maxTokens int64, done func(outc
 	resp := w.prov.Submit(w.now, req)
 	sent := w.now
 	if resp.Rejected {
-		w.record(sent, sent, f, len(items), req, resp, governor.Cost{})
+		w.record(sent, sent, f, items, req, resp, governor.Cost{})
 		w.rejects[resp.Status]++
 		done(outcome{resp: resp, items: items, req: req})
 		return
 	}
 	// The closure holds one copy of the call: a run may have a great many in flight.
 	o := &outcome{resp: resp, items: items, req: req}
+	if w.inflight != nil {
+		w.calls++
+		w.inflight[o] = inflightCall{seq: w.calls, sent: sent, f: f}
+	}
 	w.at(w.now.Add(resp.Latency), func() {
+		if w.inflight != nil {
+			delete(w.inflight, o)
+		}
+		// A faulted call was charged too; under settle accounting the
+		// provider corrects its charge when it ends, as for a success.
+		final := w.prov.Finish(w.now, o.resp)
 		if o.resp.Fault != sim.NoFault {
-			w.record(sent, w.now, f, len(o.items), o.req, o.resp, governor.Cost{})
+			w.record(sent, w.now, f, o.items, o.req, o.resp, final)
 			done(*o)
 			w.pol.wake(w)
 			return
 		}
-		final := w.prov.Finish(w.now, o.resp)
-		w.record(sent, w.now, f, len(o.items), o.req, o.resp, final)
+		w.record(sent, w.now, f, o.items, o.req, o.resp, final)
 		w.succeed(f, o.items, final, o.req, o.resp)
 		done(*o)
 		w.pol.wake(w)
@@ -290,7 +361,7 @@ func (w *world) succeed(f *flowState, items []item, charged governor.Cost, req s
 	if d := w.now.Sub(epoch); d >= 0 {
 		for _, l := range governor.AllLimits {
 			if h := int(d / time.Hour); w.use[l] != nil && h < w.hours {
-				perHour := float64(w.sc.Provider.Limits[l]) * float64(time.Hour) / float64(l.Period())
+				perHour := float64(w.limits[l]) * float64(time.Hour) / float64(l.Period())
 				w.use[l][h] += float64(charged.On(l)) / perHour
 			}
 		}
@@ -321,15 +392,16 @@ func (w *world) succeed(f *flowState, items []item, charged governor.Cost, req s
 	}
 }
 
-func (w *world) record(sent, end time.Time, f *flowState, items int, req sim.Request, resp sim.Response, charged governor.Cost) {
+func (w *world) record(sent, end time.Time, f *flowState, items []item, req sim.Request, resp sim.Response, charged governor.Cost) {
 	if w.trace == nil {
 		return
 	}
 	rec := TraceRecord{
-		Time: sent.Sub(epoch).Seconds(), End: end.Sub(epoch).Seconds(), Flow: f.cfg.Name, Items: items,
+		Kind: KindRequest, Time: w.since(sent), End: w.since(end), Flow: f.cfg.Name,
 		Input: req.Input, MaxTokens: req.MaxTokens, Status: resp.Status,
 		Charged: charged,
 	}
+	rec.setItems(items)
 	if resp.Status == 200 && resp.Fault == sim.NoFault {
 		rec.Output = resp.Output
 	}
@@ -343,6 +415,44 @@ func (w *world) record(sent, end time.Time, f *flowState, items int, req sim.Req
 	}
 	w.trace(rec)
 }
+
+// traceEnd lists, when tracing, what was still out or waiting at the end:
+// the calls in flight (in the order they were sent) with what they were
+// charged at admission, then every flow's items still in line.
+func (w *world) traceEnd() {
+	if w.trace == nil {
+		return
+	}
+	calls := make([]*outcome, 0, len(w.inflight))
+	for o := range w.inflight {
+		calls = append(calls, o)
+	}
+	sort.Slice(calls, func(i, j int) bool { return w.inflight[calls[i]].seq < w.inflight[calls[j]].seq })
+	for _, o := range calls {
+		c := w.inflight[o]
+		rec := TraceRecord{
+			Kind: KindInFlight, Time: w.since(c.sent), End: w.since(w.end), Flow: c.f.cfg.Name,
+			Input: o.req.Input, MaxTokens: o.req.MaxTokens, Charged: o.resp.Charged,
+		}
+		rec.setItems(o.items)
+		w.trace(rec)
+	}
+	for _, f := range w.flows {
+		for q := f.queue; len(q) > 0; {
+			n := min(len(q), traceChunk)
+			rec := TraceRecord{Kind: KindWaiting, Time: w.since(w.end), End: w.since(w.end), Flow: f.cfg.Name}
+			rec.setItems(q[:n])
+			w.trace(rec)
+			q = q[n:]
+		}
+	}
+}
+
+// traceChunk is the most items one "waiting" line of the trace lists.
+const traceChunk = 1000
+
+// since is t as the trace writes it: seconds since the start.
+func (w *world) since(t time.Time) float64 { return t.Sub(epoch).Seconds() }
 
 // result summarises the run.
 func (w *world) result(name string, wall time.Duration) Result {
@@ -358,7 +468,7 @@ func (w *world) result(name string, wall time.Duration) Result {
 		r.ProviderRejections[itoa(status)] += n
 	}
 	for _, l := range governor.AllLimits {
-		lim := w.sc.Provider.Limits[l]
+		lim := w.limits[l]
 		if lim == 0 {
 			continue
 		}

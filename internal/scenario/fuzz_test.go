@@ -30,6 +30,7 @@ func FuzzScenarioParse(f *testing.F) {
 		base + "  - name: b\n    after: a\n    backlog: 5\n",
 		"duration: 8784h\nflows:\n  - &f {name: a, backlog: 999999}\n  - *f\n",
 		"duration: 1h\nprovider: {limits: {tpm: 1e300, rpm: .inf}}\nflows: [{name: x}]\n",
+		"duration: 1h\nprovider: {unannounced: [otpm], limits: {otpm: 5}}\nflows: [{name: x}]\n",
 		"duration: 1h\nseed: 0x7fffffffffffffff\nflows: [{name: x, weight: .nan}]\n",
 		"",
 		"- a\n",

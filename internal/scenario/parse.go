@@ -72,7 +72,8 @@ func Parse(data []byte) (*Scenario, error) {
 }
 
 func parseProvider(n *yaml.Node, prefix string, p *Provider) error {
-	return eachKey(n, prefix, func(key, path string, v *yaml.Node) error {
+	var unannounced *yaml.Node
+	err := eachKey(n, prefix, func(key, path string, v *yaml.Node) error {
 		switch key {
 		case "profile":
 			if err := str(v, path, &p.Profile); err != nil {
@@ -127,9 +128,43 @@ func parseProvider(n *yaml.Node, prefix string, p *Provider) error {
 				}
 				return integer(lv, lpath, 1, MaxLimit, &p.Limits[l])
 			})
+		case "unannounced":
+			unannounced = v
+			return parseUnannounced(v, path, &p.Unannounced)
 		}
 		return unknown(path, v)
 	})
+	if err != nil {
+		return err
+	}
+	// Checked once the whole provider is read: limits may come after it.
+	if err := p.checkUnannounced(); err != nil {
+		return at(unannounced, err)
+	}
+	return nil
+}
+
+// parseUnannounced reads a list of limit names, each at most once.
+func parseUnannounced(n *yaml.Node, path string, dst *[governor.NumLimits]bool) error {
+	if n.Kind != yaml.SequenceNode {
+		return at(n, fmt.Errorf("%s: want a list of limits, such as [otpm]", path))
+	}
+	for i, v := range n.Content {
+		v = deref(v)
+		var name string
+		if err := str(v, fmt.Sprintf("%s[%d]", path, i), &name); err != nil {
+			return err
+		}
+		l, err := governor.ParseLimit(name)
+		if err != nil || name != l.String() {
+			return valueErr(fmt.Sprintf("%s[%d]", path, i), v, "is not a limit (want rpm, rpd, tpm, tpd, itpm or otpm)")
+		}
+		if dst[l] {
+			return valueErr(fmt.Sprintf("%s[%d]", path, i), v, "is given twice")
+		}
+		dst[l] = true
+	}
+	return nil
 }
 
 func parseFaults(n *yaml.Node, prefix string, f *Faults) error {

@@ -53,6 +53,24 @@ type Provider struct {
 	Faults Faults
 	// Limits holds the allowance of each limit; zero means unlimited.
 	Limits governor.Limits
+	// Unannounced marks limits of Limits that the provider enforces but no
+	// policy is told of (as real providers sometimes enforce limits they do
+	// not document): the simulated provider counts them, the policies'
+	// configured limits (Announced) leave them out. Each must be a limit of
+	// Limits. Default none.
+	Unannounced [governor.NumLimits]bool
+}
+
+// Announced returns the limits a policy is told of: Limits without the
+// unannounced ones.
+func (p *Provider) Announced() governor.Limits {
+	ls := p.Limits
+	for _, l := range governor.AllLimits {
+		if p.Unannounced[l] {
+			ls[l] = 0
+		}
+	}
+	return ls
 }
 
 // DefaultMaxTokens is what a provider reserves for a request without
@@ -419,6 +437,16 @@ func (p *Provider) Validate() error {
 		}
 		if p.Limits[l] > MaxLimit {
 			return fmt.Errorf("provider.limits.%s: %d %s", l, p.Limits[l], above(MaxLimit))
+		}
+	}
+	return p.checkUnannounced()
+}
+
+// checkUnannounced checks that every unannounced limit is one the provider has.
+func (p *Provider) checkUnannounced() error {
+	for _, l := range governor.AllLimits {
+		if p.Unannounced[l] && p.Limits[l] == 0 {
+			return fmt.Errorf("provider.unannounced: %s is not one of provider.limits", l)
 		}
 	}
 	return nil

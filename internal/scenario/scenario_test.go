@@ -82,6 +82,7 @@ provider:
   latency: 150ms
   default_max_tokens: 4096
   faults: {error_5xx: 0.1, timeout: 0.05, reset: 0.01, bad_json: 0.01}
+  unannounced: [otpm, itpm]
   limits: {rpm: 50, rpd: 5000, tpm: 90000, tpd: 1000000, itpm: 40000, otpm: 8000}
 flows:
   - name: a
@@ -98,9 +99,13 @@ flows:
 	p := s.Provider
 	want := Provider{Profile: "anthropic", Window: Fixed, Accounting: Settle, Latency: 150 * time.Millisecond,
 		DefaultMaxTokens: 4096, Faults: Faults{0.1, 0.05, 0.01, 0.01},
-		Limits: governor.Limits{50, 5000, 90000, 1000000, 40000, 8000}}
+		Limits:      governor.Limits{50, 5000, 90000, 1000000, 40000, 8000},
+		Unannounced: [governor.NumLimits]bool{governor.ITPM: true, governor.OTPM: true}}
 	if p != want {
 		t.Errorf("provider = %+v\nwant %+v", p, want)
+	}
+	if got, want := p.Announced(), (governor.Limits{50, 5000, 90000, 1000000, 0, 0}); got != want {
+		t.Errorf("announced limits = %v, want %v", got, want)
 	}
 	if s.Seed != -7 || s.Flows[0].Priority != -2 || s.Flows[0].Weight != 2.5 || s.Flows[0].ArrivalsPerDay != 12.5 ||
 		s.Flows[1].After != "a" || s.Flows[1].BatchMax != 3 {
@@ -135,6 +140,13 @@ func TestParseErrors(t *testing.T) {
 		{"fault negative", strings.Replace(base, "limits:", "faults: {reset: -0.1}\n  limits:", 1), []string{`provider.faults.reset: "-0.1"`}},
 		{"fault not a number", strings.Replace(base, "limits:", "faults: {bad_json: often}\n  limits:", 1), []string{`provider.faults.bad_json: "often"`}},
 		{"fault sum", strings.Replace(base, "limits:", "faults: {error_5xx: 0.6, timeout: 0.5}\n  limits:", 1), []string{"provider.faults", "more than 1"}},
+		{"unannounced not a list", strings.Replace(base, "limits:", "unannounced: otpm\n  limits:", 1), []string{"provider.unannounced: want a list", "line 5"}},
+		{"unannounced unknown", strings.Replace(base, "limits:", "unannounced: [tpx]\n  limits:", 1), []string{`provider.unannounced[0]: "tpx" is not a limit`}},
+		{"unannounced upper case", strings.Replace(base, "limits:", "unannounced: [tpm, OTPM]\n  limits:", 1), []string{`provider.unannounced[1]: "OTPM" is not a limit`}},
+		{"unannounced twice", strings.Replace(base, "limits:", "unannounced: [tpm, tpm]\n  limits:", 1), []string{`provider.unannounced[1]: "tpm" is given twice`}},
+		{"unannounced not a limit of the provider", strings.Replace(base, "limits:", "unannounced: [otpm]\n  limits:", 1), []string{"provider.unannounced: otpm is not one of provider.limits", "line 5"}},
+		{"unannounced before limits", strings.Replace(base, "  limits: {tpm: 8000}\n", "  unannounced: [tpm]\n  limits: {rpm: 5}\n", 1), []string{"provider.unannounced: tpm is not one of provider.limits"}},
+		{"unannounced a number", strings.Replace(base, "limits:", "unannounced: [3]\n  limits:", 1), []string{`provider.unannounced[0]: "3" is not a string`}},
 		{"duration missing", strings.Replace(base, "duration: 1h\n", "", 1), []string{"duration: missing"}},
 		{"duration bad", strings.Replace(base, "duration: 1h", "duration: a week", 1), []string{`duration: "a week"`}},
 		{"duration zero", strings.Replace(base, "duration: 1h", "duration: 0s", 1), []string{"duration: 0s is not positive"}},
@@ -225,6 +237,15 @@ func TestValidateInCode(t *testing.T) {
 	s.Provider.Limits[governor.TPM] = -1
 	if err := s.Validate(); err == nil || !strings.Contains(err.Error(), "provider.limits.tpm") {
 		t.Errorf("Validate = %v, want tpm error", err)
+	}
+	s.Provider.Limits[governor.TPM] = 8000
+	s.Provider.Unannounced[governor.OTPM] = true
+	if err := s.Validate(); err == nil || !strings.Contains(err.Error(), "provider.unannounced: otpm is not one of provider.limits") {
+		t.Errorf("Validate = %v, want unannounced error", err)
+	}
+	s.Provider.Limits[governor.OTPM] = 1000
+	if err := s.Validate(); err != nil {
+		t.Errorf("Validate = %v, want none", err)
 	}
 }
 
@@ -330,6 +351,9 @@ func checkBounded(t *testing.T, s *Scenario) {
 	for _, l := range governor.AllLimits {
 		if p.Limits[l] < 0 || p.Limits[l] > 1e12 {
 			t.Errorf("limit %s = %d", l, p.Limits[l])
+		}
+		if p.Unannounced[l] && p.Limits[l] == 0 {
+			t.Errorf("limit %s unannounced but not enforced", l)
 		}
 	}
 	for _, x := range []float64{p.Faults.Error5xx, p.Faults.Timeout, p.Faults.Reset, p.Faults.BadJSON, p.Faults.Sum()} {
