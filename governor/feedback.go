@@ -179,6 +179,9 @@ type FlowStats struct {
 	Admitted   int64
 	Tokens     Cost // charged to its admitted calls, as settled
 	Rejections [NumLimits]int64
+	// WaitingOn says what holds the flow's first waiting call back (zero
+	// when nothing waits).
+	WaitingOn Blocker
 }
 
 // RejectedFlow counts a provider rejection of flow's call naming limit l in
@@ -202,11 +205,16 @@ func (g *Governor) Stats(now time.Time) Stats {
 		}
 		st.Limits[l] = LimitStats{Limit: l, Max: g.limits[l], Used: used, Capacity: max(subSat(g.limits[l], used), 0)}
 	}
+	n := now.UnixNano()
 	for _, f := range g.flows {
-		st.Flows = append(st.Flows, FlowStats{
+		fs := FlowStats{
 			Name: f.name, Weight: f.weight, Priority: f.priority, Waiting: len(f.queue),
 			Admitted: f.admitted, Tokens: f.tokens, Rejections: f.rejections,
-		})
+		}
+		if len(f.queue) > 0 {
+			fs.WaitingOn = g.blocker(n, f.queue[0].cost)
+		}
+		st.Flows = append(st.Flows, fs)
 	}
 	sort.Slice(st.Flows, func(i, j int) bool { return st.Flows[i].Name < st.Flows[j].Name })
 	return st

@@ -579,6 +579,37 @@ func (g *Governor) expire(now int64) {
 	}
 }
 
+// blocker says what holds call c back at now: the limit (window or day
+// pacer) or pause that fits it last, or its turn when it fits.
+func (g *Governor) blocker(now int64, c Cost) Blocker {
+	var b Blocker
+	at := now
+	if g.pauseUntil > at {
+		b, at = Blocker{Kind: "pause"}, g.pauseUntil
+	}
+	for _, l := range AllLimits {
+		lim, need := g.limits[l], c.On(l)
+		if lim == 0 || need == 0 {
+			continue
+		}
+		if t := g.ledgerOf(l).freeAt(now, l, need, lim, g.phantom[l]); t > at {
+			b, at = Blocker{Kind: "limit", Limit: l}, t
+		}
+		if p := &g.pace[l]; p.on {
+			if t := p.readyAt(); t > at {
+				b, at = Blocker{Kind: "pacing", Limit: l}, t
+			}
+		}
+	}
+	if b.Kind == "" {
+		return Blocker{Kind: "turn"}
+	}
+	if at != never {
+		b.Until = time.Unix(0, at)
+	}
+	return b
+}
+
 // fitAt returns the earliest time not before now at which c fits every limit.
 func (g *Governor) fitAt(now int64, c Cost) int64 {
 	at := max(now, g.pauseUntil)
@@ -736,15 +767,29 @@ func (g *Governor) Wait(ctx context.Context, flow string, c Cost) (*Reservation,
 		case <-ctx.Done():
 			now := g.cfg.Now()
 			est := g.EstimateWait(now, r)
+			on := g.Blocker(now, r)
 			if !r.withdraw() { // admitted, or refused, by another waiter's Advance in the meantime
 				if err := r.Err(); err != nil {
 					return nil, err
 				}
 				return r, nil
 			}
-			return nil, &WaitError{Key: g.cfg.Key, Err: ctx.Err(), EstimatedWait: est}
+			return nil, &WaitError{Key: g.cfg.Key, Err: ctx.Err(), EstimatedWait: est, On: on}
 		}
 	}
+}
+
+// Blocker says what holds waiting reservation r back at now; the zero
+// Blocker for a reservation that is not waiting.
+func (g *Governor) Blocker(now time.Time, r *Reservation) Blocker {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if r.state != waiting {
+		return Blocker{}
+	}
+	n := now.UnixNano()
+	g.expire(n)
+	return g.blocker(n, r.cost)
 }
 
 // EstimateWait estimates how long until waiting reservation r is admitted:
@@ -1038,10 +1083,50 @@ type WaitError struct {
 	Key           string
 	Err           error         // why the wait ended, e.g. context.DeadlineExceeded
 	EstimatedWait time.Duration // how much longer admission would likely have taken
+	// On says what the call waited on when the wait ended (see Blocker).
+	On Blocker
+}
+
+// Blocker says what holds a waiting call back.
+type Blocker struct {
+	// Kind is one of "limit" (a window of Limit has no room yet), "pacing"
+	// (the day pacer of Limit spreads the day's budget: "tpd pacing"),
+	// "pause" (the provider refused a call without naming a limit, or named
+	// one this governor was not told of), "turn" (it fits, but calls of
+	// other flows are ahead of it in fair order) or "" (nothing: it is
+	// about to be admitted).
+	Kind  string
+	Limit Limit // for "limit" and "pacing"
+	// Until is when that stops holding it back, as far as the governor
+	// knows now (zero for "turn").
+	Until time.Time
+}
+
+// String names the blocker as logs and errors do: "tpm", "tpd pacing",
+// "a provider pause", "its turn".
+func (b Blocker) String() string {
+	switch b.Kind {
+	case "limit":
+		return b.Limit.String()
+	case "pacing":
+		return b.Limit.String() + " pacing"
+	case "pause":
+		return "a provider pause"
+	case "turn":
+		return "its turn"
+	}
+	return "nothing"
 }
 
 func (e *WaitError) Error() string {
-	return fmt.Sprintf("not admitted (%v); estimated further wait %s", e.Err, e.EstimatedWait.Round(time.Millisecond))
+	on := ""
+	if e.On.Kind != "" {
+		on = "; waiting on " + e.On.String()
+		if !e.On.Until.IsZero() {
+			on += " until " + e.On.Until.UTC().Format(time.RFC3339)
+		}
+	}
+	return fmt.Sprintf("not admitted (%v)%s; estimated further wait %s", e.Err, on, e.EstimatedWait.Round(time.Millisecond))
 }
 
 func (e *WaitError) Unwrap() error { return e.Err }

@@ -38,10 +38,11 @@ type chatCall struct {
 	maxWait   time.Duration
 	deadline  time.Time
 
-	waited   time.Duration
-	attempts int
-	status   int  // what the caller was answered (499: it left first)
-	wrote    bool // the answer has started
+	waited    time.Duration
+	waitingOn string // what held it back when its max wait ended
+	attempts  int
+	status    int  // what the caller was answered (499: it left first)
+	wrote     bool // the answer has started
 }
 
 func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, flow string) {
@@ -63,8 +64,12 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, flow string) {
 	} else {
 		g.m.requests.WithLabelValues(flow, strconv.Itoa(c.status)).Inc()
 	}
-	g.cfg.Logger.Info("chat", "id", g.seq.Add(1), "key", g.cfg.Key, "flow", flow, "status", c.status,
-		"stream", c.req != nil && c.req.Stream, "attempts", c.attempts, "waited", c.waited, "took", g.cfg.Now().Sub(start))
+	attrs := []any{"id", g.seq.Add(1), "key", g.cfg.Key, "flow", flow, "status", c.status,
+		"stream", c.req != nil && c.req.Stream, "attempts", c.attempts, "waited", c.waited, "took", g.cfg.Now().Sub(start)}
+	if c.waitingOn != "" {
+		attrs = append(attrs, "waiting_on", c.waitingOn)
+	}
+	g.cfg.Logger.Info("chat", attrs...)
 }
 
 // run answers the request, or returns the error to answer it with.
@@ -169,7 +174,8 @@ func (c *chatCall) refuse(err error) *apiError {
 		return tooLarge(c.g.cfg.Profile, c.req.Model, tl)
 	}
 	if we, ok := errors.AsType[*governor.WaitError](err); ok {
-		return notAdmitted(c.g.cfg.Profile, c.flow, c.maxWait, we.EstimatedWait)
+		c.waitingOn = we.On.String()
+		return notAdmitted(c.g.cfg.Profile, c.flow, c.maxWait, we.EstimatedWait, we.On)
 	}
 	return &apiError{status: http.StatusInternalServerError, typ: "server_error", message: "sluice gateway: " + err.Error()}
 }

@@ -26,6 +26,11 @@ const FlowHeader = "X-Sluice-Flow"
 // ("45s", "1m30s") or a number of seconds.
 const MaxWaitHeader = "X-Sluice-Max-Wait"
 
+// WaitingOnHeader, on a 429 for a request not admitted within its max
+// wait, names what held it back: a limit ("tpm"), a day pacer ("tpd
+// pacing"), "a provider pause" or "its turn".
+const WaitingOnHeader = "X-Sluice-Waiting-On"
+
 // WaitHeader, on every answer to a chat request, says how long the request
 // waited for admission (a Go duration).
 const WaitHeader = "X-Sluice-Wait"

@@ -21,6 +21,7 @@ type apiError struct {
 	typ, code  string
 	message    string
 	retryAfter time.Duration // sent as retry-after (whole seconds, rounded up) and retry-after-ms
+	waitingOn  string        // sent as X-Sluice-Waiting-On: what held an unadmitted request back
 }
 
 // write sends e in the profile's body shape. The shapes come from the
@@ -31,6 +32,9 @@ func (e *apiError) write(w http.ResponseWriter, p llm.Profile) {
 	if e.retryAfter > 0 {
 		h.Set("Retry-After", strconv.FormatInt(int64(math.Ceil(e.retryAfter.Seconds())), 10))
 		h.Set("Retry-After-Ms", strconv.FormatInt(int64(math.Ceil(float64(e.retryAfter)/float64(time.Millisecond))), 10))
+	}
+	if e.waitingOn != "" {
+		h.Set(WaitingOnHeader, e.waitingOn)
 	}
 	w.WriteHeader(e.status)
 	_, _ = w.Write(sim.ErrorBody(string(p), e.typ, e.code, e.message, 0))
@@ -84,10 +88,21 @@ func hint(e *governor.TooLargeError) string {
 
 // notAdmitted is the answer to a request whose max wait ended before it was
 // admitted. retryAfter is the governor's estimate of the further wait.
-func notAdmitted(p llm.Profile, flow string, maxWait, retryAfter time.Duration) *apiError {
+// on is what held it back.
+func notAdmitted(p llm.Profile, flow string, maxWait, retryAfter time.Duration, on governor.Blocker) *apiError {
 	retryAfter = max(retryAfter, time.Millisecond)
-	return rateLimited(p, fmt.Sprintf("Rate limit reached: sluice gateway could not admit this request of flow %q within its max wait of %s. Please try again in %s.",
-		flow, maxWait, retryAfter.Round(time.Millisecond)), retryAfter)
+	waits := ""
+	if on.Kind != "" {
+		waits = " It waits on " + on.String()
+		if !on.Until.IsZero() {
+			waits += " until " + on.Until.UTC().Format(time.RFC3339)
+		}
+		waits += "."
+	}
+	e := rateLimited(p, fmt.Sprintf("Rate limit reached: sluice gateway could not admit this request of flow %q within its max wait of %s.%s Please try again in %s.",
+		flow, maxWait, waits, retryAfter.Round(time.Millisecond)), retryAfter)
+	e.waitingOn = on.String()
+	return e
 }
 
 // lineFullRetry is the retry-after of a request refused by a full wait

@@ -225,6 +225,12 @@ type FlowView struct {
 	Tokens map[string]int64 `json:"tokens"`
 	// Rejections counts provider rejections of the flow's calls by limit.
 	Rejections map[string]int64 `json:"rejections"`
+	// WaitingOn names what holds the flow's first waiting request back
+	// ("tpm", "tpd pacing", "a provider pause", "its turn"), and
+	// WaitingUntil when that ends as far as the governor knows; both empty
+	// when nothing waits.
+	WaitingOn    string     `json:"waiting_on,omitempty"`
+	WaitingUntil *time.Time `json:"waiting_until,omitempty"`
 }
 
 // Flows returns the state GET /v1/flows serves.
@@ -243,6 +249,13 @@ func (g *Gateway) Flows() FlowsView {
 		for _, l := range governor.AllLimits {
 			if n := f.Rejections[l]; n > 0 {
 				fv.Rejections[l.String()] = n
+			}
+		}
+		if f.WaitingOn.Kind != "" {
+			fv.WaitingOn = f.WaitingOn.String()
+			if !f.WaitingOn.Until.IsZero() {
+				u := f.WaitingOn.Until.UTC()
+				fv.WaitingUntil = &u
 			}
 		}
 		v.Flows = append(v.Flows, fv)

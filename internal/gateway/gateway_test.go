@@ -324,6 +324,10 @@ func TestNotAdmittedInTime(t *testing.T) {
 	if !ok || rl.RetryAfter < 50*time.Second || !strings.Contains(rl.Message, `flow "default"`) {
 		t.Errorf("classified %+v", rl)
 	}
+	// It says what it waited on: the minute's one request.
+	if got := resp.Header.Get(WaitingOnHeader); got != "rpm" || !strings.Contains(string(body), "It waits on rpm until ") {
+		t.Errorf("waiting on %q, body %s; want rpm named", got, body)
+	}
 	if f := flowView(t, b, DefaultFlow); f.Waiting != 0 || f.Admitted != 1 {
 		t.Errorf("after the timeout the flow is %+v", f)
 	}
@@ -431,6 +435,12 @@ func TestDisconnectLeavesTheLine(t *testing.T) {
 		b.doCtx(ctx, t, "POST", "/v1/chat/completions", chatBody("two", 10, ""), nil)
 	}()
 	waitFor(t, "the second request to wait", func() bool { return flowView(t, b, DefaultFlow).Waiting == 1 })
+	if f := flowView(t, b, DefaultFlow); f.WaitingOn != "rpm" || f.WaitingUntil == nil || f.WaitingUntil.Before(time.Now()) {
+		t.Errorf("/v1/flows while a request waits on rpm: waiting_on %q until %v", f.WaitingOn, f.WaitingUntil)
+	}
+	if _, m := b.do(t, "GET", "/metrics", "", nil); !strings.Contains(string(m), `sluice_flow_waiting_on{flow="default",key="groq",on="rpm"} 1`) {
+		t.Errorf("metrics do not say the waiting request waits on rpm:\n%s", m)
+	}
 	cancel()
 	<-done
 	waitFor(t, "the line to empty", func() bool { return flowView(t, b, DefaultFlow).Waiting == 0 })

@@ -86,12 +86,15 @@ var (
 		[]string{"key", "limit"}, nil)
 	waitingDesc = prometheus.NewDesc("sluice_flow_waiting", "Requests waiting for admission, by flow.",
 		[]string{"key", "flow"}, nil)
+	waitingOnDesc = prometheus.NewDesc("sluice_flow_waiting_on", "1 for what holds the flow's first waiting request back (a limit such as tpm, tpd pacing, a provider pause, its turn); absent when nothing waits.",
+		[]string{"key", "flow", "on"}, nil)
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- usedDesc
 	ch <- capacityDesc
 	ch <- waitingDesc
+	ch <- waitingOnDesc
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -105,6 +108,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, f := range st.Flows {
 		ch <- prometheus.MustNewConstMetric(waitingDesc, prometheus.GaugeValue, float64(f.Waiting), c.g.cfg.Key, f.Name)
+		if f.WaitingOn.Kind != "" {
+			ch <- prometheus.MustNewConstMetric(waitingOnDesc, prometheus.GaugeValue, 1, c.g.cfg.Key, f.Name, f.WaitingOn.String())
+		}
 	}
 }
 
