@@ -582,6 +582,26 @@ func (g *Governor) expire(now int64) {
 // blocker says what holds call c back at now: the limit (window or day
 // pacer) or pause that fits it last, or its turn when it fits.
 func (g *Governor) blocker(now int64, c Cost) Blocker {
+	at, b := g.fit(now, c)
+	if b.Kind == "" {
+		return Blocker{Kind: "turn"}
+	}
+	if at != never {
+		b.Until = time.Unix(0, at)
+	}
+	return b
+}
+
+// fitAt returns the earliest time not before now at which c fits every limit.
+func (g *Governor) fitAt(now int64, c Cost) int64 {
+	at, _ := g.fit(now, c)
+	return at
+}
+
+// fit returns the earliest time not before now at which c fits every
+// limit, and what holds it back until then (Kind "" when it fits now;
+// Until unset). It assumes expire(now) ran.
+func (g *Governor) fit(now int64, c Cost) (int64, Blocker) {
 	var b Blocker
 	at := now
 	if g.pauseUntil > at {
@@ -601,33 +621,7 @@ func (g *Governor) blocker(now int64, c Cost) Blocker {
 			}
 		}
 	}
-	if b.Kind == "" {
-		return Blocker{Kind: "turn"}
-	}
-	if at != never {
-		b.Until = time.Unix(0, at)
-	}
-	return b
-}
-
-// fitAt returns the earliest time not before now at which c fits every limit.
-func (g *Governor) fitAt(now int64, c Cost) int64 {
-	at := max(now, g.pauseUntil)
-	for _, l := range AllLimits {
-		lim := g.limits[l]
-		if lim == 0 {
-			continue
-		}
-		need := c.On(l)
-		if need == 0 {
-			continue
-		}
-		at = max(at, g.ledgerOf(l).freeAt(now, l, need, lim, g.phantom[l]))
-		if p := &g.pace[l]; p.on {
-			at = max(at, p.readyAt())
-		}
-	}
-	return at
+	return at, b
 }
 
 // admit admits r, the first call in its flow's line. inTurn says r is the
