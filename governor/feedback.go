@@ -212,7 +212,7 @@ func (g *Governor) Stats(now time.Time) Stats {
 			Admitted: f.admitted, Tokens: f.tokens, Rejections: f.rejections,
 		}
 		if len(f.queue) > 0 {
-			fs.WaitingOn = g.blocker(n, f.queue[0].cost)
+			fs.WaitingOn = g.blocker(n, f, f.queue[0].cost)
 		}
 		st.Flows = append(st.Flows, fs)
 	}

@@ -25,8 +25,12 @@ type flow struct {
 	rateAt int64
 
 	admitted   int64
-	tokens     Cost // charged to admitted reservations, as corrected
+	lastAdmit  int64   // when a call of it was last admitted
+	retry      float64 // how large a retry may go ahead of the day pacers (see Fault)
+	tokens     Cost    // charged to admitted reservations, as corrected
 	rejections [NumLimits]int64
+
+	prio *prio // for a flow of priority above 0: see priority.go
 }
 
 func (g *Governor) newFlow(fc FlowConfig) *flow {
@@ -47,9 +51,18 @@ func (g *Governor) flow(name string) *flow {
 	f := g.flows[name]
 	if f == nil {
 		f = g.newFlow(FlowConfig{Name: name})
-		g.flows[name] = f
+		g.addFlow(f)
 	}
 	return f
+}
+
+// addFlow makes f known.
+func (g *Governor) addFlow(f *flow) {
+	g.flows[f.name] = f
+	g.shares += f.share
+	if f.priority > 0 {
+		f.prio = &prio{}
+	}
 }
 
 // flowHeap orders the flows that have waiting reservations by the start tag

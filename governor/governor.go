@@ -124,6 +124,18 @@ type Config struct {
 	// transit time with some margin (sluice's engine and gateway use 2s).
 	// At most a minute.
 	Lag time.Duration
+	// PromoteAfter bounds how long a flow can go without a call admitted
+	// while it has one waiting: a flow whose first waiting call has waited
+	// this long, and whose last admission is as old, goes to the front of
+	// the line, oldest first, ahead of fair order, and priority flows' prompt
+	// admissions may not delay it. A flow is promoted only once it has
+	// waited at least as long as its share of the key takes to earn the
+	// call, so promotion never gives a flow more than its share. Fair order
+	// alone can hold a flow back for long after calls of it were admitted
+	// ahead of their turn (backfilling), or while priority work takes most
+	// of the key. Default 35m: a flow promoted then is admitted within the
+	// hour sluice's monitoring calls a stall. Negative disables it.
+	PromoteAfter time.Duration
 	// Journal, if set, is told every charge and every correction of one, so
 	// the day's usage can be persisted and given back to Restore after a restart.
 	Journal Journal
@@ -153,6 +165,9 @@ func (c *Config) withDefaults() Config {
 	}
 	if out.DayBurst == 0 {
 		out.DayBurst = time.Hour
+	}
+	if out.PromoteAfter == 0 {
+		out.PromoteAfter = 35 * time.Minute
 	}
 	if out.DayPace == 0 {
 		out.DayPace = 0.995
@@ -233,11 +248,21 @@ type Governor struct {
 	pauseUntil int64 // an unclassified rejection pauses the key until then
 	pauseLevel int
 
-	flows  map[string]*flow
-	active flowHeap
-	vtime  float64
-	seq    uint64
-	epoch  int64 // time of the first call, to start the pacers
+	flows map[string]*flow
+	// hot lists the priority flows (priority above 0) that reserved most
+	// recently, latest first: room is held for their next calls.
+	hot [hotFlows]*flow
+	// heldMax is, per limit, the most room held can hold back: the room
+	// for the hot flows' calls, whatever their credit.
+	heldMax [NumLimits]int64
+	// urgent lists the priority flows with calls waiting.
+	urgent    []*flow
+	prompting bool    // prompt is admitting
+	shares    float64 // the sum of every known flow's share
+	active    flowHeap
+	vtime     float64
+	seq       uint64
+	epoch     int64 // time of the first call, to start the pacers
 
 	changed chan struct{} // closed and replaced when something may admit
 }
@@ -257,7 +282,7 @@ func New(cfg Config) (*Governor, error) {
 		epoch:  math.MinInt64,
 	}
 	for _, fc := range cfg.Flows {
-		g.flows[fc.Name] = g.newFlow(fc)
+		g.addFlow(g.newFlow(fc))
 	}
 	g.setPacers()
 	g.setScales()
@@ -372,10 +397,19 @@ func (g *Governor) Reserve(now time.Time, flow string, c Cost) (*Reservation, er
 	}
 	g.start(now.UnixNano())
 	f := g.flow(flow)
+	size := g.size(c)
+	if f.prio != nil {
+		g.refill(f, now.UnixNano()) // the credit it earned while it had nothing waiting
+		g.learnCall(f, c, size)
+		g.touch(f)
+		if len(f.queue) == 0 {
+			g.urgent = append(g.urgent, f)
+		}
+	}
 	g.seq++
-	r := &Reservation{g: g, f: f, id: g.seq, cost: c}
-	r.size = g.size(c)
-	size := r.size / f.share
+	r := &Reservation{g: g, f: f, id: g.seq, cost: c, queued: now.UnixNano()}
+	r.size = size
+	size /= f.share
 	if len(f.queue) == 0 {
 		// A flow that comes back is not owed what it missed while it had
 		// nothing waiting — except when it comes back at the very moment
@@ -449,13 +483,19 @@ func (g *Governor) Advance(now time.Time) time.Time {
 func (g *Governor) advance(now int64) int64 {
 	g.expire(now)
 	admitted := false
+	if len(g.urgent) > 0 {
+		admitted = g.prompt(now)
+	}
 	next := int64(0)
 	for g.active.Len() > 0 {
-		f := g.active.flows[0]
+		f, inTurn := g.active.flows[0], true
+		if p := g.promoted(now); p != nil && p != f {
+			f, inTurn = p, false
+		}
 		r := f.queue[0]
-		at := g.fitAt(now, r.cost)
+		at := g.fitAt(now, r.f, r.cost)
 		if at <= now {
-			g.admit(now, r, true)
+			g.admit(now, r, inTurn)
 			admitted = true
 			continue
 		}
@@ -483,6 +523,32 @@ func (g *Governor) advance(now int64) int64 {
 	return next
 }
 
+// promoted returns the flow whose first waiting call has gone longest
+// without the flow getting a call admitted, if that is at least
+// PromoteAfter and at least the time its share of the key takes to earn
+// the call (its size ÷ its fraction of all flows' shares): a flow is never
+// promoted to more than its share. nil if there is none.
+func (g *Governor) promoted(now int64) *flow {
+	if g.cfg.PromoteAfter < 0 {
+		return nil
+	}
+	limit := now - int64(g.cfg.PromoteAfter)
+	var best *flow
+	var bestSince int64
+	for _, f := range g.active.flows {
+		r := f.queue[0]
+		since := max(r.queued, f.lastAdmit)
+		if since > limit || (best != nil && since >= bestSince) {
+			continue
+		}
+		if earn := r.size * g.shares / f.share * float64(time.Second); float64(now-since) < earn {
+			continue
+		}
+		best, bestSince = f, since
+	}
+	return best
+}
+
 // backfillScan bounds how many other flows one backfill pass looks at, so a
 // blocked line costs a bounded amount of work however many flows wait.
 const backfillScan = 32
@@ -503,9 +569,11 @@ const backfillScan = 32
 func (g *Governor) backfill(now int64, head *Reservation, at int64) (int, int64) {
 	var cand [backfillScan]*flow
 	n := 0
-	for i := 1; i < len(g.active.flows) && n < backfillScan; i++ {
-		cand[n] = g.active.flows[i]
-		n++
+	for i := 0; i < len(g.active.flows) && n < backfillScan; i++ {
+		if f := g.active.flows[i]; f != head.f {
+			cand[n] = f
+			n++
+		}
 	}
 	// Insertion sort into fair order: n is small.
 	for i := 1; i < n; i++ {
@@ -516,7 +584,7 @@ func (g *Governor) backfill(now int64, head *Reservation, at int64) (int, int64)
 	wake, count := int64(never), 0
 	for _, f := range cand[:n] {
 		r := f.queue[0]
-		t := g.fitAt(now, r.cost)
+		t := g.fitAt(now, f, r.cost)
 		if t == never {
 			if err := g.check(r.cost); err != nil {
 				g.refuse(r, err)
@@ -528,7 +596,7 @@ func (g *Governor) backfill(now int64, head *Reservation, at int64) (int, int64)
 			wake = min(wake, t)
 			continue
 		}
-		if g.delays(now, head, at, r.cost) {
+		if g.delays(now, head, at, f, r.cost) {
 			continue
 		}
 		g.admit(now, r, false)
@@ -541,11 +609,23 @@ func (g *Governor) backfill(now int64, head *Reservation, at int64) (int, int64)
 // at, fit only later. Under a rolling window a charge made now is gone by
 // now + period + lag; under a fixed one at the end of its window; on a day
 // pacer it moves the time head may start by its own amount.
-func (g *Governor) delays(now int64, head *Reservation, at int64, c Cost) bool {
+func (g *Governor) delays(now int64, head *Reservation, at int64, f *flow, c Cost) bool {
 	for _, l := range AllLimits {
 		lim, need, extra := g.limits[l], head.cost.On(l), c.On(l)
 		if lim == 0 || need == 0 || extra == 0 {
 			continue
+		}
+		if g.hot[0] != nil {
+			h := g.held(head.f, l, need, lim, now)
+			lim = subSat(lim, h)
+			if f.priority > head.f.priority {
+				// A call of higher priority takes the room held for it
+				// first: head never counted on that room.
+				extra = max(subSat(extra, h), 0)
+				if extra == 0 {
+					continue
+				}
+			}
 		}
 		lg := g.ledgerOf(l)
 		gone := addSat(addSat(now, lg.period), lg.lag)
@@ -558,7 +638,7 @@ func (g *Governor) delays(now int64, head *Reservation, at int64, c Cost) bool {
 		if at < gone && lg.freeAt(now, l, addSat(need, extra), lim, g.phantom[l]) > at {
 			return true
 		}
-		if p := &g.pace[l]; p.on {
+		if p := &g.pace[l]; p.on && !g.onCredit(head.f, now, head.size) && head.f.retry < head.size {
 			tat := addSat(max(p.tat, now), nanos(float64(extra)*p.perUnit))
 			if subSat(tat, p.burst) > at {
 				return true
@@ -581,8 +661,8 @@ func (g *Governor) expire(now int64) {
 
 // blocker says what holds call c back at now: the limit (window or day
 // pacer) or pause that fits it last, or its turn when it fits.
-func (g *Governor) blocker(now int64, c Cost) Blocker {
-	at, b := g.fit(now, c)
+func (g *Governor) blocker(now int64, f *flow, c Cost) Blocker {
+	at, b := g.fit(now, f, c)
 	if b.Kind == "" {
 		return Blocker{Kind: "turn"}
 	}
@@ -593,15 +673,19 @@ func (g *Governor) blocker(now int64, c Cost) Blocker {
 }
 
 // fitAt returns the earliest time not before now at which c fits every limit.
-func (g *Governor) fitAt(now int64, c Cost) int64 {
-	at, _ := g.fit(now, c)
+func (g *Governor) fitAt(now int64, f *flow, c Cost) int64 {
+	at, _ := g.fit(now, f, c)
 	return at
 }
 
-// fit returns the earliest time not before now at which c fits every
-// limit, and what holds it back until then (Kind "" when it fits now;
-// Until unset). It assumes expire(now) ran.
-func (g *Governor) fit(now int64, c Cost) (int64, Blocker) {
+// fit returns the earliest time not before now at which a call of f
+// costing c fits every limit, and what holds it back until then (Kind ""
+// when it fits now; Until unset). It assumes expire(now) ran.
+//
+// A call of f must leave the room held for flows of higher priority (see
+// held), and a call of a priority flow may run ahead of a day pacer on its
+// credit (see priority.go).
+func (g *Governor) fit(now int64, f *flow, c Cost) (int64, Blocker) {
 	var b Blocker
 	at := now
 	if g.pauseUntil > at {
@@ -612,11 +696,27 @@ func (g *Governor) fit(now int64, c Cost) (int64, Blocker) {
 		if lim == 0 || need == 0 {
 			continue
 		}
-		if t := g.ledgerOf(l).freeAt(now, l, need, lim, g.phantom[l]); t > at {
-			b, at = Blocker{Kind: "limit", Limit: l}, t
+		lg := g.ledgerOf(l)
+		if len(g.phantom[l]) > 0 || addSat(addSat(lg.sum.On(l), need), g.heldMax[l]) > lim {
+			// Not room for c and all the room that may be held: look closer.
+			room := lim
+			if g.hot[0] != nil {
+				room = subSat(lim, g.held(f, l, need, lim, now))
+			}
+			if t := lg.freeAt(now, l, need, room, g.phantom[l]); t > at {
+				b, at = Blocker{Kind: "limit", Limit: l}, t
+			}
 		}
 		if p := &g.pace[l]; p.on {
-			if t := p.readyAt(); t > at {
+			t := p.readyAt()
+			if t > now && f.retry >= g.size(c) {
+				t = now // the retry of a failed call: see Fault
+			}
+			if t > now && f.prio != nil {
+				g.refill(f, now)
+				t = min(t, g.creditTime(f, now, g.size(c)))
+			}
+			if t > at {
 				b, at = Blocker{Kind: "pacing", Limit: l}, t
 			}
 		}
@@ -638,6 +738,10 @@ func (g *Governor) admit(now int64, r *Reservation, inTurn bool) {
 		f.queue = f.qbuf[:0]
 		heap.Remove(&g.active, f.index)
 		f.idleAt, f.idleV = now, g.vtime
+		if f.prio != nil {
+			f.prio.creditAt = now
+			g.calm(f)
+		}
 	} else {
 		heap.Fix(&g.active, f.index)
 	}
@@ -649,12 +753,31 @@ func (g *Governor) admit(now int64, r *Reservation, inTurn bool) {
 	for _, l := range AllLimits {
 		r.usedAt[l] = g.ledgerOf(l).sum.On(l)
 	}
+	paced := false // a day pacer would have held it
 	for _, l := range AllLimits {
-		if g.pace[l].on {
-			g.pace[l].take(now, r.cost.On(l))
+		if p := &g.pace[l]; p.on && p.readyAt() > now && r.cost.On(l) > 0 {
+			paced = true
+		}
+	}
+	if paced && f.retry >= r.size {
+		f.retry = 0 // the retry of a failed call goes ahead of the pacer once
+		paced = false
+	}
+	if f.prio != nil {
+		if ahead := paced || (!inTurn && g.prompting); ahead {
+			// Ahead of its turn or of a day pacer, on the flow's credit.
+			g.refill(f, now)
+			r.credit = min(r.size, max(f.prio.credit, 0))
+			f.prio.credit -= r.credit
+		}
+	}
+	for _, l := range AllLimits {
+		if p := &g.pace[l]; p.on {
+			p.take(now, r.cost.On(l))
 		}
 	}
 	f.admitted++
+	f.lastAdmit = now
 	f.tokens = f.tokens.add(r.cost)
 	f.addRate(now, r.size)
 	if g.cfg.Journal != nil {
@@ -673,6 +796,12 @@ func (g *Governor) amend(r *Reservation, c Cost) {
 		if g.pace[l].on {
 			g.pace[l].giveBack(subSat(r.cost.On(l), c.On(l)))
 		}
+	}
+	if r.credit > 0 {
+		// What the call no longer takes goes back to the credit it was taken on.
+		back := min(r.credit, max(r.credit-g.size(c), 0))
+		r.credit -= back
+		r.f.prio.credit = min(r.f.prio.credit+back, g.creditCap(r.f))
 	}
 	r.f.tokens = r.f.tokens.sub(r.cost).add(c)
 	r.cost = c
@@ -783,7 +912,7 @@ func (g *Governor) Blocker(now time.Time, r *Reservation) Blocker {
 	}
 	n := now.UnixNano()
 	g.expire(n)
-	return g.blocker(n, r.cost)
+	return g.blocker(n, r.f, r.cost)
 }
 
 // EstimateWait estimates how long until waiting reservation r is admitted:
@@ -805,7 +934,7 @@ func (g *Governor) EstimateWait(now time.Time, r *Reservation) time.Duration {
 			}
 		}
 	}
-	at := g.fitAt(n, r.cost)
+	at := g.fitAt(n, r.f, r.cost)
 	for _, l := range AllLimits {
 		lim := g.limits[l]
 		if lim == 0 {
@@ -837,6 +966,8 @@ type Reservation struct {
 	minSeq        uint64
 	daySeq        uint64
 	usedAt        [NumLimits]int64 // what the governor had charged, this call included, when it was admitted
+	credit        float64          // what of its flow's credit it took (see priority.go)
+	queued        int64            // when it was reserved
 	ready         chan struct{}
 	err           error // why a waiting reservation was refused
 }
@@ -930,6 +1061,23 @@ func (r *Reservation) Settle(now time.Time, used Usage) {
 	r.state = settled
 	g.pauseLevel = 0
 	g.broadcast()
+}
+
+// Fault records that the admitted call failed in a way the provider may
+// have counted — a 5xx, an overload, a timeout, a reset, a body cut short:
+// the charge is kept, as Settle with used (zero: as reserved) keeps it.
+// And the flow's next call, its retry, may go ahead of the day pacers once,
+// if it is no larger than this one: a failure does not cost the flow a
+// pacing slot, and the budget runs ahead of the even pace by at most one
+// call per flow, which the pacer then takes back from every flow.
+func (r *Reservation) Fault(now time.Time, used Usage) {
+	g := r.g
+	g.mu.Lock()
+	if r.state == admitted {
+		r.f.retry = max(r.f.retry, r.size)
+	}
+	g.mu.Unlock()
+	r.Settle(now, used)
 }
 
 // withdraw takes a waiting reservation out of line; it reports false if the
@@ -1030,6 +1178,9 @@ func (g *Governor) dequeue(r *Reservation) {
 	if len(f.queue) == 0 {
 		f.queue = f.qbuf[:0]
 		heap.Remove(&g.active, f.index)
+		if f.prio != nil {
+			g.calm(f)
+		}
 	} else if i == 0 {
 		heap.Fix(&g.active, f.index)
 	}

@@ -33,7 +33,9 @@ import (
 //   - anything else — *OverloadedError, 5xx, 408, an error inside a 2xx
 //     answer, *TransportError (timeout, reset, malformed body), a call the
 //     caller cancelled, an error of unknown kind: the charge is kept, as if
-//     the call had succeeded without reporting its usage.
+//     the call had succeeded without reporting its usage
+//     ([governor.Reservation.Fault]), and the flow's retry may go ahead of
+//     the day pacers once.
 //
 // Why a failure without a verdict keeps its charge: the provider counts a
 // request when it arrives, and it may have arrived — a timeout or a reset
@@ -90,7 +92,7 @@ func Feedback(now time.Time, g *governor.Governor, r *governor.Reservation, used
 	case refused(err):
 		r.Cancel(now)
 	default:
-		r.Settle(now, used)
+		r.Fault(now, used)
 	}
 }
 
