@@ -126,12 +126,12 @@ func printQuotaReport(w io.Writer, rep *bench.Report) {
 	tw.Flush()
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "policy\tflow\tdone\tremaining\trequests\ttokens\twork_tokens\tnever_fit\tmax_stall_min\tp95_wait_min\t")
+	fmt.Fprintln(tw, "policy\tflow\tdone\tremaining\trequests\ttokens\twork_tokens\tnever_fit\tmax_stall_min\tp95_wait_min\tmax_wait_min\t")
 	for _, r := range rep.Results {
 		for _, name := range sortedKeys(r.Flows) {
 			f := r.Flows[name]
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%.1f\t%.1f\t\n", r.Policy, name, f.Done, f.Remaining,
-				f.Requests, f.Tokens, f.WorkTokens, f.NeverFit, f.MaxStallMinutes, f.P95WaitMinutes)
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%.1f\t%.1f\t%.1f\t\n", r.Policy, name, f.Done, f.Remaining,
+				f.Requests, f.Tokens, f.WorkTokens, f.NeverFit, f.MaxStallMinutes, f.P95WaitMinutes, f.MaxWaitMinutes)
 		}
 	}
 	tw.Flush()

@@ -61,8 +61,16 @@ func TestDevPickTargets(t *testing.T) {
 			t.Errorf("sluice flow %s stalled %.1f min, want ≤ 60", name, f.MaxStallMinutes)
 		}
 	}
-	if w := s.Flows["analysis"].P95WaitMinutes; w > 30 {
-		t.Errorf("sluice analysis p95 wait %.1f min, want ≤ 30", w)
+	if s.BottleneckUtilization < 0.99 {
+		t.Errorf("sluice bottleneck_utilization %.4f, want ≥ 0.99 with priority work prompt", s.BottleneckUtilization)
+	}
+	// Priority is prompt: day pacing spreads the backfills, never the
+	// analysis of new articles.
+	if w := s.Flows["analysis"].P95WaitMinutes; w > 2 {
+		t.Errorf("sluice analysis p95 wait %.1f min, want ≤ 2", w)
+	}
+	if w := s.Flows["analysis"].MaxWaitMinutes; w > 10 {
+		t.Errorf("sluice analysis max wait %.1f min, want ≤ 10", w)
 	}
 	for name, r := range res {
 		if name == "sluice" || name == Greedy {
@@ -128,43 +136,60 @@ func servesEveryFlow(r Result) bool {
 }
 
 // TestVariedScenarios runs scenarios written for the bench — other profiles,
-// fixed windows, settle accounting, weights and priorities, very large
-// requests, faults, items that can never fit — and checks what must hold on
-// any of them. Where a target of the DevPick scenario cannot be met by any
-// policy (faults waste what they were charged; under settle accounting the
-// max_tokens of calls in flight hold room; a call of 45 % of a minute limit
-// needs the window drained for it), the floor says so; docs/bench.md explains.
+// fixed windows, settle accounting with separate input and output limits
+// and slow responses, weights and priorities, calls of a large fraction of a
+// minute limit, faults, items that can never fit — and checks the governor's
+// targets on each: utilization within 3 % of greedy's (the practical
+// ceiling) and not behind any anchor, no provider rejection, no flow with
+// work stalled past an hour, priority work waiting at most 2 minutes at the
+// 95th percentile, and backlogged flows sharing the key by weight, within
+// 5 %, in dominant share (docs/bench.md).
 func TestVariedScenarios(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		file     string
-		minUtil  float64
 		neverFit map[string]int
-		fairness []string // flows whose tokens per unit of weight must match
+		shares   []string // backlogged flows whose dominant share per unit of weight must match
 	}{
-		{file: "openai-fixed.yaml", minUtil: 0.98, fairness: []string{"gold", "bulk", "reports"}},
-		{file: "anthropic-settle.yaml", minUtil: 0.80},
-		{file: "groq-faults.yaml", minUtil: 0.98 * (1 - 0.09), neverFit: map[string]int{"essays": 50}},
-		{file: "rolling-minute.yaml", minUtil: 0.88, fairness: []string{"a", "b", "c", "big"}},
+		{file: "openai-fixed.yaml", shares: []string{"gold", "bulk", "reports"}},
+		{file: "anthropic-settle.yaml"},
+		{file: "groq-faults.yaml", neverFit: map[string]int{"essays": 50}},
+		{file: "rolling-minute.yaml", shares: []string{"a", "b", "c", "big"}},
+		{file: "settle-split-latency.yaml", shares: []string{"extract", "write"}},
+		{file: "big-call.yaml", shares: []string{"big", "small-a", "small-b"}},
+		{file: "tenants.yaml", shares: []string{"tenant-1", "tenant-2", "tenant-3", "tenant-4"}},
+		{file: "faults-day.yaml", shares: []string{"backfill-a", "backfill-b"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
 			t.Parallel()
 			sc := load(t, tt.file)
-			res := run(t, sc, Options{})
+			var trace bytes.Buffer
+			rep, err := Run(context.Background(), sc, Policies, Options{Trace: &trace})
+			if err != nil {
+				t.Fatal(err)
+			}
+			res := map[string]Result{}
+			for _, r := range rep.Results {
+				res[r.Policy] = r
+			}
 			s := res["sluice"]
 			if n := s.ProviderRejections["429"] + s.ProviderRejections["413"]; n != 0 {
 				t.Errorf("sluice drew %d provider rejections, want none", n)
 			}
-			if s.BottleneckUtilization < tt.minUtil {
-				t.Errorf("sluice bottleneck %s utilization %.4f, want ≥ %.4f", s.Bottleneck, s.BottleneckUtilization, tt.minUtil)
+			if g := res[Greedy].BottleneckUtilization; s.BottleneckUtilization < 0.97*g {
+				t.Errorf("sluice bottleneck %s utilization %.4f, want ≥ 0.97 × greedy's %.4f", s.Bottleneck, s.BottleneckUtilization, g)
 			}
-			for name, f := range s.Flows {
+			for _, fc := range sc.Flows {
+				f := s.Flows[fc.Name]
 				if f.MaxStallMinutes > 60 {
-					t.Errorf("sluice flow %s stalled %.1f min, want ≤ 60", name, f.MaxStallMinutes)
+					t.Errorf("sluice flow %s stalled %.1f min, want ≤ 60", fc.Name, f.MaxStallMinutes)
 				}
-				if want := tt.neverFit[name]; f.NeverFit != want {
-					t.Errorf("sluice flow %s refused %d items up front, want %d", name, f.NeverFit, want)
+				if want := tt.neverFit[fc.Name]; f.NeverFit != want {
+					t.Errorf("sluice flow %s refused %d items up front, want %d", fc.Name, f.NeverFit, want)
+				}
+				if fc.Priority > 0 && f.P95WaitMinutes > 2 {
+					t.Errorf("sluice priority flow %s p95 wait %.1f min, want ≤ 2", fc.Name, f.P95WaitMinutes)
 				}
 			}
 			// Greedy knows every limit and how the provider counts it: it is
@@ -179,32 +204,60 @@ func TestVariedScenarios(t *testing.T) {
 				if s.BottleneckUtilization < r.BottleneckUtilization-0.005 {
 					t.Errorf("sluice utilization %.4f behind %s's %.4f", s.BottleneckUtilization, name, r.BottleneckUtilization)
 				}
-				// More work than every anchor, unless that anchor bought its
-				// work with batches so large that a flow stalled past an hour.
-				stalled := false
-				for _, f := range r.Flows {
-					stalled = stalled || f.MaxStallMinutes > 60
-				}
-				if s.WorkTokens <= r.WorkTokens && !stalled {
-					t.Errorf("sluice work_tokens %d not ahead of %s's %d", s.WorkTokens, name, r.WorkTokens)
-				}
 			}
-			if len(tt.fairness) > 0 {
+			if len(tt.shares) > 0 {
+				share := dominantShares(t, sc, trace.Bytes(), "sluice")
 				weight := map[string]float64{}
 				for _, f := range sc.Flows {
 					weight[f.Name] = f.Weight
 				}
-				first := float64(s.Flows[tt.fairness[0]].Tokens) / weight[tt.fairness[0]]
-				for _, name := range tt.fairness[1:] {
-					per := float64(s.Flows[name].Tokens) / weight[name]
-					if per < first*0.9 || per > first*1.1 {
-						t.Errorf("flow %s got %.0f tokens per unit of weight, %s got %.0f: want within 10 %%",
-							name, per, tt.fairness[0], first)
+				var mean float64
+				for _, name := range tt.shares {
+					if s.Flows[name].Remaining == 0 {
+						t.Fatalf("flow %s ran out of work: it is not backlogged, pick another", name)
+					}
+					mean += share[name] / weight[name] / float64(len(tt.shares))
+				}
+				for _, name := range tt.shares {
+					if per := share[name] / weight[name]; math.Abs(per-mean) > 0.05*mean {
+						t.Errorf("flow %s got %.0f s of the key per unit of weight, the mean is %.0f: want within 5 %%", name, per, mean)
 					}
 				}
 			}
 		})
 	}
+}
+
+// dominantShares sums, per flow of policy's run, the dominant share of each
+// call the provider admitted, as the governor schedules it: the largest, over
+// the limits the provider enforces, of the call's admission cost (input +
+// max_tokens) in seconds of that limit's capacity.
+func dominantShares(t *testing.T, sc *scenario.Scenario, trace []byte, policy string) map[string]float64 {
+	t.Helper()
+	out := map[string]float64{}
+	sc2 := bufio.NewScanner(bytes.NewReader(trace))
+	sc2.Buffer(make([]byte, 1<<20), 1<<26)
+	for sc2.Scan() {
+		var r TraceRecord
+		if err := json.Unmarshal(sc2.Bytes(), &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Policy != policy || r.Kind != KindRequest || r.Limit != "" {
+			continue
+		}
+		c := governor.Cost{Requests: 1, Input: r.Input, Output: r.MaxTokens}
+		var size float64
+		for _, l := range governor.AllLimits {
+			if lim := sc.Provider.Limits[l]; lim > 0 {
+				size = math.Max(size, float64(c.On(l))*l.Period().Seconds()/float64(lim))
+			}
+		}
+		out[r.Flow] += size
+	}
+	if err := sc2.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // TestTraceRecomputesReport rebuilds every figure of the report but wall
@@ -415,6 +468,7 @@ func resultFromTrace(t *testing.T, sc *scenario.Scenario, policy string, recs []
 		r.WorkTokens += f.WorkTokens
 		if fc.ArrivalsPerDay > 0 {
 			f.P95WaitMinutes = round1(percentile(waits[fc.Name], 0.95))
+			f.MaxWaitMinutes = round1(percentile(waits[fc.Name], 1))
 		}
 		// A stall runs from when the flow got work, or last finished some,
 		// to its next completion, or until it has no work left.
@@ -488,6 +542,46 @@ func TestUnannounced(t *testing.T) {
 	// is never refused (TestDevPickTargets); not told, it is.
 	if g := res[Greedy]; g.ProviderRejections["429"] == 0 {
 		t.Errorf("greedy drew no 429 from a limit it was not told of")
+	}
+	// sluice learns the limit nobody told it from the provider's errors:
+	// about as much work as when told, few rejections, and a batch refused
+	// as too large is split rather than refused.
+	told := run(t, load(t, "devpick.yaml"), Options{})["sluice"]
+	checkLearns(t, res["sluice"], told, 0.97, 10)
+}
+
+// TestAllUnannounced: a governor told nothing of the key but its provider's
+// profile learns RPD and TPM from Groq's headers and every other limit from
+// its errors, and still does most of the work of one told every limit.
+func TestAllUnannounced(t *testing.T) {
+	t.Parallel()
+	sc := load(t, "devpick-all-unannounced.yaml")
+	if got := announced(sc).Provider.Limits; got != (governor.Limits{}) {
+		t.Fatalf("policies are told %v, want nothing", got)
+	}
+	rep, err := Run(context.Background(), sc, []string{"sluice"}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	told := run(t, load(t, "devpick.yaml"), Options{})["sluice"]
+	checkLearns(t, rep.Results[0], told, 0.9, -1)
+}
+
+// checkLearns checks a run of sluice on a key with unannounced limits
+// against a run told every limit: at least frac of its work tokens, no item
+// refused as never fitting, and at most max429 provider 429s (-1: any).
+func checkLearns(t *testing.T, s, told Result, frac float64, max429 int64) {
+	t.Helper()
+	if float64(s.WorkTokens) < frac*float64(told.WorkTokens) {
+		t.Errorf("sluice did %d work tokens, want ≥ %.2f × the %d it does when told every limit", s.WorkTokens, frac, told.WorkTokens)
+	}
+	if n := s.ProviderRejections["429"]; max429 >= 0 && n > max429 {
+		t.Errorf("sluice drew %d provider 429s learning the limits, want ≤ %d", n, max429)
+	}
+	for name, f := range s.Flows {
+		if f.NeverFit != 0 {
+			t.Errorf("sluice refused %d items of %s as never fitting; one item per request fits", f.NeverFit, name)
+		}
 	}
 }
 

@@ -27,7 +27,9 @@ import (
 // that no request can carry within them (never_fit), as that user would; the
 // script itself would wait for them forever. Told only RPM and TPM
 // ("cookbook-rpm-tpm"), it meets every other limit only as errors — as
-// DevPick met OTPM (seed 000) — and sends such items like any other.
+// DevPick met OTPM (seed 000) — and sends such items like any other. Told
+// neither RPM nor TPM, it runs with the script's defaults for them (1,500 and
+// 125,000).
 type cookbookPolicy struct {
 	known         governor.Limits             // the limits it was told of
 	avail         [governor.NumLimits]float64 // what each bucket holds
@@ -49,6 +51,10 @@ const (
 	cookbookPause       = 15 * time.Second
 	cookbookMaxAttempts = 5
 	cookbookDefaultMax  = 15 // the script's completion estimate when max_tokens is unset
+	// The defaults of the script's --max_requests_per_minute and
+	// --max_tokens_per_minute: 3,000 × 0.5 and 250,000 × 0.5.
+	cookbookDefaultRPM = 1500
+	cookbookDefaultTPM = 125000
 )
 
 // newCookbook models the script told every limit sc announces, or with
@@ -58,6 +64,14 @@ func newCookbook(sc *scenario.Scenario, rpmTPMOnly bool) *cookbookPolicy {
 	if rpmTPMOnly {
 		p.known = governor.Limits{}
 		p.known[governor.RPM], p.known[governor.TPM] = sc.Provider.Limits[governor.RPM], sc.Provider.Limits[governor.TPM]
+	}
+	// The script's two limits are command-line flags with defaults: a user
+	// told neither runs it with those.
+	if p.known[governor.RPM] == 0 {
+		p.known[governor.RPM] = cookbookDefaultRPM
+	}
+	if p.known[governor.TPM] == 0 {
+		p.known[governor.TPM] = cookbookDefaultTPM
 	}
 	for _, l := range governor.AllLimits {
 		p.avail[l] = float64(p.known[l]) // the script's buckets start full

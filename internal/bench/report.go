@@ -58,6 +58,7 @@ type FlowResult struct {
 	NeverFit        int     `json:"never_fit"`
 	MaxStallMinutes float64 `json:"max_stall_minutes"`
 	P95WaitMinutes  float64 `json:"p95_wait_minutes"`
+	MaxWaitMinutes  float64 `json:"max_wait_minutes"`
 }
 
 // TraceRecord is one line of --trace: a request the provider model saw, items

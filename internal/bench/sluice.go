@@ -35,12 +35,17 @@ type sluiceFlow struct {
 	inflight int
 	retryAt  time.Time // after a fault, back off before the next call
 	backoff  time.Duration
+	// split caps the flow's batches after the provider refused one as too
+	// large (0: no cap): half the refused batch, down to one item.
+	split int
 }
 
-// defaultProgressEvery is half the stall threshold sluice's monitoring uses
-// by default (an hour): a flow at its share finishes a call at least twice
-// within it.
-const defaultProgressEvery = 45 * time.Minute
+// defaultProgressEvery is a quarter of the stall threshold sluice's
+// monitoring uses by default (an hour): a flow at its share finishes a call
+// about four times within it, so that the variance of a shared key — a
+// burst of priority work, room freed in lumps — does not stretch the gap
+// between two of its calls past the threshold.
+const defaultProgressEvery = 15 * time.Minute
 
 // pendingCall is a reservation for up to batch items of a flow.
 type pendingCall struct {
@@ -152,6 +157,13 @@ func (p *sluicePolicy) reserve(w *world) {
 				base.Output = p.defaultMax
 			}
 			n := p.g.BatchSize(w.now, f.cfg.Name, base, per, max(f.cfg.BatchMax, 1), p.progressEvery)
+			if sf.split > 0 {
+				n = min(n, sf.split)
+			}
+			// Reserve for the items there are, not for a full batch: a call
+			// of a flow whose items arrive one by one is not charged, nor
+			// made to wait, for items it does not carry.
+			n = min(n, len(f.queue)-covered)
 			if n == 0 {
 				// No call carrying even one item can ever fit: refuse, don't wait.
 				w.refuse(f, w.take(f, len(f.queue)-covered))
@@ -200,6 +212,14 @@ func (p *sluicePolicy) call(w *world, sf *sluiceFlow) {
 		switch {
 		case err == nil:
 			sf.backoff = 0
+		case errors.As(err, &tl) && len(items) > 1:
+			// Too large for a limit the governor was not told of: split the
+			// batch, down to one item, before refusing any item. The
+			// governor has learnt the limit if the answer named it, and
+			// sizes the next batches to it.
+			sf.split = len(items) / 2
+			w.putBack(f, items)
+			w.at(w.now, func() { p.wake(w) })
 		case errors.As(err, &tl):
 			w.refuse(f, items)
 		case errors.As(err, &rl):

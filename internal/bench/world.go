@@ -486,6 +486,7 @@ func (w *world) result(name string, wall time.Duration) Result {
 			WorkTokens: int64(f.done) * (f.cfg.ItemInputTokens + f.cfg.ItemOutputTokens),
 			NeverFit:   f.neverFit, MaxStallMinutes: round1(f.maxStall.Minutes()),
 			P95WaitMinutes: round1(percentile(f.waits, 0.95)),
+			MaxWaitMinutes: round1(percentile(f.waits, 1)),
 		}
 		r.WorkTokens += fr.WorkTokens
 		r.Flows[f.cfg.Name] = fr
