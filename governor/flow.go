@@ -138,16 +138,15 @@ func (g *Governor) BatchSize(now time.Time, flow string, base, item Cost, maxIte
 	defer g.mu.Unlock()
 	t := now.UnixNano()
 	f := g.flow(flow)
-	var others, shares float64
+	var others float64
 	for _, o := range g.flows {
-		shares += o.share
 		if o != f {
 			others += o.rateNow(t)
 		}
 	}
 	// Until there is some history, expect the weighted fair share; the
 	// measured rates are corrected for the average's warm-up.
-	free := f.share / shares
+	free := f.share / g.shares
 	if elapsed := float64(t - g.epoch); g.epoch != math.MinInt64 && elapsed > rateWindow/4 {
 		free = math.Max(free, 1-others/(1-math.Exp(-elapsed/rateWindow)))
 	}

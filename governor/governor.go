@@ -256,13 +256,12 @@ type Governor struct {
 	// for the hot flows' calls, whatever their credit.
 	heldMax [NumLimits]int64
 	// urgent lists the priority flows with calls waiting.
-	urgent    []*flow
-	prompting bool    // prompt is admitting
-	shares    float64 // the sum of every known flow's share
-	active    flowHeap
-	vtime     float64
-	seq       uint64
-	epoch     int64 // time of the first call, to start the pacers
+	urgent []*flow
+	shares float64 // the sum of every known flow's share
+	active flowHeap
+	vtime  float64
+	seq    uint64
+	epoch  int64 // time of the first call, to start the pacers
 
 	changed chan struct{} // closed and replaced when something may admit
 }
@@ -483,20 +482,25 @@ func (g *Governor) Advance(now time.Time) time.Time {
 func (g *Governor) advance(now int64) int64 {
 	g.expire(now)
 	admitted := false
-	if len(g.urgent) > 0 {
-		admitted = g.prompt(now)
+	promoted := g.promoted(now)
+	if len(g.urgent) > 0 && g.prompt(now, promoted) {
+		admitted = true
+		promoted = g.promoted(now) // the promoted flow may have been a priority flow
 	}
 	next := int64(0)
 	for g.active.Len() > 0 {
-		f, inTurn := g.active.flows[0], true
-		if p := g.promoted(now); p != nil && p != f {
-			f, inTurn = p, false
+		f, how := g.active.flows[0], inTurn
+		if promoted != nil && promoted != f {
+			f, how = promoted, aheadOfTurn
 		}
 		r := f.queue[0]
 		at := g.fitAt(now, r.f, r.cost)
 		if at <= now {
-			g.admit(now, r, inTurn)
+			g.admit(now, r, how)
 			admitted = true
+			// Admitting the front call changes which flow is promoted;
+			// backfilling does not (it never admits the promoted flow's).
+			promoted = g.promoted(now)
 			continue
 		}
 		if at == never {
@@ -506,6 +510,7 @@ func (g *Governor) advance(now int64) int64 {
 				// the line.
 				g.refuse(r, err)
 				admitted = true // something changed: wake the waiters
+				promoted = g.promoted(now)
 				continue
 			}
 		}
@@ -599,7 +604,7 @@ func (g *Governor) backfill(now int64, head *Reservation, at int64) (int, int64)
 		if g.delays(now, head, at, f, r.cost) {
 			continue
 		}
-		g.admit(now, r, false)
+		g.admit(now, r, aheadOfTurn)
 		count++
 	}
 	return count, wake
@@ -724,14 +729,25 @@ func (g *Governor) fit(now int64, f *flow, c Cost) (int64, Blocker) {
 	return at, b
 }
 
-// admit admits r, the first call in its flow's line. inTurn says r is the
-// front of the whole line, whose start tag the virtual time moves to; a
-// call admitted ahead of its turn (backfill) leaves the virtual time alone.
-func (g *Governor) admit(now int64, r *Reservation, inTurn bool) {
+// admission says how a call is admitted.
+type admission uint8
+
+const (
+	// inTurn: the front of the whole line, whose start tag the virtual
+	// time moves to.
+	inTurn admission = iota
+	// aheadOfTurn: backfilled or promoted; the virtual time stays.
+	aheadOfTurn
+	// onItsCredit: ahead of its turn on its priority flow's credit (prompt).
+	onItsCredit
+)
+
+// admit admits r, the first call in its flow's line.
+func (g *Governor) admit(now int64, r *Reservation, how admission) {
 	f := r.f
 	f.queue[0] = nil
 	f.queue = f.queue[1:]
-	if inTurn {
+	if how == inTurn {
 		g.vtime = r.start
 	}
 	if len(f.queue) == 0 {
@@ -764,7 +780,7 @@ func (g *Governor) admit(now int64, r *Reservation, inTurn bool) {
 		paced = false
 	}
 	if f.prio != nil {
-		if ahead := paced || (!inTurn && g.prompting); ahead {
+		if paced || how == onItsCredit {
 			// Ahead of its turn or of a day pacer, on the flow's credit.
 			g.refill(f, now)
 			r.credit = min(r.size, max(f.prio.credit, 0))

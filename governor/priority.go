@@ -50,7 +50,7 @@ type prio struct {
 	size     float64          // the same, as a dominant share (seconds; see Governor.size)
 	credit   float64          // dominant share it may take ahead of its turn and of the day pacers
 	hot      bool             // among Governor.hot
-	heldAs   [NumLimits]int64 // its part of Governor.heldMax while hot
+	heldAs   [NumLimits]int64 // while hot: room for its next calls on each day limit, its part of Governor.heldMax
 	creditAt int64
 }
 
@@ -134,7 +134,7 @@ func (g *Governor) held(f *flow, l Limit, need, lim, now int64) int64 {
 		}
 		p := o.prio
 		g.refill(o, now)
-		h = addSat(h, max(min(mulSat(p.call[l], priorityCalls), nanos(p.credit/g.scale[l])), 0))
+		h = addSat(h, max(min(p.heldAs[l], nanos(p.credit/g.scale[l])), 0))
 	}
 	return min(h, max(subSat(lim, need), 0))
 }
@@ -165,10 +165,10 @@ func (g *Governor) learnCall(f *flow, c Cost, size float64) {
 // that fit now and that their flows have credit for — but for a call that
 // would make a promoted flow's call (see Config.PromoteAfter) start later.
 // It reports whether it admitted any.
-func (g *Governor) prompt(now int64) bool {
+func (g *Governor) prompt(now int64, promoted *flow) bool {
 	var head *Reservation
 	var at int64
-	if p := g.promoted(now); p != nil {
+	if p := promoted; p != nil {
 		head = p.queue[0]
 		at = g.fitAt(now, p, head.cost)
 	}
@@ -183,9 +183,7 @@ func (g *Governor) prompt(now int64) bool {
 			if head != nil && head.f != f && g.delays(now, head, at, f, r.cost) {
 				break
 			}
-			g.prompting = true
-			g.admit(now, r, false)
-			g.prompting = false
+			g.admit(now, r, onItsCredit)
 			any = true
 		}
 	}
