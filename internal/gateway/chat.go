@@ -372,7 +372,7 @@ func decode(body []byte) (*llm.ChatRequest, error) {
 	// encoding/json matches keys regardless of case; the provider does not,
 	// so the priced max_tokens must be spelled as the provider reads it.
 	named := (bytes.Contains(body, []byte(`"max_tokens"`)) || bytes.Contains(body, []byte(`"max_completion_tokens"`))) &&
-		pricedKeysExact(body)
+		readKeysExact(body)
 	// encoding/json would read invalid UTF-8 as U+FFFD and forward the
 	// bytes as they are: the whole decoder refuses them.
 	if !named || !utf8.Valid(body) || json.Unmarshal(body, &p) != nil || p.Model == "" || len(p.Messages) == 0 || (p.Stream != nil && *p.Stream) ||

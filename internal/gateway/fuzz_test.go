@@ -31,6 +31,7 @@ func FuzzDecode(f *testing.F) {
 		`{"model":"m","max_completion_tokens":70,"messages":[{"role":"user","content":[{"type":"text","text":"a"}]}]}`,
 		`{"model":"m","messages":[{"role":"user","content":"x"}],"stop":["max_tokens"],"Max_Tokens":1}`,
 		"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":5,\"max_to\u212aens\":1}",
+		`{"model":"0","messAges":[{"role":"user","content":"00000"}],"max_tokens":1}`,
 	} {
 		f.Add([]byte(s))
 	}

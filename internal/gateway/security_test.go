@@ -333,9 +333,11 @@ func TestCaseVariantKeysArePricedAsSent(t *testing.T) {
 		`{"max\u005ftokens":1}`:                      false, // an escaped key: the whole decoder decides
 		`{"a":"\"Max_Tokens\"","max_tokens":1}`:      true,
 		`{"a":["Max_Tokens"],"max_tokens":1}`:        true,
+		`{"messAges":[],"max_tokens":1}`:             false, // every key the fast reader reads
+		`{"Model":"m","max_tokens":1}`:               false,
 	} {
-		if got := pricedKeysExact([]byte(body)); got != want {
-			t.Errorf("pricedKeysExact(%s) = %v, want %v", body, got, want)
+		if got := readKeysExact([]byte(body)); got != want {
+			t.Errorf("readKeysExact(%s) = %v, want %v", body, got, want)
 		}
 	}
 }
