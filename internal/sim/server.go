@@ -40,6 +40,22 @@ type ServerConfig struct {
 	// HangTimeout bounds how long a timeout fault holds a request open when
 	// the client does not give up first. Default 10 minutes.
 	HangTimeout time.Duration
+	// OnFinish, when set, is called as each admitted request ends: a log of
+	// the calls the provider charged, to check against what a client
+	// recorded of them. It runs on the request's goroutine before the
+	// connection is released, so it must return quickly. Default: none.
+	OnFinish func(Call)
+}
+
+// Call is an admitted request as it ended, for ServerConfig.OnFinish.
+type Call struct {
+	ID       uint64    // the request's number, as Response.ID
+	Flow     string    // the flow it counted for
+	Messages []string  // the text of each message of the request, in order
+	Fault    Fault     // how it failed, NoFault for an answer
+	Answered bool      // the whole response was written (false: the client or the server gave up first, or a timeout or reset fault)
+	Start    time.Time // when it was admitted
+	End      time.Time // when it ended
 }
 
 // MaxRequestBytes bounds a request body; a larger one gets a 413. It holds
@@ -274,6 +290,15 @@ func (req *chatRequest) inputTokens() (int64, error) {
 	return n, nil
 }
 
+// texts returns the text of each message; inputTokens has checked them.
+func (req *chatRequest) texts() []string {
+	out := make([]string, len(req.Messages))
+	for i, msg := range req.Messages {
+		out[i], _ = contentText(msg.Content)
+	}
+	return out
+}
+
 // contentText returns a message's text: a string, or the text parts of an
 // array of content parts.
 func contentText(raw json.RawMessage) (string, error) {
@@ -381,7 +406,14 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write(resp.Body)
 		return
 	}
-	defer func() { s.m.Finish(s.cfg.Now(), resp) }()
+	start, answered := s.cfg.Now(), false
+	defer func() {
+		end := s.cfg.Now()
+		s.m.Finish(end, resp)
+		if s.cfg.OnFinish != nil {
+			s.cfg.OnFinish(Call{ID: resp.ID(), Flow: flow, Messages: req.texts(), Fault: resp.Fault, Answered: answered, Start: start, End: end})
+		}
+	}()
 
 	switch resp.Fault {
 	case FaultTimeout:
@@ -396,6 +428,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		abort(w, false) // the client gave up or the server stops: no half answer
 		return
 	}
+	answered = true
 	if resp.Fault == Fault5xx {
 		h.Set("Content-Type", "application/json")
 		w.WriteHeader(resp.Status)

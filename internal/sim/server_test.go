@@ -763,3 +763,68 @@ func TestSimStartGuarded(t *testing.T) {
 		t.Errorf("reset fault: %v, want a connection reset", err)
 	}
 }
+
+func TestOnFinish(t *testing.T) {
+	t.Parallel()
+	finished := func(t *testing.T, calls <-chan Call) Call {
+		t.Helper()
+		select {
+		case c := <-calls:
+			return c
+		case <-time.After(10 * time.Second):
+			t.Fatal("OnFinish was not called")
+			return Call{}
+		}
+	}
+	t.Run("an answer is logged with its prompt", func(t *testing.T) {
+		t.Parallel()
+		calls := make(chan Call, 2)
+		f := serve(t, Config{Profile: "groq", Limits: limits("rpm=1")}, ServerConfig{OnFinish: func(c Call) { calls <- c }})
+		if r := f.post(t, chatBody("hello there", 10), FlowHeader, "docs"); r.status != 200 {
+			t.Fatalf("status %d: %s", r.status, r.body)
+		}
+		c := finished(t, calls)
+		if !c.Answered || c.Fault != NoFault || c.ID != 1 || c.Flow != "docs" || len(c.Messages) != 1 || c.Messages[0] != "hello there" || c.End.Before(c.Start) {
+			t.Fatalf("call %+v", c)
+		}
+		// A rejection charged nothing: it is no call.
+		if r := f.post(t, chatBody("again", 10)); r.status != http.StatusTooManyRequests {
+			t.Fatalf("status %d, want 429", r.status)
+		}
+		select {
+		case c := <-calls:
+			t.Fatalf("a rejected request was logged: %+v", c)
+		default:
+		}
+	})
+	t.Run("a call the client gave up is not answered", func(t *testing.T) {
+		t.Parallel()
+		calls := make(chan Call, 1)
+		m := newModel(t, Config{Profile: "groq", Latency: time.Hour, Wire: true})
+		ts := httptest.NewServer(NewServer(m, ServerConfig{OnFinish: func(c Call) { calls <- c }}))
+		t.Cleanup(ts.Close)
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+"/v1/chat/completions", strings.NewReader(chatBody("x", 10)))
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+			t.Fatalf("got %d, want the client's deadline", resp.StatusCode)
+		}
+		if c := finished(t, calls); c.Answered || c.Fault != NoFault {
+			t.Fatalf("call %+v: want an admitted call without answer", c)
+		}
+	})
+	t.Run("a reset is logged with its fault", func(t *testing.T) {
+		t.Parallel()
+		calls := make(chan Call, 1)
+		f := serve(t, Config{Profile: "openai", Faults: scenario.Faults{Reset: 1}}, ServerConfig{OnFinish: func(c Call) { calls <- c }})
+		client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+		if resp, err := client.Post(f.url+"/v1/chat/completions", "application/json", strings.NewReader(chatBody("x", 10))); err == nil {
+			resp.Body.Close()
+			t.Fatalf("got %d, want a reset", resp.StatusCode)
+		}
+		if c := finished(t, calls); c.Answered || c.Fault != FaultReset {
+			t.Fatalf("call %+v", c)
+		}
+	})
+}
