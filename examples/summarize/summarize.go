@@ -45,6 +45,9 @@ type Config struct {
 	Concurrency int
 	// Timeout bounds a run (default 10m).
 	Timeout time.Duration
+	// Retries is how many times a failing step is tried again (default 5;
+	// sluice.NoRetries for none). A provider that fails often needs more.
+	Retries int
 }
 
 // Doc is the event's data.
@@ -70,7 +73,7 @@ func Register(app *sluice.App, cfg Config) error {
 	return sluice.Register(app, sluice.FunctionConfig{
 		ID:          FunctionID,
 		Event:       Event,
-		Retries:     5,
+		Retries:     cmp.Or(cfg.Retries, 5),
 		Timeout:     cmp.Or(cfg.Timeout, 10*time.Minute),
 		Idempotency: "event.data.documentId",
 		Concurrency: []sluice.Concurrency{{Limit: cmp.Or(cfg.Concurrency, 20)}},
@@ -102,7 +105,9 @@ func Register(app *sluice.App, cfg Config) error {
 			MaxTokens: 20,
 			Messages: []llm.Message{
 				{Role: "system", Content: "Answer with one word: the article's category."},
-				{Role: "user", Content: summary.Text()},
+				// The article's name opens both prompts, as its text does,
+				// so a provider's log tells which document each call was for.
+				{Role: "user", Content: fmt.Sprintf("Article %s. %s", id, summary.Text())},
 			},
 		})
 		if err != nil {
