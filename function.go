@@ -26,8 +26,10 @@ type FunctionConfig struct {
 	// first attempt (default 3; NoRetries for none). Waiting for quota does
 	// not count.
 	Retries int
-	// Timeout bounds a whole run from its start (default none); a run that
-	// exceeds it is cancelled.
+	// Timeout bounds a whole run from its start (default none). A run that
+	// exceeds it is stopped where it is and ends "timed_out"; its error
+	// names the deadline, the step it was in and that step's last failed
+	// attempt.
 	Timeout time.Duration
 	// Idempotency names an event field ("event.data.documentId", or just
 	// "documentId") whose value identifies the run: a second event with the
@@ -143,6 +145,12 @@ func Register[T, R any](app *App, cfg FunctionConfig, handler func(ctx *Context,
 	}
 	if r := cfg.RateLimit; r != nil {
 		f.RateLimit = &engine.RateLimit{Limit: r.Limit, Period: r.Period, Key: r.Key}
+	}
+	// An event whose data does not decode into T is refused by Send (400
+	// at the HTTP API) instead of starting a run that fails.
+	f.Decode = func(data json.RawMessage) error {
+		var v T
+		return json.Unmarshal(data, &v)
 	}
 	provider := cmp.Or(cfg.Provider, app.first)
 	f.Handler = func(r *engine.Run, ev engine.Event) (any, error) {

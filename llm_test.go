@@ -124,14 +124,15 @@ func TestDayUsageSurvivesRestart(t *testing.T) {
 		// …more than that is not: the step waits for quota (until the run's
 		// timeout here) and the provider never sees the call.
 		st := runTo(t, second, "big", ask{MaxTokens: int(left) + 200})
-		if st.Status != "cancelled" {
-			t.Fatalf("a call past what is left of the day: run %s (%s), want it waiting for quota until its timeout", st.Status, st.Error)
+		if st.Status != "timed_out" || !strings.Contains(st.Error, "run deadline of") || st.Step != "call" {
+			t.Fatalf("a call past what is left of the day: run %s in step %q (%s), want it timed out waiting for quota in step call", st.Status, st.Step, st.Error)
 		}
 		if got := model.Stats().Requests; got != calls {
 			t.Fatalf("the provider received %d calls past the day's budget", got-calls)
 		}
 		d := runDetail(t, second, st.ID)
-		if len(d.Steps) == 0 || len(d.Steps[0].AttemptErrors) == 0 || !strings.Contains(d.Steps[0].AttemptErrors[0], "waiting for quota on groq") {
+		if len(d.Steps) == 0 || len(d.Steps[0].FailedAttempts) == 0 || d.Steps[0].FailedAttempts[0].Class != "quota_wait" ||
+			!strings.Contains(d.Steps[0].FailedAttempts[0].Error, "waiting for quota on groq") {
 			t.Fatalf("the refused call's step %+v does not record a wait for quota", d.Steps)
 		}
 	})
@@ -139,8 +140,11 @@ func TestDayUsageSurvivesRestart(t *testing.T) {
 
 type runView struct {
 	Steps []struct {
-		Name          string   `json:"name"`
-		AttemptErrors []string `json:"attempt_errors"`
+		Name           string `json:"name"`
+		FailedAttempts []struct {
+			Class string `json:"class"`
+			Error string `json:"error"`
+		} `json:"failed_attempts"`
 	} `json:"steps"`
 }
 

@@ -109,7 +109,8 @@ func TestStepsRetriesAndAttempts(t *testing.T) {
 		if len(d.Steps) != 2 {
 			t.Fatalf("steps %+v, want fetch and flaky", d.Steps)
 		}
-		if st := d.Steps[1]; st.Name != "flaky" || st.Attempts != 3 || st.Status != StatusCompleted || len(st.AttemptErrors) != 2 {
+		if st := d.Steps[1]; st.Name != "flaky" || st.Attempts != 3 || st.Status != StatusCompleted || len(st.FailedAttempts) != 2 ||
+			st.FailedAttempts[0].Class != "retry" || st.FailedAttempts[1].Attempt != 2 {
 			t.Fatalf("flaky step %+v, want 3 attempts, 2 errors, completed", st)
 		}
 		if string(d.Steps[1].Output) != "5" || string(d.Output) != `{"n":5}` {

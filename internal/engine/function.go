@@ -68,6 +68,10 @@ type Function struct {
 	Priority    string // event field holding an integer; higher starts sooner
 	Flow        string // the governor flow its LLM steps draw on (default: the ID)
 	Handler     Handler
+	// Decode, if set, checks an event's data (a JSON object) against the
+	// function's event type; Send refuses an event it fails on, so a
+	// malformed event is refused before a run exists instead of failing one.
+	Decode func(data json.RawMessage) error
 
 	e     *Engine
 	queue dbos.Queue
@@ -239,10 +243,11 @@ type input struct {
 func (f *Function) workflow(ctx dbos.Context, in input) (json.RawMessage, error) {
 	f.e.enter()
 	defer f.e.leave()
-	r := &Run{dctx: ctx, fn: f, event: in.Event}
+	r := &Run{dctx: ctx, fn: f, event: in.Event, started: time.Now()}
 	r.id, _ = dbos.GetWorkflowID(ctx)
 	out, err := f.Handler(r, in.Event)
 	if err != nil {
+		f.e.noteEnd(r)
 		return nil, err
 	}
 	b, err := json.Marshal(out)
@@ -283,17 +288,8 @@ var ErrNoFunction = errors.New("no function is triggered by this event")
 // Send starts a run of every function the event triggers. An event with an
 // ID already seen (or an idempotency key already used) starts nothing new.
 func (e *Engine) Send(ctx context.Context, ev Event) ([]Sent, error) {
-	if ev.Name == "" {
-		return nil, errors.New("event has no name")
-	}
-	if len(ev.Data) > 0 && !json.Valid(ev.Data) {
-		return nil, errors.New("event data is not valid JSON")
-	}
-	if ev.ID == "" {
-		ev.ID = newID()
-	}
-	if ev.TS.IsZero() {
-		ev.TS = e.cfg.Now().UTC()
+	if err := CheckEvent(ev); err != nil {
+		return nil, err
 	}
 	e.mu.RLock()
 	fns := e.byEvent[ev.Name]
@@ -303,7 +299,20 @@ func (e *Engine) Send(ctx context.Context, ev Event) ([]Sent, error) {
 		return nil, errors.New("send event: the engine is not launched")
 	}
 	if len(fns) == 0 {
-		return nil, fmt.Errorf("event %q: %w", ev.Name, ErrNoFunction)
+		return nil, fmt.Errorf("event %s: %w", quote(ev.Name), ErrNoFunction)
+	}
+	// Every function's fields are checked before any run starts: a bad
+	// event starts nothing.
+	for _, f := range fns {
+		if err := f.checkEvent(ev); err != nil {
+			return nil, err
+		}
+	}
+	if ev.ID == "" {
+		ev.ID = newID()
+	}
+	if ev.TS.IsZero() {
+		ev.TS = e.cfg.Now().UTC()
 	}
 	dctx := e.dctx
 	if ctx != nil {
@@ -410,8 +419,25 @@ func dbosPriority(p int) uint {
 // a path without a known head is read inside data ("documentId" is
 // "data.documentId"). Strings come back bare, other values as JSON.
 func field(ev Event, path string) (string, bool) {
-	if path == "" {
+	v, ok := fieldValue(ev, path)
+	switch x := v.(type) {
+	case string:
+		return x, ok
+	case json.Number:
+		return x.String(), ok
+	case nil:
 		return "", false
+	default:
+		b, _ := json.Marshal(x)
+		return string(b), ok
+	}
+}
+
+// fieldValue reads a dotted path from the event, decoded (numbers as
+// json.Number); ok is false when the path is not there.
+func fieldValue(ev Event, path string) (any, bool) {
+	if path == "" {
+		return nil, false
 	}
 	path = strings.TrimPrefix(path, "event.")
 	switch path {
@@ -425,31 +451,21 @@ func field(ev Event, path string) (string, bool) {
 	dec := json.NewDecoder(bytes.NewReader(ev.Data))
 	dec.UseNumber()
 	if err := dec.Decode(&cur); err != nil {
-		return "", false
+		return nil, false
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return "", false // more after the value: the data is not one JSON value
+		return nil, false // more after the value: the data is not one JSON value
 	}
 	for _, p := range strings.Split(path, ".") {
 		m, ok := cur.(map[string]any)
 		if !ok {
-			return "", false
+			return nil, false
 		}
 		if cur, ok = m[p]; !ok {
-			return "", false
+			return nil, false
 		}
 	}
-	switch v := cur.(type) {
-	case string:
-		return v, true
-	case json.Number:
-		return v.String(), true
-	case nil:
-		return "", false
-	default:
-		b, _ := json.Marshal(v)
-		return string(b), true
-	}
+	return cur, true
 }
 
 // newID returns a random event ID.

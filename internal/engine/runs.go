@@ -21,6 +21,15 @@ const (
 	StatusCancelled = "cancelled"
 )
 
+// ended reports whether a run with this status has ended.
+func ended(status string) bool {
+	switch status {
+	case StatusCompleted, StatusFailed, StatusCancelled, StatusTimedOut:
+		return true
+	}
+	return false
+}
+
 func statusOf(s dbos.WorkflowStatusType) string {
 	switch s {
 	case dbos.WorkflowStatusEnqueued, dbos.WorkflowStatusDelayed:
@@ -48,31 +57,37 @@ func dbosStatuses(s string) ([]dbos.WorkflowStatusType, error) {
 		return []dbos.WorkflowStatusType{dbos.WorkflowStatusSuccess}, nil
 	case StatusFailed:
 		return []dbos.WorkflowStatusType{dbos.WorkflowStatusError, dbos.WorkflowStatusMaxRecoveryAttemptsExceeded}, nil
-	case StatusCancelled:
+	case StatusCancelled, StatusTimedOut:
 		return []dbos.WorkflowStatusType{dbos.WorkflowStatusCancelled}, nil
 	}
-	return nil, fmt.Errorf("status %q is not one of queued, running, completed, failed, cancelled", s)
+	return nil, invalid("status", "%s is not one of queued, running, completed, failed, cancelled, timed_out", quote(s))
 }
 
 // RunFilter selects runs. Zero fields select everything.
 type RunFilter struct {
 	Function string
-	Status   string // queued, running, completed, failed, cancelled
+	Status   string // queued, running, completed, failed, cancelled, timed_out
 	Since    time.Time
 	Limit    int // default 100
 }
 
 // RunSummary is one run in a list.
 type RunSummary struct {
-	ID         string    `json:"id"`
-	Function   string    `json:"function"`
-	Status     string    `json:"status"`
-	CreatedAt  time.Time `json:"created_at"`
-	StartedAt  time.Time `json:"started_at,omitzero"`
-	EndedAt    time.Time `json:"ended_at,omitzero"`
-	Error      string    `json:"error,omitempty"`
-	RerunOf    string    `json:"rerun_of,omitempty"`
-	Recoveries int       `json:"recoveries,omitempty"` // times the run was resumed after its process stopped
+	ID        string    `json:"id"`
+	Function  string    `json:"function"`
+	Status    string    `json:"status"`
+	CreatedAt time.Time `json:"created_at"`
+	StartedAt time.Time `json:"started_at,omitzero"`
+	EndedAt   time.Time `json:"ended_at,omitzero"`
+	// Error says why a run failed, timed out or was cancelled; Step names
+	// the step a timed-out or cancelled run was in.
+	Error      string `json:"error,omitempty"`
+	Step       string `json:"step,omitempty"`
+	RerunOf    string `json:"rerun_of,omitempty"`
+	Recoveries int    `json:"recoveries,omitempty"` // times the run was resumed after its process stopped
+
+	timeout  time.Duration // the run's deadline from its start, if any
+	deadline time.Time
 }
 
 // Runs lists runs, newest first.
@@ -88,15 +103,16 @@ func (e *Engine) Runs(ctx context.Context, f RunFilter) ([]RunSummary, error) {
 			names = append(names, fn.ID)
 		}
 	} else if _, ok := e.function(f.Function); !ok {
-		return nil, fmt.Errorf("unknown function %q", f.Function)
+		return nil, invalid("function", "%s is not a registered function", quote(f.Function))
 	}
 	if len(names) == 0 {
 		return nil, nil
 	}
+	limit := max(1, cmpOr(f.Limit, 100))
 	opts := []dbos.ListWorkflowsOption{
 		dbos.WithFilterName(names...),
 		dbos.WithFilterSortDesc(),
-		dbos.WithFilterLimit(max(1, cmpOr(f.Limit, 100))),
+		dbos.WithFilterLimit(limit),
 		dbos.WithFilterLoadInput(false),
 		dbos.WithFilterLoadOutput(false),
 	}
@@ -106,18 +122,28 @@ func (e *Engine) Runs(ctx context.Context, f RunFilter) ([]RunSummary, error) {
 	if !f.Since.IsZero() {
 		opts = append(opts, dbos.WithFilterCreatedAfter(f.Since))
 	}
-	ws, err := dbos.ListWorkflows(e.client(ctx), opts...)
-	if err != nil {
-		return nil, fmt.Errorf("list runs: %w", err)
-	}
-	out := make([]RunSummary, 0, len(ws))
+	out := make([]RunSummary, 0, limit)
 	var failed []string
-	for _, w := range ws {
-		s := summary(w)
-		if s.Status == StatusFailed {
-			failed = append(failed, s.ID)
+	// DBOS records both cancelled and timed-out runs as cancelled: asked
+	// for one of them, page on until limit runs of it are found.
+	for offset := 0; len(out) < limit; offset += limit {
+		ws, err := dbos.ListWorkflows(e.client(ctx), append(opts, dbos.WithFilterOffset(offset))...)
+		if err != nil {
+			return nil, fmt.Errorf("list runs: %w", err)
 		}
-		out = append(out, s)
+		for _, w := range ws {
+			s := summary(w)
+			if f.Status != "" && s.Status != f.Status || len(out) == limit {
+				continue
+			}
+			if s.Status == StatusFailed {
+				failed = append(failed, s.ID)
+			}
+			out = append(out, s)
+		}
+		if len(ws) < limit || f.Status != StatusCancelled && f.Status != StatusTimedOut {
+			break
+		}
 	}
 	if len(failed) > 0 {
 		// DBOS reads a run's error only with its output; a failed run has
@@ -136,6 +162,9 @@ func (e *Engine) Runs(ctx context.Context, f RunFilter) ([]RunSummary, error) {
 			}
 		}
 	}
+	if err := e.explainEnds(ctx, out); err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 
@@ -147,8 +176,13 @@ func summary(w dbos.WorkflowStatus) RunSummary {
 		CreatedAt: w.CreatedAt.UTC(),
 		StartedAt: w.StartedAt.UTC(),
 		RerunOf:   w.ForkedFrom,
+		timeout:   w.Timeout,
+		deadline:  w.Deadline,
 	}
-	if s.Status == StatusCompleted || s.Status == StatusFailed || s.Status == StatusCancelled {
+	if timedOut(w) {
+		s.Status = StatusTimedOut
+	}
+	if ended(s.Status) {
 		s.EndedAt = cmpTime(w.CompletedAt, w.UpdatedAt).UTC()
 	}
 	if w.Error != nil {
@@ -176,7 +210,19 @@ type StepView struct {
 	OutputBytes     int             `json:"output_bytes,omitempty"`
 	OutputTruncated string          `json:"output_truncated,omitempty"` // says which limit cut the output
 	Error           string          `json:"error,omitempty"`
-	AttemptErrors   []string        `json:"attempt_errors,omitempty"`
+	FailedAttempts  []FailedAttempt `json:"failed_attempts,omitempty"`
+}
+
+// FailedAttempt is one failed attempt of a step: its error and what the
+// error's class made the engine do next.
+type FailedAttempt struct {
+	Attempt int    `json:"attempt"`
+	Class   string `json:"class"` // retry, fatal, retry_after or quota_wait (see Class)
+	Error   string `json:"error"`
+	// RetryAfterMS is the wait the provider or the governor asked for
+	// (retry_after, quota_wait); a retry's backoff shows in waited_ms.
+	RetryAfterMS float64 `json:"retry_after_ms,omitempty"`
+	Final        bool    `json:"final,omitempty"` // no attempt followed
 }
 
 // RunDetail is a run with its steps.
@@ -193,6 +239,9 @@ var ErrRunNotFound = errors.New("run not found")
 // RunDetail returns a run and its steps. Step outputs longer than
 // outputLimit bytes are cut, and the cut says so.
 func (e *Engine) RunDetail(ctx context.Context, id string, outputLimit int) (*RunDetail, error) {
+	if err := CheckRunID(id); err != nil {
+		return nil, err
+	}
 	c := e.client(ctx)
 	ws, err := dbos.ListWorkflows(c, dbos.WithFilterWorkflowIDs(id), dbos.WithFilterLoadInput(true), dbos.WithFilterLoadOutput(true))
 	if err != nil {
@@ -217,6 +266,18 @@ func (e *Engine) RunDetail(ctx context.Context, id string, outputLimit int) (*Ru
 		return nil, fmt.Errorf("get steps of run %s: %w", id, err)
 	}
 	d.Steps = foldSteps(steps, outputLimit, d.Status)
+	one := []RunSummary{d.RunSummary}
+	if err := e.explainEnds(ctx, one); err != nil {
+		return nil, err
+	}
+	d.RunSummary = one[0]
+	if (d.Status == StatusCancelled || d.Status == StatusTimedOut) && d.Step == "" {
+		// No process saw it stop: name the step whose attempts had not
+		// succeeded when it did, if any.
+		if n := len(d.Steps); n > 0 && d.Steps[n-1].Status != StatusCompleted {
+			d.Step = d.Steps[n-1].Name
+		}
+	}
 	return d, nil
 }
 
@@ -301,12 +362,20 @@ func foldSteps(rows []dbos.StepInfo, outputLimit int, runStatus string) []StepVi
 		v.DurationMS = ms(v.EndedAt.Sub(v.StartedAt))
 		if s.Error != nil {
 			v.Error = s.Error.Error()
-			v.AttemptErrors = append(v.AttemptErrors, v.Error)
 			v.Status = StatusFailed
+			fa := FailedAttempt{Attempt: v.Attempts, Class: "unknown", Error: v.Error, Final: true}
 			var se *StepError
-			if errors.As(s.Error, &se) && !se.Final {
-				v.Status = "retrying"
+			if errors.As(s.Error, &se) {
+				fa.Attempt, fa.Class, fa.Final = se.Attempt, se.Class.String(), se.Final
+				fa.Error = se.Message
+				if se.Class == Wait || se.Class == Quota {
+					fa.RetryAfterMS = ms(se.RetryAfter)
+				}
+				if !se.Final {
+					v.Status = "retrying"
+				}
 			}
+			v.FailedAttempts = append(v.FailedAttempts, fa)
 			v.Output = nil
 			continue
 		}
@@ -325,10 +394,20 @@ func foldSteps(rows []dbos.StepInfo, outputLimit int, runStatus string) []StepVi
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
+// ErrEnded is returned by Cancel for a run that has already ended.
+var ErrEnded = errors.New("the run has already ended")
+
 // Cancel stops a queued or running run. A running step finishes its current
 // attempt's I/O but its result is not recorded.
 func (e *Engine) Cancel(ctx context.Context, id string) error {
-	if _, err := e.RunDetail(ctx, id, 1); err != nil {
+	d, err := e.RunDetail(ctx, id, 1)
+	if err != nil {
+		return err
+	}
+	if ended(d.Status) {
+		return fmt.Errorf("run %s is %s: %w", id, d.Status, ErrEnded)
+	}
+	if err := e.noteCancel(ctx, id, d.StartedAt); err != nil {
 		return err
 	}
 	if err := dbos.CancelWorkflow(e.client(ctx), id); err != nil {
@@ -338,7 +417,7 @@ func (e *Engine) Cancel(ctx context.Context, id string) error {
 }
 
 // ErrNotRerunnable is returned by Rerun for a run that has not ended.
-var ErrNotRerunnable = errors.New("only a failed or cancelled run can be re-run")
+var ErrNotRerunnable = errors.New("only a failed, cancelled or timed-out run can be re-run")
 
 // Rerun starts a new run that reuses the recorded results of every step
 // before the first one that failed (or did not finish), and runs from there.
@@ -348,7 +427,7 @@ func (e *Engine) Rerun(ctx context.Context, id string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if d.Status != StatusFailed && d.Status != StatusCancelled {
+	if d.Status != StatusFailed && d.Status != StatusCancelled && d.Status != StatusTimedOut {
 		return "", fmt.Errorf("run %s is %s: %w", id, d.Status, ErrNotRerunnable)
 	}
 	fn, _ := e.function(d.Function)
@@ -387,6 +466,9 @@ const waitPoll = 20 * time.Millisecond
 // Wait blocks until the run ends and returns its status. Each check is one
 // read of the run's status row, which also holds what Wait returns.
 func (e *Engine) Wait(ctx context.Context, id string) (RunSummary, error) {
+	if err := CheckRunID(id); err != nil {
+		return RunSummary{}, err
+	}
 	c := e.client(ctx)
 	var timer *time.Timer
 	for {
@@ -397,8 +479,12 @@ func (e *Engine) Wait(ctx context.Context, id string) (RunSummary, error) {
 		if len(ws) == 0 {
 			return RunSummary{}, fmt.Errorf("run %s: %w", id, ErrRunNotFound)
 		}
-		if s := summary(ws[0]); s.Status == StatusCompleted || s.Status == StatusFailed || s.Status == StatusCancelled {
-			return s, nil
+		if s := summary(ws[0]); ended(s.Status) {
+			one := []RunSummary{s}
+			if err := e.explainEnds(ctx, one); err != nil {
+				return RunSummary{}, err
+			}
+			return one[0], nil
 		}
 		if timer == nil {
 			timer = time.NewTimer(waitPoll)

@@ -15,6 +15,13 @@ type Run struct {
 	fn    *Function
 	event Event
 	id    string
+
+	// Where the run is, for the record of a run the deadline or a cancel
+	// stops: the step being tried (empty between steps), its attempt, the
+	// last failed attempt's error, and the last step that finished.
+	step, lastErr, done string
+	attempt             int
+	started             time.Time // when this process began the run
 }
 
 var _ context.Context = (*Run)(nil)
@@ -88,13 +95,18 @@ func (r *Run) attemptError(name string, attempt int, err error) *StepError {
 func retry[R any](r *Run, name string, once func(attempt int) (R, error)) (R, error) {
 	var zero R
 	for attempt := 1; ; {
+		r.step, r.attempt = name, attempt
 		v, err := once(attempt)
 		if err == nil {
+			r.step, r.lastErr, r.done = "", "", name
 			return v, nil
 		}
 		var se *StepError
 		if !errors.As(err, &se) {
 			return zero, err // cancelled, timed out, lost ownership: not a step failure
+		}
+		if r.dctx.Err() == nil { // an attempt the run's end cut short says nothing new
+			r.lastErr = se.Message
 		}
 		var wait time.Duration
 		switch se.Class {

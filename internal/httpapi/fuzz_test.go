@@ -103,7 +103,7 @@ func TestEventBodyRefusals(t *testing.T) {
 		{"two objects", `{"name":"a"} {"name":"b"}`, 400, "trailing data"},
 		{"garbage after", `{"name":"a"}x`, 400, "trailing data"},
 		{"not JSON", `{"name":`, 400, "not valid JSON"},
-		{"no name", `{"id":"1"}`, 400, "has no"},
+		{"no name", `{"id":"1"}`, 400, "is missing or empty"},
 		{"data not an object", `{"name":"a","data":[1]}`, 400, "must be a JSON object"},
 		{"too large", `{"name":"a","data":{"x":"` + string(bytes.Repeat([]byte("x"), 5000)) + `"}}`, 413, "larger than the limit"},
 		{"one object and white space", "{\"name\":\"a\"}\n\t ", 202, ""},

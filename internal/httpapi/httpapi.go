@@ -6,25 +6,33 @@
 //	POST /v1/runs/{id}/cancel    stop a queued or running run
 //	POST /v1/runs/{id}/rerun     a new run from the first step that did not complete
 //	GET  /v1/dropped             ?function=: events a rate limit dropped
-//	GET  /healthz
+//	GET  /healthz                the process answers
+//	GET  /readyz                 the app has started (see Starting)
 //
 // Errors are JSON {"error": "..."} with the status from one table (see
-// statusOf). When a token is set, every /v1 request must carry it as a
-// bearer token.
+// statusOf). Input is checked before the database sees it, so SQLite and
+// PostgreSQL answer it alike; a 500 never carries the database's text: it
+// gives a reference to the server's log line. When a token is set, every
+// /v1 request must carry it as a bearer token.
 package httpapi
 
 import (
+	"bytes"
 	"cmp"
 	"context"
+	"crypto/rand"
 	"crypto/subtle"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sluice-dev/sluice/internal/engine"
 )
@@ -55,6 +63,8 @@ type Config struct {
 	OutputLimit int
 	// Now is the clock for relative "since" filters (default time.Now).
 	Now func() time.Time
+	// Logger receives the errors behind 500 answers (default slog.Default()).
+	Logger *slog.Logger
 }
 
 type api struct {
@@ -68,10 +78,16 @@ func New(cfg Config) http.Handler {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
 	a := &api{cfg: cfg}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
 	mux.Handle("POST /v1/events", a.auth(a.postEvent))
 	mux.Handle("GET /v1/runs", a.auth(a.listRuns))
@@ -93,9 +109,24 @@ func (a *api) auth(h func(w http.ResponseWriter, r *http.Request) error) http.Ha
 			}
 		}
 		if err := h(w, r); err != nil {
-			writeError(w, statusOf(err), err)
+			status := statusOf(err)
+			if status == http.StatusInternalServerError {
+				err = a.internal(r, err)
+			}
+			writeError(w, status, err)
 		}
 	})
+}
+
+// internal logs an unexpected error with a reference and returns what the
+// client sees: the reference, never the error's text, which may quote SQL
+// or the database's own words.
+func (a *api) internal(r *http.Request, err error) error {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	ref := hex.EncodeToString(b[:])
+	a.cfg.Logger.Error("sluice: API request failed", "ref", ref, "method", r.Method, "path", r.URL.Path, "err", err)
+	return fmt.Errorf("internal error (reference %s in the server's log)", ref)
 }
 
 // badRequest marks an error in what the client sent.
@@ -108,14 +139,15 @@ type tooLarge struct{ error }
 func statusOf(err error) int {
 	var br badRequest
 	var tl tooLarge
+	var inv *engine.InvalidError
 	switch {
 	case errors.As(err, &tl):
 		return http.StatusRequestEntityTooLarge
-	case errors.As(err, &br):
+	case errors.As(err, &br), errors.As(err, &inv):
 		return http.StatusBadRequest
 	case errors.Is(err, engine.ErrRunNotFound), errors.Is(err, engine.ErrNoFunction):
 		return http.StatusNotFound
-	case errors.Is(err, engine.ErrNotRerunnable):
+	case errors.Is(err, engine.ErrNotRerunnable), errors.Is(err, engine.ErrEnded):
 		return http.StatusConflict
 	}
 	return http.StatusInternalServerError
@@ -129,30 +161,38 @@ type eventBody struct {
 }
 
 func (a *api) postEvent(w http.ResponseWriter, r *http.Request) error {
-	body := http.MaxBytesReader(w, r.Body, a.cfg.MaxEventBytes)
-	dec := json.NewDecoder(body)
-	var ev eventBody
-	if err := dec.Decode(&ev); err != nil {
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.cfg.MaxEventBytes))
+	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			return tooLarge{fmt.Errorf("event is larger than the limit of %d bytes (max event size)", a.cfg.MaxEventBytes)}
+		}
+		return badRequest{fmt.Errorf("read event: %w", err)}
+	}
+	// encoding/json would read invalid bytes as U+FFFD and store a name or
+	// ID the client never sent.
+	if !utf8.Valid(raw) {
+		return badRequest{fmt.Errorf("event is not valid UTF-8 (at byte %d)", invalidAt(raw))}
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	var ev eventBody
+	if err := dec.Decode(&ev); err != nil {
+		var ute *json.UnmarshalTypeError
+		if errors.As(err, &ute) && ute.Field != "" {
+			return badRequest{fmt.Errorf("event %q must be %s, not a JSON %s", ute.Field, jsonType(ute.Type.String()), ute.Value)}
 		}
 		return badRequest{fmt.Errorf("event is not valid JSON: %w", err)}
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return tooLarge{fmt.Errorf("event is larger than the limit of %d bytes (max event size)", a.cfg.MaxEventBytes)}
-		}
 		return badRequest{errors.New("event: trailing data after the JSON object: send one event per request")}
 	}
-	if ev.Name == "" {
-		return badRequest{errors.New(`event has no "name"`)}
+	// The engine checks the fields each function reads before it stores
+	// anything; what every event needs is checked here.
+	e := engine.Event{Name: ev.Name, ID: ev.ID, Data: ev.Data, TS: ev.TS}
+	if err := engine.CheckEvent(e); err != nil {
+		return err
 	}
-	if len(ev.Data) > 0 && ev.Data[0] != '{' && string(ev.Data) != "null" {
-		return badRequest{errors.New(`event "data" must be a JSON object`)}
-	}
-	sent, err := a.cfg.Engine.Send(r.Context(), engine.Event{Name: ev.Name, ID: ev.ID, Data: ev.Data, TS: ev.TS})
+	sent, err := a.cfg.Engine.Send(r.Context(), e)
 	if err != nil {
 		return err
 	}
@@ -181,9 +221,6 @@ func (a *api) listRuns(w http.ResponseWriter, r *http.Request) error {
 	}
 	runs, err := a.cfg.Engine.Runs(r.Context(), f)
 	if err != nil {
-		if strings.Contains(err.Error(), "is not one of") || strings.Contains(err.Error(), "unknown function") {
-			return badRequest{err}
-		}
 		return err
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"runs": nonNil(runs)})
@@ -224,6 +261,29 @@ func (a *api) dropped(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"dropped": nonNil(d)})
 	return nil
+}
+
+// invalidAt is the offset of the first byte of b that is not UTF-8.
+func invalidAt(b []byte) int {
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n == 1 {
+			return i
+		}
+		i += n
+	}
+	return len(b)
+}
+
+// jsonType names a Go type of eventBody as JSON does.
+func jsonType(goType string) string {
+	switch goType {
+	case "string":
+		return "a string"
+	case "time.Time":
+		return "an RFC 3339 time string"
+	}
+	return "JSON " + goType
 }
 
 func nonNil[T any](s []T) []T {

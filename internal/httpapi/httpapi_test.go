@@ -131,7 +131,7 @@ func TestAPI(t *testing.T) {
 				{"GET", "/v1/runs", "", "", 401, "bearer token"},
 				{"GET", "/v1/runs", "wrong", "", 401, "bearer token"},
 				{"POST", "/v1/events", "s3cret", `{"name":"user/signup","data":{"pad":"` + strings.Repeat("p", 300) + `"}}`, 413, "limit of 256 bytes"},
-				{"POST", "/v1/events", "s3cret", `{"data":{}}`, 400, "no \"name\""},
+				{"POST", "/v1/events", "s3cret", `{"data":{}}`, 400, `"name": is missing`},
 				{"POST", "/v1/events", "s3cret", `{"name":"x","data":[1]}`, 400, "JSON object"},
 				{"POST", "/v1/events", "s3cret", `{"name":"nobody/listens"}`, 404, "no function"},
 				{"GET", "/v1/runs?status=weird", "s3cret", "", 400, "not one of"},

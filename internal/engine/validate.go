@@ -1,0 +1,170 @@
+package engine
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Bounds on what a client names things with. They are checked before the
+// database sees anything, so SQLite and PostgreSQL answer the same input
+// the same way (PostgreSQL refuses a NUL in text and an index entry over
+// about 2.7 KB; SQLite takes both).
+const (
+	// MaxEventNameBytes bounds an event's name.
+	MaxEventNameBytes = 256
+	// MaxEventIDBytes bounds an event's ID and every value that names a run
+	// (an idempotency key) or a queue partition (a concurrency or throttle key).
+	MaxEventIDBytes = 256
+	// MaxRunIDBytes bounds a run ID: a function ID, a separator and an event
+	// ID or idempotency key, and a re-run's suffix.
+	MaxRunIDBytes = 512
+)
+
+// InvalidError is input refused before anything was stored or looked up.
+// Its message names what is wrong and where.
+type InvalidError struct {
+	What    string // the field or parameter, e.g. `event "id"`
+	Problem string
+}
+
+func (e *InvalidError) Error() string { return e.What + ": " + e.Problem }
+
+func invalid(what, format string, args ...any) *InvalidError {
+	return &InvalidError{What: what, Problem: fmt.Sprintf(format, args...)}
+}
+
+// checkText checks a client's identifier: at most limit bytes of UTF-8
+// with no control characters. Empty is allowed; callers decide.
+func checkText(what, s string, limit int) error {
+	if len(s) > limit {
+		return invalid(what, "%d bytes is over the limit of %d (it begins %s)", len(s), limit, quote(s))
+	}
+	if !utf8.ValidString(s) {
+		return invalid(what, "is not valid UTF-8 (%s)", quote(s))
+	}
+	for i, r := range s {
+		if unicode.IsControl(r) {
+			return invalid(what, "has the control character %U at byte %d (%s)", r, i, quote(s))
+		}
+	}
+	return nil
+}
+
+// quote quotes s for an error message, cut to its first 48 bytes so that an
+// over-long value is not repeated whole.
+func quote(s string) string {
+	const show = 48
+	if len(s) <= show {
+		return strconv.Quote(s)
+	}
+	cut := show
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return strconv.Quote(s[:cut]) + "…"
+}
+
+// CheckRunID checks a run ID a client sent, as every lookup by ID does.
+func CheckRunID(id string) error {
+	if id == "" {
+		return invalid("run id", "is empty")
+	}
+	return checkText("run id", id, MaxRunIDBytes)
+}
+
+// CheckEvent checks an event's name, ID and data before anything else is
+// done with it; Function.checkEvent then checks what each function reads.
+func CheckEvent(ev Event) error {
+	if ev.Name == "" {
+		return invalid(`event "name"`, "is missing or empty")
+	}
+	if err := checkText(`event "name"`, ev.Name, MaxEventNameBytes); err != nil {
+		return err
+	}
+	if err := checkText(`event "id"`, ev.ID, MaxEventIDBytes); err != nil {
+		return err
+	}
+	data := bytes.TrimSpace(ev.Data)
+	if len(data) > 0 && !bytes.Equal(data, []byte("null")) {
+		if !json.Valid(data) {
+			return invalid(`event "data"`, "is not valid JSON")
+		}
+		if data[0] != '{' {
+			return invalid(`event "data"`, "must be a JSON object")
+		}
+	}
+	return nil
+}
+
+// checkEvent checks the event fields f reads (idempotency key, partition
+// key, priority) and its declared data type.
+func (f *Function) checkEvent(ev Event) error {
+	if f.Idempotency != "" {
+		if err := checkKeyField(ev, f.Idempotency, fmt.Sprintf("the idempotency key of function %s", f.ID)); err != nil {
+			return err
+		}
+	}
+	if pk := f.partitionKey(); pk != "" {
+		if err := checkKeyField(ev, pk, fmt.Sprintf("the concurrency key of function %s", f.ID)); err != nil {
+			return err
+		}
+	}
+	if f.Priority != "" {
+		if v, ok := fieldValue(ev, f.Priority); ok && v != nil {
+			n, isNum := v.(json.Number)
+			if !isNum {
+				return invalid(fmt.Sprintf("event field %q (the priority of function %s)", f.Priority, f.ID), "must be an integer")
+			}
+			if _, err := strconv.Atoi(n.String()); err != nil {
+				return invalid(fmt.Sprintf("event field %q (the priority of function %s)", f.Priority, f.ID), "%s is not an integer", quote(n.String()))
+			}
+		}
+	}
+	if f.Decode != nil {
+		data := bytes.TrimSpace(ev.Data)
+		if len(data) > 0 && !bytes.Equal(data, []byte("null")) {
+			if err := f.Decode(data); err != nil {
+				return invalid(`event "data"`, "does not decode as the event type of function %s: %v", f.ID, err)
+			}
+		}
+	}
+	return nil
+}
+
+// checkKeyField checks a field whose value names a run or a partition: when
+// present it is a non-empty string or a number, bounded as an event ID. An
+// absent field is allowed (the run is named by the event ID, the partition
+// is the default one).
+func checkKeyField(ev Event, path, role string) error {
+	v, ok := fieldValue(ev, path)
+	if !ok || v == nil {
+		return nil
+	}
+	what := fmt.Sprintf("event field %q (%s)", path, role)
+	switch x := v.(type) {
+	case string:
+		if x == "" {
+			return invalid(what, "is empty: give it a value or leave it out")
+		}
+		return checkText(what, x, MaxEventIDBytes)
+	case json.Number:
+		return checkText(what, x.String(), MaxEventIDBytes)
+	}
+	return invalid(what, "must be a string or a number, not %s", jsonKind(v))
+}
+
+func jsonKind(v any) string {
+	switch v.(type) {
+	case bool:
+		return "a boolean"
+	case map[string]any:
+		return "an object"
+	case []any:
+		return "an array"
+	}
+	return fmt.Sprintf("%T", v)
+}
