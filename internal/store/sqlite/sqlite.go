@@ -7,6 +7,18 @@
 // transaction begun with BEGIN IMMEDIATE, so a transaction that reads and then
 // writes takes the write lock up front instead of failing with SQLITE_BUSY
 // when it upgrades. Times are stored as integer Unix milliseconds.
+//
+// # Another process holding the file
+//
+// SQLite lets one process write at a time. Open takes the write lock to
+// apply its migrations, so when another process holds a lock on the file (a
+// second sluice, or an sqlite3 shell with a transaction open) Open waits for
+// it at most the busy timeout (BusyTimeout, or the busy_timeout the path
+// sets) and then returns a *LockedError naming the file: a process never
+// starts on a file it could not write. A write of the Store that meets a
+// lock taken later waits the same busy timeout and then returns a
+// *LockedError too. Several processes on one database is what PostgreSQL is
+// for.
 package sqlite
 
 import (
@@ -16,13 +28,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+	sqlitedrv "modernc.org/sqlite" // also registers the "sqlite" database/sql driver
 
 	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/internal/store/internal/driver"
@@ -61,16 +75,69 @@ var (
 // its own), so it is no handle to give DBOS, which needs several at once.
 const Memory = ":memory:"
 
+// BusyTimeout is how long a statement waits for a lock another process holds
+// on the file before it fails, unless the path sets busy_timeout itself. It
+// bounds how long Open takes to report a file locked by another process.
+const BusyTimeout = 5 * time.Second
+
 // pragmas are applied by the driver to every new connection of the pool
 // (database/sql has no per-connection hook); they match what DBOS applies to
-// the SQLite handles it opens itself, since it uses ours as given.
-var pragmas = []string{"busy_timeout(5000)", "foreign_keys(ON)", "journal_mode(WAL)", "synchronous(NORMAL)"}
+// the SQLite handles it opens itself, since it uses ours as given. The busy
+// timeout comes first so that the journal mode, which needs the lock when it
+// changes, waits for it too.
+var pragmas = []string{
+	"busy_timeout(" + strconv.FormatInt(BusyTimeout.Milliseconds(), 10) + ")",
+	"foreign_keys(ON)", "journal_mode(WAL)", "synchronous(NORMAL)",
+}
+
+// LockedError is the error of a statement that waited the whole busy timeout
+// for a lock another process holds on the database file: another sluice
+// process, or an sqlite3 shell with a transaction open.
+type LockedError struct {
+	Path string        // the database file, as given to Open without DSN parameters
+	Wait time.Duration // the busy timeout the statement waited
+	Err  error         // the driver's SQLITE_BUSY or SQLITE_LOCKED error
+}
+
+func (e *LockedError) Error() string {
+	return fmt.Sprintf("database file %s is locked by another process (waited the %s busy timeout): "+
+		"stop the other process (another sluice, or an sqlite3 shell with a transaction open) and try again, "+
+		"or use PostgreSQL (postgres://…) to run several processes on one database", e.Path, e.Wait)
+}
+
+func (e *LockedError) Unwrap() error { return e.Err }
+
+// The primary result codes of SQLite's lock errors; extended codes
+// (SQLITE_BUSY_SNAPSHOT, …) carry them in the low byte.
+const (
+	codeBusy   = 5 // SQLITE_BUSY: another connection holds the lock
+	codeLocked = 6 // SQLITE_LOCKED: a conflict within one connection's cache
+)
+
+// Locked returns err as a *LockedError naming the store's file when err is
+// SQLite's busy or locked error, and err unchanged otherwise. It is for the
+// error of a statement run on DB, as the driver returned it: the
+// *LockedError says what happened in full, so a context wrapped around err
+// before would be dropped; wrap the result instead.
+func (s *Store) Locked(err error) error {
+	var se *sqlitedrv.Error
+	var le *LockedError
+	if err == nil || errors.As(err, &le) || !errors.As(err, &se) {
+		return err
+	}
+	if c := se.Code() & 0xff; c != codeBusy && c != codeLocked {
+		return err
+	}
+	return &LockedError{Path: s.name, Wait: s.busyTimeout, Err: err}
+}
 
 // Store is a store.Store on one SQLite database. It is safe for simultaneous
 // use by multiple goroutines, and by several processes on the same file.
 type Store struct {
-	db   *sql.DB
-	path string
+	db          *sql.DB
+	path        string
+	name        string        // path without DSN parameters
+	busyTimeout time.Duration // the connections' busy_timeout
 
 	closeOnce sync.Once
 	closeErr  error
@@ -111,12 +178,31 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		db.SetMaxIdleConns(4)
 		db.SetConnMaxLifetime(time.Hour)
 	}
-	s := &Store{db: db, path: path}
+	s := &Store{db: db, path: path, name: name, busyTimeout: busyTimeout(path)}
 	if err := s.migrate(ctx); err != nil {
 		db.Close()
+		var le *LockedError
+		if errors.As(s.Locked(err), &le) {
+			return nil, fmt.Errorf("open sqlite: %w", le)
+		}
 		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
 	}
 	return s, nil
+}
+
+// busyTimeout returns the busy timeout the connections of path get: the
+// path's own busy_timeout pragma, or BusyTimeout.
+func busyTimeout(path string) time.Duration {
+	_, v, ok := strings.Cut(path, "_pragma=busy_timeout(")
+	if !ok {
+		return BusyTimeout
+	}
+	v, _, _ = strings.Cut(v, ")")
+	ms, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+	if err != nil || ms < 0 {
+		return BusyTimeout // the driver refuses it when it connects
+	}
+	return time.Duration(min(ms, math.MaxInt32)) * time.Millisecond // SQLite's is an int
 }
 
 // dsn adds the default pragmas and BEGIN IMMEDIATE to path, leaving out any
@@ -242,7 +328,7 @@ func (s *Store) UpsertCharges(ctx context.Context, key string, charges []store.C
 		return nil
 	}
 	if err := s.upsertCharges(ctx, key, driver.LastByID(charges)); err != nil {
-		return fmt.Errorf("upsert charges: %w", err)
+		return fmt.Errorf("upsert charges: %w", s.Locked(err))
 	}
 	return nil
 }
@@ -264,7 +350,7 @@ func (s *Store) upsertCharges(ctx context.Context, key string, charges []store.C
 func (s *Store) Charges(ctx context.Context, key string, since time.Time) ([]store.Charge, error) {
 	rows, err := s.db.QueryContext(ctx, chargesSQL, key, since.UnixMilli())
 	if err != nil {
-		return nil, fmt.Errorf("read charges: %w", err)
+		return nil, fmt.Errorf("read charges: %w", s.Locked(err))
 	}
 	defer rows.Close()
 	var out []store.Charge
@@ -287,7 +373,7 @@ func (s *Store) Charges(ctx context.Context, key string, since time.Time) ([]sto
 func (s *Store) PruneCharges(ctx context.Context, key string, before time.Time) (int64, error) {
 	res, err := s.db.ExecContext(ctx, pruneChargesSQL, key, before.UnixMilli())
 	if err != nil {
-		return 0, fmt.Errorf("prune charges: %w", err)
+		return 0, fmt.Errorf("prune charges: %w", s.Locked(err))
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
