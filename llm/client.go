@@ -36,12 +36,17 @@ type Config struct {
 	// bodies. Default: OpenAI.
 	Profile Profile
 
-	// HTTPClient sends the requests. Default: a client whose transport
-	// bounds connecting (10 s), TLS handshakes (10 s) and waiting for
-	// response headers (10 min: a long completion only answers when done),
-	// with no overall timeout so streams can run; bound each call with its
-	// context.
+	// HTTPClient sends the requests. Timeouts bound every call whatever the
+	// client, on top of any timeout the client has of its own. Default: a
+	// client with no timeouts of its own (Timeouts is the one place they
+	// are set) that keeps up to 16 idle connections per host.
 	HTTPClient *http.Client
+
+	// Timeouts bounds the phases of every call: Connect (default 10 s),
+	// FirstByte (2 min) and Total (10 min). A zero field means its default,
+	// a negative one no deadline; WithTimeouts overrides them for the calls
+	// made with a context.
+	Timeouts Timeouts
 
 	// DefaultMaxTokens is the max_tokens given to a request that sets none
 	// and whose model has no entry in ModelMaxTokens. Default: 0, no
@@ -92,6 +97,7 @@ func (c Config) withDefaults() Config {
 	if c.HTTPClient == nil {
 		c.HTTPClient = defaultHTTPClient()
 	}
+	c.Timeouts = c.Timeouts.or(defaultTimeouts)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -112,6 +118,9 @@ func (c Config) validate() error {
 	if u.RawQuery != "" || u.Fragment != "" {
 		return fmt.Errorf("llm: BaseURL %q must not have a query or fragment", c.BaseURL)
 	}
+	if err := c.Timeouts.validate(); err != nil {
+		return err
+	}
 	if c.DefaultMaxTokens < 0 {
 		return fmt.Errorf("llm: DefaultMaxTokens %d is negative", c.DefaultMaxTokens)
 	}
@@ -131,9 +140,10 @@ func (c Config) validate() error {
 
 func defaultHTTPClient() *http.Client {
 	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.DialContext = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
-	t.TLSHandshakeTimeout = 10 * time.Second
-	t.ResponseHeaderTimeout = 10 * time.Minute
+	// Config.Timeouts bounds connecting and waiting for the answer; a
+	// deadline of the transport's own would cut a longer one set there.
+	t.DialContext = (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext
+	t.TLSHandshakeTimeout = 0
 	t.MaxIdleConnsPerHost = 16
 	return &http.Client{Transport: t}
 }
@@ -289,9 +299,9 @@ func (c *Client) Models(ctx context.Context) ([]Model, error) {
 		return nil, fmt.Errorf("llm: models: %w", err)
 	}
 	c.setHeaders(hreq)
-	resp, err := c.cfg.HTTPClient.Do(hreq)
+	resp, err := c.do(hreq)
 	if err != nil {
-		return nil, c.transportError(ctx, err)
+		return nil, err
 	}
 	defer resp.Body.Close()
 	body, err := readBody(resp.Body)
@@ -342,11 +352,7 @@ func (c *Client) postBody(ctx context.Context, body []byte, stream bool) (*http.
 	} else {
 		hreq.Header.Set("Accept", "application/json")
 	}
-	resp, err := c.cfg.HTTPClient.Do(hreq)
-	if err != nil {
-		return nil, c.transportError(ctx, err)
-	}
-	return resp, nil
+	return c.do(hreq)
 }
 
 func (c *Client) setHeaders(hreq *http.Request) {

@@ -338,8 +338,9 @@ func TestChatTransportFailures(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		go func() { <-arrived; cancel() }()
 		_, err := c.Chat(ctx, userRequest("m", "hi"))
-		if !errors.Is(err, context.Canceled) || Retryable(err) {
-			t.Fatalf("err = %#v", err)
+		var te *TransportError
+		if !errors.Is(err, context.Canceled) || errors.As(err, &te) || Retryable(err) {
+			t.Fatalf("err = %#v, want context.Canceled", err)
 		}
 	})
 	t.Run("connection closed mid-response", func(t *testing.T) {
@@ -498,6 +499,7 @@ func TestNewClientValidates(t *testing.T) {
 		{"negative default", Config{DefaultMaxTokens: -1}, "DefaultMaxTokens -1 is negative"},
 		{"zero per model", Config{ModelMaxTokens: map[string]int{"m": 0}}, `ModelMaxTokens["m"] = 0`},
 		{"two authorizations", Config{APIKey: "k", Header: http.Header{"Authorization": {"Bearer x"}}}, "Header sets Authorization"},
+		{"timeout in bare nanoseconds", Config{Timeouts: Timeouts{Total: 600}}, "Timeouts.Total 600ns is under a millisecond"},
 	}
 	for _, tt := range tests {
 		_, err := NewClient(tt.cfg)

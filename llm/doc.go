@@ -17,6 +17,15 @@
 // default output allowance for such a request, which is how a request
 // becomes too large to ever fit an output-tokens-per-minute limit.
 //
+// Every call has deadlines, whatever the http.Client ([Timeouts]): getting
+// a connection (Connect, default 10 s), the wait from the request written
+// to the first byte of the response (FirstByte, 2 min; for a non-streamed
+// completion, the whole generation) and the whole call including the body
+// or the stream (Total, 10 min). Config.Timeouts sets them for a client,
+// [WithTimeouts] for the calls made with a context; a deadline of the
+// context applies too. One that passes fails the call with a
+// [*TransportError] of kind Timeout that names it, which is retryable.
+//
 // The client never retries. Every answer that is not a success is returned
 // as one of:
 //

@@ -168,7 +168,8 @@ type TransportKind uint8
 const (
 	// Other is any failure not listed below (refused connection, DNS...).
 	Other TransportKind = iota
-	// Timeout: the HTTP client's or the context's deadline passed.
+	// Timeout: a deadline passed: one of Config.Timeouts (the message names
+	// which, and its duration), the HTTP client's or the context's.
 	Timeout
 	// Reset: the connection closed or was reset before the response ended.
 	Reset

@@ -75,7 +75,9 @@ type Stream struct {
 // ChatStream sends a request as a stream (stream: true, with
 // stream_options.include_usage so the final chunk reports usage) and
 // returns once the response headers have arrived. An error status is
-// returned as a classified error, like Chat's.
+// returned as a classified error, like Chat's. The stream is read within
+// the call's Total deadline (see Timeouts), counted from the call's start;
+// closing it, or reading it to its end, releases the call.
 func (c *Client) ChatStream(ctx context.Context, req *ChatRequest) (*Stream, error) {
 	r, err := c.ApplyDefaults(req)
 	if err != nil {
