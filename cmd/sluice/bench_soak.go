@@ -1,0 +1,431 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sluice-dev/sluice"
+	"github.com/sluice-dev/sluice/examples/summarize"
+	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/sim"
+)
+
+func init() {
+	registerBench(&command{
+		name:    "soak",
+		summary: "run the summarize pipeline for an hour of compressed time against a faulty provider; check memory, goroutines, files and connections stay flat",
+		run:     runBenchSoak,
+	})
+}
+
+// Tolerance of the flatness verdict: a series is flat when its last value is
+// at most soakGrowth times its first plus the series' slack. The slack is
+// what an idle process holds in varying amounts: the LLM client keeps up to
+// 16 idle connections to the simulator, each 3 goroutines and 2 descriptors
+// (both ends are in this process); the SQLite pool keeps up to 4 idle
+// connections; the heap carries a GC cycle's worth of caches. A leak of one
+// goroutine, descriptor or connection per run, or per faulted call, exceeds
+// it within a few hundred runs, and an hour's soak sends over a thousand.
+const soakGrowth = 1.2
+
+// soakSlack is each series' absolute slack, in its unit.
+var soakSlack = map[string]float64{
+	"heap_bytes": 4 << 20,
+	"goroutines": 50,
+	"open_fds":   40,
+	"db_conns":   4,
+}
+
+type soakReport struct {
+	Driver      string  `json:"driver"`        // sqlite or postgres
+	Duration    string  `json:"duration"`      // of pipeline time, warm-up excluded
+	Speed       float64 `json:"speed"`         // compression: pipeline time per wall time
+	Wall        string  `json:"wall"`          // measured, warm-up and drains included
+	RatePerMin  float64 `json:"rate_per_min"`  // documents sent per minute of pipeline time
+	Sent        int     `json:"sent"`          // runs started, warm-up included
+	Completed   int     `json:"completed"`     // runs that ended completed
+	Failed      int     `json:"failed"`        // runs that ended any other way
+	LateSends   int     `json:"late_sends"`    // sends more than one interval behind schedule
+	LLMRequests int64   `json:"llm_requests"`  // requests the simulator received
+	LLMOK       int64   `json:"llm_succeeded"` // of them, answered 200 with a whole body
+	// LLMFaults counts the simulator's injected faults by kind; LLMRejected
+	// its rate-limit rejections (the governor should keep these near 0).
+	LLMFaults   map[string]int64 `json:"llm_faults"`
+	LLMRejected int64            `json:"llm_rejected"`
+	Series      []soakSeries     `json:"series"`
+	Flat        bool             `json:"flat"`      // every series is flat
+	Tolerance   string           `json:"tolerance"` // the verdict's rule
+	Samples     []soakSample     `json:"samples"`
+}
+
+// soakSeries is one measured quantity: First is taken idle after the
+// warm-up, Last idle after the soak's runs have all ended, Max over every
+// sample (under load too).
+type soakSeries struct {
+	Name  string  `json:"name"`
+	First int64   `json:"first"`
+	Last  int64   `json:"last"`
+	Max   int64   `json:"max"`
+	Slack float64 `json:"slack"`
+	Flat  bool    `json:"flat"`
+}
+
+// soakSample is one reading of the process. At is pipeline time since the
+// soak began (negative: warm-up).
+type soakSample struct {
+	Phase      string        `json:"phase"` // first, during, last
+	At         time.Duration `json:"at_ns"`
+	HeapBytes  int64         `json:"heap_bytes"` // Go heap in use after a GC
+	Goroutines int64         `json:"goroutines"`
+	OpenFDs    int64         `json:"open_fds"` // -1 where /proc/self/fd is missing
+	DBConns    int64         `json:"db_conns"` // -1 where it cannot be read
+}
+
+func runBenchSoak(ctx context.Context, env *cmdEnv, args []string) error {
+	fs := newFlagSet(env, "bench soak", "[flags]",
+		"Runs examples/summarize in this process against the provider simulator with faults, sending\n"+
+			"documents at a steady rate for --duration of pipeline time, compressed --speed times: the\n"+
+			"event rate and the per-minute limits are multiplied by the speed; the provider's latency,\n"+
+			"a hung call's wait and the retry backoff are divided by it. --duration 1h --speed 20 takes\n"+
+			"3 minutes of wall time. A warm-up of --warmup runs first. Go heap in use, goroutines, open\n"+
+			"file descriptors and database connections are sampled idle after the warm-up (first),\n"+
+			"every --sample-every under load, and idle once every run has ended (last); a series is\n"+
+			"flat when last ≤ first×1.2 + its slack.")
+	duration := fs.Duration("duration", time.Hour, "pipeline time to send documents for")
+	speed := fs.Float64("speed", 20, "compression: pipeline time per wall time (1 = real time)")
+	rate := fs.Float64("rate", 20, "documents sent per minute of pipeline time")
+	warmup := fs.Duration("warmup", 5*time.Minute, "pipeline time of traffic before the first sample")
+	every := fs.Duration("sample-every", 10*time.Second, "wall time between samples under load")
+	dbURL := fs.String("db", "", "database: postgres://… URL, or an SQLite path (default: a new SQLite file in a temporary folder)")
+	latency := fs.Duration("latency", 2*time.Second, "mean response time of the provider, in pipeline time")
+	hang := fs.Duration("hang", 30*time.Second, "how long a timeout fault holds a call before the provider drops it, in pipeline time")
+	limitsF := fs.String("limits", "rpm=100,tpm=30000", "the key's per-minute limits, in pipeline time (rpm tpm itpm otpm; day limits cannot be compressed)")
+	faultsF := fs.String("faults", "error_5xx=0.10,timeout=0.05,reset=0.02,bad_json=0.02", "fractions of admitted calls that fail")
+	drain := fs.Duration("drain-timeout", 5*time.Minute, "wall time to wait for the runs in flight to end after sending stops")
+	seed := fs.Int64("seed", 1, "seed of the simulator's faults, latency and output lengths")
+	asJSON := fs.Bool("json", false, "print the report, every sample included, as JSON")
+	if err := parseFlags(fs, env, args); err != nil {
+		return err
+	}
+	// Bounds: at most a day of pipeline time, a million runs, and a
+	// compression that leaves every scaled wait at least a microsecond.
+	switch {
+	case *duration <= 0 || *duration > 24*time.Hour:
+		return fmt.Errorf("--duration %s: want more than 0 and at most 24h", *duration)
+	case !(*speed >= 1 && *speed <= 1000):
+		return fmt.Errorf("--speed %g: want 1 to 1000", *speed)
+	case !(*rate > 0 && *rate <= 10000):
+		return fmt.Errorf("--rate %g: want more than 0 and at most 10000 a minute", *rate)
+	case *warmup < 0 || *warmup > *duration:
+		return fmt.Errorf("--warmup %s: want 0 to --duration", *warmup)
+	case *every <= 0:
+		return fmt.Errorf("--sample-every %s: want a positive duration", *every)
+	case *latency < 0 || *latency > time.Hour:
+		return fmt.Errorf("--latency %s: want 0 to 1h", *latency)
+	case *hang <= 0 || *hang > time.Hour:
+		return fmt.Errorf("--hang %s: want more than 0 and at most 1h", *hang)
+	case *drain <= 0:
+		return fmt.Errorf("--drain-timeout %s: want a positive duration", *drain)
+	}
+	if n := *rate * (*duration + *warmup).Minutes(); n > 1e6 {
+		return fmt.Errorf("--rate %g for %s sends %.0f documents: at most a million", *rate, *duration+*warmup, n)
+	}
+	limits, err := governor.ParseLimits(*limitsF)
+	if err != nil {
+		return fmt.Errorf("--limits: %w", err)
+	}
+	for _, l := range governor.AllLimits {
+		if limits[l] != 0 && l.Period() != time.Minute {
+			return fmt.Errorf("--limits: %s counts over a day, which a compressed run cannot reproduce; give per-minute limits", l)
+		}
+		// Saturate: a scaled limit beyond any count is no limit at all.
+		scaled := float64(limits[l]) * *speed
+		limits[l] = int64(min(scaled, math.MaxInt64/2))
+	}
+	faults, err := parseFaults(*faultsF)
+	if err != nil {
+		return fmt.Errorf("--faults: %w", err)
+	}
+	scale := func(d time.Duration) time.Duration { return max(time.Duration(float64(d) / *speed), time.Microsecond) }
+
+	db := *dbURL
+	driver := "sqlite"
+	if strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://") {
+		driver = "postgres"
+	} else if db == "" {
+		dir, err := os.MkdirTemp("", "sluice-soak")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		db = filepath.Join(dir, "sluice.db")
+	}
+	conns, closeConns, err := dbConnCounter(ctx, driver, db)
+	if err != nil {
+		return err
+	}
+	defer closeConns()
+
+	model, err := sim.NewModel(sim.Config{Profile: "groq", Latency: scale(*latency), Faults: faults, Limits: limits, Seed: *seed, Wire: true})
+	if err != nil {
+		return err
+	}
+	provider := sim.NewServer(model, sim.ServerConfig{HangTimeout: scale(*hang)})
+	if err := provider.Start(ctx); err != nil {
+		return err
+	}
+	defer provider.Stop(context.Background())
+	app, err := newSummarizeApp(ctx, env, summarizeOptions{
+		db: db, providerURL: "http://" + provider.Addr() + "/v1", profile: "groq", limits: limits.String(),
+		retryBase: scale(time.Second),
+	})
+	if err != nil {
+		return err
+	}
+	defer app.Stop(context.Background())
+	if err := app.Start(ctx); err != nil {
+		return err
+	}
+
+	began := time.Now()
+	s := &soak{app: app, interval: time.Duration(float64(time.Minute) / (*rate * *speed)), speed: *speed, conns: conns}
+	rep := soakReport{Driver: driver, Duration: duration.String(), Speed: *speed, RatePerMin: *rate, Tolerance: fmt.Sprintf("last ≤ first×%g + slack", soakGrowth)}
+	// Warm-up: traffic until caches, pools and the governor's state have
+	// grown to their working size, then every run ended.
+	if err := s.send(ctx, int(*rate*warmup.Minutes()), &rep); err != nil {
+		return err
+	}
+	if err := s.wait(ctx, *drain, &rep); err != nil {
+		return err
+	}
+	s.start = time.Now()
+	rep.Samples = append(rep.Samples, s.sample(ctx, "first"))
+	sctx, stopSampling := context.WithCancel(ctx)
+	sampled := make(chan []soakSample, 1)
+	go func() {
+		var out []soakSample
+		t := time.NewTicker(*every)
+		defer t.Stop()
+		for {
+			select {
+			case <-sctx.Done():
+				sampled <- out
+				return
+			case <-t.C:
+				out = append(out, s.sample(sctx, "during"))
+			}
+		}
+	}()
+	err = s.send(ctx, int(*rate*duration.Minutes()), &rep)
+	if err == nil {
+		err = s.wait(ctx, *drain, &rep)
+	}
+	stopSampling()
+	rep.Samples = append(rep.Samples, <-sampled...)
+	if err != nil {
+		return err
+	}
+	rep.Samples = append(rep.Samples, s.sample(ctx, "last"))
+	rep.Wall = time.Since(began).Round(time.Millisecond).String()
+
+	st := model.Stats()
+	rep.LLMRequests, rep.LLMOK, rep.LLMRejected = st.Requests, st.Succeeded, st.Rejected
+	rep.LLMFaults = map[string]int64{}
+	for f := sim.Fault5xx; f < sim.NumFaults; f++ {
+		rep.LLMFaults[f.String()] = st.Faults[f]
+	}
+	rep.Series, rep.Flat = soakVerdict(rep.Samples)
+	if *asJSON {
+		return json.NewEncoder(env.stdout).Encode(rep)
+	}
+	printSoak(env.stdout, rep)
+	return nil
+}
+
+// soak sends the documents and reads the process.
+type soak struct {
+	app      *sluice.App
+	interval time.Duration // wall time between two sends
+	speed    float64
+	conns    func(context.Context) int64
+	start    time.Time // of the soak proper, for samples' At
+	next     int       // number of the next document
+	pending  []string  // runs sent and not yet waited for
+}
+
+// send sends n documents, one every interval; a send that falls behind the
+// schedule goes at once, and counts as late when a whole interval behind.
+func (s *soak) send(ctx context.Context, n int, rep *soakReport) error {
+	t0 := time.Now()
+	for i := range n {
+		due := t0.Add(time.Duration(i) * s.interval)
+		if d := time.Until(due); d > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(d):
+			}
+		} else if -d > s.interval {
+			rep.LateSends++
+		}
+		doc := fmt.Sprintf("soak-%07d", s.next)
+		s.next++
+		sent, err := s.app.Send(ctx, summarize.Event, "upload-"+doc, summarize.Doc{DocumentID: doc})
+		if err != nil {
+			return fmt.Errorf("send %s: %w", doc, err)
+		}
+		if len(sent) != 1 || sent[0].Status != "queued" {
+			return fmt.Errorf("send %s: %+v, want one run queued", doc, sent)
+		}
+		s.pending = append(s.pending, sent[0].RunID)
+		rep.Sent++
+	}
+	return nil
+}
+
+// wait waits for every run sent so far to end, oldest first: most have ended
+// by the time their turn comes, so this reads about one run at a time.
+func (s *soak) wait(ctx context.Context, timeout time.Duration, rep *soakReport) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for i, id := range s.pending {
+		st, err := s.app.Wait(ctx, id)
+		if err != nil {
+			return fmt.Errorf("wait for run %s (%d runs still in flight): %w", id, len(s.pending)-i, err)
+		}
+		if st.Status == "completed" {
+			rep.Completed++
+		} else {
+			rep.Failed++
+		}
+	}
+	s.pending = s.pending[:0]
+	return nil
+}
+
+func (s *soak) sample(ctx context.Context, phase string) soakSample {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return soakSample{
+		Phase:      phase,
+		At:         time.Duration(float64(time.Since(s.start)) * s.speed).Round(time.Second),
+		HeapBytes:  int64(ms.HeapInuse),
+		Goroutines: int64(runtime.NumGoroutine()),
+		OpenFDs:    openFDs(),
+		DBConns:    s.conns(ctx),
+	}
+}
+
+// soakVerdict summarizes the samples into series and judges each flat.
+func soakVerdict(samples []soakSample) ([]soakSeries, bool) {
+	get := []struct {
+		name string
+		v    func(soakSample) int64
+	}{
+		{"heap_bytes", func(s soakSample) int64 { return s.HeapBytes }},
+		{"goroutines", func(s soakSample) int64 { return s.Goroutines }},
+		{"open_fds", func(s soakSample) int64 { return s.OpenFDs }},
+		{"db_conns", func(s soakSample) int64 { return s.DBConns }},
+	}
+	all := len(samples) >= 2
+	out := make([]soakSeries, 0, len(get))
+	for _, g := range get {
+		sr := soakSeries{Name: g.name, Slack: soakSlack[g.name], Max: math.MinInt64}
+		for _, s := range samples {
+			sr.Max = max(sr.Max, g.v(s))
+		}
+		if len(samples) > 0 {
+			sr.First, sr.Last = g.v(samples[0]), g.v(samples[len(samples)-1])
+		}
+		sr.Flat = len(samples) >= 2 && float64(sr.Last) <= float64(sr.First)*soakGrowth+sr.Slack
+		all = all && sr.Flat
+		out = append(out, sr)
+	}
+	return out, all
+}
+
+func printSoak(w io.Writer, rep soakReport) {
+	fmt.Fprintf(w, "%s: %s of pipeline time at %g× (%s wall), %g documents a minute\n", rep.Driver, rep.Duration, rep.Speed, rep.Wall, rep.RatePerMin)
+	fmt.Fprintf(w, "runs: sent %d  completed %d  failed %d  late sends %d\n", rep.Sent, rep.Completed, rep.Failed, rep.LateSends)
+	fmt.Fprintf(w, "LLM calls: %d  succeeded %d  rate-limited %d  faults", rep.LLMRequests, rep.LLMOK, rep.LLMRejected)
+	for f := sim.Fault5xx; f < sim.NumFaults; f++ {
+		fmt.Fprintf(w, " %s %d", f, rep.LLMFaults[f.String()])
+	}
+	fmt.Fprintf(w, "\n\n")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "series\tfirst\tlast\tmax\tslack\tflat\t")
+	for _, s := range rep.Series {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.0f\t%v\t\n", s.Name, s.First, s.Last, s.Max, s.Slack, s.Flat)
+	}
+	tw.Flush()
+	verdict := "flat"
+	if !rep.Flat {
+		verdict = "NOT flat"
+	}
+	fmt.Fprintf(w, "\n%s (%s; first idle after warm-up, last idle after the last run, %d samples)\n", verdict, rep.Tolerance, len(rep.Samples))
+}
+
+// openFDs counts the process's open file descriptors, or -1 where
+// /proc/self/fd does not exist.
+func openFDs() int64 {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return -1
+	}
+	return int64(len(ents)) - 1 // the directory's own descriptor
+}
+
+// dbConnCounter returns what counts the database connections open to db.
+// They are counted where they end rather than through the pools that hold
+// them (the app does not expose its pool), so every handle counts, whoever
+// opened it. On PostgreSQL: the server's sessions on the database other than
+// the counter's own. On SQLite: the process's descriptors of the database
+// file, one per connection plus any SQLite keeps open for a connection closed
+// while another held a lock on the file (it closes them when the locks go).
+func dbConnCounter(ctx context.Context, driver, db string) (func(context.Context) int64, func(), error) {
+	if driver == "postgres" {
+		conn, err := pgx.Connect(ctx, db)
+		if err != nil {
+			return nil, nil, fmt.Errorf("connect to count connections: %w", err)
+		}
+		count := func(ctx context.Context) int64 {
+			var n int64
+			err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`).Scan(&n)
+			if err != nil {
+				return -1
+			}
+			return n
+		}
+		return count, func() { conn.Close(context.Background()) }, nil
+	}
+	path, err := filepath.Abs(strings.TrimPrefix(db, "sqlite:"))
+	if err != nil {
+		return nil, nil, err
+	}
+	count := func(context.Context) int64 {
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			return -1
+		}
+		var n int64
+		for _, e := range ents {
+			if target, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && target == path {
+				n++
+			}
+		}
+		return n
+	}
+	return count, func() {}, nil
+}
