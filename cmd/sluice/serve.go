@@ -73,7 +73,7 @@ func runServe(ctx context.Context, env *cmdEnv, args []string) error {
 
 type summarizeOptions struct {
 	db, providerURL, profile, limits, keyEnv, model string
-	concurrency                                     int
+	concurrency, retries                            int
 	retryBase                                       time.Duration
 }
 
@@ -112,7 +112,7 @@ func newSummarizeApp(ctx context.Context, env *cmdEnv, o summarizeOptions) (*slu
 	if err != nil {
 		return nil, err
 	}
-	if err := summarize.Register(app, summarize.Config{Model: o.model, Concurrency: o.concurrency}); err != nil {
+	if err := summarize.Register(app, summarize.Config{Model: o.model, Concurrency: o.concurrency, Retries: o.retries}); err != nil {
 		_ = app.Stop(context.Background())
 		return nil, err
 	}

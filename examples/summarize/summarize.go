@@ -30,6 +30,10 @@ const (
 	Event      = "doc/uploaded"
 )
 
+// DefaultConcurrency is how many runs are in flight at most when
+// Config.Concurrency is zero.
+const DefaultConcurrency = 20
+
 // Config configures the pipeline. The zero value works with the simulator.
 type Config struct {
 	// Model is the model both LLM calls ask for (default "sim-model").
@@ -41,7 +45,7 @@ type Config struct {
 	// Fetch loads a document's text (default: a made-up article of a few
 	// hundred words derived from the ID).
 	Fetch func(ctx context.Context, documentID string) (string, error)
-	// Concurrency bounds runs in flight (default 20).
+	// Concurrency bounds runs in flight (default DefaultConcurrency).
 	Concurrency int
 	// Timeout bounds a run (default 10m).
 	Timeout time.Duration
@@ -76,7 +80,7 @@ func Register(app *sluice.App, cfg Config) error {
 		Retries:     cmp.Or(cfg.Retries, 5),
 		Timeout:     cmp.Or(cfg.Timeout, 10*time.Minute),
 		Idempotency: "event.data.documentId",
-		Concurrency: []sluice.Concurrency{{Limit: cmp.Or(cfg.Concurrency, 20)}},
+		Concurrency: []sluice.Concurrency{{Limit: cmp.Or(cfg.Concurrency, DefaultConcurrency)}},
 		Flow:        "summaries",
 	}, func(ctx *sluice.Context, ev sluice.Event[Doc]) (Result, error) {
 		id := ev.Data.DocumentID
