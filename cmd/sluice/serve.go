@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/sluice-dev/sluice/examples/summarize"
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/guard"
+	"github.com/sluice-dev/sluice/internal/httpapi"
 	"github.com/sluice-dev/sluice/llm"
 )
 
@@ -25,8 +27,11 @@ func runServe(ctx context.Context, env *cmdEnv, args []string) error {
 	fs := newFlagSet(env, "serve", "[flags]",
 		"Runs the functions compiled into this binary (examples/summarize) durably, and serves\n"+
 			"POST /v1/events, GET /v1/runs, GET /v1/runs/{id}, POST /v1/runs/{id}/cancel and\n"+
-			"POST /v1/runs/{id}/rerun. Bound to loopback by default; any other address needs a\n"+
-			"bearer token in the environment variable named by --token-env.")
+			"POST /v1/runs/{id}/rerun. It listens at once and opens the database and resumes\n"+
+			"unfinished runs in the background: GET /healthz answers as soon as it listens, GET\n"+
+			"/readyz answers 200 once it is ready (503 with the phase before), and the API answers\n"+
+			"503 with Retry-After until then. Bound to loopback by default; any other address needs\n"+
+			"a bearer token in the environment variable named by --token-env.")
 	addr := fs.String("addr", "127.0.0.1:8288", "address to listen on")
 	dbURL := fs.String("db", "", "database: an SQLite path or postgres://… URL (default $SLUICE_DB or sluice.db)")
 	tokenEnv := fs.String("token-env", "SLUICE_API_TOKEN", "environment variable holding the API's bearer token (required off loopback)")
@@ -37,6 +42,11 @@ func runServe(ctx context.Context, env *cmdEnv, args []string) error {
 	limits := fs.String("limits", "rpm=30,tpm=8000,tpd=200000,otpm=1000", "the key's limits, e.g. rpm=30,tpm=8000")
 	keyEnv := fs.String("api-key-env", "", "environment variable holding the provider's API key (optional)")
 	model := fs.String("model", "sim-model", "model the pipeline asks for")
+	runTimeout := fs.Duration("run-timeout", 10*time.Minute, "deadline of each run from its start; a run past it ends timed_out, naming the step it was in")
+	var calls llm.Timeouts
+	fs.DurationVar(&calls.Connect, "connect-timeout", 0, "deadline of connecting to the provider (0: the llm default, 10s; negative: none)")
+	fs.DurationVar(&calls.FirstByte, "first-byte-timeout", 0, "deadline from a call sent to the first byte of its answer; a call past it is retried (0: the llm default, 2m; negative: none)")
+	fs.DurationVar(&calls.Total, "call-timeout", 0, "deadline of a whole provider call (0: the llm default, 10m; negative: none)")
 	sf := addServerFlags(fs)
 	if err := parseFlags(fs, env, args); err != nil {
 		return err
@@ -54,27 +64,54 @@ func runServe(ctx context.Context, env *cmdEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	app, err := newSummarizeApp(ctx, env, summarizeOptions{db: *dbURL, providerURL: *providerURL, profile: *profile, limits: *limits, keyEnv: *keyEnv, model: *model})
-	if err != nil {
-		return err
+	if *runTimeout <= 0 {
+		return fmt.Errorf("--run-timeout %s: want a positive duration", *runTimeout)
 	}
-	defer app.Stop(context.Background())
-	if err := app.Start(ctx); err != nil {
-		return err
-	}
+	// Listen first: a restart is reachable within moments, and /readyz
+	// says when the database is open and unfinished runs are resumed.
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", *addr, err)
 	}
-	srv := guard.NewServer(app.Handler(sluice.HandlerConfig{Token: token, MaxEventBytes: *maxEvent, OutputLimit: *outputLimit}), gc)
+	starting := httpapi.NewStarting("opening the database")
+	srv := guard.NewServer(starting, gc)
 	fmt.Fprintf(env.stdout, "listening on http://%s\n", ln.Addr())
-	return serveUntilDone(ctx, srv, ln)
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	appc := make(chan *sluice.App, 1)
+	go func() {
+		began := time.Now()
+		app, err := newSummarizeApp(sctx, env, summarizeOptions{db: *dbURL, providerURL: *providerURL, profile: *profile, limits: *limits, keyEnv: *keyEnv, model: *model, runTimeout: *runTimeout, timeouts: calls})
+		if err == nil {
+			appc <- app
+			starting.Phase("resuming unfinished runs")
+			err = app.Start(sctx)
+		}
+		if err != nil {
+			starting.Fail(err)
+			cancel(err)
+			return
+		}
+		starting.Ready(app.Handler(sluice.HandlerConfig{Token: token, MaxEventBytes: *maxEvent, OutputLimit: *outputLimit}))
+		fmt.Fprintf(env.stdout, "ready in %s\n", time.Since(began).Round(time.Millisecond))
+	}()
+	err = serveUntilDone(sctx, srv, ln)
+	select {
+	case app := <-appc:
+		_ = app.Stop(context.Background())
+	default:
+	}
+	if cause := context.Cause(sctx); err == nil && cause != nil && !errors.Is(cause, context.Canceled) {
+		return cause // start-up failed
+	}
+	return err
 }
 
 type summarizeOptions struct {
 	db, providerURL, profile, limits, keyEnv, model string
 	concurrency, retries                            int
-	retryBase                                       time.Duration
+	retryBase, runTimeout                           time.Duration
+	timeouts                                        llm.Timeouts // of each provider call
 }
 
 // newSummarizeApp builds an app running the summarize pipeline.
@@ -105,14 +142,14 @@ func newSummarizeApp(ctx context.Context, env *cmdEnv, o summarizeOptions) (*slu
 		RetryBase:   o.retryBase,
 		Providers: []sluice.Provider{{
 			Name:   o.profile,
-			LLM:    llm.Config{BaseURL: o.providerURL, APIKey: key, Profile: prof},
+			LLM:    llm.Config{BaseURL: o.providerURL, APIKey: key, Profile: prof, Timeouts: o.timeouts},
 			Limits: ls,
 		}},
 	})
 	if err != nil {
 		return nil, err
 	}
-	if err := summarize.Register(app, summarize.Config{Model: o.model, Concurrency: o.concurrency, Retries: o.retries}); err != nil {
+	if err := summarize.Register(app, summarize.Config{Model: o.model, Concurrency: o.concurrency, Retries: o.retries, Timeout: o.runTimeout}); err != nil {
 		_ = app.Stop(context.Background())
 		return nil, err
 	}

@@ -1,13 +1,17 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"io"
+	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluice-dev/sluice/examples/summarize"
 )
@@ -71,5 +75,83 @@ func TestSendPostsEvent(t *testing.T) {
 	code = runMain(context.Background(), env, []string{"send", "x", "--data", "[1]", "--url", srv.URL})
 	if code != 1 || !strings.Contains(errb.String(), "not a JSON object") {
 		t.Fatalf("bad data: exit %d, err %s", code, errb.String())
+	}
+}
+
+// serve listens before it opens the database: /healthz answers at once,
+// /readyz turns 200 when the app has started, and the API works then.
+func TestServeListensThenStarts(t *testing.T) {
+	t.Parallel()
+	pr, pw := io.Pipe()
+	env := &cmdEnv{stdout: pw, stderr: io.Discard, getenv: func(string) string { return "" }}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() {
+		done <- runMain(ctx, env, []string{"serve", "--addr", "127.0.0.1:0", "--db", filepath.Join(t.TempDir(), "s.db"), "--provider-url", "http://127.0.0.1:1/v1"})
+		pw.Close()
+	}()
+	lines := bufio.NewScanner(pr)
+	if !lines.Scan() {
+		t.Fatal("serve printed nothing")
+	}
+	base, ok := strings.CutPrefix(lines.Text(), "listening on ")
+	if !ok {
+		t.Fatalf("first line %q, want the address", lines.Text())
+	}
+	go func() {
+		for lines.Scan() { // drain "ready in …"
+		}
+	}()
+	get := func(path string) (int, string) {
+		resp, err := http.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := get("/healthz"); code != 200 {
+		t.Fatalf("/healthz right after listening: %d %s", code, body)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, body := get("/readyz")
+		if code == 200 {
+			break
+		}
+		if code != 503 || !strings.Contains(body, `"starting"`) || time.Now().After(deadline) {
+			t.Fatalf("/readyz while starting: %d %s", code, body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	resp, err := http.Post(base+"/v1/events", "application/json", strings.NewReader(`{"name":"`+summarize.Event+`","data":{"documentId":"d1"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 202 {
+		t.Fatalf("event once ready: %d", resp.StatusCode)
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("serve exited %d after its context ended", code)
+	}
+}
+
+// A start-up that fails ends serve with the error, though it was listening.
+func TestServeStartFailureExits(t *testing.T) {
+	t.Parallel()
+	var stderr bytes.Buffer
+	env := &cmdEnv{stdout: io.Discard, stderr: &stderr, getenv: func(string) string { return "" }}
+	file := filepath.Join(t.TempDir(), "a-file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	code := runMain(ctx, env, []string{"serve", "--addr", "127.0.0.1:0", "--db", filepath.Join(file, "s.db")})
+	if code != 1 || !strings.Contains(stderr.String(), "s.db") {
+		t.Fatalf("exit %d, stderr %q: want 1 naming the database", code, stderr.String())
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -181,8 +182,8 @@ func TestTimeoutCancelsRun(t *testing.T) {
 			return nil, Sleep(r, time.Hour)
 		}})
 		s := send(t, e, "go", "a", nil)
-		if got := wait(t, e, s.RunID); got.Status != StatusCancelled {
-			t.Fatalf("status %s, want cancelled by the timeout", got.Status)
+		if got := wait(t, e, s.RunID); got.Status != StatusTimedOut || !strings.HasPrefix(got.Error, "run deadline of 300ms passed") {
+			t.Fatalf("status %s (%s), want timed_out by the deadline", got.Status, got.Error)
 		}
 	})
 }

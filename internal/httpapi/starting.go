@@ -1,0 +1,62 @@
+package httpapi
+
+import (
+	"fmt"
+	"net/http"
+	"sync/atomic"
+	"time"
+)
+
+// Starting answers while an app starts, so a server can listen at once and
+// open its database, migrate and resume runs in the background: GET
+// /healthz answers 200 (the process is up), GET /readyz 503 with the phase
+// until Ready, and every other request 503 with Retry-After. After Ready,
+// every request goes to the app's handler, whose /readyz answers 200.
+type Starting struct {
+	began time.Time
+	phase atomic.Pointer[string]
+	ready atomic.Pointer[http.Handler]
+	fail  atomic.Pointer[string]
+}
+
+// NewStarting returns a Starting in its first phase.
+func NewStarting(phase string) *Starting {
+	s := &Starting{began: time.Now()}
+	s.Phase(phase)
+	return s
+}
+
+// Phase names what start-up is doing now, for /readyz.
+func (s *Starting) Phase(p string) { s.phase.Store(&p) }
+
+// Ready hands every request from now on to h.
+func (s *Starting) Ready(h http.Handler) { s.ready.Store(&h) }
+
+// Fail records why start-up failed; /readyz and the API say it until the
+// process exits.
+func (s *Starting) Fail(err error) {
+	msg := err.Error()
+	s.fail.Store(&msg)
+}
+
+func (s *Starting) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h := s.ready.Load(); h != nil {
+		(*h).ServeHTTP(w, r)
+		return
+	}
+	if r.URL.Path == "/healthz" && r.Method == http.MethodGet {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		return
+	}
+	status, msg := "starting", fmt.Sprintf("sluice is starting (%s, for %s); retry shortly", *s.phase.Load(), time.Since(s.began).Round(time.Millisecond))
+	if f := s.fail.Load(); f != nil {
+		status, msg = "failed", "sluice failed to start: "+*f
+	} else {
+		w.Header().Set("Retry-After", "1")
+	}
+	if r.URL.Path == "/readyz" && r.Method == http.MethodGet {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": status, "phase": *s.phase.Load(), "detail": msg})
+		return
+	}
+	writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": msg})
+}
