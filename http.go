@@ -21,8 +21,8 @@ type HandlerConfig struct {
 
 // Handler returns the app's HTTP API: POST /v1/events, GET /v1/runs
 // (?function=&status=&since=&limit=), GET /v1/runs/{id}, POST
-// /v1/runs/{id}/cancel, POST /v1/runs/{id}/rerun, GET /v1/dropped and GET
-// /healthz.
+// /v1/runs/{id}/cancel, POST /v1/runs/{id}/rerun, GET /v1/dropped, GET
+// /healthz and GET /readyz.
 func (a *App) Handler(cfg HandlerConfig) http.Handler {
 	return httpapi.New(httpapi.Config{Engine: a.e, Token: cfg.Token, MaxEventBytes: cfg.MaxEventBytes, OutputLimit: cfg.OutputLimit})
 }
