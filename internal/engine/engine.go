@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -28,8 +30,10 @@ type Config struct {
 	// of the version that started them; the default derives it from the
 	// binary, so a rebuilt binary does not resume an old binary's runs.
 	AppVersion string
-	// ExecutorID names this process among several on one Postgres (default
-	// "local"). A restarted process with the same ID resumes its runs.
+	// ExecutorID names this process among several on one database (default
+	// "local"). A restarted process with the same ID resumes its runs; while
+	// an engine with an ID runs, Launch refuses a second one with the same
+	// ID on the same database (see Launch).
 	ExecutorID string
 	// PollInterval is how often each function's queue is polled for runs to
 	// start (default 100ms).
@@ -73,7 +77,9 @@ type Engine struct {
 	activeMu    sync.Mutex
 	active      int
 	stopping    bool
+	stopped     bool // DBOS has shut down: no run starts any more
 	beforeClose []func(context.Context) error
+	unlock      func() // releases the executor lock taken by Launch
 
 	classify Classifier // for errors the engine does not know; default ClassifyLLM
 
@@ -142,12 +148,30 @@ func (e *Engine) Postgres() bool { return e.db.postgres() }
 
 // Launch registers the functions' queues and schedules and starts DBOS, which
 // resumes runs a previous process left unfinished.
+//
+// Launch first takes the executor's lock, held until Shutdown has stopped
+// every run, and fails with ErrExecutorRunning while another engine (in this
+// process or another) holds it. DBOS resumes at launch every unfinished run
+// of its executor ID without asking whether the executor that started it
+// still runs it: a second engine with a live one's ID would hand the live
+// one's runs in flight to a second execution, and their steps would run
+// twice at once.
 func (e *Engine) Launch(ctx context.Context) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.launched {
 		return errors.New("engine already launched")
 	}
+	unlock, err := lockExecutor(ctx, e.db, e.cfg.AppName, e.dctx.GetExecutorID())
+	if err != nil {
+		return err
+	}
+	launched := false
+	defer func() {
+		if !launched {
+			unlock()
+		}
+	}()
 	var schedules []dbos.ScheduleSpec
 	for _, fn := range e.fns {
 		q, err := dbos.RegisterQueue(e.dctx, fn.queueName(), fn.queueOptions(e.cfg.PollInterval)...)
@@ -172,7 +196,10 @@ func (e *Engine) Launch(ctx context.Context) error {
 	if err := dbos.Launch(e.dctx); err != nil {
 		return fmt.Errorf("launch DBOS: %w", err)
 	}
-	e.launched = true
+	e.activeMu.Lock()
+	e.unlock = unlock
+	e.activeMu.Unlock()
+	e.launched, launched = true, true
 	return nil
 }
 
@@ -201,10 +228,24 @@ func (e *Engine) leave() {
 	e.activeMu.Lock()
 	e.active--
 	idle := e.stopping && e.active == 0
+	unlock := e.takeUnlock()
 	e.activeMu.Unlock()
 	if idle {
 		e.runBeforeClose()
 	}
+	unlock()
+}
+
+// takeUnlock returns what releases the executor lock once it may go — DBOS
+// has stopped and no run executes — and a no-op before that or after it was
+// taken. The caller holds activeMu.
+func (e *Engine) takeUnlock() func() {
+	if !e.stopped || e.active > 0 || e.unlock == nil {
+		return func() {}
+	}
+	u := e.unlock
+	e.unlock = nil
+	return u
 }
 
 // runBeforeClose runs the BeforeClose functions. DBOS waits for every run
@@ -225,7 +266,9 @@ func (e *Engine) runBeforeClose() {
 
 // Shutdown stops running runs at their next step boundary (they resume at
 // the next Launch), runs the BeforeClose functions once no run executes, and
-// closes the database. Safe to call twice.
+// closes the database. The executor lock is released once no run executes:
+// if a run outlives the timeout, a new engine with the same executor ID can
+// launch only after that run has returned. Safe to call twice.
 func (e *Engine) Shutdown(timeout time.Duration) error {
 	var err error
 	e.stopOnce.Do(func() {
@@ -239,8 +282,67 @@ func (e *Engine) Shutdown(timeout time.Duration) error {
 		// DBOS closes the shared handle: nothing may use the store after it.
 		err = dbos.Shutdown(e.dctx, timeout)
 		e.db.close()
+		e.activeMu.Lock()
+		e.stopped = true
+		unlock := e.takeUnlock()
+		e.activeMu.Unlock()
+		unlock()
 	})
 	return err
+}
+
+// ErrExecutorRunning is returned by Launch while another engine with the same
+// executor ID runs on the same database.
+var ErrExecutorRunning = errors.New("an engine with this executor ID already runs on this database")
+
+// lockExecutor takes the lock that keeps one live engine per executor ID,
+// application and database, and returns what releases it. The lock goes
+// with the process that holds it, so a process killed without a shutdown
+// leaves nothing to clean up: on PostgreSQL it is an advisory lock held by
+// a connection of its own, on SQLite an flock on a file beside the database.
+func lockExecutor(ctx context.Context, d *db, app, executor string) (func(), error) {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte("sluice executor\x00" + app + "\x00" + executor))
+	key := h.Sum64()
+	busy := func(where string) error {
+		return fmt.Errorf("launch executor %q of %s on %s: %w (held through %s); give each process its own executor ID, or stop the other one first", executor, app, d.name, ErrExecutorRunning, where)
+	}
+	if d.pg != nil {
+		c, err := d.pg.Acquire(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("lock executor %q: %w", executor, err)
+		}
+		conn := c.Hijack() // a session of its own: the lock lives as long as it
+		var ok bool
+		if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, int64(key)).Scan(&ok); err != nil {
+			_ = conn.Close(context.Background())
+			return nil, fmt.Errorf("lock executor %q: %w", executor, err)
+		}
+		if !ok {
+			_ = conn.Close(context.Background())
+			return nil, busy(fmt.Sprintf("PostgreSQL advisory lock %d", int64(key)))
+		}
+		return func() {
+			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = conn.Close(cctx) // ending the session releases the lock
+		}, nil
+	}
+	path := strings.TrimPrefix(strings.TrimPrefix(d.name, "sqlite:"), "file:")
+	path, _, _ = strings.Cut(path, "?")
+	path = fmt.Sprintf("%s.executor-%016x.lock", path, key)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600) // #nosec G304 -- beside the database the caller named
+	if err != nil {
+		return nil, fmt.Errorf("lock executor %q: %w", executor, err)
+	}
+	if err := flock(f); err != nil {
+		_ = f.Close()
+		if errors.Is(err, errLocked) {
+			return nil, busy(path)
+		}
+		return nil, fmt.Errorf("lock executor %q: %w", executor, err)
+	}
+	return func() { _ = f.Close() }, nil // closing the file releases the lock
 }
 
 // backoff is the wait before attempt n+1 after n transient failures.
