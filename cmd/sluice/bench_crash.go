@@ -674,11 +674,10 @@ func crashWorker(ctx context.Context, env *cmdEnv, mode string) error {
 		return fmt.Errorf("%s: %w", crashFirstByteEnv, err)
 	}
 	dbURL := env.getenv(crashDBEnv)
-	// Runs inherit the app's context, so every call of the pipeline has
-	// this deadline.
-	app, err := newSummarizeApp(llm.WithTimeouts(ctx, llm.Timeouts{FirstByte: firstByte}), env, summarizeOptions{
+	app, err := newSummarizeApp(ctx, env, summarizeOptions{
 		db: dbURL, providerURL: env.getenv(crashProviderEnv), profile: "groq", limits: "",
 		concurrency: concurrency, retries: retries, retryBase: 50 * time.Millisecond,
+		timeouts: llm.Timeouts{FirstByte: firstByte},
 	})
 	if err != nil {
 		return err
