@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/metrics"
+	"runtime/pprof"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -19,6 +21,7 @@ import (
 	"github.com/sluice-dev/sluice/examples/summarize"
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/sim"
+	"github.com/sluice-dev/sluice/llm"
 )
 
 func init() {
@@ -86,7 +89,7 @@ type soakSeries struct {
 type soakSample struct {
 	Phase      string        `json:"phase"` // first, during, last
 	At         time.Duration `json:"at_ns"`
-	HeapBytes  int64         `json:"heap_bytes"` // Go heap in use after a GC
+	HeapBytes  int64         `json:"heap_bytes"` // live Go heap, as a forced GC marked it
 	Goroutines int64         `json:"goroutines"`
 	OpenFDs    int64         `json:"open_fds"` // -1 where /proc/self/fd is missing
 	DBConns    int64         `json:"db_conns"` // -1 where it cannot be read
@@ -97,8 +100,9 @@ func runBenchSoak(ctx context.Context, env *cmdEnv, args []string) error {
 		"Runs examples/summarize in this process against the provider simulator with faults, sending\n"+
 			"documents at a steady rate for --duration of pipeline time, compressed --speed times: the\n"+
 			"event rate and the per-minute limits are multiplied by the speed; the provider's latency,\n"+
-			"a hung call's wait and the retry backoff are divided by it. --duration 1h --speed 20 takes\n"+
-			"3 minutes of wall time. A warm-up of --warmup runs first. Go heap in use, goroutines, open\n"+
+			"the client's first-byte deadline (which ends the calls the provider never answers), the\n"+
+			"retry backoff and the run deadline are divided by it. --duration 1h --speed 20 takes\n"+
+			"3 minutes of wall time. A warm-up of --warmup runs first. The live Go heap, goroutines, open\n"+
 			"file descriptors and database connections are sampled idle after the warm-up (first),\n"+
 			"every --sample-every under load, and idle once every run has ended (last); a series is\n"+
 			"flat when last ≤ first×1.2 + its slack.")
@@ -109,17 +113,19 @@ func runBenchSoak(ctx context.Context, env *cmdEnv, args []string) error {
 	every := fs.Duration("sample-every", 10*time.Second, "wall time between samples under load")
 	dbURL := fs.String("db", "", "database: postgres://… URL, or an SQLite path (default: a new SQLite file in a temporary folder)")
 	latency := fs.Duration("latency", 2*time.Second, "mean response time of the provider, in pipeline time")
-	hang := fs.Duration("hang", 30*time.Second, "how long a timeout fault holds a call before the provider drops it, in pipeline time")
+	firstByte := fs.Duration("first-byte", 30*time.Second, "the client's first-byte deadline, which ends a call the provider never answers, in pipeline time")
+	runTimeout := fs.Duration("run-timeout", 10*time.Minute, "deadline of each run from its start, in pipeline time")
 	limitsF := fs.String("limits", "rpm=100,tpm=30000", "the key's per-minute limits, in pipeline time (rpm tpm itpm otpm; day limits cannot be compressed)")
 	faultsF := fs.String("faults", "error_5xx=0.10,timeout=0.05,reset=0.02,bad_json=0.02", "fractions of admitted calls that fail")
 	drain := fs.Duration("drain-timeout", 5*time.Minute, "wall time to wait for the runs in flight to end after sending stops")
 	seed := fs.Int64("seed", 1, "seed of the simulator's faults, latency and output lengths")
+	profiles := fs.String("heap-profiles", "", "`DIR` to write heap profiles to at the first and last samples (first.pprof, last.pprof), for go tool pprof -diff_base")
 	asJSON := fs.Bool("json", false, "print the report, every sample included, as JSON")
 	if err := parseFlags(fs, env, args); err != nil {
 		return err
 	}
-	// Bounds: at most a day of pipeline time, a million runs, and a
-	// compression that leaves every scaled wait at least a microsecond.
+	// Bounds: at most a day of pipeline time and a million runs; a wait
+	// compressed below a millisecond is a millisecond.
 	switch {
 	case *duration <= 0 || *duration > 24*time.Hour:
 		return fmt.Errorf("--duration %s: want more than 0 and at most 24h", *duration)
@@ -133,8 +139,10 @@ func runBenchSoak(ctx context.Context, env *cmdEnv, args []string) error {
 		return fmt.Errorf("--sample-every %s: want a positive duration", *every)
 	case *latency < 0 || *latency > time.Hour:
 		return fmt.Errorf("--latency %s: want 0 to 1h", *latency)
-	case *hang <= 0 || *hang > time.Hour:
-		return fmt.Errorf("--hang %s: want more than 0 and at most 1h", *hang)
+	case *firstByte <= 0 || *firstByte > time.Hour:
+		return fmt.Errorf("--first-byte %s: want more than 0 and at most 1h", *firstByte)
+	case *runTimeout <= 0 || *runTimeout > 24*time.Hour:
+		return fmt.Errorf("--run-timeout %s: want more than 0 and at most 24h", *runTimeout)
 	case *drain <= 0:
 		return fmt.Errorf("--drain-timeout %s: want a positive duration", *drain)
 	}
@@ -157,7 +165,8 @@ func runBenchSoak(ctx context.Context, env *cmdEnv, args []string) error {
 	if err != nil {
 		return fmt.Errorf("--faults: %w", err)
 	}
-	scale := func(d time.Duration) time.Duration { return max(time.Duration(float64(d) / *speed), time.Microsecond) }
+	// The client's deadlines refuse less than a millisecond.
+	scale := func(d time.Duration) time.Duration { return max(time.Duration(float64(d) / *speed), time.Millisecond) }
 
 	db := *dbURL
 	driver := "sqlite"
@@ -171,6 +180,11 @@ func runBenchSoak(ctx context.Context, env *cmdEnv, args []string) error {
 		defer os.RemoveAll(dir)
 		db = filepath.Join(dir, "sluice.db")
 	}
+	if *profiles != "" {
+		// Finer than the default 512 KiB, so a slow growth shows by its
+		// allocation sites; set before the app allocates anything.
+		runtime.MemProfileRate = 16 << 10
+	}
 	conns, closeConns, err := dbConnCounter(ctx, driver, db)
 	if err != nil {
 		return err
@@ -181,14 +195,17 @@ func runBenchSoak(ctx context.Context, env *cmdEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	provider := sim.NewServer(model, sim.ServerConfig{HangTimeout: scale(*hang)})
+	// The provider holds a timeout fault until the client gives up (its
+	// first-byte deadline), or ten minutes of pipeline time if it does not.
+	provider := sim.NewServer(model, sim.ServerConfig{HangTimeout: scale(10 * time.Minute)})
 	if err := provider.Start(ctx); err != nil {
 		return err
 	}
 	defer provider.Stop(context.Background())
 	app, err := newSummarizeApp(ctx, env, summarizeOptions{
 		db: db, providerURL: "http://" + provider.Addr() + "/v1", profile: "groq", limits: limits.String(),
-		retryBase: scale(time.Second),
+		retryBase: scale(time.Second), runTimeout: scale(*runTimeout),
+		timeouts: llm.Timeouts{FirstByte: scale(*firstByte)},
 	})
 	if err != nil {
 		return err
@@ -199,7 +216,7 @@ func runBenchSoak(ctx context.Context, env *cmdEnv, args []string) error {
 	}
 
 	began := time.Now()
-	s := &soak{app: app, interval: time.Duration(float64(time.Minute) / (*rate * *speed)), speed: *speed, conns: conns}
+	s := &soak{app: app, interval: time.Duration(float64(time.Minute) / (*rate * *speed)), speed: *speed, conns: conns, profiles: *profiles}
 	rep := soakReport{Driver: driver, Duration: duration.String(), Speed: *speed, RatePerMin: *rate, Tolerance: fmt.Sprintf("last ≤ first×%g + slack", soakGrowth)}
 	// Warm-up: traffic until caches, pools and the governor's state have
 	// grown to their working size, then every run ended.
@@ -211,6 +228,9 @@ func runBenchSoak(ctx context.Context, env *cmdEnv, args []string) error {
 	}
 	s.start = time.Now()
 	rep.Samples = append(rep.Samples, s.sample(ctx, "first"))
+	if err := s.profile("first"); err != nil {
+		return err
+	}
 	sctx, stopSampling := context.WithCancel(ctx)
 	sampled := make(chan []soakSample, 1)
 	go func() {
@@ -237,6 +257,9 @@ func runBenchSoak(ctx context.Context, env *cmdEnv, args []string) error {
 		return err
 	}
 	rep.Samples = append(rep.Samples, s.sample(ctx, "last"))
+	if err := s.profile("last"); err != nil {
+		return err
+	}
 	rep.Wall = time.Since(began).Round(time.Millisecond).String()
 
 	st := model.Stats()
@@ -259,6 +282,7 @@ type soak struct {
 	interval time.Duration // wall time between two sends
 	speed    float64
 	conns    func(context.Context) int64
+	profiles string    // folder for heap profiles; "" writes none
 	start    time.Time // of the soak proper, for samples' At
 	next     int       // number of the next document
 	pending  []string  // runs sent and not yet waited for
@@ -316,16 +340,35 @@ func (s *soak) wait(ctx context.Context, timeout time.Duration, rep *soakReport)
 
 func (s *soak) sample(ctx context.Context, phase string) soakSample {
 	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
+	live := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(live)
 	return soakSample{
 		Phase:      phase,
 		At:         time.Duration(float64(time.Since(s.start)) * s.speed).Round(time.Second),
-		HeapBytes:  int64(ms.HeapInuse),
+		HeapBytes:  int64(live[0].Value.Uint64()),
 		Goroutines: int64(runtime.NumGoroutine()),
 		OpenFDs:    openFDs(),
 		DBConns:    s.conns(ctx),
 	}
+}
+
+// profile writes a heap profile as of the last GC to the profiles folder.
+func (s *soak) profile(name string) error {
+	if s.profiles == "" {
+		return nil
+	}
+	if err := os.MkdirAll(s.profiles, 0o750); err != nil {
+		return err
+	}
+	f, err := os.Create(filepath.Join(s.profiles, name+".pprof"))
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		f.Close()
+		return fmt.Errorf("write heap profile: %w", err)
+	}
+	return f.Close()
 }
 
 // soakVerdict summarizes the samples into series and judges each flat.

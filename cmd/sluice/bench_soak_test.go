@@ -18,6 +18,9 @@ func TestBenchSoak(t *testing.T) {
 	env := &cmdEnv{stdout: &out, stderr: &errb, getenv: os.Getenv}
 	code := runMain(context.Background(), env, []string{"bench", "soak",
 		"--duration", "3m", "--warmup", "1m", "--speed", "60", "--rate", "20", "--sample-every", "500ms",
+		// Deadlines compressed 60 times would be shorter than what a
+		// loaded CI machine takes under -race; the faults still come.
+		"--first-byte", "2m", "--run-timeout", "1h",
 		"--db", filepath.Join(t.TempDir(), "soak.db"), "--json"})
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
@@ -63,6 +66,7 @@ func TestBenchSoakRefusesBadFlags(t *testing.T) {
 		{[]string{"--warmup", "2h"}, "--warmup"},
 		{[]string{"--rate", "10000", "--duration", "24h"}, "at most a million"},
 		{[]string{"--faults", "timeout=2"}, "--faults"},
+		{[]string{"--first-byte", "0s"}, "--first-byte"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			t.Parallel()
