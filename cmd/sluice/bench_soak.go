@@ -41,8 +41,8 @@ func init() {
 // hold a wall-clock minute of calls, which is speed times more calls than at
 // real time (about 0.7 MB at 20×). A leak of one goroutine, descriptor or
 // connection per run, or per faulted call, exceeds it within a few hundred
-// runs, and one of a kilobyte a run by the end of an hour's soak at the
-// default rate (1,300 runs, warm-up included).
+// runs, and one of 1.5 KB a run by the end of an hour's soak at the default
+// rate (1,300 runs, warm-up included).
 const soakGrowth = 1.2
 
 // soakSlack is each series' absolute slack, in its unit.
