@@ -58,7 +58,7 @@ func (d *db) exec(ctx context.Context, q string, args ...any) (int64, error) {
 	}
 	res, err := d.sqlite.ExecContext(ctx, q, args...)
 	if err != nil {
-		return 0, err
+		return 0, d.explain(err)
 	}
 	return res.RowsAffected()
 }
@@ -70,8 +70,16 @@ func (d *db) queryRow(ctx context.Context, q string, args ...any) scanner {
 	if d.pg != nil {
 		return d.pg.QueryRow(ctx, q, args...)
 	}
-	return d.sqlite.QueryRowContext(ctx, q, args...)
+	return explained{d.sqlite.QueryRowContext(ctx, q, args...), d}
 }
+
+// explained gives an SQLite row's error in words a user can act on.
+type explained struct {
+	row scanner
+	d   *db
+}
+
+func (e explained) Scan(dest ...any) error { return e.d.explain(e.row.Scan(dest...)) }
 
 func (d *db) query(ctx context.Context, q string, args []any, each func(scanner) error) error {
 	if d.pg != nil {
@@ -89,7 +97,7 @@ func (d *db) query(ctx context.Context, q string, args []any, each func(scanner)
 	}
 	rows, err := d.sqlite.QueryContext(ctx, q, args...)
 	if err != nil {
-		return err
+		return d.explain(err)
 	}
 	defer rows.Close()
 	for rows.Next() {
@@ -97,7 +105,7 @@ func (d *db) query(ctx context.Context, q string, args []any, each func(scanner)
 			return err
 		}
 	}
-	return rows.Err()
+	return d.explain(rows.Err())
 }
 
 // close closes the store. DBOS closes the handle when it shuts down, so by

@@ -8,10 +8,10 @@ import "github.com/sluice-dev/sluice/internal/store/sqlite"
 // file for the whole busy timeout becomes a *sqlite.LockedError naming the
 // file and what to do. Other errors come back unchanged.
 //
-// Only the engine's own statements need it. DBOS retries the writes it
-// makes (workflow and step records, queues) on SQLITE_BUSY until the lock is
-// gone, so a run waits out another process's lock instead of failing; and
-// the store explains its own errors.
+// The engine's own statements (db.exec, queryRow, query) pass their errors
+// through it. DBOS retries the writes it makes (workflow and step records,
+// queues) on SQLITE_BUSY until the lock is gone, so a run waits out another
+// process's lock instead of failing; and the store explains its own errors.
 func (d *db) explain(err error) error {
 	if s, ok := d.st.(*sqlite.Store); ok {
 		return s.Locked(err)
