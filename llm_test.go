@@ -165,40 +165,59 @@ func runDetail(t *testing.T, app *sluice.App, id string) runView {
 }
 
 // A provider that accepts a call and never answers fails the attempt at
-// the first-byte deadline; the step retries it and the run completes, its
-// failed attempt classed retry and naming the deadline.
+// the first-byte deadline — the provider's, or one set for the call — the
+// step retries it and the run completes, its failed attempt classed retry
+// and naming the deadline.
 func TestHungCallIsRetried(t *testing.T) {
 	t.Parallel()
-	testenv.Databases(t, func(t *testing.T, url string) {
-		var calls atomic.Int32
-		release := make(chan struct{})
-		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if calls.Add(1) == 1 {
-				select { // the first call hangs until the test ends
-				case <-release:
-				case <-r.Context().Done():
+	for _, tc := range []struct {
+		name              string
+		provider, perCall time.Duration
+	}{{"provider deadline", 300 * time.Millisecond, 0}, {"call deadline", time.Hour, 300 * time.Millisecond}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			testenv.Databases(t, func(t *testing.T, url string) {
+				var calls atomic.Int32
+				release := make(chan struct{})
+				srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if calls.Add(1) == 1 {
+						select { // the first call hangs until the test ends
+						case <-release:
+						case <-r.Context().Done():
+						}
+						return
+					}
+					w.Header().Set("Content-Type", "application/json")
+					_, _ = w.Write([]byte(`{"id":"c","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":1,"total_tokens":10}}`))
+				}))
+				t.Cleanup(func() { close(release); srv.Close() })
+				provider := sluice.Provider{Name: "p", Limits: governor.Limits{governor.RPM: 100},
+					LLM: llm.Config{BaseURL: srv.URL + "/v1", Timeouts: llm.Timeouts{FirstByte: tc.provider}}}
+				app := newApp(t, sluice.Config{DatabaseURL: url, Providers: []sluice.Provider{provider}, RetryBase: time.Millisecond, RetryMax: 10 * time.Millisecond})
+				err := sluice.Register(app, sluice.FunctionConfig{ID: "ask", Event: "ask", Timeout: time.Minute}, func(ctx *sluice.Context, ev sluice.Event[ask]) (string, error) {
+					resp, err := sluice.LLM(ctx, "call", &llm.ChatRequest{Model: "m", MaxTokens: 10, Messages: []llm.Message{{Role: "user", Content: "hi"}}},
+						sluice.CallTimeouts(llm.Timeouts{FirstByte: tc.perCall}))
+					if err != nil {
+						return "", err
+					}
+					return resp.ID, nil
+				})
+				if err != nil {
+					t.Fatal(err)
 				}
-				return
-			}
-			w.Header().Set("Content-Type", "application/json")
-			_, _ = w.Write([]byte(`{"id":"c","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":1,"total_tokens":10}}`))
-		}))
-		t.Cleanup(func() { close(release); srv.Close() })
-		provider := sluice.Provider{Name: "p", Limits: governor.Limits{governor.RPM: 100},
-			LLM: llm.Config{BaseURL: srv.URL + "/v1", Timeouts: llm.Timeouts{FirstByte: 300 * time.Millisecond}}}
-		app := newApp(t, sluice.Config{DatabaseURL: url, Providers: []sluice.Provider{provider}, RetryBase: time.Millisecond, RetryMax: 10 * time.Millisecond})
-		registerAsk(t, app, sluice.FunctionConfig{ID: "ask", Event: "ask", Timeout: time.Minute})
-		if err := app.Start(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		st := runTo(t, app, "hung", ask{MaxTokens: 10})
-		if st.Status != "completed" || calls.Load() != 2 {
-			t.Fatalf("run %s (%s) after %d calls, want completed after 2", st.Status, st.Error, calls.Load())
-		}
-		d := runDetail(t, app, st.ID)
-		if len(d.Steps) != 1 || len(d.Steps[0].FailedAttempts) != 1 || d.Steps[0].FailedAttempts[0].Class != "retry" ||
-			!strings.Contains(d.Steps[0].FailedAttempts[0].Error, "first-byte deadline") {
-			t.Fatalf("steps %+v: want one failed attempt, classed retry, naming the first-byte deadline", d.Steps)
-		}
-	})
+				if err := app.Start(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+				st := runTo(t, app, "hung", ask{MaxTokens: 10})
+				if st.Status != "completed" || calls.Load() != 2 {
+					t.Fatalf("run %s (%s) after %d calls, want completed after 2", st.Status, st.Error, calls.Load())
+				}
+				d := runDetail(t, app, st.ID)
+				if len(d.Steps) != 1 || len(d.Steps[0].FailedAttempts) != 1 || d.Steps[0].FailedAttempts[0].Class != "retry" ||
+					!strings.Contains(d.Steps[0].FailedAttempts[0].Error, "first byte of the response within 300ms") {
+					t.Fatalf("steps %+v: want one failed attempt, classed retry, naming the 300ms first-byte deadline", d.Steps)
+				}
+			})
+		})
+	}
 }

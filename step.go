@@ -44,10 +44,32 @@ func Transaction[R any](ctx *Context, name string, fn func(ctx context.Context, 
 // the governor and retried after the provider's retry-after. A finished
 // call's response is recorded and never made again. The recorded response
 // keeps its body fields (choices, usage), not its headers.
-func LLM(ctx *Context, name string, req *llm.ChatRequest) (*llm.ChatResponse, error) {
+//
+// The call has the provider's deadlines (llm.Config.Timeouts: connect,
+// first byte, whole call); a call past one is retried with backoff.
+// CallTimeouts overrides them for this call.
+func LLM(ctx *Context, name string, req *llm.ChatRequest, opts ...CallOption) (*llm.ChatResponse, error) {
 	p := ctx.app.providers[ctx.providerName]
 	if p == nil {
 		return nil, NonRetriable(errNoProvider)
 	}
-	return engine.LLM(ctx.run, name, p, req)
+	var c callOptions
+	for _, o := range opts {
+		o(&c)
+	}
+	return engine.LLM(ctx.run, name, p, req, c.timeouts)
+}
+
+// CallOption changes one LLM call.
+type CallOption func(*callOptions)
+
+type callOptions struct {
+	timeouts llm.Timeouts
+}
+
+// CallTimeouts sets this call's deadlines: the fields set in t win over
+// the provider's llm.Config.Timeouts (e.g. a longer FirstByte for one
+// call with a long output; see llm.Timeouts).
+func CallTimeouts(t llm.Timeouts) CallOption {
+	return func(c *callOptions) { c.timeouts = t }
 }

@@ -29,12 +29,18 @@ type Provider struct {
 // finished its response is recorded, so a crash after it never bills it
 // again. The recorded response keeps the body fields (choices, usage), not
 // the headers.
-func LLM(r *Run, name string, p *Provider, req *llm.ChatRequest) (*llm.ChatResponse, error) {
+//
+// Fields set in t override the provider client's deadlines for this call
+// (llm.WithTimeouts); the zero value keeps them.
+func LLM(r *Run, name string, p *Provider, req *llm.ChatRequest, t llm.Timeouts) (*llm.ChatResponse, error) {
 	if p == nil {
 		return nil, fmt.Errorf("step %s: no provider configured for LLM calls", name)
 	}
 	flow := r.fn.Flow
 	return Step(r, name, func(ctx context.Context) (*llm.ChatResponse, error) {
+		if t != (llm.Timeouts{}) {
+			ctx = llm.WithTimeouts(ctx, t)
+		}
 		return p.Call(ctx, flow, req)
 	})
 }
