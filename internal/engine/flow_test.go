@@ -369,7 +369,7 @@ func TestField(t *testing.T) {
 		{"n", "3", true}, {"f", "1.5", true}, {"a", `{"b":"x"}`, true},
 		{"z", "", false}, {"missing", "", false}, {"id", "i", true}, {"event.name", "n", true}, {"", "", false},
 	} {
-		got, ok := field(ev, tc.path)
+		got, ok := decodeEvent(ev).field(tc.path)
 		if got != tc.want || ok != tc.ok {
 			t.Errorf("field(%q) = %q, %v; want %q, %v", tc.path, got, ok, tc.want, tc.ok)
 		}

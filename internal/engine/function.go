@@ -270,7 +270,7 @@ func (e *Engine) cronTick(ctx dbos.Context, in dbos.ScheduledWorkflowInput) (str
 		return "", fmt.Errorf("cron schedule names unknown function %q", id)
 	}
 	ev := Event{Name: "sluice/cron", ID: "cron-" + in.ScheduledTime.UTC().Format(time.RFC3339), TS: in.ScheduledTime}
-	ref, err := e.start(ctx, f, ev)
+	ref, err := e.start(ctx, f, decodeEvent(ev))
 	return ref.RunID, err
 }
 
@@ -303,16 +303,17 @@ func (e *Engine) Send(ctx context.Context, ev Event) ([]Sent, error) {
 	}
 	// Every function's fields are checked before any run starts: a bad
 	// event starts nothing.
+	d := decodeEvent(ev)
 	for _, f := range fns {
-		if err := f.checkEvent(ev); err != nil {
+		if err := f.checkEvent(d); err != nil {
 			return nil, err
 		}
 	}
-	if ev.ID == "" {
-		ev.ID = newID()
+	if d.ID == "" {
+		d.ID = newID()
 	}
-	if ev.TS.IsZero() {
-		ev.TS = e.cfg.Now().UTC()
+	if d.TS.IsZero() {
+		d.TS = e.cfg.Now().UTC()
 	}
 	dctx := e.dctx
 	if ctx != nil {
@@ -320,7 +321,7 @@ func (e *Engine) Send(ctx context.Context, ev Event) ([]Sent, error) {
 	}
 	out := make([]Sent, 0, len(fns))
 	for _, f := range fns {
-		s, err := e.start(dctx, f, ev)
+		s, err := e.start(dctx, f, d)
 		if err != nil {
 			return out, err
 		}
@@ -331,9 +332,9 @@ func (e *Engine) Send(ctx context.Context, ev Event) ([]Sent, error) {
 
 // runID names the run an event starts: the idempotency key's value when the
 // function has one, else the event ID.
-func (f *Function) runID(ev Event) string {
+func (f *Function) runID(ev eventData) string {
 	if f.Idempotency != "" {
-		if v, ok := field(ev, f.Idempotency); ok {
+		if v, ok := ev.field(f.Idempotency); ok {
 			return f.ID + ":key:" + v
 		}
 	}
@@ -341,7 +342,7 @@ func (f *Function) runID(ev Event) string {
 }
 
 // start enqueues one run of f for ev (or finds the run that already exists).
-func (e *Engine) start(ctx dbos.Context, f *Function, ev Event) (Sent, error) {
+func (e *Engine) start(ctx dbos.Context, f *Function, ev eventData) (Sent, error) {
 	id := f.runID(ev)
 	s := Sent{Function: f.ID, RunID: id}
 	if f.RateLimit != nil {
@@ -356,7 +357,7 @@ func (e *Engine) start(ctx dbos.Context, f *Function, ev Event) (Sent, error) {
 		}
 	}
 	if rl := f.RateLimit; rl != nil {
-		key, _ := field(ev, rl.Key)
+		key, _ := ev.field(rl.Key)
 		ok, err := e.db.countStart(ctx, f.ID, key, rl.Period, rl.Limit, e.cfg.Now())
 		if err != nil {
 			return s, err
@@ -367,7 +368,7 @@ func (e *Engine) start(ctx dbos.Context, f *Function, ev Event) (Sent, error) {
 			if key != "" {
 				s.Reason += fmt.Sprintf(" for %s=%q", rl.Key, key)
 			}
-			return s, e.db.recordDrop(ctx, f.ID, ev, key, s.Reason, e.cfg.Now())
+			return s, e.db.recordDrop(ctx, f.ID, ev.Event, key, s.Reason, e.cfg.Now())
 		}
 	}
 	opts := []dbos.WorkflowOption{
@@ -377,14 +378,14 @@ func (e *Engine) start(ctx dbos.Context, f *Function, ev Event) (Sent, error) {
 		dbos.WithWorkflowIDReusePolicy(dbos.WorkflowIDReusePolicyReject),
 	}
 	priority := 0
-	if v, ok := field(ev, f.Priority); ok {
+	if v, ok := ev.field(f.Priority); ok {
 		if p, err := strconv.Atoi(v); err == nil {
 			priority = p
 		}
 	}
 	opts = append(opts, dbos.WithPriority(dbosPriority(priority)))
 	if pk := f.partitionKey(); pk != "" {
-		v, ok := field(ev, pk)
+		v, ok := ev.field(pk)
 		if !ok || v == "" {
 			v = "-"
 		}
@@ -396,7 +397,7 @@ func (e *Engine) start(ctx dbos.Context, f *Function, ev Event) (Sent, error) {
 		runCtx, cancel = dbos.WithTimeout(ctx, f.Timeout)
 		defer cancel()
 	}
-	if _, err := dbos.RunWorkflow(runCtx, f.workflow, input{Event: ev}, opts...); err != nil {
+	if _, err := dbos.RunWorkflow(runCtx, f.workflow, input{Event: ev.Event}, opts...); err != nil {
 		if errors.Is(err, dbos.ErrWorkflowIDInUse) {
 			s.Status = "existing" // the event ID or idempotency key was seen before
 			return s, nil
@@ -415,11 +416,34 @@ func dbosPriority(p int) uint {
 	return uint(mid - p)
 }
 
+// eventData is an event with its data decoded once, for the fields the
+// functions it triggers read from it (keys, priority) and the checks of
+// them.
+type eventData struct {
+	Event
+	doc any // the data decoded, numbers as json.Number; nil if none or not one JSON value
+}
+
+func decodeEvent(ev Event) eventData {
+	d := eventData{Event: ev}
+	dec := json.NewDecoder(bytes.NewReader(ev.Data))
+	dec.UseNumber()
+	var doc any
+	if err := dec.Decode(&doc); err != nil {
+		return d
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return d // more after the value: the data is not one JSON value
+	}
+	d.doc = doc
+	return d
+}
+
 // field reads a dotted path from the event: "data.user.id", "id", "name";
 // a path without a known head is read inside data ("documentId" is
 // "data.documentId"). Strings come back bare, other values as JSON.
-func field(ev Event, path string) (string, bool) {
-	v, ok := fieldValue(ev, path)
+func (d eventData) field(path string) (string, bool) {
+	v, ok := d.value(path)
 	switch x := v.(type) {
 	case string:
 		return x, ok
@@ -433,30 +457,21 @@ func field(ev Event, path string) (string, bool) {
 	}
 }
 
-// fieldValue reads a dotted path from the event, decoded (numbers as
+// value reads a dotted path as field does, decoded (numbers as
 // json.Number); ok is false when the path is not there.
-func fieldValue(ev Event, path string) (any, bool) {
+func (d eventData) value(path string) (any, bool) {
 	if path == "" {
 		return nil, false
 	}
 	path = strings.TrimPrefix(path, "event.")
 	switch path {
 	case "id":
-		return ev.ID, true
+		return d.ID, true
 	case "name":
-		return ev.Name, true
+		return d.Name, true
 	}
-	path = strings.TrimPrefix(path, "data.")
-	var cur any
-	dec := json.NewDecoder(bytes.NewReader(ev.Data))
-	dec.UseNumber()
-	if err := dec.Decode(&cur); err != nil {
-		return nil, false
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, false // more after the value: the data is not one JSON value
-	}
-	for _, p := range strings.Split(path, ".") {
+	cur := d.doc
+	for _, p := range strings.Split(strings.TrimPrefix(path, "data."), ".") {
 		m, ok := cur.(map[string]any)
 		if !ok {
 			return nil, false

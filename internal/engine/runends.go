@@ -61,10 +61,9 @@ func (e *Engine) noteEnd(r *Run) {
 	// a deadline's is written here.
 	_, err := e.db.exec(ctx, `INSERT INTO sluice_run_ends (run_id, status, reason, step, attempt, started_at, ended_at)
 		VALUES ($1, $2, $3, $4, $5, $6, $7)
-		ON CONFLICT (run_id) DO UPDATE SET reason = CASE WHEN sluice_run_ends.step = '' THEN excluded.reason ELSE sluice_run_ends.reason END,
-			step = CASE WHEN sluice_run_ends.step = '' THEN excluded.step ELSE sluice_run_ends.step END,
-			attempt = CASE WHEN sluice_run_ends.step = '' THEN excluded.attempt ELSE sluice_run_ends.attempt END,
-			started_at = CASE WHEN sluice_run_ends.started_at = 0 THEN excluded.started_at ELSE sluice_run_ends.started_at END`,
+		ON CONFLICT (run_id) DO UPDATE SET reason = excluded.reason, step = excluded.step, attempt = excluded.attempt,
+			started_at = CASE WHEN sluice_run_ends.started_at = 0 THEN excluded.started_at ELSE sluice_run_ends.started_at END
+		WHERE sluice_run_ends.step = ''`,
 		r.id, end.status, end.reason, end.step, end.attempt, unixMilli(end.started), e.cfg.Now().UnixMilli())
 	if err != nil {
 		e.cfg.Logger.Warn("sluice: record why a run ended", "run", r.id, "err", err)
@@ -129,6 +128,13 @@ func timedOut(w dbos.WorkflowStatus) bool {
 		return false
 	}
 	return !cmpTime(w.CompletedAt, w.UpdatedAt).Before(w.Deadline)
+}
+
+// explainEnd is explainEnds for one run.
+func (e *Engine) explainEnd(ctx context.Context, s RunSummary) (RunSummary, error) {
+	one := []RunSummary{s}
+	err := e.explainEnds(ctx, one)
+	return one[0], err
 }
 
 // explainEnds fills the error and step of the cancelled and timed-out runs

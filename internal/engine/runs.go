@@ -266,11 +266,9 @@ func (e *Engine) RunDetail(ctx context.Context, id string, outputLimit int) (*Ru
 		return nil, fmt.Errorf("get steps of run %s: %w", id, err)
 	}
 	d.Steps = foldSteps(steps, outputLimit, d.Status)
-	one := []RunSummary{d.RunSummary}
-	if err := e.explainEnds(ctx, one); err != nil {
+	if d.RunSummary, err = e.explainEnd(ctx, d.RunSummary); err != nil {
 		return nil, err
 	}
-	d.RunSummary = one[0]
 	if (d.Status == StatusCancelled || d.Status == StatusTimedOut) && d.Step == "" {
 		// No process saw it stop: name the step whose attempts had not
 		// succeeded when it did, if any.
@@ -442,7 +440,7 @@ func (e *Engine) Rerun(ctx context.Context, id string) (string, error) {
 	newID := fmt.Sprintf("%s:rerun:%s", strings.SplitN(id, ":rerun:", 2)[0], newID()[:8])
 	in := dbos.ForkWorkflowInput{OriginalWorkflowID: id, ForkedWorkflowID: newID, StartStep: uint(start), QueueName: fn.queueName()}
 	if pk := fn.partitionKey(); pk != "" && d.Event != nil {
-		v, ok := field(*d.Event, pk)
+		v, ok := decodeEvent(*d.Event).field(pk)
 		if !ok || v == "" {
 			v = "-"
 		}
@@ -480,11 +478,7 @@ func (e *Engine) Wait(ctx context.Context, id string) (RunSummary, error) {
 			return RunSummary{}, fmt.Errorf("run %s: %w", id, ErrRunNotFound)
 		}
 		if s := summary(ws[0]); ended(s.Status) {
-			one := []RunSummary{s}
-			if err := e.explainEnds(ctx, one); err != nil {
-				return RunSummary{}, err
-			}
-			return one[0], nil
+			return e.explainEnd(ctx, s)
 		}
 		if timer == nil {
 			timer = time.NewTimer(waitPoll)

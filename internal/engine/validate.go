@@ -102,7 +102,7 @@ func CheckEvent(ev Event) error {
 
 // checkEvent checks the event fields f reads (idempotency key, partition
 // key, priority) and its declared data type.
-func (f *Function) checkEvent(ev Event) error {
+func (f *Function) checkEvent(ev eventData) error {
 	if f.Idempotency != "" {
 		if err := checkKeyField(ev, f.Idempotency, fmt.Sprintf("the idempotency key of function %s", f.ID)); err != nil {
 			return err
@@ -114,7 +114,7 @@ func (f *Function) checkEvent(ev Event) error {
 		}
 	}
 	if f.Priority != "" {
-		if v, ok := fieldValue(ev, f.Priority); ok && v != nil {
+		if v, ok := ev.value(f.Priority); ok && v != nil {
 			n, isNum := v.(json.Number)
 			if !isNum {
 				return invalid(fmt.Sprintf("event field %q (the priority of function %s)", f.Priority, f.ID), "must be an integer")
@@ -139,8 +139,8 @@ func (f *Function) checkEvent(ev Event) error {
 // present it is a non-empty string or a number, bounded as an event ID. An
 // absent field is allowed (the run is named by the event ID, the partition
 // is the default one).
-func checkKeyField(ev Event, path, role string) error {
-	v, ok := fieldValue(ev, path)
+func checkKeyField(ev eventData, path, role string) error {
+	v, ok := ev.value(path)
 	if !ok || v == nil {
 		return nil
 	}
