@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"database/sql"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -78,16 +79,32 @@ func TestSendPostsEvent(t *testing.T) {
 	}
 }
 
-// serve listens before it opens the database: /healthz answers at once,
-// /readyz turns 200 when the app has started, and the API works then.
+// serve listens before it opens the database: while another connection
+// holds the file's write lock, /healthz answers and /readyz says starting;
+// once the lock goes, /readyz turns 200 and the API works.
 func TestServeListensThenStarts(t *testing.T) {
 	t.Parallel()
+	path := filepath.Join(t.TempDir(), "s.db")
+	h, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	conn, err := h.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{"BEGIN EXCLUSIVE", "CREATE TABLE held (x)"} {
+		if _, err := conn.ExecContext(context.Background(), q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
 	pr, pw := io.Pipe()
 	env := &cmdEnv{stdout: pw, stderr: io.Discard, getenv: func(string) string { return "" }}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
 	go func() {
-		done <- runMain(ctx, env, []string{"serve", "--addr", "127.0.0.1:0", "--db", filepath.Join(t.TempDir(), "s.db"), "--provider-url", "http://127.0.0.1:1/v1"})
+		done <- runMain(ctx, env, []string{"serve", "--addr", "127.0.0.1:0", "--db", "sqlite:" + path + "?_pragma=busy_timeout(20000)", "--provider-url", "http://127.0.0.1:1/v1"})
 		pw.Close()
 	}()
 	lines := bufio.NewScanner(pr)
@@ -114,6 +131,16 @@ func TestServeListensThenStarts(t *testing.T) {
 	if code, body := get("/healthz"); code != 200 {
 		t.Fatalf("/healthz right after listening: %d %s", code, body)
 	}
+	if code, body := get("/readyz"); code != 503 || !strings.Contains(body, `"starting"`) || !strings.Contains(body, "opening the database") {
+		t.Fatalf("/readyz while the database is locked: %d %s", code, body)
+	}
+	if code, body := get("/v1/runs"); code != 503 || !strings.Contains(body, "starting") {
+		t.Fatalf("the API while starting: %d %s", code, body)
+	}
+	if _, err := conn.ExecContext(context.Background(), "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		code, body := get("/readyz")
