@@ -172,10 +172,13 @@ type LimitStats struct {
 
 // FlowStats is one flow's state and totals.
 type FlowStats struct {
-	Name       string
-	Weight     float64
-	Priority   int
-	Waiting    int
+	Name     string
+	Weight   float64
+	Priority int
+	Waiting  int
+	// Parked counts its calls out of line whose places are kept (see
+	// Governor.Await).
+	Parked     int
 	Admitted   int64
 	Tokens     Cost // charged to its admitted calls, as settled
 	Rejections [NumLimits]int64
@@ -208,7 +211,7 @@ func (g *Governor) Stats(now time.Time) Stats {
 	n := now.UnixNano()
 	for _, f := range g.flows {
 		fs := FlowStats{
-			Name: f.name, Weight: f.weight, Priority: f.priority, Waiting: len(f.queue),
+			Name: f.name, Weight: f.weight, Priority: f.priority, Waiting: len(f.queue), Parked: len(f.parked),
 			Admitted: f.admitted, Tokens: f.tokens, Rejections: f.rejections,
 		}
 		if len(f.queue) > 0 {

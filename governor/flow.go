@@ -13,6 +13,7 @@ type flow struct {
 	share    float64 // weight × PriorityFactor^priority
 
 	queue  []*Reservation // waiting, in order
+	parked []*Reservation // out of line with their places kept, in no order (place.go)
 	qbuf   []*Reservation // the line's memory, reused when it empties
 	finish float64        // finish tag of the last reservation queued
 	index  int            // position in the active heap, -1 when idle

@@ -142,6 +142,10 @@ type Config struct {
 	// Now is the clock Wait uses. Default time.Now. Every other method takes
 	// the time as an argument.
 	Now func() time.Time
+	// Speed is how many times as fast as the wall clock Now runs, for
+	// simulations in compressed time: Wait and Await divide what they sleep
+	// by it. Default 1.
+	Speed float64
 }
 
 // Journal receives charges as they are made and corrected. Record is called
@@ -190,6 +194,9 @@ func (c *Config) validate() error {
 		if c.Limits[l] < 0 {
 			return fmt.Errorf("%slimit %s is negative (%d)", c.prefix(), l, c.Limits[l])
 		}
+	}
+	if c.Speed < 0 || math.IsNaN(c.Speed) || math.IsInf(c.Speed, 0) {
+		return fmt.Errorf("%sSpeed must be a finite number ≥ 0, got %v", c.prefix(), c.Speed)
 	}
 	if c.Lag < 0 || c.Lag > maxLag {
 		return fmt.Errorf("%sLag must be between 0 and %v, got %v", c.prefix(), maxLag, c.Lag)
@@ -264,6 +271,9 @@ type Governor struct {
 	epoch  int64 // time of the first call, to start the pacers
 
 	changed chan struct{} // closed and replaced when something may admit
+
+	parkedN int   // reservations parked, of every flow (place.go)
+	lapseAt int64 // when the first parked place lapses
 }
 
 // New returns a Governor for cfg.
@@ -273,12 +283,13 @@ func New(cfg Config) (*Governor, error) {
 		return nil, err
 	}
 	g := &Governor{
-		cfg:    cfg,
-		limits: cfg.Limits,
-		minute: newLedger(time.Minute, cfg.Lag, cfg.Window == Fixed),
-		day:    newLedger(24*time.Hour, cfg.Lag, cfg.Window == Fixed),
-		flows:  make(map[string]*flow, len(cfg.Flows)),
-		epoch:  math.MinInt64,
+		cfg:     cfg,
+		limits:  cfg.Limits,
+		minute:  newLedger(time.Minute, cfg.Lag, cfg.Window == Fixed),
+		day:     newLedger(24*time.Hour, cfg.Lag, cfg.Window == Fixed),
+		flows:   make(map[string]*flow, len(cfg.Flows)),
+		epoch:   math.MinInt64,
+		lapseAt: math.MaxInt64,
 	}
 	for _, fc := range cfg.Flows {
 		g.addFlow(g.newFlow(fc))
@@ -481,6 +492,7 @@ func (g *Governor) Advance(now time.Time) time.Time {
 
 func (g *Governor) advance(now int64) int64 {
 	g.expire(now)
+	g.lapse(now)
 	admitted := false
 	promoted := g.promoted(now)
 	if len(g.urgent) > 0 && g.prompt(now, promoted) {
@@ -865,57 +877,10 @@ func (g *Governor) Wait(ctx context.Context, flow string, c Cost) (*Reservation,
 	if err != nil {
 		return nil, err
 	}
-	ready := r.Ready()
-	var timer *time.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
-	for {
-		g.mu.Lock()
-		now := g.cfg.Now().UnixNano()
-		next := g.advance(now)
-		changed := g.changedChan()
-		state, rerr := r.state, r.err
-		g.mu.Unlock()
-		switch state {
-		case admitted, settled:
-			return r, nil
-		case refused:
-			return nil, rerr
-		}
-		var tick <-chan time.Time
-		if next > 0 && next != never {
-			d := time.Duration(next - now)
-			if timer == nil {
-				timer = time.NewTimer(d)
-			} else {
-				timer.Reset(d)
-			}
-			tick = timer.C
-		}
-		select {
-		case <-ready:
-			if err := r.Err(); err != nil {
-				return nil, err
-			}
-			return r, nil
-		case <-changed:
-		case <-tick:
-		case <-ctx.Done():
-			now := g.cfg.Now()
-			est := g.EstimateWait(now, r)
-			on := g.Blocker(now, r)
-			if !r.withdraw() { // admitted, or refused, by another waiter's Advance in the meantime
-				if err := r.Err(); err != nil {
-					return nil, err
-				}
-				return r, nil
-			}
-			return nil, &WaitError{Key: g.cfg.Key, Err: ctx.Err(), EstimatedWait: est, On: on}
-		}
+	if err := g.Await(ctx, r, 0); err != nil {
+		return nil, err
 	}
+	return r, nil
 }
 
 // Blocker says what holds waiting reservation r back at now; the zero
@@ -937,20 +902,31 @@ func (g *Governor) Blocker(now time.Time, r *Reservation) Blocker {
 func (g *Governor) EstimateWait(now time.Time, r *Reservation) time.Duration {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if r.state != waiting {
+	if r.state != waiting && r.state != parked {
 		return 0
 	}
 	n := now.UnixNano()
 	g.expire(n)
-	ahead := r.cost
-	for _, f := range g.active.flows {
-		for _, q := range f.queue {
-			if q != r && q.start <= r.start {
-				ahead = ahead.add(q.cost)
+	return g.estimate(n, r.f, r, r.start, r.cost)
+}
+
+// estimate is the time until a call of f costing c with start tag start
+// (r itself, when it is reserved) is admitted: every call ahead of it in
+// fair order, those parked included, must be admitted first, and each
+// limit admits at its allowance per period, each day limit at its pacer's
+// rate. It assumes expire(now) ran.
+func (g *Governor) estimate(n int64, f *flow, r *Reservation, start float64, c Cost) time.Duration {
+	ahead := c
+	for _, o := range g.flows {
+		for _, list := range [2][]*Reservation{o.queue, o.parked} {
+			for _, q := range list {
+				if q != r && q.start <= start {
+					ahead = ahead.add(q.cost)
+				}
 			}
 		}
 	}
-	at := g.fitAt(n, r.f, r.cost)
+	at := g.fitAt(n, f, c)
 	for _, l := range AllLimits {
 		lim := g.limits[l]
 		if lim == 0 {
@@ -962,6 +938,10 @@ func (g *Governor) EstimateWait(now time.Time, r *Reservation) time.Duration {
 			// the backlog drains at the limit's rate
 			rate := float64(lim) / float64(l.Period())
 			at = max(at, addSat(n, nanos(float64(need)/rate)))
+		}
+		if p := &g.pace[l]; p.on {
+			// and a day limit's no faster than its pacer
+			at = max(at, addSat(max(p.readyAt(), n), nanos(float64(subSat(ahead.On(l), c.On(l)))*p.perUnit)))
 		}
 	}
 	return time.Duration(subSat(at, n))
@@ -984,6 +964,7 @@ type Reservation struct {
 	usedAt        [NumLimits]int64 // what the governor had charged, this call included, when it was admitted
 	credit        float64          // what of its flow's credit it took (see priority.go)
 	queued        int64            // when it was reserved
+	keptUntil     int64            // parked: when its place lapses
 	ready         chan struct{}
 	err           error // why a waiting reservation was refused
 }
@@ -996,6 +977,7 @@ const (
 	settled
 	cancelled
 	refused // a limit learned lower made it impossible; see Err
+	parked  // out of line, its place kept (see place.go)
 )
 
 // ID identifies the reservation within its governor (and in Journal records).
@@ -1096,21 +1078,6 @@ func (r *Reservation) Fault(now time.Time, used Usage) {
 	r.Settle(now, used)
 }
 
-// withdraw takes a waiting reservation out of line; it reports false if the
-// reservation was admitted meanwhile.
-func (r *Reservation) withdraw() bool {
-	g := r.g
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if r.state != waiting {
-		return r.state == cancelled
-	}
-	g.dequeue(r)
-	r.state = cancelled
-	g.broadcast()
-	return true
-}
-
 // Sent tells the governor when the admitted call actually left for the
 // provider, if that is later than its admission (the caller was busy, or
 // waited for a connection): its charge then counts from now, in the windows
@@ -1166,6 +1133,9 @@ func (r *Reservation) Cancel(now time.Time) {
 		g.expire(now.UnixNano())
 		g.amend(r, Cost{})
 		r.f.admitted--
+	case parked:
+		g.unpark(r)
+		g.giveUpPlace(r)
 	default:
 		return
 	}
@@ -1246,6 +1216,9 @@ type WaitError struct {
 	EstimatedWait time.Duration // how much longer admission would likely have taken
 	// On says what the call waited on when the wait ended (see Blocker).
 	On Blocker
+	// KeptUntil is when the call's kept place in line lapses (Await with a
+	// keep; Reservation.Rejoin takes it back), zero when it left the line.
+	KeptUntil time.Time
 }
 
 // Blocker says what holds a waiting call back.

@@ -1,0 +1,257 @@
+package governor
+
+import (
+	"container/heap"
+	"context"
+	"math"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/clock"
+)
+
+// A waiting call whose caller stops waiting can keep its place in line: a
+// batch client told to come back later (a gateway's 429) sends the same
+// request again, and should not go to the back of the line for it. A kept
+// reservation is parked: it leaves its flow's line, so nothing waits on it
+// and nothing is admitted for it, but it keeps its fair-queuing tags, and
+// Rejoin puts it back where it was. The calls of its flow queued after it
+// keep their tags too, so while it is parked its flow is served as if it
+// were still in line ahead of them; a place that lapses is given up, and
+// they move up by its size as they would if it had left.
+
+// maxKeep bounds how long a place can be kept.
+const maxKeep = 24 * time.Hour
+
+// Await blocks until waiting reservation r (from Reserve, or back in line
+// by Rejoin) is admitted or ctx is done. When ctx ends first the error is a
+// *WaitError whose EstimatedWait says how much longer admission would
+// likely have taken; with keep > 0 r keeps its place in line until that
+// estimate plus keep has passed (WaitError.KeptUntil; Rejoin takes it
+// back), otherwise it leaves the line. A reservation refused while it
+// waited returns its error.
+func (g *Governor) Await(ctx context.Context, r *Reservation, keep time.Duration) error {
+	ready := r.Ready()
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		g.mu.Lock()
+		now := g.cfg.Now().UnixNano()
+		next := g.advance(now)
+		changed := g.changedChan()
+		state, rerr := r.state, r.err
+		g.mu.Unlock()
+		switch state {
+		case admitted, settled:
+			return nil
+		case refused:
+			return rerr
+		case cancelled, parked:
+			return &WaitError{Key: g.cfg.Key, Err: context.Canceled}
+		}
+		var tick <-chan time.Time
+		if next > 0 && next != never {
+			// The governor's clock may run faster than the wall clock.
+			d := clock.Real(g.cfg.Speed, time.Duration(next-now))
+			if timer == nil {
+				timer = time.NewTimer(d)
+			} else {
+				timer.Reset(d)
+			}
+			tick = timer.C
+		}
+		select {
+		case <-ready:
+			return r.Err()
+		case <-changed:
+		case <-tick:
+		case <-ctx.Done():
+			now := g.cfg.Now()
+			est := g.EstimateWait(now, r)
+			on := g.Blocker(now, r)
+			var until time.Time
+			if keep > 0 {
+				until = now.Add(min(est, maxKeep) + min(keep, maxKeep))
+			}
+			if !r.leave(now, until) { // admitted, or refused, by another waiter's Advance in the meantime
+				return r.Err()
+			}
+			return &WaitError{Key: g.cfg.Key, Err: ctx.Err(), EstimatedWait: est, On: on, KeptUntil: until}
+		}
+	}
+}
+
+// leave takes a waiting reservation out of line: parked until until, or
+// for good when until is zero. It reports false if the reservation was
+// admitted or refused meanwhile.
+func (r *Reservation) leave(now, until time.Time) bool {
+	g := r.g
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if r.state != waiting {
+		return r.state == cancelled || r.state == parked
+	}
+	if until.IsZero() {
+		g.dequeue(r)
+		r.state = cancelled
+	} else {
+		g.park(r, until.UnixNano())
+	}
+	g.broadcast()
+	return true
+}
+
+// park moves waiting r from its flow's line to the parked list, keeping its
+// tags and those of the calls behind it.
+func (g *Governor) park(r *Reservation, until int64) {
+	f := r.f
+	i := 0
+	for i < len(f.queue) && f.queue[i] != r {
+		i++
+	}
+	if i == len(f.queue) {
+		return
+	}
+	copy(f.queue[i:], f.queue[i+1:])
+	f.queue[len(f.queue)-1] = nil
+	f.queue = f.queue[:len(f.queue)-1]
+	if len(f.queue) == 0 {
+		f.queue = f.qbuf[:0]
+		heap.Remove(&g.active, f.index)
+		if f.prio != nil {
+			g.calm(f)
+		}
+	} else if i == 0 {
+		heap.Fix(&g.active, f.index)
+	}
+	r.state = parked
+	r.keptUntil = until
+	f.parked = append(f.parked, r)
+	g.parkedN++
+	g.lapseAt = min(g.lapseAt, until)
+}
+
+// Rejoin puts parked reservation r back in line at the place it kept, and
+// reports whether it could: false when its place has lapsed, or r is not
+// parked. Await then waits for it.
+func (r *Reservation) Rejoin(now time.Time) bool {
+	g := r.g
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := now.UnixNano()
+	g.lapse(n)
+	if r.state != parked {
+		return false
+	}
+	f := r.f
+	g.unpark(r)
+	if f.prio != nil {
+		g.refill(f, n)
+		g.touch(f)
+		if len(f.queue) == 0 {
+			g.urgent = append(g.urgent, f)
+		}
+	}
+	i := len(f.queue)
+	for i > 0 && f.queue[i-1].start > r.start {
+		i--
+	}
+	f.queue = append(f.queue, nil)
+	copy(f.queue[i+1:], f.queue[i:])
+	f.queue[i] = r
+	switch {
+	case len(f.queue) == 1:
+		heap.Push(&g.active, f)
+	case i == 0:
+		heap.Fix(&g.active, f.index)
+	}
+	r.state = waiting
+	r.keptUntil = 0
+	g.broadcast()
+	return true
+}
+
+// unpark takes r off its flow's parked list.
+func (g *Governor) unpark(r *Reservation) {
+	f := r.f
+	for i, p := range f.parked {
+		if p == r {
+			last := len(f.parked) - 1
+			f.parked[i] = f.parked[last]
+			f.parked[last] = nil
+			f.parked = f.parked[:last]
+			g.parkedN--
+			return
+		}
+	}
+}
+
+// lapse gives up the places whose time has passed: the calls of their flow
+// behind them move up by their size.
+func (g *Governor) lapse(now int64) {
+	if g.parkedN == 0 || now < g.lapseAt {
+		return
+	}
+	g.lapseAt = math.MaxInt64
+	for _, f := range g.flows {
+		for i := 0; i < len(f.parked); {
+			r := f.parked[i]
+			if r.keptUntil > now {
+				g.lapseAt = min(g.lapseAt, r.keptUntil)
+				i++
+				continue
+			}
+			g.unpark(r) // moves the last parked to i
+			r.state = cancelled
+			g.giveUpPlace(r)
+		}
+	}
+}
+
+// giveUpPlace moves the calls of r's flow queued or parked behind r up by
+// r's size, as dequeue does for a call that leaves the line.
+func (g *Governor) giveUpPlace(r *Reservation) {
+	f := r.f
+	size := r.finish - r.start
+	for _, q := range f.queue {
+		if q.start > r.start {
+			q.start -= size
+			q.finish -= size
+		}
+	}
+	for _, q := range f.parked {
+		if q.start > r.start {
+			q.start -= size
+			q.finish -= size
+		}
+	}
+	if f.finish >= r.finish {
+		f.finish -= size
+	}
+	if len(f.queue) > 0 {
+		heap.Fix(&g.active, f.index)
+	}
+}
+
+// EstimateFor estimates how long a call of flow costing c, reserved at now,
+// would wait for admission: the estimate Reserve and EstimateWait would
+// give it, without reserving anything.
+func (g *Governor) EstimateFor(now time.Time, flow string, c Cost) time.Duration {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := now.UnixNano()
+	g.expire(n)
+	g.lapse(n)
+	f := g.flows[flow]
+	if f == nil {
+		f = g.newFlow(FlowConfig{Name: flow})
+	}
+	start := math.Max(g.vtime, f.finish)
+	if len(f.queue) > 0 {
+		start = f.queue[len(f.queue)-1].finish
+	}
+	return g.estimate(n, f, nil, start, c)
+}

@@ -1,0 +1,141 @@
+package governor
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/clock"
+)
+
+// doneCtx is a context already done: Await gives up at once.
+func doneCtx() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}
+
+// A call whose wait ends with a keep leaves the line but keeps its place:
+// back in line, it is admitted before the calls of its flow that were
+// behind it, and the estimates of the calls behind it still count it.
+func TestKeptPlace(t *testing.T) {
+	t.Parallel()
+	now := t0
+	g := mustNew(t, Config{Limits: Limits{RPM: 1}, Now: func() time.Time { return now }})
+	one := Cost{Requests: 1}
+	first := mustReserve(t, g, now, "a", one)
+	g.Advance(now)
+	if !first.Admitted() {
+		t.Fatal("the first call was not admitted on an empty key")
+	}
+	r := make([]*Reservation, 10)
+	for i := range r {
+		r[i] = mustReserve(t, g, now, "a", one)
+	}
+	// r[k] is admitted at minute k+1: one request a minute.
+	for k, want := range []time.Duration{time.Minute, 5 * time.Minute, 10 * time.Minute} {
+		idx := []int{0, 4, 9}[k]
+		if got := g.EstimateWait(now, r[idx]); got != want {
+			t.Errorf("estimate of call %d: %v, want %v", idx, got, want)
+		}
+	}
+	// Every one of them gives up, front first, keeping its place.
+	var errs []*WaitError
+	for i := range r {
+		err := g.Await(doneCtx(), r[i], time.Minute)
+		we, ok := errors.AsType[*WaitError](err)
+		if !ok {
+			t.Fatalf("Await of call %d: %v, want a *WaitError", i, err)
+		}
+		errs = append(errs, we)
+	}
+	// The last one's estimate still counts the nine parked ahead of it.
+	if got := errs[9].EstimatedWait; got != 10*time.Minute {
+		t.Errorf("estimate of the last call after those ahead left keeping their places: %v, want 10m", got)
+	}
+	if got, want := errs[9].KeptUntil, now.Add(11*time.Minute); !got.Equal(want) {
+		t.Errorf("kept until %v, want the estimate plus the keep: %v", got, want)
+	}
+	if st := g.Stats(now); st.Flows[0].Waiting != 0 || st.Flows[0].Parked != 10 {
+		t.Fatalf("stats: %d waiting, %d parked; want 0 and 10", st.Flows[0].Waiting, st.Flows[0].Parked)
+	}
+	if got := g.EstimateFor(now, "a", one); got != 11*time.Minute {
+		t.Errorf("estimate of a new call behind ten kept places: %v, want 11m", got)
+	}
+	// A new call of the flow, then the fifth and the first come back.
+	late := mustReserve(t, g, now, "a", one)
+	for _, i := range []int{4, 0} {
+		if !r[i].Rejoin(now) {
+			t.Fatalf("call %d could not take its place back", i)
+		}
+	}
+	now = at(time.Minute)
+	g.Advance(now)
+	if !r[0].Admitted() || r[4].Admitted() || late.Admitted() {
+		t.Fatalf("at 1m: first back admitted %v, fifth %v, the new call %v; want only the first", r[0].Admitted(), r[4].Admitted(), late.Admitted())
+	}
+	now = at(2 * time.Minute)
+	g.Advance(now)
+	if !r[4].Admitted() || late.Admitted() {
+		t.Fatalf("at 2m: the fifth admitted %v, the new call %v; want the fifth ahead of the new call", r[4].Admitted(), late.Admitted())
+	}
+	// A place given up (Cancel) or lapsed cannot be taken back.
+	r[1].Cancel(now)
+	if r[1].Rejoin(now) {
+		t.Fatal("a cancelled place was taken back")
+	}
+	now = errs[9].KeptUntil.Add(time.Second)
+	if r[9].Rejoin(now) {
+		t.Fatal("a lapsed place was taken back")
+	}
+	if st := g.Stats(now); st.Flows[0].Parked != 0 {
+		t.Fatalf("%d places still kept after every one lapsed", st.Flows[0].Parked)
+	}
+}
+
+// A place that lapses moves the calls of its flow behind it up, as a call
+// that leaves the line does: the flow's share is not lost to other flows.
+func TestLapsedPlaceMovesTheLineUp(t *testing.T) {
+	t.Parallel()
+	now := t0
+	g := mustNew(t, Config{Limits: Limits{RPM: 1}, Now: func() time.Time { return now }})
+	one := Cost{Requests: 1}
+	mustReserve(t, g, now, "x", one)
+	g.Advance(now)
+	a1 := mustReserve(t, g, now, "a", one)
+	a2 := mustReserve(t, g, now, "a", one)
+	b1 := mustReserve(t, g, now, "b", one)
+	if err := g.Await(doneCtx(), a1, time.Second); err == nil {
+		t.Fatal("Await with a done context admitted")
+	}
+	// While a1's place is kept, a2 stands behind it: b1 goes first.
+	// Once it lapses, a2 moves up to where a1 was, level with b1, and
+	// goes first as the older call.
+	now = at(3 * time.Minute)
+	g.Advance(now)
+	if !a2.Admitted() || b1.Admitted() {
+		t.Fatalf("after a1's place lapsed: a2 admitted %v, b1 %v; want a2 in a1's place", a2.Admitted(), b1.Admitted())
+	}
+}
+
+// On a clock that runs fast, Wait sleeps for the wall time the simulated
+// wait takes, not the simulated time.
+func TestWaitOnAFastClock(t *testing.T) {
+	t.Parallel()
+	c := clock.New(600)
+	g := mustNew(t, Config{Limits: Limits{RPM: 1}, Now: c.Now, Speed: c.Speed()})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // a minute of wall time would not do
+	defer cancel()
+	first, err := g.Wait(ctx, "a", Cost{Requests: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := g.Wait(ctx, "a", Cost{Requests: 1})
+	if err != nil {
+		t.Fatalf("the second call of a one-a-minute key was not admitted within 20 s of wall time at speed 600: %v", err)
+	}
+	if gap := second.AdmittedAt().Sub(first.AdmittedAt()); gap < time.Minute {
+		t.Fatalf("admitted %v apart on the fast clock, want a minute at least", gap)
+	}
+}

@@ -1,0 +1,62 @@
+// Package clock provides a clock that may run faster than the wall clock,
+// for simulations in compressed time: the simulator, the governor and the
+// gateway all read one Clock's Now, and divide what they sleep by its Speed.
+package clock
+
+import (
+	"sync"
+	"time"
+)
+
+// Clock is a clock that runs Speed times as fast as the wall clock from
+// the moment it was made. Its Now never goes backwards. A Clock is safe for
+// simultaneous use by multiple goroutines.
+type Clock struct {
+	speed  float64
+	origin time.Time // the wall time when it was made: Now starts here
+	start  time.Time // the same, with its monotonic reading
+
+	mu   sync.Mutex
+	last time.Time
+}
+
+// New returns a clock running speed times as fast as the wall clock
+// (speed ≤ 1 is treated as 1: a clock never runs slow).
+func New(speed float64) *Clock {
+	if !(speed > 1) {
+		speed = 1
+	}
+	now := time.Now()
+	return &Clock{speed: speed, origin: now.Round(0), start: now}
+}
+
+// Speed is how many times as fast as the wall clock c runs.
+func (c *Clock) Speed() float64 { return c.speed }
+
+// Now returns the clock's time: its origin plus Speed times the wall time
+// elapsed since.
+func (c *Clock) Now() time.Time {
+	if c.speed == 1 {
+		return time.Now()
+	}
+	t := c.origin.Add(time.Duration(float64(time.Since(c.start)) * c.speed))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t.Before(c.last) {
+		t = c.last
+	}
+	c.last = t
+	return t
+}
+
+// Real converts a duration on c into wall time: d divided by Speed.
+func (c *Clock) Real(d time.Duration) time.Duration { return Real(c.speed, d) }
+
+// Real converts a duration on a clock of the given speed into wall time; a
+// speed of 0 or 1 leaves it as it is.
+func Real(speed float64, d time.Duration) time.Duration {
+	if speed <= 1 || d <= 0 {
+		return d
+	}
+	return time.Duration(float64(d) / speed)
+}
