@@ -168,6 +168,9 @@ type LimitStats struct {
 	Max      int64 // allowance in force (0: the limit does not apply)
 	Used     int64 // charged in the current window, including others' use seen in headers
 	Capacity int64 // what is left now
+	// ResetAt is when everything the window counts now will have aged out
+	// of it (now when it counts nothing).
+	ResetAt time.Time
 }
 
 // FlowStats is one flow's state and totals.
@@ -175,7 +178,10 @@ type FlowStats struct {
 	Name     string
 	Weight   float64
 	Priority int
-	Waiting  int
+	// Share is its weight × PriorityFactor^priority: its part of the key
+	// while flows with calls waiting share it is its Share over theirs.
+	Share   float64
+	Waiting int
 	// Parked counts its calls out of line whose places are kept (see
 	// Governor.Await).
 	Parked     int
@@ -206,12 +212,13 @@ func (g *Governor) Stats(now time.Time) Stats {
 		for _, p := range g.phantom[l] {
 			used = addSat(used, p.amount)
 		}
-		st.Limits[l] = LimitStats{Limit: l, Max: g.limits[l], Used: used, Capacity: max(subSat(g.limits[l], used), 0)}
+		st.Limits[l] = LimitStats{Limit: l, Max: g.limits[l], Used: used, Capacity: max(subSat(g.limits[l], used), 0),
+			ResetAt: time.Unix(0, g.ledgerOf(l).resetAt(now.UnixNano(), l))}
 	}
 	n := now.UnixNano()
 	for _, f := range g.flows {
 		fs := FlowStats{
-			Name: f.name, Weight: f.weight, Priority: f.priority, Waiting: len(f.queue), Parked: len(f.parked),
+			Name: f.name, Weight: f.weight, Priority: f.priority, Share: f.share, Waiting: len(f.queue), Parked: len(f.parked),
 			Admitted: f.admitted, Tokens: f.tokens, Rejections: f.rejections,
 		}
 		if len(f.queue) > 0 {

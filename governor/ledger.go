@@ -74,6 +74,23 @@ func (lg *ledger) expire(now int64) {
 	}
 }
 
+// resetAt returns when everything l counts now will have aged out of the
+// window, now when it counts nothing. It assumes expire(now) ran.
+func (lg *ledger) resetAt(now int64, l Limit) int64 {
+	if lg.sum.On(l) <= 0 {
+		return now
+	}
+	if lg.fixed {
+		return max(addSat(lg.start, lg.period), now)
+	}
+	for i := len(lg.entries) - 1; i >= lg.head; i-- {
+		if lg.entries[i].cost.On(l) > 0 {
+			return max(addSat(addSat(lg.entries[i].at, lg.period), lg.lag), now)
+		}
+	}
+	return now
+}
+
 // add records a charge made at now (not before any earlier charge) and returns its sequence number.
 func (lg *ledger) add(now int64, c Cost) uint64 {
 	seq := lg.first + uint64(len(lg.entries)-lg.head)

@@ -45,6 +45,7 @@ type gatewayFile struct {
 	Window           string           `yaml:"window"`
 	Accounting       string           `yaml:"accounting"`
 	MaxWait          string           `yaml:"max_wait"`
+	KeepPlace        string           `yaml:"keep_place"`
 	DefaultMaxTokens *int             `yaml:"default_max_tokens"`
 	MaxBodyBytes     *int64           `yaml:"max_body_bytes"`
 	MaxWaiting       *int             `yaml:"max_waiting"`
@@ -183,7 +184,8 @@ func runGateway(ctx context.Context, env *cmdEnv, args []string) error {
 		clientEnv  = fs.String("client-keys-env", "SLUICE_GATEWAY_KEYS", "`NAME` of an environment variable holding client keys as KEY[=FLOW],…; unset: no authentication")
 		window     = fs.String("window", "rolling", "how the provider counts a period: rolling or fixed")
 		accounting = fs.String("accounting", "", "what the provider keeps of a charge: reserve or settle (default: settle for anthropic, else reserve)")
-		maxWait    = fs.Duration("max-wait", 60*time.Second, "longest a request waits for admission before 429 (a request may set X-Sluice-Max-Wait)")
+		maxWait    = fs.Duration("max-wait", 4*time.Minute, "longest a request waits for admission before 429 (a request may set X-Sluice-Max-Wait); under common client timeouts (aiohttp's 300s)")
+		keepPlace  = fs.Duration("keep-place", 2*time.Minute, "how long after its estimated admission a request answered 429 keeps its place in line for the same request sent again (0: keep none)")
 		defMax     = fs.Int("default-max-tokens", 1024, "max_tokens given to a request that sets none, when its flow has no default")
 		maxBody    = fs.Int64("max-body-bytes", 4<<20, "largest request body accepted; larger ones get 413")
 		lag        = fs.Duration("lag", time.Second, "how much later than its admission the provider may count a call; charges are held that much longer (negative: off)")
@@ -304,6 +306,15 @@ func runGateway(ctx context.Context, env *cmdEnv, args []string) error {
 	}
 	if cfg.MaxWait == 0 {
 		cfg.MaxWait = time.Nanosecond // 0 means "do not wait", not "the default"
+	}
+	if cfg.KeepPlace, err = dur("keep-place", *keepPlace, file.KeepPlace); err != nil {
+		return err
+	}
+	if cfg.KeepPlace < 0 {
+		return fmt.Errorf("keep place %s is negative", cfg.KeepPlace)
+	}
+	if cfg.KeepPlace == 0 {
+		cfg.KeepPlace = -1 // 0 means "keep none", not "the default"
 	}
 	if cfg.Lag, err = dur("lag", *lag, file.Lag); err != nil {
 		return err

@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/clock"
 	"github.com/sluice-dev/sluice/internal/sim"
 	"github.com/sluice-dev/sluice/llm"
 )
@@ -38,6 +39,8 @@ type chatCall struct {
 	maxWait   time.Duration
 	deadline  time.Time
 
+	key       placeKey // names the request for its kept place in line (places.go)
+	rejoined  bool     // it took back a place an earlier attempt kept
 	waited    time.Duration
 	waitingOn string // what held it back when its max wait ended
 	attempts  int
@@ -52,6 +55,7 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, flow string) {
 		// A body cut off by its deadline ends the request's context too;
 		// the client is still there to be told.
 		if r.Context().Err() == nil || e.status == http.StatusRequestTimeout {
+			c.limitHeaders()
 			e.write(w, g.cfg.Profile)
 			c.status = e.status
 		}
@@ -59,13 +63,16 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, flow string) {
 	if c.status == 0 {
 		c.status = 499 // the caller left before an answer began
 	}
+	if c.rejoined {
+		g.m.rejoined.Inc()
+	}
 	if c.status == http.StatusOK {
 		g.fm[flow].ok.Inc()
 	} else {
 		g.m.requests.WithLabelValues(flow, strconv.Itoa(c.status)).Inc()
 	}
 	attrs := []any{"id", g.seq.Add(1), "key", g.cfg.Key, "flow", flow, "status", c.status,
-		"stream", c.req != nil && c.req.Stream, "attempts", c.attempts, "waited", c.waited, "took", g.cfg.Now().Sub(start)}
+		"stream", c.req != nil && c.req.Stream, "attempts", c.attempts, "waited", c.waited, "took", g.cfg.Now().Sub(start), "rejoined", c.rejoined}
 	if c.waitingOn != "" {
 		attrs = append(attrs, "waiting_on", c.waitingOn)
 	}
@@ -109,6 +116,7 @@ func (c *chatCall) run(start time.Time) *apiError {
 		return badRequest("sluice gateway: " + err.Error())
 	}
 	c.deadline = start.Add(c.maxWait)
+	c.key = keyOf(c.r, c.flow, body)
 	c.wantUsage = req.Stream && includeUsage(req.Extra["stream_options"])
 	c.req, c.cost = g.withMaxTokens(req, c.flow)
 	if !req.Stream {
@@ -129,8 +137,9 @@ func (c *chatCall) run(start time.Time) *apiError {
 	}
 
 	// Waiting ends at the max wait or when the caller leaves; the upstream
-	// call itself is bounded only by the caller.
-	wctx, cancel := context.WithDeadline(c.r.Context(), c.deadline)
+	// call itself is bounded only by the caller. The gateway's clock may
+	// run faster than the wall clock.
+	wctx, cancel := context.WithTimeout(c.r.Context(), clock.Real(g.cfg.Speed, c.deadline.Sub(g.cfg.Now())))
 	defer cancel()
 	for {
 		c.attempts++
@@ -147,7 +156,7 @@ func (c *chatCall) run(start time.Time) *apiError {
 		if c.attempts >= maxAttempts || !now.Add(after).Before(c.deadline) {
 			return e
 		}
-		if after > 0 && !sleep(wctx, after) {
+		if after > 0 && !sleep(wctx, clock.Real(g.cfg.Speed, after)) {
 			return e
 		}
 	}
@@ -171,7 +180,11 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 // refuse turns an admission failure into the answer.
 func (c *chatCall) refuse(err error) *apiError {
 	if tl, ok := errors.AsType[*governor.TooLargeError](err); ok {
-		return tooLarge(c.g.cfg.Profile, c.req.Model, tl)
+		n := int64(1) // choices: each may produce max_tokens
+		if c.req.MaxTokens > 0 {
+			n = max(c.cost.Output/int64(c.req.MaxTokens), 1)
+		}
+		return tooLarge(c.g.cfg.Profile, c.req.Model, n, tl)
 	}
 	if we, ok := errors.AsType[*governor.WaitError](err); ok {
 		c.waitingOn = we.On.String()
@@ -180,14 +193,38 @@ func (c *chatCall) refuse(err error) *apiError {
 	return &apiError{status: http.StatusInternalServerError, typ: "server_error", message: "sluice gateway: " + err.Error()}
 }
 
-// admit waits for the governor.
+// admit waits for the governor: in the place in line an earlier attempt
+// of the same request kept, if one is kept, else at the back of its
+// flow's line. When the wait ends first, the place is kept for the next
+// attempt.
 func (c *chatCall) admit(ctx context.Context) (*governor.Reservation, error) {
 	g := c.g
 	t0 := g.cfg.Now()
-	res, err := g.gov.Wait(ctx, c.flow, c.cost)
+	var res *governor.Reservation
+	if c.attempts == 1 && !g.places.empty() {
+		if kept := g.places.take(c.key, t0); kept != nil {
+			// The same request: the same cost, unless the estimator has
+			// learned since, or an Idempotency-Key named another body.
+			if kept.Cost() == c.cost && kept.Rejoin(t0) {
+				res, c.rejoined = kept, true
+			} else {
+				kept.Cancel(t0)
+			}
+		}
+	}
+	if res == nil {
+		var err error
+		if res, err = g.gov.Reserve(t0, c.flow, c.cost); err != nil {
+			return nil, err
+		}
+	}
+	err := g.gov.Await(ctx, res, g.cfg.KeepPlace)
 	now := g.cfg.Now()
 	c.waited += now.Sub(t0)
 	if err != nil {
+		if we, ok := errors.AsType[*governor.WaitError](err); ok && !we.KeptUntil.IsZero() {
+			g.places.keep(c.key, res, we.KeptUntil, now)
+		}
 		return nil, err
 	}
 	fm := g.fm[c.flow]
@@ -231,15 +268,16 @@ func (c *chatCall) send(res *governor.Reservation) (retry bool, after time.Durat
 }
 
 // header sets the answer's headers: the upstream's request id, for the
-// provider's support, and how long the request waited.
+// provider's support, and its rate-limit headers as it sent them; then the
+// gateway's own (see limitHeaders).
 func (c *chatCall) header(up http.Header) {
 	h := c.w.Header()
-	for _, k := range []string{"X-Request-Id", "Request-Id"} {
-		if v := up.Get(k); v != "" {
-			h.Set(k, v)
+	for k, v := range up {
+		if k == "X-Request-Id" || k == "Request-Id" || strings.HasPrefix(k, "X-Ratelimit-") || strings.HasPrefix(k, "Anthropic-Ratelimit-") {
+			h[k] = v
 		}
 	}
-	h.Set(WaitHeader, c.waited.String())
+	c.limitHeaders()
 }
 
 // settle records a finished call: the provider's view of the limits, the

@@ -7,6 +7,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/guard"
 	"github.com/sluice-dev/sluice/internal/store"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/url"
 	"time"
@@ -30,10 +31,6 @@ const MaxWaitHeader = "X-Sluice-Max-Wait"
 // wait, names what held it back: a limit ("tpm"), a day pacer ("tpd
 // pacing"), "a provider pause" or "its turn".
 const WaitingOnHeader = "X-Sluice-Waiting-On"
-
-// WaitHeader, on every answer to a chat request, says how long the request
-// waited for admission (a Go duration).
-const WaitHeader = "X-Sluice-Wait"
 
 // Config configures a Gateway. Every field documents its default; Upstream
 // is the only one required.
@@ -83,8 +80,26 @@ type Config struct {
 	// MaxWait is how long a request may wait for admission (and for retries
 	// of transient upstream failures) before it gets 429 with a retry-after.
 	// A request may set its own with X-Sluice-Max-Wait, up to MaxWaitCap.
-	// Default 60s.
+	// Default 4m: longer than a minute window and the lag, so a request
+	// that waits for a full window is admitted rather than refused; shorter
+	// than the common client timeouts (aiohttp's 300 s, the openai SDKs'
+	// 600 s), so the client hears the 429 instead of giving up first.
 	MaxWait time.Duration
+
+	// KeepPlace is how long a request answered 429 because its max wait
+	// ended (or whose caller left) keeps its place in line after its
+	// estimated admission: the same request sent again within that time
+	// (same caller and flow, and the same body or Idempotency-Key) goes back
+	// where it was instead of to the back of the line. Default 2m;
+	// negative keeps no place.
+	KeepPlace time.Duration
+
+	// Speed is how many times as fast as the wall clock Now runs, for
+	// simulations in compressed time (the simulator and demo): the gateway
+	// and its governor divide what they sleep by it. Everything the gateway
+	// says — retry-after, its headers, its messages — is in Now's time.
+	// Default 1.
+	Speed float64
 
 	// MaxWaitCap bounds X-Sluice-Max-Wait. Default 10m (at least MaxWait).
 	MaxWaitCap time.Duration
@@ -185,7 +200,8 @@ func (c Config) withDefaults() Config {
 		c.Accounting = governor.Settle
 	}
 	c.DefaultMaxTokens = cmp.Or(c.DefaultMaxTokens, 1024)
-	c.MaxWait = cmp.Or(c.MaxWait, 60*time.Second)
+	c.MaxWait = cmp.Or(c.MaxWait, 4*time.Minute)
+	c.KeepPlace = cmp.Or(c.KeepPlace, 2*time.Minute)
 	c.MaxWaitCap = max(cmp.Or(c.MaxWaitCap, 10*time.Minute), c.MaxWait)
 	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, 4<<20)
 	c.MaxWaiting = cmp.Or(c.MaxWaiting, 1024)
@@ -212,6 +228,9 @@ func (c Config) validate() error {
 	}
 	if c.DefaultMaxTokens < 0 {
 		return fmt.Errorf("gateway: default max_tokens %d is negative", c.DefaultMaxTokens)
+	}
+	if c.Speed < 0 || math.IsNaN(c.Speed) || math.IsInf(c.Speed, 0) {
+		return fmt.Errorf("gateway: speed must be a finite number ≥ 0, got %v", c.Speed)
 	}
 	if c.MaxWait < 0 || c.MaxBodyBytes < 0 || c.RetryBase < 0 {
 		return errors.New("gateway: max wait, max body size and retry base must not be negative")

@@ -48,7 +48,8 @@ func badRequest(msg string) *apiError {
 // the profile's provider words it, so clients that recognise "request too
 // large" (llm.Classify among them) never wait for it. The status is 413 for
 // every profile: a 429, which OpenAI uses, makes clients retry in vain.
-func tooLarge(p llm.Profile, model string, e *governor.TooLargeError) *apiError {
+// n is the request's choices: each may produce max_tokens.
+func tooLarge(p llm.Profile, model string, n int64, e *governor.TooLargeError) *apiError {
 	l := e.Limit
 	abbr := strings.ToUpper(l.String())
 	var msg string
@@ -62,7 +63,7 @@ func tooLarge(p llm.Profile, model string, e *governor.TooLargeError) *apiError 
 		msg = fmt.Sprintf("Request too large for %s on %s (%s): Limit %d, Requested %d.", model,
 			strings.Replace(l.Title(), "minute", "min", 1), abbr, e.Max, e.Need)
 	}
-	msg += " " + hint(e) + " (sluice gateway: waiting never helps; the request was not sent)"
+	msg += " " + hint(e, n) + " (sluice gateway: waiting never helps; the request was not sent)"
 	typ, code := "tokens", "rate_limit_exceeded"
 	switch {
 	case p == llm.Anthropic:
@@ -73,15 +74,22 @@ func tooLarge(p llm.Profile, model string, e *governor.TooLargeError) *apiError 
 	return &apiError{status: http.StatusRequestEntityTooLarge, typ: typ, code: code, message: msg}
 }
 
-func hint(e *governor.TooLargeError) string {
+// hint says what would make the request fit; n is its choices.
+func hint(e *governor.TooLargeError, n int64) string {
 	switch e.Limit {
 	case governor.RPM, governor.RPD:
 		return "The key allows no request at all."
 	case governor.ITPM:
 		return "Shorten the prompt."
 	}
+	if fit := e.MaxOutput / max(n, 1); fit >= 1 {
+		if n > 1 {
+			return fmt.Sprintf("Lower max_tokens or n: with n = %d, max_tokens ≤ %s fits.", n, commas(fit))
+		}
+		return fmt.Sprintf("Lower max_tokens: max_tokens ≤ %s fits.", commas(fit))
+	}
 	if e.MaxOutput >= 1 {
-		return fmt.Sprintf("Lower max_tokens: max_tokens ≤ %s fits.", commas(e.MaxOutput))
+		return fmt.Sprintf("Lower n: even max_tokens 1 does not fit %d choices.", n)
 	}
 	return "Shorten the prompt: it alone does not fit."
 }

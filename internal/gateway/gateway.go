@@ -34,6 +34,7 @@ type Gateway struct {
 	seq    atomic.Uint64
 	scrub  *scrubber // nil without a provider key
 	line   *line
+	places *places
 }
 
 var _ http.Handler = (*Gateway)(nil)
@@ -69,7 +70,7 @@ func New(cfg Config) (*Gateway, error) {
 		}
 	}
 	gcfg := governor.Config{Key: cfg.Key, Limits: cfg.Limits, Window: cfg.Window,
-		Accounting: cfg.Accounting, Flows: flows, Now: cfg.Now, Journal: cfg.journal, Lag: max(cfg.Lag, 0)}
+		Accounting: cfg.Accounting, Flows: flows, Now: cfg.Now, Speed: cfg.Speed, Journal: cfg.journal, Lag: max(cfg.Lag, 0)}
 	var (
 		gov  *governor.Governor
 		kept *quota.Governor
@@ -94,7 +95,8 @@ func New(cfg Config) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	g := &Gateway{cfg: cfg, client: client, gov: gov, kept: kept, est: est, flows: byName, keys: cfg.ClientKeys,
-		mux: http.NewServeMux(), scrub: newScrubber(cfg.APIKey), line: newLine(cfg)}
+		mux: http.NewServeMux(), scrub: newScrubber(cfg.APIKey), line: newLine(cfg),
+		places: newPlaces(cfg.MaxWaiting)}
 	if cfg.Limits == (governor.Limits{}) {
 		cfg.Logger.Warn("no limits configured: the gateway governs nothing and every request goes upstream at once", "key", cfg.Key)
 	}
@@ -220,7 +222,10 @@ type FlowView struct {
 	Weight   float64 `json:"weight"`
 	Priority int     `json:"priority"`
 	Waiting  int     `json:"waiting"`
-	Admitted int64   `json:"admitted"`
+	// Parked counts the flow's requests answered 429 whose places in line
+	// are kept for them (see Config.KeepPlace).
+	Parked   int   `json:"parked"`
+	Admitted int64 `json:"admitted"`
 	// Tokens are charged to the flow's admitted calls, as settled, by kind.
 	Tokens map[string]int64 `json:"tokens"`
 	// Rejections counts provider rejections of the flow's calls by limit.
@@ -243,7 +248,7 @@ func (g *Gateway) Flows() FlowsView {
 		}
 	}
 	for _, f := range st.Flows {
-		fv := FlowView{Name: f.Name, Weight: f.Weight, Priority: f.Priority, Waiting: f.Waiting, Admitted: f.Admitted,
+		fv := FlowView{Name: f.Name, Weight: f.Weight, Priority: f.Priority, Waiting: f.Waiting, Parked: f.Parked, Admitted: f.Admitted,
 			Tokens:     map[string]int64{"input": f.Tokens.Input, "output": f.Tokens.Output, "total": f.Tokens.Tokens()},
 			Rejections: map[string]int64{}}
 		for _, l := range governor.AllLimits {

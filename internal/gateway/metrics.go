@@ -18,6 +18,7 @@ type metrics struct {
 	wait       *prometheus.HistogramVec
 	tokens     *prometheus.CounterVec
 	rejections *prometheus.CounterVec
+	rejoined   prometheus.Counter
 }
 
 func newMetrics(g *Gateway) *metrics {
@@ -45,8 +46,12 @@ func newMetrics(g *Gateway) *metrics {
 			Name: "sluice_provider_rejections_total", ConstLabels: key,
 			Help: "Upstream rejections (rate limit, too large), by the limit they named (\"unknown\" when none) and HTTP status.",
 		}, []string{"limit", "status"}),
+		rejoined: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_gateway_places_taken_back_total", ConstLabels: key,
+			Help: "Requests sent again after a 429 that took back the place in line their earlier attempt kept.",
+		}),
 	}
-	m.reg.MustRegister(m.requests, m.admissions, m.wait, m.tokens, m.rejections, &stateCollector{g: g})
+	m.reg.MustRegister(m.requests, m.admissions, m.wait, m.tokens, m.rejections, m.rejoined, &stateCollector{g: g})
 	return m
 }
 
