@@ -201,21 +201,26 @@ func (g *Governor) RejectedFlow(flow string, l Limit) {
 	g.flow(flow).rejections[l]++
 }
 
+// limitStats is l's state at now. It assumes expire(now) ran.
+func (g *Governor) limitStats(now int64, l Limit) LimitStats {
+	used := g.ledgerOf(l).sum.On(l)
+	for _, p := range g.phantom[l] {
+		used = addSat(used, p.amount)
+	}
+	return LimitStats{Limit: l, Max: g.limits[l], Used: used, Capacity: max(subSat(g.limits[l], used), 0),
+		ResetAt: time.Unix(0, g.ledgerOf(l).resetAt(now, l))}
+}
+
 // Stats returns the governor's state at now.
 func (g *Governor) Stats(now time.Time) Stats {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.expire(now.UnixNano())
 	st := Stats{Key: g.cfg.Key}
-	for _, l := range AllLimits {
-		used := g.ledgerOf(l).sum.On(l)
-		for _, p := range g.phantom[l] {
-			used = addSat(used, p.amount)
-		}
-		st.Limits[l] = LimitStats{Limit: l, Max: g.limits[l], Used: used, Capacity: max(subSat(g.limits[l], used), 0),
-			ResetAt: time.Unix(0, g.ledgerOf(l).resetAt(now.UnixNano(), l))}
-	}
 	n := now.UnixNano()
+	for _, l := range AllLimits {
+		st.Limits[l] = g.limitStats(n, l)
+	}
 	for _, f := range g.flows {
 		fs := FlowStats{
 			Name: f.name, Weight: f.weight, Priority: f.priority, Share: f.share, Waiting: len(f.queue), Parked: len(f.parked),

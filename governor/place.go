@@ -255,3 +255,48 @@ func (g *Governor) EstimateFor(now time.Time, flow string, c Cost) time.Duration
 	}
 	return g.estimate(n, f, nil, start, c)
 }
+
+// Outlook is what a flow can expect of the key now, for a caller deciding
+// when to send: every limit's state, the flow's part of the key while the
+// flows with calls waiting share it, its calls waiting, and how long a call
+// of a given cost reserved now would wait.
+type Outlook struct {
+	Limits   [NumLimits]LimitStats
+	Share    float64 // 0 to 1: the flow's share over that of every flow with calls waiting or parked, itself included
+	Waiting  int
+	Estimate time.Duration // zero for a zero cost
+}
+
+// Outlook returns flow's outlook at now for a call costing c. It is
+// Stats narrowed to one flow, for a caller that asks on every call.
+func (g *Governor) Outlook(now time.Time, flow string, c Cost) Outlook {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := now.UnixNano()
+	g.expire(n)
+	g.lapse(n)
+	var o Outlook
+	for _, l := range AllLimits {
+		o.Limits[l] = g.limitStats(n, l)
+	}
+	f := g.flows[flow]
+	if f == nil {
+		f = g.newFlow(FlowConfig{Name: flow})
+	}
+	busy := f.share
+	for _, x := range g.flows {
+		if x != f && (len(x.queue) > 0 || len(x.parked) > 0) {
+			busy += x.share
+		}
+	}
+	o.Share = f.share / busy
+	o.Waiting = len(f.queue)
+	if c != (Cost{}) {
+		start := math.Max(g.vtime, f.finish)
+		if len(f.queue) > 0 {
+			start = f.queue[len(f.queue)-1].finish
+		}
+		o.Estimate = g.estimate(n, f, nil, start, c)
+	}
+	return o
+}

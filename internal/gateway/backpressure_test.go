@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -8,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/clock"
 	"github.com/sluice-dev/sluice/internal/sim"
 )
@@ -33,40 +36,61 @@ func retryAfter(t *testing.T, resp *http.Response) time.Duration {
 
 // A request answered 429 because its max wait ended keeps its place in
 // line: sent again, it is admitted before a request of its flow that came
-// after its first attempt.
+// after its first attempt — plain, streamed, or named by an
+// Idempotency-Key when its body changed in a field that does not price it.
 func TestRetryTakesItsPlaceBack(t *testing.T) {
 	t.Parallel()
-	b := fastKey(t)
-	if resp, body := b.do(t, "POST", "/v1/chat/completions", chatBody("first", 5, ""), nil); resp == nil || resp.StatusCode != 200 {
-		t.Fatalf("first request: %v %s", resp, body)
-	}
-	a := chatBody("a request sent twice", 5, "")
-	resp, body := b.do(t, "POST", "/v1/chat/completions", a, map[string]string{MaxWaitHeader: "1s"})
-	if resp == nil || resp.StatusCode != 429 {
-		t.Fatalf("a request that cannot be admitted within 1s: %v %s", resp, body)
-	}
-	if got := resp.Header.Get(WaitingOnHeader); got != "rpm" {
-		t.Errorf("waiting on %q, want rpm", got)
-	}
-	if ra := retryAfter(t, resp); ra < 45*time.Second || ra > 75*time.Second {
-		t.Errorf("retry-after %v, want about the minute until the rpm window has room", ra)
-	}
-	done := make(chan string, 2)
-	go func() {
-		resp, body := b.do(t, "POST", "/v1/chat/completions", chatBody("a later request", 5, ""), map[string]string{MaxWaitHeader: "10m"})
-		done <- fmt.Sprintf("later %d %s", status(resp), body)
-	}()
-	waitFor(t, "the later request waiting", func() bool { return flowView(t, b, DefaultFlow).Waiting == 1 })
-	go func() {
-		resp, body := b.do(t, "POST", "/v1/chat/completions", a, map[string]string{MaxWaitHeader: "10m"})
-		done <- fmt.Sprintf("again %d %s", status(resp), body)
-	}()
-	first, second := <-done, <-done
-	if !strings.HasPrefix(first, "again 200") || !strings.HasPrefix(second, "later 200") {
-		t.Fatalf("answered in the order\n%.200s\n%.200s\nwant the request sent again first, in the place it kept", first, second)
-	}
-	if _, m := b.do(t, "GET", "/metrics", "", nil); !strings.Contains(string(m), `sluice_gateway_places_taken_back_total{key="openai"} 1`) {
-		t.Errorf("/metrics does not count the place taken back:\n%s", m)
+	for _, tc := range []struct {
+		name          string
+		first, second string
+		header        map[string]string
+	}{
+		{"plain", chatBody("a request sent twice", 5, ""), chatBody("a request sent twice", 5, ""), nil},
+		{"stream", chatBody("a stream sent twice", 5, `,"stream":true`), chatBody("a stream sent twice", 5, `,"stream":true`), nil},
+		{"idempotency key", chatBody("a request sent twice", 5, `,"user":"try-1"`), chatBody("a request sent twice", 5, `,"user":"try-2"`),
+			map[string]string{IdempotencyKeyHeader: "item-42"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := fastKey(t)
+			if resp, body := b.do(t, "POST", "/v1/chat/completions", chatBody("first", 5, ""), nil); status(resp) != 200 {
+				t.Fatalf("first request: %d %s", status(resp), body)
+			}
+			hdr := func(wait string) map[string]string {
+				h := map[string]string{MaxWaitHeader: wait}
+				for k, v := range tc.header {
+					h[k] = v
+				}
+				return h
+			}
+			resp, body := b.do(t, "POST", "/v1/chat/completions", tc.first, hdr("1s"))
+			if status(resp) != 429 {
+				t.Fatalf("a request that cannot be admitted within 1s: %d %s", status(resp), body)
+			}
+			if got := resp.Header.Get(WaitingOnHeader); got != "rpm" {
+				t.Errorf("waiting on %q, want rpm", got)
+			}
+			if ra := retryAfter(t, resp); ra < 45*time.Second || ra > 75*time.Second {
+				t.Errorf("retry-after %v, want about the minute until the rpm window has room", ra)
+			}
+			done := make(chan string, 2)
+			go func() {
+				resp, body := b.do(t, "POST", "/v1/chat/completions", chatBody("a later request", 5, ""), map[string]string{MaxWaitHeader: "10m"})
+				done <- fmt.Sprintf("later %d %s", status(resp), body)
+			}()
+			waitFor(t, "the later request waiting", func() bool { return flowView(t, b, DefaultFlow).Waiting == 1 })
+			go func() {
+				resp, body := b.do(t, "POST", "/v1/chat/completions", tc.second, hdr("10m"))
+				done <- fmt.Sprintf("again %d %s", status(resp), body)
+			}()
+			first, second := <-done, <-done
+			if !strings.HasPrefix(first, "again 200") || !strings.HasPrefix(second, "later 200") {
+				t.Fatalf("answered in the order\n%.200s\n%.200s\nwant the request sent again first, in the place it kept", first, second)
+			}
+			if _, m := b.do(t, "GET", "/metrics", "", nil); !strings.Contains(string(m), `sluice_gateway_places_taken_back_total{key="openai"} 1`) {
+				t.Errorf("/metrics does not count the place taken back:\n%s", m)
+			}
+		})
 	}
 }
 
@@ -187,4 +211,48 @@ func TestTooLargeHintCountsChoices(t *testing.T) {
 	if status(resp) != 413 || !strings.Contains(string(body), "with n = 3, max_tokens ≤ 1,666 fits") {
 		t.Fatalf("%d %s\nwant 413 saying max_tokens ≤ 1,666 fits with n = 3", status(resp), body)
 	}
+}
+
+// At most max places are kept: the oldest is given up for a new one, and
+// a lapsed one is never handed out.
+func TestPlacesBound(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	gov, err := governor.New(governor.Config{Limits: limits("rpm=1"), Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gov.Reserve(now, "a", governor.Cost{Requests: 1}); err != nil {
+		t.Fatal(err)
+	}
+	gov.Advance(now)
+	p := newPlaces(2)
+	var res []*governor.Reservation
+	for i := range 3 {
+		r, err := gov.Reserve(now, "a", governor.Cost{Requests: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		we, ok := errors.AsType[*governor.WaitError](gov.Await(doneContext(), r, time.Minute))
+		if !ok {
+			t.Fatal("Await with a done context did not end the wait")
+		}
+		p.keep(placeKey{byte(i)}, r, we.KeptUntil, now)
+		res = append(res, r)
+	}
+	if p.n != 2 || p.take(placeKey{0}, now) != nil || res[0].Rejoin(now) {
+		t.Fatalf("%d places kept, the oldest still taken back; want 2 and the oldest given up", p.n)
+	}
+	if p.take(placeKey{1}, now.Add(time.Hour)) != nil {
+		t.Fatal("a lapsed place was handed out")
+	}
+	if r := p.take(placeKey{2}, now); r != res[2] || !r.Rejoin(now) || p.n != 0 {
+		t.Fatalf("the newest place: %v, %d left", r, p.n)
+	}
+}
+
+func doneContext() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
 }

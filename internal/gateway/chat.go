@@ -39,7 +39,8 @@ type chatCall struct {
 	maxWait   time.Duration
 	deadline  time.Time
 
-	key       placeKey // names the request for its kept place in line (places.go)
+	key       placeKey // names the request for its kept place in line (places.go), once keyed
+	keyed     bool
 	rejoined  bool     // it took back a place an earlier attempt kept
 	waited    time.Duration
 	waitingOn string // what held it back when its max wait ended
@@ -116,7 +117,6 @@ func (c *chatCall) run(start time.Time) *apiError {
 		return badRequest("sluice gateway: " + err.Error())
 	}
 	c.deadline = start.Add(c.maxWait)
-	c.key = keyOf(c.r, c.flow, body)
 	c.wantUsage = req.Stream && includeUsage(req.Extra["stream_options"])
 	c.req, c.cost = g.withMaxTokens(req, c.flow)
 	if !req.Stream {
@@ -202,7 +202,7 @@ func (c *chatCall) admit(ctx context.Context) (*governor.Reservation, error) {
 	t0 := g.cfg.Now()
 	var res *governor.Reservation
 	if c.attempts == 1 && !g.places.empty() {
-		if kept := g.places.take(c.key, t0); kept != nil {
+		if kept := g.places.take(c.placeKey(), t0); kept != nil {
 			// The same request: the same cost, unless the estimator has
 			// learned since, or an Idempotency-Key named another body.
 			if kept.Cost() == c.cost && kept.Rejoin(t0) {
@@ -223,7 +223,7 @@ func (c *chatCall) admit(ctx context.Context) (*governor.Reservation, error) {
 	c.waited += now.Sub(t0)
 	if err != nil {
 		if we, ok := errors.AsType[*governor.WaitError](err); ok && !we.KeptUntil.IsZero() {
-			g.places.keep(c.key, res, we.KeptUntil, now)
+			g.places.keep(c.placeKey(), res, we.KeptUntil, now)
 		}
 		return nil, err
 	}
@@ -231,6 +231,21 @@ func (c *chatCall) admit(ctx context.Context) (*governor.Reservation, error) {
 	fm.admissions.Inc()
 	fm.wait.Observe(seconds(now.Sub(t0)))
 	return res, nil
+}
+
+// placeKey names the request for its kept place: from the body that goes
+// upstream, or for a stream its request encoded anew (the same request
+// encodes the same way). It is computed only when a place is looked up or
+// kept.
+func (c *chatCall) placeKey() placeKey {
+	if !c.keyed {
+		body := c.body
+		if c.req.Stream {
+			body, _ = json.Marshal(c.req) // decoded from JSON: encodes
+		}
+		c.key, c.keyed = keyOf(c.r, c.flow, body), true
+	}
+	return c.key
 }
 
 // send makes one upstream call for an admitted request. It reports whether

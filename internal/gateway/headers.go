@@ -15,7 +15,7 @@ import (
 const (
 	// WaitHeader says how long the request waited for admission, in
 	// milliseconds.
-	WaitHeader = "X-Sluice-Wait-Ms"
+	WaitHeader = "X-Sluice-Wait-Ms" // canonical, as are the others: set directly in the header map
 	// LimitHeaderPrefix, followed by Limit-, Remaining- or Reset- and the
 	// limit's name (Tpm, Otpm, …), gives each configured limit's allowance,
 	// what is left of it now, and in how many milliseconds everything its
@@ -38,9 +38,9 @@ func (c *chatCall) limitHeaders() {
 	g := c.g
 	h := c.w.Header()
 	now := g.cfg.Now()
-	h.Set(WaitHeader, millis(c.waited))
-	st := g.gov.Stats(now)
-	for _, ls := range st.Limits {
+	h[WaitHeader] = []string{millis(c.waited)}
+	o := g.gov.Outlook(now, c.flow, c.cost)
+	for _, ls := range o.Limits {
 		if ls.Max <= 0 {
 			continue
 		}
@@ -49,21 +49,10 @@ func (c *chatCall) limitHeaders() {
 		h[name.remaining] = []string{strconv.FormatInt(ls.Capacity, 10)}
 		h[name.reset] = []string{millis(ls.ResetAt.Sub(now))}
 	}
-	var mine, busy float64
-	for _, f := range st.Flows {
-		if f.Name == c.flow {
-			mine = f.Share
-			busy += f.Share
-			h[FlowWaitingHeader] = []string{strconv.Itoa(f.Waiting)}
-		} else if f.Waiting > 0 || f.Parked > 0 {
-			busy += f.Share
-		}
-	}
-	if busy > 0 {
-		h[FlowShareHeader] = []string{strconv.FormatFloat(mine/busy, 'f', 3, 64)}
-	}
+	h[FlowShareHeader] = []string{strconv.FormatFloat(o.Share, 'f', 3, 64)}
+	h[FlowWaitingHeader] = []string{strconv.Itoa(o.Waiting)}
 	if c.cost != (governor.Cost{}) {
-		h[FlowEstimateHeader] = []string{millis(g.gov.EstimateFor(now, c.flow, c.cost))}
+		h[FlowEstimateHeader] = []string{millis(o.Estimate)}
 	}
 }
 
