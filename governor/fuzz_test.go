@@ -42,7 +42,9 @@ func FuzzParseLimits(f *testing.F) {
 // clock steps to Check, Reserve and Advance. Whatever comes, nothing panics,
 // Check and Reserve agree, a cost with a part outside [0, MaxCost] is refused
 // with ErrInvalidCost, and no rolling window of any limit ever holds more
-// than the limit.
+// than the limit. Steps 240 to 254 park the oldest waiting call with its
+// place kept (Await) or put the oldest parked one back (Rejoin): a parked
+// call is never admitted.
 func FuzzReserve(f *testing.F) {
 	rec := func(req, in, out int64, step uint8) []byte {
 		var b [25]byte
@@ -61,10 +63,13 @@ func FuzzReserve(f *testing.F) {
 	f.Add(uint16(5), uint16(0), uint16(500), append(rec(1, 0, math.MinInt64, 1), rec(1, math.MaxInt64, math.MaxInt64, 3)...))
 	f.Add(uint16(0), uint16(4000), uint16(1000), append(rec(1, 100, 900, 10), rec(2, 1<<40, 0, 200)...))
 	f.Add(uint16(30), uint16(8000), uint16(1000), append(rec(-1, 5, 5, 7), rec(1, 4000, 1000, 61)...))
+	f.Add(uint16(2), uint16(0), uint16(0), append(append(append(rec(1, 0, 0, 0), rec(1, 0, 0, 0)...), rec(1, 0, 0, 250)...),
+		append(rec(1, 0, 0, 100), rec(1, 0, 0, 245)...)...))
 
 	f.Fuzz(func(t *testing.T, rpm, tpm, otpm uint16, ops []byte) {
 		limits := Limits{RPM: int64(rpm), TPM: int64(tpm), OTPM: int64(otpm)}
-		g, err := New(Config{Limits: limits})
+		now := t0
+		g, err := New(Config{Limits: limits, Now: func() time.Time { return now }})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -74,9 +79,9 @@ func FuzzReserve(f *testing.F) {
 		}
 		var (
 			waiting  []*Reservation
+			parked   []*Reservation
 			admitted []admission
 		)
-		now := t0
 		flows := []string{"a", "b", "c"}
 		for i := 0; len(ops) >= 25; i++ {
 			c := Cost{
@@ -103,13 +108,32 @@ func FuzzReserve(f *testing.F) {
 				waiting = append(waiting, r)
 			}
 			// Steps of up to about 25 s; step 255 cancels the oldest waiting call.
-			if step == 255 && len(waiting) > 0 {
+			switch {
+			case step == 255 && len(waiting) > 0:
 				waiting[0].Cancel(now)
 				waiting = waiting[1:]
-			} else {
+			case step >= 250 && len(waiting) > 0:
+				if err := g.Await(doneCtx(), waiting[0], time.Duration(step-249)*10*time.Second); err == nil {
+					break // admitted meanwhile: the loop below sees it
+				} else if we, ok := errors.AsType[*WaitError](err); !ok || we.KeptUntil.IsZero() {
+					t.Fatalf("Await with a done context and a keep: %v", err)
+				}
+				parked = append(parked, waiting[0])
+				waiting = waiting[1:]
+			case step >= 240 && len(parked) > 0:
+				if parked[0].Rejoin(now) {
+					waiting = append(waiting, parked[0])
+				}
+				parked = parked[1:]
+			default:
 				now = now.Add(time.Duration(step) * 100 * time.Millisecond)
 			}
 			g.Advance(now)
+			for _, r := range parked {
+				if r.Admitted() {
+					t.Fatalf("a parked call was admitted")
+				}
+			}
 			kept := waiting[:0]
 			for _, r := range waiting {
 				if r.Admitted() {
