@@ -34,12 +34,21 @@ func Words(n int64, seed uint64) string {
 	return b.String()
 }
 
+// fingerprint is the system_fingerprint of every answer and stream chunk.
+const fingerprint = "fp_sluice_sim"
+
 // completion is one successful answer, plain or streamed.
 type completion struct {
-	id, model, text, finish string
-	created                 int64
-	input                   int64
-	broken                  bool // FaultBadJSON: cut the body short
+	id, model string
+	created   int64
+	input     int64
+	choices   []choiceText // one per n
+	broken    bool         // FaultBadJSON: cut the body short
+}
+
+// choiceText is one choice of an answer.
+type choiceText struct {
+	text, finish string
 }
 
 type usageJSON struct {
@@ -48,11 +57,15 @@ type usageJSON struct {
 	TotalTokens      int64 `json:"total_tokens"`
 }
 
-// usage reports the true token count of the text, so a client can check
-// the simulator's accounting against its own tokenizer.
+// usage reports the true token count of the texts of all the choices, so a
+// client can check the simulator's accounting against its own tokenizer.
 func (c *completion) usage() usageJSON {
-	n, _ := cl100k().Count(c.text)
-	return usageJSON{c.input, int64(n), c.input + int64(n)}
+	var out int64
+	for _, ch := range c.choices {
+		n, _ := cl100k().Count(ch.text)
+		out += int64(n)
+	}
+	return usageJSON{c.input, out, c.input + out}
 }
 
 func (c *completion) write(w http.ResponseWriter) {
@@ -66,6 +79,10 @@ func (c *completion) write(w http.ResponseWriter) {
 		Logprobs     *int    `json:"logprobs"`
 		FinishReason string  `json:"finish_reason"`
 	}
+	choices := make([]choice, len(c.choices))
+	for i, ch := range c.choices {
+		choices[i] = choice{Index: i, Message: message{"assistant", ch.text}, FinishReason: ch.finish}
+	}
 	body, err := json.Marshal(struct {
 		ID                string    `json:"id"`
 		Object            string    `json:"object"`
@@ -74,8 +91,7 @@ func (c *completion) write(w http.ResponseWriter) {
 		Choices           []choice  `json:"choices"`
 		Usage             usageJSON `json:"usage"`
 		SystemFingerprint string    `json:"system_fingerprint"`
-	}{c.id, "chat.completion", c.created, c.model,
-		[]choice{{Message: message{"assistant", c.text}, FinishReason: c.finish}}, c.usage(), "fp_sluice_sim"})
+	}{c.id, "chat.completion", c.created, c.model, choices, c.usage(), fingerprint})
 	if err != nil {
 		panic(err) // plain values: cannot fail
 	}
@@ -88,29 +104,40 @@ func (c *completion) write(w http.ResponseWriter) {
 }
 
 type chunkJSON struct {
-	ID      string        `json:"id"`
-	Object  string        `json:"object"`
-	Created int64         `json:"created"`
-	Model   string        `json:"model"`
-	Choices []chunkChoice `json:"choices"`
-	Usage   *usageJSON    `json:"usage,omitempty"`
+	ID                string        `json:"id"`
+	Object            string        `json:"object"`
+	Created           int64         `json:"created"`
+	Model             string        `json:"model"`
+	SystemFingerprint string        `json:"system_fingerprint"`
+	Choices           []chunkChoice `json:"choices"`
+	// Usage is left out unless the request asked for usage; then it is
+	// null in every chunk but the last, which holds the usage.
+	Usage json.RawMessage `json:"usage,omitempty"`
 }
 
 type chunkChoice struct {
 	Index        int               `json:"index"`
 	Delta        map[string]string `json:"delta"`
+	Logprobs     *int              `json:"logprobs"`
 	FinishReason *string           `json:"finish_reason"`
 }
 
-// stream writes the completion as server-sent events: a role chunk, content
-// chunks of a few words, a chunk with the finish reason, the usage chunk when
-// asked for, and [DONE].
+// stream writes the completion as server-sent events: for each choice a role
+// chunk; content chunks of a few words, the choices taking turns (each chunk
+// names its choice's index); for each choice a chunk with its finish reason;
+// the usage chunk (no choices) when asked for; and [DONE]. With usage asked
+// for, every chunk before the usage chunk carries "usage": null, as OpenAI's
+// do.
 func (c *completion) stream(w http.ResponseWriter, includeUsage bool) {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
 	flusher, _ := w.(http.Flusher)
+	var noUsage json.RawMessage
+	if includeUsage {
+		noUsage = json.RawMessage("null")
+	}
 	send := func(ch chunkJSON) {
 		b, err := json.Marshal(ch)
 		if err != nil {
@@ -118,25 +145,43 @@ func (c *completion) stream(w http.ResponseWriter, includeUsage bool) {
 		}
 		fmt.Fprintf(w, "data: %s\n\n", b)
 	}
-	chunk := func(delta map[string]string, finish *string) chunkJSON {
-		return chunkJSON{c.id, "chat.completion.chunk", c.created, c.model, []chunkChoice{{Delta: delta, FinishReason: finish}}, nil}
+	chunk := func(index int, delta map[string]string, finish *string) chunkJSON {
+		return chunkJSON{c.id, "chat.completion.chunk", c.created, c.model, fingerprint,
+			[]chunkChoice{{Index: index, Delta: delta, FinishReason: finish}}, noUsage}
 	}
-	send(chunk(map[string]string{"role": "assistant", "content": ""}, nil))
+	for i := range c.choices {
+		send(chunk(i, map[string]string{"role": "assistant", "content": ""}, nil))
+	}
 	if c.broken {
 		fmt.Fprintf(w, "data: {\"id\":\"%s\",\"object\":\"chat.comp\n\n", c.id)
 		return
 	}
-	fields := strings.SplitAfter(c.text, " ")
-	for i := 0; i < len(fields); i += 4 {
-		send(chunk(map[string]string{"content": strings.Join(fields[i:min(i+4, len(fields))], "")}, nil))
+	fields := make([][]string, len(c.choices))
+	for i, ch := range c.choices {
+		fields[i] = strings.SplitAfter(ch.text, " ")
+	}
+	for at, more := 0, true; more; at += 4 {
+		more = false
+		for i, f := range fields {
+			if at >= len(f) {
+				continue
+			}
+			send(chunk(i, map[string]string{"content": strings.Join(f[at:min(at+4, len(f))], "")}, nil))
+			more = true
+		}
 		if flusher != nil {
 			flusher.Flush()
 		}
 	}
-	send(chunk(map[string]string{}, &c.finish))
+	for i := range c.choices {
+		send(chunk(i, map[string]string{}, &c.choices[i].finish))
+	}
 	if includeUsage {
-		u := c.usage()
-		send(chunkJSON{c.id, "chat.completion.chunk", c.created, c.model, []chunkChoice{}, &u})
+		u, err := json.Marshal(c.usage())
+		if err != nil {
+			panic(err)
+		}
+		send(chunkJSON{c.id, "chat.completion.chunk", c.created, c.model, fingerprint, []chunkChoice{}, u})
 	}
 	fmt.Fprint(w, "data: [DONE]\n\n")
 }

@@ -8,18 +8,20 @@
 // (rpm rpd tpm tpd itpm otpm), rolling or fixed windows, reserve or settle
 // accounting, latency and faults. Every method takes the current time, so the
 // same model runs on a virtual clock in the quota bench (a week in seconds)
-// and on the wall clock behind [Server], the OpenAI-compatible HTTP simulator
-// that `sluice sim-provider` serves.
+// and behind [Server], the OpenAI-compatible HTTP simulator that `sluice
+// sim-provider` serves, on the wall clock or on a faster one
+// (ServerConfig.Now and ServerConfig.Speed).
 //
 // # Decisions
 //
-// A request is charged {1 request, input tokens, max_tokens} — the provider's
-// default max when it sets none — on every limit at once, all or nothing. A
-// charge larger than a limit's whole allowance can never fit and is refused
-// as too large; a charge that does not fit now is refused with the time until
-// the limit it names has room for it. An admitted request may still fail
-// (5xx, timeout, reset, truncated JSON) with the configured probabilities;
-// it was charged all the same, as real providers count such requests.
+// A request is charged {1 request, input tokens, n × max_tokens} — the
+// provider's default max when it sets none — on every limit at once, all or
+// nothing. A charge larger than a limit's whole allowance can never fit and
+// is refused as too large; a charge that does not fit now is refused with the
+// time until the limit it names has room for it. An admitted request may
+// still fail (5xx, timeout, reset, truncated JSON) with the configured
+// probabilities; it was charged all the same, as real providers count such
+// requests.
 //
 // # Wire formats
 //

@@ -16,8 +16,9 @@ import (
 // FuzzSimChat drives the chat handler with arbitrary bodies and headers. It
 // never panics and never answers a client's bad input with a 5xx; it answers
 // at once (no latency is configured) and within a size bound; what reaches
-// the model is charged within bounds: at most the model's max output tokens,
-// and no more input tokens than the body could hold.
+// the model is charged within bounds: at most the model's max output tokens
+// for each of at most MaxChoices choices, and no more input tokens than the
+// body could hold; a 400 names no Go type.
 func FuzzSimChat(f *testing.F) {
 	for _, s := range []struct {
 		body, output, flow string
@@ -30,6 +31,11 @@ func FuzzSimChat(f *testing.F) {
 		{`{"model":"m","max_tokens":1e7,"n":3,"messages":[{"role":"user","name":"a","content":[{"type":"text","text":"a"},{"type":"image_url"}]}]}`, "", "", 1},
 		{`{"model":"m","max_tokens":20000,"messages":[{"role":"user","content":"` + strings.Repeat("word ", 2000) + `"}]}`, "-1", "", 0},
 		{`{"messages":[{}],"user":"u","n":null,"max_tokens":null}`, "99999999999999999999", "f", 2},
+		{`{"model":"m","messages":[{}],"user":"u","n":null,"max_tokens":null}`, "99999999999999999999", "f", 2},
+		{`{"model":"m","n":7,"max_tokens":300,"stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"x"}]}`, "", "", 1},
+		{`{"model":"m","n":128,"max_tokens":8192,"messages":[{"role":"user","content":"x"}]}`, "3", "", 1},
+		{`{"model":"m","n":128,"max_tokens":8193,"messages":[{"role":"user","content":"x"}]}`, "", "", 1},
+		{`{"model":7,"stream":"yes","messages":[{"role":1,"content":[{"type":"text","text":2}]}]}`, "", "", 0},
 		{`{"messages":[{"content":null}]} x`, "", "", 1},
 		{`[]`, "", "", 0},
 		{``, "", "", 0},
@@ -62,24 +68,26 @@ func FuzzSimChat(f *testing.F) {
 		if w.Code >= 500 || w.Code < 200 {
 			t.Fatalf("status %d for %q: %s", w.Code, body, w.Body.Bytes())
 		}
+		st := m.Stats()
 		// Each token of text is a word of at most 7 bytes; a stream repeats
-		// the id and the model (bounded) in a chunk of about 4 words.
-		if n, most := w.Body.Len(), 2*len(body)+8192+128*int(mo); n > most {
+		// the id and the model (bounded) in a chunk of about 4 words, and
+		// each choice has a role chunk and a finish chunk.
+		if n, most := w.Body.Len(), 2*len(body)+8192+128*int(max(mo, st.Charged.Output)); n > most {
 			t.Fatalf("answer of %d bytes, more than %d", n, most)
 		}
-		st := m.Stats()
 		switch w.Code {
 		case http.StatusOK:
 			if st.Requests != 1 || st.Succeeded != 1 {
 				t.Fatalf("200 without a success: %+v", st)
 			}
 			c := st.Charged
-			if c.Requests != 1 || c.Output < 1 || c.Output > mo || c.Input < 1 || c.Input > 3+4*int64(len(body)) {
+			if c.Requests != 1 || c.Output < 1 || c.Output > MaxChoices*mo || c.Output > MaxAnswerTokens || c.Input < 1 || c.Input > 3+4*int64(len(body)) {
 				t.Fatalf("charged %+v for a body of %d bytes", c, len(body))
 			}
 			if ct := w.Header().Get("Content-Type"); ct == "application/json" {
 				var v completionJSON
-				if err := json.Unmarshal(w.Body.Bytes(), &v); err != nil || v.Usage.CompletionTokens > c.Output || len(v.Choices) != 1 {
+				if err := json.Unmarshal(w.Body.Bytes(), &v); err != nil || v.Usage.CompletionTokens > c.Output || len(v.Choices) < 1 ||
+					len(v.Choices) > MaxChoices || int64(len(v.Choices)) > c.Output {
 					t.Fatalf("answer %v: %.300s", err, w.Body.Bytes())
 				}
 			} else if !bytes.HasSuffix(w.Body.Bytes(), []byte("data: [DONE]\n\n")) {
@@ -111,6 +119,12 @@ func FuzzSimChat(f *testing.F) {
 			}
 			if err := json.Unmarshal(w.Body.Bytes(), &e); err != nil || e.Error.Message == "" {
 				t.Fatalf("error body %v: %s", err, w.Body.Bytes())
+			}
+			// (The output header's refusal quotes the header, which may say anything.)
+			for _, goWord := range []string{"Go ", "struct", "chatRequest", "json:", "json.", "unmarshal", "int64", "float64", "map[", "[]", "invalid character"} {
+				if strings.Contains(e.Error.Message, goWord) && !strings.HasPrefix(e.Error.Message, OutputTokensHeader) {
+					t.Fatalf("message %q names %q", e.Error.Message, goWord)
+				}
 			}
 		}
 	})

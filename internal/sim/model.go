@@ -119,8 +119,9 @@ func (f Fault) String() string {
 type Request struct {
 	Flow      string // for stats only
 	Input     int64  // input tokens, as the provider counts them
-	MaxTokens int64  // 0: the request set none, DefaultMaxTokens is reserved
-	Output    int64  // real output tokens the response will have (capped at the max)
+	MaxTokens int64  // per choice; 0: the request set none, DefaultMaxTokens is reserved
+	N         int64  // choices the response has (the request's n); 0 means 1
+	Output    int64  // real output tokens of all the choices together (capped at N × the max)
 	Model     string // names the model in error messages; "" means Config.Model
 }
 
@@ -211,8 +212,9 @@ func (m *Model) ledger(l governor.Limit) *ledger {
 
 // Submit decides on request r arriving at now.
 //
-// The charge is {1 request, Input, max}, max being MaxTokens or else
-// DefaultMaxTokens. A charge larger than a limit's whole allowance is refused
+// The charge is {1 request, Input, N × max}, max being MaxTokens or else
+// DefaultMaxTokens: the output of every choice is reserved, as OpenAI
+// reserves max_tokens for each of n choices. A charge larger than a limit's whole allowance is refused
 // as TooLarge; otherwise a charge that would take any limit over its
 // allowance in the current window is refused naming the first such limit in
 // the order rpm, rpd, tpm, tpd, itpm, otpm, with the time until that limit has
@@ -242,6 +244,7 @@ func (m *Model) Submit(now time.Time, r Request) Response {
 	if max <= 0 {
 		max = m.cfg.DefaultMaxTokens
 	}
+	max = reserveOutput(max, r.N)
 	c := governor.Cost{Requests: 1, Input: nonNeg(r.Input), Output: max}
 	resp := Response{id: m.requests, flow: fs, model: r.Model}
 
@@ -357,6 +360,18 @@ func (m *Model) Finish(now time.Time, r Response) governor.Cost {
 		}
 	}
 	return final
+}
+
+// reserveOutput is the output reserved for n choices of at most max tokens
+// each (n < 1 counts as 1), saturating rather than overflowing.
+func reserveOutput(max, n int64) int64 {
+	if n <= 1 {
+		return max
+	}
+	if max > math.MaxInt64/n {
+		return math.MaxInt64
+	}
+	return max * n
 }
 
 func nonNeg(x int64) int64 {

@@ -118,3 +118,111 @@ func TestOpenAINodeClient(t *testing.T) {
 		t.Errorf("simulator saw %+v", st)
 	}
 }
+
+// TestOpenAINodeChoices runs the official openai npm client against the
+// openai profile: it reads n choices from a plain answer and from a stream
+// (chunk by chunk, and assembled by its own stream helper), and sees a
+// request without a model, or with a model that is a number, refused in
+// OpenAI's words.
+func TestOpenAINodeChoices(t *testing.T) {
+	t.Parallel()
+	node, modules := testenv.NodeModules(t)
+	script, err := filepath.Abs("testdata/choices-check.mjs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const key = "sk-sim-node-test"
+	m := newModel(t, Config{Profile: "openai", Wire: true, Limits: limits("rpm=50,tpm=20000")})
+	ts := httptest.NewServer(NewServer(m, ServerConfig{APIKey: key}))
+	defer ts.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, script)
+	cmd.Dir = filepath.Dir(script)
+	cmd.Env = append(os.Environ(), "SIM_BASE_URL="+ts.URL+"/v1", "SIM_API_KEY="+key,
+		"SIM_NODE_MODULES="+modules, "NODE_PATH="+modules)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("node choices-check.mjs: %v\nstderr:\n%s\nstdout:\n%s", err, stderr.String(), stdout.String())
+	}
+	type answer struct {
+		Indexes     []int      `json:"indexes"`
+		Contents    []string   `json:"contents"`
+		Finish      []string   `json:"finish"`
+		Usage       *usageJSON `json:"usage"`
+		Fingerprint *string    `json:"fingerprint"`
+	}
+	type failure struct {
+		OK      bool    `json:"ok"`
+		Status  int     `json:"status"`
+		Message string  `json:"message"`
+		Type    *string `json:"type"`
+	}
+	var out struct {
+		Plain     answer `json:"plain"`
+		Assembled answer `json:"assembled"`
+		Chunks    struct {
+			Texts        []string   `json:"texts"`
+			Chunks       int        `json:"chunks"`
+			NullUsage    int        `json:"null_usage"`
+			Fingerprints int        `json:"fingerprints"`
+			Usage        *usageJSON `json:"usage"`
+		} `json:"chunks"`
+		NoModel     failure `json:"no_model"`
+		ModelNumber failure `json:"model_number"`
+		NTooMany    failure `json:"n_too_many"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
+		t.Fatalf("output %q: %v", stdout.String(), err)
+	}
+	if testing.Verbose() {
+		t.Logf("client output: %s", stdout.String())
+	}
+	in := prompt("Say a few words.")
+	check := func(name string, a answer, n int, each int64) {
+		t.Helper()
+		if len(a.Indexes) != n || len(a.Contents) != n || a.Usage == nil || *a.Usage != (usageJSON{in, int64(n) * each, in + int64(n)*each}) ||
+			a.Fingerprint == nil || *a.Fingerprint != "fp_sluice_sim" {
+			t.Errorf("%s: %+v", name, a)
+			return
+		}
+		for i := range n {
+			if tokens, _ := cl100k().Count(a.Contents[i]); a.Indexes[i] != i || int64(tokens) != each || a.Finish[i] != "stop" {
+				t.Errorf("%s: choice %d: index %d, %d tokens, finish %q", name, i, a.Indexes[i], tokens, a.Finish[i])
+			}
+		}
+		if a.Contents[0] == a.Contents[1] {
+			t.Errorf("%s: the choices have the same text", name)
+		}
+	}
+	check("plain", out.Plain, 3, 7)
+	check("assembled stream", out.Assembled, 2, 4)
+	c := out.Chunks
+	if len(c.Texts) != 2 || c.Usage == nil || *c.Usage != (usageJSON{in, 10, in + 10}) || c.NullUsage != c.Chunks-1 || c.Fingerprints != c.Chunks {
+		t.Errorf("stream chunks: %+v", c)
+	} else {
+		for i, text := range c.Texts {
+			if n, _ := cl100k().Count(text); n != 5 {
+				t.Errorf("streamed choice %d has %d tokens, want 5", i, n)
+			}
+		}
+	}
+	for _, f := range []struct {
+		name string
+		got  failure
+		want string
+	}{
+		{"no model", out.NoModel, "400 you must provide a model parameter"},
+		{"model a number", out.ModelNumber, "400 Invalid type for 'model': expected a string, but got an integer instead."},
+		{"n of 129", out.NTooMany, "400 129 is greater than the maximum of 128 - 'n'"},
+	} {
+		if f.got.OK || f.got.Status != 400 || f.got.Message != f.want || f.got.Type == nil || *f.got.Type != "invalid_request_error" {
+			t.Errorf("%s: %+v, want %q", f.name, f.got, f.want)
+		}
+	}
+	if st := m.Stats(); st.Requests != 3 || st.Succeeded != 3 || st.Charged.Output != 3*20+2*20+2*20 {
+		t.Errorf("simulator saw %+v", st)
+	}
+}

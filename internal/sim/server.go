@@ -17,6 +17,7 @@ import (
 
 	"github.com/tiktoken-go/tokenizer"
 
+	"github.com/sluice-dev/sluice/internal/clock"
 	"github.com/sluice-dev/sluice/internal/guard"
 )
 
@@ -24,9 +25,9 @@ import (
 type ServerConfig struct {
 	// Addr is where Start listens. Default "127.0.0.1:0" (a free port; see Addr).
 	Addr string
-	// Models are the model names GET /v1/models lists. Requests may name any
-	// model: the limits belong to the key, not the model. Default: the
-	// Model's Config.Model.
+	// Models are the model names GET /v1/models lists. Requests must name a
+	// model, and may name any: the limits belong to the key, not the model.
+	// Default: the Model's Config.Model.
 	Models []string
 	// APIKey, when set, must come as "Authorization: Bearer KEY" (or, for the
 	// anthropic profile, "x-api-key: KEY"); anything else gets the profile's
@@ -37,8 +38,14 @@ type ServerConfig struct {
 	Seed int64
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
+	// Speed is how many times as fast as the wall clock ServerConfig.Now
+	// runs (for simulations in compressed time, with internal/clock); the
+	// latency the server holds a request for and the hang of a timeout fault
+	// are divided by it. Headers and bodies stay in Now's time. Default 1
+	// (values below 1 are taken as 1).
+	Speed float64
 	// HangTimeout bounds how long a timeout fault holds a request open when
-	// the client does not give up first. Default 10 minutes.
+	// the client does not give up first, in Now's time. Default 10 minutes.
 	HangTimeout time.Duration
 	// OnFinish, when set, is called as each admitted request ends: a log of
 	// the calls the provider charged, to check against what a client
@@ -67,9 +74,9 @@ const MaxRequestBytes = 2 << 20
 // it in every chunk of a stream.
 const MaxModelName = 256
 
-// OutputTokensHeader fixes the real output length of one request (capped at
-// its max_tokens); without it the server draws the length uniformly between
-// half the max and the max.
+// OutputTokensHeader fixes the real output length of each choice of one
+// request (capped at its max_tokens); without it the server draws each
+// choice's length uniformly between half the max and the max.
 const OutputTokensHeader = "X-Sim-Output-Tokens"
 
 // FlowHeader names the flow a request counts for in /sim/stats; without it
@@ -92,7 +99,8 @@ var cl100k = sync.OnceValue(func() tokenizer.Codec {
 	return c
 })
 
-// Server serves a Model as an OpenAI-compatible HTTP API on the real clock:
+// Server serves a Model as an OpenAI-compatible HTTP API on ServerConfig.Now
+// (the wall clock, or a faster one with ServerConfig.Speed):
 // POST /v1/chat/completions (plain and streaming), GET /v1/models and
 // GET /sim/stats. It is an http.Handler; Start and Stop run it on a listener.
 type Server struct {
@@ -128,6 +136,9 @@ func NewServer(m *Model, cfg ServerConfig) *Server {
 	}
 	if cfg.HangTimeout <= 0 {
 		cfg.HangTimeout = 10 * time.Minute
+	}
+	if !(cfg.Speed > 1) { // NaN too
+		cfg.Speed = 1
 	}
 	s := &Server{m: m, cfg: cfg, mux: http.NewServeMux(), done: make(chan struct{}),
 		rng: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x0071_7e27))}
@@ -253,89 +264,39 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// chatRequest is the part of a chat completion request the simulator reads.
-type chatRequest struct {
-	Model    string `json:"model"`
-	Messages []struct {
-		Role    string          `json:"role"`
-		Content json.RawMessage `json:"content"`
-		Name    string          `json:"name"`
-	} `json:"messages"`
-	// Numbers are read raw, so that a fraction, a string or a number beyond
-	// int64 gets the provider's 400 rather than a decoder's message.
-	MaxTokens           json.RawMessage `json:"max_tokens"`
-	MaxCompletionTokens json.RawMessage `json:"max_completion_tokens"`
-	N                   json.RawMessage `json:"n"`
-	Stream              bool            `json:"stream"`
-	StreamOptions       *struct {
-		IncludeUsage bool `json:"include_usage"`
-	} `json:"stream_options"`
-	User string `json:"user"`
-}
-
 // inputTokens counts the prompt as the simulated provider does.
-func (req *chatRequest) inputTokens() (int64, error) {
+func (req *chatRequest) inputTokens() int64 {
 	n := int64(replyPriming)
-	for i, msg := range req.Messages {
-		text, err := contentText(msg.Content)
-		if err != nil {
-			return 0, fmt.Errorf("messages[%d].content: %w", i, err)
-		}
-		c, _ := cl100k().Count(text)
+	for _, msg := range req.Messages {
+		c, _ := cl100k().Count(msg.Text)
 		n += perMessageTokens + int64(c)
-		if msg.Name != "" {
+		if msg.Named {
 			n++
 		}
 	}
-	return n, nil
+	return n
 }
 
-// texts returns the text of each message; inputTokens has checked them.
+// texts returns the text of each message.
 func (req *chatRequest) texts() []string {
 	out := make([]string, len(req.Messages))
 	for i, msg := range req.Messages {
-		out[i], _ = contentText(msg.Content)
+		out[i] = msg.Text
 	}
 	return out
 }
 
-// contentText returns a message's text: a string, or the text parts of an
-// array of content parts.
-func contentText(raw json.RawMessage) (string, error) {
-	if len(raw) == 0 || string(raw) == "null" {
-		return "", nil
-	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err == nil {
-		return s, nil
-	}
-	var parts []struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
-	}
-	if err := json.Unmarshal(raw, &parts); err != nil {
-		return "", errors.New("want a string or an array of content parts")
-	}
-	var b strings.Builder
-	for _, p := range parts {
-		if p.Type == "text" {
-			b.WriteString(p.Text)
-		}
-	}
-	return b.String(), nil
-}
-
 func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
-	var req chatRequest
+	var raw json.RawMessage
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
-	err := dec.Decode(&req)
+	err := dec.Decode(&raw)
 	if err == nil {
 		switch extra := dec.Decode(&struct{}{}); {
 		case extra == io.EOF:
 		case errors.As(extra, new(*http.MaxBytesError)):
 			err = extra
 		default:
-			err = errors.New("data after the JSON object")
+			err = errors.New("data after the JSON value")
 		}
 	}
 	if err != nil {
@@ -348,16 +309,34 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 				fmt.Sprintf("Request body too large: the simulator reads at most %d bytes.", int64(MaxRequestBytes)))
 			return
 		}
-		s.writeError(w, http.StatusBadRequest, "invalid_request_error", "", "The request body is not valid JSON: "+err.Error())
+		// The decoder's own words name Go types: the client gets the provider's.
+		s.writeError(w, http.StatusBadRequest, "invalid_request_error", "", invalidJSON)
 		return
 	}
-	if len(req.Messages) == 0 {
-		s.writeError(w, http.StatusBadRequest, "invalid_request_error", "", "'messages' must contain at least one message.")
-		return
+	req, msg := parseChat(raw)
+	var maxTok, n int64
+	switch {
+	case msg != "":
+	case req.Model == "":
+		msg = missingModel(s.m.cfg.Profile)
+	case req.Messages == nil:
+		msg = "Missing required parameter: 'messages'."
+	case len(req.Messages) == 0:
+		msg = "'messages' must contain at least one message."
 	}
-	maxTokens, msg := s.maxTokens(&req)
 	if msg == "" {
-		msg = choices(req.N)
+		maxTok, msg = maxTokens(&req, s.m.cfg.MaxOutputTokens)
+	}
+	if msg == "" {
+		n, msg = choices(s.m.cfg.Profile, req.N)
+	}
+	limit := maxTok // each choice's max
+	if limit == 0 {
+		limit = s.m.cfg.DefaultMaxTokens
+	}
+	if msg == "" && n*limit > MaxAnswerTokens {
+		msg = fmt.Sprintf("Invalid 'n': the simulator answers at most %d output tokens in all the choices of a request, and %d choices of %d tokens would be %d.",
+			MaxAnswerTokens, n, limit, n*limit)
 	}
 	if msg == "" && len(req.Model) > MaxModelName {
 		msg = fmt.Sprintf("Invalid 'model': a model name is at most %d bytes, got %d.", MaxModelName, len(req.Model))
@@ -366,30 +345,22 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, http.StatusBadRequest, "invalid_request_error", "", msg)
 		return
 	}
-	input, err := req.inputTokens()
+	input := req.inputTokens()
+	outs, err := s.outputTokens(r.Header.Get(OutputTokensHeader), limit, n)
 	if err != nil {
 		s.writeError(w, http.StatusBadRequest, "invalid_request_error", "", err.Error())
 		return
 	}
-	limit := maxTokens
-	if limit == 0 {
-		limit = s.m.cfg.DefaultMaxTokens
-	}
-	output, err := s.outputTokens(r.Header.Get(OutputTokensHeader), limit)
-	if err != nil {
-		s.writeError(w, http.StatusBadRequest, "invalid_request_error", "", err.Error())
-		return
+	var output int64
+	for _, o := range outs {
+		output += o
 	}
 	flow := r.Header.Get(FlowHeader)
 	if flow == "" {
 		flow = req.User
 	}
-	model := req.Model
-	if model == "" {
-		model = s.cfg.Models[0]
-	}
 
-	resp := s.m.Submit(s.cfg.Now(), Request{Flow: flow, Input: input, MaxTokens: maxTokens, Output: output, Model: req.Model})
+	resp := s.m.Submit(s.cfg.Now(), Request{Flow: flow, Input: input, MaxTokens: maxTok, N: n, Output: output, Model: req.Model})
 	h := w.Header()
 	for k, v := range resp.Header {
 		h[k] = v
@@ -435,101 +406,50 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write(resp.Body)
 		return
 	}
-	out := min(output, limit) // resp.Output is zero for a cut-short body, whose text still exists
-	c := completion{id: fmt.Sprintf("chatcmpl-sim-%06d", resp.ID()), created: s.cfg.Now().Unix(), model: model,
-		text: Words(out, resp.ID()), input: input, finish: "stop", broken: resp.Fault == FaultBadJSON}
-	if out == limit {
-		c.finish = "length"
+	// The texts are the drawn lengths: resp.Output is zero for a cut-short
+	// body, whose text still exists.
+	c := completion{id: fmt.Sprintf("chatcmpl-sim-%06d", resp.ID()), created: s.cfg.Now().Unix(), model: req.Model,
+		input: input, broken: resp.Fault == FaultBadJSON, choices: make([]choiceText, len(outs))}
+	for i, out := range outs {
+		c.choices[i] = choiceText{text: Words(out, resp.ID()+uint64(i)), finish: "stop"}
+		if out == limit {
+			c.choices[i].finish = "length"
+		}
 	}
 	if req.Stream {
-		c.stream(w, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
+		c.stream(w, req.IncludeUsage)
 		return
 	}
 	c.write(w)
 }
 
-// maxTokens returns the request's max_completion_tokens, else its
-// max_tokens, or 0 when it sets neither; msg is the 400's message for a value
-// that is not an integer from 1 to the model's max output tokens.
-func (s *Server) maxTokens(req *chatRequest) (n int64, msg string) {
-	for _, p := range []struct {
-		name string
-		raw  json.RawMessage
-	}{{"max_completion_tokens", req.MaxCompletionTokens}, {"max_tokens", req.MaxTokens}} {
-		v, set, msg := intParam(p.name, p.raw)
-		switch {
-		case msg != "":
-			return 0, msg
-		case !set:
-			continue
-		case v < 1:
-			return 0, fmt.Sprintf("Invalid '%s': integer below minimum value. Expected a value >= 1, but got %s instead.", p.name, clip(string(p.raw)))
-		case v > s.m.cfg.MaxOutputTokens:
-			return 0, fmt.Sprintf("%s is too large: %s. This model supports at most %d completion tokens, whereas you provided %s.",
-				p.name, clip(string(p.raw)), s.m.cfg.MaxOutputTokens, clip(string(p.raw)))
-		}
-		if n == 0 {
-			n = v
-		}
-	}
-	return n, ""
-}
-
-// choices checks the request's n. The simulator answers one choice, as Groq
-// and Anthropic's OpenAI-compatible API do; OpenAI accepts up to 128.
-func choices(raw json.RawMessage) (msg string) {
-	v, set, msg := intParam("n", raw)
-	switch {
-	case msg != "":
-		return msg
-	case set && v != 1:
-		return fmt.Sprintf("Invalid 'n': the simulator answers one choice per request, so n must be 1; got %s.", clip(string(raw)))
-	}
-	return ""
-}
-
-// intParam reads an integer parameter: absent or null is unset; a number
-// beyond int64 reads as the nearest int64, which every bound refuses.
-func intParam(name string, raw json.RawMessage) (v int64, set bool, msg string) {
-	text := strings.TrimSpace(string(raw))
-	if text == "" || text == "null" {
-		return 0, false, ""
-	}
-	v, err := strconv.ParseInt(text, 10, 64)
-	if err != nil && !errors.Is(err, strconv.ErrRange) {
-		return 0, false, fmt.Sprintf("Invalid type for '%s': expected an integer, but got %s instead.", name, clip(text))
-	}
-	return v, true, ""
-}
-
-// clip shortens what a client sent before it is echoed in an error.
-func clip(s string) string {
-	const n = 40
-	if len(s) > n {
-		return strings.ToValidUTF8(s[:n], "") + "…"
-	}
-	return s
-}
-
-// outputTokens returns the real output length: the header's value, or a
-// draw uniform in [max/2, max].
-func (s *Server) outputTokens(header string, max int64) (int64, error) {
+// outputTokens returns the real output length of each of n choices: the
+// header's value, or a draw uniform in [max/2, max] for each.
+func (s *Server) outputTokens(header string, max, n int64) ([]int64, error) {
+	outs := make([]int64, n)
 	if header != "" {
-		n, err := strconv.ParseInt(header, 10, 64)
-		if err != nil || n < 0 {
-			return 0, fmt.Errorf("%s: %q is not a whole number of tokens", OutputTokensHeader, header)
+		v, err := strconv.ParseInt(header, 10, 64)
+		if err != nil || v < 0 {
+			return nil, fmt.Errorf("%s: %q is not a whole number of tokens", OutputTokensHeader, header)
 		}
-		return min(n, max), nil
+		for i := range outs {
+			outs[i] = min(v, max)
+		}
+		return outs, nil
 	}
 	lo := (max + 1) / 2
 	s.rngMu.Lock()
 	defer s.rngMu.Unlock()
-	return lo + s.rng.Int64N(max-lo+1), nil
+	for i := range outs {
+		outs[i] = lo + s.rng.Int64N(max-lo+1)
+	}
+	return outs, nil
 }
 
-// wait sleeps d unless the request or the server ends first; it reports
-// whether the full time passed.
+// wait sleeps d of the server's clock (d / Speed of wall time) unless the
+// request or the server ends first; it reports whether the full time passed.
 func (s *Server) wait(ctx context.Context, d time.Duration) bool {
+	d = clock.Real(s.cfg.Speed, d)
 	if d <= 0 {
 		return ctx.Err() == nil
 	}
@@ -544,9 +464,10 @@ func (s *Server) wait(ctx context.Context, d time.Duration) bool {
 	return false
 }
 
-// hang holds a request that will get no response until the client gives up.
+// hang holds a request that will get no response until the client gives up
+// (or HangTimeout of the server's clock has passed).
 func (s *Server) hang(ctx context.Context) {
-	t := time.NewTimer(s.cfg.HangTimeout)
+	t := time.NewTimer(clock.Real(s.cfg.Speed, s.cfg.HangTimeout))
 	defer t.Stop()
 	select {
 	case <-t.C:

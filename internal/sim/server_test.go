@@ -18,19 +18,19 @@ import (
 	"github.com/sluice-dev/sluice/internal/scenario"
 )
 
-// clock is a settable clock for the server.
-type clock struct {
+// setClock is a settable clock for the server.
+type setClock struct {
 	mu sync.Mutex
 	t  time.Time
 }
 
-func (c *clock) Now() time.Time {
+func (c *setClock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.t
 }
 
-func (c *clock) Set(t time.Time) {
+func (c *setClock) Set(t time.Time) {
 	c.mu.Lock()
 	c.t = t
 	c.mu.Unlock()
@@ -39,14 +39,14 @@ func (c *clock) Set(t time.Time) {
 type fixture struct {
 	url   string
 	model *Model
-	clock *clock
+	clock *setClock
 }
 
 func serve(t *testing.T, cfg Config, scfg ServerConfig) *fixture {
 	t.Helper()
 	cfg.Wire = true
 	m := newModel(t, cfg)
-	ck := &clock{t: t0.Add(30 * time.Second)}
+	ck := &setClock{t: t0.Add(30 * time.Second)}
 	if scfg.Now == nil {
 		scfg.Now = ck.Now
 	}
@@ -318,6 +318,55 @@ func TestAnthropicWire(t *testing.T) {
 	}
 }
 
+// streamChunk is a chunk of a stream as a client reads it, with the raw
+// fields to tell a null from an absent one.
+type streamChunk struct {
+	ID                string  `json:"id"`
+	Object            string  `json:"object"`
+	Model             string  `json:"model"`
+	SystemFingerprint *string `json:"system_fingerprint"`
+	Choices           []struct {
+		Index        int               `json:"index"`
+		Delta        map[string]string `json:"delta"`
+		FinishReason *string           `json:"finish_reason"`
+	} `json:"choices"`
+	Usage *usageJSON `json:"usage"`
+	raw   map[string]json.RawMessage
+}
+
+// readStream parses a stream's chunks; done reports a final [DONE].
+func readStream(t *testing.T, body []byte) (chunks []streamChunk, done bool) {
+	t.Helper()
+	sc := bufio.NewScanner(bytes.NewReader(body))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		if done {
+			t.Fatalf("data after [DONE]: %q", data)
+		}
+		if data == "[DONE]" {
+			done = true
+			continue
+		}
+		var ch streamChunk
+		if err := json.Unmarshal([]byte(data), &ch); err != nil {
+			t.Fatalf("chunk %q: %v", data, err)
+		}
+		if err := json.Unmarshal([]byte(data), &ch.raw); err != nil {
+			t.Fatal(err)
+		}
+		chunks = append(chunks, ch)
+	}
+	return chunks, done
+}
+
+// TestStreaming: a stream has a role chunk, content chunks, a finish chunk
+// and, when asked, a usage chunk without choices; every chunk carries the
+// system_fingerprint of a plain answer, and with usage asked for every chunk
+// before the usage chunk carries "usage": null, as OpenAI's do.
 func TestStreaming(t *testing.T) {
 	t.Parallel()
 	f := serve(t, Config{Profile: "groq", Limits: limits("tpm=10000")}, ServerConfig{})
@@ -328,23 +377,23 @@ func TestStreaming(t *testing.T) {
 		if r.status != 200 || !strings.HasPrefix(r.header.Get("Content-Type"), "text/event-stream") {
 			t.Fatalf("status %d type %q", r.status, r.header.Get("Content-Type"))
 		}
+		chunks, done := readStream(t, r.body)
 		var text strings.Builder
 		var usage *usageJSON
 		var finish string
-		var done bool
-		sc := bufio.NewScanner(bytes.NewReader(r.body))
-		for sc.Scan() {
-			data, ok := strings.CutPrefix(sc.Text(), "data: ")
-			if !ok {
-				continue
+		for i, ch := range chunks {
+			if ch.SystemFingerprint == nil || *ch.SystemFingerprint != "fp_sluice_sim" || ch.Object != "chat.completion.chunk" || ch.Model != "m" {
+				t.Errorf("chunk %d: fingerprint, object or model missing: %s", i, ch.raw["system_fingerprint"])
 			}
-			if data == "[DONE]" {
-				done = true
-				continue
-			}
-			var ch chunkJSON
-			if err := json.Unmarshal([]byte(data), &ch); err != nil {
-				t.Fatalf("chunk %q: %v", data, err)
+			u, has := ch.raw["usage"]
+			last := i == len(chunks)-1
+			switch {
+			case !includeUsage && has:
+				t.Errorf("chunk %d carries usage unasked: %s", i, u)
+			case includeUsage && !last && (!has || string(u) != "null"):
+				t.Errorf("chunk %d: usage %q, want null", i, u)
+			case includeUsage && last && (ch.Usage == nil || len(ch.Choices) != 0 || string(ch.raw["choices"]) != "[]"):
+				t.Errorf("last chunk: usage %s choices %s, want the usage and []", u, ch.raw["choices"])
 			}
 			if ch.Usage != nil {
 				usage = ch.Usage
@@ -627,12 +676,13 @@ func TestErrorBodyWithoutRequest(t *testing.T) {
 }
 
 // TestSimRequestBounds: the server validates like a provider: max_tokens and
-// max_completion_tokens from 1 to the model's max output tokens, n of 1, one
-// JSON object of at most MaxRequestBytes. Every refusal is a 4xx in the
-// profile's shape and never reaches the model.
+// max_completion_tokens from 1 to the model's max output tokens, n an
+// integer (its bounds per profile: TestSimChoicesBounds), one JSON object of
+// at most MaxRequestBytes. Every refusal is a 4xx in the profile's shape and
+// never reaches the model.
 func TestSimRequestBounds(t *testing.T) {
 	t.Parallel()
-	msgs := `"messages":[{"role":"user","content":"x"}]`
+	msgs := `"model":"m","messages":[{"role":"user","content":"x"}]`
 	for _, profile := range scenario.Profiles {
 		t.Run(profile, func(t *testing.T) {
 			t.Parallel()
@@ -644,9 +694,9 @@ func TestSimRequestBounds(t *testing.T) {
 			}{
 				{"max zero", `{"max_tokens":0,` + msgs + `}`, 400, "Invalid 'max_tokens': integer below minimum value. Expected a value >= 1, but got 0 instead."},
 				{"max negative", `{"max_tokens":-3,` + msgs + `}`, 400, "but got -3 instead"},
-				{"max fraction", `{"max_tokens":1.5,` + msgs + `}`, 400, "Invalid type for 'max_tokens': expected an integer, but got 1.5 instead."},
-				{"max string", `{"max_tokens":"10",` + msgs + `}`, 400, `expected an integer, but got "10" instead`},
-				{"max exponent", `{"max_tokens":1e7,` + msgs + `}`, 400, "expected an integer, but got 1e7"},
+				{"max fraction", `{"max_tokens":1.5,` + msgs + `}`, 400, "Invalid type for 'max_tokens': expected an integer, but got a decimal instead."},
+				{"max string", `{"max_tokens":"10",` + msgs + `}`, 400, `expected an integer, but got a string instead`},
+				{"max exponent", `{"max_tokens":1e7,` + msgs + `}`, 400, "expected an integer, but got a decimal instead"},
 				{"max over", `{"max_tokens":32769,` + msgs + `}`, 400, "max_tokens is too large: 32769. This model supports at most 32768 completion tokens, whereas you provided 32769."},
 				{"max 2^62", `{"max_tokens":4611686018427387904,` + msgs + `}`, 400, "max_tokens is too large: 4611686018427387904."},
 				{"max 2^63-1", `{"max_tokens":9223372036854775807,` + msgs + `}`, 400, "max_tokens is too large"},
@@ -654,14 +704,11 @@ func TestSimRequestBounds(t *testing.T) {
 				{"max below int64", `{"max_tokens":-99999999999999999999999,` + msgs + `}`, 400, "integer below minimum value"},
 				{"max completion over", `{"max_completion_tokens":10000000,` + msgs + `}`, 400, "max_completion_tokens is too large: 10000000."},
 				{"max completion bad, max fine", `{"max_tokens":5,"max_completion_tokens":0,` + msgs + `}`, 400, "Invalid 'max_completion_tokens'"},
-				{"n two", `{"n":2,` + msgs + `}`, 400, "Invalid 'n': the simulator answers one choice per request, so n must be 1; got 2."},
-				{"n zero", `{"n":0,` + msgs + `}`, 400, "n must be 1; got 0"},
-				{"n absurd", `{"n":1000000000000,` + msgs + `}`, 400, "n must be 1; got 1000000000000"},
-				{"n fraction", `{"n":1.5,` + msgs + `}`, 400, "Invalid type for 'n': expected an integer, but got 1.5 instead."},
-				{"n object", `{"n":{"a":` + strings.Repeat("1", 100) + `},` + msgs + `}`, 400, `but got {"a":1111`},
-				{"trailing data", `{` + msgs + `} {}`, 400, "data after the JSON object"},
-				{"model name", `{"model":"` + strings.Repeat("m", 257) + `",` + msgs + `}`, 400, "Invalid 'model': a model name is at most 256 bytes, got 257."},
-				{"too large", `{"model":"` + strings.Repeat("m", MaxRequestBytes) + `",` + msgs + `}`, 413, "Request body too large: the simulator reads at most 2097152 bytes."},
+				{"n fraction", `{"n":1.5,` + msgs + `}`, 400, "Invalid type for 'n': expected an integer, but got a decimal instead."},
+				{"n object", `{"n":{"a":` + strings.Repeat("1", 100) + `},` + msgs + `}`, 400, "Invalid type for 'n': expected an integer, but got an object instead."},
+				{"trailing data", `{` + msgs + `} {}`, 400, "We could not parse the JSON body of your request."},
+				{"model name", `{` + msgs + `,"model":"` + strings.Repeat("m", 257) + `"}`, 400, "Invalid 'model': a model name is at most 256 bytes, got 257."},
+				{"too large", `{"user":"` + strings.Repeat("m", MaxRequestBytes) + `",` + msgs + `}`, 413, "Request body too large: the simulator reads at most 2097152 bytes."},
 			} {
 				r := f.post(t, tc.body)
 				if r.status != tc.status || !strings.Contains(r.errorMessage(t), tc.want) {
