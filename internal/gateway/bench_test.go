@@ -2,12 +2,14 @@ package gateway
 
 import (
 	"context"
+	"net/http/httptest"
 	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/sim"
 )
 
@@ -69,4 +71,21 @@ func liveHeap() int64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return int64(m.HeapAlloc)
+}
+
+// BenchmarkAnswerHeaders measures the gateway's own headers on one answer:
+// the governor's outlook for the flow and every limit's three headers.
+func BenchmarkAnswerHeaders(b *testing.B) {
+	g, err := New(Config{Upstream: "http://127.0.0.1:1/v1", Limits: limits("rpm=30,rpd=1000,tpm=8000,tpd=200000,otpm=1000"),
+		Flows: []Flow{{Name: "a"}, {Name: "b", Weight: 3}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	w := httptest.NewRecorder()
+	c := &chatCall{g: g, w: w, flow: "a", cost: governor.Cost{Requests: 1, Input: 400, Output: 200}}
+	b.ReportAllocs()
+	for b.Loop() {
+		clear(w.Header())
+		c.limitHeaders()
+	}
 }
