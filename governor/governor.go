@@ -121,7 +121,7 @@ type Config struct {
 	// charge ages out here does not reach the provider while that charge
 	// still counts there. Default 0, right for an explicit clock shared
 	// with the provider (the bench); on the wall clock use the request's
-	// transit time with some margin (sluice's engine and gateway use 2s).
+	// transit time with some margin (sluice's engine uses 2s, its gateway 1s).
 	// At most a minute.
 	Lag time.Duration
 	// PromoteAfter bounds how long a flow can go without a call admitted
