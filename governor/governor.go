@@ -7,6 +7,8 @@ import (
 	"math"
 	"sync"
 	"time"
+
+	"github.com/sluice-dev/sluice/internal/num"
 )
 
 // Window says how a provider counts a period.
@@ -1203,10 +1205,10 @@ func (e *TooLargeError) Error() string {
 		hint = "shorten the prompt or the batch"
 	}
 	if e.MaxOutput >= 0 && e.Limit != ITPM && e.Limit != RPM && e.Limit != RPD {
-		hint += fmt.Sprintf(" (max_tokens ≤ %s fits)", group(e.MaxOutput))
+		hint += fmt.Sprintf(" (max_tokens ≤ %s fits)", num.Group(e.MaxOutput))
 	}
 	return fmt.Sprintf("request can never fit: needs %s %s, %s limit is %s: %s",
-		group(e.Need), e.Limit.Unit(), upper(e.Limit), group(e.Max), hint)
+		num.Group(e.Need), e.Limit.Unit(), upper(e.Limit), num.Group(e.Max), hint)
 }
 
 // WaitError reports a wait for admission that ended before the call was admitted.
@@ -1271,20 +1273,4 @@ func upper(l Limit) string {
 		b[i] -= 'a' - 'A'
 	}
 	return string(b)
-}
-
-// group formats n with thousands separators: 1252 → "1,252".
-func group(n int64) string {
-	s := fmt.Sprint(n)
-	neg := n < 0
-	if neg {
-		s = s[1:]
-	}
-	for i := len(s) - 3; i > 0; i -= 3 {
-		s = s[:i] + "," + s[i:]
-	}
-	if neg {
-		s = "-" + s
-	}
-	return s
 }

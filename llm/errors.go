@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/num"
 )
 
 // ErrNoMaxTokens is returned by Chat and ChatStream, before anything is sent,
@@ -75,7 +76,7 @@ func (e *TooLargeError) Error() string {
 		b.WriteString(" for ")
 		b.WriteString(limitPhrase(e.Limit))
 		if e.Requested > 0 && e.Max > 0 {
-			fmt.Fprintf(&b, ": needs %s %s, limit is %s", thousands(e.Requested), e.Limit.Unit(), thousands(e.Max))
+			fmt.Fprintf(&b, ": needs %s %s, limit is %s", num.Group(e.Requested), e.Limit.Unit(), num.Group(e.Max))
 		}
 		switch e.Limit {
 		case governor.OTPM:
@@ -265,13 +266,13 @@ func limitPhrase(l governor.Limit) string {
 func writeNumbers(b *strings.Builder, max, used, requested int64) {
 	var parts []string
 	if max > 0 {
-		parts = append(parts, "limit "+thousands(max))
+		parts = append(parts, "limit "+num.Group(max))
 	}
 	if used > 0 {
-		parts = append(parts, "used "+thousands(used))
+		parts = append(parts, "used "+num.Group(used))
 	}
 	if requested > 0 {
-		parts = append(parts, "requested "+thousands(requested))
+		parts = append(parts, "requested "+num.Group(requested))
 	}
 	if len(parts) > 0 {
 		b.WriteString(": ")
@@ -306,23 +307,3 @@ func writeProviderMessage(b *strings.Builder, msg string) {
 }
 
 func isRuneStart(c byte) bool { return c&0xC0 != 0x80 }
-
-// thousands formats n with comma separators: 1252 → "1,252".
-func thousands(n int64) string {
-	s := strconv.FormatInt(n, 10)
-	neg := strings.HasPrefix(s, "-")
-	if neg {
-		s = s[1:]
-	}
-	var b strings.Builder
-	if neg {
-		b.WriteByte('-')
-	}
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	return b.String()
-}

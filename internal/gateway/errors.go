@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/num"
 	"github.com/sluice-dev/sluice/internal/sim"
 	"github.com/sluice-dev/sluice/llm"
 )
@@ -56,7 +57,7 @@ func tooLarge(p llm.Profile, model string, n int64, e *governor.TooLargeError) *
 	switch p {
 	case llm.Anthropic:
 		msg = fmt.Sprintf("Request too large: this request needs %s %s, more than your organization's rate limit of %s %s allows at once.",
-			commas(e.Need), l.Unit(), commas(e.Max), l.Title())
+			num.Group(e.Need), l.Unit(), num.Group(e.Max), l.Title())
 	case llm.Groq:
 		msg = fmt.Sprintf("Request too large for model `%s` on %s (%s): Limit %d, Requested %d.", model, l.Title(), abbr, e.Max, e.Need)
 	default:
@@ -84,9 +85,9 @@ func hint(e *governor.TooLargeError, n int64) string {
 	}
 	if fit := e.MaxOutput / max(n, 1); fit >= 1 {
 		if n > 1 {
-			return fmt.Sprintf("Lower max_tokens or n: with n = %d, max_tokens ≤ %s fits.", n, commas(fit))
+			return fmt.Sprintf("Lower max_tokens or n: with n = %d, max_tokens ≤ %s fits.", n, num.Group(fit))
 		}
-		return fmt.Sprintf("Lower max_tokens: max_tokens ≤ %s fits.", commas(fit))
+		return fmt.Sprintf("Lower max_tokens: max_tokens ≤ %s fits.", num.Group(fit))
 	}
 	if e.MaxOutput >= 1 {
 		return fmt.Sprintf("Lower n: even max_tokens 1 does not fit %d choices.", n)
@@ -166,15 +167,6 @@ func cmpStatus(s, def int) int {
 func cmpMsg(s, def string) string {
 	if s == "" {
 		return def
-	}
-	return s
-}
-
-// commas formats n with thousands separators: 1252 → "1,252".
-func commas(n int64) string {
-	s := strconv.FormatInt(n, 10)
-	for i := len(s) - 3; i > 0 && s[i-1] != '-'; i -= 3 {
-		s = s[:i] + "," + s[i:]
 	}
 	return s
 }

@@ -12,6 +12,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/num"
 )
 
 // Parse reads and validates a scenario from YAML.
@@ -20,7 +21,7 @@ import (
 // so that every error can name the full key path and line of what is wrong.
 func Parse(data []byte) (*Scenario, error) {
 	if len(data) > MaxFileBytes {
-		return nil, fmt.Errorf("scenario is more than the bound of %s bytes", group(MaxFileBytes))
+		return nil, fmt.Errorf("scenario is more than the bound of %s bytes", num.Group(MaxFileBytes))
 	}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {

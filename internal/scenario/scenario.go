@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/num"
 )
 
 // Scenario is one provider key and the flows that draw on it.
@@ -341,7 +342,7 @@ func (s *Scenario) validate() error {
 func (f *Flow) checkRequest(prefix string) error {
 	if n := int64(f.BatchMax) * f.ItemMaxTokens; n > MaxOutputTokens {
 		return fmt.Errorf("%s: batch_max × item_max_tokens = %d × %d = %s max_tokens in one request, more than the simulated model's %s max output tokens",
-			prefix, f.BatchMax, f.ItemMaxTokens, group(n), group(MaxOutputTokens))
+			prefix, f.BatchMax, f.ItemMaxTokens, num.Group(n), num.Group(MaxOutputTokens))
 	}
 	return nil
 }
@@ -351,7 +352,7 @@ func (f *Flow) checkRequest(prefix string) error {
 func (s *Scenario) checkItems() error {
 	if n := s.Items(); n > MaxItems {
 		return fmt.Errorf("flows: the scenario makes up to %s items (backlogs, arrivals over %s, and the items after flows derive from them), more than the bound of %s",
-			group(n), s.Duration, group(MaxItems))
+			num.Group(n), s.Duration, num.Group(MaxItems))
 	}
 	return nil
 }
@@ -472,7 +473,7 @@ func below(lo int64) string {
 	case 1:
 		return "is not positive"
 	}
-	return "is less than the bound of " + group(lo)
+	return "is less than the bound of " + num.Group(lo)
 }
 
 // outsideFloat is outside for a float; NaN and infinities are outside.
@@ -485,7 +486,7 @@ func outsideFloat(x, lo, hi float64) string {
 	case x < lo:
 		return "is less than the bound of " + strconv.FormatFloat(lo, 'f', -1, 64)
 	case x > hi:
-		return "is more than the bound of " + group(int64(hi))
+		return "is more than the bound of " + num.Group(int64(hi))
 	}
 	return ""
 }
@@ -508,7 +509,7 @@ func outsideArrivals(x float64) string {
 	return ""
 }
 
-func above(hi int64) string { return "is more than the bound of " + group(hi) }
+func above(hi int64) string { return "is more than the bound of " + num.Group(hi) }
 
 func aboveDuration(hi time.Duration) string {
 	s := hi.String()
@@ -516,24 +517,6 @@ func aboveDuration(hi time.Duration) string {
 		s = fmt.Sprintf("%dh (%d days)", hi/time.Hour, hi/(24*time.Hour))
 	}
 	return "is more than the bound of " + s
-}
-
-// group writes n with thousands separators.
-func group(n int64) string {
-	s := strconv.FormatInt(n, 10)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	var b strings.Builder
-	if neg {
-		b.WriteByte('-')
-	}
-	for i, r := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
 }
 
 // saturate converts a non-negative x to int64, saturating at math.MaxInt64.

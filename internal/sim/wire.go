@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/num"
 )
 
 // headerLimit is one limit a profile reports in headers, with the canonical
@@ -136,11 +137,11 @@ func (m *Model) rejectBody(r *Response, c governor.Cost, exact time.Duration) []
 		scope := fmt.Sprintf("(org: org-sim, model: %s)", model)
 		if r.TooLarge {
 			msg := fmt.Sprintf("Request too large: this request needs %s %s, more than your organization's rate limit of %s %s %s allows at once. Please reduce the prompt length or the maximum tokens requested.",
-				commas(need), l.Unit(), commas(lim), l.Title(), scope)
+				num.Group(need), l.Unit(), num.Group(lim), l.Title(), scope)
 			return ErrorBody("anthropic", "invalid_request_error", "", msg, r.id)
 		}
 		msg := fmt.Sprintf("This request would exceed your organization's rate limit of %s %s %s. You can see the response headers for current usage. Please reduce the prompt length or the maximum tokens requested, or try again later.",
-			commas(lim), l.Title(), scope)
+			num.Group(lim), l.Title(), scope)
 		return ErrorBody("anthropic", "rate_limit_error", "", msg, r.id)
 	default: // openai
 		title := strings.Replace(l.Title(), "minute", "min", 1)
@@ -231,24 +232,4 @@ func ErrorBody(profile, typ, code, msg string, id uint64) []byte {
 		panic(err) // only strings: cannot fail
 	}
 	return b
-}
-
-// commas writes n with thousands separators, as Anthropic's messages do.
-func commas(n int64) string {
-	s := strconv.FormatInt(n, 10)
-	neg := strings.HasPrefix(s, "-")
-	if neg {
-		s = s[1:]
-	}
-	var b strings.Builder
-	for i, r := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(r)
-	}
-	if neg {
-		return "-" + b.String()
-	}
-	return b.String()
 }
