@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test sluice has, on a fresh machine too: starts PostgreSQL when it
-# is down, installs the Node packages the client tests use, then runs go vet
-# and the Go tests with the race detector, then every fuzz target briefly
+# is down, installs the Node packages the client tests use, then runs go vet,
+# checks that go.mod and go.sum are tidy, runs staticcheck (fetched at a fixed
+# version from the Go module proxy), the Go tests with the race detector, then
+# every fuzz target briefly
 # (FUZZTIME, default 10s each; SLUICE_FUZZ=0 skips them). Extra arguments go
 # to "go test" and skip the fuzzing (e.g. scripts/test.sh -run TestGovernor ./governor).
 set -euo pipefail
@@ -41,6 +43,12 @@ fi
 
 log "go vet"
 go vet ./...
+if [ "$#" -eq 0 ]; then
+  log "go mod tidy -diff"
+  go mod tidy -diff
+  log "staticcheck"
+  go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+fi
 log "go test -race"
 go test -race -count=1 -timeout 30m "${@:-./...}"
 

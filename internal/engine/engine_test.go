@@ -15,11 +15,6 @@ import (
 	"github.com/sluice-dev/sluice/internal/testenv"
 )
 
-type bundle struct {
-	e   *Engine
-	url string
-}
-
 // newEngine opens an engine with fast polling and millisecond backoff.
 func newEngine(t *testing.T, url string, fns ...*Function) *Engine {
 	t.Helper()

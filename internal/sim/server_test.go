@@ -138,7 +138,7 @@ func TestWords(t *testing.T) {
 			t.Fatalf("Words(%d) has %d tokens: %q", n, got, text)
 		}
 	}
-	if Words(5, 1) != Words(5, 1) || Words(5, 1) == Words(5, 2) {
+	if a, b := Words(5, 1), Words(5, 1); a != b || a == Words(5, 2) {
 		t.Error("Words is not deterministic per seed")
 	}
 }

@@ -151,7 +151,7 @@ func parseURL(dbURL string) (driver, target string, err error) {
 			}
 		}
 		if rest == "" {
-			return "", "", fmt.Errorf("sqlite URL has no path: write sqlite:PATH or sqlite::memory:")
+			return "", "", fmt.Errorf("sqlite URL has no path: write sqlite:PATH, or sqlite::memory: for a database in memory")
 		}
 		return DriverSQLite, rest, nil
 	case hasScheme && (lower == "postgres" || lower == "postgresql"):
