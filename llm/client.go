@@ -39,8 +39,12 @@ type Config struct {
 	// HTTPClient sends the requests. Timeouts bound every call whatever the
 	// client, on top of any timeout the client has of its own. Default: a
 	// client with no timeouts of its own (Timeouts is the one place they
-	// are set) that keeps up to 16 idle connections per host.
+	// are set) that keeps up to IdleConns idle connections per host.
 	HTTPClient *http.Client
+
+	// IdleConns is how many idle connections to the provider the default
+	// HTTPClient keeps, for calls made at once. Default 16.
+	IdleConns int
 
 	// Timeouts bounds the phases of every call: Connect (default 10 s),
 	// FirstByte (2 min) and Total (10 min). A zero field means its default,
@@ -95,7 +99,7 @@ func (c Config) withDefaults() Config {
 	}
 	c.BaseURL = strings.TrimRight(cmp.Or(c.BaseURL, defaultBaseURLs[c.Profile]), "/")
 	if c.HTTPClient == nil {
-		c.HTTPClient = defaultHTTPClient()
+		c.HTTPClient = defaultHTTPClient(cmp.Or(c.IdleConns, 16))
 	}
 	c.Timeouts = c.Timeouts.or(defaultTimeouts)
 	if c.Now == nil {
@@ -138,13 +142,13 @@ func (c Config) validate() error {
 	return nil
 }
 
-func defaultHTTPClient() *http.Client {
+func defaultHTTPClient(idle int) *http.Client {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	// Config.Timeouts bounds connecting and waiting for the answer; a
 	// deadline of the transport's own would cut a longer one set there.
 	t.DialContext = (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext
 	t.TLSHandshakeTimeout = 0
-	t.MaxIdleConnsPerHost = 16
+	t.MaxIdleConnsPerHost = idle
 	return &http.Client{Transport: t}
 }
 

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -108,7 +109,7 @@ func (e *Engine) Runs(ctx context.Context, f RunFilter) ([]RunSummary, error) {
 	if len(names) == 0 {
 		return nil, nil
 	}
-	limit := max(1, cmpOr(f.Limit, 100))
+	limit := max(1, cmp.Or(f.Limit, 100))
 	opts := []dbos.ListWorkflowsOption{
 		dbos.WithFilterName(names...),
 		dbos.WithFilterSortDesc(),
@@ -455,7 +456,7 @@ func (e *Engine) Rerun(ctx context.Context, id string) (string, error) {
 
 // Dropped lists events a rate limit dropped, newest first.
 func (e *Engine) Dropped(ctx context.Context, function string, limit int) ([]DroppedEvent, error) {
-	return e.db.dropped(ctx, function, max(1, cmpOr(limit, 100)))
+	return e.db.dropped(ctx, function, max(1, cmp.Or(limit, 100)))
 }
 
 // waitPoll is how often Wait reads a run's status.
@@ -500,13 +501,6 @@ func (e *Engine) client(ctx context.Context) dbos.Context {
 		return e.dctx
 	}
 	return dbos.WithoutCancel(e.dctx)
-}
-
-func cmpOr(a, b int) int {
-	if a != 0 {
-		return a
-	}
-	return b
 }
 
 func cmpTime(a, b time.Time) time.Time {

@@ -41,7 +41,7 @@ type chatCall struct {
 
 	key       placeKey // names the request for its kept place in line (places.go), once keyed
 	keyed     bool
-	rejoined  bool     // it took back a place an earlier attempt kept
+	rejoined  bool // it took back a place an earlier attempt kept
 	waited    time.Duration
 	waitingOn string // what held it back when its max wait ended
 	attempts  int

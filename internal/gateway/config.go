@@ -138,9 +138,9 @@ type Config struct {
 	// the request's max wait. Default 250ms.
 	RetryBase time.Duration
 
-	// HTTPClient sends upstream requests. Default: a client that bounds
-	// connecting (10s) and waiting for an answer's headers (10m), keeps up to
-	// 64 idle connections to the upstream, and sets no overall timeout so
+	// HTTPClient sends upstream requests. Default: llm's, keeping up to 64
+	// idle connections to the upstream. Either way each call gets 10s to
+	// connect and 10m for the answer's headers, and no overall deadline, so
 	// streams can run.
 	HTTPClient *http.Client
 

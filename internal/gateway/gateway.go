@@ -45,16 +45,13 @@ func New(cfg Config) (*Gateway, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	hc := cfg.HTTPClient
-	if hc == nil {
-		hc = defaultHTTPClient()
-	}
 	// A proxy's call lasts as long as its caller wants: a long stream is
 	// not cut at the client library's 10-minute default, and a long
 	// non-streamed completion gets the HTTP client's 10 minutes for its
 	// headers. A caller that leaves ends the call.
 	client, err := llm.NewClient(llm.Config{BaseURL: cfg.Upstream, APIKey: cfg.APIKey, Profile: cfg.Profile,
-		HTTPClient: hc, Now: cfg.Now, Timeouts: llm.Timeouts{FirstByte: 10 * time.Minute, Total: -1}})
+		HTTPClient: cfg.HTTPClient, IdleConns: 64, // every waiting caller may be sent at once
+		Now: cfg.Now, Timeouts: llm.Timeouts{FirstByte: 10 * time.Minute, Total: -1}})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
