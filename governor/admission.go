@@ -1,0 +1,422 @@
+package governor
+
+import (
+	"container/heap"
+	"context"
+	"math"
+	"time"
+)
+
+// Reserve queues a call of flow costing c at time now. It never blocks. A
+// call that can never fit returns a *TooLargeError at once. The reservation
+// is admitted by Advance (or Wait) when its turn comes and it fits.
+func (g *Governor) Reserve(now time.Time, flow string, c Cost) (*Reservation, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if err := g.check(c); err != nil {
+		return nil, err
+	}
+	g.start(now.UnixNano())
+	f := g.flow(flow)
+	size := g.size(c)
+	if f.prio != nil {
+		g.refill(f, now.UnixNano()) // the credit it earned while it had nothing waiting
+		g.learnCall(f, c, size)
+		g.touch(f)
+		if len(f.queue) == 0 {
+			g.urgent = append(g.urgent, f)
+		}
+	}
+	g.seq++
+	r := &Reservation{g: g, f: f, id: g.seq, cost: c, queued: now.UnixNano()}
+	r.size = size
+	size /= f.share
+	if len(f.queue) == 0 {
+		// A flow that comes back is not owed what it missed while it had
+		// nothing waiting — except when it comes back at the very moment
+		// its line emptied (its calls were all admitted at once and it
+		// queues the next ones): it keeps its place.
+		v := g.vtime
+		if now.UnixNano() == f.idleAt {
+			v = f.idleV
+		}
+		r.start = math.Max(v, f.finish)
+	} else {
+		r.start = f.queue[len(f.queue)-1].finish
+	}
+	r.finish = r.start + size
+	f.finish = r.finish
+	if len(f.queue) == 0 {
+		// Reuse the line's memory: a flow that makes one call at a time
+		// allocates nothing for its line.
+		f.queue = append(f.qbuf[:0], r)
+		f.qbuf = f.queue[:0]
+		heap.Push(&g.active, f)
+	} else {
+		f.queue = append(f.queue, r)
+	}
+	return r, nil
+}
+
+// size is c's dominant share, in seconds: of every limit, the time the
+// limit needs to replenish what c takes (amount × period ÷ allowance), and
+// the largest of these. Minute and day limits so compare on one scale.
+func (g *Governor) size(c Cost) float64 {
+	var s float64
+	for _, l := range AllLimits {
+		if k := g.scale[l]; k > 0 {
+			if v := float64(c.On(l)) * k; v > s {
+				s = v
+			}
+		}
+	}
+	if s == 0 {
+		s = 1e-9 // no limits: plain round robin
+	}
+	return s
+}
+
+// Wait reserves on the clock of Config.Now and blocks until the call is
+// admitted or ctx is done. When ctx ends first the reservation is cancelled
+// and the error is a *WaitError whose EstimatedWait says how much longer
+// admission would likely have taken. A call that can never fit returns a
+// *TooLargeError at once.
+func (g *Governor) Wait(ctx context.Context, flow string, c Cost) (*Reservation, error) {
+	r, err := g.Reserve(g.cfg.Now(), flow, c)
+	if err != nil {
+		return nil, err
+	}
+	if err := g.Await(ctx, r, 0); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Advance admits, in fair order, every waiting reservation that fits at now,
+// and returns the earliest time at which calling it again may admit more
+// (the zero Time when nothing waits). Times passed to the governor must not
+// go backwards.
+func (g *Governor) Advance(now time.Time) time.Time {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	next := g.advance(now.UnixNano())
+	if next == never || next == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, next)
+}
+
+func (g *Governor) advance(now int64) int64 {
+	g.expire(now)
+	g.lapse(now)
+	admitted := false
+	promoted := g.promoted(now)
+	if len(g.urgent) > 0 && g.prompt(now, promoted) {
+		admitted = true
+		promoted = g.promoted(now) // the promoted flow may have been a priority flow
+	}
+	next := int64(0)
+	for g.active.Len() > 0 {
+		f, how := g.active.flows[0], inTurn
+		if promoted != nil && promoted != f {
+			f, how = promoted, aheadOfTurn
+		}
+		r := f.queue[0]
+		at := g.fitAt(now, r.f, r.cost)
+		if at <= now {
+			g.admit(now, r, how)
+			admitted = true
+			// Admitting the front call changes which flow is promoted;
+			// backfilling does not (it never admits the promoted flow's).
+			promoted = g.promoted(now)
+			continue
+		}
+		if at == never {
+			if err := g.check(r.cost); err != nil {
+				// A limit learned lower than when the call was queued: it
+				// can never fit now, so it fails at once instead of holding
+				// the line.
+				g.refuse(r, err)
+				admitted = true // something changed: wake the waiters
+				promoted = g.promoted(now)
+				continue
+			}
+		}
+		n, wake := g.backfill(now, r, at)
+		if n > 0 {
+			admitted = true
+			continue // what was admitted may have made room for more, or changed the line
+		}
+		next = min(at, wake)
+		break
+	}
+	if admitted {
+		g.broadcast()
+	}
+	return next
+}
+
+// promoted returns the flow whose first waiting call has gone longest
+// without the flow getting a call admitted, if that is at least
+// PromoteAfter and at least the time its share of the key takes to earn
+// the call (its size ÷ its fraction of all flows' shares): a flow is never
+// promoted to more than its share. nil if there is none.
+func (g *Governor) promoted(now int64) *flow {
+	if g.cfg.PromoteAfter < 0 {
+		return nil
+	}
+	limit := now - int64(g.cfg.PromoteAfter)
+	var best *flow
+	var bestSince int64
+	for _, f := range g.active.flows {
+		r := f.queue[0]
+		since := max(r.queued, f.lastAdmit)
+		if since > limit || (best != nil && since >= bestSince) {
+			continue
+		}
+		if earn := r.size * g.shares / f.share * float64(time.Second); float64(now-since) < earn {
+			continue
+		}
+		best, bestSince = f, since
+	}
+	return best
+}
+
+// backfillScan bounds how many other flows one backfill pass looks at, so a
+// blocked line costs a bounded amount of work however many flows wait.
+const backfillScan = 32
+
+// backfill admits, while the call at the front of the line (head) cannot
+// start before at, the front calls of other flows that fit now and would
+// not make head start later — the backfilling rule of batch schedulers
+// (EASY): capacity the front call cannot use yet is not left idle, and the
+// front call's start is never delayed by it. Candidates are taken in fair
+// order. It returns how many calls it admitted (or refused, as advance
+// does: see refuse) and the earliest time a candidate that did not fit may
+// fit.
+//
+// The unfairness this allows is bounded: a call admitted ahead of its turn
+// takes only room the front call could not use before its start, and its
+// flow's fair-queuing tags advance as if it had waited, so its flow is
+// admitted that much later once the front call has gone.
+func (g *Governor) backfill(now int64, head *Reservation, at int64) (int, int64) {
+	var cand [backfillScan]*flow
+	n := 0
+	for i := 0; i < len(g.active.flows) && n < backfillScan; i++ {
+		if f := g.active.flows[i]; f != head.f {
+			cand[n] = f
+			n++
+		}
+	}
+	// Insertion sort into fair order: n is small.
+	for i := 1; i < n; i++ {
+		for j := i; j > 0 && g.active.less(cand[j], cand[j-1]); j-- {
+			cand[j], cand[j-1] = cand[j-1], cand[j]
+		}
+	}
+	wake, count := int64(never), 0
+	for _, f := range cand[:n] {
+		r := f.queue[0]
+		t := g.fitAt(now, f, r.cost)
+		if t == never {
+			if err := g.check(r.cost); err != nil {
+				g.refuse(r, err)
+				count++ // a change: the caller looks at the line again
+				continue
+			}
+		}
+		if t > now {
+			wake = min(wake, t)
+			continue
+		}
+		if g.delays(now, head, at, f, r.cost) {
+			continue
+		}
+		g.admit(now, r, aheadOfTurn)
+		count++
+	}
+	return count, wake
+}
+
+// delays reports whether charging c now would make head, which fits at
+// at, fit only later. Under a rolling window a charge made now is gone by
+// now + period + lag; under a fixed one at the end of its window; on a day
+// pacer it moves the time head may start by its own amount.
+func (g *Governor) delays(now int64, head *Reservation, at int64, f *flow, c Cost) bool {
+	for _, l := range AllLimits {
+		lim, need, extra := g.limits[l], head.cost.On(l), c.On(l)
+		if lim == 0 || need == 0 || extra == 0 {
+			continue
+		}
+		if g.hot[0] != nil {
+			h := g.held(head.f, l, need, lim, now)
+			lim = subSat(lim, h)
+			if f.priority > head.f.priority {
+				// A call of higher priority takes the room held for it
+				// first: head never counted on that room.
+				extra = max(subSat(extra, h), 0)
+				if extra == 0 {
+					continue
+				}
+			}
+		}
+		lg := g.ledgerOf(l)
+		gone := addSat(addSat(now, lg.period), lg.lag)
+		if lg.fixed {
+			gone = addSat(lg.start, lg.period)
+			if now >= gone-lg.lag {
+				gone = addSat(gone, lg.period)
+			}
+		}
+		if at < gone && lg.freeAt(now, l, addSat(need, extra), lim, g.phantom[l]) > at {
+			return true
+		}
+		if p := &g.pace[l]; p.on && !g.onCredit(head.f, now, head.size) && head.f.retry < head.size {
+			tat := addSat(max(p.tat, now), nanos(float64(extra)*p.perUnit))
+			if subSat(tat, p.burst) > at {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// blocker says what holds call c back at now: the limit (window or day
+// pacer) or pause that fits it last, or its turn when it fits.
+func (g *Governor) blocker(now int64, f *flow, c Cost) Blocker {
+	at, b := g.fit(now, f, c)
+	if b.Kind == "" {
+		return Blocker{Kind: "turn"}
+	}
+	if at != never {
+		b.Until = time.Unix(0, at)
+	}
+	return b
+}
+
+// fitAt returns the earliest time not before now at which c fits every limit.
+func (g *Governor) fitAt(now int64, f *flow, c Cost) int64 {
+	at, _ := g.fit(now, f, c)
+	return at
+}
+
+// fit returns the earliest time not before now at which a call of f
+// costing c fits every limit, and what holds it back until then (Kind ""
+// when it fits now; Until unset). It assumes expire(now) ran.
+//
+// A call of f must leave the room held for flows of higher priority (see
+// held), and a call of a priority flow may run ahead of a day pacer on its
+// credit (see priority.go).
+func (g *Governor) fit(now int64, f *flow, c Cost) (int64, Blocker) {
+	var b Blocker
+	at := now
+	if g.pauseUntil > at {
+		b, at = Blocker{Kind: "pause"}, g.pauseUntil
+	}
+	for _, l := range AllLimits {
+		lim, need := g.limits[l], c.On(l)
+		if lim == 0 || need == 0 {
+			continue
+		}
+		lg := g.ledgerOf(l)
+		if len(g.phantom[l]) > 0 || addSat(addSat(lg.sum.On(l), need), g.heldMax[l]) > lim {
+			// Not room for c and all the room that may be held: look closer.
+			room := lim
+			if g.hot[0] != nil {
+				room = subSat(lim, g.held(f, l, need, lim, now))
+			}
+			if t := lg.freeAt(now, l, need, room, g.phantom[l]); t > at {
+				b, at = Blocker{Kind: "limit", Limit: l}, t
+			}
+		}
+		if p := &g.pace[l]; p.on {
+			t := p.readyAt()
+			if t > now && f.retry >= g.size(c) {
+				t = now // the retry of a failed call: see Fault
+			}
+			if t > now && f.prio != nil {
+				g.refill(f, now)
+				t = min(t, g.creditTime(f, now, g.size(c)))
+			}
+			if t > at {
+				b, at = Blocker{Kind: "pacing", Limit: l}, t
+			}
+		}
+	}
+	return at, b
+}
+
+// admission says how a call is admitted.
+type admission uint8
+
+const (
+	// inTurn: the front of the whole line, whose start tag the virtual
+	// time moves to.
+	inTurn admission = iota
+	// aheadOfTurn: backfilled or promoted; the virtual time stays.
+	aheadOfTurn
+	// onItsCredit: ahead of its turn on its priority flow's credit (prompt).
+	onItsCredit
+)
+
+// admit admits r, the first call in its flow's line.
+func (g *Governor) admit(now int64, r *Reservation, how admission) {
+	f := r.f
+	f.queue[0] = nil
+	f.queue = f.queue[1:]
+	if how == inTurn {
+		g.vtime = r.start
+	}
+	if len(f.queue) == 0 {
+		f.queue = f.qbuf[:0]
+		heap.Remove(&g.active, f.index)
+		f.idleAt, f.idleV = now, g.vtime
+		if f.prio != nil {
+			f.prio.creditAt = now
+			g.calm(f)
+		}
+	} else {
+		heap.Fix(&g.active, f.index)
+	}
+	r.state = admitted
+	r.at = now
+	r.minSeq = g.minute.add(now, r.cost)
+	r.daySeq = g.day.add(now, r.cost)
+	r.sent = now
+	for _, l := range AllLimits {
+		r.usedAt[l] = g.ledgerOf(l).sum.On(l)
+	}
+	paced := false // a day pacer would have held it
+	for _, l := range AllLimits {
+		if p := &g.pace[l]; p.on && p.readyAt() > now && r.cost.On(l) > 0 {
+			paced = true
+		}
+	}
+	if paced && f.retry >= r.size {
+		f.retry = 0 // the retry of a failed call goes ahead of the pacer once
+		paced = false
+	}
+	if f.prio != nil {
+		if paced || how == onItsCredit {
+			// Ahead of its turn or of a day pacer, on the flow's credit.
+			g.refill(f, now)
+			r.credit = min(r.size, max(f.prio.credit, 0))
+			f.prio.credit -= r.credit
+		}
+	}
+	for _, l := range AllLimits {
+		if p := &g.pace[l]; p.on {
+			p.take(now, r.cost.On(l))
+		}
+	}
+	f.admitted++
+	f.lastAdmit = now
+	f.tokens = f.tokens.add(r.cost)
+	f.addRate(now, r.size)
+	if g.cfg.Journal != nil {
+		g.cfg.Journal.Record(Charge{ID: r.id, Flow: f.name, At: time.Unix(0, now), Cost: r.cost})
+	}
+	if r.ready != nil {
+		close(r.ready)
+	}
+}

@@ -1,0 +1,227 @@
+package governor
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// Window says how a provider counts a period.
+type Window uint8
+
+const (
+	// Rolling counts, at every moment, what was charged during the last
+	// period; each charge ages out exactly one period after it was made.
+	Rolling Window = iota
+	// Fixed counts per window starting at whole minutes or days (UTC); the
+	// whole allowance comes back at the boundary.
+	Fixed
+)
+
+func (w Window) String() string {
+	if w == Fixed {
+		return "fixed"
+	}
+	return "rolling"
+}
+
+// Accounting says what a provider keeps of a call's charge once it ends.
+type Accounting uint8
+
+const (
+	// Reserve keeps the admission charge (input + max_tokens); only the
+	// input estimate is corrected to the provider's count. Groq and OpenAI.
+	Reserve Accounting = iota
+	// Settle corrects the output part to the real output when the call ends,
+	// as Anthropic documents for OTPM.
+	Settle
+)
+
+func (a Accounting) String() string {
+	if a == Settle {
+		return "settle"
+	}
+	return "reserve"
+}
+
+// FlowConfig describes one flow: a job, a tenant, a function drawing on the key.
+type FlowConfig struct {
+	Name string
+	// Weight is the flow's share among flows of equal priority. Default 1
+	// (0 means the default). Must be between MinWeight and MaxWeight.
+	Weight float64
+	// Priority: higher is more urgent. Each step of priority multiplies the
+	// flow's share by Config.PriorityFactor: a reserved, larger share, never
+	// an absolute one, so a lower-priority flow is slowed but never stopped.
+	// Must be between MinPriority and MaxPriority.
+	Priority int
+}
+
+// The range of FlowConfig.Priority. Six steps apart, at the largest
+// PriorityFactor (16), the most urgent flow's share is 16^6 ≈ 1.7e7 times the
+// least urgent one's: a finite ratio, so the least urgent flow still gets its
+// calls in. An unbounded priority (1000 steps of 4 is +Inf) would stop
+// every other flow, which priority must never do.
+const (
+	MinPriority = -3
+	MaxPriority = 3
+)
+
+// The range of FlowConfig.Weight. A weight expresses a relative share; a
+// ratio beyond 10^12 between two flows says nothing a smaller one does not,
+// and a weight near 0 or +Inf makes a flow's fair-queuing tags infinite, so
+// that it is never admitted or holds every other flow back.
+const (
+	MinWeight = 1e-6
+	MaxWeight = 1e6
+)
+
+// maxPriorityFactor bounds Config.PriorityFactor, so that the share ratio
+// across the priority range stays finite (see MinPriority).
+const maxPriorityFactor = 16
+
+// maxLag bounds Config.Lag: transit takes seconds, and a lag of a period or
+// more would count every charge in two windows.
+const maxLag = time.Minute
+
+// Config configures a Governor. The zero value of every field is a useful default.
+type Config struct {
+	// Key names the provider key (and model) in errors and stats. Never the secret itself.
+	Key string
+	// Limits is the allowance of each limit; 0 means the limit does not apply.
+	Limits Limits
+	// Window is how the provider counts periods. Default Rolling.
+	Window Window
+	// Accounting is what the provider keeps of a charge. Default Reserve.
+	Accounting Accounting
+	// Flows lists known flows. A flow not listed is created on first use
+	// with weight 1 and priority 0.
+	Flows []FlowConfig
+	// PriorityFactor multiplies a flow's share per step of priority. Default 4.
+	// Must be between 1 and 16.
+	PriorityFactor float64
+	// DayBurst is how far ahead of an even pace a day limit (RPD, TPD) may be
+	// spent: day budgets are paced at limit/24h so the budget lasts the day,
+	// with this much burst. Default 1h. Negative disables pacing. At most 24h.
+	DayBurst time.Duration
+	// DayPace is the fraction of a day limit's even rate that pacing aims
+	// at. Default 0.995: just under the even rate, so under a rolling day
+	// window the window itself never fills, and admissions follow the
+	// pacer's even, fair rhythm instead of echoing whatever the window held
+	// a day before.
+	DayPace float64
+	// Lag is how much later than the governor's clock the provider may
+	// count a call: the time a request takes to reach it. Under a rolling
+	// window a charge ages out this much later than one period after it was
+	// admitted; under a fixed window a call made this close before a
+	// boundary also counts after it. So a call admitted the instant an old
+	// charge ages out here does not reach the provider while that charge
+	// still counts there. Default 0, right for an explicit clock shared
+	// with the provider (the bench); on the wall clock use the request's
+	// transit time with some margin (sluice's engine uses 2s, its gateway 1s).
+	// At most a minute.
+	Lag time.Duration
+	// PromoteAfter bounds how long a flow can go without a call admitted
+	// while it has one waiting: a flow whose first waiting call has waited
+	// this long, and whose last admission is as old, goes to the front of
+	// the line, oldest first, ahead of fair order, and priority flows' prompt
+	// admissions may not delay it. A flow is promoted only once it has
+	// waited at least as long as its share of the key takes to earn the
+	// call, so promotion never gives a flow more than its share. Fair order
+	// alone can hold a flow back for long after calls of it were admitted
+	// ahead of their turn (backfilling), or while priority work takes most
+	// of the key. Default 35m: a flow promoted then is admitted within the
+	// hour sluice's monitoring calls a stall. Negative disables it.
+	PromoteAfter time.Duration
+	// Journal, if set, is told every charge and every correction of one, so
+	// the day's usage can be persisted and given back to Restore after a restart.
+	Journal Journal
+	// Now is the clock Wait uses. Default time.Now. Every other method takes
+	// the time as an argument.
+	Now func() time.Time
+	// Speed is how many times as fast as the wall clock Now runs, for
+	// simulations in compressed time: Wait and Await divide what they sleep
+	// by it. Default 1.
+	Speed float64
+}
+
+// Journal receives charges as they are made and corrected. Record is called
+// with the governor's lock held: it must not block (buffer and write elsewhere).
+type Journal interface {
+	Record(c Charge)
+}
+
+// Charge is one admitted call's charge, for persistence.
+type Charge struct {
+	ID   uint64
+	Flow string
+	At   time.Time
+	Cost Cost // a cancelled call is recorded again with a zero Cost
+}
+
+func (c *Config) withDefaults() Config {
+	out := *c
+	if out.PriorityFactor == 0 {
+		out.PriorityFactor = 4
+	}
+	if out.DayBurst == 0 {
+		out.DayBurst = time.Hour
+	}
+	if out.PromoteAfter == 0 {
+		out.PromoteAfter = 35 * time.Minute
+	}
+	if out.DayPace == 0 {
+		out.DayPace = 0.995
+	}
+	if out.Now == nil {
+		out.Now = time.Now
+	}
+	return out
+}
+
+func (c *Config) prefix() string {
+	if c.Key == "" {
+		return "governor: "
+	}
+	return "governor " + c.Key + ": "
+}
+
+func (c *Config) validate() error {
+	for _, l := range AllLimits {
+		if c.Limits[l] < 0 {
+			return fmt.Errorf("%slimit %s is negative (%d)", c.prefix(), l, c.Limits[l])
+		}
+	}
+	if c.Speed < 0 || math.IsNaN(c.Speed) || math.IsInf(c.Speed, 0) {
+		return fmt.Errorf("%sSpeed must be a finite number ≥ 0, got %v", c.prefix(), c.Speed)
+	}
+	if c.Lag < 0 || c.Lag > maxLag {
+		return fmt.Errorf("%sLag must be between 0 and %v, got %v", c.prefix(), maxLag, c.Lag)
+	}
+	if c.DayBurst > 24*time.Hour {
+		return fmt.Errorf("%sDayBurst must be at most 24h, got %v", c.prefix(), c.DayBurst)
+	}
+	if c.DayPace < 0 || c.DayPace > 1 || math.IsNaN(c.DayPace) {
+		return fmt.Errorf("%sDayPace must be in (0, 1], got %v", c.prefix(), c.DayPace)
+	}
+	if !(c.PriorityFactor >= 1 && c.PriorityFactor <= maxPriorityFactor) {
+		return fmt.Errorf("%sPriorityFactor must be at least 1 and at most %d, got %v", c.prefix(), maxPriorityFactor, c.PriorityFactor)
+	}
+	seen := map[string]bool{}
+	for _, f := range c.Flows {
+		if f.Name == "" {
+			return fmt.Errorf("%sa flow has no name", c.prefix())
+		}
+		if seen[f.Name] {
+			return fmt.Errorf("%sflow %q listed twice", c.prefix(), f.Name)
+		}
+		seen[f.Name] = true
+		if f.Weight != 0 && !(f.Weight >= MinWeight && f.Weight <= MaxWeight) {
+			return fmt.Errorf("%sflow %q: weight must be positive, between %g and %g, got %v", c.prefix(), f.Name, float64(MinWeight), float64(MaxWeight), f.Weight)
+		}
+		if f.Priority < MinPriority || f.Priority > MaxPriority {
+			return fmt.Errorf("%sflow %q: priority must be between %d and %d, got %d", c.prefix(), f.Name, MinPriority, MaxPriority, f.Priority)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,263 @@
+package governor
+
+import (
+	"container/heap"
+	"time"
+)
+
+// Reservation is a call's place in line and, once admitted, its charge.
+type Reservation struct {
+	g    *Governor
+	f    *flow
+	id   uint64
+	cost Cost
+
+	start, finish float64 // fair-queuing tags
+	size          float64 // dominant share of cost, in seconds
+	state         resState
+	at            int64 // admitted at
+	sent          int64 // its charge counts from then (admission, or Sent)
+	minSeq        uint64
+	daySeq        uint64
+	usedAt        [NumLimits]int64 // what the governor had charged, this call included, when it was admitted
+	credit        float64          // what of its flow's credit it took (see priority.go)
+	queued        int64            // when it was reserved
+	keptUntil     int64            // parked: when its place lapses
+	ready         chan struct{}
+	err           error // why a waiting reservation was refused
+}
+
+type resState uint8
+
+const (
+	waiting resState = iota
+	admitted
+	settled
+	cancelled
+	refused // a limit learned lower made it impossible; see Err
+	parked  // out of line, its place kept (see place.go)
+)
+
+// ID identifies the reservation within its governor (and in Journal records).
+func (r *Reservation) ID() uint64 { return r.id }
+
+// Flow is the name of the flow the reservation was made for.
+func (r *Reservation) Flow() string { return r.f.name }
+
+// Ready is closed when the reservation is admitted, or refused (Err).
+func (r *Reservation) Ready() <-chan struct{} {
+	r.g.mu.Lock()
+	defer r.g.mu.Unlock()
+	if r.ready == nil {
+		r.ready = make(chan struct{})
+		if r.state != waiting {
+			close(r.ready)
+		}
+	}
+	return r.ready
+}
+
+// Err reports why a waiting reservation was ended by the governor: a
+// *TooLargeError when a limit learned since it was queued (Observe, a
+// provider's headers or error) is below what the call needs, so it can never
+// be admitted. It is nil otherwise. Ready is closed when it is set.
+func (r *Reservation) Err() error {
+	r.g.mu.Lock()
+	defer r.g.mu.Unlock()
+	return r.err
+}
+
+// Admitted reports whether the call may be made (and has not been cancelled).
+func (r *Reservation) Admitted() bool {
+	r.g.mu.Lock()
+	defer r.g.mu.Unlock()
+	return r.state == admitted || r.state == settled
+}
+
+// AdmittedAt is when the reservation was admitted (zero if it was not).
+func (r *Reservation) AdmittedAt() time.Time {
+	r.g.mu.Lock()
+	defer r.g.mu.Unlock()
+	if r.state == waiting || r.at == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, r.at)
+}
+
+// Cost is what the reservation is charged now.
+func (r *Reservation) Cost() Cost {
+	r.g.mu.Lock()
+	defer r.g.mu.Unlock()
+	return r.cost
+}
+
+// Settle records what the call really used, as the provider reported it.
+// The input part of the charge becomes the provider's count (at most
+// MaxCost); the output part becomes the real output under Settle accounting
+// (never below 0 nor above what was reserved) and stays max_tokens under
+// Reserve accounting. A zero Usage (the provider reported none) keeps the
+// charge as reserved. Settling twice, or a reservation that was not
+// admitted, does nothing.
+func (r *Reservation) Settle(now time.Time, used Usage) {
+	g := r.g
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if r.state != admitted {
+		return
+	}
+	g.expire(now.UnixNano())
+	c := r.cost
+	if used.Input > 0 {
+		c.Input = min(used.Input, MaxCost)
+	}
+	if g.cfg.Accounting == Settle && used != (Usage{}) {
+		c.Output = min(max(used.Output, 0), r.cost.Output)
+	}
+	g.amend(r, c)
+	r.state = settled
+	g.pauseLevel = 0
+	g.broadcast()
+}
+
+// Fault records that the admitted call failed in a way the provider may
+// have counted — a 5xx, an overload, a timeout, a reset, a body cut short:
+// the charge is kept, as Settle with used (zero: as reserved) keeps it.
+// And the flow's next call, its retry, may go ahead of the day pacers once,
+// if it is no larger than this one: a failure does not cost the flow a
+// pacing slot, and the budget runs ahead of the even pace by at most one
+// call per flow, which the pacer then takes back from every flow.
+func (r *Reservation) Fault(now time.Time, used Usage) {
+	g := r.g
+	g.mu.Lock()
+	if r.state == admitted {
+		r.f.retry = max(r.f.retry, r.size)
+	}
+	g.mu.Unlock()
+	r.Settle(now, used)
+}
+
+// Sent tells the governor when the admitted call actually left for the
+// provider, if that is later than its admission (the caller was busy, or
+// waited for a connection): its charge then counts from now, in the windows
+// of now, so it never ages out here before it does at the provider. Lag
+// only has to cover the transit after Sent. Calling Sent on a reservation
+// that is not admitted, or with a time before its admission, does nothing.
+func (r *Reservation) Sent(now time.Time) {
+	g := r.g
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := now.UnixNano()
+	if r.state != admitted || n <= r.sent {
+		return
+	}
+	g.expire(n)
+	g.minute.amend(r.minSeq, Cost{})
+	g.day.amend(r.daySeq, Cost{})
+	r.minSeq = g.minute.add(n, r.cost)
+	r.daySeq = g.day.add(n, r.cost)
+	r.sent = n
+}
+
+// Shrink lowers the charge of an admitted reservation before its call is
+// made — for instance when fewer items were ready to go than were reserved
+// for — and gives the difference back. c must not exceed the current charge
+// in any part; otherwise, or if the reservation is not admitted, Shrink does
+// nothing and reports false.
+func (r *Reservation) Shrink(now time.Time, c Cost) bool {
+	g := r.g
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if r.state != admitted || c.Requests > r.cost.Requests || c.Input > r.cost.Input || c.Output > r.cost.Output ||
+		c.Requests < 0 || c.Input < 0 || c.Output < 0 {
+		return false
+	}
+	g.expire(now.UnixNano())
+	g.amend(r, c)
+	g.broadcast()
+	return true
+}
+
+// Cancel gives the reservation up: a waiting one leaves the line; an admitted
+// one whose call was not made gives its charge back. Cancelling a settled or
+// cancelled reservation does nothing.
+func (r *Reservation) Cancel(now time.Time) {
+	g := r.g
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch r.state {
+	case waiting:
+		g.dequeue(r)
+	case admitted:
+		g.expire(now.UnixNano())
+		g.amend(r, Cost{})
+		r.f.admitted--
+	case parked:
+		g.unpark(r)
+		g.giveUpPlace(r)
+	default:
+		return
+	}
+	r.state = cancelled
+	g.broadcast()
+}
+
+// amend replaces an admitted reservation's charge.
+func (g *Governor) amend(r *Reservation, c Cost) {
+	g.minute.amend(r.minSeq, c)
+	g.day.amend(r.daySeq, c)
+	for _, l := range AllLimits {
+		if g.pace[l].on {
+			g.pace[l].giveBack(subSat(r.cost.On(l), c.On(l)))
+		}
+	}
+	if r.credit > 0 {
+		// What the call no longer takes goes back to the credit it was taken on.
+		back := min(r.credit, max(r.credit-g.size(c), 0))
+		r.credit -= back
+		r.f.prio.credit = min(r.f.prio.credit+back, g.creditCap(r.f))
+	}
+	r.f.tokens = r.f.tokens.sub(r.cost).add(c)
+	r.cost = c
+	if g.cfg.Journal != nil {
+		g.cfg.Journal.Record(Charge{ID: r.id, Flow: r.f.name, At: time.Unix(0, r.at), Cost: c})
+	}
+}
+
+func (g *Governor) dequeue(r *Reservation) {
+	f := r.f
+	i := 0
+	for i < len(f.queue) && f.queue[i] != r {
+		i++
+	}
+	if i == len(f.queue) {
+		return
+	}
+	size := r.finish - r.start
+	copy(f.queue[i:], f.queue[i+1:])
+	f.queue[len(f.queue)-1] = nil
+	f.queue = f.queue[:len(f.queue)-1]
+	for _, q := range f.queue[i:] {
+		q.start -= size
+		q.finish -= size
+	}
+	f.finish -= size
+	if len(f.queue) == 0 {
+		f.queue = f.qbuf[:0]
+		heap.Remove(&g.active, f.index)
+		if f.prio != nil {
+			g.calm(f)
+		}
+	} else if i == 0 {
+		heap.Fix(&g.active, f.index)
+	}
+}
+
+// refuse ends waiting reservation r with err.
+func (g *Governor) refuse(r *Reservation, err error) {
+	g.dequeue(r)
+	r.state = refused
+	r.err = err
+	if r.ready != nil {
+		close(r.ready)
+	}
+}
