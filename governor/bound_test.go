@@ -251,7 +251,7 @@ func TestLargestBatchRefusesInvalidCosts(t *testing.T) {
 // below nothing, and a huge input is held at MaxCost.
 func TestSettleBoundsUsage(t *testing.T) {
 	t.Parallel()
-	g := mustNew(t, Config{Limits: Limits{TPM: 1000}, Accounting: Settle})
+	g := mustNew(t, Config{Limits: Limits{TPM: 1000}, Accounting: SettleAccounting})
 	r := mustReserve(t, g, at(0), "f", Cost{Requests: 1, Input: 100, Output: 500})
 	g.Advance(at(0))
 	r.Settle(at(time.Second), Usage{Input: 50, Output: math.MinInt64})

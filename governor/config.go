@@ -26,19 +26,21 @@ func (w Window) String() string {
 }
 
 // Accounting says what a provider keeps of a call's charge once it ends.
+// Its String is the word configuration files use: "reserve" or "settle".
 type Accounting uint8
 
 const (
-	// Reserve keeps the admission charge (input + max_tokens); only the
-	// input estimate is corrected to the provider's count. Groq and OpenAI.
-	Reserve Accounting = iota
-	// Settle corrects the output part to the real output when the call ends,
-	// as Anthropic documents for OTPM.
-	Settle
+	// ReserveAccounting ("reserve") keeps the admission charge (input +
+	// max_tokens); only the input estimate is corrected to the provider's
+	// count. Groq and OpenAI.
+	ReserveAccounting Accounting = iota
+	// SettleAccounting ("settle") corrects the output part to the real
+	// output when the call ends, as Anthropic documents for OTPM.
+	SettleAccounting
 )
 
 func (a Accounting) String() string {
-	if a == Settle {
+	if a == SettleAccounting {
 		return "settle"
 	}
 	return "reserve"
@@ -92,7 +94,7 @@ type Config struct {
 	Limits Limits
 	// Window is how the provider counts periods. Default Rolling.
 	Window Window
-	// Accounting is what the provider keeps of a charge. Default Reserve.
+	// Accounting is what the provider keeps of a charge. Default ReserveAccounting.
 	Accounting Accounting
 	// Flows lists known flows. A flow not listed is created on first use
 	// with weight 1 and priority 0.

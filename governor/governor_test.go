@@ -444,7 +444,7 @@ func TestSentRestampsTheCharge(t *testing.T) {
 
 func TestSettleAndCancel(t *testing.T) {
 	t.Parallel()
-	for _, acc := range []Accounting{Reserve, Settle} {
+	for _, acc := range []Accounting{ReserveAccounting, SettleAccounting} {
 		t.Run(acc.String(), func(t *testing.T) {
 			t.Parallel()
 			g := mustNew(t, Config{Limits: Limits{TPM: 1000}, Accounting: acc})
@@ -452,7 +452,7 @@ func TestSettleAndCancel(t *testing.T) {
 			g.Advance(t0)
 			r.Settle(at(time.Second), Usage{Input: 280, Output: 100})
 			want := Cost{1, 280, 600}
-			if acc == Settle {
+			if acc == SettleAccounting {
 				want = Cost{1, 280, 100}
 			}
 			if got := r.Cost(); got != want {

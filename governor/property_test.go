@@ -84,7 +84,7 @@ func runProperty(t *testing.T, seed uint64) {
 		cfg.Window = governor.Fixed
 	}
 	if accounting == scenario.Settle {
-		cfg.Accounting = governor.Settle
+		cfg.Accounting = governor.SettleAccounting
 	}
 	var flows []*propFlow
 	for i := range 1 + rng.IntN(5) {

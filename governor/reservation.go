@@ -93,9 +93,9 @@ func (r *Reservation) Cost() Cost {
 
 // Settle records what the call really used, as the provider reported it.
 // The input part of the charge becomes the provider's count (at most
-// MaxCost); the output part becomes the real output under Settle accounting
+// MaxCost); the output part becomes the real output under SettleAccounting
 // (never below 0 nor above what was reserved) and stays max_tokens under
-// Reserve accounting. A zero Usage (the provider reported none) keeps the
+// ReserveAccounting. A zero Usage (the provider reported none) keeps the
 // charge as reserved. Settling twice, or a reservation that was not
 // admitted, does nothing.
 func (r *Reservation) Settle(now time.Time, used Usage) {
@@ -110,7 +110,7 @@ func (r *Reservation) Settle(now time.Time, used Usage) {
 	if used.Input > 0 {
 		c.Input = min(used.Input, MaxCost)
 	}
-	if g.cfg.Accounting == Settle && used != (Usage{}) {
+	if g.cfg.Accounting == SettleAccounting && used != (Usage{}) {
 		c.Output = min(max(used.Output, 0), r.cost.Output)
 	}
 	g.amend(r, c)

@@ -61,7 +61,7 @@ func feedbackProfiles(now time.Time) []feedbackProfile {
 	return []feedbackProfile{
 		{
 			profile: Groq,
-			cfg:     cfg(governor.Reserve, governor.Limits{governor.TPM: 9000}),
+			cfg:     cfg(governor.ReserveAccounting, governor.Limits{governor.TPM: 9000}),
 			cases: []feedbackCase{
 				{name: "success", ok: true, header: header(
 					"x-ratelimit-limit-requests", "14400", "x-ratelimit-remaining-requests", "14399", "x-ratelimit-reset-requests", "6s",
@@ -88,7 +88,7 @@ func feedbackProfiles(now time.Time) []feedbackProfile {
 		},
 		{
 			profile: OpenAI,
-			cfg:     cfg(governor.Reserve, governor.Limits{governor.RPM: 500, governor.TPM: 40000}),
+			cfg:     cfg(governor.ReserveAccounting, governor.Limits{governor.RPM: 500, governor.TPM: 40000}),
 			cases: []feedbackCase{
 				{name: "success", ok: true, header: header(
 					"x-ratelimit-limit-requests", "600", "x-ratelimit-remaining-requests", "599", "x-ratelimit-reset-requests", "100ms",
@@ -112,7 +112,7 @@ func feedbackProfiles(now time.Time) []feedbackProfile {
 		},
 		{
 			profile: Anthropic,
-			cfg:     cfg(governor.Settle, governor.Limits{governor.RPM: 50, governor.ITPM: 40000, governor.OTPM: 8000}),
+			cfg:     cfg(governor.SettleAccounting, governor.Limits{governor.RPM: 50, governor.ITPM: 40000, governor.OTPM: 8000}),
 			cases: []feedbackCase{
 				{name: "success", ok: true, header: header(
 					"anthropic-ratelimit-requests-limit", "60", "anthropic-ratelimit-requests-remaining", "59", "anthropic-ratelimit-requests-reset", anthropicReset,
@@ -193,7 +193,7 @@ func TestFeedback(t *testing.T) {
 					// The provider's input count; the output as the
 					// accounting keeps it: max_tokens, or the real output.
 					wantTokens.Input = usage.PromptTokens
-					if fp.cfg.Accounting == governor.Settle {
+					if fp.cfg.Accounting == governor.SettleAccounting {
 						wantTokens.Output = usage.CompletionTokens
 					}
 				}

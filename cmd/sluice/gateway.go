@@ -290,11 +290,11 @@ func runGateway(ctx context.Context, env *cmdEnv, args []string) error {
 	switch a := pick("accounting", *accounting, file.Accounting); a {
 	case "":
 		if prof == llm.Anthropic {
-			cfg.Accounting = governor.Settle
+			cfg.Accounting = governor.SettleAccounting
 		}
 	case "reserve":
 	case "settle":
-		cfg.Accounting = governor.Settle
+		cfg.Accounting = governor.SettleAccounting
 	default:
 		return fmt.Errorf("--accounting %q: want reserve or settle", a)
 	}

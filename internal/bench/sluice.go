@@ -67,13 +67,13 @@ func newSluicePolicyWith(sc *scenario.Scenario, tune func(*governor.Config)) (*s
 		Key:        sc.Name,
 		Limits:     sc.Provider.Limits,
 		Window:     governor.Rolling,
-		Accounting: governor.Reserve,
+		Accounting: governor.ReserveAccounting,
 	}
 	if sc.Provider.Window == scenario.Fixed {
 		cfg.Window = governor.Fixed
 	}
 	if sc.Provider.Accounting == scenario.Settle {
-		cfg.Accounting = governor.Settle
+		cfg.Accounting = governor.SettleAccounting
 	}
 	for _, f := range sc.Flows {
 		cfg.Flows = append(cfg.Flows, governor.FlowConfig{Name: f.Name, Weight: f.Weight, Priority: f.Priority})

@@ -196,8 +196,8 @@ func (c Config) withDefaults() Config {
 		c.Profile = p
 	}
 	c.Key = cmp.Or(c.Key, string(c.Profile))
-	if c.Accounting == governor.Reserve && c.Profile == llm.Anthropic {
-		c.Accounting = governor.Settle
+	if c.Accounting == governor.ReserveAccounting && c.Profile == llm.Anthropic {
+		c.Accounting = governor.SettleAccounting
 	}
 	c.DefaultMaxTokens = cmp.Or(c.DefaultMaxTokens, 1024)
 	c.MaxWait = cmp.Or(c.MaxWait, 4*time.Minute)
