@@ -14,9 +14,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/sluice-dev/sluice/internal/scenario"
-	"github.com/sluice-dev/sluice/internal/sim"
 )
 
 // hang is a provider that accepts a request and never answers it.
@@ -175,24 +172,6 @@ func TestDeadlines(t *testing.T) {
 		start := time.Now()
 		_, err := c.Chat(context.Background(), req)
 		wantDeadline(t, err, start, "connect", 100*time.Millisecond)
-	})
-	t.Run("the simulator's timeout fault", func(t *testing.T) {
-		t.Parallel()
-		model, err := sim.NewModel(sim.Config{Profile: "groq", Wire: true, Faults: scenario.Faults{Timeout: 1}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv := sim.NewServer(model, sim.ServerConfig{}) // holds a timeout fault for 10 min
-		if err := srv.Start(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = srv.Stop(context.Background()) })
-		// The defaults but a shorter first-byte deadline, so the test is quick.
-		c := newTestClient(t, Config{BaseURL: "http://" + srv.Addr() + "/v1", Profile: Groq, DefaultMaxTokens: 10,
-			Timeouts: Timeouts{FirstByte: 300 * time.Millisecond}})
-		start := time.Now()
-		_, err = c.Chat(context.Background(), userRequest("sim-model", "hi"))
-		wantDeadline(t, err, start, "first-byte", 300*time.Millisecond)
 	})
 }
 

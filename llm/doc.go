@@ -62,6 +62,11 @@
 // reads them into a governor.Snapshot; [Profile.Classify] classifies an
 // error response without a Client, for code that makes its own HTTP calls.
 //
+// A profile also writes what it reads, for a server that answers as the
+// provider: [Profile.ErrorBody] is its error body, [Profile.RateLimitMessage]
+// and [Profile.TooLargeMessage] its wording of a refusal (what Classify
+// reads), and [Profile.RateLimitHeaders] the names of its rate-limit headers.
+//
 // # Cost estimates
 //
 // An [Estimator] prices a request as a governor.Cost before it is sent:

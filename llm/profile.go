@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -53,22 +54,28 @@ func (p Profile) orDefault() Profile {
 	return p
 }
 
-// headerMap says which response headers report which limit.
-type headerMap struct {
-	limit                  governor.Limit
-	limitH, remainH, reset string
+// RateLimitHeader names the response headers that report one limit: its
+// allowance, what remains of it, and when it resets. The names are
+// canonical (http.CanonicalHeaderKey), so they may index an http.Header
+// directly.
+type RateLimitHeader struct {
+	Limit                            governor.Limit
+	LimitKey, RemainingKey, ResetKey string
 }
 
-func xRatelimit(l governor.Limit, kind string) headerMap {
-	return headerMap{l, "X-Ratelimit-Limit-" + kind, "X-Ratelimit-Remaining-" + kind, "X-Ratelimit-Reset-" + kind}
+func xRatelimit(l governor.Limit, kind string) RateLimitHeader {
+	return RateLimitHeader{l, "X-Ratelimit-Limit-" + kind, "X-Ratelimit-Remaining-" + kind, "X-Ratelimit-Reset-" + kind}
 }
 
-func anthropicRatelimit(l governor.Limit, kind string) headerMap {
+func anthropicRatelimit(l governor.Limit, kind string) RateLimitHeader {
 	p := "Anthropic-Ratelimit-" + kind + "-"
-	return headerMap{l, p + "Limit", p + "Remaining", p + "Reset"}
+	return RateLimitHeader{l, p + "Limit", p + "Remaining", p + "Reset"}
 }
 
-var profileHeaders = map[Profile][]headerMap{
+// profileHeaders lists the limits each profile's headers report. Groq's
+// "requests" are per day, OpenAI's per minute; neither reports the other
+// limits, which clients learn from error text.
+var profileHeaders = map[Profile][]RateLimitHeader{
 	Groq:   {xRatelimit(governor.RPD, "Requests"), xRatelimit(governor.TPM, "Tokens")},
 	OpenAI: {xRatelimit(governor.RPM, "Requests"), xRatelimit(governor.TPM, "Tokens")},
 	Anthropic: {
@@ -79,21 +86,28 @@ var profileHeaders = map[Profile][]headerMap{
 	},
 }
 
+// RateLimitHeaders lists the limits the profile's response headers report,
+// with the names of each one's headers. The slice is a copy: the caller may
+// keep or change it.
+func (p Profile) RateLimitHeaders() []RateLimitHeader {
+	return slices.Clone(profileHeaders[p.orDefault()])
+}
+
 // Snapshot reads the limits a response's headers report. now anchors
 // Anthropic's absolute reset times. A limit is Known when its remaining
 // count was readable; values that do not parse are ignored, field by field.
 func (p Profile) Snapshot(h http.Header, now time.Time) governor.Snapshot {
 	var s governor.Snapshot
 	for _, m := range profileHeaders[p.orDefault()] {
-		o := &s[m.limit]
-		if n, ok := parseCount(h.Get(m.remainH)); ok {
+		o := &s[m.Limit]
+		if n, ok := parseCount(h.Get(m.RemainingKey)); ok {
 			o.Known = true
 			o.Remaining = n
 		}
-		if n, ok := parseCount(h.Get(m.limitH)); ok {
+		if n, ok := parseCount(h.Get(m.LimitKey)); ok {
 			o.Limit = n
 		}
-		if d, ok := parseReset(h.Get(m.reset), now); ok {
+		if d, ok := parseReset(h.Get(m.ResetKey), now); ok {
 			o.Reset = d
 		}
 	}

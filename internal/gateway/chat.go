@@ -17,7 +17,6 @@ import (
 
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/clock"
-	"github.com/sluice-dev/sluice/internal/sim"
 	"github.com/sluice-dev/sluice/llm"
 )
 
@@ -384,7 +383,7 @@ func (c *chatCall) stream(res *governor.Reservation, s *llm.Stream) {
 	if err := s.Err(); err != nil {
 		c.g.cfg.Logger.Warn("upstream stream failed", "key", c.g.cfg.Key, "flow", c.flow, "err", c.g.scrub.string(err.Error()))
 		e := upstreamError(err)
-		writeEvent(w, flusher, sim.ErrorBody(string(c.g.cfg.Profile), e.typ, e.code, e.message, 0))
+		writeEvent(w, flusher, c.g.cfg.Profile.ErrorBody(e.typ, e.code, e.message, ""))
 		return
 	}
 	writeEvent(w, flusher, []byte("[DONE]"))

@@ -5,12 +5,10 @@ import (
 	"math"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/num"
-	"github.com/sluice-dev/sluice/internal/sim"
 	"github.com/sluice-dev/sluice/llm"
 )
 
@@ -25,8 +23,7 @@ type apiError struct {
 	waitingOn  string        // sent as X-Sluice-Waiting-On: what held an unadmitted request back
 }
 
-// write sends e in the profile's body shape. The shapes come from the
-// simulator, which models each provider's wire format.
+// write sends e in the profile's body shape (llm.Profile.ErrorBody).
 func (e *apiError) write(w http.ResponseWriter, p llm.Profile) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
@@ -38,7 +35,7 @@ func (e *apiError) write(w http.ResponseWriter, p llm.Profile) {
 		h.Set(WaitingOnHeader, e.waitingOn)
 	}
 	w.WriteHeader(e.status)
-	_, _ = w.Write(sim.ErrorBody(string(p), e.typ, e.code, e.message, 0))
+	_, _ = w.Write(p.ErrorBody(e.typ, e.code, e.message, ""))
 }
 
 func badRequest(msg string) *apiError {
@@ -51,27 +48,9 @@ func badRequest(msg string) *apiError {
 // every profile: a 429, which OpenAI uses, makes clients retry in vain.
 // n is the request's choices: each may produce max_tokens.
 func tooLarge(p llm.Profile, model string, n int64, e *governor.TooLargeError) *apiError {
-	l := e.Limit
-	abbr := strings.ToUpper(l.String())
-	var msg string
-	switch p {
-	case llm.Anthropic:
-		msg = fmt.Sprintf("Request too large: this request needs %s %s, more than your organization's rate limit of %s %s allows at once.",
-			num.Group(e.Need), l.Unit(), num.Group(e.Max), l.Title())
-	case llm.Groq:
-		msg = fmt.Sprintf("Request too large for model `%s` on %s (%s): Limit %d, Requested %d.", model, l.Title(), abbr, e.Max, e.Need)
-	default:
-		msg = fmt.Sprintf("Request too large for %s on %s (%s): Limit %d, Requested %d.", model,
-			strings.Replace(l.Title(), "minute", "min", 1), abbr, e.Max, e.Need)
-	}
-	msg += " " + hint(e, n) + " (sluice gateway: waiting never helps; the request was not sent)"
-	typ, code := "tokens", "rate_limit_exceeded"
-	switch {
-	case p == llm.Anthropic:
-		typ, code = "invalid_request_error", ""
-	case l == governor.RPM || l == governor.RPD:
-		typ = "requests"
-	}
+	msg := p.TooLargeMessage("", model, e.Limit, e.Need, e.Max) + ". " + hint(e, n) +
+		" (sluice gateway: waiting never helps; the request was not sent)"
+	typ, code := p.TooLargeType(e.Limit)
 	return &apiError{status: http.StatusRequestEntityTooLarge, typ: typ, code: code, message: msg}
 }
 
@@ -124,12 +103,11 @@ func lineFull(p llm.Profile, full string) *apiError {
 	return rateLimited(p, "Rate limit reached: sluice gateway: "+full+". Please try again in 1s.", lineFullRetry)
 }
 
-// rateLimited is a 429 in the profile's words for a rate limit.
+// rateLimited is a 429 in the profile's words for a rate limit. What held
+// the request back is the gateway's, not one of the provider's limits: the
+// body is typed as a refusal of requests.
 func rateLimited(p llm.Profile, msg string, retryAfter time.Duration) *apiError {
-	typ, code := "requests", "rate_limit_exceeded"
-	if p == llm.Anthropic {
-		typ, code = "rate_limit_error", ""
-	}
+	typ, code := p.RateLimitType(governor.RPM)
 	return &apiError{status: http.StatusTooManyRequests, typ: typ, code: code, message: msg, retryAfter: retryAfter}
 }
 

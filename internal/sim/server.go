@@ -19,6 +19,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/clock"
 	"github.com/sluice-dev/sluice/internal/guard"
+	"github.com/sluice-dev/sluice/llm"
 )
 
 // ServerConfig configures the HTTP simulator.
@@ -230,11 +231,12 @@ func (s *Server) auth(next http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-// writeError writes an error in the profile's shape.
+// writeError writes an error in the profile's shape. It answers no request
+// of the model: the body names none.
 func (s *Server) writeError(w http.ResponseWriter, status int, typ, code, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_, _ = w.Write(ErrorBody(s.m.cfg.Profile, typ, code, msg, 0))
+	_, _ = w.Write(llm.Profile(s.m.cfg.Profile).ErrorBody(typ, code, msg, ""))
 }
 
 func (s *Server) models(w http.ResponseWriter, _ *http.Request) {

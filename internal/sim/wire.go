@@ -2,42 +2,24 @@ package sim
 
 import (
 	"cmp"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
-	"github.com/sluice-dev/sluice/internal/num"
+	"github.com/sluice-dev/sluice/llm"
 )
 
-// headerLimit is one limit a profile reports in headers, with the canonical
-// names of its limit, remaining and reset headers.
-type headerLimit struct {
-	limit governor.Limit
-	keys  [3]string
-}
-
-// headerLimits lists the limits each profile's rate-limit headers report.
-// Groq's "requests" are per day, OpenAI's per minute; neither reports the
-// other limits, which clients learn from error text.
-var headerLimits = map[string][]headerLimit{
-	"groq":      {xHeaders("requests", governor.RPD), xHeaders("tokens", governor.TPM)},
-	"openai":    {xHeaders("requests", governor.RPM), xHeaders("tokens", governor.TPM)},
-	"anthropic": {anthropicHeaders("requests", governor.RPM), anthropicHeaders("tokens", governor.TPM), anthropicHeaders("input-tokens", governor.ITPM), anthropicHeaders("output-tokens", governor.OTPM)},
-}
-
-func xHeaders(name string, l governor.Limit) headerLimit {
-	return headerLimit{l, [3]string{http.CanonicalHeaderKey("X-Ratelimit-Limit-" + name),
-		http.CanonicalHeaderKey("X-Ratelimit-Remaining-" + name), http.CanonicalHeaderKey("X-Ratelimit-Reset-" + name)}}
-}
-
-func anthropicHeaders(name string, l governor.Limit) headerLimit {
-	p := "Anthropic-Ratelimit-" + name + "-"
-	return headerLimit{l, [3]string{http.CanonicalHeaderKey(p + "Limit"), http.CanonicalHeaderKey(p + "Remaining"), http.CanonicalHeaderKey(p + "Reset")}}
-}
+// headerLimits lists the limits each profile's rate-limit headers report,
+// with their header names: llm's, which clients read.
+var headerLimits = func() map[string][]llm.RateLimitHeader {
+	m := make(map[string][]llm.RateLimitHeader, 3)
+	for _, p := range []llm.Profile{llm.Groq, llm.OpenAI, llm.Anthropic} {
+		m[string(p)] = p.RateLimitHeaders()
+	}
+	return m
+}()
 
 // wire builds the Header and Body of r from the model's state after the decision.
 func (m *Model) wire(t int64, r *Response, c governor.Cost, exact time.Duration) {
@@ -46,7 +28,7 @@ func (m *Model) wire(t int64, r *Response, c governor.Cost, exact time.Duration)
 	// for all its values.
 	n := 1 // retry-after
 	for _, hl := range headerLimits[m.cfg.Profile] {
-		if m.cfg.Limits[hl.limit] > 0 {
+		if m.cfg.Limits[hl.Limit] > 0 {
 			n += 3
 		}
 	}
@@ -78,7 +60,7 @@ func (m *Model) rateHeaders(t int64, h http.Header, vals []string) []string {
 		h[key] = vals[len(vals)-1 : len(vals) : len(vals)]
 	}
 	for _, hl := range headerLimits[m.cfg.Profile] {
-		l := hl.limit
+		l := hl.Limit
 		lim := m.cfg.Limits[l]
 		if lim == 0 {
 			continue
@@ -91,69 +73,73 @@ func (m *Model) rateHeaders(t int64, h http.Header, vals []string) []string {
 			if l != governor.RPM {
 				remaining = remaining / 1000 * 1000 // Anthropic rounds token remainders down to thousands
 			}
-			set(hl.keys[0], strconv.FormatInt(lim, 10))
-			set(hl.keys[1], strconv.FormatInt(remaining, 10))
-			set(hl.keys[2], time.Unix(0, t).Add(ceilTo(reset, time.Second)).UTC().Truncate(time.Second).Format(time.RFC3339))
+			set(hl.LimitKey, strconv.FormatInt(lim, 10))
+			set(hl.RemainingKey, strconv.FormatInt(remaining, 10))
+			set(hl.ResetKey, time.Unix(0, t).Add(ceilTo(reset, time.Second)).UTC().Truncate(time.Second).Format(time.RFC3339))
 		default:
 			unit := time.Millisecond
 			if m.cfg.Profile == "groq" {
 				unit = 10 * time.Millisecond // Groq shows resets to hundredths: "2m59.56s"
 			}
-			set(hl.keys[0], strconv.FormatInt(lim, 10))
-			set(hl.keys[1], strconv.FormatInt(remaining, 10))
-			set(hl.keys[2], ceilTo(reset, unit).String())
+			set(hl.LimitKey, strconv.FormatInt(lim, 10))
+			set(hl.RemainingKey, strconv.FormatInt(remaining, 10))
+			set(hl.ResetKey, ceilTo(reset, unit).String())
 		}
 	}
 	return vals
 }
 
-// rejectBody is the profile's error body for a rate-limit or too-large rejection.
+// The organization the simulator's refusals name, in each provider's form.
+const (
+	groqOrg = "org_sim"
+	simOrg  = "org-sim" // OpenAI's and Anthropic's
+)
+
+// What Groq and OpenAI add at the end of a refusal.
+const (
+	groqMore   = " Need more tokens? Upgrade to Dev Tier today at https://console.groq.com/settings/billing"
+	openaiMore = " Visit https://platform.openai.com/account/rate-limits to learn more."
+)
+
+// rejectBody is the profile's error body for a rate-limit or too-large
+// rejection: llm's wording of it, with what the provider adds about what to
+// do.
 func (m *Model) rejectBody(r *Response, c governor.Cost, exact time.Duration) []byte {
 	l := r.Limit
 	lim, need := m.cfg.Limits[l], c.On(l)
 	used := m.ledger(l).sum.On(l)
-	abbr := strings.ToUpper(l.String())
-	wait := ceilTo(exact, time.Millisecond).String()
-	kind := "tokens"
-	if l == governor.RPM || l == governor.RPD {
-		kind = "requests"
-	}
 	model := cmp.Or(r.model, m.cfg.Model)
-	switch m.cfg.Profile {
-	case "groq":
-		org := fmt.Sprintf("for model `%s` in organization `org_sim` service tier `on_demand` on %s (%s)", model, l.Title(), abbr)
-		const upgrade = " Need more tokens? Upgrade to Dev Tier today at https://console.groq.com/settings/billing"
-		var msg string
+	p := llm.Profile(m.cfg.Profile)
+	typ, code := p.RateLimitType(l)
+	if r.TooLarge {
+		typ, code = p.TooLargeType(l)
+	}
+	var msg string
+	switch p {
+	case llm.Groq:
 		switch {
 		case r.TooLarge && l == governor.OTPM:
-			msg = fmt.Sprintf("Request too large %s: Limit %d, Requested %d. The request's expected output tokens exceed the enforced limit; reduce max_tokens (or the request's expected output) and try again.", org, lim, need)
+			msg = p.TooLargeMessage(groqOrg, model, l, need, lim) + ". The request's expected output tokens exceed the enforced limit; reduce max_tokens (or the request's expected output) and try again."
 		case r.TooLarge:
-			msg = fmt.Sprintf("Request too large %s: Limit %d, Requested %d, please reduce your message size and try again.%s", org, lim, need, upgrade)
+			msg = p.TooLargeMessage(groqOrg, model, l, need, lim) + ", please reduce your message size and try again." + groqMore
 		default:
-			msg = fmt.Sprintf("Rate limit reached %s: Limit %d, Used %d, Requested %d. Please try again in %s.%s", org, lim, used, need, wait, upgrade)
+			msg = p.RateLimitMessage(groqOrg, model, l, lim, used, need, exact) + "." + groqMore
 		}
-		return ErrorBody("groq", kind, "rate_limit_exceeded", msg, r.id)
-	case "anthropic":
-		scope := fmt.Sprintf("(org: org-sim, model: %s)", model)
+	case llm.Anthropic:
 		if r.TooLarge {
-			msg := fmt.Sprintf("Request too large: this request needs %s %s, more than your organization's rate limit of %s %s %s allows at once. Please reduce the prompt length or the maximum tokens requested.",
-				num.Group(need), l.Unit(), num.Group(lim), l.Title(), scope)
-			return ErrorBody("anthropic", "invalid_request_error", "", msg, r.id)
-		}
-		msg := fmt.Sprintf("This request would exceed your organization's rate limit of %s %s %s. You can see the response headers for current usage. Please reduce the prompt length or the maximum tokens requested, or try again later.",
-			num.Group(lim), l.Title(), scope)
-		return ErrorBody("anthropic", "rate_limit_error", "", msg, r.id)
-	default: // openai
-		title := strings.Replace(l.Title(), "minute", "min", 1)
-		const visit = " Visit https://platform.openai.com/account/rate-limits to learn more."
-		var msg string
-		if r.TooLarge {
-			msg = fmt.Sprintf("Request too large for %s in organization org-sim on %s (%s): Limit %d, Requested %d. The input or output tokens must be reduced in order to run successfully.%s", model, title, abbr, lim, need, visit)
+			msg = p.TooLargeMessage(simOrg, model, l, need, lim) + ". Please reduce the prompt length or the maximum tokens requested."
 		} else {
-			msg = fmt.Sprintf("Rate limit reached for %s in organization org-sim on %s (%s): Limit %d, Used %d, Requested %d. Please try again in %s.%s", model, title, abbr, lim, used, need, wait, visit)
+			msg = p.RateLimitMessage(simOrg, model, l, lim, used, need, exact) +
+				". You can see the response headers for current usage. Please reduce the prompt length or the maximum tokens requested, or try again later."
 		}
-		return ErrorBody("openai", kind, "rate_limit_exceeded", msg, r.id)
+	default:
+		if r.TooLarge {
+			msg = p.TooLargeMessage(simOrg, model, l, need, lim) + ". The input or output tokens must be reduced in order to run successfully." + openaiMore
+		} else {
+			msg = p.RateLimitMessage(simOrg, model, l, lim, used, need, exact) + "." + openaiMore
+		}
 	}
+	return ErrorBody(m.cfg.Profile, typ, code, msg, r.id)
 }
 
 // ServerErrorBody is the profile's body for a 5xx status.
@@ -177,59 +163,14 @@ func ServerErrorBody(profile string, status int, id uint64) []byte {
 	}
 }
 
-// ErrorBody is an error body in the profile's shape: OpenAI and Groq
-// {"error":{"message","type","code"}} (OpenAI also "param"), Anthropic
-// {"type":"error","error":{"type","message"},"request_id"}; id 0 (a body
-// that answers no request of the model, e.g. a proxy's own error) leaves
-// request_id out. An empty code is left out (Groq) or null (OpenAI).
+// ErrorBody is an error body in the profile's shape (llm.Profile.ErrorBody);
+// id is the request it answers, named in Anthropic's request_id, and 0 (a
+// body that answers no request of the model, e.g. a proxy's own error)
+// leaves request_id out.
 func ErrorBody(profile, typ, code, msg string, id uint64) []byte {
-	var v any
-	switch profile {
-	case "anthropic":
-		type detail struct {
-			Type    string `json:"type"`
-			Message string `json:"message"`
-		}
-		body := struct {
-			Type      string `json:"type"`
-			Error     detail `json:"error"`
-			RequestID string `json:"request_id,omitempty"`
-		}{Type: "error", Error: detail{typ, msg}}
-		if id != 0 {
-			body.RequestID = fmt.Sprintf("req_sim_%06d", id)
-		}
-		v = body
-	case "groq":
-		type groqError struct {
-			Message string `json:"message"`
-			Type    string `json:"type"`
-			Code    string `json:"code,omitempty"`
-		}
-		v = struct {
-			Error groqError `json:"error"`
-		}{groqError{msg, typ, code}}
-	default:
-		var c *string
-		if code != "" {
-			c = &code
-		}
-		v = struct {
-			Error struct {
-				Message string  `json:"message"`
-				Type    string  `json:"type"`
-				Param   *string `json:"param"`
-				Code    *string `json:"code"`
-			} `json:"error"`
-		}{Error: struct {
-			Message string  `json:"message"`
-			Type    string  `json:"type"`
-			Param   *string `json:"param"`
-			Code    *string `json:"code"`
-		}{msg, typ, nil, c}}
+	var rid string
+	if id != 0 {
+		rid = fmt.Sprintf("req_sim_%06d", id)
 	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(err) // only strings: cannot fail
-	}
-	return b
+	return llm.Profile(profile).ErrorBody(typ, code, msg, rid)
 }
