@@ -295,6 +295,13 @@ func (e *Engine) Shutdown(timeout time.Duration) error {
 // executor ID runs on the same database.
 var ErrExecutorRunning = errors.New("an engine with this executor ID already runs on this database")
 
+// lockTries and lockRetry bound how long Launch waits for an executor lock
+// held by a session that is ending.
+const (
+	lockTries = 20
+	lockRetry = 100 * time.Millisecond
+)
+
 // lockExecutor takes the lock that keeps one live engine per executor ID,
 // application and database, and returns what releases it. The lock goes
 // with the process that holds it, so a process killed without a shutdown
@@ -313,10 +320,24 @@ func lockExecutor(ctx context.Context, d *db, app, executor string) (func(), err
 			return nil, fmt.Errorf("lock executor %q: %w", executor, err)
 		}
 		conn := c.Hijack() // a session of its own: the lock lives as long as it
+		// A session that just ended — an engine shut down or killed a
+		// moment ago — may hold the lock until the server has finished
+		// with it: try again for a short while before calling it taken.
 		var ok bool
-		if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, int64(key)).Scan(&ok); err != nil {
-			_ = conn.Close(context.Background())
-			return nil, fmt.Errorf("lock executor %q: %w", executor, err)
+		for try := 0; ; try++ {
+			if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, int64(key)).Scan(&ok); err != nil {
+				_ = conn.Close(context.Background())
+				return nil, fmt.Errorf("lock executor %q: %w", executor, err)
+			}
+			if ok || try == lockTries-1 {
+				break
+			}
+			select {
+			case <-time.After(lockRetry):
+			case <-ctx.Done():
+				_ = conn.Close(context.Background())
+				return nil, fmt.Errorf("lock executor %q: %w", executor, ctx.Err())
+			}
 		}
 		if !ok {
 			_ = conn.Close(context.Background())
@@ -325,7 +346,11 @@ func lockExecutor(ctx context.Context, d *db, app, executor string) (func(), err
 		return func() {
 			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			_ = conn.Close(cctx) // ending the session releases the lock
+			// Unlock before closing: the server ends a closed session
+			// asynchronously, and an engine launched right after this one
+			// must find the lock free.
+			_, _ = conn.Exec(cctx, `SELECT pg_advisory_unlock($1)`, int64(key))
+			_ = conn.Close(cctx)
 		}, nil
 	}
 	path := strings.TrimPrefix(strings.TrimPrefix(d.name, "sqlite:"), "file:")
