@@ -11,6 +11,7 @@ import (
 // call that can never fit returns a *TooLargeError at once. The reservation
 // is admitted by Advance (or Wait) when its turn comes and it fits.
 func (g *Governor) Reserve(now time.Time, flow string, c Cost) (*Reservation, error) {
+	g.mustBeNew()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if err := g.check(c); err != nil {
@@ -82,6 +83,7 @@ func (g *Governor) size(c Cost) float64 {
 // admission would likely have taken. A call that can never fit returns a
 // *TooLargeError at once.
 func (g *Governor) Wait(ctx context.Context, flow string, c Cost) (*Reservation, error) {
+	g.mustBeNew()
 	r, err := g.Reserve(g.cfg.Now(), flow, c)
 	if err != nil {
 		return nil, err
@@ -97,6 +99,7 @@ func (g *Governor) Wait(ctx context.Context, flow string, c Cost) (*Reservation,
 // (the zero Time when nothing waits). Times passed to the governor must not
 // go backwards.
 func (g *Governor) Advance(now time.Time) time.Time {
+	g.mustBeNew()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	next := g.advance(now.UnixNano())

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/sluice-dev/sluice/internal/clock"
 )
 
 // Window says how a provider counts a period.
@@ -138,13 +140,21 @@ type Config struct {
 	// Journal, if set, is told every charge and every correction of one, so
 	// the day's usage can be persisted and given back to Restore after a restart.
 	Journal Journal
-	// Now is the clock Wait uses. Default time.Now. Every other method takes
-	// the time as an argument.
+	// Now is the clock Wait and Await read. Default time.Now. Every other
+	// method takes the time as an argument.
 	Now func() time.Time
 	// Speed is how many times as fast as the wall clock Now runs, for
-	// simulations in compressed time: Wait and Await divide what they sleep
-	// by it. Default 1.
+	// simulations in compressed time: the default After divides what Wait
+	// and Await sleep by it. Default 1.
 	Speed float64
+	// After is the timer of the clock of Now: it returns a channel that
+	// receives once d has passed on that clock. Wait and Await sleep on it
+	// until the next time their call may be admitted (and wake sooner when
+	// something in the governor changes, or their context ends). Default: a
+	// wall-clock timer of d divided by Speed. Set together with Now, it
+	// runs Wait on a clock of one's own, such as a test's fake clock that
+	// is advanced by hand instead of waited for; Speed then plays no part.
+	After func(d time.Duration) <-chan time.Time
 }
 
 // Journal receives charges as they are made and corrected. Record is called
@@ -177,6 +187,13 @@ func (c *Config) withDefaults() Config {
 	}
 	if out.Now == nil {
 		out.Now = time.Now
+	}
+	if out.After == nil {
+		speed := out.Speed
+		out.After = func(d time.Duration) <-chan time.Time {
+			// The governor's clock may run faster than the wall clock.
+			return time.After(clock.Real(speed, d))
+		}
 	}
 	return out
 }

@@ -7,7 +7,9 @@
 //
 // The package follows golang.org/x/time/rate: every decision takes the current
 // time as an argument, so the same code runs on the wall clock in production
-// and on a virtual clock in sluice's simulator and bench.
+// and on a virtual clock in sluice's simulator and bench. Wait and Await,
+// which block, read Config.Now and sleep on Config.After, its timer: a test
+// can give them a clock it moves by hand.
 //
 // # Bounds
 //

@@ -14,6 +14,7 @@ import (
 // Reservation.Observe for the response to an admitted call: it compares
 // with the state the provider saw, not the state now.
 func (g *Governor) Observe(now time.Time, s Snapshot) {
+	g.mustBeNew()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	n := now.UnixNano()
@@ -97,6 +98,7 @@ func (g *Governor) observe(now, at int64, usedAt, usedNow [NumLimits]int64, s Sn
 // limit is taken as full until retryAfter has passed (or, with no retry time,
 // until a whole period of it has). Other limits, and other keys, go on.
 func (g *Governor) Rejected(now time.Time, l Limit, retryAfter time.Duration) {
+	g.mustBeNew()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	n := now.UnixNano()
@@ -118,6 +120,7 @@ func (g *Governor) Rejected(now time.Time, l Limit, retryAfter time.Duration) {
 // the key pauses briefly, longer each time in a row (1 s, 2 s, 4 s … 60 s),
 // until a call settles.
 func (g *Governor) RejectedUnclassified(now time.Time) {
+	g.mustBeNew()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	d := time.Second << min(g.pauseLevel, 6)
@@ -131,6 +134,7 @@ func (g *Governor) RejectedUnclassified(now time.Time) {
 // call. Charges older than a day, and charges whose Cost is not valid (a
 // part negative or over MaxCost), are ignored.
 func (g *Governor) Restore(now time.Time, charges []Charge) {
+	g.mustBeNew()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	n := now.UnixNano()
@@ -196,6 +200,7 @@ type FlowStats struct {
 // RejectedFlow counts a provider rejection of flow's call naming limit l in
 // the flow's stats. It changes no admission state; call Rejected for that.
 func (g *Governor) RejectedFlow(flow string, l Limit) {
+	g.mustBeNew()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.flow(flow).rejections[l]++
@@ -213,6 +218,7 @@ func (g *Governor) limitStats(now int64, l Limit) LimitStats {
 
 // Stats returns the governor's state at now.
 func (g *Governor) Stats(now time.Time) Stats {
+	g.mustBeNew()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.expire(now.UnixNano())

@@ -18,7 +18,9 @@ import (
 // admitted only when they do not push its start later (backfilling), so
 // room it cannot use yet is not left idle.
 //
-// A Governor is safe for simultaneous use by multiple goroutines.
+// A Governor is safe for simultaneous use by multiple goroutines. Make one
+// with New: the zero Governor has no configuration and cannot be used, and
+// its methods panic, saying so.
 type Governor struct {
 	mu  sync.Mutex
 	cfg Config
@@ -77,8 +79,18 @@ func New(cfg Config) (*Governor, error) {
 	return g, nil
 }
 
+// mustBeNew panics, with a message that says what to do, when g was not
+// made by New: the zero Governor, or a nil one. Every exported method calls
+// it first, so none fails with a nil map or a nil clock instead.
+func (g *Governor) mustBeNew() {
+	if g == nil || g.flows == nil {
+		panic("governor: a Governor must be made with governor.New; the zero Governor cannot be used")
+	}
+}
+
 // Limits returns the limits in force: the configured ones, as corrected by what the provider reported.
 func (g *Governor) Limits() Limits {
+	g.mustBeNew()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.limits
@@ -96,6 +108,7 @@ func (g *Governor) ledgerOf(l Limit) *ledger {
 // that would fit with the same input — or, for a cost with a part negative
 // or over MaxCost, an error wrapping ErrInvalidCost that names the part.
 func (g *Governor) Check(c Cost) error {
+	g.mustBeNew()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.check(c)
@@ -144,6 +157,7 @@ func (g *Governor) maxOutput(input int64) int64 {
 // fit, or base or item is not a valid Cost). Use it to size batches before
 // calling instead of learning from rejections.
 func (g *Governor) LargestBatch(base, item Cost, maxItems int) int {
+	g.mustBeNew()
 	if maxItems <= 0 || base.validate() != nil || item.validate() != nil {
 		return 0
 	}
@@ -228,6 +242,7 @@ func (g *Governor) changedChan() chan struct{} {
 // Blocker says what holds waiting reservation r back at now; the zero
 // Blocker for a reservation that is not waiting.
 func (g *Governor) Blocker(now time.Time, r *Reservation) Blocker {
+	g.mustBeNew()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if r.state != waiting {
@@ -242,6 +257,7 @@ func (g *Governor) Blocker(now time.Time, r *Reservation) Blocker {
 // the time for the limits to free room for r and every reservation ahead of
 // it in fair order. It is 0 for an admitted reservation.
 func (g *Governor) EstimateWait(now time.Time, r *Reservation) time.Duration {
+	g.mustBeNew()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if r.state != waiting && r.state != parked {

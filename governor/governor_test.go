@@ -3,6 +3,7 @@ package governor
 import (
 	"context"
 	"errors"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -611,5 +612,53 @@ func TestWaitWakesOnCancelOfOther(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("waiter not woken by the cancel")
+	}
+}
+
+// A Governor not made by New cannot be used: every exported method panics
+// with a message that says to use New, instead of failing on a nil map or
+// clock (or, as Await did, leaving the lock held).
+func TestZeroGovernorPanicsSayingUseNew(t *testing.T) {
+	t.Parallel()
+	one := Cost{Requests: 1}
+	ctx := context.Background()
+	methods := map[string]func(g *Governor){
+		"Limits":               func(g *Governor) { g.Limits() },
+		"Check":                func(g *Governor) { _ = g.Check(one) },
+		"LargestBatch":         func(g *Governor) { g.LargestBatch(one, one, 2) },
+		"BatchSize":            func(g *Governor) { g.BatchSize(t0, "a", one, one, 2, time.Minute) },
+		"Reserve":              func(g *Governor) { _, _ = g.Reserve(t0, "a", one) },
+		"Wait":                 func(g *Governor) { _, _ = g.Wait(ctx, "a", one) },
+		"Await":                func(g *Governor) { _ = g.Await(ctx, nil, 0) },
+		"Advance":              func(g *Governor) { g.Advance(t0) },
+		"Blocker":              func(g *Governor) { g.Blocker(t0, nil) },
+		"EstimateWait":         func(g *Governor) { g.EstimateWait(t0, nil) },
+		"EstimateFor":          func(g *Governor) { g.EstimateFor(t0, "a", one) },
+		"Outlook":              func(g *Governor) { g.Outlook(t0, "a", one) },
+		"Observe":              func(g *Governor) { g.Observe(t0, Snapshot{}) },
+		"Rejected":             func(g *Governor) { g.Rejected(t0, TPM, time.Second) },
+		"RejectedUnclassified": func(g *Governor) { g.RejectedUnclassified(t0) },
+		"RejectedFlow":         func(g *Governor) { g.RejectedFlow("a", TPM) },
+		"Restore":              func(g *Governor) { g.Restore(t0, nil) },
+		"Stats":                func(g *Governor) { g.Stats(t0) },
+	}
+	typ := reflect.TypeFor[*Governor]()
+	for i := range typ.NumMethod() {
+		if _, ok := methods[typ.Method(i).Name]; !ok {
+			t.Errorf("method %s is not tested on a Governor not made by New", typ.Method(i).Name)
+		}
+	}
+	for name, call := range methods {
+		for _, g := range []*Governor{new(Governor), nil} {
+			func() {
+				defer func() {
+					p := recover()
+					if msg, _ := p.(string); !strings.Contains(msg, "governor.New") {
+						t.Errorf("%s on a Governor not made by New (%p): panic %v, want one that says to use governor.New", name, g, p)
+					}
+				}()
+				call(g)
+			}()
+		}
 	}
 }

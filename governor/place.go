@@ -5,8 +5,6 @@ import (
 	"context"
 	"math"
 	"time"
-
-	"github.com/sluice-dev/sluice/internal/clock"
 )
 
 // A waiting call whose caller stops waiting can keep its place in line: a
@@ -30,13 +28,8 @@ const maxKeep = 24 * time.Hour
 // back), otherwise it leaves the line. A reservation refused while it
 // waited returns its error.
 func (g *Governor) Await(ctx context.Context, r *Reservation, keep time.Duration) error {
+	g.mustBeNew()
 	ready := r.Ready()
-	var timer *time.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
 	for {
 		g.mu.Lock()
 		now := g.cfg.Now().UnixNano()
@@ -54,14 +47,7 @@ func (g *Governor) Await(ctx context.Context, r *Reservation, keep time.Duration
 		}
 		var tick <-chan time.Time
 		if next > 0 && next != never {
-			// The governor's clock may run faster than the wall clock.
-			d := clock.Real(g.cfg.Speed, time.Duration(next-now))
-			if timer == nil {
-				timer = time.NewTimer(d)
-			} else {
-				timer.Reset(d)
-			}
-			tick = timer.C
+			tick = g.cfg.After(time.Duration(next - now))
 		}
 		select {
 		case <-ready:
@@ -240,6 +226,7 @@ func (g *Governor) giveUpPlace(r *Reservation) {
 // would wait for admission: the estimate Reserve and EstimateWait would
 // give it, without reserving anything.
 func (g *Governor) EstimateFor(now time.Time, flow string, c Cost) time.Duration {
+	g.mustBeNew()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	n := now.UnixNano()
@@ -270,6 +257,7 @@ type Outlook struct {
 // Outlook returns flow's outlook at now for a call costing c. It is
 // Stats narrowed to one flow, for a caller that asks on every call.
 func (g *Governor) Outlook(now time.Time, flow string, c Cost) Outlook {
+	g.mustBeNew()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	n := now.UnixNano()

@@ -3,6 +3,7 @@ package governor
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -137,5 +138,113 @@ func TestWaitOnAFastClock(t *testing.T) {
 	}
 	if gap := second.AdmittedAt().Sub(first.AdmittedAt()); gap < time.Minute {
 		t.Fatalf("admitted %v apart on the fast clock, want a minute at least", gap)
+	}
+}
+
+// fakeClock is a clock a test moves by hand: its After is a timer that
+// fires when Advance moves the clock past it, never on the wall clock.
+type fakeClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers []fakeTimer
+	asked  chan time.Duration // each d After is asked for
+}
+
+type fakeTimer struct {
+	at time.Time
+	c  chan time.Time
+}
+
+func newFakeClock(now time.Time) *fakeClock {
+	return &fakeClock{now: now, asked: make(chan time.Duration, 16)}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) After(d time.Duration) <-chan time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := fakeTimer{at: c.now.Add(d), c: make(chan time.Time, 1)}
+	if d <= 0 {
+		t.c <- c.now
+	} else {
+		c.timers = append(c.timers, t)
+	}
+	select {
+	case c.asked <- d:
+	default:
+	}
+	return t.c
+}
+
+// Advance moves the clock on by d and fires the timers it passes.
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+	keep := c.timers[:0]
+	for _, t := range c.timers {
+		if t.at.After(c.now) {
+			keep = append(keep, t)
+			continue
+		}
+		t.c <- c.now
+	}
+	c.timers = keep
+}
+
+// With Config.After on a fake clock, Wait sleeps on that clock: the second
+// call of a one-a-minute key is admitted once the clock is moved on by a
+// minute, and nothing waits for the wall clock.
+func TestWaitOnAFakeClock(t *testing.T) {
+	t.Parallel()
+	fc := newFakeClock(t0)
+	g := mustNew(t, Config{Limits: Limits{RPM: 1}, Now: fc.Now, After: fc.After})
+	one := Cost{Requests: 1}
+	first, err := g.Wait(context.Background(), "a", one)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		r   *Reservation
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		r, err := g.Wait(context.Background(), "a", one)
+		done <- result{r, err}
+	}()
+	// Bounds the test should Wait ignore the fake clock; never reached otherwise.
+	guard := time.After(10 * time.Second)
+	// The second call sleeps until the first one's minute is over.
+	select {
+	case d := <-fc.asked:
+		if d != time.Minute {
+			t.Fatalf("Wait slept for %v on the governor's clock, want a minute", d)
+		}
+	case <-guard:
+		t.Fatal("Wait did not sleep on Config.After")
+	}
+	select {
+	case res := <-done:
+		t.Fatalf("the second call returned (%v) before the clock moved", res.err)
+	default:
+	}
+	fc.Advance(time.Minute)
+	var second result
+	select {
+	case second = <-done:
+	case <-guard:
+		t.Fatal("the fake clock moved on by a minute, and the second call was not admitted")
+	}
+	if second.err != nil {
+		t.Fatal(second.err)
+	}
+	if got, want := second.r.AdmittedAt(), first.AdmittedAt().Add(time.Minute); !got.Equal(want) {
+		t.Fatalf("second call admitted at %v, want %v: a minute after the first on the fake clock", got, want)
 	}
 }

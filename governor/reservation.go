@@ -6,6 +6,7 @@ import (
 )
 
 // Reservation is a call's place in line and, once admitted, its charge.
+// Reservations are made by a Governor's Reserve and Wait.
 type Reservation struct {
 	g    *Governor
 	f    *flow
