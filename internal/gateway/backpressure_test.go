@@ -15,12 +15,13 @@ import (
 	"github.com/sluice-dev/sluice/internal/sim"
 )
 
-// fastKey is a simulator and a gateway on a clock 120 times as fast as
-// the wall clock, with one request a minute: a simulated minute is half a
-// second. The lag is 5 simulated seconds (42 ms of wall time), the transit
-// a loaded test machine may take.
+// fastKey is a simulator and a gateway on a clock 30 times as fast as
+// the wall clock, with one request a minute: a simulated minute is two
+// seconds, room enough for a loaded test machine's stalls between the
+// steps of a test. The lag is 5 simulated seconds (167 ms of wall time),
+// the transit such a machine may take.
 func fastKey(t *testing.T) *bundle {
-	c := clock.New(120)
+	c := clock.New(30)
 	return setup(t, sim.Config{Profile: "openai", Limits: limits("rpm=1")},
 		Config{Limits: limits("rpm=1"), Now: c.Now, Speed: c.Speed(), Lag: 5 * time.Second})
 }
