@@ -32,10 +32,6 @@ func FuzzScenarioParse(f *testing.F) {
 		"duration: 1h\nprovider: {limits: {tpm: 1e300, rpm: .inf}}\nflows: [{name: x}]\n",
 		"duration: 1h\nprovider: {unannounced: [otpm], limits: {otpm: 5}}\nflows: [{name: x}]\n",
 		"duration: 1h\nseed: 0x7fffffffffffffff\nflows: [{name: x, weight: .nan}]\n",
-		"duration: 1h\nprovider: {faults: {timeout: 0.1}, timeout: 3, limits: {00: 1}}\nflows: [{name: a, x: 1}, b]\n",
-		"duration: 1h\nname: &p {profile: groq}\nprovider: *p\nflows: [{name: x, <<: {weight: 2}}]\n",
-		"duration:\nprovider:\n  limits: {tpm: ~}\n  unannounced: [tpm, ~]\nflows:\n  -\n",
-		"duration: 1h\n&k seed: 1\n*k: 2\n!!int name: x\nflows: [{name: x, backlog: 1, backlog: 2}]\n",
 		"",
 		"- a\n",
 	} {

@@ -1,11 +1,13 @@
 package scenario
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"math"
-	"reflect"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -15,16 +17,8 @@ import (
 
 // Parse reads and validates a scenario from YAML.
 //
-// The library decodes the file into the types below, refusing a key they do
-// not have (KnownFields). Each value keeps its node, so that reading it
-// afterwards names its key and line. An outline of the document, made first,
-// refuses what the library would let through (a key given twice, a value
-// left empty, the merge key <<) or take long over, and gives the library's
-// own errors the path of their key (see reader).
-//
-// Of several problems, the first the outline finds is reported; else the
-// first in the file among those of single values; else the first of the
-// checks that involve several keys.
+// The YAML is walked as a node tree rather than decoded into tagged structs
+// so that every error can name the full key path and line of what is wrong.
 func Parse(data []byte) (*Scenario, error) {
 	if len(data) > MaxFileBytes {
 		return nil, fmt.Errorf("scenario is more than the bound of %s bytes", num.Group(MaxFileBytes))
@@ -36,123 +30,36 @@ func Parse(data []byte) (*Scenario, error) {
 	if doc.Kind != yaml.DocumentNode || len(doc.Content) == 0 {
 		return nil, errors.New("scenario is empty")
 	}
-	root := doc.Content[0]
-	if root.Kind != yaml.MappingNode {
-		return nil, at(root, errors.New("the scenario: want a mapping of keys to values"))
-	}
-	var r reader
-	if err := r.outline(root, -1); err != nil {
-		return nil, err
-	}
-	var f file
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&f); err != nil {
-		r.decodeError(err)
-	}
-	return r.scenario(&f, root)
-}
-
-// file is a scenario file as the library decodes it.
-type file struct {
-	Name     text         `yaml:"name"`
-	Duration duration     `yaml:"duration"`
-	Seed     whole        `yaml:"seed"`
-	Provider fileProvider `yaml:"provider"`
-	Flows    []fileFlow   `yaml:"flows"`
-}
-
-type fileProvider struct {
-	Profile          text             `yaml:"profile"`
-	Window           text             `yaml:"window"`
-	Accounting       text             `yaml:"accounting"`
-	Latency          duration         `yaml:"latency"`
-	DefaultMaxTokens whole            `yaml:"default_max_tokens"`
-	Faults           fileFaults       `yaml:"faults"`
-	Limits           map[string]whole `yaml:"limits"`
-	Unannounced      []text           `yaml:"unannounced"`
-}
-
-type fileFaults struct {
-	Error5xx number `yaml:"error_5xx"`
-	Timeout  number `yaml:"timeout"`
-	Reset    number `yaml:"reset"`
-	BadJSON  number `yaml:"bad_json"`
-}
-
-type fileFlow struct {
-	Name             text   `yaml:"name"`
-	Priority         whole  `yaml:"priority"`
-	Weight           number `yaml:"weight"`
-	Backlog          whole  `yaml:"backlog"`
-	ArrivalsPerDay   number `yaml:"arrivals_per_day"`
-	After            text   `yaml:"after"`
-	BatchMax         whole  `yaml:"batch_max"`
-	PromptTokens     whole  `yaml:"prompt_tokens"`
-	ItemInputTokens  whole  `yaml:"item_input_tokens"`
-	ItemOutputTokens whole  `yaml:"item_output_tokens"`
-	ItemMaxTokens    whole  `yaml:"item_max_tokens"`
-}
-
-// sections are the parts of a file that are mappings or lists, by the Go
-// type the library decodes each into (as its errors name it): the path of
-// the section ([] for every item of a list) and what its value must be.
-var sections = map[string]struct{ path, want string }{
-	typeName[file]():             {"", "want a mapping of keys to values"},
-	typeName[fileProvider]():     {"provider", "want a mapping of keys to values"},
-	typeName[fileFaults]():       {"provider.faults", "want a mapping of keys to values"},
-	typeName[map[string]whole](): {"provider.limits", "want a mapping of keys to values"},
-	typeName[[]text]():           {"provider.unannounced", "want a list of limits, such as [otpm]"},
-	typeName[[]fileFlow]():       {"flows", "want a list of flows"},
-	typeName[fileFlow]():         {"flows[]", "want a mapping of keys to values"},
-}
-
-func typeName[T any]() string { return reflect.TypeFor[T]().String() }
-
-const unknownLimit = "unknown limit (want rpm, rpd, tpm, tpd, itpm or otpm)"
-
-// scenario reads the decoded file f, whose document has the mapping root:
-// each value within its bounds, then what involves several keys of a
-// mapping, then what Validate checks.
-func (r *reader) scenario(f *file, root *yaml.Node) (*Scenario, error) {
 	s := &Scenario{Provider: Provider{Profile: "openai", DefaultMaxTokens: DefaultMaxTokens}}
-	r.text(f.Name, "name", &s.Name)
-	if r.duration(f.Duration, "duration", &s.Duration) && s.Duration > MaxDuration {
-		r.bad(f.Duration.node, "duration", aboveDuration(MaxDuration))
-	}
-	r.whole(f.Seed, "seed", math.MinInt64, math.MaxInt64, &s.Seed)
-	r.provider(&f.Provider, &s.Provider)
-	for i := range f.Flows {
-		s.Flows = append(s.Flows, r.flow(&f.Flows[i], fmt.Sprintf("flows[%d]", i)))
-	}
-	if err := r.first(); err != nil {
+	var durationSet bool
+	var flows *yaml.Node
+	err := eachKey(doc.Content[0], "", func(key string, path string, v *yaml.Node) error {
+		switch key {
+		case "name":
+			return str(v, path, &s.Name)
+		case "duration":
+			durationSet = true
+			if err := duration(v, path, &s.Duration); err != nil {
+				return err
+			}
+			if s.Duration > MaxDuration {
+				return valueErr(path, v, aboveDuration(MaxDuration))
+			}
+			return nil
+		case "seed":
+			return integer(v, path, math.MinInt64, math.MaxInt64, &s.Seed)
+		case "provider":
+			return parseProvider(v, path, &s.Provider)
+		case "flows":
+			flows = v
+			return parseFlows(v, path, &s.Flows)
+		}
+		return unknown(path, v)
+	})
+	if err != nil {
 		return nil, err
 	}
-
-	// Every value is good: what involves several keys, at the line of the mapping.
-	provider, flows := field(root, "provider"), field(root, "flows")
-	if faults := field(provider, "faults"); faults != nil {
-		if sum := s.Provider.Faults.Sum(); sum > 1+1e-9 {
-			r.add(faults, at(faults, fmt.Errorf("provider.faults: the fractions add up to %v, more than 1", sum)))
-		}
-	}
-	if err := s.Provider.checkUnannounced(); err != nil {
-		unannounced := field(provider, "unannounced")
-		r.add(unannounced, at(unannounced, err))
-	}
-	for i, fl := range f.Flows {
-		path, item := fmt.Sprintf("flows[%d]", i), flows.Content[i]
-		if fl.Name.node == nil {
-			r.add(item, at(item, fmt.Errorf("%s.name: missing", path)))
-		} else if err := s.Flows[i].checkRequest(path); err != nil {
-			r.add(item, at(item, err))
-		}
-	}
-	if err := r.first(); err != nil {
-		return nil, err
-	}
-
-	if f.Duration.node == nil {
+	if !durationSet {
 		return nil, errors.New("duration: missing (a Go duration such as 168h)")
 	}
 	// What Validate checks, but the total of items gets the line of flows.
@@ -165,124 +72,385 @@ func (r *reader) scenario(f *file, root *yaml.Node) (*Scenario, error) {
 	return s, nil
 }
 
-func (r *reader) provider(f *fileProvider, p *Provider) {
-	if r.text(f.Profile, "provider.profile", &p.Profile) && !ValidProfile(p.Profile) {
-		r.bad(f.Profile.node, "provider.profile", "is not groq, openai or anthropic")
-	}
-	var s string
-	if r.text(f.Window, "provider.window", &s) {
-		var err error
-		if p.Window, err = ParseWindow(s); err != nil {
-			r.add(f.Window.node, at(f.Window.node, fmt.Errorf("provider.window: %w", err)))
+func parseProvider(n *yaml.Node, prefix string, p *Provider) error {
+	var unannounced *yaml.Node
+	err := eachKey(n, prefix, func(key, path string, v *yaml.Node) error {
+		switch key {
+		case "profile":
+			if err := str(v, path, &p.Profile); err != nil {
+				return err
+			}
+			if !ValidProfile(p.Profile) {
+				return valueErr(path, v, "is not groq, openai or anthropic")
+			}
+			return nil
+		case "window":
+			var s string
+			if err := str(v, path, &s); err != nil {
+				return err
+			}
+			w, err := ParseWindow(s)
+			if err != nil {
+				return at(v, fmt.Errorf("%s: %w", path, err))
+			}
+			p.Window = w
+			return nil
+		case "accounting":
+			var s string
+			if err := str(v, path, &s); err != nil {
+				return err
+			}
+			a, err := ParseAccounting(s)
+			if err != nil {
+				return at(v, fmt.Errorf("%s: %w", path, err))
+			}
+			p.Accounting = a
+			return nil
+		case "latency":
+			if err := duration(v, path, &p.Latency); err != nil {
+				return err
+			}
+			if p.Latency < 0 {
+				return valueErr(path, v, "is negative")
+			}
+			if p.Latency > MaxLatency {
+				return valueErr(path, v, aboveDuration(MaxLatency))
+			}
+			return nil
+		case "default_max_tokens":
+			return integer(v, path, 1, MaxOutputTokens, &p.DefaultMaxTokens)
+		case "faults":
+			return parseFaults(v, path, &p.Faults)
+		case "limits":
+			return eachKey(v, path, func(name, lpath string, lv *yaml.Node) error {
+				l, err := governor.ParseLimit(name)
+				if err != nil || name != l.String() {
+					return at(lv, fmt.Errorf("%s: unknown limit (want rpm, rpd, tpm, tpd, itpm or otpm)", lpath))
+				}
+				return integer(lv, lpath, 1, MaxLimit, &p.Limits[l])
+			})
+		case "unannounced":
+			unannounced = v
+			return parseUnannounced(v, path, &p.Unannounced)
 		}
+		return unknown(path, v)
+	})
+	if err != nil {
+		return err
 	}
-	if r.text(f.Accounting, "provider.accounting", &s) {
-		var err error
-		if p.Accounting, err = ParseAccounting(s); err != nil {
-			r.add(f.Accounting.node, at(f.Accounting.node, fmt.Errorf("provider.accounting: %w", err)))
-		}
+	// Checked once the whole provider is read: limits may come after it.
+	if err := p.checkUnannounced(); err != nil {
+		return at(unannounced, err)
 	}
-	if r.duration(f.Latency, "provider.latency", &p.Latency) {
-		switch {
-		case p.Latency < 0:
-			r.bad(f.Latency.node, "provider.latency", "is negative")
-		case p.Latency > MaxLatency:
-			r.bad(f.Latency.node, "provider.latency", aboveDuration(MaxLatency))
-		}
+	return nil
+}
+
+// parseUnannounced reads a list of limit names, each at most once.
+func parseUnannounced(n *yaml.Node, path string, dst *[governor.NumLimits]bool) error {
+	if n.Kind != yaml.SequenceNode {
+		return at(n, fmt.Errorf("%s: want a list of limits, such as [otpm]", path))
 	}
-	r.whole(f.DefaultMaxTokens, "provider.default_max_tokens", 1, MaxOutputTokens, &p.DefaultMaxTokens)
-	for _, x := range []struct {
-		key string
-		v   number
-		dst *float64
-	}{
-		{"error_5xx", f.Faults.Error5xx, &p.Faults.Error5xx},
-		{"timeout", f.Faults.Timeout, &p.Faults.Timeout},
-		{"reset", f.Faults.Reset, &p.Faults.Reset},
-		{"bad_json", f.Faults.BadJSON, &p.Faults.BadJSON},
-	} {
-		path := "provider.faults." + x.key
-		if r.number(x.v, path, x.dst) && !(*x.dst >= 0 && *x.dst <= 1) {
-			r.bad(x.v.node, path, "is not a fraction in [0, 1]")
+	for i, v := range n.Content {
+		v = deref(v)
+		var name string
+		if err := str(v, fmt.Sprintf("%s[%d]", path, i), &name); err != nil {
+			return err
 		}
-	}
-	for name, v := range f.Limits {
-		if v.node == nil {
-			continue // no value: the outline says so
-		}
-		path := "provider.limits." + name
 		l, err := governor.ParseLimit(name)
 		if err != nil || name != l.String() {
-			r.add(v.node, at(v.node, fmt.Errorf("%s: %s", path, unknownLimit)))
-			continue
+			return valueErr(fmt.Sprintf("%s[%d]", path, i), v, "is not a limit (want rpm, rpd, tpm, tpd, itpm or otpm)")
 		}
-		r.whole(v, path, 1, MaxLimit, &p.Limits[l])
+		if dst[l] {
+			return valueErr(fmt.Sprintf("%s[%d]", path, i), v, "is given twice")
+		}
+		dst[l] = true
 	}
-	// Up to the list's first problem: a long list has one at every item.
-	for i, v := range f.Unannounced {
-		path := fmt.Sprintf("provider.unannounced[%d]", i)
-		if !r.text(v, path, &s) {
-			break
-		}
-		l, err := governor.ParseLimit(s)
-		if err != nil || s != l.String() {
-			r.bad(v.node, path, "is not a limit (want rpm, rpd, tpm, tpd, itpm or otpm)")
-			break
-		}
-		if p.Unannounced[l] {
-			r.bad(v.node, path, "is given twice")
-			break
-		}
-		p.Unannounced[l] = true
-	}
+	return nil
 }
 
-func (r *reader) flow(f *fileFlow, path string) Flow {
-	fl := Flow{Weight: 1, BatchMax: 1}
-	if r.text(f.Name, path+".name", &fl.Name) && fl.Name == "" {
-		r.add(f.Name.node, at(f.Name.node, fmt.Errorf("%s.name: empty", path)))
+func parseFaults(n *yaml.Node, prefix string, f *Faults) error {
+	err := eachKey(n, prefix, func(key, path string, v *yaml.Node) error {
+		var dst *float64
+		switch key {
+		case "error_5xx":
+			dst = &f.Error5xx
+		case "timeout":
+			dst = &f.Timeout
+		case "reset":
+			dst = &f.Reset
+		case "bad_json":
+			dst = &f.BadJSON
+		default:
+			return unknown(path, v)
+		}
+		x, err := number(v, path)
+		if err != nil {
+			return err
+		}
+		if !(x >= 0 && x <= 1) {
+			return valueErr(path, v, "is not a fraction in [0, 1]")
+		}
+		*dst = x
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if sum := f.Sum(); sum > 1+1e-9 {
+		return at(n, fmt.Errorf("%s: the fractions add up to %v, more than 1", prefix, sum))
+	}
+	return nil
+}
+
+func parseFlows(n *yaml.Node, prefix string, flows *[]Flow) error {
+	if n.Kind != yaml.SequenceNode {
+		return at(n, fmt.Errorf("%s: want a list of flows", prefix))
+	}
+	if len(n.Content) > MaxFlows {
+		return at(n, fmt.Errorf("%s: %d flows %s", prefix, len(n.Content), above(MaxFlows)))
+	}
+	for i, item := range n.Content {
+		f := Flow{Weight: 1, BatchMax: 1}
+		p := fmt.Sprintf("%s[%d]", prefix, i)
+		var x int64
+		err := eachKey(item, p, func(key, path string, v *yaml.Node) error {
+			switch key {
+			case "name":
+				if err := str(v, path, &f.Name); err != nil {
+					return err
+				}
+				if f.Name == "" {
+					return at(v, fmt.Errorf("%s: empty", path))
+				}
+				return nil
+			case "priority":
+				if err := integer(v, path, math.MinInt32, math.MaxInt32, &x); err != nil {
+					return err
+				}
+				f.Priority = int(x)
+				return nil
+			case "weight":
+				w, err := number(v, path)
+				if err != nil {
+					return err
+				}
+				if msg := outsideFloat(w, MinWeight, MaxWeight); msg != "" {
+					return valueErr(path, v, msg)
+				}
+				f.Weight = w
+				return nil
+			case "backlog":
+				if err := integer(v, path, 0, MaxBacklog, &x); err != nil {
+					return err
+				}
+				f.Backlog = int(x)
+				return nil
+			case "arrivals_per_day":
+				a, err := number(v, path)
+				if err != nil {
+					return err
+				}
+				if msg := outsideArrivals(a); msg != "" {
+					return valueErr(path, v, msg)
+				}
+				f.ArrivalsPerDay = a
+				return nil
+			case "after":
+				return str(v, path, &f.After)
+			case "batch_max":
+				if err := integer(v, path, 1, MaxBatch, &x); err != nil {
+					return err
+				}
+				f.BatchMax = int(x)
+				return nil
+			case "prompt_tokens":
+				return integer(v, path, 0, MaxInputTokens, &f.PromptTokens)
+			case "item_input_tokens":
+				return integer(v, path, 0, MaxInputTokens, &f.ItemInputTokens)
+			case "item_output_tokens":
+				return integer(v, path, 0, MaxOutputTokens, &f.ItemOutputTokens)
+			case "item_max_tokens":
+				return integer(v, path, 0, MaxOutputTokens, &f.ItemMaxTokens)
+			}
+			return unknown(path, v)
+		})
+		if err != nil {
+			return err
+		}
+		if f.Name == "" {
+			return at(item, fmt.Errorf("%s.name: missing", p))
+		}
+		if err := f.checkRequest(p); err != nil {
+			return at(item, err)
+		}
+		*flows = append(*flows, f)
+	}
+	return nil
+}
+
+// eachKey calls fn for every key of the mapping n, with the key's full path.
+// Repeated keys are an error: a second value would silently win otherwise.
+func eachKey(n *yaml.Node, prefix string, fn func(key, path string, v *yaml.Node) error) error {
+	n = deref(n)
+	if n.Kind != yaml.MappingNode {
+		what := "the scenario"
+		if prefix != "" {
+			what = prefix
+		}
+		return at(n, fmt.Errorf("%s: want a mapping of keys to values", what))
+	}
+	seen := make(map[string]bool, len(n.Content)/2)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], deref(n.Content[i+1])
+		path := k.Value
+		if prefix != "" {
+			path = prefix + "." + k.Value
+		}
+		if seen[k.Value] {
+			return at(k, fmt.Errorf("%s: given twice", path))
+		}
+		seen[k.Value] = true
+		if err := fn(k.Value, path, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func deref(n *yaml.Node) *yaml.Node {
+	for n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	return n
+}
+
+// lineError carries the line of the offending node.
+type lineError struct {
+	line int
+	err  error
+}
+
+func (e *lineError) Error() string { return fmt.Sprintf("%v (line %d)", e.err, e.line) }
+func (e *lineError) Unwrap() error { return e.err }
+
+func at(n *yaml.Node, err error) error {
+	if n == nil || n.Line == 0 {
+		return err
+	}
+	return &lineError{line: n.Line, err: err}
+}
+
+func unknown(path string, n *yaml.Node) error {
+	return at(n, fmt.Errorf("%s: unknown key", path))
+}
+
+func valueErr(path string, v *yaml.Node, what string) error {
+	return at(v, fmt.Errorf("%s: %q %s", path, v.Value, what))
+}
+
+func scalar(v *yaml.Node, path string) error {
+	if v.Kind != yaml.ScalarNode {
+		return at(v, fmt.Errorf("%s: want a single value, not a mapping or list", path))
+	}
+	return nil
+}
+
+func str(v *yaml.Node, path string, dst *string) error {
+	if err := scalar(v, path); err != nil {
+		return err
+	}
+	if v.ShortTag() != "!!str" {
+		return valueErr(path, v, "is not a string")
+	}
+	*dst = v.Value
+	return nil
+}
+
+// integer reads a whole number within [lo, hi]. A YAML float that is whole
+// (1e6) counts; a number beyond int64 or float64 is out of every bound,
+// never wrapped or zero.
+func integer(v *yaml.Node, path string, lo, hi int64, dst *int64) error {
+	if err := scalar(v, path); err != nil {
+		return err
 	}
 	var x int64
-	if r.whole(f.Priority, path+".priority", math.MinInt32, math.MaxInt32, &x) {
-		fl.Priority = int(x)
-	}
-	if r.number(f.Weight, path+".weight", &fl.Weight) {
-		if msg := outsideFloat(fl.Weight, MinWeight, MaxWeight); msg != "" {
-			r.bad(f.Weight.node, path+".weight", msg)
+	if v.ShortTag() == "!!int" && v.Decode(&x) == nil {
+		if msg := outside(x, lo, hi); msg != "" {
+			return valueErr(path, v, msg)
 		}
+		*dst = x
+		return nil
 	}
-	if r.whole(f.Backlog, path+".backlog", 0, MaxBacklog, &x) {
-		fl.Backlog = int(x)
+	f, ok := numeric(v)
+	switch {
+	case !ok || math.IsNaN(f) || (!math.IsInf(f, 0) && f != math.Trunc(f)):
+		return valueErr(path, v, "is not a whole number")
+	case f < float64(lo) || f < math.MinInt64:
+		return valueErr(path, v, below(lo))
+	case f > float64(hi) || f >= math.MaxInt64: // float64(math.MaxInt64) is 2⁶³
+		return valueErr(path, v, above(hi))
 	}
-	if r.number(f.ArrivalsPerDay, path+".arrivals_per_day", &fl.ArrivalsPerDay) {
-		if msg := outsideArrivals(fl.ArrivalsPerDay); msg != "" {
-			r.bad(f.ArrivalsPerDay.node, path+".arrivals_per_day", msg)
-		}
-	}
-	r.text(f.After, path+".after", &fl.After)
-	if r.whole(f.BatchMax, path+".batch_max", 1, MaxBatch, &x) {
-		fl.BatchMax = int(x)
-	}
-	r.whole(f.PromptTokens, path+".prompt_tokens", 0, MaxInputTokens, &fl.PromptTokens)
-	r.whole(f.ItemInputTokens, path+".item_input_tokens", 0, MaxInputTokens, &fl.ItemInputTokens)
-	r.whole(f.ItemOutputTokens, path+".item_output_tokens", 0, MaxOutputTokens, &fl.ItemOutputTokens)
-	r.whole(f.ItemMaxTokens, path+".item_max_tokens", 0, MaxOutputTokens, &fl.ItemMaxTokens)
-	return fl
+	*dst = int64(f) // whole, within [lo, hi]: exact enough for every bound
+	return nil
 }
 
-// field returns the value of key in the mapping n, through aliases; nil if
-// there is none.
-func field(n *yaml.Node, key string) *yaml.Node {
-	if n == nil {
-		return nil
+// number reads a finite number.
+func number(v *yaml.Node, path string) (float64, error) {
+	if err := scalar(v, path); err != nil {
+		return 0, err
 	}
-	if n = deref(n); n.Kind != yaml.MappingNode {
-		return nil
+	x, ok := numeric(v)
+	if !ok {
+		return 0, valueErr(path, v, "is not a number")
 	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		if n.Content[i].Value == key {
-			return deref(n.Content[i+1])
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return 0, valueErr(path, v, "is not a finite number")
+	}
+	return x, nil
+}
+
+// numeric reads a scalar YAML number as a float64. A number too large for
+// float64 (1e400, which YAML leaves a string) reads as ±Inf so that it fails
+// every bound; a quoted string is not a number.
+func numeric(v *yaml.Node) (float64, bool) {
+	tag := v.ShortTag()
+	if tag != "!!int" && tag != "!!float" && !(tag == "!!str" && v.Style == 0) {
+		return 0, false
+	}
+	x, err := strconv.ParseFloat(strings.ReplaceAll(v.Value, "_", ""), 64)
+	switch {
+	case errors.Is(err, strconv.ErrRange):
+		return x, true
+	case tag == "!!str":
+		return 0, false // "inf", "nan" and the like are words in YAML
+	case err == nil:
+		return x, true
+	}
+	// YAML's own spellings: .inf, .nan, 0o17, 0x1F.
+	if v.Decode(&x) != nil {
+		return 0, false
+	}
+	return x, true
+}
+
+// durationShape is what time.ParseDuration reads; a value of this shape that
+// it refuses is too large for a time.Duration.
+var durationShape = regexp.MustCompile(`^[-+]?(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+$`)
+
+func duration(v *yaml.Node, path string, dst *time.Duration) error {
+	if err := scalar(v, path); err != nil {
+		return err
+	}
+	d, err := time.ParseDuration(v.Value)
+	if err != nil {
+		if durationShape.MatchString(v.Value) {
+			if strings.HasPrefix(v.Value, "-") {
+				return valueErr(path, v, "is negative")
+			}
+			return valueErr(path, v, "is too large for a duration")
 		}
+		return valueErr(path, v, "is not a duration such as 90s, 2m or 168h")
 	}
+	*dst = d
 	return nil
 }
