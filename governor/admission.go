@@ -32,19 +32,7 @@ func (g *Governor) Reserve(now time.Time, flow string, c Cost) (*Reservation, er
 	r := &Reservation{g: g, f: f, id: g.seq, cost: c, queued: now.UnixNano()}
 	r.size = size
 	size /= f.share
-	if len(f.queue) == 0 {
-		// A flow that comes back is not owed what it missed while it had
-		// nothing waiting — except when it comes back at the very moment
-		// its line emptied (its calls were all admitted at once and it
-		// queues the next ones): it keeps its place.
-		v := g.vtime
-		if now.UnixNano() == f.idleAt {
-			v = f.idleV
-		}
-		r.start = math.Max(v, f.finish)
-	} else {
-		r.start = f.queue[len(f.queue)-1].finish
-	}
+	r.start = g.startOf(f, now.UnixNano())
 	r.finish = r.start + size
 	f.finish = r.finish
 	if len(f.queue) == 0 {
@@ -57,6 +45,23 @@ func (g *Governor) Reserve(now time.Time, flow string, c Cost) (*Reservation, er
 		f.queue = append(f.queue, r)
 	}
 	return r, nil
+}
+
+// startOf is the start tag of a call of f reserved at now: behind the
+// flow's last call in line, or, when it has none, at the virtual time.
+func (g *Governor) startOf(f *flow, now int64) float64 {
+	if len(f.queue) > 0 {
+		return f.queue[len(f.queue)-1].finish
+	}
+	// A flow that comes back is not owed what it missed while it had
+	// nothing waiting — except when it comes back at the very moment its
+	// line emptied (its calls were all admitted at once and it queues the
+	// next ones): it keeps its place.
+	v := g.vtime
+	if now == f.idleAt {
+		v = f.idleV
+	}
+	return math.Max(v, f.finish)
 }
 
 // size is c's dominant share, in seconds: of every limit, the time the

@@ -48,6 +48,16 @@ func (g *Governor) newFlow(fc FlowConfig) *flow {
 	}
 }
 
+// known returns the flow of that name, or, for one the governor has not
+// seen, a flow with the defaults that is not added: for questions that
+// must not create flows.
+func (g *Governor) known(name string) *flow {
+	if f := g.flows[name]; f != nil {
+		return f
+	}
+	return g.newFlow(FlowConfig{Name: name})
+}
+
 func (g *Governor) flow(name string) *flow {
 	f := g.flows[name]
 	if f == nil {

@@ -94,25 +94,11 @@ func (r *Reservation) leave(now, until time.Time) bool {
 // tags and those of the calls behind it.
 func (g *Governor) park(r *Reservation, until int64) {
 	f := r.f
-	i := 0
-	for i < len(f.queue) && f.queue[i] != r {
-		i++
-	}
-	if i == len(f.queue) {
+	i := f.unqueue(r)
+	if i < 0 {
 		return
 	}
-	copy(f.queue[i:], f.queue[i+1:])
-	f.queue[len(f.queue)-1] = nil
-	f.queue = f.queue[:len(f.queue)-1]
-	if len(f.queue) == 0 {
-		f.queue = f.qbuf[:0]
-		heap.Remove(&g.active, f.index)
-		if f.prio != nil {
-			g.calm(f)
-		}
-	} else if i == 0 {
-		heap.Fix(&g.active, f.index)
-	}
+	g.lineChanged(f, i)
 	r.state = parked
 	r.keptUntil = until
 	f.parked = append(f.parked, r)
@@ -232,15 +218,8 @@ func (g *Governor) EstimateFor(now time.Time, flow string, c Cost) time.Duration
 	n := now.UnixNano()
 	g.expire(n)
 	g.lapse(n)
-	f := g.flows[flow]
-	if f == nil {
-		f = g.newFlow(FlowConfig{Name: flow})
-	}
-	start := math.Max(g.vtime, f.finish)
-	if len(f.queue) > 0 {
-		start = f.queue[len(f.queue)-1].finish
-	}
-	return g.estimate(n, f, nil, start, c)
+	f := g.known(flow)
+	return g.estimate(n, f, nil, g.startOf(f, n), c)
 }
 
 // Outlook is what a flow can expect of the key now, for a caller deciding
@@ -267,10 +246,7 @@ func (g *Governor) Outlook(now time.Time, flow string, c Cost) Outlook {
 	for _, l := range AllLimits {
 		o.Limits[l] = g.limitStats(n, l)
 	}
-	f := g.flows[flow]
-	if f == nil {
-		f = g.newFlow(FlowConfig{Name: flow})
-	}
+	f := g.known(flow)
 	busy := f.share
 	for _, x := range g.flows {
 		if x != f && (len(x.queue) > 0 || len(x.parked) > 0) {
@@ -280,11 +256,7 @@ func (g *Governor) Outlook(now time.Time, flow string, c Cost) Outlook {
 	o.Share = f.share / busy
 	o.Waiting = len(f.queue)
 	if c != (Cost{}) {
-		start := math.Max(g.vtime, f.finish)
-		if len(f.queue) > 0 {
-			start = f.queue[len(f.queue)-1].finish
-		}
-		o.Estimate = g.estimate(n, f, nil, start, c)
+		o.Estimate = g.estimate(n, f, nil, g.startOf(f, n), c)
 	}
 	return o
 }

@@ -2,6 +2,7 @@ package governor
 
 import (
 	"container/heap"
+	"slices"
 	"time"
 )
 
@@ -224,24 +225,40 @@ func (g *Governor) amend(r *Reservation, c Cost) {
 	}
 }
 
+// dequeue takes waiting r out of its flow's line; the calls behind it move
+// up by its size.
 func (g *Governor) dequeue(r *Reservation) {
 	f := r.f
-	i := 0
-	for i < len(f.queue) && f.queue[i] != r {
-		i++
-	}
-	if i == len(f.queue) {
+	i := f.unqueue(r)
+	if i < 0 {
 		return
 	}
 	size := r.finish - r.start
-	copy(f.queue[i:], f.queue[i+1:])
-	f.queue[len(f.queue)-1] = nil
-	f.queue = f.queue[:len(f.queue)-1]
 	for _, q := range f.queue[i:] {
 		q.start -= size
 		q.finish -= size
 	}
 	f.finish -= size
+	g.lineChanged(f, i)
+}
+
+// unqueue takes r out of f's line and returns where it stood, -1 when it
+// was not in it. lineChanged must follow.
+func (f *flow) unqueue(r *Reservation) int {
+	i := slices.Index(f.queue, r)
+	if i < 0 {
+		return -1
+	}
+	copy(f.queue[i:], f.queue[i+1:])
+	f.queue[len(f.queue)-1] = nil
+	f.queue = f.queue[:len(f.queue)-1]
+	return i
+}
+
+// lineChanged restores the order of the flows after f's line lost its call
+// at position i: a line left empty leaves the heap (and a priority flow the
+// urgent list), a new first call moves the flow in it.
+func (g *Governor) lineChanged(f *flow, i int) {
 	if len(f.queue) == 0 {
 		f.queue = f.qbuf[:0]
 		heap.Remove(&g.active, f.index)
