@@ -5,10 +5,11 @@
 //
 // An App holds functions. A function runs when its trigger fires — a named
 // event sent with App.Send, or a cron schedule — and its body is made of
-// steps:
+// steps. How a function is configured and how a run ended are described by
+// the types of package run (run.Function, run.Summary, run.StepError):
 //
 //	app, _ := sluice.New(ctx, sluice.Config{DatabaseURL: "sluice.db"})
-//	sluice.Register(app, sluice.FunctionConfig{
+//	sluice.Register(app, run.Function{
 //		ID:          "summarize-doc",
 //		Event:       "doc/uploaded",
 //		Retries:     5,
@@ -18,6 +19,8 @@
 //		...
 //	})
 //	app.Start(ctx)
+//	sent, _ := app.Send(ctx, "doc/uploaded", "upload-1", Doc{ID: "d1"})
+//	summary, err := sluice.Result[string](ctx, app, sent[0].RunID)
 //
 // A step's result is recorded when it succeeds; if the process dies, the run
 // resumes where it stopped and finished steps are not run again — a

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice"
+	"github.com/sluice-dev/sluice/run"
 )
 
 // A function of two steps: the second fails once with a retry-after, the
@@ -26,7 +27,7 @@ func Example() {
 
 	type signup struct{ Email string }
 	fetched, tries := 0, 0
-	err = sluice.Register(app, sluice.FunctionConfig{ID: "welcome", Event: "user/signup"},
+	err = sluice.Register(app, run.Function{ID: "welcome", Event: "user/signup"},
 		func(ctx *sluice.Context, ev sluice.Event[signup]) (string, error) {
 			name, err := sluice.Step(ctx, "look-up", func(context.Context) (string, error) {
 				fetched++
@@ -52,10 +53,10 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	st, err := app.Wait(ctx, sent[0].RunID)
+	out, err := sluice.Result[string](ctx, app, sent[0].RunID)
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(st.Status, "look-up ran", fetched, "time(s), send-mail", tries)
-	// Output: completed look-up ran 1 time(s), send-mail 2
+	fmt.Println(out+";", "look-up ran", fetched, "time(s), send-mail", tries)
+	// Output: sent to Ada <ada@example.com>; look-up ran 1 time(s), send-mail 2
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluice-dev/sluice"
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/run"
 )
 
 // The provider's "request too large" is the only place Groq reveals OTPM:
@@ -18,7 +19,7 @@ func TestTooLargeTeachesTheLimit(t *testing.T) {
 		model, client := simProvider(t, governor.Limits{governor.OTPM: 1000})
 		// The key's OTPM limit is not configured: the provider has to say it.
 		app := newApp(t, sluice.Config{DatabaseURL: url, Providers: []sluice.Provider{{Name: "groq", LLM: client, Limits: governor.Limits{governor.TPM: 100000}}}})
-		registerAsk(t, app, sluice.FunctionConfig{ID: "ask", Event: "ask"})
+		registerAsk(t, app, run.Function{ID: "ask", Event: "ask"})
 		if err := app.Start(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -56,7 +57,7 @@ func TestRateLimitTeachesTheLimit(t *testing.T) {
 	testenv.Databases(t, func(t *testing.T, url string) {
 		model, client := simProvider(t, governor.Limits{governor.RPM: 1})
 		app := newApp(t, sluice.Config{DatabaseURL: url, Providers: []sluice.Provider{{Name: "groq", LLM: client}}})
-		registerAsk(t, app, sluice.FunctionConfig{ID: "ask", Event: "ask", Retries: sluice.NoRetries})
+		registerAsk(t, app, run.Function{ID: "ask", Event: "ask", Retries: run.NoRetries})
 		if err := app.Start(context.Background()); err != nil {
 			t.Fatal(err)
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/sim"
 	"github.com/sluice-dev/sluice/llm"
+	"github.com/sluice-dev/sluice/run"
 )
 
 // simProvider serves a provider model over HTTP for the test's lifetime.
@@ -38,7 +39,7 @@ type ask struct {
 
 // registerAsk registers a function making one governed call of the event's
 // max_tokens.
-func registerAsk(t *testing.T, app *sluice.App, cfg sluice.FunctionConfig) {
+func registerAsk(t *testing.T, app *sluice.App, cfg run.Function) {
 	t.Helper()
 	err := sluice.Register(app, cfg, func(ctx *sluice.Context, ev sluice.Event[ask]) (int64, error) {
 		resp, err := sluice.LLM(ctx, "call", &llm.ChatRequest{
@@ -56,7 +57,7 @@ func registerAsk(t *testing.T, app *sluice.App, cfg sluice.FunctionConfig) {
 	}
 }
 
-func runTo(t *testing.T, app *sluice.App, id string, data any) sluice.RunStatus {
+func runTo(t *testing.T, app *sluice.App, id string, data any) run.Summary {
 	t.Helper()
 	sent, err := app.Send(context.Background(), "ask", id, data)
 	if err != nil {
@@ -83,7 +84,7 @@ func TestDayUsageSurvivesRestart(t *testing.T) {
 		provider := sluice.Provider{Name: "groq", LLM: client, Limits: governor.Limits{governor.TPD: tpd}, DayBurst: -1}
 
 		first := newApp(t, sluice.Config{DatabaseURL: url, Providers: []sluice.Provider{provider}})
-		registerAsk(t, first, sluice.FunctionConfig{ID: "ask", Event: "ask"})
+		registerAsk(t, first, run.Function{ID: "ask", Event: "ask"})
 		if err := first.Start(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -105,7 +106,7 @@ func TestDayUsageSurvivesRestart(t *testing.T) {
 		}
 
 		second := newApp(t, sluice.Config{DatabaseURL: url, Providers: []sluice.Provider{provider}, MaxInlineWait: 100 * time.Millisecond})
-		registerAsk(t, second, sluice.FunctionConfig{ID: "ask", Event: "ask", Timeout: 3 * time.Second})
+		registerAsk(t, second, run.Function{ID: "ask", Event: "ask", Timeout: 3 * time.Second})
 		if err := second.Start(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -194,7 +195,7 @@ func TestHungCallIsRetried(t *testing.T) {
 				provider := sluice.Provider{Name: "p", Limits: governor.Limits{governor.RPM: 100},
 					LLM: llm.Config{BaseURL: srv.URL + "/v1", Timeouts: llm.Timeouts{FirstByte: tc.provider}}}
 				app := newApp(t, sluice.Config{DatabaseURL: url, Providers: []sluice.Provider{provider}, RetryBase: time.Millisecond, RetryMax: 10 * time.Millisecond})
-				err := sluice.Register(app, sluice.FunctionConfig{ID: "ask", Event: "ask", Timeout: time.Minute}, func(ctx *sluice.Context, ev sluice.Event[ask]) (string, error) {
+				err := sluice.Register(app, run.Function{ID: "ask", Event: "ask", Timeout: time.Minute}, func(ctx *sluice.Context, ev sluice.Event[ask]) (string, error) {
 					resp, err := sluice.LLM(ctx, "call", &llm.ChatRequest{Model: "m", MaxTokens: 10, Messages: []llm.Message{{Role: "user", Content: "hi"}}},
 						sluice.CallTimeouts(llm.Timeouts{FirstByte: tc.perCall}))
 					if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/engine"
 	"github.com/sluice-dev/sluice/internal/quota"
 	"github.com/sluice-dev/sluice/llm"
+	"github.com/sluice-dev/sluice/run"
 )
 
 // App is a set of functions, the database their runs live in, and the
@@ -120,17 +121,12 @@ func (a *App) Stop(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// Sent says what an event did to one function: "queued" (a run started),
-// "existing" (the event ID or idempotency key was seen before: nothing new
-// started) or "dropped" (the function's rate limit was full).
-type Sent = engine.Sent
-
 // ErrNoFunction is returned by Send when no function listens to the event.
 var ErrNoFunction = engine.ErrNoFunction
 
 // Send sends an event: every function it triggers starts a run. id
 // deduplicates (empty: a random one); data is encoded as JSON.
-func (a *App) Send(ctx context.Context, name, id string, data any) ([]Sent, error) {
+func (a *App) Send(ctx context.Context, name, id string, data any) ([]run.Sent, error) {
 	var raw json.RawMessage
 	if data != nil {
 		b, err := json.Marshal(data)
@@ -142,12 +138,45 @@ func (a *App) Send(ctx context.Context, name, id string, data any) ([]Sent, erro
 	return a.e.Send(ctx, engine.Event{Name: name, ID: id, Data: raw})
 }
 
-// RunStatus is a run's state when it ended (or now).
-type RunStatus = engine.RunSummary
+// Wait blocks until the run ends (or ctx does) and returns how it ended.
+func (a *App) Wait(ctx context.Context, runID string) (run.Summary, error) {
+	s, _, err := a.e.Wait(ctx, runID)
+	return s, err
+}
 
-// Wait blocks until the run ends (or ctx does) and returns its status.
-func (a *App) Wait(ctx context.Context, runID string) (RunStatus, error) {
-	return a.e.Wait(ctx, runID)
+// Result waits until the run ends (or ctx does) and returns its output,
+// the R its handler returned, decoded into R. A run that did not complete
+// returns a *RunError saying how it ended.
+func Result[R any](ctx context.Context, a *App, runID string) (R, error) {
+	var out R
+	s, raw, err := a.e.Wait(ctx, runID)
+	if err != nil {
+		return out, err
+	}
+	if s.Status != run.Completed {
+		return out, &RunError{Run: s}
+	}
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return out, fmt.Errorf("run %s: decode output into %T: %w", runID, out, err)
+	}
+	return out, nil
+}
+
+// RunError is the error of a run that ended without completing: failed,
+// cancelled or timed out.
+type RunError struct {
+	Run run.Summary
+}
+
+func (e *RunError) Error() string {
+	msg := fmt.Sprintf("run %s %s", e.Run.ID, e.Run.Status)
+	if e.Run.Step != "" {
+		msg += " in step " + e.Run.Step
+	}
+	if e.Run.Error != "" {
+		msg += ": " + e.Run.Error
+	}
+	return msg
 }
 
 // Stats returns the governor statistics of a provider (flows waiting,

@@ -6,12 +6,14 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sluice-dev/sluice"
 	"github.com/sluice-dev/sluice/internal/testenv"
+	"github.com/sluice-dev/sluice/run"
 )
 
 func newApp(t *testing.T, cfg sluice.Config) *sluice.App {
@@ -37,7 +39,7 @@ func TestAppRunsTypedFunction(t *testing.T) {
 	testenv.Databases(t, func(t *testing.T, url string) {
 		app := newApp(t, sluice.Config{DatabaseURL: url})
 		var fetched, failures atomic.Int32
-		err := sluice.Register(app, sluice.FunctionConfig{ID: "summarize-doc", Event: "doc/uploaded", Retries: 2, Idempotency: "event.data.documentId"},
+		err := sluice.Register(app, run.Function{ID: "summarize-doc", Event: "doc/uploaded", Retries: 2, Idempotency: "event.data.documentId"},
 			func(ctx *sluice.Context, ev sluice.Event[doc]) (map[string]any, error) {
 				text, err := sluice.Step(ctx, "fetch", func(context.Context) (string, error) {
 					fetched.Add(1)
@@ -93,18 +95,71 @@ func TestAppRunsTypedFunction(t *testing.T) {
 	})
 }
 
+// Result gives a completed run's output typed, and a run that failed as a
+// *RunError whose summary, and the step's *run.StepError, say why.
+func TestResult(t *testing.T) {
+	t.Parallel()
+	app := newApp(t, sluice.Config{DatabaseURL: filepath.Join(t.TempDir(), "s.db")})
+	type out struct {
+		Words int    `json:"words"`
+		Doc   string `json:"doc"`
+	}
+	var stepErr atomic.Pointer[run.StepError]
+	err := sluice.Register(app, run.Function{ID: "count", Event: "doc", Retries: run.NoRetries},
+		func(ctx *sluice.Context, ev sluice.Event[doc]) (out, error) {
+			n, err := sluice.Step(ctx, "count", func(context.Context) (int, error) {
+				if ev.Data.Text == "" {
+					return 0, sluice.NonRetriable(errors.New("empty document"))
+				}
+				return len(ev.Data.Text), nil
+			})
+			var se *run.StepError
+			if errors.As(err, &se) {
+				stepErr.Store(se)
+			}
+			return out{Words: n, Doc: ev.Data.DocumentID}, err
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := app.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ok, _ := app.Send(ctx, "doc", "ok", doc{DocumentID: "d1", Text: "hello"})
+	bad, _ := app.Send(ctx, "doc", "bad", doc{DocumentID: "d2"})
+
+	got, err := sluice.Result[out](ctx, app, ok[0].RunID)
+	if err != nil || got != (out{Words: 5, Doc: "d1"}) {
+		t.Fatalf("result of the completed run: %+v, %v; want {5 d1}", got, err)
+	}
+	_, err = sluice.Result[out](ctx, app, bad[0].RunID)
+	var re *sluice.RunError
+	if !errors.As(err, &re) || re.Run.Status != run.Failed || !strings.Contains(re.Run.Error, "empty document") {
+		t.Fatalf("result of the failed run: %v; want a *RunError, failed, naming the cause", err)
+	}
+	se := stepErr.Load()
+	if se == nil || se.Step != "count" || se.Class != run.Fatal || !se.Final || se.Attempt != 1 || se.Class.String() != "fatal" {
+		t.Fatalf("step error %+v: want step count, fatal, final at attempt 1", se)
+	}
+	if _, err := sluice.Result[out](ctx, app, "count:nope"); err == nil {
+		t.Fatal("result of an unknown run: no error")
+	}
+}
+
 func TestRegisterRejectsBadConfig(t *testing.T) {
 	t.Parallel()
 	app := newApp(t, sluice.Config{DatabaseURL: filepath.Join(t.TempDir(), "s.db")})
 	h := func(*sluice.Context, sluice.Event[struct{}]) (int, error) { return 0, nil }
 	for _, tc := range []struct {
 		name string
-		cfg  sluice.FunctionConfig
+		cfg  run.Function
 	}{
-		{"no trigger", sluice.FunctionConfig{ID: "a"}},
-		{"bad retries", sluice.FunctionConfig{ID: "a", Event: "e", Retries: -5}},
-		{"unknown provider", sluice.FunctionConfig{ID: "a", Event: "e", Provider: "nope"}},
-		{"bad cron", sluice.FunctionConfig{ID: "a", Cron: "every day"}},
+		{"no trigger", run.Function{ID: "a"}},
+		{"bad retries", run.Function{ID: "a", Event: "e", Retries: -5}},
+		{"unknown provider", run.Function{ID: "a", Event: "e", Provider: "nope"}},
+		{"bad cron", run.Function{ID: "a", Cron: "every day"}},
 	} {
 		if err := sluice.Register(app, tc.cfg, h); err == nil {
 			t.Errorf("%s: registered, want an error", tc.name)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/dbos-inc/dbos-transact-golang/dbos"
+
 	"github.com/sluice-dev/sluice/internal/engine"
 	"github.com/sluice-dev/sluice/llm"
 )
@@ -24,15 +26,21 @@ func Step[R any](ctx *Context, name string, fn func(ctx context.Context) (R, err
 // restart sleeps only what remains.
 func Sleep(ctx *Context, d time.Duration) error { return engine.Sleep(ctx.run, d) }
 
-// Tx is the transaction a Transaction step runs in, on the app's database
-// (SQL with $1, $2 … placeholders on SQLite and PostgreSQL alike).
-type Tx = engine.Tx
+// Tx is the transaction a Transaction step runs in, on the app's database.
+// Its SQL uses $1, $2 … placeholders on SQLite and PostgreSQL alike. It is
+// committed together with the step's record when fn returns nil, and rolled
+// back when fn returns an error: fn neither commits nor rolls back.
+type Tx interface {
+	Exec(ctx context.Context, query string, args ...any) (dbos.Result, error)
+	Query(ctx context.Context, query string, args ...any) (dbos.Rows, error)
+	QueryRow(ctx context.Context, query string, args ...any) dbos.Row
+}
 
 // Transaction runs fn as a step inside a transaction on the app's database
 // that also records the step's result: its writes happen exactly once, even
 // if the process dies right after them. Use it to save results.
 func Transaction[R any](ctx *Context, name string, fn func(ctx context.Context, tx Tx) (R, error)) (R, error) {
-	return engine.Transaction(ctx.run, name, fn)
+	return engine.Transaction(ctx.run, name, func(c context.Context, tx dbos.Tx) (R, error) { return fn(c, tx) })
 }
 
 // LLM makes a governed chat completion as one durable step: the call's

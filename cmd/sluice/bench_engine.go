@@ -16,6 +16,7 @@ import (
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
 
 	"github.com/sluice-dev/sluice"
+	"github.com/sluice-dev/sluice/run"
 )
 
 func init() {
@@ -136,7 +137,7 @@ func benchSluice(ctx context.Context, db, prefix string, n int) (time.Duration, 
 		return 0, err
 	}
 	defer app.Stop(context.Background())
-	err = sluice.Register(app, sluice.FunctionConfig{ID: "three-steps", Event: "bench/go"}, func(ctx *sluice.Context, ev sluice.Event[struct{ I int }]) (int, error) {
+	err = sluice.Register(app, run.Function{ID: "three-steps", Event: "bench/go"}, func(ctx *sluice.Context, ev sluice.Event[struct{ I int }]) (int, error) {
 		a, err := sluice.Step(ctx, "one", func(context.Context) (int, error) { return ev.Data.I, nil })
 		if err != nil {
 			return 0, err

@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/guard"
 	"github.com/sluice-dev/sluice/internal/sim"
 	"github.com/sluice-dev/sluice/llm"
+	"github.com/sluice-dev/sluice/run"
 )
 
 func init() {
@@ -182,14 +183,14 @@ func registerDemoFlow(app *sluice.App, f demoFlow, prog *demoProgress) error {
 		ID   string `json:"id"`
 		Text string `json:"text"`
 	}
-	return sluice.Register(app, sluice.FunctionConfig{
+	return sluice.Register(app, run.Function{
 		ID:      f.name,
 		Event:   f.event,
 		Retries: 5,
 		Flow:    f.name,
 		// Each job runs several articles at a time; the governor, not this
 		// limit, decides when their calls go.
-		Concurrency: []sluice.Concurrency{{Limit: 8}},
+		Concurrency: []run.Concurrency{{Limit: 8}},
 	}, func(ctx *sluice.Context, ev sluice.Event[article]) (string, error) {
 		resp, err := sluice.LLM(ctx, "llm", &llm.ChatRequest{
 			Model:     "sim-model",

@@ -22,6 +22,7 @@ import (
 
 	"github.com/sluice-dev/sluice"
 	"github.com/sluice-dev/sluice/llm"
+	"github.com/sluice-dev/sluice/run"
 )
 
 // Names of the pipeline's function and of the event that starts it.
@@ -50,7 +51,7 @@ type Config struct {
 	// Timeout bounds a run (default 10m).
 	Timeout time.Duration
 	// Retries is how many times a failing step is tried again (default 5;
-	// sluice.NoRetries for none). A provider that fails often needs more.
+	// run.NoRetries for none). A provider that fails often needs more.
 	Retries int
 }
 
@@ -74,13 +75,13 @@ func Register(app *sluice.App, cfg Config) error {
 	if fetch == nil {
 		fetch = madeUp
 	}
-	return sluice.Register(app, sluice.FunctionConfig{
+	return sluice.Register(app, run.Function{
 		ID:          FunctionID,
 		Event:       Event,
 		Retries:     cmp.Or(cfg.Retries, 5),
 		Timeout:     cmp.Or(cfg.Timeout, 10*time.Minute),
 		Idempotency: "event.data.documentId",
-		Concurrency: []sluice.Concurrency{{Limit: cmp.Or(cfg.Concurrency, DefaultConcurrency)}},
+		Concurrency: []run.Concurrency{{Limit: cmp.Or(cfg.Concurrency, DefaultConcurrency)}},
 		Flow:        "summaries",
 	}, func(ctx *sluice.Context, ev sluice.Event[Doc]) (Result, error) {
 		id := ev.Data.DocumentID

@@ -15,6 +15,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/internal/store/postgres"
 	"github.com/sluice-dev/sluice/internal/store/sqlite"
+	"github.com/sluice-dev/sluice/run"
 )
 
 func TestOpenDBRefuses(t *testing.T) {
@@ -54,7 +55,7 @@ func TestOneDatabaseAndFlushBeforeClose(t *testing.T) {
 		}
 		inStep := make(chan struct{})
 		var returned atomic.Bool
-		err = e.Register(&Function{ID: "hold", Event: "go", Handler: func(r *Run, ev Event) (any, error) {
+		err = e.Register(&Function{Function: run.Function{ID: "hold", Event: "go"}, Handler: func(r *Run, ev Event) (any, error) {
 			defer returned.Store(true)
 			return Step(r, "hold", func(ctx context.Context) (int, error) {
 				close(inStep)

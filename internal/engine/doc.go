@@ -12,7 +12,7 @@
 // Each attempt of a step is its own DBOS step, and the wait before the next
 // attempt is a durable DBOS sleep, so a retry-after of fifteen minutes
 // survives a restart and per-step attempt counts are visible in the run. The
-// error of a failed attempt is recorded as a *StepError, whose class survives
+// error of a failed attempt is recorded as a *run.StepError, whose class survives
 // replay: NonRetriable errors end the run at once, RetryAfter errors wait what
 // they say, other errors back off exponentially with jitter.
 package engine

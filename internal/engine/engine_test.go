@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/testenv"
+	"github.com/sluice-dev/sluice/run"
 )
 
 // newEngine opens an engine with fast polling and millisecond backoff.
@@ -40,7 +41,7 @@ func newEngine(t *testing.T, url string, fns ...*Function) *Engine {
 	return e
 }
 
-func send(t *testing.T, e *Engine, name, id string, data any) Sent {
+func send(t *testing.T, e *Engine, name, id string, data any) run.Sent {
 	t.Helper()
 	b, _ := json.Marshal(data)
 	s, err := e.Send(context.Background(), Event{Name: name, ID: id, Data: b})
@@ -53,11 +54,11 @@ func send(t *testing.T, e *Engine, name, id string, data any) Sent {
 	return s[0]
 }
 
-func wait(t *testing.T, e *Engine, id string) RunSummary {
+func wait(t *testing.T, e *Engine, id string) run.Summary {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := e.Wait(ctx, id)
+	s, _, err := e.Wait(ctx, id)
 	if err != nil {
 		t.Fatalf("wait for run %s: %v", id, err)
 	}
@@ -79,7 +80,7 @@ func TestStepsRetriesAndAttempts(t *testing.T) {
 	t.Parallel()
 	testenv.Databases(t, func(t *testing.T, url string) {
 		var fetches, flaky atomic.Int32
-		fn := &Function{ID: "pipeline", Event: "doc/uploaded", Retries: 3, Handler: func(r *Run, ev Event) (any, error) {
+		fn := &Function{Function: run.Function{ID: "pipeline", Event: "doc/uploaded", Retries: 3}, Handler: func(r *Run, ev Event) (any, error) {
 			text, err := Step(r, "fetch", func(context.Context) (string, error) {
 				fetches.Add(1)
 				return "hello", nil
@@ -97,14 +98,14 @@ func TestStepsRetriesAndAttempts(t *testing.T) {
 		}}
 		e := newEngine(t, url, fn)
 		s := send(t, e, "doc/uploaded", "ev1", map[string]string{"documentId": "d1"})
-		if got := wait(t, e, s.RunID); got.Status != StatusCompleted {
+		if got := wait(t, e, s.RunID); got.Status != run.Completed {
 			t.Fatalf("run status %s (%s), want completed", got.Status, got.Error)
 		}
 		d := detail(t, e, s.RunID)
 		if len(d.Steps) != 2 {
 			t.Fatalf("steps %+v, want fetch and flaky", d.Steps)
 		}
-		if st := d.Steps[1]; st.Name != "flaky" || st.Attempts != 3 || st.Status != StatusCompleted || len(st.FailedAttempts) != 2 ||
+		if st := d.Steps[1]; st.Name != "flaky" || st.Attempts != 3 || st.Status != "completed" || len(st.FailedAttempts) != 2 ||
 			st.FailedAttempts[0].Class != "retry" || st.FailedAttempts[1].Attempt != 2 {
 			t.Fatalf("flaky step %+v, want 3 attempts, 2 errors, completed", st)
 		}
@@ -126,7 +127,7 @@ func TestRetryClasses(t *testing.T) {
 			return v.(*atomic.Int32).Add(1)
 		}
 		mk := func(id string, body func(n int32) error) *Function {
-			return &Function{ID: id, Event: id, Retries: 2, Handler: func(r *Run, ev Event) (any, error) {
+			return &Function{Function: run.Function{ID: id, Event: id, Retries: 2}, Handler: func(r *Run, ev Event) (any, error) {
 				return Step(r, "call", func(context.Context) (int32, error) {
 					n := count(id)
 					return n, body(n)
@@ -145,13 +146,13 @@ func TestRetryClasses(t *testing.T) {
 		)
 		for _, tc := range []struct {
 			fn       string
-			status   string
+			status   run.State
 			attempts int
 			errPart  string
 		}{
-			{"fatal", StatusFailed, 1, "not retried"},
-			{"exhausted", StatusFailed, 3, "gave up after 3 attempts"},
-			{"after", StatusCompleted, 2, ""},
+			{"fatal", run.Failed, 1, "not retried"},
+			{"exhausted", run.Failed, 3, "gave up after 3 attempts"},
+			{"after", run.Completed, 2, ""},
 		} {
 			s := send(t, e, tc.fn, "x", nil)
 			got := wait(t, e, s.RunID)

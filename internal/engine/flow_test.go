@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"github.com/sluice-dev/sluice/internal/testenv"
+	"github.com/sluice-dev/sluice/run"
 	"io"
 	"log/slog"
 	"strings"
@@ -23,7 +24,7 @@ func TestIdempotencyAndDedup(t *testing.T) {
 	t.Parallel()
 	testenv.Databases(t, func(t *testing.T, url string) {
 		e := newEngine(t, url,
-			&Function{ID: "keyed", Event: "doc", Idempotency: "event.data.documentId", Handler: echo},
+			&Function{Function: run.Function{ID: "keyed", Event: "doc", Idempotency: "event.data.documentId"}, Handler: echo},
 		)
 		a := send(t, e, "doc", "e1", map[string]string{"documentId": "d1"})
 		b := send(t, e, "doc", "e2", map[string]string{"documentId": "d1"}) // same key, new event
@@ -43,7 +44,7 @@ func TestIdempotencyAndDedup(t *testing.T) {
 func TestEventIDDeduplicates(t *testing.T) {
 	t.Parallel()
 	testenv.Databases(t, func(t *testing.T, url string) {
-		e := newEngine(t, url, &Function{ID: "f", Event: "ping", Handler: echo})
+		e := newEngine(t, url, &Function{Function: run.Function{ID: "f", Event: "ping"}, Handler: echo})
 		a := send(t, e, "ping", "same", nil)
 		b := send(t, e, "ping", "same", nil)
 		if a.RunID != b.RunID || b.Status != "existing" {
@@ -58,7 +59,7 @@ func TestEventIDDeduplicates(t *testing.T) {
 func TestRateLimitDropsExcess(t *testing.T) {
 	t.Parallel()
 	testenv.Databases(t, func(t *testing.T, url string) {
-		e := newEngine(t, url, &Function{ID: "rl", Event: "hit", RateLimit: &RateLimit{Limit: 2, Period: time.Hour, Key: "user"}, Handler: echo})
+		e := newEngine(t, url, &Function{Function: run.Function{ID: "rl", Event: "hit", RateLimit: &run.RateLimit{Limit: 2, Period: time.Hour, Key: "user"}}, Handler: echo})
 		var got []string
 		for i, u := range []string{"a", "a", "a", "b"} {
 			got = append(got, send(t, e, "hit", string(rune('0'+i)), map[string]string{"user": u}).Status)
@@ -80,7 +81,7 @@ func TestConcurrencyLimit(t *testing.T) {
 	t.Parallel()
 	testenv.Databases(t, func(t *testing.T, url string) {
 		var active, most atomic.Int32
-		fn := &Function{ID: "one-at-a-time", Event: "go", Concurrency: []Concurrency{{Limit: 1}}, Handler: func(r *Run, ev Event) (any, error) {
+		fn := &Function{Function: run.Function{ID: "one-at-a-time", Event: "go", Concurrency: []run.Concurrency{{Limit: 1}}}, Handler: func(r *Run, ev Event) (any, error) {
 			return Step(r, "work", func(context.Context) (int32, error) {
 				n := active.Add(1)
 				defer active.Add(-1)
@@ -100,7 +101,7 @@ func TestConcurrencyLimit(t *testing.T) {
 			ids = append(ids, send(t, e, "go", id, nil).RunID)
 		}
 		for _, id := range ids {
-			if s := wait(t, e, id); s.Status != StatusCompleted {
+			if s := wait(t, e, id); s.Status != run.Completed {
 				t.Fatalf("run %s: %s", id, s.Status)
 			}
 		}
@@ -113,22 +114,22 @@ func TestConcurrencyLimit(t *testing.T) {
 func TestThrottleQueuesExcess(t *testing.T) {
 	t.Parallel()
 	testenv.Databases(t, func(t *testing.T, url string) {
-		e := newEngine(t, url, &Function{ID: "th", Event: "go", Throttle: &Throttle{Limit: 1, Period: time.Hour}, Handler: echo})
+		e := newEngine(t, url, &Function{Function: run.Function{ID: "th", Event: "go", Throttle: &run.Throttle{Limit: 1, Period: time.Hour}}, Handler: echo})
 		a := send(t, e, "go", "a", nil)
-		if s := wait(t, e, a.RunID); s.Status != StatusCompleted {
+		if s := wait(t, e, a.RunID); s.Status != run.Completed {
 			t.Fatalf("first run %s", s.Status)
 		}
 		b := send(t, e, "go", "b", nil)
 		// The throttle allows one start per hour: the second run is queued, not
 		// dropped, and stays queued; cancelling it works.
 		d := detail(t, e, b.RunID)
-		if d.Status != StatusQueued {
+		if d.Status != run.Queued {
 			t.Fatalf("second run %s, want queued", d.Status)
 		}
 		if err := e.Cancel(context.Background(), b.RunID); err != nil {
 			t.Fatal(err)
 		}
-		if d := detail(t, e, b.RunID); d.Status != StatusCancelled {
+		if d := detail(t, e, b.RunID); d.Status != run.Cancelled {
 			t.Fatalf("after cancel: %s", d.Status)
 		}
 	})
@@ -141,7 +142,7 @@ func TestPriorityOrdersQueuedRuns(t *testing.T) {
 		entered := make(chan string, 10)
 		var mu sync.Mutex
 		var order []string
-		fn := &Function{ID: "prio", Event: "go", Priority: "p", Concurrency: []Concurrency{{Limit: 1}}, Handler: func(r *Run, ev Event) (any, error) {
+		fn := &Function{Function: run.Function{ID: "prio", Event: "go", Priority: "p", Concurrency: []run.Concurrency{{Limit: 1}}}, Handler: func(r *Run, ev Event) (any, error) {
 			return Step(r, "work", func(context.Context) (bool, error) {
 				mu.Lock()
 				order = append(order, r.Event().ID)
@@ -178,11 +179,11 @@ func TestPriorityOrdersQueuedRuns(t *testing.T) {
 func TestTimeoutCancelsRun(t *testing.T) {
 	t.Parallel()
 	testenv.Databases(t, func(t *testing.T, url string) {
-		e := newEngine(t, url, &Function{ID: "slow", Event: "go", Timeout: 300 * time.Millisecond, Handler: func(r *Run, ev Event) (any, error) {
+		e := newEngine(t, url, &Function{Function: run.Function{ID: "slow", Event: "go", Timeout: 300 * time.Millisecond}, Handler: func(r *Run, ev Event) (any, error) {
 			return nil, Sleep(r, time.Hour)
 		}})
 		s := send(t, e, "go", "a", nil)
-		if got := wait(t, e, s.RunID); got.Status != StatusTimedOut || !strings.HasPrefix(got.Error, "run deadline of 300ms passed") {
+		if got := wait(t, e, s.RunID); got.Status != run.TimedOut || !strings.HasPrefix(got.Error, "run deadline of 300ms passed") {
 			t.Fatalf("status %s (%s), want timed_out by the deadline", got.Status, got.Error)
 		}
 	})
@@ -192,7 +193,7 @@ func TestCronTrigger(t *testing.T) {
 	t.Parallel()
 	testenv.Databases(t, func(t *testing.T, url string) {
 		ran := make(chan string, 1)
-		e := newEngine(t, url, &Function{ID: "nightly", Cron: "0 3 * * *", Handler: func(r *Run, ev Event) (any, error) {
+		e := newEngine(t, url, &Function{Function: run.Function{ID: "nightly", Cron: "0 3 * * *"}, Handler: func(r *Run, ev Event) (any, error) {
 			ran <- ev.Name
 			return nil, nil
 		}})
@@ -220,7 +221,7 @@ func TestRecoveryDoesNotRerunFinishedSteps(t *testing.T) {
 		var block atomic.Bool
 		block.Store(true)
 		mk := func() *Function {
-			return &Function{ID: "resume", Event: "go", Handler: func(r *Run, ev Event) (any, error) {
+			return &Function{Function: run.Function{ID: "resume", Event: "go"}, Handler: func(r *Run, ev Event) (any, error) {
 				if _, err := Step(r, "billed", func(context.Context) (int, error) { return int(first.Add(1)), nil }); err != nil {
 					return nil, err
 				}
@@ -251,7 +252,7 @@ func TestRecoveryDoesNotRerunFinishedSteps(t *testing.T) {
 		block.Store(false)
 
 		e2 := newEngine(t, url, mk())
-		if got := wait(t, e2, s.RunID); got.Status != StatusCompleted {
+		if got := wait(t, e2, s.RunID); got.Status != run.Completed {
 			t.Fatalf("resumed run %s: %s", got.Status, got.Error)
 		}
 		if first.Load() != 1 || second.Load() != 2 {
@@ -266,7 +267,7 @@ func TestRerunFromFailedStep(t *testing.T) {
 		var first atomic.Int32
 		var broken atomic.Bool
 		broken.Store(true)
-		e := newEngine(t, url, &Function{ID: "rr", Event: "go", Handler: func(r *Run, ev Event) (any, error) {
+		e := newEngine(t, url, &Function{Function: run.Function{ID: "rr", Event: "go"}, Handler: func(r *Run, ev Event) (any, error) {
 			if _, err := Step(r, "expensive", func(context.Context) (int, error) { return int(first.Add(1)), nil }); err != nil {
 				return nil, err
 			}
@@ -278,10 +279,10 @@ func TestRerunFromFailedStep(t *testing.T) {
 			})
 		}})
 		s := send(t, e, "go", "a", nil)
-		if got := wait(t, e, s.RunID); got.Status != StatusFailed {
+		if got := wait(t, e, s.RunID); got.Status != run.Failed {
 			t.Fatalf("status %s, want failed", got.Status)
 		}
-		failed, err := e.Runs(context.Background(), RunFilter{Function: "rr", Status: StatusFailed})
+		failed, err := e.Runs(context.Background(), RunFilter{Function: "rr", Status: run.Failed})
 		if err != nil || len(failed) != 1 || !contains(failed[0].Error, "target table missing") {
 			t.Fatalf("failed runs %+v (%v): want the one run, with its error", failed, err)
 		}
@@ -294,7 +295,7 @@ func TestRerunFromFailedStep(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := wait(t, e, id)
-		if got.Status != StatusCompleted || got.RerunOf != s.RunID {
+		if got.Status != run.Completed || got.RerunOf != s.RunID {
 			t.Fatalf("rerun %+v", got)
 		}
 		if first.Load() != 1 {
@@ -309,8 +310,8 @@ func TestRerunFromFailedStep(t *testing.T) {
 func TestTransactionStepWritesOnce(t *testing.T) {
 	t.Parallel()
 	testenv.Databases(t, func(t *testing.T, url string) {
-		e := newEngine(t, url, &Function{ID: "tx", Event: "go", Handler: func(r *Run, ev Event) (any, error) {
-			return Transaction(r, "save", func(ctx context.Context, tx Tx) (int64, error) {
+		e := newEngine(t, url, &Function{Function: run.Function{ID: "tx", Event: "go"}, Handler: func(r *Run, ev Event) (any, error) {
+			return Transaction(r, "save", func(ctx context.Context, tx dbos.Tx) (int64, error) {
 				if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS t_saves (k TEXT PRIMARY KEY, n INTEGER NOT NULL)`); err != nil {
 					return 0, err
 				}
@@ -322,7 +323,7 @@ func TestTransactionStepWritesOnce(t *testing.T) {
 			})
 		}})
 		s := send(t, e, "go", "a", nil)
-		if got := wait(t, e, s.RunID); got.Status != StatusCompleted {
+		if got := wait(t, e, s.RunID); got.Status != run.Completed {
 			t.Fatalf("status %s: %s", got.Status, got.Error)
 		}
 		var n int
@@ -340,14 +341,14 @@ func TestRegisterValidates(t *testing.T) {
 		fn   Function
 		want string
 	}{
-		{"no trigger", Function{ID: "a", Handler: h}, "needs a trigger"},
-		{"bad id", Function{ID: " a", Event: "e", Handler: h}, "function id"},
-		{"no handler", Function{ID: "a", Event: "e"}, "handler is nil"},
-		{"negative retries", Function{ID: "a", Event: "e", Retries: -1, Handler: h}, "negative"},
-		{"zero concurrency", Function{ID: "a", Event: "e", Concurrency: []Concurrency{{}}, Handler: h}, "concurrency[0].limit"},
-		{"two keys", Function{ID: "a", Event: "e", Concurrency: []Concurrency{{Limit: 1, Key: "x"}, {Limit: 2, Key: "y", PerWorker: true}}, Handler: h}, "one key per function"},
-		{"throttle period", Function{ID: "a", Event: "e", Throttle: &Throttle{Limit: 1}, Handler: h}, "throttle"},
-		{"rate limit", Function{ID: "a", Event: "e", RateLimit: &RateLimit{Period: time.Second}, Handler: h}, "rate limit"},
+		{"no trigger", Function{Function: run.Function{ID: "a"}, Handler: h}, "needs a trigger"},
+		{"bad id", Function{Function: run.Function{ID: " a", Event: "e"}, Handler: h}, "function id"},
+		{"no handler", Function{Function: run.Function{ID: "a", Event: "e"}}, "handler is nil"},
+		{"negative retries", Function{Function: run.Function{ID: "a", Event: "e", Retries: -2}, Handler: h}, "want ≥ 0, or run.NoRetries"},
+		{"zero concurrency", Function{Function: run.Function{ID: "a", Event: "e", Concurrency: []run.Concurrency{{}}}, Handler: h}, "concurrency[0].limit"},
+		{"two keys", Function{Function: run.Function{ID: "a", Event: "e", Concurrency: []run.Concurrency{{Limit: 1, Key: "x"}, {Limit: 2, Key: "y", PerWorker: true}}}, Handler: h}, "one key per function"},
+		{"throttle period", Function{Function: run.Function{ID: "a", Event: "e", Throttle: &run.Throttle{Limit: 1}}, Handler: h}, "throttle"},
+		{"rate limit", Function{Function: run.Function{ID: "a", Event: "e", RateLimit: &run.RateLimit{Period: time.Second}}, Handler: h}, "rate limit"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.fn.validate()

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
+
+	"github.com/sluice-dev/sluice/run"
 )
 
 // cronWorkflow is the DBOS workflow every cron schedule fires; it starts the
@@ -32,49 +34,18 @@ type Event struct {
 // Handler is a function's body. Its result is stored as the run's output.
 type Handler func(r *Run, ev Event) (any, error)
 
-// Concurrency bounds the runs of a function executing at once.
-type Concurrency struct {
-	Limit     int    // at most this many at once
-	Key       string // optional event field (e.g. "data.tenantId"): the limit holds per value
-	PerWorker bool   // the limit holds in each process instead of across all
-}
-
-// Throttle bounds how many runs start per period; excess runs wait in the queue.
-type Throttle struct {
-	Limit  int
-	Period time.Duration
-	Key    string // optional event field: the throttle holds per value
-}
-
-// RateLimit bounds how many events start a run per period; excess events are
-// dropped and recorded as dropped.
-type RateLimit struct {
-	Limit  int
-	Period time.Duration
-	Key    string // optional event field: the limit holds per value
-}
-
-// Function is a registered function: its settings and its handler.
+// Function is a registered function: its configuration and its handler.
 type Function struct {
-	ID          string
-	Event       string        // trigger: runs for each event of this name
-	Cron        string        // trigger: runs on this cron schedule (5 or 6 fields)
-	Retries     int           // retries of a failing step after its first attempt
-	Timeout     time.Duration // of a whole run, from its start; 0 = none
-	Idempotency string        // event field whose value names the run: one run per value
-	Concurrency []Concurrency
-	Throttle    *Throttle
-	RateLimit   *RateLimit
-	Priority    string // event field holding an integer; higher starts sooner
-	Flow        string // the governor flow its LLM steps draw on (default: the ID)
-	Handler     Handler
+	run.Function
+	Handler Handler
 	// Decode, if set, checks an event's data (a JSON object) against the
 	// function's event type; Send refuses an event it fails on, so a
 	// malformed event is refused before a run exists instead of failing one.
 	Decode func(data json.RawMessage) error
 
-	e     *Engine
-	queue dbos.Queue
+	e       *Engine
+	queue   dbos.Queue
+	retries int // Retries resolved: 0 is 3, run.NoRetries is 0
 }
 
 // ConfigName makes each function its own DBOS registration.
@@ -113,8 +84,8 @@ func (f *Function) validate() error {
 	if f.Handler == nil {
 		return fmt.Errorf("function %s: handler is nil", f.ID)
 	}
-	if f.Retries < 0 {
-		return fmt.Errorf("function %s: retries %d is negative", f.ID, f.Retries)
+	if f.Retries < run.NoRetries {
+		return fmt.Errorf("function %s: retries %d: want ≥ 0, or run.NoRetries for none", f.ID, f.Retries)
 	}
 	if f.Timeout < 0 {
 		return fmt.Errorf("function %s: timeout %s is negative", f.ID, f.Timeout)
@@ -206,6 +177,12 @@ func (e *Engine) Register(f *Function) error {
 	if f.Flow == "" {
 		f.Flow = f.ID
 	}
+	switch f.retries = f.Retries; f.Retries {
+	case 0:
+		f.retries = 3
+	case run.NoRetries:
+		f.retries = 0
+	}
 	f.e = e
 	dbos.RegisterWorkflow(e.dctx, f.workflow, dbos.WithInstance(f), dbos.WithWorkflowName(f.ID))
 	e.fns[f.ID] = f
@@ -274,20 +251,12 @@ func (e *Engine) cronTick(ctx dbos.Context, in dbos.ScheduledWorkflowInput) (str
 	return ref.RunID, err
 }
 
-// Sent says what an event did to one function.
-type Sent struct {
-	Function string `json:"function"`
-	RunID    string `json:"run_id"`
-	Status   string `json:"status"`           // "queued", "existing" (deduplicated) or "dropped"
-	Reason   string `json:"reason,omitempty"` // why it was dropped
-}
-
 // ErrNoFunction is returned by Send when no function listens to the event.
 var ErrNoFunction = errors.New("no function is triggered by this event")
 
 // Send starts a run of every function the event triggers. An event with an
 // ID already seen (or an idempotency key already used) starts nothing new.
-func (e *Engine) Send(ctx context.Context, ev Event) ([]Sent, error) {
+func (e *Engine) Send(ctx context.Context, ev Event) ([]run.Sent, error) {
 	if err := CheckEvent(ev); err != nil {
 		return nil, err
 	}
@@ -319,7 +288,7 @@ func (e *Engine) Send(ctx context.Context, ev Event) ([]Sent, error) {
 	if ctx != nil {
 		dctx = dbos.WithoutCancel(e.dctx) // the enqueue must not be torn by a client hanging up
 	}
-	out := make([]Sent, 0, len(fns))
+	out := make([]run.Sent, 0, len(fns))
 	for _, f := range fns {
 		s, err := e.start(dctx, f, d)
 		if err != nil {
@@ -342,9 +311,9 @@ func (f *Function) runID(ev eventData) string {
 }
 
 // start enqueues one run of f for ev (or finds the run that already exists).
-func (e *Engine) start(ctx dbos.Context, f *Function, ev eventData) (Sent, error) {
+func (e *Engine) start(ctx dbos.Context, f *Function, ev eventData) (run.Sent, error) {
 	id := f.runID(ev)
-	s := Sent{Function: f.ID, RunID: id}
+	s := run.Sent{Function: f.ID, RunID: id}
 	if f.RateLimit != nil {
 		// Only a new run may take a slot of the rate limit: look first.
 		existing, err := dbos.ListWorkflows(ctx, dbos.WithFilterWorkflowIDs(id), dbos.WithFilterLoadInput(false), dbos.WithFilterLoadOutput(false))

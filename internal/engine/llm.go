@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/llm"
+	"github.com/sluice-dev/sluice/run"
 )
 
 // Provider is one provider key: its client, the governor that owns its
@@ -46,7 +47,7 @@ func LLM(r *Run, name string, p *Provider, req *llm.ChatRequest, t llm.Timeouts)
 }
 
 // Call makes one governed call: it waits up to MaxInlineWait for quota, and
-// reports a longer wait as an error classed Quota carrying the governor's
+// reports a longer wait as an error classed run.QuotaWait carrying the governor's
 // estimate, so the step sleeps durably and tries again.
 func (p *Provider) Call(ctx context.Context, flow string, req *llm.ChatRequest) (*llm.ChatResponse, error) {
 	now := p.Now
@@ -91,7 +92,7 @@ func (p *Provider) Call(ctx context.Context, flow string, req *llm.ChatRequest) 
 // request that can never fit, an exhausted quota and other 4xx are fatal; a
 // rate limit waits what the provider said; overload, 5xx, timeouts and
 // resets back off.
-func ClassifyLLM(err error) (Class, time.Duration, bool) {
+func ClassifyLLM(err error) (run.Class, time.Duration, bool) {
 	var (
 		gtl *governor.TooLargeError
 		tl  *llm.TooLargeError
@@ -103,24 +104,24 @@ func ClassifyLLM(err error) (Class, time.Duration, bool) {
 	)
 	switch {
 	case errors.As(err, &gtl), errors.As(err, &tl), errors.As(err, &q), errors.Is(err, llm.ErrNoMaxTokens):
-		return Fatal, 0, true
+		return run.Fatal, 0, true
 	case errors.As(err, &rl):
 		if rl.RetryAfter > 0 {
-			return Wait, rl.RetryAfter, true
+			return run.RetryAfter, rl.RetryAfter, true
 		}
-		return Retry, 0, true
+		return run.Retry, 0, true
 	case errors.As(err, &ov):
 		if ov.RetryAfter > 0 {
-			return Wait, ov.RetryAfter, true
+			return run.RetryAfter, ov.RetryAfter, true
 		}
-		return Retry, 0, true
+		return run.Retry, 0, true
 	case errors.As(err, &st):
 		if llm.Retryable(err) {
-			return Retry, 0, true
+			return run.Retry, 0, true
 		}
-		return Fatal, 0, true
+		return run.Fatal, 0, true
 	case errors.As(err, &tr):
-		return Retry, 0, true
+		return run.Retry, 0, true
 	}
 	return 0, 0, false
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/testenv"
+	"github.com/sluice-dev/sluice/run"
 )
 
 // stepKey names one step of one run.
@@ -131,7 +132,7 @@ func TestLoadNoStepRunsTwiceAtOnce(t *testing.T) {
 			testenv.Databases(t, func(t *testing.T, url string) {
 				x := newExecutions(runs)
 				fn := func() *Function {
-					return &Function{ID: "load", Event: "load/go", Concurrency: []Concurrency{{Limit: concurrency}}, Handler: func(r *Run, ev Event) (any, error) {
+					return &Function{Function: run.Function{ID: "load", Event: "load/go", Concurrency: []run.Concurrency{{Limit: concurrency}}}, Handler: func(r *Run, ev Event) (any, error) {
 						for i, s := range []string{"fetch", "call", "save"} {
 							if _, err := Step(r, s, x.body(r.ID(), s, i == 2)); err != nil {
 								return nil, err
@@ -203,11 +204,11 @@ func TestLoadNoStepRunsTwiceAtOnce(t *testing.T) {
 				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 				defer cancel()
 				for _, id := range ids {
-					s, err := e.Wait(ctx, id)
+					s, _, err := e.Wait(ctx, id)
 					if err != nil {
 						t.Fatalf("wait for run %s: %v", id, err)
 					}
-					if s.Status != StatusCompleted {
+					if s.Status != run.Completed {
 						t.Errorf("run %s is %s (%s), want completed", id, s.Status, s.Error)
 					}
 				}

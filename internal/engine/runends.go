@@ -8,18 +8,16 @@ import (
 	"time"
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
-)
 
-// StatusTimedOut is the status of a run its function's Timeout stopped.
-// DBOS records it as cancelled; sluice tells the two apart by the run's
-// deadline and keeps why in sluice_run_ends.
-const StatusTimedOut = "timed_out"
+	"github.com/sluice-dev/sluice/run"
+)
 
 // runEnd is why a run ended without finishing, as sluice_run_ends keeps it.
 type runEnd struct {
-	status, reason, step string
-	attempt              int
-	started              time.Time // zero: not known, or never started
+	status       run.State
+	reason, step string
+	attempt      int
+	started      time.Time // zero: not known, or never started
 }
 
 // noteEnd records why a run stopped when its handler returns because the
@@ -34,9 +32,9 @@ func (e *Engine) noteEnd(r *Run) {
 	var end runEnd
 	switch {
 	case errors.Is(cause, context.DeadlineExceeded):
-		end = runEnd{status: StatusTimedOut, reason: fmt.Sprintf("run deadline of %s passed", r.fn.Timeout)}
+		end = runEnd{status: run.TimedOut, reason: fmt.Sprintf("run deadline of %s passed", r.fn.Timeout)}
 	case errors.Is(cause, context.Canceled):
-		end = runEnd{status: StatusCancelled, reason: "cancelled"}
+		end = runEnd{status: run.Cancelled, reason: "cancelled"}
 	default:
 		return // DBOS is shutting down
 	}
@@ -75,7 +73,7 @@ func (e *Engine) noteEnd(r *Run) {
 func (e *Engine) noteCancel(ctx context.Context, id string, started time.Time) error {
 	_, err := e.db.exec(ctx, `INSERT INTO sluice_run_ends (run_id, status, reason, step, attempt, started_at, ended_at)
 		VALUES ($1, $2, $3, '', 0, $4, $5) ON CONFLICT (run_id) DO NOTHING`,
-		id, StatusCancelled, "cancelled on request", unixMilli(started), e.cfg.Now().UnixMilli())
+		id, run.Cancelled, "cancelled on request", unixMilli(started), e.cfg.Now().UnixMilli())
 	if err != nil {
 		return fmt.Errorf("record the cancel of run %s: %w", id, err)
 	}
@@ -131,8 +129,8 @@ func timedOut(w dbos.WorkflowStatus) bool {
 }
 
 // explainEnd is explainEnds for one run.
-func (e *Engine) explainEnd(ctx context.Context, s RunSummary) (RunSummary, error) {
-	one := []RunSummary{s}
+func (e *Engine) explainEnd(ctx context.Context, s run.Summary) (run.Summary, error) {
+	one := []run.Summary{s}
 	err := e.explainEnds(ctx, one)
 	return one[0], err
 }
@@ -140,10 +138,10 @@ func (e *Engine) explainEnd(ctx context.Context, s RunSummary) (RunSummary, erro
 // explainEnds fills the error and step of the cancelled and timed-out runs
 // among out from their records; a run the deadline stopped while no process
 // ran it has no record and says only that.
-func (e *Engine) explainEnds(ctx context.Context, out []RunSummary) error {
+func (e *Engine) explainEnds(ctx context.Context, out []run.Summary) error {
 	var ids []string
 	for _, s := range out {
-		if s.Status == StatusCancelled || s.Status == StatusTimedOut {
+		if s.Status == run.Cancelled || s.Status == run.TimedOut {
 			ids = append(ids, s.ID)
 		}
 	}
@@ -156,24 +154,13 @@ func (e *Engine) explainEnds(ctx context.Context, out []RunSummary) error {
 	}
 	for i := range out {
 		s := &out[i]
-		if s.Status != StatusCancelled && s.Status != StatusTimedOut {
+		if s.Status != run.Cancelled && s.Status != run.TimedOut {
 			continue
-		}
-		// DBOS clears a cancelled run's start time.
-		if s.StartedAt.IsZero() && s.Status == StatusTimedOut && !s.deadline.IsZero() {
-			s.StartedAt = s.deadline.Add(-s.timeout).UTC()
 		}
 		if end, ok := ends[s.ID]; ok {
 			s.Error, s.Step = end.reason, end.step
 			if s.StartedAt.IsZero() {
 				s.StartedAt = end.started
-			}
-			continue
-		}
-		if s.Status == StatusTimedOut {
-			s.Error = fmt.Sprintf("run deadline of %s passed", s.timeout)
-			if s.StartedAt.IsZero() {
-				s.Error += " before the run started"
 			}
 		}
 	}

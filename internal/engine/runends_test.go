@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/testenv"
+	"github.com/sluice-dev/sluice/run"
 )
 
 // A run its deadline stops ends timed_out, naming the deadline, the step it
@@ -20,7 +21,7 @@ func TestRunDeadlineEndsTimedOut(t *testing.T) {
 	t.Parallel()
 	testenv.Databases(t, func(t *testing.T, url string) {
 		started := make(chan string, 4)
-		fn := &Function{ID: "slow", Event: "slow/go", Retries: 5, Timeout: 4 * time.Second, Handler: func(r *Run, ev Event) (any, error) {
+		fn := &Function{Function: run.Function{ID: "slow", Event: "slow/go", Retries: 5, Timeout: 4 * time.Second}, Handler: func(r *Run, ev Event) (any, error) {
 			if _, err := Step(r, "quick", func(context.Context) (int, error) { return 1, nil }); err != nil {
 				return nil, err
 			}
@@ -33,7 +34,7 @@ func TestRunDeadlineEndsTimedOut(t *testing.T) {
 				return 0, ctx.Err()
 			})
 		}}
-		hold := &Function{ID: "hold", Event: "hold/go", Handler: func(r *Run, ev Event) (any, error) {
+		hold := &Function{Function: run.Function{ID: "hold", Event: "hold/go"}, Handler: func(r *Run, ev Event) (any, error) {
 			return Step(r, "wait", func(ctx context.Context) (int, error) {
 				started <- r.ID()
 				<-ctx.Done()
@@ -44,7 +45,7 @@ func TestRunDeadlineEndsTimedOut(t *testing.T) {
 
 		s := send(t, e, "slow/go", "e1", map[string]string{"x": "fail-first"})
 		got := wait(t, e, s.RunID)
-		if got.Status != StatusTimedOut || got.Step != "hang" || !strings.Contains(got.Error, "run deadline of 4s passed in step hang, attempt 2") ||
+		if got.Status != run.TimedOut || got.Step != "hang" || !strings.Contains(got.Error, "run deadline of 4s passed in step hang, attempt 2") ||
 			!strings.Contains(got.Error, "upstream reset the connection") {
 			t.Fatalf("run ended %s in step %q: %q; want timed_out in step hang, attempt 2, naming the last failure", got.Status, got.Step, got.Error)
 		}
@@ -52,7 +53,7 @@ func TestRunDeadlineEndsTimedOut(t *testing.T) {
 			t.Fatalf("timed-out run started %v ended %v: want both, 4s apart at least", got.StartedAt, got.EndedAt)
 		}
 		d := detail(t, e, s.RunID)
-		if d.Status != StatusTimedOut || d.Error != got.Error || d.Step != "hang" {
+		if d.Status != run.TimedOut || d.Error != got.Error || d.Step != "hang" {
 			t.Fatalf("detail %s %q %q, want what Wait said", d.Status, d.Step, d.Error)
 		}
 		if i := slices.IndexFunc(d.Steps, func(s StepView) bool { return s.Name == "hang" }); i < 0 || len(d.Steps[i].FailedAttempts) == 0 ||
@@ -68,14 +69,14 @@ func TestRunDeadlineEndsTimedOut(t *testing.T) {
 			t.Fatal(err)
 		}
 		cancelled := wait(t, e, c.RunID)
-		if cancelled.Status != StatusCancelled || !strings.Contains(cancelled.Error, "cancelled on request") {
+		if cancelled.Status != run.Cancelled || !strings.Contains(cancelled.Error, "cancelled on request") {
 			t.Fatalf("cancelled run: %s %q", cancelled.Status, cancelled.Error)
 		}
 		if err := e.Cancel(context.Background(), c.RunID); !errors.Is(err, ErrEnded) {
 			t.Fatalf("cancel of an ended run: %v, want ErrEnded", err)
 		}
 
-		for status, want := range map[string]string{StatusTimedOut: s.RunID, StatusCancelled: c.RunID} {
+		for status, want := range map[run.State]string{run.TimedOut: s.RunID, run.Cancelled: c.RunID} {
 			runs, err := e.Runs(context.Background(), RunFilter{Status: status})
 			if err != nil {
 				t.Fatal(err)

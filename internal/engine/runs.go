@@ -11,88 +11,53 @@ import (
 	"time"
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
+
+	"github.com/sluice-dev/sluice/run"
 )
 
-// Run statuses as sluice names them.
-const (
-	StatusQueued    = "queued"
-	StatusRunning   = "running"
-	StatusCompleted = "completed"
-	StatusFailed    = "failed"
-	StatusCancelled = "cancelled"
-)
-
-// ended reports whether a run with this status has ended.
-func ended(status string) bool {
-	switch status {
-	case StatusCompleted, StatusFailed, StatusCancelled, StatusTimedOut:
-		return true
-	}
-	return false
-}
-
-func statusOf(s dbos.WorkflowStatusType) string {
+func statusOf(s dbos.WorkflowStatusType) run.State {
 	switch s {
 	case dbos.WorkflowStatusEnqueued, dbos.WorkflowStatusDelayed:
-		return StatusQueued
+		return run.Queued
 	case dbos.WorkflowStatusPending:
-		return StatusRunning
+		return run.Running
 	case dbos.WorkflowStatusSuccess:
-		return StatusCompleted
+		return run.Completed
 	case dbos.WorkflowStatusCancelled:
-		return StatusCancelled
+		return run.Cancelled
 	default:
-		return StatusFailed
+		return run.Failed
 	}
 }
 
-func dbosStatuses(s string) ([]dbos.WorkflowStatusType, error) {
+func dbosStatuses(s run.State) ([]dbos.WorkflowStatusType, error) {
 	switch s {
 	case "":
 		return nil, nil
-	case StatusQueued:
+	case run.Queued:
 		return []dbos.WorkflowStatusType{dbos.WorkflowStatusEnqueued, dbos.WorkflowStatusDelayed}, nil
-	case StatusRunning:
+	case run.Running:
 		return []dbos.WorkflowStatusType{dbos.WorkflowStatusPending}, nil
-	case StatusCompleted:
+	case run.Completed:
 		return []dbos.WorkflowStatusType{dbos.WorkflowStatusSuccess}, nil
-	case StatusFailed:
+	case run.Failed:
 		return []dbos.WorkflowStatusType{dbos.WorkflowStatusError, dbos.WorkflowStatusMaxRecoveryAttemptsExceeded}, nil
-	case StatusCancelled, StatusTimedOut:
+	case run.Cancelled, run.TimedOut:
 		return []dbos.WorkflowStatusType{dbos.WorkflowStatusCancelled}, nil
 	}
-	return nil, invalid("status", "%s is not one of queued, running, completed, failed, cancelled, timed_out", quote(s))
+	return nil, invalid("status", "%s is not one of queued, running, completed, failed, cancelled, timed_out", quote(string(s)))
 }
 
 // RunFilter selects runs. Zero fields select everything.
 type RunFilter struct {
 	Function string
-	Status   string // queued, running, completed, failed, cancelled, timed_out
+	Status   run.State
 	Since    time.Time
 	Limit    int // default 100
 }
 
-// RunSummary is one run in a list.
-type RunSummary struct {
-	ID        string    `json:"id"`
-	Function  string    `json:"function"`
-	Status    string    `json:"status"`
-	CreatedAt time.Time `json:"created_at"`
-	StartedAt time.Time `json:"started_at,omitzero"`
-	EndedAt   time.Time `json:"ended_at,omitzero"`
-	// Error says why a run failed, timed out or was cancelled; Step names
-	// the step a timed-out or cancelled run was in.
-	Error      string `json:"error,omitempty"`
-	Step       string `json:"step,omitempty"`
-	RerunOf    string `json:"rerun_of,omitempty"`
-	Recoveries int    `json:"recoveries,omitempty"` // times the run was resumed after its process stopped
-
-	timeout  time.Duration // the run's deadline from its start, if any
-	deadline time.Time
-}
-
 // Runs lists runs, newest first.
-func (e *Engine) Runs(ctx context.Context, f RunFilter) ([]RunSummary, error) {
+func (e *Engine) Runs(ctx context.Context, f RunFilter) ([]run.Summary, error) {
 	statuses, err := dbosStatuses(f.Status)
 	if err != nil {
 		return nil, err
@@ -123,7 +88,7 @@ func (e *Engine) Runs(ctx context.Context, f RunFilter) ([]RunSummary, error) {
 	if !f.Since.IsZero() {
 		opts = append(opts, dbos.WithFilterCreatedAfter(f.Since))
 	}
-	out := make([]RunSummary, 0, limit)
+	out := make([]run.Summary, 0, limit)
 	var failed []string
 	// DBOS records both cancelled and timed-out runs as cancelled: asked
 	// for one of them, page on until limit runs of it are found.
@@ -137,12 +102,12 @@ func (e *Engine) Runs(ctx context.Context, f RunFilter) ([]RunSummary, error) {
 			if f.Status != "" && s.Status != f.Status || len(out) == limit {
 				continue
 			}
-			if s.Status == StatusFailed {
+			if s.Status == run.Failed {
 				failed = append(failed, s.ID)
 			}
 			out = append(out, s)
 		}
-		if len(ws) < limit || f.Status != StatusCancelled && f.Status != StatusTimedOut {
+		if len(ws) < limit || f.Status != run.Cancelled && f.Status != run.TimedOut {
 			break
 		}
 	}
@@ -169,31 +134,43 @@ func (e *Engine) Runs(ctx context.Context, f RunFilter) ([]RunSummary, error) {
 	return out, nil
 }
 
-func summary(w dbos.WorkflowStatus) RunSummary {
-	s := RunSummary{
+func summary(w dbos.WorkflowStatus) run.Summary {
+	s := run.Summary{
 		ID:        w.ID,
 		Function:  w.Name,
 		Status:    statusOf(w.Status),
 		CreatedAt: w.CreatedAt.UTC(),
 		StartedAt: w.StartedAt.UTC(),
 		RerunOf:   w.ForkedFrom,
-		timeout:   w.Timeout,
-		deadline:  w.Deadline,
-	}
-	if timedOut(w) {
-		s.Status = StatusTimedOut
-	}
-	if ended(s.Status) {
-		s.EndedAt = cmpTime(w.CompletedAt, w.UpdatedAt).UTC()
 	}
 	if w.Error != nil {
 		s.Error = w.Error.Error()
+	}
+	if timedOut(w) {
+		s.Status = run.TimedOut
+		// DBOS clears a cancelled run's start time; the deadline tells it.
+		// The run's record, if a process saw it stop, says more
+		// (explainEnds).
+		if s.StartedAt.IsZero() {
+			s.StartedAt = w.Deadline.Add(-w.Timeout).UTC()
+		}
+		s.Error = fmt.Sprintf("run deadline of %s passed", w.Timeout)
+	}
+	if s.Status.Ended() {
+		s.EndedAt = cmpTime(w.CompletedAt, w.UpdatedAt).UTC()
 	}
 	if w.Attempts > 1 {
 		s.Recoveries = w.Attempts - 1
 	}
 	return s
 }
+
+// A step's status in a StepView.
+const (
+	stepCompleted = "completed"
+	stepFailed    = "failed"
+	stepRetrying  = "retrying" // failed attempts so far; the next one will come
+)
 
 // StepView is one step of a run as the API shows it: all attempts of a
 // step are folded into one entry.
@@ -218,7 +195,7 @@ type StepView struct {
 // error's class made the engine do next.
 type FailedAttempt struct {
 	Attempt int    `json:"attempt"`
-	Class   string `json:"class"` // retry, fatal, retry_after or quota_wait (see Class)
+	Class   string `json:"class"` // retry, fatal, retry_after or quota_wait (see run.Class)
 	Error   string `json:"error"`
 	// RetryAfterMS is the wait the provider or the governor asked for
 	// (retry_after, quota_wait); a retry's backoff shows in waited_ms.
@@ -228,7 +205,7 @@ type FailedAttempt struct {
 
 // RunDetail is a run with its steps.
 type RunDetail struct {
-	RunSummary
+	run.Summary
 	Event  *Event          `json:"event,omitempty"`
 	Output json.RawMessage `json:"output,omitempty"`
 	Steps  []StepView      `json:"steps"`
@@ -255,7 +232,7 @@ func (e *Engine) RunDetail(ctx context.Context, id string, outputLimit int) (*Ru
 	if _, ok := e.function(w.Name); !ok {
 		return nil, fmt.Errorf("run %s: %w", id, ErrRunNotFound)
 	}
-	d := &RunDetail{RunSummary: summary(w)}
+	d := &RunDetail{Summary: summary(w)}
 	if in, ok := decodeInput(w.Input); ok {
 		d.Event = &in.Event
 	}
@@ -267,13 +244,13 @@ func (e *Engine) RunDetail(ctx context.Context, id string, outputLimit int) (*Ru
 		return nil, fmt.Errorf("get steps of run %s: %w", id, err)
 	}
 	d.Steps = foldSteps(steps, outputLimit, d.Status)
-	if d.RunSummary, err = e.explainEnd(ctx, d.RunSummary); err != nil {
+	if d.Summary, err = e.explainEnd(ctx, d.Summary); err != nil {
 		return nil, err
 	}
-	if (d.Status == StatusCancelled || d.Status == StatusTimedOut) && d.Step == "" {
+	if (d.Status == run.Cancelled || d.Status == run.TimedOut) && d.Step == "" {
 		// No process saw it stop: name the step whose attempts had not
 		// succeeded when it did, if any.
-		if n := len(d.Steps); n > 0 && d.Steps[n-1].Status != StatusCompleted {
+		if n := len(d.Steps); n > 0 && d.Steps[n-1].Status != stepCompleted {
 			d.Step = d.Steps[n-1].Name
 		}
 	}
@@ -333,7 +310,7 @@ func limitJSON(v any, limit int) (json.RawMessage, int, string) {
 
 // foldSteps groups DBOS's step rows — one per attempt, and a DBOS.sleep
 // between attempts — into one entry per sluice step.
-func foldSteps(rows []dbos.StepInfo, outputLimit int, runStatus string) []StepView {
+func foldSteps(rows []dbos.StepInfo, outputLimit int, runStatus run.State) []StepView {
 	var out []StepView
 	var pendingWait time.Duration
 	for i, s := range rows {
@@ -343,7 +320,7 @@ func foldSteps(rows []dbos.StepInfo, outputLimit int, runStatus string) []StepVi
 				pendingWait = s.CompletedAt.Sub(s.StartedAt)
 				continue
 			}
-			out = append(out, StepView{Name: "sleep", Kind: "sleep", Status: StatusCompleted, Attempts: 1, FirstStepID: s.StepID,
+			out = append(out, StepView{Name: "sleep", Kind: "sleep", Status: stepCompleted, Attempts: 1, FirstStepID: s.StepID,
 				StartedAt: s.StartedAt.UTC(), EndedAt: s.CompletedAt.UTC(), DurationMS: ms(s.CompletedAt.Sub(s.StartedAt))})
 			continue
 		}
@@ -361,31 +338,31 @@ func foldSteps(rows []dbos.StepInfo, outputLimit int, runStatus string) []StepVi
 		v.DurationMS = ms(v.EndedAt.Sub(v.StartedAt))
 		if s.Error != nil {
 			v.Error = s.Error.Error()
-			v.Status = StatusFailed
+			v.Status = stepFailed
 			fa := FailedAttempt{Attempt: v.Attempts, Class: "unknown", Error: v.Error, Final: true}
-			var se *StepError
+			var se *run.StepError
 			if errors.As(s.Error, &se) {
 				fa.Attempt, fa.Class, fa.Final = se.Attempt, se.Class.String(), se.Final
 				fa.Error = se.Message
-				if se.Class == Wait || se.Class == Quota {
+				if se.Class == run.RetryAfter || se.Class == run.QuotaWait {
 					fa.RetryAfterMS = ms(se.RetryAfter)
 				}
 				if !se.Final {
-					v.Status = "retrying"
+					v.Status = stepRetrying
 				}
 			}
 			v.FailedAttempts = append(v.FailedAttempts, fa)
 			v.Output = nil
 			continue
 		}
-		v.Error, v.Status = "", StatusCompleted
+		v.Error, v.Status = "", stepCompleted
 		if s.Output != nil {
 			v.Output, v.OutputBytes, v.OutputTruncated = limitJSON(s.Output, outputLimit)
 		}
 	}
 	for i := range out {
-		if out[i].Status == "retrying" && runStatus != StatusRunning && runStatus != StatusQueued {
-			out[i].Status = StatusFailed
+		if out[i].Status == stepRetrying && runStatus != run.Running && runStatus != run.Queued {
+			out[i].Status = stepFailed
 		}
 	}
 	return out
@@ -403,7 +380,7 @@ func (e *Engine) Cancel(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	if ended(d.Status) {
+	if d.Status.Ended() {
 		return fmt.Errorf("run %s is %s: %w", id, d.Status, ErrEnded)
 	}
 	if err := e.noteCancel(ctx, id, d.StartedAt); err != nil {
@@ -426,14 +403,14 @@ func (e *Engine) Rerun(ctx context.Context, id string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if d.Status != StatusFailed && d.Status != StatusCancelled && d.Status != StatusTimedOut {
+	if d.Status != run.Failed && d.Status != run.Cancelled && d.Status != run.TimedOut {
 		return "", fmt.Errorf("run %s is %s: %w", id, d.Status, ErrNotRerunnable)
 	}
 	fn, _ := e.function(d.Function)
 	// Fork copies the records of every DBOS step before start: begin at the
 	// first attempt of the first step that did not complete.
 	start := 0
-	if failed := slices.IndexFunc(d.Steps, func(s StepView) bool { return s.Status != StatusCompleted }); failed >= 0 {
+	if failed := slices.IndexFunc(d.Steps, func(s StepView) bool { return s.Status != stepCompleted }); failed >= 0 {
 		start = d.Steps[failed].FirstStepID
 	} else if n := len(d.Steps); n > 0 {
 		start = d.Steps[n-1].FirstStepID + d.Steps[n-1].Attempts
@@ -462,24 +439,30 @@ func (e *Engine) Dropped(ctx context.Context, function string, limit int) ([]Dro
 // waitPoll is how often Wait reads a run's status.
 const waitPoll = 20 * time.Millisecond
 
-// Wait blocks until the run ends and returns its status. Each check is one
-// read of the run's status row, which also holds what Wait returns.
-func (e *Engine) Wait(ctx context.Context, id string) (RunSummary, error) {
+// Wait blocks until the run ends and returns its status and its output
+// (JSON; nil unless it completed). Each check is one read of the run's
+// status row, which also holds what Wait returns.
+func (e *Engine) Wait(ctx context.Context, id string) (run.Summary, json.RawMessage, error) {
 	if err := CheckRunID(id); err != nil {
-		return RunSummary{}, err
+		return run.Summary{}, nil, err
 	}
 	c := e.client(ctx)
 	var timer *time.Timer
 	for {
 		ws, err := dbos.ListWorkflows(c, dbos.WithFilterWorkflowIDs(id), dbos.WithFilterLoadInput(false), dbos.WithFilterLoadOutput(true))
 		if err != nil {
-			return RunSummary{}, fmt.Errorf("run %s: %w", id, err)
+			return run.Summary{}, nil, fmt.Errorf("run %s: %w", id, err)
 		}
 		if len(ws) == 0 {
-			return RunSummary{}, fmt.Errorf("run %s: %w", id, ErrRunNotFound)
+			return run.Summary{}, nil, fmt.Errorf("run %s: %w", id, ErrRunNotFound)
 		}
-		if s := summary(ws[0]); ended(s.Status) {
-			return e.explainEnd(ctx, s)
+		if s := summary(ws[0]); s.Status.Ended() {
+			var out json.RawMessage
+			if ws[0].Output != nil {
+				out, _, _ = limitJSON(ws[0].Output, 0)
+			}
+			s, err := e.explainEnd(ctx, s)
+			return s, out, err
 		}
 		if timer == nil {
 			timer = time.NewTimer(waitPoll)
@@ -489,7 +472,7 @@ func (e *Engine) Wait(ctx context.Context, id string) (RunSummary, error) {
 		}
 		select {
 		case <-ctx.Done():
-			return RunSummary{}, ctx.Err()
+			return run.Summary{}, nil, ctx.Err()
 		case <-timer.C:
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
+
+	"github.com/sluice-dev/sluice/run"
 )
 
 // Run is one execution of a function, passed to its handler. It is a
@@ -59,13 +61,10 @@ func Step[R any](r *Run, name string, fn func(context.Context) (R, error)) (R, e
 	})
 }
 
-// Tx is the transaction a Transaction step runs in.
-type Tx = dbos.Tx
-
 // Transaction runs fn in a transaction on the engine's database, committed
 // together with the step's record: the writes happen exactly once, even if
 // the process dies right after them.
-func Transaction[R any](r *Run, name string, fn func(ctx context.Context, tx Tx) (R, error)) (R, error) {
+func Transaction[R any](r *Run, name string, fn func(ctx context.Context, tx dbos.Tx) (R, error)) (R, error) {
 	return retry(r, name, func(attempt int) (R, error) {
 		return dbos.RunAsTransaction(r.dctx, r.fn.e.ds, func(ctx context.Context, tx dbos.Tx) (R, error) {
 			v, err := fn(ctx, tx)
@@ -84,9 +83,9 @@ func Sleep(r *Run, d time.Duration) error {
 	return err
 }
 
-func (r *Run) attemptError(name string, attempt int, err error) *StepError {
+func (r *Run) attemptError(name string, attempt int, err error) *run.StepError {
 	c, d := classify(err, r.fn.e.classify)
-	return &StepError{Step: name, Attempt: attempt, Class: c, RetryAfter: d, Message: err.Error(), Retries: r.fn.Retries, cause: err}
+	return run.NewStepError(run.StepError{Step: name, Attempt: attempt, Class: c, RetryAfter: d, Retries: r.fn.retries}, err)
 }
 
 // retry calls once for attempt 1, 2, … until it succeeds, fails for good,
@@ -101,7 +100,7 @@ func retry[R any](r *Run, name string, once func(attempt int) (R, error)) (R, er
 			r.step, r.lastErr, r.done = "", "", name
 			return v, nil
 		}
-		var se *StepError
+		var se *run.StepError
 		if !errors.As(err, &se) {
 			return zero, err // cancelled, timed out, lost ownership: not a step failure
 		}
@@ -110,18 +109,18 @@ func retry[R any](r *Run, name string, once func(attempt int) (R, error)) (R, er
 		}
 		var wait time.Duration
 		switch se.Class {
-		case Fatal:
+		case run.Fatal:
 			se.Final = true
 			return zero, se
-		case Quota:
+		case run.QuotaWait:
 			wait = se.RetryAfter
 		default:
-			if attempt > r.fn.Retries {
+			if attempt > r.fn.retries {
 				se.Final = true
 				return zero, se
 			}
 			wait = se.RetryAfter
-			if se.Class == Retry || wait <= 0 {
+			if se.Class == run.Retry || wait <= 0 {
 				wait = r.fn.e.backoff(attempt)
 			}
 			attempt++

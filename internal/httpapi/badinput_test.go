@@ -17,6 +17,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/engine"
 	"github.com/sluice-dev/sluice/internal/httpapi"
 	"github.com/sluice-dev/sluice/internal/testenv"
+	"github.com/sluice-dev/sluice/run"
 )
 
 // badInput is what clients have sent that a database might answer in its
@@ -74,10 +75,7 @@ func TestBadInputSameOnBothDatabases(t *testing.T) {
 		type doc struct {
 			DocumentID string `json:"documentId"`
 		}
-		err = e.Register(&engine.Function{ID: "summarize", Event: "doc/uploaded", Idempotency: "documentId", Priority: "priority",
-			Concurrency: []engine.Concurrency{{Limit: 2, Key: "tenant"}},
-			Decode:      func(data json.RawMessage) error { var d doc; return json.Unmarshal(data, &d) },
-			Handler:     func(r *engine.Run, ev engine.Event) (any, error) { return "ok", nil }})
+		err = e.Register(&engine.Function{Function: run.Function{ID: "summarize", Event: "doc/uploaded", Idempotency: "documentId", Priority: "priority", Concurrency: []run.Concurrency{{Limit: 2, Key: "tenant"}}}, Decode: func(data json.RawMessage) error { var d doc; return json.Unmarshal(data, &d) }, Handler: func(r *engine.Run, ev engine.Event) (any, error) { return "ok", nil }})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -123,7 +121,7 @@ func TestBadInputSameOnBothDatabases(t *testing.T) {
 func TestInternalErrorHidesCause(t *testing.T) {
 	t.Parallel()
 	logs := &testenv.Buffer{}
-	fe := &fakeEngine{SendFunc: func(ev engine.Event) ([]engine.Sent, error) {
+	fe := &fakeEngine{SendFunc: func(ev engine.Event) ([]run.Sent, error) {
 		return nil, fmt.Errorf(`start run: ERROR: index row size 10264 exceeds btree version 4 maximum 2704 for index "workflow_status_pkey" (SQLSTATE 54000)`)
 	}}
 	h := httpapi.New(httpapi.Config{Engine: fe, Logger: slog.New(slog.NewTextHandler(logs, nil))})

@@ -11,17 +11,18 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/engine"
 	"github.com/sluice-dev/sluice/internal/httpapi"
+	"github.com/sluice-dev/sluice/run"
 )
 
 // fakeEngine records what the API passes on; its Func fields answer.
 type fakeEngine struct {
-	SendFunc func(ev engine.Event) ([]engine.Sent, error)
+	SendFunc func(ev engine.Event) ([]run.Sent, error)
 }
 
-func (f *fakeEngine) Send(_ context.Context, ev engine.Event) ([]engine.Sent, error) {
+func (f *fakeEngine) Send(_ context.Context, ev engine.Event) ([]run.Sent, error) {
 	return f.SendFunc(ev)
 }
-func (f *fakeEngine) Runs(context.Context, engine.RunFilter) ([]engine.RunSummary, error) {
+func (f *fakeEngine) Runs(context.Context, engine.RunFilter) ([]run.Summary, error) {
 	return nil, nil
 }
 func (f *fakeEngine) RunDetail(context.Context, string, int) (*engine.RunDetail, error) {
@@ -52,9 +53,9 @@ func FuzzPostEvent(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var got *engine.Event
-		fe := &fakeEngine{SendFunc: func(ev engine.Event) ([]engine.Sent, error) {
+		fe := &fakeEngine{SendFunc: func(ev engine.Event) ([]run.Sent, error) {
 			got = &ev
-			return []engine.Sent{{Function: "f", RunID: "f:" + ev.ID, Status: "started"}}, nil
+			return []run.Sent{{Function: "f", RunID: "f:" + ev.ID, Status: "started"}}, nil
 		}}
 		h := httpapi.New(httpapi.Config{Engine: fe, MaxEventBytes: 4096})
 		w := httptest.NewRecorder()
@@ -109,7 +110,7 @@ func TestEventBodyRefusals(t *testing.T) {
 		{"one object and white space", "{\"name\":\"a\"}\n\t ", 202, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			fe := &fakeEngine{SendFunc: func(ev engine.Event) ([]engine.Sent, error) { return nil, nil }}
+			fe := &fakeEngine{SendFunc: func(ev engine.Event) ([]run.Sent, error) { return nil, nil }}
 			w := httptest.NewRecorder()
 			httpapi.New(httpapi.Config{Engine: fe, MaxEventBytes: 4096}).ServeHTTP(w, httptest.NewRequest("POST", "/v1/events", bytes.NewReader([]byte(tc.body))))
 			if w.Code != tc.status || !bytes.Contains(w.Body.Bytes(), []byte(tc.want)) {

@@ -35,12 +35,13 @@ import (
 	"unicode/utf8"
 
 	"github.com/sluice-dev/sluice/internal/engine"
+	"github.com/sluice-dev/sluice/run"
 )
 
 // Engine is what the API needs of the engine.
 type Engine interface {
-	Send(ctx context.Context, ev engine.Event) ([]engine.Sent, error)
-	Runs(ctx context.Context, f engine.RunFilter) ([]engine.RunSummary, error)
+	Send(ctx context.Context, ev engine.Event) ([]run.Sent, error)
+	Runs(ctx context.Context, f engine.RunFilter) ([]run.Summary, error)
 	RunDetail(ctx context.Context, id string, outputLimit int) (*engine.RunDetail, error)
 	Cancel(ctx context.Context, id string) error
 	Rerun(ctx context.Context, id string) (string, error)
@@ -202,7 +203,7 @@ func (a *api) postEvent(w http.ResponseWriter, r *http.Request) error {
 
 func (a *api) listRuns(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
-	f := engine.RunFilter{Function: q.Get("function"), Status: q.Get("status")}
+	f := engine.RunFilter{Function: q.Get("function"), Status: run.State(q.Get("status"))}
 	if s := q.Get("since"); s != "" {
 		if t, err := time.Parse(time.RFC3339, s); err == nil {
 			f.Since = t
@@ -241,7 +242,7 @@ func (a *api) cancel(w http.ResponseWriter, r *http.Request) error {
 	if err := a.cfg.Engine.Cancel(r.Context(), id); err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"id": id, "status": engine.StatusCancelled})
+	writeJSON(w, http.StatusOK, map[string]any{"id": id, "status": run.Cancelled})
 	return nil
 }
 

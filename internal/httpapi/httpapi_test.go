@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/engine"
 	"github.com/sluice-dev/sluice/internal/httpapi"
 	"github.com/sluice-dev/sluice/internal/testenv"
+	"github.com/sluice-dev/sluice/run"
 )
 
 func setup(t *testing.T, dbURL, token string) (*httptest.Server, *engine.Engine) {
@@ -28,7 +29,7 @@ func setup(t *testing.T, dbURL, token string) (*httptest.Server, *engine.Engine)
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = e.Shutdown(5 * time.Second) })
-	err = e.Register(&engine.Function{ID: "greet", Event: "user/signup", Retries: 1, Handler: func(r *engine.Run, ev engine.Event) (any, error) {
+	err = e.Register(&engine.Function{Function: run.Function{ID: "greet", Event: "user/signup", Retries: 1}, Handler: func(r *engine.Run, ev engine.Event) (any, error) {
 		long, err := engine.Step(r, "long", func(context.Context) (string, error) { return strings.Repeat("x", 100), nil })
 		if err != nil {
 			return nil, err
@@ -82,28 +83,28 @@ func TestAPI(t *testing.T) {
 			}
 			srv, e := setup(t, url, "s3cret")
 
-			var sent struct{ Runs []engine.Sent }
+			var sent struct{ Runs []run.Sent }
 			if code := do(t, srv, "POST", "/v1/events", "s3cret", `{"name":"user/signup","id":"e1","data":{"user":"a"}}`, &sent); code != 202 || len(sent.Runs) != 1 {
 				t.Fatalf("post event: %d %+v", code, sent)
 			}
 			id := sent.Runs[0].RunID
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			if _, err := e.Wait(ctx, id); err != nil {
+			if _, _, err := e.Wait(ctx, id); err != nil {
 				t.Fatal(err)
 			}
-			var run engine.RunDetail
-			if code := do(t, srv, "GET", "/v1/runs/"+escape(id), "s3cret", "", &run); code != 200 {
+			var rd engine.RunDetail
+			if code := do(t, srv, "GET", "/v1/runs/"+escape(id), "s3cret", "", &rd); code != 200 {
 				t.Fatalf("get run: %d", code)
 			}
-			if run.Status != "completed" || len(run.Steps) != 2 || run.Steps[0].Attempts != 1 || run.Event == nil || run.Event.ID != "e1" {
-				t.Fatalf("run %+v", run)
+			if rd.Status != run.Completed || len(rd.Steps) != 2 || rd.Steps[0].Attempts != 1 || rd.Event == nil || rd.Event.ID != "e1" {
+				t.Fatalf("run %+v", rd)
 			}
-			if st := run.Steps[0]; st.OutputBytes != 102 || !strings.Contains(st.OutputTruncated, "output limit 10 bytes") {
+			if st := rd.Steps[0]; st.OutputBytes != 102 || !strings.Contains(st.OutputTruncated, "output limit 10 bytes") {
 				t.Fatalf("long output not cut with the limit named: %+v", st)
 			}
 
-			var list struct{ Runs []engine.RunSummary }
+			var list struct{ Runs []run.Summary }
 			if code := do(t, srv, "GET", "/v1/runs?function=greet&status=completed&since=1h", "s3cret", "", &list); code != 200 || len(list.Runs) != 1 {
 				t.Fatalf("list: %d %+v", code, list)
 			}
@@ -111,7 +112,7 @@ func TestAPI(t *testing.T) {
 			// A failed run can be re-run; a completed one cannot.
 			do(t, srv, "POST", "/v1/events", "s3cret", `{"name":"user/signup","id":"e2","data":{"mode":"fail"}}`, &sent)
 			failed := sent.Runs[0].RunID
-			if st, _ := e.Wait(ctx, failed); st.Status != "failed" {
+			if st, _, _ := e.Wait(ctx, failed); st.Status != run.Failed {
 				t.Fatalf("run %s: %s", failed, st.Status)
 			}
 			var rr map[string]string
