@@ -2,8 +2,6 @@ package engine
 
 import (
 	"context"
-	"fmt"
-	"github.com/sluice-dev/sluice/internal/testenv"
 	"io"
 	"log/slog"
 	"strings"
@@ -13,8 +11,7 @@ import (
 
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/store"
-	"github.com/sluice-dev/sluice/internal/store/postgres"
-	"github.com/sluice-dev/sluice/internal/store/sqlite"
+	"github.com/sluice-dev/sluice/internal/testenv"
 )
 
 func TestOpenDBRefuses(t *testing.T) {
@@ -29,9 +26,9 @@ func TestOpenDBRefuses(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			d, err := openDB(context.Background(), tc.url)
+			st, _, err := openDB(context.Background(), tc.url)
 			if err == nil {
-				d.close()
+				st.Close()
 				t.Fatalf("opened %q, want an error saying %q", tc.url, tc.want)
 			}
 			if !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "hunter2") {
@@ -101,19 +98,22 @@ func TestOneDatabaseAndFlushBeforeClose(t *testing.T) {
 		if strings.HasPrefix(url, "postgres") {
 			q = `SELECT count(*) FROM information_schema.tables WHERE (table_schema = 'dbos' AND table_name = 'dbos_migrations') OR table_name IN ('sluice_rate_counts', 'sluice_migrations')`
 		}
-		if err := queryOne(st, q, &n); err != nil || n != 3 {
+		if err := queryRow(t, st, q).Scan(&n); err != nil || n != 3 {
 			t.Fatalf("%d of DBOS's, the engine's and the store's tables in one database (%v), want 3", n, err)
 		}
 	})
 }
 
-// queryOne scans one row of q on the store's own handle.
-func queryOne(st store.Store, q string, dest ...any) error {
-	switch s := st.(type) {
-	case *sqlite.Store:
-		return s.DB().QueryRow(q).Scan(dest...)
-	case *postgres.Store:
-		return s.Pool().QueryRow(context.Background(), q).Scan(dest...)
+// queryRow runs q on the store's own handle, with $N placeholders, which
+// both databases accept.
+func queryRow(t *testing.T, st store.Store, q string, args ...any) interface{ Scan(dest ...any) error } {
+	t.Helper()
+	h, err := st.Handle()
+	if err != nil {
+		t.Fatal(err)
 	}
-	return fmt.Errorf("no handle in %T", st)
+	if h.Postgres != nil {
+		return h.Postgres.QueryRow(context.Background(), q, args...)
+	}
+	return h.SQLite.QueryRow(q, args...)
 }

@@ -326,7 +326,7 @@ func TestTransactionStepWritesOnce(t *testing.T) {
 			t.Fatalf("status %s: %s", got.Status, got.Error)
 		}
 		var n int
-		if err := e.db.queryRow(context.Background(), `SELECT n FROM t_saves WHERE k = $1`, "a").Scan(&n); err != nil || n != 1 {
+		if err := queryRow(t, e.Store(), `SELECT n FROM t_saves WHERE k = $1`, "a").Scan(&n); err != nil || n != 1 {
 			t.Fatalf("saved %d times (%v), want 1", n, err)
 		}
 	})
