@@ -17,12 +17,19 @@ import (
 	"github.com/sluice-dev/sluice/internal/store"
 )
 
-// Config configures an Engine. The zero value runs on ./sluice.db.
+// Config configures an Engine. Store is required; every other field's zero
+// value is its default.
 type Config struct {
-	// DatabaseURL names the database sluice's store, the engine's tables
-	// and DBOS share through one handle: "sqlite:PATH" or a path ending in
-	// .db, .sqlite or .sqlite3 (default "sluice.db"), or "postgres://…".
-	DatabaseURL string
+	// Store is the opened store the engine runs on: DBOS keeps its tables
+	// in the store's database through the store's own handle
+	// (store.Store.Handle), and the engine keeps its rate-limit counts,
+	// dropped events and run ends in the store.
+	//
+	// The caller opened the store and closes it, after Shutdown (or when
+	// New fails). DBOS closes the handle when the engine shuts down, so the
+	// store is not usable after Shutdown (BeforeClose functions are its last
+	// users) and its Close then only marks it closed.
+	Store store.Store
 	// AppName names the application in DBOS's tables (default "sluice").
 	AppName string
 	// AppVersion pins the DBOS application version. DBOS recovers only runs
@@ -49,7 +56,6 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	c.DatabaseURL = cmp.Or(c.DatabaseURL, "sluice.db")
 	c.AppName = cmp.Or(c.AppName, "sluice")
 	c.PollInterval = cmp.Or(c.PollInterval, 100*time.Millisecond)
 	c.RetryBase = cmp.Or(c.RetryBase, time.Second)
@@ -90,14 +96,18 @@ type Engine struct {
 	stopOnce sync.Once
 }
 
-// New opens the database, creates the engine's tables and a DBOS context on
-// the same handle. Functions are registered before Launch.
+// New creates a DBOS context on the store's handle. Functions are
+// registered before Launch.
 func New(ctx context.Context, cfg Config) (*Engine, error) {
 	cfg = cfg.withDefaults()
+	if cfg.Store == nil {
+		return nil, errors.New("engine config: no store")
+	}
 	if cfg.PollInterval < 0 || cfg.RetryBase < 0 || cfg.RetryMax < cfg.RetryBase {
 		return nil, fmt.Errorf("engine config: poll interval and retry bounds must be positive and RetryMax ≥ RetryBase")
 	}
-	st, h, err := openDB(ctx, cfg.DatabaseURL)
+	st := cfg.Store
+	h, err := st.Handle()
 	if err != nil {
 		return nil, err
 	}
@@ -111,7 +121,6 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	}
 	dctx, err := dbos.NewContext(ctx, dcfg)
 	if err != nil {
-		st.Close()
 		return nil, fmt.Errorf("start DBOS on %s: %w", st, err)
 	}
 	var ds *dbos.DataSource
@@ -122,7 +131,6 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	}
 	if err != nil {
 		_ = dbos.Shutdown(dctx, time.Second)
-		st.Close()
 		return nil, fmt.Errorf("open transaction data source: %w", err)
 	}
 	e := &Engine{
@@ -204,8 +212,8 @@ func (e *Engine) Launch(ctx context.Context) error {
 	return nil
 }
 
-// Store is sluice's store on the engine's database, sharing its handle.
-// It is usable until Shutdown returns.
+// Store is the store the engine runs on (Config.Store). It is usable until
+// Shutdown returns.
 func (e *Engine) Store() store.Store { return e.st }
 
 // BeforeClose adds fn to what Shutdown runs once no run executes any more,
@@ -267,9 +275,10 @@ func (e *Engine) runBeforeClose() {
 
 // Shutdown stops running runs at their next step boundary (they resume at
 // the next Launch), runs the BeforeClose functions once no run executes, and
-// closes the database. The executor lock is released once no run executes:
-// if a run outlives the timeout, a new engine with the same executor ID can
-// launch only after that run has returned. Safe to call twice.
+// stops DBOS, which closes the store's handle. The executor lock is released
+// once no run executes: if a run outlives the timeout, a new engine with the
+// same executor ID can launch only after that run has returned. Safe to call
+// twice.
 func (e *Engine) Shutdown(timeout time.Duration) error {
 	var err error
 	e.stopOnce.Do(func() {
@@ -280,9 +289,9 @@ func (e *Engine) Shutdown(timeout time.Duration) error {
 		if idle {
 			e.runBeforeClose()
 		}
-		// DBOS closes the shared handle: nothing may use the store after it.
+		// DBOS closes the shared handle: nothing may use the store after
+		// it. The caller, who opened the store, closes it.
 		err = dbos.Shutdown(e.dctx, timeout)
-		_ = e.st.Close() // a no-op by now but for marking the store closed
 		e.activeMu.Lock()
 		e.stopped = true
 		unlock := e.takeUnlock()

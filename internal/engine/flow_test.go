@@ -235,7 +235,7 @@ func TestRecoveryDoesNotRerunFinishedSteps(t *testing.T) {
 				})
 			}}
 		}
-		e1, err := New(context.Background(), Config{DatabaseURL: url, PollInterval: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		e1, err := New(context.Background(), Config{Store: testenv.OpenStore(t, url), PollInterval: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if err != nil {
 			t.Fatal(err)
 		}
