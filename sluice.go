@@ -11,8 +11,13 @@ import (
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/engine"
 	"github.com/sluice-dev/sluice/internal/quota"
+	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/llm"
 	"github.com/sluice-dev/sluice/run"
+
+	// The databases Config.DatabaseURL may name.
+	_ "github.com/sluice-dev/sluice/internal/store/postgres"
+	_ "github.com/sluice-dev/sluice/internal/store/sqlite"
 )
 
 // App is a set of functions, the database their runs live in, and the
@@ -20,6 +25,7 @@ import (
 // then Start. Safe for concurrent use once started.
 type App struct {
 	cfg       Config
+	st        store.Store // opened by New, closed by Stop after the engine
 	e         *engine.Engine
 	providers map[string]*engine.Provider
 	quotas    []*quota.Governor
@@ -34,8 +40,12 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("sluice config: %w", err)
 	}
+	st, err := store.Open(ctx, cmp.Or(cfg.DatabaseURL, "sluice.db"))
+	if err != nil {
+		return nil, err
+	}
 	e, err := engine.New(ctx, engine.Config{
-		DatabaseURL:  cfg.DatabaseURL,
+		Store:        st,
 		AppVersion:   cfg.AppVersion,
 		ExecutorID:   cfg.ExecutorID,
 		PollInterval: cfg.PollInterval,
@@ -44,17 +54,18 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		Logger:       cfg.Logger,
 	})
 	if err != nil {
+		_ = st.Close()
 		return nil, err
 	}
-	a := &App{cfg: cfg, e: e, providers: map[string]*engine.Provider{}}
+	a := &App{cfg: cfg, st: st, e: e, providers: map[string]*engine.Provider{}}
 	for i, p := range cfg.Providers {
 		name := cmp.Or(p.Name, "default")
 		client, err := llm.NewClient(p.LLM)
 		if err != nil {
-			_ = e.Shutdown(time.Second)
+			_ = a.shutdown(time.Second)
 			return nil, fmt.Errorf("provider %s: %w", name, err)
 		}
-		gov, err := quota.Open(ctx, e.Store(), governor.Config{
+		gov, err := quota.Open(ctx, st, governor.Config{
 			Key:        name, // the store keeps it in clear: never the API key
 			Limits:     p.Limits,
 			Window:     p.Window,
@@ -64,13 +75,13 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 			Flows:      cfg.Flows,
 		}, quota.Config{})
 		if err != nil {
-			_ = e.Shutdown(time.Second)
+			_ = a.shutdown(time.Second)
 			return nil, fmt.Errorf("provider %s: %w", name, err)
 		}
 		a.quotas = append(a.quotas, gov)
 		est, err := llm.NewEstimator(llm.EstimatorConfig{})
 		if err != nil {
-			_ = e.Shutdown(time.Second)
+			_ = a.shutdown(time.Second)
 			return nil, fmt.Errorf("provider %s: %w", name, err)
 		}
 		a.providers[name] = &engine.Provider{Name: name, Client: client, Governor: gov.Governor, Estimator: est, MaxInlineWait: cfg.MaxInlineWait}
@@ -117,8 +128,15 @@ func (a *App) Stop(ctx context.Context) error {
 	for _, q := range a.quotas {
 		errs = append(errs, q.Stop(ctx))
 	}
-	errs = append(errs, a.e.Shutdown(timeout))
+	errs = append(errs, a.shutdown(timeout))
 	return errors.Join(errs...)
+}
+
+// shutdown stops the engine, then closes the store it ran on: DBOS has
+// closed the store's handle by then, so Close only marks the store closed,
+// or releases the handle if DBOS never took it. Both are safe to call twice.
+func (a *App) shutdown(timeout time.Duration) error {
+	return errors.Join(a.e.Shutdown(timeout), a.st.Close())
 }
 
 // ErrNoFunction is returned by Send when no function listens to the event.

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
@@ -18,12 +17,19 @@ import (
 	"github.com/sluice-dev/sluice/internal/store"
 )
 
-// Config configures an Engine. The zero value runs on ./sluice.db.
+// Config configures an Engine. Store is required; every other field's zero
+// value is its default.
 type Config struct {
-	// DatabaseURL names the database sluice's store, the engine's tables
-	// and DBOS share through one handle: "sqlite:PATH" or a path ending in
-	// .db, .sqlite or .sqlite3 (default "sluice.db"), or "postgres://…".
-	DatabaseURL string
+	// Store is the opened store the engine runs on: DBOS keeps its tables
+	// in the store's database through the store's own handle
+	// (store.Store.Handle), and the engine keeps its rate-limit counts,
+	// dropped events and run ends in the store.
+	//
+	// The caller opened the store and closes it, after Shutdown (or when
+	// New fails). DBOS closes the handle when the engine shuts down, so the
+	// store is not usable after Shutdown (BeforeClose functions are its last
+	// users) and its Close then only marks it closed.
+	Store store.Store
 	// AppName names the application in DBOS's tables (default "sluice").
 	AppName string
 	// AppVersion pins the DBOS application version. DBOS recovers only runs
@@ -50,7 +56,6 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	c.DatabaseURL = cmp.Or(c.DatabaseURL, "sluice.db")
 	c.AppName = cmp.Or(c.AppName, "sluice")
 	c.PollInterval = cmp.Or(c.PollInterval, 100*time.Millisecond)
 	c.RetryBase = cmp.Or(c.RetryBase, time.Second)
@@ -68,7 +73,8 @@ func (c Config) withDefaults() Config {
 // Shutdown stops it. Safe for concurrent use after Launch.
 type Engine struct {
 	cfg  Config
-	db   *db
+	st   store.Store
+	h    store.Handle // st's, shared with DBOS
 	dctx dbos.Context
 	ds   *dbos.DataSource
 
@@ -90,14 +96,18 @@ type Engine struct {
 	stopOnce sync.Once
 }
 
-// New opens the database, creates the engine's tables and a DBOS context on
-// the same handle. Functions are registered before Launch.
+// New creates a DBOS context on the store's handle. Functions are
+// registered before Launch.
 func New(ctx context.Context, cfg Config) (*Engine, error) {
 	cfg = cfg.withDefaults()
+	if cfg.Store == nil {
+		return nil, errors.New("engine config: no store")
+	}
 	if cfg.PollInterval < 0 || cfg.RetryBase < 0 || cfg.RetryMax < cfg.RetryBase {
 		return nil, fmt.Errorf("engine config: poll interval and retry bounds must be positive and RetryMax ≥ RetryBase")
 	}
-	d, err := openDB(ctx, cfg.DatabaseURL)
+	st := cfg.Store
+	h, err := st.Handle()
 	if err != nil {
 		return nil, err
 	}
@@ -106,28 +116,27 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		ApplicationVersion: cfg.AppVersion,
 		ExecutorID:         cfg.ExecutorID,
 		Logger:             cfg.Logger,
-		SQLiteSystemDB:     d.sqlite,
-		SystemDBPool:       d.pg,
+		SQLiteSystemDB:     h.SQLite,
+		SystemDBPool:       h.Postgres,
 	}
 	dctx, err := dbos.NewContext(ctx, dcfg)
 	if err != nil {
-		d.close()
-		return nil, fmt.Errorf("start DBOS on %s: %w", d.name, err)
+		return nil, fmt.Errorf("start DBOS on %s: %w", st, err)
 	}
 	var ds *dbos.DataSource
-	if d.sqlite != nil {
-		ds, err = dbos.NewDataSource(dctx, d.sqlite, dbos.WithDataSourceName("sluice"))
+	if h.SQLite != nil {
+		ds, err = dbos.NewDataSource(dctx, h.SQLite, dbos.WithDataSourceName("sluice"))
 	} else {
-		ds, err = dbos.NewDataSource(dctx, d.pg, dbos.WithDataSourceName("sluice"))
+		ds, err = dbos.NewDataSource(dctx, h.Postgres, dbos.WithDataSourceName("sluice"))
 	}
 	if err != nil {
 		_ = dbos.Shutdown(dctx, time.Second)
-		d.close()
 		return nil, fmt.Errorf("open transaction data source: %w", err)
 	}
 	e := &Engine{
 		cfg:     cfg,
-		db:      d,
+		st:      st,
+		h:       h,
 		dctx:    dctx,
 		ds:      ds,
 		fns:     map[string]*Function{},
@@ -144,7 +153,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 func (e *Engine) SetClassifier(c Classifier) { e.classify = c }
 
 // Postgres reports whether the engine runs on PostgreSQL.
-func (e *Engine) Postgres() bool { return e.db.postgres() }
+func (e *Engine) Postgres() bool { return e.h.Postgres != nil }
 
 // Launch registers the functions' queues and schedules and starts DBOS, which
 // resumes runs a previous process left unfinished.
@@ -162,7 +171,7 @@ func (e *Engine) Launch(ctx context.Context) error {
 	if e.launched {
 		return errors.New("engine already launched")
 	}
-	unlock, err := lockExecutor(ctx, e.db, e.cfg.AppName, e.dctx.GetExecutorID())
+	unlock, err := lockExecutor(ctx, e.h, e.st.String(), e.cfg.AppName, e.dctx.GetExecutorID())
 	if err != nil {
 		return err
 	}
@@ -203,9 +212,9 @@ func (e *Engine) Launch(ctx context.Context) error {
 	return nil
 }
 
-// Store is sluice's store on the engine's database, sharing its handle.
-// It is usable until Shutdown returns.
-func (e *Engine) Store() store.Store { return e.db.st }
+// Store is the store the engine runs on (Config.Store). It is usable until
+// Shutdown returns.
+func (e *Engine) Store() store.Store { return e.st }
 
 // BeforeClose adds fn to what Shutdown runs once no run executes any more,
 // before the database closes: the place to flush what runs left in memory.
@@ -266,9 +275,10 @@ func (e *Engine) runBeforeClose() {
 
 // Shutdown stops running runs at their next step boundary (they resume at
 // the next Launch), runs the BeforeClose functions once no run executes, and
-// closes the database. The executor lock is released once no run executes:
-// if a run outlives the timeout, a new engine with the same executor ID can
-// launch only after that run has returned. Safe to call twice.
+// stops DBOS, which closes the store's handle. The executor lock is released
+// once no run executes: if a run outlives the timeout, a new engine with the
+// same executor ID can launch only after that run has returned. Safe to call
+// twice.
 func (e *Engine) Shutdown(timeout time.Duration) error {
 	var err error
 	e.stopOnce.Do(func() {
@@ -279,9 +289,9 @@ func (e *Engine) Shutdown(timeout time.Duration) error {
 		if idle {
 			e.runBeforeClose()
 		}
-		// DBOS closes the shared handle: nothing may use the store after it.
+		// DBOS closes the shared handle: nothing may use the store after
+		// it. The caller, who opened the store, closes it.
 		err = dbos.Shutdown(e.dctx, timeout)
-		e.db.close()
 		e.activeMu.Lock()
 		e.stopped = true
 		unlock := e.takeUnlock()
@@ -307,15 +317,16 @@ const (
 // with the process that holds it, so a process killed without a shutdown
 // leaves nothing to clean up: on PostgreSQL it is an advisory lock held by
 // a connection of its own, on SQLite an flock on a file beside the database.
-func lockExecutor(ctx context.Context, d *db, app, executor string) (func(), error) {
-	h := fnv.New64a()
-	_, _ = h.Write([]byte("sluice executor\x00" + app + "\x00" + executor))
-	key := h.Sum64()
+// db names the database in errors.
+func lockExecutor(ctx context.Context, h store.Handle, db, app, executor string) (func(), error) {
+	hash := fnv.New64a()
+	_, _ = hash.Write([]byte("sluice executor\x00" + app + "\x00" + executor))
+	key := hash.Sum64()
 	busy := func(where string) error {
-		return fmt.Errorf("launch executor %q of %s on %s: %w (held through %s); give each process its own executor ID, or stop the other one first", executor, app, d.name, ErrExecutorRunning, where)
+		return fmt.Errorf("launch executor %q of %s on %s: %w (held through %s); give each process its own executor ID, or stop the other one first", executor, app, db, ErrExecutorRunning, where)
 	}
-	if d.pg != nil {
-		c, err := d.pg.Acquire(ctx)
+	if h.Postgres != nil {
+		c, err := h.Postgres.Acquire(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("lock executor %q: %w", executor, err)
 		}
@@ -353,9 +364,7 @@ func lockExecutor(ctx context.Context, d *db, app, executor string) (func(), err
 			_ = conn.Close(cctx)
 		}, nil
 	}
-	path := strings.TrimPrefix(strings.TrimPrefix(d.name, "sqlite:"), "file:")
-	path, _, _ = strings.Cut(path, "?")
-	path = fmt.Sprintf("%s.executor-%016x.lock", path, key)
+	path := fmt.Sprintf("%s.executor-%016x.lock", h.File, key)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600) // #nosec G304 -- beside the database the caller named
 	if err != nil {
 		return nil, fmt.Errorf("lock executor %q: %w", executor, err)

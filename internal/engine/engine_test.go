@@ -20,7 +20,7 @@ import (
 func newEngine(t *testing.T, url string, fns ...*Function) *Engine {
 	t.Helper()
 	e, err := New(context.Background(), Config{
-		DatabaseURL:  url,
+		Store:        testenv.OpenStore(t, url),
 		PollInterval: 20 * time.Millisecond,
 		RetryBase:    time.Millisecond,
 		RetryMax:     5 * time.Millisecond,

@@ -236,7 +236,7 @@ func TestRecoveryDoesNotRerunFinishedSteps(t *testing.T) {
 				})
 			}}
 		}
-		e1, err := New(context.Background(), Config{DatabaseURL: url, PollInterval: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		e1, err := New(context.Background(), Config{Store: testenv.OpenStore(t, url), PollInterval: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -327,7 +327,7 @@ func TestTransactionStepWritesOnce(t *testing.T) {
 			t.Fatalf("status %s: %s", got.Status, got.Error)
 		}
 		var n int
-		if err := e.db.queryRow(context.Background(), `SELECT n FROM t_saves WHERE k = $1`, "a").Scan(&n); err != nil || n != 1 {
+		if err := queryRow(t, e.Store(), `SELECT n FROM t_saves WHERE k = $1`, "a").Scan(&n); err != nil || n != 1 {
 			t.Fatalf("saved %d times (%v), want 1", n, err)
 		}
 	})

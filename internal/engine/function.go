@@ -16,6 +16,7 @@ import (
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
 
+	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/run"
 )
 
@@ -327,7 +328,7 @@ func (e *Engine) start(ctx dbos.Context, f *Function, ev eventData) (run.Sent, e
 	}
 	if rl := f.RateLimit; rl != nil {
 		key, _ := ev.field(rl.Key)
-		ok, err := e.db.countStart(ctx, f.ID, key, rl.Period, rl.Limit, e.cfg.Now())
+		ok, err := e.st.CountStart(ctx, f.ID, key, rl.Period, rl.Limit, e.cfg.Now())
 		if err != nil {
 			return s, err
 		}
@@ -337,7 +338,9 @@ func (e *Engine) start(ctx dbos.Context, f *Function, ev eventData) (run.Sent, e
 			if key != "" {
 				s.Reason += fmt.Sprintf(" for %s=%q", rl.Key, key)
 			}
-			return s, e.db.recordDrop(ctx, f.ID, ev.Event, key, s.Reason, e.cfg.Now())
+			return s, e.st.RecordDroppedEvent(ctx, store.DroppedEvent{
+				Function: f.ID, EventID: ev.ID, EventName: ev.Name, Key: key, Reason: s.Reason, At: e.cfg.Now(),
+			})
 		}
 	}
 	opts := []dbos.WorkflowOption{

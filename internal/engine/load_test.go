@@ -142,13 +142,13 @@ func TestLoadNoStepRunsTwiceAtOnce(t *testing.T) {
 					}}
 				}
 				cfg := Config{
-					DatabaseURL:  url,
 					PollInterval: 20 * time.Millisecond,
 					RetryBase:    time.Millisecond,
 					RetryMax:     5 * time.Millisecond,
 					Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
 				}
 				launch := func() (*Engine, error) {
+					cfg.Store = testenv.OpenStore(t, url) // DBOS closes it when the engine stops
 					e, err := New(context.Background(), cfg)
 					if err != nil {
 						return nil, err

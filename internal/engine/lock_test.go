@@ -18,7 +18,7 @@ func TestExecutorLock(t *testing.T) {
 	t.Parallel()
 	testenv.Databases(t, func(t *testing.T, url string) {
 		launch := func() (*Engine, error) {
-			e, err := New(context.Background(), Config{DatabaseURL: url, PollInterval: 20 * time.Millisecond,
+			e, err := New(context.Background(), Config{Store: testenv.OpenStore(t, url), PollInterval: 20 * time.Millisecond,
 				Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 			if err != nil {
 				return nil, err

@@ -431,9 +431,29 @@ func (e *Engine) Rerun(ctx context.Context, id string) (string, error) {
 	return h.GetWorkflowID(), nil
 }
 
+// DroppedEvent is an event a function's rate limit dropped: the store's
+// record (store.DroppedEvent, whose fields it must keep, so that one
+// converts to the other) with the names the HTTP API shows.
+type DroppedEvent struct {
+	Function  string    `json:"function"`
+	EventID   string    `json:"event_id"`
+	EventName string    `json:"event_name"`
+	Key       string    `json:"key,omitempty"`
+	Reason    string    `json:"reason"`
+	At        time.Time `json:"at"`
+}
+
 // Dropped lists events a rate limit dropped, newest first.
 func (e *Engine) Dropped(ctx context.Context, function string, limit int) ([]DroppedEvent, error) {
-	return e.db.dropped(ctx, function, max(1, cmp.Or(limit, 100)))
+	recs, err := e.st.DroppedEvents(ctx, function, max(1, cmp.Or(limit, 100)))
+	if err != nil {
+		return nil, err
+	}
+	var out []DroppedEvent
+	for _, r := range recs {
+		out = append(out, DroppedEvent(r))
+	}
+	return out, nil
 }
 
 // waitPoll is how often Wait reads a run's status.

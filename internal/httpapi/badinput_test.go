@@ -66,7 +66,7 @@ func TestBadInputSameOnBothDatabases(t *testing.T) {
 	})
 	testenv.Databases(t, func(t *testing.T, url string) {
 		logs := &testenv.Buffer{}
-		e, err := engine.New(context.Background(), engine.Config{DatabaseURL: url, PollInterval: 20 * time.Millisecond,
+		e, err := engine.New(context.Background(), engine.Config{Store: testenv.OpenStore(t, url), PollInterval: 20 * time.Millisecond,
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if err != nil {
 			t.Fatal(err)

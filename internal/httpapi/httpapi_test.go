@@ -23,7 +23,7 @@ import (
 
 func setup(t *testing.T, dbURL, token string) (*httptest.Server, *engine.Engine) {
 	t.Helper()
-	e, err := engine.New(context.Background(), engine.Config{DatabaseURL: dbURL, PollInterval: 20 * time.Millisecond,
+	e, err := engine.New(context.Background(), engine.Config{Store: testenv.OpenStore(t, dbURL), PollInterval: 20 * time.Millisecond,
 		RetryBase: time.Millisecond, RetryMax: time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)

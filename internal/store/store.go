@@ -1,8 +1,11 @@
 // Package store is sluice's own storage: the few tables sluice keeps next to
-// DBOS's (DBOS owns workflows, steps and queues). One interface, Store, is
-// implemented by two drivers, internal/store/sqlite (the default: one file
-// shared with DBOS) and internal/store/postgres (many nodes on one server),
-// and both must pass the same conformance suite, internal/store/storetest.
+// DBOS's (DBOS owns workflows, steps and queues): the governor's charges, and
+// the engine's rate-limit counts, dropped events and run ends. One interface,
+// Store, is implemented by two drivers, internal/store/sqlite (the default:
+// one file shared with DBOS) and internal/store/postgres (many nodes on one
+// server), and both must pass the same conformance suite,
+// internal/store/storetest. A Store also gives DBOS its database's handle
+// (Handle), so that DBOS's tables and sluice's share one pool.
 //
 // Open picks the driver from a URL. A driver makes itself known to Open by
 // registering from init, the way database/sql drivers do, because the drivers
@@ -21,12 +24,15 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"net/url"
 	"regexp"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sluice-dev/sluice/governor"
 )
@@ -68,8 +74,107 @@ type Store interface {
 	// returns how many it deleted.
 	PruneCharges(ctx context.Context, key string, before time.Time) (int64, error)
 
+	// CountStart counts one event start of function under key (empty when
+	// the rate limit has no key) in the fixed window of length period that
+	// contains now, and reports whether the window's count, this start
+	// included, is at most limit. The increment and the check are one
+	// statement, so concurrent callers never both take a window's last slot;
+	// a start beyond the limit is counted too. Windows start at multiples of
+	// period (in whole milliseconds) since the Unix epoch. The start that
+	// opens a window deletes the older windows of function and key, so a
+	// later start in one of those counts from zero again. An empty function,
+	// a period under a millisecond or a limit under 1 is an error.
+	CountStart(ctx context.Context, function, key string, period time.Duration, limit int, now time.Time) (within bool, err error)
+
+	// RecordDroppedEvent records an event a rate limit dropped. Recording
+	// an event already recorded for the same function and event ID changes
+	// nothing: the first record stays. An empty function or event ID is an
+	// error.
+	RecordDroppedEvent(ctx context.Context, ev DroppedEvent) error
+
+	// DroppedEvents returns at most limit dropped events, newest first (those
+	// dropped in the same millisecond in function, then event ID, order), of
+	// function only unless function is empty. A limit under 1 is an error.
+	DroppedEvents(ctx context.Context, function string, limit int) ([]DroppedEvent, error)
+
+	// RecordCancel records end, the end of a run cancelled on request
+	// (normally with an empty Step: the run adds it when it stops, see
+	// RecordRunEnd), unless the run has a record already, which stays as
+	// it is. An empty RunID or Status is an error.
+	RecordCancel(ctx context.Context, end RunEnd) error
+
+	// RecordRunEnd records end, written by the run itself as it stops. If
+	// the run has a record with an empty Step (a cancel RecordCancel
+	// recorded before the run stopped), the record takes end's Reason, Step
+	// and Attempt, and end's StartedAt if it had none; its Status and EndedAt
+	// stay. A record with a Step stays as it is. An empty RunID or Status is
+	// an error.
+	RecordRunEnd(ctx context.Context, end RunEnd) error
+
+	// RunEnds returns the records of the runs runIDs names, by run ID; a run
+	// without a record is not in the map. No run IDs is an empty map.
+	RunEnds(ctx context.Context, runIDs []string) (map[string]RunEnd, error)
+
+	// Handle returns the connection pool of the store's database, for DBOS
+	// to keep its tables in the same database through the same connections
+	// (see Handle). It is an error when the database cannot be shared, as
+	// an in-memory SQLite database, which lives in one connection, cannot.
+	Handle() (Handle, error)
+
+	// String names the database in messages: "sqlite:PATH", or the URL with
+	// its password replaced by "xxxxx".
+	String() string
+
 	// Close releases the database. It is safe to call more than once.
 	Close() error
+}
+
+// DroppedEvent is an event a function's rate limit dropped, kept so that
+// "why did nothing run" has an answer.
+type DroppedEvent struct {
+	Function  string
+	EventID   string
+	EventName string
+	Key       string // the rate limit's key value, empty without a key
+	Reason    string
+	At        time.Time // when it was dropped: UTC, millisecond precision
+}
+
+// RunEnd is why a run ended without finishing: its deadline passed or it
+// was cancelled. DBOS records such a run only as cancelled, with no error,
+// and clears its start time; the engine keeps the rest here.
+type RunEnd struct {
+	RunID   string
+	Status  string // the engine's status: "timed_out" or "cancelled"
+	Reason  string // in words, with the step and attempt
+	Step    string // the step the run was in; empty before the run says
+	Attempt int    // the attempt of Step
+	// StartedAt is when the run first started: zero when not known, or when
+	// it never started. EndedAt is when the record was written. Both are
+	// UTC at millisecond precision.
+	StartedAt, EndedAt time.Time
+}
+
+// Handle is the connection pool of a Store's database, which the store
+// shares with DBOS: DBOS's tables and sluice's then live in one database,
+// and one process holds one pool per database, so SQLite's writes are
+// serialized in one place instead of two pools fighting over the file's
+// lock. Exactly one of SQLite and Postgres is set.
+//
+// DBOS closes the pool it is given when it shuts down: shut DBOS down after
+// the last call on the Store, then Close the Store (a no-op by then, and
+// what releases the pool if DBOS never took it).
+type Handle struct {
+	// SQLite is an SQLite database's handle, for dbos.Config.SQLiteSystemDB
+	// (the sqlite driver links in DBOS's SQLite support, which DBOS needs
+	// to accept it). File is that database's file, without the "sqlite:"
+	// and "file:" prefixes or DSN parameters: the place beside which
+	// whoever shares the database keeps its lock files.
+	SQLite *sql.DB
+	File   string
+
+	// Postgres is a PostgreSQL database's pool, for dbos.Config.SystemDBPool.
+	Postgres *pgxpool.Pool
 }
 
 // Migration is one numbered schema change as a driver recorded it in the

@@ -1,6 +1,7 @@
 // Package testenv gives tests the real services they need — a PostgreSQL
-// database of their own, the Node packages of the client tests — and makes a
-// missing one fail the test under CI=true instead of skipping it.
+// database of their own, a store opened on it, the Node packages of the
+// client tests — and makes a missing one fail the test under CI=true instead
+// of skipping it.
 package testenv
 
 import (
@@ -18,6 +19,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/sluice-dev/sluice/internal/store"
+	// The drivers OpenStore may pick.
+	_ "github.com/sluice-dev/sluice/internal/store/postgres"
+	_ "github.com/sluice-dev/sluice/internal/store/sqlite"
 )
 
 // InCI reports whether the tests run under CI (CI=true), where nothing a test
@@ -107,6 +113,19 @@ func Databases(t *testing.T, test func(t *testing.T, url string)) {
 		t.Parallel()
 		test(t, Postgres(t))
 	})
+}
+
+// OpenStore opens the store at url (see store.Open), closed when the test
+// ends: after whatever the test shut down on it, as its cleanups run last
+// registered first.
+func OpenStore(t testing.TB, url string) store.Store {
+	t.Helper()
+	st, err := store.Open(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	return st
 }
 
 // Buffer is an io.Writer safe for writers on several goroutines (a log

@@ -1,7 +1,7 @@
 // Package postgres is the store driver for PostgreSQL, for running sluice on
 // several nodes: every node's governor records its charges in one database,
-// so each sees what the others spent. The pool it opens can be shared with
-// DBOS (dbos.Config.SystemDBPool) through Pool.
+// so each sees what the others spent. The pool it opens is shared with DBOS
+// (dbos.Config.SystemDBPool) through Handle.
 //
 // Tables live in the connection's default schema (search_path), next to
 // DBOS's own "dbos" schema. Times are stored as timestamptz, truncated to the
@@ -56,6 +56,10 @@ var (
 // Store is a store.Store on one PostgreSQL database. It is safe for
 // simultaneous use by multiple goroutines and by many processes.
 type Store struct {
+	// EngineTables gives CountStart, RecordDroppedEvent, DroppedEvents,
+	// RecordCancel, RecordRunEnd and RunEnds.
+	driver.EngineTables
+
 	pool *pgxpool.Pool
 	url  string // redacted
 
@@ -94,6 +98,10 @@ func Open(ctx context.Context, dbURL string) (*Store, error) {
 		return nil, fmt.Errorf("open postgres %s: %w", shown, driver.ScrubError(err, secrets))
 	}
 	s := &Store{pool: pool, url: shown}
+	if s.EngineTables, err = engineTables(pool); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("open postgres %s: %w", shown, err)
+	}
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("open postgres %s: %w", shown, driver.ScrubError(err, secrets))
@@ -101,8 +109,8 @@ func Open(ctx context.Context, dbURL string) (*Store, error) {
 	return s, nil
 }
 
-// Pool returns the pool the store uses, for DBOS (dbos.Config.SystemDBPool)
-// to share. DBOS closes the pool it is given when it shuts down: shut DBOS
+// Pool returns the pool the store uses: the one Handle gives DBOS to share.
+// DBOS closes the pool it is given when it shuts down: shut DBOS
 // down after the last call on the Store, then Close the Store (a no-op by
 // then). Close closes the pool too.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }

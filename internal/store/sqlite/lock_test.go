@@ -253,12 +253,36 @@ func TestWriteWhileLocked(t *testing.T) {
 	if _, err := s.PruneCharges(ctx, "groq", at.Add(time.Hour)); !errors.As(err, new(*sqlite.LockedError)) {
 		t.Errorf("PruneCharges while locked: %v, want a *sqlite.LockedError", err)
 	}
+	// The engine's writes are explained the same way; a count is a row read
+	// back from a write.
+	if _, err := s.CountStart(ctx, "f", "", time.Minute, 1, at); !errors.As(err, new(*sqlite.LockedError)) || !strings.HasPrefix(err.Error(), "count rate limit of f: ") {
+		t.Errorf("CountStart while locked: %v, want a *sqlite.LockedError after what failed", err)
+	}
+	if err := s.RecordDroppedEvent(ctx, store.DroppedEvent{Function: "f", EventID: "e1", At: at}); !errors.As(err, new(*sqlite.LockedError)) {
+		t.Errorf("RecordDroppedEvent while locked: %v, want a *sqlite.LockedError", err)
+	}
+	end := store.RunEnd{RunID: "f:e1", Status: "cancelled", EndedAt: at}
+	if err := s.RecordCancel(ctx, end); !errors.As(err, new(*sqlite.LockedError)) {
+		t.Errorf("RecordCancel while locked: %v, want a *sqlite.LockedError", err)
+	}
+	if err := s.RecordRunEnd(ctx, end); !errors.As(err, new(*sqlite.LockedError)) {
+		t.Errorf("RecordRunEnd while locked: %v, want a *sqlite.LockedError", err)
+	}
 	if _, err := s.Charges(ctx, "groq", time.Time{}); err != nil {
 		t.Errorf("Charges while another process writes: %v", err)
+	}
+	if _, err := s.DroppedEvents(ctx, "", 10); err != nil {
+		t.Errorf("DroppedEvents while another process writes: %v", err)
+	}
+	if _, err := s.RunEnds(ctx, []string{"f:e1"}); err != nil {
+		t.Errorf("RunEnds while another process writes: %v", err)
 	}
 	release()
 	if err := s.UpsertCharges(ctx, "groq", []store.Charge{c}); err != nil {
 		t.Fatalf("UpsertCharges once the lock is gone: %v", err)
+	}
+	if ok, err := s.CountStart(ctx, "f", "", time.Minute, 1, at); err != nil || !ok {
+		t.Fatalf("CountStart once the lock is gone: within %v, %v; want the first start within", ok, err)
 	}
 }
 

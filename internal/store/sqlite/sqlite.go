@@ -1,6 +1,7 @@
 // Package sqlite is the store driver for SQLite, sluice's default: one file
-// (e.g. sluice.db) that DBOS shares through DB, so that both write through one
-// handle and never fight over the file's lock.
+// (e.g. sluice.db) that DBOS shares through Handle, so that both write
+// through one handle and never fight over the file's lock. The package links
+// in DBOS's SQLite support, without which DBOS refuses an SQLite handle.
 //
 // The handle is set up the way DBOS sets up its own SQLite handles: WAL
 // journal, synchronous=NORMAL, foreign keys on, a 5 s busy timeout, and every
@@ -134,9 +135,14 @@ func (s *Store) Locked(err error) error {
 // Store is a store.Store on one SQLite database. It is safe for simultaneous
 // use by multiple goroutines, and by several processes on the same file.
 type Store struct {
+	// EngineTables gives CountStart, RecordDroppedEvent, DroppedEvents,
+	// RecordCancel, RecordRunEnd and RunEnds.
+	driver.EngineTables
+
 	db          *sql.DB
 	path        string
 	name        string        // path without DSN parameters
+	memory      bool          // a private in-memory database (see Memory)
 	busyTimeout time.Duration // the connections' busy_timeout
 
 	closeOnce sync.Once
@@ -178,7 +184,11 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		db.SetMaxIdleConns(4)
 		db.SetConnMaxLifetime(time.Hour)
 	}
-	s := &Store{db: db, path: path, name: name, busyTimeout: busyTimeout(path)}
+	s := &Store{db: db, path: path, name: name, memory: memory, busyTimeout: busyTimeout(path)}
+	if s.EngineTables, err = engineTables(s); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+	}
 	if err := s.migrate(ctx); err != nil {
 		db.Close()
 		var le *LockedError
@@ -225,12 +235,11 @@ func dsn(path string) string {
 	return path + sep + strings.Join(params, "&")
 }
 
-// DB returns the handle the store uses, for DBOS (dbos.Config.SQLiteSystemDB,
-// with github.com/dbos-inc/dbos-transact-golang/dbos/driver/sqlite imported)
-// to share, so that one pool of connections serializes all writes to the
-// file. DBOS closes the handle it is given when it shuts down: shut DBOS down
-// after the last call on the Store, then Close the Store (a no-op by then).
-// Close closes the handle too.
+// DB returns the handle the store uses: the one Handle gives DBOS to share,
+// so that one pool of connections serializes all writes to the file. DBOS
+// closes the handle it is given when it shuts down: shut DBOS down after the
+// last call on the Store, then Close the Store (a no-op by then). Close
+// closes the handle too.
 func (s *Store) DB() *sql.DB { return s.db }
 
 // String returns "sqlite:PATH".

@@ -55,6 +55,37 @@ func TestMemoryIsOneDatabase(t *testing.T) {
 	if s.String() != "sqlite::memory:" {
 		t.Fatalf("String() = %q", s.String())
 	}
+	// DBOS needs several connections at once: the one database there is
+	// cannot be shared with it.
+	const refusal = "open sqlite::memory:: an in-memory SQLite database lives in one connection and cannot be shared with DBOS; use a file"
+	if h, err := s.Handle(); err == nil || err.Error() != refusal || h != (store.Handle{}) {
+		t.Fatalf("Handle() = %+v, %v; want no handle and %q", h, err, refusal)
+	}
+}
+
+// TestHandleNamesTheFile checks the file the handle names, beside which
+// the engine keeps its lock files, for each way of writing a path.
+func TestHandleNamesTheFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, path := range []string{
+		filepath.Join(dir, "a.db"),
+		filepath.Join(dir, "b.db") + "?_pragma=busy_timeout(100)",
+		"file:" + filepath.Join(dir, "c.db") + "?mode=rwc",
+	} {
+		s, err := sqlite.Open(context.Background(), path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := s.Handle()
+		if err != nil || h.SQLite != s.DB() || h.Postgres != nil {
+			t.Errorf("Handle() of %s = %+v, %v; want the store's DB", path, h, err)
+		}
+		if _, err := os.Stat(h.File); err != nil || filepath.Dir(h.File) != dir {
+			t.Errorf("Handle().File of %s = %q (%v), want the database file", path, h.File, err)
+		}
+		s.Close()
+	}
 }
 
 // TestHandleIsSetUpForSharing checks the settings DBOS expects of a handle

@@ -1,7 +1,8 @@
 // Package storetest is the conformance suite every store driver must pass:
-// the behaviour the governor and the rest of sluice rely on, checked the same
-// way on SQLite and on PostgreSQL. A driver's test runs it with a function
-// that makes an empty database:
+// the behaviour the governor, the engine and the rest of sluice rely on,
+// checked the same way on SQLite and on PostgreSQL, bad input and error
+// messages included, and DBOS running on the store's own handle. A driver's
+// test runs it with a function that makes an empty database:
 //
 //	func TestConformance(t *testing.T) {
 //		storetest.Exercise(t, func(t *testing.T) storetest.OpenFunc {
@@ -456,7 +457,29 @@ func Exercise(t *testing.T, newDB NewDatabase) {
 		if _, err := s.PruneCharges(cctx, "groq", base); !errors.Is(err, context.Canceled) {
 			t.Errorf("PruneCharges with a canceled context: error = %v, want context.Canceled", err)
 		}
+		if _, err := s.CountStart(cctx, "f", "k", time.Minute, 1, base); !errors.Is(err, context.Canceled) {
+			t.Errorf("CountStart with a canceled context: error = %v, want context.Canceled", err)
+		}
+		if err := s.RecordDroppedEvent(cctx, store.DroppedEvent{Function: "f", EventID: "e1", At: base}); !errors.Is(err, context.Canceled) {
+			t.Errorf("RecordDroppedEvent with a canceled context: error = %v, want context.Canceled", err)
+		}
+		if _, err := s.DroppedEvents(cctx, "", 10); !errors.Is(err, context.Canceled) {
+			t.Errorf("DroppedEvents with a canceled context: error = %v, want context.Canceled", err)
+		}
+		end := store.RunEnd{RunID: "f:e1", Status: "cancelled", EndedAt: base}
+		if err := s.RecordCancel(cctx, end); !errors.Is(err, context.Canceled) {
+			t.Errorf("RecordCancel with a canceled context: error = %v, want context.Canceled", err)
+		}
+		if err := s.RecordRunEnd(cctx, end); !errors.Is(err, context.Canceled) {
+			t.Errorf("RecordRunEnd with a canceled context: error = %v, want context.Canceled", err)
+		}
+		if _, err := s.RunEnds(cctx, []string{"f:e1"}); !errors.Is(err, context.Canceled) {
+			t.Errorf("RunEnds with a canceled context: error = %v, want context.Canceled", err)
+		}
 		assertCharges(t, mustCharges(t, s, "groq", time.Time{}), nil)
+		if got, err := s.RunEnds(ctx, []string{"f:e1"}); err != nil || len(got) != 0 {
+			t.Errorf("run ends after canceled records: %+v, %v", got, err)
+		}
 	})
 
 	t.Run("ErrorsNameTheOperation", func(t *testing.T) {
@@ -475,12 +498,21 @@ func Exercise(t *testing.T, newDB NewDatabase) {
 			{"upsert charges", s.UpsertCharges(ctx, "groq", []store.Charge{charge("r1", "f", base, 1, 1, 1)})},
 			{"read charges", second(s.Charges(ctx, "groq", base))},
 			{"prune charges", second(s.PruneCharges(ctx, "groq", base))},
+			{"count rate limit of f", second(s.CountStart(ctx, "f", "k", time.Minute, 1, base))},
+			{"record dropped event e1", s.RecordDroppedEvent(ctx, store.DroppedEvent{Function: "f", EventID: "e1", At: base})},
+			{"list dropped events", second(s.DroppedEvents(ctx, "f", 10))},
+			{"record the cancel of run f:e1", s.RecordCancel(ctx, store.RunEnd{RunID: "f:e1", Status: "cancelled", EndedAt: base})},
+			{"record the end of run f:e1", s.RecordRunEnd(ctx, store.RunEnd{RunID: "f:e1", Status: "timed_out", EndedAt: base})},
+			{"read why runs ended", second(s.RunEnds(ctx, []string{"f:e1"}))},
 		} {
 			if tc.err == nil || !strings.HasPrefix(tc.err.Error(), tc.op+": ") {
 				t.Errorf("%s on a closed store: error = %v, want one starting %q", tc.op, tc.err, tc.op+": ")
 			}
 		}
 	})
+
+	exerciseEngineTables(t, open)
+	exerciseDBOS(t, open)
 }
 
 // Benchmark measures UpsertCharges with batches of 100 new charges, the size

@@ -2,8 +2,6 @@ package engine
 
 import (
 	"context"
-	"fmt"
-	"github.com/sluice-dev/sluice/internal/testenv"
 	"io"
 	"log/slog"
 	"strings"
@@ -13,32 +11,27 @@ import (
 
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/store"
-	"github.com/sluice-dev/sluice/internal/store/postgres"
-	"github.com/sluice-dev/sluice/internal/store/sqlite"
+	"github.com/sluice-dev/sluice/internal/testenv"
 	"github.com/sluice-dev/sluice/run"
 )
 
-func TestOpenDBRefuses(t *testing.T) {
+// New refuses a store whose database DBOS cannot share, and no store.
+func TestNewRefusesStore(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name, url, want string
-	}{
-		{"in-memory sqlite", "sqlite::memory:", "in-memory"},
-		{"no scheme or suffix", "sluice", "not a database URL"},
-		{"unknown scheme", "mysql://db/x", "unsupported scheme"},
-		{"password kept out", "postgres://u:hunter2@127.0.0.1:1/x?connect_timeout=1", "xxxxx"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			d, err := openDB(context.Background(), tc.url)
-			if err == nil {
-				d.close()
-				t.Fatalf("opened %q, want an error saying %q", tc.url, tc.want)
-			}
-			if !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "hunter2") {
-				t.Fatalf("error %q: want it to say %q and never show the password", err, tc.want)
-			}
-		})
+	if e, err := New(context.Background(), Config{}); err == nil || err.Error() != "engine config: no store" {
+		if e != nil {
+			_ = e.Shutdown(time.Second)
+		}
+		t.Fatalf("New without a store: %v, want engine config: no store", err)
+	}
+	// An in-memory SQLite database lives in one connection.
+	e, err := New(context.Background(), Config{Store: testenv.OpenStore(t, "sqlite::memory:")})
+	const want = "open sqlite::memory:: an in-memory SQLite database lives in one connection and cannot be shared with DBOS; use a file"
+	if err == nil || err.Error() != want {
+		if e != nil {
+			_ = e.Shutdown(time.Second)
+		}
+		t.Fatalf("New on an in-memory SQLite store: %v, want %q", err, want)
 	}
 }
 
@@ -49,7 +42,7 @@ func TestOpenDBRefuses(t *testing.T) {
 func TestOneDatabaseAndFlushBeforeClose(t *testing.T) {
 	t.Parallel()
 	testenv.Databases(t, func(t *testing.T, url string) {
-		e, err := New(context.Background(), Config{DatabaseURL: url, PollInterval: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		e, err := New(context.Background(), Config{Store: testenv.OpenStore(t, url), PollInterval: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -87,11 +80,7 @@ func TestOneDatabaseAndFlushBeforeClose(t *testing.T) {
 		if flushes.Load() == 0 || sawRunning.Load() {
 			t.Fatalf("BeforeClose ran %d times, while a run was executing: %v; want it after the run returned", flushes.Load(), sawRunning.Load())
 		}
-		st, err := store.Open(context.Background(), url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer st.Close()
+		st := testenv.OpenStore(t, url)
 		got, err := st.Charges(context.Background(), "groq", at)
 		if err != nil || len(got) != 1 || got[0].Cost.Input != 7 {
 			t.Fatalf("the charge written before close: %+v, %v", got, err)
@@ -102,19 +91,22 @@ func TestOneDatabaseAndFlushBeforeClose(t *testing.T) {
 		if strings.HasPrefix(url, "postgres") {
 			q = `SELECT count(*) FROM information_schema.tables WHERE (table_schema = 'dbos' AND table_name = 'dbos_migrations') OR table_name IN ('sluice_rate_counts', 'sluice_migrations')`
 		}
-		if err := queryOne(st, q, &n); err != nil || n != 3 {
+		if err := queryRow(t, st, q).Scan(&n); err != nil || n != 3 {
 			t.Fatalf("%d of DBOS's, the engine's and the store's tables in one database (%v), want 3", n, err)
 		}
 	})
 }
 
-// queryOne scans one row of q on the store's own handle.
-func queryOne(st store.Store, q string, dest ...any) error {
-	switch s := st.(type) {
-	case *sqlite.Store:
-		return s.DB().QueryRow(q).Scan(dest...)
-	case *postgres.Store:
-		return s.Pool().QueryRow(context.Background(), q).Scan(dest...)
+// queryRow runs q on the store's own handle, with $N placeholders, which
+// both databases accept.
+func queryRow(t *testing.T, st store.Store, q string, args ...any) interface{ Scan(dest ...any) error } {
+	t.Helper()
+	h, err := st.Handle()
+	if err != nil {
+		t.Fatal(err)
 	}
-	return fmt.Errorf("no handle in %T", st)
+	if h.Postgres != nil {
+		return h.Postgres.QueryRow(context.Background(), q, args...)
+	}
+	return h.SQLite.QueryRow(q, args...)
 }

@@ -1,0 +1,11 @@
+-- A record without a step is a cancel recorded before the run stopped: the
+-- run completes it with where it was. The WHERE on the update leaves a
+-- record that has a step as it is.
+INSERT INTO sluice_run_ends (run_id, status, reason, step, attempt, started_at, ended_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+ON CONFLICT (run_id) DO UPDATE SET
+    reason     = excluded.reason,
+    step       = excluded.step,
+    attempt    = excluded.attempt,
+    started_at = CASE WHEN sluice_run_ends.started_at = 0 THEN excluded.started_at ELSE sluice_run_ends.started_at END
+WHERE sluice_run_ends.step = '';

@@ -1,0 +1,116 @@
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	// The suite runs DBOS because sharing the handle with DBOS is part of
+	// what a Store promises (Store.Handle), and only a real DBOS shows the
+	// handle will do. Importing DBOS here costs nothing outside tests: only
+	// the drivers' tests import this package, and sluice links DBOS anyway.
+	"github.com/dbos-inc/dbos-transact-golang/dbos"
+
+	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/store"
+)
+
+// exerciseDBOS runs DBOS on the store's own handle, with workflow steps and
+// the store writing the one database at the same time, as sluice does.
+func exerciseDBOS(t *testing.T, open func(t *testing.T) store.Store) {
+	t.Run("SharedWithDBOS", func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		s := open(t)
+		h, err := s.Handle()
+		if err != nil {
+			t.Fatalf("Handle: %v", err)
+		}
+		if (h.SQLite == nil) == (h.Postgres == nil) {
+			t.Fatalf("Handle = %+v: want exactly one of SQLite and Postgres", h)
+		}
+		if (h.SQLite != nil) != (h.File != "") {
+			t.Fatalf("Handle = %+v: want File set with SQLite, and only then", h)
+		}
+		dctx, err := dbos.NewContext(ctx, dbos.Config{
+			AppName:        "sluice-store-test",
+			SQLiteSystemDB: h.SQLite,
+			SystemDBPool:   h.Postgres,
+			Logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
+		})
+		if err != nil {
+			t.Fatalf("DBOS on the store's handle: %v", err)
+		}
+		// A step records a charge through the store, inside a DBOS workflow.
+		admit := func(dctx dbos.Context, id string) (string, error) {
+			return dbos.RunAsStep(dctx, func(ctx context.Context) (string, error) {
+				c := store.Charge{ID: id, Flow: "wf", At: base, Cost: governor.Cost{Requests: 1, Input: 100, Output: 50}}
+				return id, s.UpsertCharges(ctx, "groq", []store.Charge{c})
+			})
+		}
+		dbos.RegisterWorkflow(dctx, admit)
+		if err := dbos.Launch(dctx); err != nil {
+			t.Fatalf("launch DBOS: %v", err)
+		}
+		const n = 8
+		var wg sync.WaitGroup
+		errs := make(chan error, 2*n)
+		for i := range n {
+			wg.Go(func() {
+				h, err := dbos.RunWorkflow(dctx, admit, fmt.Sprintf("wf-%d", i))
+				if err == nil {
+					_, err = h.GetResult()
+				}
+				if err != nil {
+					errs <- fmt.Errorf("workflow %d: %w", i, err)
+				}
+			})
+			wg.Go(func() {
+				c := store.Charge{ID: fmt.Sprintf("direct-%d", i), Flow: "direct", At: base, Cost: governor.Cost{Requests: 1}}
+				if err := s.UpsertCharges(ctx, "groq", []store.Charge{c}); err != nil {
+					errs <- fmt.Errorf("direct upsert %d: %w", i, err)
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+		if got := mustCharges(t, s, "groq", base); len(got) != 2*n {
+			t.Errorf("%d charges after %d workflows and %d direct writes, want %d", len(got), n, n, 2*n)
+		}
+		// DBOS's tables are in the store's database.
+		var dbosTables int
+		if h.SQLite != nil {
+			err = h.SQLite.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'dbos_migrations'`).Scan(&dbosTables)
+		} else {
+			err = h.Postgres.QueryRow(ctx, `SELECT count(*) FROM information_schema.tables WHERE table_schema = 'dbos' AND table_name = 'workflow_status'`).Scan(&dbosTables)
+		}
+		if err != nil || dbosTables != 1 {
+			t.Errorf("DBOS's tables are not in the store's database (count %d, %v)", dbosTables, err)
+		}
+		// DBOS closes the handle it was given when it shuts down, so a
+		// program shuts DBOS down after its last store call; the store's
+		// Close is then a no-op. This pins that behaviour: if DBOS stops
+		// closing it, the documentation of store.Handle must change.
+		if err := dbos.Shutdown(dctx, 10*time.Second); err != nil {
+			t.Fatalf("shut DBOS down: %v", err)
+		}
+		if h.SQLite != nil {
+			err = h.SQLite.PingContext(ctx)
+		} else {
+			err = h.Postgres.Ping(ctx)
+		}
+		if err == nil {
+			t.Error("the handle is still open after DBOS shut down: update the documentation of store.Handle")
+		}
+		if err := s.Close(); err != nil {
+			t.Errorf("Close after DBOS closed the handle: %v", err)
+		}
+	})
+}
