@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/num"
+	"github.com/sluice-dev/sluice/llm"
 )
 
 // Parse reads and validates a scenario from YAML.
@@ -30,7 +32,7 @@ func Parse(data []byte) (*Scenario, error) {
 	if doc.Kind != yaml.DocumentNode || len(doc.Content) == 0 {
 		return nil, errors.New("scenario is empty")
 	}
-	s := &Scenario{Provider: Provider{Profile: "openai", DefaultMaxTokens: DefaultMaxTokens}}
+	s := &Scenario{Provider: Provider{Profile: llm.OpenAI, DefaultMaxTokens: DefaultMaxTokens}}
 	var durationSet bool
 	var flows *yaml.Node
 	err := eachKey(doc.Content[0], "", func(key string, path string, v *yaml.Node) error {
@@ -77,10 +79,12 @@ func parseProvider(n *yaml.Node, prefix string, p *Provider) error {
 	err := eachKey(n, prefix, func(key, path string, v *yaml.Node) error {
 		switch key {
 		case "profile":
-			if err := str(v, path, &p.Profile); err != nil {
+			var s string
+			if err := str(v, path, &s); err != nil {
 				return err
 			}
-			if !ValidProfile(p.Profile) {
+			p.Profile = llm.Profile(s)
+			if !slices.Contains(llm.Profiles(), p.Profile) {
 				return valueErr(path, v, "is not groq, openai or anthropic")
 			}
 			return nil
@@ -89,7 +93,7 @@ func parseProvider(n *yaml.Node, prefix string, p *Provider) error {
 			if err := str(v, path, &s); err != nil {
 				return err
 			}
-			w, err := ParseWindow(s)
+			w, err := governor.ParseWindow(s)
 			if err != nil {
 				return at(v, fmt.Errorf("%s: %w", path, err))
 			}
@@ -100,7 +104,7 @@ func parseProvider(n *yaml.Node, prefix string, p *Provider) error {
 			if err := str(v, path, &s); err != nil {
 				return err
 			}
-			a, err := ParseAccounting(s)
+			a, err := governor.ParseAccounting(s)
 			if err != nil {
 				return at(v, fmt.Errorf("%s: %w", path, err))
 			}

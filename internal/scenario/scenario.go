@@ -16,12 +16,14 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/num"
+	"github.com/sluice-dev/sluice/llm"
 )
 
 // Scenario is one provider key and the flows that draw on it.
@@ -36,14 +38,15 @@ type Scenario struct {
 // Provider is the simulated provider's behaviour: its wire format, how its
 // windows count and how it settles charges.
 type Provider struct {
-	// Profile is "groq", "openai" or "anthropic": which headers, error bodies
-	// and status codes the simulated provider uses. Default "openai".
-	Profile string
-	// Window is how limits count over their period. Default Rolling.
-	Window Window
+	// Profile is which headers, error bodies and status codes the simulated
+	// provider uses: one of llm.Profiles. Default llm.OpenAI.
+	Profile llm.Profile
+	// Window is how limits count over their period. Default governor.Rolling.
+	Window governor.Window
 	// Accounting is whether an admission charge stands or is corrected to
-	// the real output when the response ends. Default Reserve.
-	Accounting Accounting
+	// the real output when the response ends. Default
+	// governor.ReserveAccounting.
+	Accounting governor.Accounting
 	// Latency is the mean response time; real times vary ±50 % uniformly.
 	// Zero answers at once.
 	Latency time.Duration
@@ -145,86 +148,6 @@ type Flow struct {
 	ItemInputTokens  int64 // input tokens each item adds
 	ItemOutputTokens int64 // mean real output per item (varies ±20 %)
 	ItemMaxTokens    int64 // max_tokens asked per item; 0: the request sets none
-}
-
-// Window says how a limit counts what was charged over its period.
-type Window uint8
-
-const (
-	// Rolling is a sliding window: at every moment the charges of the last
-	// period stay within the limit; each charge ages out exactly one period
-	// after it was made.
-	Rolling Window = iota
-	// Fixed windows start at whole minutes or days of the clock (Unix epoch
-	// aligned); a window's whole allowance comes back at its boundary.
-	Fixed
-)
-
-func (w Window) String() string {
-	switch w {
-	case Rolling:
-		return "rolling"
-	case Fixed:
-		return "fixed"
-	}
-	return fmt.Sprintf("window(%d)", uint8(w))
-}
-
-// ParseWindow reads "rolling" or "fixed".
-func ParseWindow(s string) (Window, error) {
-	switch s {
-	case "rolling":
-		return Rolling, nil
-	case "fixed":
-		return Fixed, nil
-	}
-	return 0, fmt.Errorf("%q is not rolling or fixed", s)
-}
-
-// Accounting says whether the charge made at admission stands.
-type Accounting uint8
-
-const (
-	// Reserve: a request is charged its input + max_tokens at admission and
-	// the charge stands (Groq, OpenAI).
-	Reserve Accounting = iota
-	// Settle: charged the same at admission, corrected to the real output
-	// when the response ends (as Anthropic documents for output tokens).
-	Settle
-)
-
-func (a Accounting) String() string {
-	switch a {
-	case Reserve:
-		return "reserve"
-	case Settle:
-		return "settle"
-	}
-	return fmt.Sprintf("accounting(%d)", uint8(a))
-}
-
-// ParseAccounting reads "reserve" or "settle".
-func ParseAccounting(s string) (Accounting, error) {
-	switch s {
-	case "reserve":
-		return Reserve, nil
-	case "settle":
-		return Settle, nil
-	}
-	return 0, fmt.Errorf("%q is not reserve or settle", s)
-}
-
-// Profiles lists the provider profiles a scenario may name.
-var Profiles = []string{"groq", "openai", "anthropic"}
-
-// ValidProfile reports whether p is one of Profiles.
-func ValidProfile(p string) bool {
-	for _, q := range Profiles {
-		if p == q {
-			return true
-		}
-	}
-	return false
 }
 
 // Load reads and validates the scenario file at path.
@@ -403,14 +326,14 @@ func (s *Scenario) Items() int64 {
 
 // Validate checks the provider section and its bounds.
 func (p *Provider) Validate() error {
-	if !ValidProfile(p.Profile) {
+	if !slices.Contains(llm.Profiles(), p.Profile) {
 		return fmt.Errorf("provider.profile: %q is not groq, openai or anthropic", p.Profile)
 	}
-	if p.Window > Fixed {
-		return fmt.Errorf("provider.window: %s is not rolling or fixed", p.Window)
+	if p.Window > governor.Fixed {
+		return fmt.Errorf("provider.window: %d is not rolling or fixed", p.Window)
 	}
-	if p.Accounting > Settle {
-		return fmt.Errorf("provider.accounting: %s is not reserve or settle", p.Accounting)
+	if p.Accounting > governor.SettleAccounting {
+		return fmt.Errorf("provider.accounting: %d is not reserve or settle", p.Accounting)
 	}
 	if p.Latency < 0 {
 		return fmt.Errorf("provider.latency: %s is negative", p.Latency)

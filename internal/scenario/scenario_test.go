@@ -20,7 +20,7 @@ func TestLoadDevpick(t *testing.T) {
 		t.Errorf("header = %q %s %d, want devpick 168h 1", s.Name, s.Duration, s.Seed)
 	}
 	p := s.Provider
-	if p.Profile != "groq" || p.Window != Rolling || p.Accounting != Reserve ||
+	if p.Profile != "groq" || p.Window != governor.Rolling || p.Accounting != governor.ReserveAccounting ||
 		p.Latency != 2*time.Second || p.DefaultMaxTokens != 1000 || p.Faults != (Faults{}) {
 		t.Errorf("provider = %+v", p)
 	}
@@ -62,7 +62,7 @@ func TestParseDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := s.Provider
-	if p.Profile != "openai" || p.Window != Rolling || p.Accounting != Reserve || p.DefaultMaxTokens != 1000 || p.Limits != (governor.Limits{}) {
+	if p.Profile != "openai" || p.Window != governor.Rolling || p.Accounting != governor.ReserveAccounting || p.DefaultMaxTokens != 1000 || p.Limits != (governor.Limits{}) {
 		t.Errorf("provider defaults = %+v", p)
 	}
 	if f := s.Flows[0]; f.Weight != 1 || f.BatchMax != 1 || f.Priority != 0 || f.ItemMaxTokens != 0 {
@@ -97,7 +97,7 @@ flows:
 		t.Fatal(err)
 	}
 	p := s.Provider
-	want := Provider{Profile: "anthropic", Window: Fixed, Accounting: Settle, Latency: 150 * time.Millisecond,
+	want := Provider{Profile: "anthropic", Window: governor.Fixed, Accounting: governor.SettleAccounting, Latency: 150 * time.Millisecond,
 		DefaultMaxTokens: 4096, Faults: Faults{0.1, 0.05, 0.01, 0.01},
 		Limits:      governor.Limits{50, 5000, 90000, 1000000, 40000, 8000},
 		Unannounced: [governor.NumLimits]bool{governor.ITPM: true, governor.OTPM: true}}
@@ -206,23 +206,6 @@ func TestLoadNamesFile(t *testing.T) {
 	_, err := Load("testdata/missing.yaml")
 	if err == nil || !strings.Contains(err.Error(), "missing.yaml") {
 		t.Fatalf("error = %v, want one naming the file", err)
-	}
-}
-
-func TestEnums(t *testing.T) {
-	t.Parallel()
-	for _, w := range []Window{Rolling, Fixed} {
-		if got, err := ParseWindow(w.String()); err != nil || got != w {
-			t.Errorf("ParseWindow(%q) = %v, %v", w, got, err)
-		}
-	}
-	for _, a := range []Accounting{Reserve, Settle} {
-		if got, err := ParseAccounting(a.String()); err != nil || got != a {
-			t.Errorf("ParseAccounting(%q) = %v, %v", a, got, err)
-		}
-	}
-	if _, err := ParseWindow("Rolling"); err == nil {
-		t.Error("ParseWindow accepted a capitalised name")
 	}
 }
 
