@@ -27,6 +27,17 @@ func (w Window) String() string {
 	return "rolling"
 }
 
+// ParseWindow reads a Window by its String, "rolling" or "fixed", as
+// configuration files and flags write it.
+func ParseWindow(s string) (Window, error) { return parseName(s, Rolling, Fixed) }
+
+// UnmarshalText reads a Window as ParseWindow does, so that decoders of
+// configuration files (YAML, JSON) read it the same way.
+func (w *Window) UnmarshalText(b []byte) (err error) {
+	*w, err = ParseWindow(string(b))
+	return err
+}
+
 // Accounting says what a provider keeps of a call's charge once it ends.
 // Its String is the word configuration files use: "reserve" or "settle".
 type Accounting uint8
@@ -46,6 +57,28 @@ func (a Accounting) String() string {
 		return "settle"
 	}
 	return "reserve"
+}
+
+// ParseAccounting reads an Accounting by its String, "reserve" or "settle".
+func ParseAccounting(s string) (Accounting, error) {
+	return parseName(s, ReserveAccounting, SettleAccounting)
+}
+
+// UnmarshalText reads an Accounting as ParseAccounting does.
+func (a *Accounting) UnmarshalText(b []byte) (err error) {
+	*a, err = ParseAccounting(string(b))
+	return err
+}
+
+// parseName returns the one of a and b whose String is s.
+func parseName[T fmt.Stringer](s string, a, b T) (T, error) {
+	switch s {
+	case a.String():
+		return a, nil
+	case b.String():
+		return b, nil
+	}
+	return a, fmt.Errorf("%q is not %s or %s", s, a, b)
 }
 
 // FlowConfig describes one flow: a job, a tenant, a function drawing on the key.

@@ -700,3 +700,27 @@ func TestZeroGovernorPanicsSayingUseNew(t *testing.T) {
 		}
 	}
 }
+
+// TestWindowAndAccountingNames: each value reads back from its String, as
+// text too, and a name in another case is refused.
+func TestWindowAndAccountingNames(t *testing.T) {
+	t.Parallel()
+	for _, w := range []Window{Rolling, Fixed} {
+		var got Window
+		if err := got.UnmarshalText([]byte(w.String())); err != nil || got != w {
+			t.Errorf("UnmarshalText(%q) = %v, %v", w, got, err)
+		}
+	}
+	for _, a := range []Accounting{ReserveAccounting, SettleAccounting} {
+		var got Accounting
+		if err := got.UnmarshalText([]byte(a.String())); err != nil || got != a {
+			t.Errorf("UnmarshalText(%q) = %v, %v", a, got, err)
+		}
+	}
+	if _, err := ParseWindow("Rolling"); err == nil || err.Error() != `"Rolling" is not rolling or fixed` {
+		t.Errorf("ParseWindow(Rolling) = %v", err)
+	}
+	if _, err := ParseAccounting("later"); err == nil || err.Error() != `"later" is not reserve or settle` {
+		t.Errorf("ParseAccounting(later) = %v", err)
+	}
+}

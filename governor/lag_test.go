@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
-	"github.com/sluice-dev/sluice/internal/scenario"
 	"github.com/sluice-dev/sluice/internal/sim"
 )
 
@@ -17,7 +16,7 @@ import (
 // refuses none — under rolling and under fixed windows.
 func TestLagCoversTransit(t *testing.T) {
 	t.Parallel()
-	for _, window := range []scenario.Window{scenario.Rolling, scenario.Fixed} {
+	for _, window := range []governor.Window{governor.Rolling, governor.Fixed} {
 		t.Run(window.String(), func(t *testing.T) {
 			t.Parallel()
 			if n := transitRejections(t, window, 0); n == 0 {
@@ -48,14 +47,14 @@ func (a *arrivals) Pop() any {
 	return x
 }
 
-func transitRejections(t *testing.T, window scenario.Window, lag time.Duration) int64 {
+func transitRejections(t *testing.T, window governor.Window, lag time.Duration) int64 {
 	limits := governor.Limits{governor.RPM: 40, governor.TPM: 20000}
 	prov, err := sim.NewModel(sim.Config{Window: window, Limits: limits, Seed: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := governor.Config{Limits: limits, Lag: lag}
-	if window == scenario.Fixed {
+	if window == governor.Fixed {
 		cfg.Window = governor.Fixed
 	}
 	g, err := governor.New(cfg)
@@ -70,7 +69,7 @@ func transitRejections(t *testing.T, window scenario.Window, lag time.Duration) 
 	// just before and just after every other minute's boundary — the
 	// provider sees the first burst's late arrivals in the next window.
 	want := func(since time.Duration, waiting int) int {
-		if window == scenario.Rolling {
+		if window == governor.Rolling {
 			return 10 - waiting
 		}
 		in := since % (2 * time.Minute)

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
-	"github.com/sluice-dev/sluice/internal/scenario"
 	"github.com/sluice-dev/sluice/internal/sim"
 )
 
@@ -66,13 +65,13 @@ func runProperty(t *testing.T, seed uint64) {
 	if limits == (governor.Limits{}) {
 		limits[governor.TPM] = 10000
 	}
-	window := scenario.Rolling
+	window := governor.Rolling
 	if rng.IntN(3) == 0 {
-		window = scenario.Fixed
+		window = governor.Fixed
 	}
-	accounting := scenario.Reserve
+	accounting := governor.ReserveAccounting
 	if rng.IntN(3) == 0 {
-		accounting = scenario.Settle
+		accounting = governor.SettleAccounting
 	}
 	latency := time.Duration(rng.IntN(3000)) * time.Millisecond
 	prov, err := sim.NewModel(sim.Config{Window: window, Accounting: accounting, Limits: limits, Latency: latency, Seed: int64(seed)})
@@ -80,10 +79,10 @@ func runProperty(t *testing.T, seed uint64) {
 		t.Fatal(err)
 	}
 	cfg := governor.Config{Limits: limits}
-	if window == scenario.Fixed {
+	if window == governor.Fixed {
 		cfg.Window = governor.Fixed
 	}
-	if accounting == scenario.Settle {
+	if accounting == governor.SettleAccounting {
 		cfg.Accounting = governor.SettleAccounting
 	}
 	var flows []*propFlow

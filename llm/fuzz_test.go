@@ -12,7 +12,7 @@ import (
 	"unicode/utf8"
 )
 
-var fuzzProfiles = []Profile{Groq, OpenAI, Anthropic}
+var fuzzProfiles = Profiles()
 
 // FuzzSnapshot: any header values parse without panicking, and whatever is
 // read is sane: counts and waits are never negative, waits are bounded.

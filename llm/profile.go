@@ -32,12 +32,16 @@ const (
 	Anthropic Profile = "anthropic"
 )
 
+// Profiles returns every profile, each named as its String writes it.
+func Profiles() []Profile { return []Profile{Groq, OpenAI, Anthropic} }
+
 // ParseProfile reads a profile name (any case); "" is OpenAI.
 func ParseProfile(s string) (Profile, error) {
-	switch p := Profile(strings.ToLower(strings.TrimSpace(s))); p {
-	case "":
+	p := Profile(strings.ToLower(strings.TrimSpace(s)))
+	if p == "" {
 		return OpenAI, nil
-	case Groq, OpenAI, Anthropic:
+	}
+	if slices.Contains(Profiles(), p) {
 		return p, nil
 	}
 	return "", fmt.Errorf("llm: unknown profile %q (want groq, openai or anthropic)", s)

@@ -98,7 +98,7 @@ func TestErrorBodyShapes(t *testing.T) {
 func TestWireRoundTrip(t *testing.T) {
 	t.Parallel()
 	now := time.Unix(0, 0)
-	for _, p := range []Profile{Groq, OpenAI, Anthropic} {
+	for _, p := range Profiles() {
 		for _, l := range governor.AllLimits {
 			for _, org := range []string{"org-x", ""} {
 				name := fmt.Sprintf("%s %s org %q", p, l, org)
@@ -184,7 +184,7 @@ func TestRefusalWaitIsShownToTheMillisecond(t *testing.T) {
 func TestRateLimitHeaders(t *testing.T) {
 	t.Parallel()
 	now := time.Unix(0, 0)
-	for _, p := range []Profile{Groq, OpenAI, Anthropic} {
+	for _, p := range Profiles() {
 		hs := p.RateLimitHeaders()
 		if len(hs) == 0 {
 			t.Fatalf("%s: no headers", p)

@@ -39,7 +39,7 @@ func TestBenchQuotaBounds(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	env := &cmdEnv{stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }}
 	code := runMain(context.Background(), env, []string{"bench", "quota", "--scenario", path})
-	want := path + `: flows[0].arrivals_per_day: "1e12" is more than the bound of 1,000,000 (line 4)`
+	want := path + `: flows[0].arrivals_per_day: 1e+12 is more than the bound of 1,000,000 (line 4)`
 	if code != 1 || !strings.Contains(stderr.String(), want) {
 		t.Errorf("exit %d, stderr %q, want %q", code, stderr.String(), want)
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -13,15 +12,15 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
 
-	"go.yaml.in/yaml/v3"
-
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/gateway"
 	"github.com/sluice-dev/sluice/internal/guard"
+	"github.com/sluice-dev/sluice/internal/yamlfile"
 	"github.com/sluice-dev/sluice/llm"
 )
 
@@ -33,8 +32,10 @@ func init() {
 	})
 }
 
-// gatewayFile is the gateway's section of a YAML config file; flags given
-// explicitly win over it.
+// gatewayFile is the gateway's YAML config file. Each single-value key is
+// the twin of the flag of the same name (max_wait, --max-wait): its text is
+// handed to the flag (readGatewayFile), so the file and the flags accept
+// and refuse the same values; flags given explicitly win.
 type gatewayFile struct {
 	Upstream         string           `yaml:"upstream"`
 	Profile          string           `yaml:"profile"`
@@ -46,11 +47,11 @@ type gatewayFile struct {
 	Accounting       string           `yaml:"accounting"`
 	MaxWait          string           `yaml:"max_wait"`
 	KeepPlace        string           `yaml:"keep_place"`
-	DefaultMaxTokens *int             `yaml:"default_max_tokens"`
-	MaxBodyBytes     *int64           `yaml:"max_body_bytes"`
-	MaxWaiting       *int             `yaml:"max_waiting"`
-	MaxFlowWaiting   *int             `yaml:"max_flow_waiting"`
-	MaxWaitingBytes  *int64           `yaml:"max_waiting_bytes"`
+	DefaultMaxTokens string           `yaml:"default_max_tokens"`
+	MaxBodyBytes     string           `yaml:"max_body_bytes"`
+	MaxWaiting       string           `yaml:"max_waiting"`
+	MaxFlowWaiting   string           `yaml:"max_flow_waiting"`
+	MaxWaitingBytes  string           `yaml:"max_waiting_bytes"`
 	HeaderTimeout    string           `yaml:"header_timeout"`
 	BodyTimeout      string           `yaml:"body_timeout"`
 	WriteTimeout     string           `yaml:"write_timeout"`
@@ -63,13 +64,13 @@ type gatewayFile struct {
 	ClientKeys       []gatewayKeyFile `yaml:"client_keys"`
 }
 
-// gatewayFlow is a flow in the file. A key left out takes its default; a
-// key given is checked as the same part of --flow is.
+// gatewayFlow is a flow in the file, its parts read as --flow reads them; a
+// part left out takes its default.
 type gatewayFlow struct {
-	Name             string   `yaml:"name"`
-	Weight           *float64 `yaml:"weight"`
-	Priority         int      `yaml:"priority"`
-	DefaultMaxTokens *int     `yaml:"default_max_tokens"`
+	Name             string `yaml:"name"`
+	Weight           string `yaml:"weight"`
+	Priority         string `yaml:"priority"`
+	DefaultMaxTokens string `yaml:"default_max_tokens"`
 }
 
 // gatewayKeyFile names a client key by the environment variable holding it,
@@ -77,6 +78,34 @@ type gatewayFlow struct {
 type gatewayKeyFile struct {
 	Env  string `yaml:"env"`
 	Flow string `yaml:"flow"`
+}
+
+// readGatewayFile decodes the config file at path into file and hands the
+// text of each single-value key it gives to the key's flag, unless that
+// flag was given (set). It returns the file's lines, for errors about the
+// values afterwards.
+func readGatewayFile(fs *flag.FlagSet, set map[string]bool, path string, file *gatewayFile) (yamlfile.Lines, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	lines, err := yamlfile.Decode(data, file)
+	if err != nil {
+		return nil, err
+	}
+	v := reflect.ValueOf(file).Elem()
+	for i := range v.NumField() {
+		key := v.Type().Field(i).Tag.Get("yaml")
+		name := strings.ReplaceAll(key, "_", "-")
+		text, single := v.Field(i).Interface().(string)
+		if _, given := lines[key]; !given || !single || set[name] {
+			continue
+		}
+		if err := fs.Set(name, text); err != nil {
+			return nil, &yamlfile.Error{Path: key, Line: lines[key], Err: fmt.Errorf("invalid value %q: %w", text, err)}
+		}
+	}
+	return lines, nil
 }
 
 // flowFlags collects repeated --flow NAME=WEIGHT[:PRIORITY[:MAX_TOKENS]].
@@ -96,57 +125,36 @@ func (f *flowFlags) Set(v string) error {
 func parseFlow(v string) (gateway.Flow, error) {
 	name, spec, ok := strings.Cut(v, "=")
 	name = strings.TrimSpace(name)
-	if !ok || name == "" {
+	parts := append(strings.Split(spec, ":"), "", "") // priority and max_tokens may be left out
+	if !ok || name == "" || parts[0] == "" || len(parts) > 5 {
 		return gateway.Flow{}, fmt.Errorf("flow %q: want NAME=WEIGHT[:PRIORITY[:MAX_TOKENS]], e.g. analysis=1:1", v)
 	}
-	parts := strings.Split(spec, ":")
-	if len(parts) > 3 {
-		return gateway.Flow{}, fmt.Errorf("flow %q: want NAME=WEIGHT[:PRIORITY[:MAX_TOKENS]]", v)
-	}
-	fl := gateway.Flow{Name: name}
-	w, err := strconv.ParseFloat(parts[0], 64)
-	if err != nil {
-		return fl, fmt.Errorf("flow %q: weight %q is not a number", name, parts[0])
-	}
-	fl.Weight = w
-	if len(parts) > 1 && parts[1] != "" {
-		if fl.Priority, err = strconv.Atoi(parts[1]); err != nil {
-			return fl, fmt.Errorf("flow %q: priority %q is not a whole number", name, parts[1])
-		}
-	}
-	maxTokens := (*int)(nil)
-	if len(parts) > 2 {
-		n, err := strconv.Atoi(parts[2])
-		if err != nil {
-			return fl, fmt.Errorf("flow %q: default max_tokens %q is not a whole number", name, parts[2])
-		}
-		maxTokens = &n
-	}
-	return checkFlow(fl.Name, &fl.Weight, fl.Priority, maxTokens)
+	return newFlow(name, parts[0], parts[1], parts[2])
 }
 
-// checkFlow builds a flow from --flow or from the file alike, so both
-// accept and refuse the same values. Nil means left out: the default.
-func checkFlow(name string, weight *float64, priority int, maxTokens *int) (gateway.Flow, error) {
-	fl := gateway.Flow{Name: name, Weight: 1, Priority: priority}
+// newFlow reads a flow from --flow or from the file alike, so both accept
+// and refuse the same values; a part given as "" takes its default.
+func newFlow(name, weight, priority, maxTokens string) (gateway.Flow, error) {
+	fl := gateway.Flow{Name: name, Weight: 1}
 	if name == "" {
 		return fl, errors.New("a flow has no name")
 	}
-	if weight != nil {
-		if w := *weight; !(w >= governor.MinWeight && w <= governor.MaxWeight) {
-			return fl, fmt.Errorf("flow %q: weight %v: want a positive number from %v to %v", name, w, governor.MinWeight, governor.MaxWeight)
+	var err error
+	if weight != "" {
+		if fl.Weight, err = strconv.ParseFloat(weight, 64); err != nil || !(fl.Weight >= governor.MinWeight && fl.Weight <= governor.MaxWeight) {
+			return fl, fmt.Errorf("flow %q: weight %s: want a positive number from %v to %v", name, weight, governor.MinWeight, governor.MaxWeight)
 		}
-		fl.Weight = *weight
 	}
-	if priority < governor.MinPriority || priority > governor.MaxPriority {
-		return fl, fmt.Errorf("flow %q: priority %d: want %d to %d (each step multiplies the flow's share by 4; priority is never absolute)",
-			name, priority, governor.MinPriority, governor.MaxPriority)
-	}
-	if maxTokens != nil {
-		if n := *maxTokens; n < 1 || n > llm.MaxOutputTokens {
-			return fl, fmt.Errorf("flow %q: default max_tokens %d: want 1 to %d", name, n, llm.MaxOutputTokens)
+	if priority != "" {
+		if fl.Priority, err = strconv.Atoi(priority); err != nil || fl.Priority < governor.MinPriority || fl.Priority > governor.MaxPriority {
+			return fl, fmt.Errorf("flow %q: priority %s: want a whole number from %d to %d (each step multiplies the flow's share by 4; priority is never absolute)",
+				name, priority, governor.MinPriority, governor.MaxPriority)
 		}
-		fl.DefaultMaxTokens = *maxTokens
+	}
+	if maxTokens != "" {
+		if fl.DefaultMaxTokens, err = strconv.Atoi(maxTokens); err != nil || fl.DefaultMaxTokens < 1 || fl.DefaultMaxTokens > llm.MaxOutputTokens {
+			return fl, fmt.Errorf("flow %q: default max_tokens %s: want a whole number from 1 to %d", name, maxTokens, llm.MaxOutputTokens)
+		}
 	}
 	return fl, nil
 }
@@ -207,145 +215,93 @@ func runGateway(ctx context.Context, env *cmdEnv, args []string) error {
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 
 	var file gatewayFile
+	var lines yamlfile.Lines
 	if *configF != "" {
-		data, err := os.ReadFile(*configF)
-		if err != nil {
-			return fmt.Errorf("--config: %w", err)
-		}
-		dec := yaml.NewDecoder(bytes.NewReader(data))
-		dec.KnownFields(true)
-		if err := dec.Decode(&file); err != nil {
+		var err error
+		if lines, err = readGatewayFile(fs, set, *configF, &file); err != nil {
 			return fmt.Errorf("--config %s: %w", *configF, err)
 		}
 	}
-	// pick returns the flag's value when given explicitly, else the file's when set.
-	pick := func(name, flagV, fileV string) string {
-		if set[name] || fileV == "" {
-			return flagV
+	// refuse names a bad value by where it was given: the flag, or the
+	// file's key and line. path is the file's (flows[1]), or a flag's name.
+	refuse := func(path string, err error) error {
+		key := strings.ReplaceAll(path, "-", "_")
+		if _, inFile := lines[key]; set[path] || !inFile {
+			return fmt.Errorf("--%s: %w", path, err)
 		}
-		return fileV
+		return fmt.Errorf("--config %s: %w", *configF, &yamlfile.Error{Path: key, Line: lines.Line(key), Err: err})
 	}
-	dur := func(name string, flagV time.Duration, fileV string) (time.Duration, error) {
-		if set[name] || fileV == "" {
-			return flagV, nil
-		}
-		d, err := time.ParseDuration(fileV)
-		if err != nil {
-			return 0, fmt.Errorf("--config: %s %q: %w", strings.ReplaceAll(name, "-", "_"), fileV, err)
-		}
-		return d, nil
-	}
+	sf.refuse = refuse
 
-	cfg := gateway.Config{Upstream: pick("upstream", *upstream, file.Upstream), Key: pick("key-name", *keyName, file.Key)}
+	cfg := gateway.Config{Upstream: *upstream, Key: *keyName}
 	if cfg.Upstream == "" {
 		fmt.Fprintln(env.stderr, "sluice gateway: --upstream is required (or upstream: in --config)")
 		return errUsage
 	}
-	// Numbers: the flag when given, else the file's when present, else the
-	// flag's default; checked the same wherever they came from.
 	var err error
-	if cfg.DefaultMaxTokens, err = bounded("default-max-tokens", set, *defMax, file.DefaultMaxTokens, 1, llm.MaxOutputTokens); err != nil {
-		return err
-	}
-	if cfg.MaxBodyBytes, err = bounded("max-body-bytes", set, *maxBody, file.MaxBodyBytes, 1, 1<<30); err != nil {
-		return err
-	}
-	if cfg.MaxWaiting, err = bounded("max-waiting", set, *maxWaiting, file.MaxWaiting, 1, 1<<20); err != nil {
-		return err
-	}
-	if cfg.MaxFlowWaiting, err = bounded("max-flow-waiting", set, *maxFlowW, file.MaxFlowWaiting, 1, 1<<20); err != nil {
-		return err
-	}
-	if cfg.MaxWaitingBytes, err = bounded("max-waiting-bytes", set, *maxWBytes, file.MaxWaitingBytes, 1, 1<<40); err != nil {
-		return err
-	}
-	for _, d := range []struct {
-		name string
-		to   *time.Duration
-		file string
-	}{{"header-timeout", &sf.header, file.HeaderTimeout}, {"body-timeout", &sf.body, file.BodyTimeout},
-		{"write-timeout", &sf.write, file.WriteTimeout}, {"idle-timeout", &sf.idle, file.IdleTimeout}} {
-		if *d.to, err = dur(d.name, *d.to, d.file); err != nil {
-			return err
+	for _, n := range []struct {
+		name      string
+		v, lo, hi int64
+	}{
+		{"default-max-tokens", int64(*defMax), 1, llm.MaxOutputTokens}, {"max-body-bytes", *maxBody, 1, 1 << 30},
+		{"max-waiting", int64(*maxWaiting), 1, 1 << 20}, {"max-flow-waiting", int64(*maxFlowW), 1, 1 << 20},
+		{"max-waiting-bytes", *maxWBytes, 1, 1 << 40},
+	} {
+		if n.v < n.lo || n.v > n.hi {
+			return refuse(n.name, fmt.Errorf("%d is not between %d and %d", n.v, n.lo, n.hi))
 		}
 	}
+	cfg.DefaultMaxTokens, cfg.MaxBodyBytes, cfg.MaxWaiting, cfg.MaxFlowWaiting, cfg.MaxWaitingBytes = *defMax, *maxBody, *maxWaiting, *maxFlowW, *maxWBytes
 	if !set["allowed-hosts"] && len(file.AllowedHosts) > 0 {
 		sf.hosts = strings.Join(file.AllowedHosts, ",")
 	}
-	prof, err := llm.ParseProfile(pick("profile", *profile, file.Profile))
-	if err != nil {
-		return fmt.Errorf("--profile: %w", err)
+	if cfg.Profile, err = llm.ParseProfile(*profile); err != nil {
+		return refuse("profile", err)
 	}
-	cfg.Profile = prof
-	if cfg.Limits, err = governor.ParseLimits(pick("limits", *limitsF, file.Limits)); err != nil {
-		return fmt.Errorf("--limits: %w", err)
+	if cfg.Limits, err = governor.ParseLimits(*limitsF); err != nil {
+		return refuse("limits", err)
 	}
-	switch w := pick("window", *window, file.Window); w {
-	case "rolling":
-	case "fixed":
-		cfg.Window = governor.Fixed
-	default:
-		return fmt.Errorf("--window %q: want rolling or fixed", w)
+	if cfg.Window, err = governor.ParseWindow(*window); err != nil {
+		return refuse("window", err)
 	}
-	switch a := pick("accounting", *accounting, file.Accounting); a {
-	case "":
-		if prof == llm.Anthropic {
-			cfg.Accounting = governor.SettleAccounting
-		}
-	case "reserve":
-	case "settle":
+	switch {
+	case *accounting == "" && cfg.Profile == llm.Anthropic:
 		cfg.Accounting = governor.SettleAccounting
-	default:
-		return fmt.Errorf("--accounting %q: want reserve or settle", a)
+	case *accounting != "":
+		if cfg.Accounting, err = governor.ParseAccounting(*accounting); err != nil {
+			return refuse("accounting", err)
+		}
 	}
-	if cfg.MaxWait, err = dur("max-wait", *maxWait, file.MaxWait); err != nil {
-		return err
+	if *maxWait < 0 {
+		return refuse("max-wait", fmt.Errorf("%s is negative", *maxWait))
 	}
-	if cfg.MaxWait < 0 {
-		return fmt.Errorf("max wait %s is negative", cfg.MaxWait)
+	cfg.MaxWait = cmp.Or(*maxWait, time.Nanosecond) // 0 means "do not wait", not "the default"
+	if *keepPlace < 0 {
+		return refuse("keep-place", fmt.Errorf("%s is negative", *keepPlace))
 	}
-	if cfg.MaxWait == 0 {
-		cfg.MaxWait = time.Nanosecond // 0 means "do not wait", not "the default"
-	}
-	if cfg.KeepPlace, err = dur("keep-place", *keepPlace, file.KeepPlace); err != nil {
-		return err
-	}
-	if cfg.KeepPlace < 0 {
-		return fmt.Errorf("keep place %s is negative", cfg.KeepPlace)
-	}
-	if cfg.KeepPlace == 0 {
-		cfg.KeepPlace = -1 // 0 means "keep none", not "the default"
-	}
-	if cfg.Lag, err = dur("lag", *lag, file.Lag); err != nil {
-		return err
-	}
-	if cfg.Lag == 0 {
-		cfg.Lag = -1
-	}
-	if cfg.RetryBase, err = dur("retry-base", *retryBase, file.RetryBase); err != nil {
-		return err
-	}
+	cfg.KeepPlace = cmp.Or(*keepPlace, -1) // 0 means "keep none", not "the default"
+	cfg.Lag = cmp.Or(*lag, -1)
+	cfg.RetryBase = *retryBase
 	if len(flows) > 0 {
 		cfg.Flows = flows
 	} else {
 		for i, f := range file.Flows {
-			fl, err := checkFlow(f.Name, f.Weight, f.Priority, f.DefaultMaxTokens)
+			fl, err := newFlow(f.Name, f.Weight, f.Priority, f.DefaultMaxTokens)
 			if err != nil {
-				return fmt.Errorf("--config: flows[%d]: %w", i, err)
+				return refuse(fmt.Sprintf("flows[%d]", i), err)
 			}
 			cfg.Flows = append(cfg.Flows, fl)
 		}
 	}
 
-	kEnv := pick("key-env", *keyEnv, file.KeyEnv)
-	if cfg.APIKey = env.getenv(kEnv); cfg.APIKey == "" {
-		fmt.Fprintf(env.stderr, "sluice gateway: %s is empty: no provider key is sent upstream\n", kEnv)
+	if cfg.APIKey = env.getenv(*keyEnv); cfg.APIKey == "" {
+		fmt.Fprintf(env.stderr, "sluice gateway: %s is empty: no provider key is sent upstream\n", *keyEnv)
 	}
 	cfg.ClientKeys = parseClientKeys(env.getenv(*clientEnv))
 	for i, k := range file.ClientKeys {
 		v := env.getenv(k.Env)
 		if v == "" {
-			return fmt.Errorf("--config: client_keys[%d]: environment variable %s is empty", i, k.Env)
+			return refuse(fmt.Sprintf("client_keys[%d]", i), fmt.Errorf("environment variable %s is empty", k.Env))
 		}
 		cfg.ClientKeys = append(cfg.ClientKeys, gateway.ClientKey{Key: v, Flow: k.Flow})
 	}
@@ -355,14 +311,14 @@ func runGateway(ctx context.Context, env *cmdEnv, args []string) error {
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(env.stderr, &slog.HandlerOptions{Level: level}))
 
-	listen := pick("addr", *addr, file.Addr)
+	listen := *addr
 	if err := guard.CheckBind(listen, len(cfg.ClientKeys) > 0, "give client keys in "+*clientEnv); err != nil {
 		return err
 	}
 	if cfg.Limits == (governor.Limits{}) {
 		fmt.Fprintln(env.stderr, "sluice gateway: warning: no --limits: the gateway governs nothing and sends every request upstream at once")
 	}
-	if db := cmp.Or(pick("db", *dbURL, file.DB), env.getenv("SLUICE_DB")); db != "" {
+	if db := cmp.Or(*dbURL, env.getenv("SLUICE_DB")); db != "" {
 		st, err := store.Open(ctx, db)
 		if err != nil {
 			return fmt.Errorf("--db: %w", err)
@@ -384,20 +340,6 @@ func runGateway(ctx context.Context, env *cmdEnv, args []string) error {
 		return fmt.Errorf("listen on %s: %w", listen, err)
 	}
 	srv := guard.NewServer(gw, gc)
-	fmt.Fprintf(env.stdout, "listening on http://%s (upstream %s, profile %s, limits %s)\n", ln.Addr(), cfg.Upstream, prof, cfg.Limits)
+	fmt.Fprintf(env.stdout, "listening on http://%s (upstream %s, profile %s, limits %s)\n", ln.Addr(), cfg.Upstream, cfg.Profile, cfg.Limits)
 	return serveUntilDone(ctx, srv, ln)
-}
-
-// bounded picks a number as the gateway's other settings are picked — the
-// flag when given, else the file's when present — and checks it within
-// [lo, hi], naming the flag and the file's key alike.
-func bounded[T int | int64](name string, set map[string]bool, flagV T, fileV *T, lo, hi T) (T, error) {
-	v := flagV
-	if !set[name] && fileV != nil {
-		v = *fileV
-	}
-	if v < lo || v > hi {
-		return v, fmt.Errorf("--%s (%s: in --config) %d: want %d to %d", name, strings.ReplaceAll(name, "-", "_"), v, lo, hi)
-	}
-	return v, nil
 }

@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -276,11 +277,20 @@ func TestGatewayHelp(t *testing.T) {
 			t.Errorf("help does not document %s", flag)
 		}
 	}
+	// readGatewayFile hands each single-value key of the file to its flag.
+	file := reflect.TypeFor[gatewayFile]()
+	for i := range file.NumField() {
+		key := file.Field(i).Tag.Get("yaml")
+		if file.Field(i).Type.Kind() == reflect.String && !strings.Contains(stdout.String(), "  -"+strings.ReplaceAll(key, "_", "-")+" ") {
+			t.Errorf("the file's key %s has no flag", key)
+		}
+	}
 }
 
 // TestGatewayFileAndFlagsAgree: a value refused as a flag is refused in the
-// file, and the other way round, naming the same setting; none is quietly
-// replaced by a default.
+// file, and the other way round, in the same words; the flag's error names
+// the flag, the file's the key and its line. None is quietly replaced by a
+// default.
 func TestGatewayFileAndFlagsAgree(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -288,18 +298,31 @@ func TestGatewayFileAndFlagsAgree(t *testing.T) {
 		name string
 		flag []string
 		file string
-		want string
+		want string // in both errors
+		key  string // in the file's, with its line
+		line int
 	}{
-		{"zero weight", []string{"--flow", "a=0"}, "flows:\n  - name: a\n    weight: 0\n", `flow "a": weight 0`},
-		{"negative weight", []string{"--flow", "a=-2"}, "flows:\n  - name: a\n    weight: -2\n", `flow "a": weight -2`},
-		{"unbounded priority", []string{"--flow", "a=1:1000"}, "flows:\n  - name: a\n    priority: 1000\n", `flow "a": priority 1000`},
-		{"flow max_tokens 0", []string{"--flow", "a=1:0:0"}, "flows:\n  - name: a\n    default_max_tokens: 0\n", `flow "a": default max_tokens 0`},
-		{"negative max body", []string{"--max-body-bytes", "-5"}, "max_body_bytes: -5\n", "max_body_bytes: in --config) -5"},
-		{"negative default max tokens", []string{"--default-max-tokens", "-5"}, "default_max_tokens: -5\n", "default_max_tokens: in --config) -5"},
-		{"zero default max tokens", []string{"--default-max-tokens", "0"}, "default_max_tokens: 0\n", "default_max_tokens: in --config) 0"},
-		{"absurd default max tokens", []string{"--default-max-tokens", "9223372036854775807"}, "default_max_tokens: 9223372036854775807\n", "default_max_tokens: in --config) 9223372036854775807"},
-		{"zero max waiting", []string{"--max-waiting", "0"}, "max_waiting: 0\n", "max_waiting: in --config) 0"},
-		{"negative body timeout", []string{"--body-timeout", "-1s"}, "body_timeout: -1s\n", "--body-timeout -1s"},
+		{"zero weight", []string{"--flow", "a=0"}, "flows:\n  - name: a\n    weight: 0\n", `flow "a": weight 0`, "flows[0]", 3},
+		{"negative weight", []string{"--flow", "a=-2"}, "flows:\n  - name: a\n    weight: -2\n", `flow "a": weight -2`, "flows[0]", 3},
+		{"unbounded priority", []string{"--flow", "a=1:1000"}, "flows:\n  - name: a\n    priority: 1000\n", `flow "a": priority 1000`, "flows[0]", 3},
+		{"fractional priority", []string{"--flow", "a=1:1.5"}, "flows:\n  - {name: a, priority: 1.5}\n", `flow "a": priority 1.5`, "flows[0]", 3},
+		{"flow max_tokens 0", []string{"--flow", "a=1:0:0"}, "flows:\n  - name: a\n    default_max_tokens: 0\n", `flow "a": default max_tokens 0`, "flows[0]", 3},
+		{"negative max body", []string{"--max-body-bytes", "-5"}, "max_body_bytes: -5\n", "-5 is not between 1 and 1073741824", "max_body_bytes", 2},
+		{"negative default max tokens", []string{"--default-max-tokens", "-5"}, "default_max_tokens: -5\n", "-5 is not between 1 and 1048576", "default_max_tokens", 2},
+		{"zero default max tokens", []string{"--default-max-tokens", "0"}, "default_max_tokens: 0\n", "0 is not between 1", "default_max_tokens", 2},
+		{"absurd default max tokens", []string{"--default-max-tokens", "9223372036854775807"}, "default_max_tokens: 9223372036854775807\n", "9223372036854775807 is not between", "default_max_tokens", 2},
+		{"zero max waiting", []string{"--max-waiting", "0"}, "max_waiting: 0\n", "0 is not between 1 and 1048576", "max_waiting", 2},
+		{"fractional max waiting", []string{"--max-waiting", "1.5"}, "max_waiting: 1.5\n", `invalid value "1.5"`, "max_waiting", 2},
+		{"max waiting in exponent form", []string{"--max-waiting", "1e3"}, "max_waiting: 1e3\n", `invalid value "1e3"`, "max_waiting", 2},
+		{"negative body timeout", []string{"--body-timeout", "-1s"}, "body_timeout: -1s\n", "-1s is not positive", "body_timeout", 2},
+		{"negative max wait", []string{"--max-wait", "-1s"}, "max_wait: -1s\n", "-1s is negative", "max_wait", 2},
+		{"duration in words", []string{"--max-wait", "4 minutes"}, "max_wait: 4 minutes\n", `invalid value "4 minutes"`, "max_wait", 2},
+		{"duration without a unit", []string{"--lag", "10"}, "lag: 10\n", `invalid value "10"`, "lag", 2},
+		{"window", []string{"--window", "sliding"}, "window: sliding\n", `"sliding" is not rolling or fixed`, "window", 2},
+		{"window in capitals", []string{"--window", "Fixed"}, "window: Fixed\n", `"Fixed" is not rolling or fixed`, "window", 2},
+		{"accounting", []string{"--accounting", "later"}, "accounting: later\n", `"later" is not reserve or settle`, "accounting", 2},
+		{"limits", []string{"--limits", "tpm=lots"}, "limits: tpm=lots\n", `limit tpm: value "lots"`, "limits", 2},
+		{"profile", []string{"--profile", "azure"}, "profile: azure\n", `unknown profile "azure"`, "profile", 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			run := func(args ...string) (int, string) {
@@ -309,16 +332,17 @@ func TestGatewayFileAndFlagsAgree(t *testing.T) {
 				return code, stderr.String()
 			}
 			code, msg := run(append([]string{"--upstream", "http://127.0.0.1:1/v1"}, tc.flag...)...)
-			if code == 0 || !strings.Contains(msg, tc.want) {
-				t.Errorf("flag %v: exit %d, %q; want a refusal naming %q", tc.flag, code, msg, tc.want)
+			if code == 0 || !strings.Contains(msg, tc.want) || !strings.Contains(msg, tc.flag[0][1:]) {
+				t.Errorf("flag %v: exit %d, %q; want a refusal naming %s and %q", tc.flag, code, msg, tc.flag[0], tc.want)
 			}
 			file := filepath.Join(dir, fmt.Sprintf("c%d.yaml", i))
 			if err := os.WriteFile(file, []byte("upstream: http://127.0.0.1:1/v1\n"+tc.file), 0o600); err != nil {
 				t.Fatal(err)
 			}
 			code, msg = run("--config", file)
-			if code == 0 || !strings.Contains(msg, tc.want) {
-				t.Errorf("file %q: exit %d, %q; want a refusal naming %q", tc.file, code, msg, tc.want)
+			where := fmt.Sprintf("(line %d)", tc.line)
+			if code == 0 || !strings.Contains(msg, tc.want) || !strings.Contains(msg, tc.key+": ") || !strings.Contains(msg, where) {
+				t.Errorf("file %q: exit %d, %q; want a refusal naming %q, %s %s", tc.file, code, msg, tc.want, tc.key, where)
 			}
 		})
 	}

@@ -15,6 +15,9 @@ import (
 type serverFlags struct {
 	header, body, write, idle time.Duration
 	hosts                     string
+	// refuse words an error about flag's value; nil: "--flag: err". The
+	// gateway's names the key of its config file when the value came from it.
+	refuse func(flag string, err error) error
 }
 
 func addServerFlags(fs *flag.FlagSet) *serverFlags {
@@ -36,16 +39,20 @@ func (s *serverFlags) config(addr string, errorf func(http.ResponseWriter, int, 
 			c.Hosts = append(c.Hosts, h)
 		}
 	}
+	refuse := s.refuse
+	if refuse == nil {
+		refuse = func(flag string, err error) error { return fmt.Errorf("--%s: %w", flag, err) }
+	}
 	for _, d := range []struct {
 		flag string
 		v    time.Duration
 	}{{"header-timeout", s.header}, {"body-timeout", s.body}, {"write-timeout", s.write}, {"idle-timeout", s.idle}} {
 		if d.v <= 0 {
-			return c, fmt.Errorf("--%s %s: want a positive duration", d.flag, d.v)
+			return c, refuse(d.flag, fmt.Errorf("%s is not positive", d.v))
 		}
 	}
 	if err := c.Validate(); err != nil {
-		return c, fmt.Errorf("--allowed-hosts: %w", err)
+		return c, refuse("allowed-hosts", err)
 	}
 	return c, nil
 }

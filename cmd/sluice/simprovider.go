@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/guard"
 	"github.com/sluice-dev/sluice/internal/scenario"
 	"github.com/sluice-dev/sluice/internal/sim"
+	"github.com/sluice-dev/sluice/llm"
 )
 
 func init() {
@@ -54,7 +56,7 @@ func runSimProvider(ctx context.Context, env *cmdEnv, args []string) error {
 		return err
 	}
 
-	p := scenario.Provider{Profile: "openai", DefaultMaxTokens: scenario.DefaultMaxTokens}
+	p := scenario.Provider{Profile: llm.OpenAI, DefaultMaxTokens: scenario.DefaultMaxTokens}
 	seedV := *seed
 	if *scenarioF != "" {
 		sc, err := scenario.Load(*scenarioF)
@@ -68,8 +70,8 @@ func runSimProvider(ctx context.Context, env *cmdEnv, args []string) error {
 	}
 	var err error
 	if set["profile"] || *scenarioF == "" {
-		p.Profile = *profile
-		if !scenario.ValidProfile(p.Profile) {
+		p.Profile = llm.Profile(*profile)
+		if !slices.Contains(llm.Profiles(), p.Profile) {
 			return fmt.Errorf("--profile %q: want groq, openai or anthropic", p.Profile)
 		}
 	}
@@ -79,12 +81,12 @@ func runSimProvider(ctx context.Context, env *cmdEnv, args []string) error {
 		}
 	}
 	if set["window"] {
-		if p.Window, err = scenario.ParseWindow(*window); err != nil {
+		if p.Window, err = governor.ParseWindow(*window); err != nil {
 			return fmt.Errorf("--window: %w", err)
 		}
 	}
 	if set["accounting"] {
-		if p.Accounting, err = scenario.ParseAccounting(*accounting); err != nil {
+		if p.Accounting, err = governor.ParseAccounting(*accounting); err != nil {
 			return fmt.Errorf("--accounting: %w", err)
 		}
 	}

@@ -32,9 +32,9 @@ type greedyPolicy struct {
 }
 
 func newGreedy(sc *scenario.Scenario) *greedyPolicy {
-	p := &greedyPolicy{known: sc.Provider.Limits, settle: sc.Provider.Accounting == scenario.Settle,
+	p := &greedyPolicy{known: sc.Provider.Limits, settle: sc.Provider.Accounting == governor.SettleAccounting,
 		defaultMax: sc.Provider.DefaultMaxTokens, batch: map[*flowState]int{}}
-	fixed := sc.Provider.Window == scenario.Fixed
+	fixed := sc.Provider.Window == governor.Fixed
 	for _, l := range governor.AllLimits {
 		if p.known[l] == 0 {
 			continue

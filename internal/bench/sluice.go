@@ -66,14 +66,8 @@ func newSluicePolicyWith(sc *scenario.Scenario, tune func(*governor.Config)) (*s
 	cfg := governor.Config{
 		Key:        sc.Name,
 		Limits:     sc.Provider.Limits,
-		Window:     governor.Rolling,
-		Accounting: governor.ReserveAccounting,
-	}
-	if sc.Provider.Window == scenario.Fixed {
-		cfg.Window = governor.Fixed
-	}
-	if sc.Provider.Accounting == scenario.Settle {
-		cfg.Accounting = governor.SettleAccounting
+		Window:     sc.Provider.Window,
+		Accounting: sc.Provider.Accounting,
 	}
 	for _, f := range sc.Flows {
 		cfg.Flows = append(cfg.Flows, governor.FlowConfig{Name: f.Name, Weight: f.Weight, Priority: f.Priority})
@@ -83,7 +77,7 @@ func newSluicePolicyWith(sc *scenario.Scenario, tune func(*governor.Config)) (*s
 	if err != nil {
 		return nil, err
 	}
-	return &sluicePolicy{g: g, progressEvery: defaultProgressEvery, profile: llm.Profile(sc.Provider.Profile), defaultMax: sc.Provider.DefaultMaxTokens}, nil
+	return &sluicePolicy{g: g, progressEvery: defaultProgressEvery, profile: sc.Provider.Profile, defaultMax: sc.Provider.DefaultMaxTokens}, nil
 }
 
 func (p *sluicePolicy) start(w *world) {

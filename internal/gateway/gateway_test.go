@@ -67,7 +67,7 @@ func setup(t testing.TB, sc sim.Config, cfg Config, before ...func(*Gateway)) *b
 	if cfg.APIKey == "" {
 		cfg.APIKey = upstreamKey
 	}
-	cfg.Profile = llm.Profile(sc.Profile)
+	cfg.Profile = sc.Profile
 	cfg.Logger = slog.New(slog.NewTextHandler(b.log, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	b.gw, err = New(cfg)
 	if err != nil {
@@ -283,7 +283,7 @@ func TestTooLarge(t *testing.T) {
 	} {
 		t.Run(tc.profile+"/"+tc.limits, func(t *testing.T) {
 			t.Parallel()
-			b := setup(t, sim.Config{Profile: tc.profile, Limits: limits(tc.limits)}, Config{Limits: limits(tc.limits)})
+			b := setup(t, sim.Config{Profile: llm.Profile(tc.profile), Limits: limits(tc.limits)}, Config{Limits: limits(tc.limits)})
 			resp, body := b.do(t, "POST", "/v1/chat/completions", chatBody("Write a long essay.", tc.maxTokens, ""), nil)
 			if resp.StatusCode != 413 || resp.Header.Get("Retry-After") != "" {
 				t.Fatalf("status %d retry-after %q: %s", resp.StatusCode, resp.Header.Get("Retry-After"), body)

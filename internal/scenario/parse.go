@@ -13,400 +13,164 @@ import (
 
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/num"
+	"github.com/sluice-dev/sluice/internal/yamlfile"
+	"github.com/sluice-dev/sluice/llm"
 )
 
-// Parse reads and validates a scenario from YAML.
-//
-// The YAML is walked as a node tree rather than decoded into tagged structs
-// so that every error can name the full key path and line of what is wrong.
+// file is the layout of a scenario file (docs/bench.md). yamlfile decodes
+// it; Parse makes a Scenario of it and Validate bounds that, each error
+// placed at its key's line.
+type file struct {
+	Name     text      `yaml:"name"`
+	Duration *duration `yaml:"duration"`
+	Seed     whole     `yaml:"seed"`
+	Provider struct {
+		Profile          llm.Profile         `yaml:"profile"`
+		Window           governor.Window     `yaml:"window"`
+		Accounting       governor.Accounting `yaml:"accounting"`
+		Latency          duration            `yaml:"latency"`
+		DefaultMaxTokens whole               `yaml:"default_max_tokens"`
+		Faults           struct {
+			Error5xx number `yaml:"error_5xx"`
+			Timeout  number `yaml:"timeout"`
+			Reset    number `yaml:"reset"`
+			BadJSON  number `yaml:"bad_json"`
+		} `yaml:"faults"`
+		Limits      map[limit]whole `yaml:"limits"`
+		Unannounced []limit         `yaml:"unannounced"`
+	} `yaml:"provider"`
+	Flows []struct {
+		Name             text    `yaml:"name"`
+		Priority         whole   `yaml:"priority"`
+		Weight           *number `yaml:"weight"` // nil: 1
+		Backlog          whole   `yaml:"backlog"`
+		ArrivalsPerDay   number  `yaml:"arrivals_per_day"`
+		After            text    `yaml:"after"`
+		BatchMax         *whole  `yaml:"batch_max"` // nil: 1
+		PromptTokens     whole   `yaml:"prompt_tokens"`
+		ItemInputTokens  whole   `yaml:"item_input_tokens"`
+		ItemOutputTokens whole   `yaml:"item_output_tokens"`
+		ItemMaxTokens    whole   `yaml:"item_max_tokens"`
+	} `yaml:"flows"`
+}
+
+// Parse reads and validates a scenario from YAML. Its errors name the key
+// and its line: "flows[2].batchmax: unknown key (line 31)".
 func Parse(data []byte) (*Scenario, error) {
 	if len(data) > MaxFileBytes {
 		return nil, fmt.Errorf("scenario is more than the bound of %s bytes", num.Group(MaxFileBytes))
 	}
-	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, fmt.Errorf("scenario is not valid YAML: %w", err)
-	}
-	if doc.Kind != yaml.DocumentNode || len(doc.Content) == 0 {
-		return nil, errors.New("scenario is empty")
-	}
-	s := &Scenario{Provider: Provider{Profile: "openai", DefaultMaxTokens: DefaultMaxTokens}}
-	var durationSet bool
-	var flows *yaml.Node
-	err := eachKey(doc.Content[0], "", func(key string, path string, v *yaml.Node) error {
-		switch key {
-		case "name":
-			return str(v, path, &s.Name)
-		case "duration":
-			durationSet = true
-			if err := duration(v, path, &s.Duration); err != nil {
-				return err
-			}
-			if s.Duration > MaxDuration {
-				return valueErr(path, v, aboveDuration(MaxDuration))
-			}
-			return nil
-		case "seed":
-			return integer(v, path, math.MinInt64, math.MaxInt64, &s.Seed)
-		case "provider":
-			return parseProvider(v, path, &s.Provider)
-		case "flows":
-			flows = v
-			return parseFlows(v, path, &s.Flows)
-		}
-		return unknown(path, v)
-	})
+	var f file
+	f.Provider.Profile, f.Provider.DefaultMaxTokens = llm.OpenAI, DefaultMaxTokens
+	lines, err := yamlfile.Decode(data, &f)
 	if err != nil {
 		return nil, err
 	}
-	if !durationSet {
-		return nil, errors.New("duration: missing (a Go duration such as 168h)")
+	s, err := f.scenario()
+	if err == nil {
+		err = s.Validate()
 	}
-	// What Validate checks, but the total of items gets the line of flows.
-	if err := s.validate(); err != nil {
-		return nil, err
-	}
-	if err := s.checkItems(); err != nil {
-		return nil, at(flows, err)
+	if err != nil {
+		return nil, lines.Place(err)
 	}
 	return s, nil
 }
 
-func parseProvider(n *yaml.Node, prefix string, p *Provider) error {
-	var unannounced *yaml.Node
-	err := eachKey(n, prefix, func(key, path string, v *yaml.Node) error {
-		switch key {
-		case "profile":
-			if err := str(v, path, &p.Profile); err != nil {
-				return err
-			}
-			if !ValidProfile(p.Profile) {
-				return valueErr(path, v, "is not groq, openai or anthropic")
-			}
-			return nil
-		case "window":
-			var s string
-			if err := str(v, path, &s); err != nil {
-				return err
-			}
-			w, err := ParseWindow(s)
-			if err != nil {
-				return at(v, fmt.Errorf("%s: %w", path, err))
-			}
-			p.Window = w
-			return nil
-		case "accounting":
-			var s string
-			if err := str(v, path, &s); err != nil {
-				return err
-			}
-			a, err := ParseAccounting(s)
-			if err != nil {
-				return at(v, fmt.Errorf("%s: %w", path, err))
-			}
-			p.Accounting = a
-			return nil
-		case "latency":
-			if err := duration(v, path, &p.Latency); err != nil {
-				return err
-			}
-			if p.Latency < 0 {
-				return valueErr(path, v, "is negative")
-			}
-			if p.Latency > MaxLatency {
-				return valueErr(path, v, aboveDuration(MaxLatency))
-			}
-			return nil
-		case "default_max_tokens":
-			return integer(v, path, 1, MaxOutputTokens, &p.DefaultMaxTokens)
-		case "faults":
-			return parseFaults(v, path, &p.Faults)
-		case "limits":
-			return eachKey(v, path, func(name, lpath string, lv *yaml.Node) error {
-				l, err := governor.ParseLimit(name)
-				if err != nil || name != l.String() {
-					return at(lv, fmt.Errorf("%s: unknown limit (want rpm, rpd, tpm, tpd, itpm or otpm)", lpath))
-				}
-				return integer(lv, lpath, 1, MaxLimit, &p.Limits[l])
-			})
-		case "unannounced":
-			unannounced = v
-			return parseUnannounced(v, path, &p.Unannounced)
+// scenario returns the Scenario f describes, refusing what only a file can
+// get wrong: a limit of 0 or less (a limit left out is none) and a limit
+// unannounced twice.
+func (f *file) scenario() (*Scenario, error) {
+	if f.Duration == nil {
+		return nil, fieldErr("duration", "missing (a Go duration such as 168h)")
+	}
+	p, faults := &f.Provider, &f.Provider.Faults
+	s := &Scenario{Name: string(f.Name), Duration: time.Duration(*f.Duration), Seed: int64(f.Seed), Provider: Provider{
+		Profile: p.Profile, Window: p.Window, Accounting: p.Accounting, Latency: time.Duration(p.Latency),
+		DefaultMaxTokens: int64(p.DefaultMaxTokens),
+		Faults:           Faults{float64(faults.Error5xx), float64(faults.Timeout), float64(faults.Reset), float64(faults.BadJSON)},
+	}}
+	for _, l := range governor.AllLimits {
+		if n, ok := p.Limits[limit(l)]; ok && n <= 0 {
+			return nil, fieldErr("provider.limits."+l.String(), "%d is not positive", n)
 		}
-		return unknown(path, v)
-	})
-	if err != nil {
-		return err
+		s.Provider.Limits[l] = int64(p.Limits[limit(l)])
 	}
-	// Checked once the whole provider is read: limits may come after it.
-	if err := p.checkUnannounced(); err != nil {
-		return at(unannounced, err)
+	for i, l := range p.Unannounced {
+		if s.Provider.Unannounced[l] {
+			return nil, fieldErr(fmt.Sprintf("provider.unannounced[%d]", i), "%s is given twice", governor.Limit(l))
+		}
+		s.Provider.Unannounced[l] = true
 	}
+	for _, ff := range f.Flows {
+		fl := Flow{Name: string(ff.Name), Priority: ff.Priority.int(), Weight: 1, Backlog: ff.Backlog.int(),
+			ArrivalsPerDay: float64(ff.ArrivalsPerDay), After: string(ff.After), BatchMax: 1,
+			PromptTokens: int64(ff.PromptTokens), ItemInputTokens: int64(ff.ItemInputTokens),
+			ItemOutputTokens: int64(ff.ItemOutputTokens), ItemMaxTokens: int64(ff.ItemMaxTokens)}
+		if ff.Weight != nil {
+			fl.Weight = float64(*ff.Weight)
+		}
+		if ff.BatchMax != nil {
+			fl.BatchMax = ff.BatchMax.int()
+		}
+		s.Flows = append(s.Flows, fl)
+	}
+	return s, nil
+}
+
+// The values of a scenario file read themselves from their YAML nodes: a
+// number is never a quoted string, a whole number may be written 1e6 or
+// 1_000_000, and a number too large for its type is refused, never wrapped
+// or read as zero. Their bounds are Validate's.
+type (
+	text     string         // a string: "name: 5" is refused
+	whole    int64          // a whole number
+	number   float64        // a finite number
+	duration time.Duration  // a Go duration such as 90s
+	limit    governor.Limit // a limit's name, as governor.Limit.String writes it
+)
+
+func (t *text) UnmarshalYAML(n *yaml.Node) error {
+	if n.ShortTag() != "!!str" {
+		return refuse(n, "is not a string")
+	}
+	*t = text(n.Value)
 	return nil
 }
 
-// parseUnannounced reads a list of limit names, each at most once.
-func parseUnannounced(n *yaml.Node, path string, dst *[governor.NumLimits]bool) error {
-	if n.Kind != yaml.SequenceNode {
-		return at(n, fmt.Errorf("%s: want a list of limits, such as [otpm]", path))
-	}
-	for i, v := range n.Content {
-		v = deref(v)
-		var name string
-		if err := str(v, fmt.Sprintf("%s[%d]", path, i), &name); err != nil {
-			return err
-		}
-		l, err := governor.ParseLimit(name)
-		if err != nil || name != l.String() {
-			return valueErr(fmt.Sprintf("%s[%d]", path, i), v, "is not a limit (want rpm, rpd, tpm, tpd, itpm or otpm)")
-		}
-		if dst[l] {
-			return valueErr(fmt.Sprintf("%s[%d]", path, i), v, "is given twice")
-		}
-		dst[l] = true
-	}
-	return nil
-}
-
-func parseFaults(n *yaml.Node, prefix string, f *Faults) error {
-	err := eachKey(n, prefix, func(key, path string, v *yaml.Node) error {
-		var dst *float64
-		switch key {
-		case "error_5xx":
-			dst = &f.Error5xx
-		case "timeout":
-			dst = &f.Timeout
-		case "reset":
-			dst = &f.Reset
-		case "bad_json":
-			dst = &f.BadJSON
-		default:
-			return unknown(path, v)
-		}
-		x, err := number(v, path)
-		if err != nil {
-			return err
-		}
-		if !(x >= 0 && x <= 1) {
-			return valueErr(path, v, "is not a fraction in [0, 1]")
-		}
-		*dst = x
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	if sum := f.Sum(); sum > 1+1e-9 {
-		return at(n, fmt.Errorf("%s: the fractions add up to %v, more than 1", prefix, sum))
-	}
-	return nil
-}
-
-func parseFlows(n *yaml.Node, prefix string, flows *[]Flow) error {
-	if n.Kind != yaml.SequenceNode {
-		return at(n, fmt.Errorf("%s: want a list of flows", prefix))
-	}
-	if len(n.Content) > MaxFlows {
-		return at(n, fmt.Errorf("%s: %d flows %s", prefix, len(n.Content), above(MaxFlows)))
-	}
-	for i, item := range n.Content {
-		f := Flow{Weight: 1, BatchMax: 1}
-		p := fmt.Sprintf("%s[%d]", prefix, i)
-		var x int64
-		err := eachKey(item, p, func(key, path string, v *yaml.Node) error {
-			switch key {
-			case "name":
-				if err := str(v, path, &f.Name); err != nil {
-					return err
-				}
-				if f.Name == "" {
-					return at(v, fmt.Errorf("%s: empty", path))
-				}
-				return nil
-			case "priority":
-				if err := integer(v, path, math.MinInt32, math.MaxInt32, &x); err != nil {
-					return err
-				}
-				f.Priority = int(x)
-				return nil
-			case "weight":
-				w, err := number(v, path)
-				if err != nil {
-					return err
-				}
-				if msg := outsideFloat(w, MinWeight, MaxWeight); msg != "" {
-					return valueErr(path, v, msg)
-				}
-				f.Weight = w
-				return nil
-			case "backlog":
-				if err := integer(v, path, 0, MaxBacklog, &x); err != nil {
-					return err
-				}
-				f.Backlog = int(x)
-				return nil
-			case "arrivals_per_day":
-				a, err := number(v, path)
-				if err != nil {
-					return err
-				}
-				if msg := outsideArrivals(a); msg != "" {
-					return valueErr(path, v, msg)
-				}
-				f.ArrivalsPerDay = a
-				return nil
-			case "after":
-				return str(v, path, &f.After)
-			case "batch_max":
-				if err := integer(v, path, 1, MaxBatch, &x); err != nil {
-					return err
-				}
-				f.BatchMax = int(x)
-				return nil
-			case "prompt_tokens":
-				return integer(v, path, 0, MaxInputTokens, &f.PromptTokens)
-			case "item_input_tokens":
-				return integer(v, path, 0, MaxInputTokens, &f.ItemInputTokens)
-			case "item_output_tokens":
-				return integer(v, path, 0, MaxOutputTokens, &f.ItemOutputTokens)
-			case "item_max_tokens":
-				return integer(v, path, 0, MaxOutputTokens, &f.ItemMaxTokens)
-			}
-			return unknown(path, v)
-		})
-		if err != nil {
-			return err
-		}
-		if f.Name == "" {
-			return at(item, fmt.Errorf("%s.name: missing", p))
-		}
-		if err := f.checkRequest(p); err != nil {
-			return at(item, err)
-		}
-		*flows = append(*flows, f)
-	}
-	return nil
-}
-
-// eachKey calls fn for every key of the mapping n, with the key's full path.
-// Repeated keys are an error: a second value would silently win otherwise.
-func eachKey(n *yaml.Node, prefix string, fn func(key, path string, v *yaml.Node) error) error {
-	n = deref(n)
-	if n.Kind != yaml.MappingNode {
-		what := "the scenario"
-		if prefix != "" {
-			what = prefix
-		}
-		return at(n, fmt.Errorf("%s: want a mapping of keys to values", what))
-	}
-	seen := make(map[string]bool, len(n.Content)/2)
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], deref(n.Content[i+1])
-		path := k.Value
-		if prefix != "" {
-			path = prefix + "." + k.Value
-		}
-		if seen[k.Value] {
-			return at(k, fmt.Errorf("%s: given twice", path))
-		}
-		seen[k.Value] = true
-		if err := fn(k.Value, path, v); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func deref(n *yaml.Node) *yaml.Node {
-	for n.Kind == yaml.AliasNode && n.Alias != nil {
-		n = n.Alias
-	}
-	return n
-}
-
-// lineError carries the line of the offending node.
-type lineError struct {
-	line int
-	err  error
-}
-
-func (e *lineError) Error() string { return fmt.Sprintf("%v (line %d)", e.err, e.line) }
-func (e *lineError) Unwrap() error { return e.err }
-
-func at(n *yaml.Node, err error) error {
-	if n == nil || n.Line == 0 {
-		return err
-	}
-	return &lineError{line: n.Line, err: err}
-}
-
-func unknown(path string, n *yaml.Node) error {
-	return at(n, fmt.Errorf("%s: unknown key", path))
-}
-
-func valueErr(path string, v *yaml.Node, what string) error {
-	return at(v, fmt.Errorf("%s: %q %s", path, v.Value, what))
-}
-
-func scalar(v *yaml.Node, path string) error {
-	if v.Kind != yaml.ScalarNode {
-		return at(v, fmt.Errorf("%s: want a single value, not a mapping or list", path))
-	}
-	return nil
-}
-
-func str(v *yaml.Node, path string, dst *string) error {
-	if err := scalar(v, path); err != nil {
-		return err
-	}
-	if v.ShortTag() != "!!str" {
-		return valueErr(path, v, "is not a string")
-	}
-	*dst = v.Value
-	return nil
-}
-
-// integer reads a whole number within [lo, hi]. A YAML float that is whole
-// (1e6) counts; a number beyond int64 or float64 is out of every bound,
-// never wrapped or zero.
-func integer(v *yaml.Node, path string, lo, hi int64, dst *int64) error {
-	if err := scalar(v, path); err != nil {
-		return err
-	}
+func (w *whole) UnmarshalYAML(n *yaml.Node) error {
 	var x int64
-	if v.ShortTag() == "!!int" && v.Decode(&x) == nil {
-		if msg := outside(x, lo, hi); msg != "" {
-			return valueErr(path, v, msg)
-		}
-		*dst = x
+	if n.ShortTag() == "!!int" && n.Decode(&x) == nil {
+		*w = whole(x)
 		return nil
 	}
-	f, ok := numeric(v)
+	f, ok := numeric(n)
 	switch {
 	case !ok || math.IsNaN(f) || (!math.IsInf(f, 0) && f != math.Trunc(f)):
-		return valueErr(path, v, "is not a whole number")
-	case f < float64(lo) || f < math.MinInt64:
-		return valueErr(path, v, below(lo))
-	case f > float64(hi) || f >= math.MaxInt64: // float64(math.MaxInt64) is 2⁶³
-		return valueErr(path, v, above(hi))
+		return refuse(n, "is not a whole number")
+	// float64 rounds what is just beyond int64 to ±2⁶³ (an int64 written as
+	// such was read above).
+	case f <= math.MinInt64:
+		return refuse(n, "is less than the bound of "+num.Group(math.MinInt64))
+	case f >= math.MaxInt64:
+		return refuse(n, above(math.MaxInt64))
 	}
-	*dst = int64(f) // whole, within [lo, hi]: exact enough for every bound
+	*w = whole(f)
 	return nil
 }
 
-// number reads a finite number.
-func number(v *yaml.Node, path string) (float64, error) {
-	if err := scalar(v, path); err != nil {
-		return 0, err
+// int returns w as an int, saturating where int is narrower than int64.
+func (w whole) int() int { return int(max(min(int64(w), math.MaxInt), math.MinInt)) }
+
+func (x *number) UnmarshalYAML(n *yaml.Node) error {
+	f, ok := numeric(n)
+	switch {
+	case !ok:
+		return refuse(n, "is not a number")
+	case math.IsNaN(f) || math.IsInf(f, 0):
+		return refuse(n, "is not a finite number")
 	}
-	x, ok := numeric(v)
-	if !ok {
-		return 0, valueErr(path, v, "is not a number")
-	}
-	if math.IsNaN(x) || math.IsInf(x, 0) {
-		return 0, valueErr(path, v, "is not a finite number")
-	}
-	return x, nil
+	*x = number(f)
+	return nil
 }
 
 // numeric reads a scalar YAML number as a float64. A number too large for
@@ -437,20 +201,31 @@ func numeric(v *yaml.Node) (float64, bool) {
 // it refuses is too large for a time.Duration.
 var durationShape = regexp.MustCompile(`^[-+]?(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+$`)
 
-func duration(v *yaml.Node, path string, dst *time.Duration) error {
-	if err := scalar(v, path); err != nil {
-		return err
+func (d *duration) UnmarshalYAML(n *yaml.Node) error {
+	x, err := time.ParseDuration(n.Value)
+	switch {
+	case err == nil:
+		*d = duration(x)
+		return nil
+	case durationShape.MatchString(n.Value):
+		return refuse(n, "is too large for a duration")
 	}
-	d, err := time.ParseDuration(v.Value)
-	if err != nil {
-		if durationShape.MatchString(v.Value) {
-			if strings.HasPrefix(v.Value, "-") {
-				return valueErr(path, v, "is negative")
-			}
-			return valueErr(path, v, "is too large for a duration")
-		}
-		return valueErr(path, v, "is not a duration such as 90s, 2m or 168h")
+	return refuse(n, "is not a duration such as 90s, 2m or 168h")
+}
+
+func (l *limit) UnmarshalYAML(n *yaml.Node) error {
+	x, err := governor.ParseLimit(n.Value)
+	if err != nil || x.String() != n.Value {
+		return refuse(n, "is not a limit (want rpm, rpd, tpm, tpd, itpm or otpm)")
 	}
-	*dst = d
+	*l = limit(x)
 	return nil
+}
+
+// refuse says that the value of n is wrong in the way what says.
+func refuse(n *yaml.Node, what string) error { return fmt.Errorf("%q %s", n.Value, what) }
+
+// fieldErr is a problem with the value at path; Parse adds the line.
+func fieldErr(path, format string, args ...any) error {
+	return &yamlfile.Error{Path: path, Err: fmt.Errorf(format, args...)}
 }

@@ -16,12 +16,14 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/num"
+	"github.com/sluice-dev/sluice/llm"
 )
 
 // Scenario is one provider key and the flows that draw on it.
@@ -36,14 +38,15 @@ type Scenario struct {
 // Provider is the simulated provider's behaviour: its wire format, how its
 // windows count and how it settles charges.
 type Provider struct {
-	// Profile is "groq", "openai" or "anthropic": which headers, error bodies
-	// and status codes the simulated provider uses. Default "openai".
-	Profile string
-	// Window is how limits count over their period. Default Rolling.
-	Window Window
+	// Profile is which headers, error bodies and status codes the simulated
+	// provider uses: one of llm.Profiles. Default llm.OpenAI.
+	Profile llm.Profile
+	// Window is how limits count over their period. Default governor.Rolling.
+	Window governor.Window
 	// Accounting is whether an admission charge stands or is corrected to
-	// the real output when the response ends. Default Reserve.
-	Accounting Accounting
+	// the real output when the response ends. Default
+	// governor.ReserveAccounting.
+	Accounting governor.Accounting
 	// Latency is the mean response time; real times vary ±50 % uniformly.
 	// Zero answers at once.
 	Latency time.Duration
@@ -78,9 +81,9 @@ func (p *Provider) Announced() governor.Limits {
 // max_tokens when the scenario does not say.
 const DefaultMaxTokens = 1000
 
-// Bounds on a scenario. Load and Parse refuse a value beyond one, naming the
-// key and the bound; Validate checks the same on a scenario built in code.
-// Together they keep the largest scenario that loads within about 2 GB of
+// Bounds on a scenario. Validate refuses a value beyond one, naming the key
+// and the bound, on a scenario built in code or read by Parse, which adds
+// the key's line. Together they keep the largest scenario that loads within about 2 GB of
 // memory in the bench (docs/bench.md).
 const (
 	// MaxFileBytes bounds a scenario file.
@@ -147,86 +150,6 @@ type Flow struct {
 	ItemMaxTokens    int64 // max_tokens asked per item; 0: the request sets none
 }
 
-// Window says how a limit counts what was charged over its period.
-type Window uint8
-
-const (
-	// Rolling is a sliding window: at every moment the charges of the last
-	// period stay within the limit; each charge ages out exactly one period
-	// after it was made.
-	Rolling Window = iota
-	// Fixed windows start at whole minutes or days of the clock (Unix epoch
-	// aligned); a window's whole allowance comes back at its boundary.
-	Fixed
-)
-
-func (w Window) String() string {
-	switch w {
-	case Rolling:
-		return "rolling"
-	case Fixed:
-		return "fixed"
-	}
-	return fmt.Sprintf("window(%d)", uint8(w))
-}
-
-// ParseWindow reads "rolling" or "fixed".
-func ParseWindow(s string) (Window, error) {
-	switch s {
-	case "rolling":
-		return Rolling, nil
-	case "fixed":
-		return Fixed, nil
-	}
-	return 0, fmt.Errorf("%q is not rolling or fixed", s)
-}
-
-// Accounting says whether the charge made at admission stands.
-type Accounting uint8
-
-const (
-	// Reserve: a request is charged its input + max_tokens at admission and
-	// the charge stands (Groq, OpenAI).
-	Reserve Accounting = iota
-	// Settle: charged the same at admission, corrected to the real output
-	// when the response ends (as Anthropic documents for output tokens).
-	Settle
-)
-
-func (a Accounting) String() string {
-	switch a {
-	case Reserve:
-		return "reserve"
-	case Settle:
-		return "settle"
-	}
-	return fmt.Sprintf("accounting(%d)", uint8(a))
-}
-
-// ParseAccounting reads "reserve" or "settle".
-func ParseAccounting(s string) (Accounting, error) {
-	switch s {
-	case "reserve":
-		return Reserve, nil
-	case "settle":
-		return Settle, nil
-	}
-	return 0, fmt.Errorf("%q is not reserve or settle", s)
-}
-
-// Profiles lists the provider profiles a scenario may name.
-var Profiles = []string{"groq", "openai", "anthropic"}
-
-// ValidProfile reports whether p is one of Profiles.
-func ValidProfile(p string) bool {
-	for _, q := range Profiles {
-		if p == q {
-			return true
-		}
-	}
-	return false
-}
-
 // Load reads and validates the scenario file at path.
 func Load(path string) (*Scenario, error) {
 	f, err := os.Open(path)
@@ -246,55 +169,47 @@ func Load(path string) (*Scenario, error) {
 	return s, nil
 }
 
-// Validate checks what Parse checks on values built in code, so a scenario
-// made without a file obeys the same rules and bounds.
+// Validate checks the rules and bounds of a scenario, whether a file or
+// code made it. Its errors are *yamlfile.Error naming the key, such as
+// flows[2].batch_max, which Parse places at the key's line.
 func (s *Scenario) Validate() error {
-	if err := s.validate(); err != nil {
-		return err
-	}
-	return s.checkItems()
-}
-
-// validate is Validate but for the bound on items, which Parse reports with
-// the line of the flows.
-func (s *Scenario) validate() error {
 	if s.Duration <= 0 {
-		return fmt.Errorf("duration: %s is not positive", s.Duration)
+		return fieldErr("duration", "%s is not positive", s.Duration)
 	}
 	if s.Duration > MaxDuration {
-		return fmt.Errorf("duration: %s %s", s.Duration, aboveDuration(MaxDuration))
+		return fieldErr("duration", "%s %s", s.Duration, aboveDuration(MaxDuration))
 	}
 	if err := s.Provider.Validate(); err != nil {
 		return err
 	}
 	if s.Provider.DefaultMaxTokens > MaxOutputTokens {
-		return fmt.Errorf("provider.default_max_tokens: %d %s", s.Provider.DefaultMaxTokens, above(MaxOutputTokens))
+		return fieldErr("provider.default_max_tokens", "%d %s", s.Provider.DefaultMaxTokens, above(MaxOutputTokens))
 	}
 	if len(s.Flows) == 0 {
-		return fmt.Errorf("flows: at least one flow is needed")
+		return fieldErr("flows", "at least one flow is needed")
 	}
 	if len(s.Flows) > MaxFlows {
-		return fmt.Errorf("flows: %d flows %s", len(s.Flows), above(MaxFlows))
+		return fieldErr("flows", "%d flows %s", len(s.Flows), above(MaxFlows))
 	}
 	index := make(map[string]int, len(s.Flows))
 	for i, f := range s.Flows {
 		p := fmt.Sprintf("flows[%d]", i)
 		if strings.TrimSpace(f.Name) == "" {
-			return fmt.Errorf("%s.name: missing or empty", p)
+			return fieldErr(p+".name", "missing or empty")
 		}
 		if j, dup := index[f.Name]; dup {
-			return fmt.Errorf("%s.name: %q is already the name of flows[%d]", p, f.Name, j)
+			return fieldErr(p+".name", "%q is already the name of flows[%d]", f.Name, j)
 		}
 		index[f.Name] = i
 		if f.Priority < governor.MinPriority || f.Priority > governor.MaxPriority {
-			return fmt.Errorf("%s.priority: %d is not between %d and %d (each step multiplies a flow's share by 4; priority is never absolute)",
-				p, f.Priority, governor.MinPriority, governor.MaxPriority)
+			return fieldErr(p+".priority", "%d is not between %d and %d (each step multiplies a flow's share by 4; priority is never absolute)",
+				f.Priority, governor.MinPriority, governor.MaxPriority)
 		}
 		if msg := outsideFloat(f.Weight, MinWeight, MaxWeight); msg != "" {
-			return fmt.Errorf("%s.weight: %v %s", p, f.Weight, msg)
+			return fieldErr(p+".weight", "%v %s", f.Weight, msg)
 		}
 		if msg := outsideArrivals(f.ArrivalsPerDay); msg != "" {
-			return fmt.Errorf("%s.arrivals_per_day: %v %s", p, f.ArrivalsPerDay, msg)
+			return fieldErr(p+".arrivals_per_day", "%v %s", f.ArrivalsPerDay, msg)
 		}
 		for _, v := range []struct {
 			key    string
@@ -309,19 +224,22 @@ func (s *Scenario) validate() error {
 			{"item_max_tokens", f.ItemMaxTokens, 0, MaxOutputTokens},
 		} {
 			if msg := outside(v.x, v.lo, v.hi); msg != "" {
-				return fmt.Errorf("%s.%s: %d %s", p, v.key, v.x, msg)
+				return fieldErr(p+"."+v.key, "%d %s", v.x, msg)
 			}
 		}
-		if err := f.checkRequest(p); err != nil {
-			return err
+		// The largest request may ask no more max_tokens than the simulated model allows.
+		if n := int64(f.BatchMax) * f.ItemMaxTokens; n > MaxOutputTokens {
+			return fieldErr(p, "batch_max × item_max_tokens = %d × %d = %s max_tokens in one request, more than the simulated model's %s max output tokens",
+				f.BatchMax, f.ItemMaxTokens, num.Group(n), num.Group(MaxOutputTokens))
 		}
 	}
 	for i, f := range s.Flows {
 		if f.After == "" {
 			continue
 		}
+		p := fmt.Sprintf("flows[%d].after", i)
 		if _, ok := index[f.After]; !ok {
-			return fmt.Errorf("flows[%d].after: %q names no flow", i, f.After)
+			return fieldErr(p, "%q names no flow", f.After)
 		}
 		// Follow the chain; it is a cycle if it comes back to a flow already on it.
 		path := []string{f.Name}
@@ -329,29 +247,14 @@ func (s *Scenario) validate() error {
 		for cur := f.After; cur != ""; cur = s.Flows[index[cur]].After {
 			path = append(path, cur)
 			if seen[cur] {
-				return fmt.Errorf("flows[%d].after: cycle %s", i, strings.Join(path, " → "))
+				return fieldErr(p, "cycle %s", strings.Join(path, " → "))
 			}
 			seen[cur] = true
 		}
 	}
-	return nil
-}
-
-// checkRequest checks what involves several keys of one flow: its largest
-// request may ask no more max_tokens than the simulated model allows.
-func (f *Flow) checkRequest(prefix string) error {
-	if n := int64(f.BatchMax) * f.ItemMaxTokens; n > MaxOutputTokens {
-		return fmt.Errorf("%s: batch_max × item_max_tokens = %d × %d = %s max_tokens in one request, more than the simulated model's %s max output tokens",
-			prefix, f.BatchMax, f.ItemMaxTokens, num.Group(n), num.Group(MaxOutputTokens))
-	}
-	return nil
-}
-
-// checkItems bounds the items a run can make in all. The flows' own bounds
-// must hold and their after chains must have no cycle.
-func (s *Scenario) checkItems() error {
+	// Bounded only now: Items needs every flow's bounds and no cycle.
 	if n := s.Items(); n > MaxItems {
-		return fmt.Errorf("flows: the scenario makes up to %s items (backlogs, arrivals over %s, and the items after flows derive from them), more than the bound of %s",
+		return fieldErr("flows", "the scenario makes up to %s items (backlogs, arrivals over %s, and the items after flows derive from them), more than the bound of %s",
 			num.Group(n), s.Duration, num.Group(MaxItems))
 	}
 	return nil
@@ -403,59 +306,54 @@ func (s *Scenario) Items() int64 {
 
 // Validate checks the provider section and its bounds.
 func (p *Provider) Validate() error {
-	if !ValidProfile(p.Profile) {
-		return fmt.Errorf("provider.profile: %q is not groq, openai or anthropic", p.Profile)
+	if !slices.Contains(llm.Profiles(), p.Profile) {
+		return fieldErr("provider.profile", "%q is not groq, openai or anthropic", p.Profile)
 	}
-	if p.Window > Fixed {
-		return fmt.Errorf("provider.window: %s is not rolling or fixed", p.Window)
+	if p.Window > governor.Fixed {
+		return fieldErr("provider.window", "%d is not rolling or fixed", p.Window)
 	}
-	if p.Accounting > Settle {
-		return fmt.Errorf("provider.accounting: %s is not reserve or settle", p.Accounting)
+	if p.Accounting > governor.SettleAccounting {
+		return fieldErr("provider.accounting", "%d is not reserve or settle", p.Accounting)
 	}
 	if p.Latency < 0 {
-		return fmt.Errorf("provider.latency: %s is negative", p.Latency)
+		return fieldErr("provider.latency", "%s is negative", p.Latency)
 	}
 	if p.Latency > MaxLatency {
-		return fmt.Errorf("provider.latency: %s %s", p.Latency, aboveDuration(MaxLatency))
+		return fieldErr("provider.latency", "%s %s", p.Latency, aboveDuration(MaxLatency))
 	}
 	if p.DefaultMaxTokens <= 0 {
-		return fmt.Errorf("provider.default_max_tokens: %d is not positive", p.DefaultMaxTokens)
+		return fieldErr("provider.default_max_tokens", "%d is not positive", p.DefaultMaxTokens)
 	}
 	for _, fv := range []struct {
 		name string
 		v    float64
 	}{{"error_5xx", p.Faults.Error5xx}, {"timeout", p.Faults.Timeout}, {"reset", p.Faults.Reset}, {"bad_json", p.Faults.BadJSON}} {
 		if !(fv.v >= 0 && fv.v <= 1) {
-			return fmt.Errorf("provider.faults.%s: %v is not a fraction in [0, 1]", fv.name, fv.v)
+			return fieldErr("provider.faults."+fv.name, "%v is not a fraction in [0, 1]", fv.v)
 		}
 	}
 	if sum := p.Faults.Sum(); sum > 1+1e-9 {
-		return fmt.Errorf("provider.faults: the fractions add up to %v, more than 1", sum)
+		return fieldErr("provider.faults", "the fractions add up to %v, more than 1", sum)
 	}
 	for _, l := range governor.AllLimits {
 		if p.Limits[l] < 0 {
-			return fmt.Errorf("provider.limits.%s: %d is not positive", l, p.Limits[l])
+			return fieldErr("provider.limits."+l.String(), "%d is not positive", p.Limits[l])
 		}
 		if p.Limits[l] > MaxLimit {
-			return fmt.Errorf("provider.limits.%s: %d %s", l, p.Limits[l], above(MaxLimit))
+			return fieldErr("provider.limits."+l.String(), "%d %s", p.Limits[l], above(MaxLimit))
 		}
 	}
-	return p.checkUnannounced()
-}
-
-// checkUnannounced checks that every unannounced limit is one the provider has.
-func (p *Provider) checkUnannounced() error {
 	for _, l := range governor.AllLimits {
 		if p.Unannounced[l] && p.Limits[l] == 0 {
-			return fmt.Errorf("provider.unannounced: %s is not one of provider.limits", l)
+			return fieldErr("provider.unannounced", "%s is not one of provider.limits", l)
 		}
 	}
 	return nil
 }
 
 // outside says how x falls outside [lo, hi] ("is negative", "is more than
-// the bound of 10,000,000"), or "" when it is within. Parse and Validate word
-// every range error with it.
+// the bound of 10,000,000"), or "" when it is within. Validate words every
+// range error with it.
 func outside(x, lo, hi int64) string {
 	switch {
 	case x < lo:

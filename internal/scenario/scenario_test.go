@@ -20,7 +20,7 @@ func TestLoadDevpick(t *testing.T) {
 		t.Errorf("header = %q %s %d, want devpick 168h 1", s.Name, s.Duration, s.Seed)
 	}
 	p := s.Provider
-	if p.Profile != "groq" || p.Window != Rolling || p.Accounting != Reserve ||
+	if p.Profile != "groq" || p.Window != governor.Rolling || p.Accounting != governor.ReserveAccounting ||
 		p.Latency != 2*time.Second || p.DefaultMaxTokens != 1000 || p.Faults != (Faults{}) {
 		t.Errorf("provider = %+v", p)
 	}
@@ -62,7 +62,7 @@ func TestParseDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := s.Provider
-	if p.Profile != "openai" || p.Window != Rolling || p.Accounting != Reserve || p.DefaultMaxTokens != 1000 || p.Limits != (governor.Limits{}) {
+	if p.Profile != "openai" || p.Window != governor.Rolling || p.Accounting != governor.ReserveAccounting || p.DefaultMaxTokens != 1000 || p.Limits != (governor.Limits{}) {
 		t.Errorf("provider defaults = %+v", p)
 	}
 	if f := s.Flows[0]; f.Weight != 1 || f.BatchMax != 1 || f.Priority != 0 || f.ItemMaxTokens != 0 {
@@ -97,7 +97,7 @@ flows:
 		t.Fatal(err)
 	}
 	p := s.Provider
-	want := Provider{Profile: "anthropic", Window: Fixed, Accounting: Settle, Latency: 150 * time.Millisecond,
+	want := Provider{Profile: "anthropic", Window: governor.Fixed, Accounting: governor.SettleAccounting, Latency: 150 * time.Millisecond,
 		DefaultMaxTokens: 4096, Faults: Faults{0.1, 0.05, 0.01, 0.01},
 		Limits:      governor.Limits{50, 5000, 90000, 1000000, 40000, 8000},
 		Unannounced: [governor.NumLimits]bool{governor.ITPM: true, governor.OTPM: true}}
@@ -124,29 +124,29 @@ func TestParseErrors(t *testing.T) {
 		{"unknown flow key", base + "    batchmax: 3\n", []string{"flows[0].batchmax: unknown key"}},
 		{"unknown flow key later", base + "  - name: b\n  - name: c\n    batchmax: 3\n", []string{"flows[2].batchmax: unknown key"}},
 		{"unknown fault", strings.Replace(base, "limits:", "faults: {oops: 0.1}\n  limits:", 1), []string{"provider.faults.oops: unknown key"}},
-		{"unknown limit", strings.Replace(base, "tpm: 8000", "tpx: 8000", 1), []string{"provider.limits.tpx: unknown limit"}},
-		{"limit upper case", strings.Replace(base, "tpm: 8000", "TPM: 8000", 1), []string{"provider.limits.TPM: unknown limit"}},
-		{"limit zero", strings.Replace(base, "tpm: 8000", "tpm: 0", 1), []string{"provider.limits.tpm", `"0"`, "not positive"}},
-		{"limit negative", strings.Replace(base, "tpm: 8000", "tpm: -5", 1), []string{"provider.limits.tpm", `"-5"`}},
+		{"unknown limit", strings.Replace(base, "tpm: 8000", "tpx: 8000", 1), []string{`provider.limits.tpx: "tpx" is not a limit (want rpm, rpd, tpm, tpd, itpm or otpm)`, "line 5"}},
+		{"limit upper case", strings.Replace(base, "tpm: 8000", "TPM: 8000", 1), []string{`provider.limits.TPM: "TPM" is not a limit`}},
+		{"limit zero", strings.Replace(base, "tpm: 8000", "tpm: 0", 1), []string{"provider.limits.tpm: 0 is not positive", "line 5"}},
+		{"limit negative", strings.Replace(base, "tpm: 8000", "tpm: -5", 1), []string{"provider.limits.tpm: -5 is not positive"}},
 		{"limit not a number", strings.Replace(base, "tpm: 8000", "tpm: lots", 1), []string{"provider.limits.tpm", `"lots"`, "whole number"}},
 		{"limit fraction", strings.Replace(base, "tpm: 8000", "tpm: 1.5", 1), []string{"provider.limits.tpm", `"1.5"`}},
 		{"window", strings.Replace(base, "profile: groq", "profile: groq\n  window: sliding", 1), []string{`provider.window: "sliding" is not rolling or fixed`}},
 		{"accounting", strings.Replace(base, "profile: groq", "profile: groq\n  accounting: later", 1), []string{`provider.accounting: "later" is not reserve or settle`}},
 		{"profile", strings.Replace(base, "profile: groq", "profile: mistral", 1), []string{`provider.profile: "mistral"`, "groq, openai or anthropic"}},
 		{"latency", strings.Replace(base, "profile: groq", "profile: groq\n  latency: fast", 1), []string{`provider.latency: "fast"`}},
-		{"latency negative", strings.Replace(base, "profile: groq", "profile: groq\n  latency: -1s", 1), []string{`provider.latency: "-1s" is negative`}},
-		{"default max tokens", strings.Replace(base, "profile: groq", "profile: groq\n  default_max_tokens: 0", 1), []string{`provider.default_max_tokens: "0"`}},
-		{"fault above 1", strings.Replace(base, "limits:", "faults: {timeout: 1.5}\n  limits:", 1), []string{`provider.faults.timeout: "1.5"`}},
-		{"fault negative", strings.Replace(base, "limits:", "faults: {reset: -0.1}\n  limits:", 1), []string{`provider.faults.reset: "-0.1"`}},
+		{"latency negative", strings.Replace(base, "profile: groq", "profile: groq\n  latency: -1s", 1), []string{"provider.latency: -1s is negative", "line 5"}},
+		{"default max tokens", strings.Replace(base, "profile: groq", "profile: groq\n  default_max_tokens: 0", 1), []string{"provider.default_max_tokens: 0 is not positive"}},
+		{"fault above 1", strings.Replace(base, "limits:", "faults: {timeout: 1.5}\n  limits:", 1), []string{"provider.faults.timeout: 1.5 is not a fraction in [0, 1]", "line 5"}},
+		{"fault negative", strings.Replace(base, "limits:", "faults: {reset: -0.1}\n  limits:", 1), []string{"provider.faults.reset: -0.1 is not a fraction"}},
 		{"fault not a number", strings.Replace(base, "limits:", "faults: {bad_json: often}\n  limits:", 1), []string{`provider.faults.bad_json: "often"`}},
 		{"fault sum", strings.Replace(base, "limits:", "faults: {error_5xx: 0.6, timeout: 0.5}\n  limits:", 1), []string{"provider.faults", "more than 1"}},
 		{"unannounced not a list", strings.Replace(base, "limits:", "unannounced: otpm\n  limits:", 1), []string{"provider.unannounced: want a list", "line 5"}},
 		{"unannounced unknown", strings.Replace(base, "limits:", "unannounced: [tpx]\n  limits:", 1), []string{`provider.unannounced[0]: "tpx" is not a limit`}},
 		{"unannounced upper case", strings.Replace(base, "limits:", "unannounced: [tpm, OTPM]\n  limits:", 1), []string{`provider.unannounced[1]: "OTPM" is not a limit`}},
-		{"unannounced twice", strings.Replace(base, "limits:", "unannounced: [tpm, tpm]\n  limits:", 1), []string{`provider.unannounced[1]: "tpm" is given twice`}},
+		{"unannounced twice", strings.Replace(base, "limits:", "unannounced: [tpm, tpm]\n  limits:", 1), []string{"provider.unannounced[1]: tpm is given twice", "line 5"}},
 		{"unannounced not a limit of the provider", strings.Replace(base, "limits:", "unannounced: [otpm]\n  limits:", 1), []string{"provider.unannounced: otpm is not one of provider.limits", "line 5"}},
 		{"unannounced before limits", strings.Replace(base, "  limits: {tpm: 8000}\n", "  unannounced: [tpm]\n  limits: {rpm: 5}\n", 1), []string{"provider.unannounced: tpm is not one of provider.limits"}},
-		{"unannounced a number", strings.Replace(base, "limits:", "unannounced: [3]\n  limits:", 1), []string{`provider.unannounced[0]: "3" is not a string`}},
+		{"unannounced a number", strings.Replace(base, "limits:", "unannounced: [3]\n  limits:", 1), []string{`provider.unannounced[0]: "3" is not a limit`}},
 		{"duration missing", strings.Replace(base, "duration: 1h\n", "", 1), []string{"duration: missing"}},
 		{"duration bad", strings.Replace(base, "duration: 1h", "duration: a week", 1), []string{`duration: "a week"`}},
 		{"duration zero", strings.Replace(base, "duration: 1h", "duration: 0s", 1), []string{"duration: 0s is not positive"}},
@@ -154,29 +154,32 @@ func TestParseErrors(t *testing.T) {
 		{"seed", strings.Replace(base, "name: t", "name: t\nseed: abc", 1), []string{`seed: "abc"`}},
 		{"no flows", strings.Replace(base, "flows:\n  - name: a\n", "", 1), []string{"flows: at least one"}},
 		{"flows not a list", strings.Replace(base, "  - name: a\n", "  name: a\n", 1), []string{"flows: want a list"}},
-		{"flow name missing", base + "  - weight: 2\n", []string{"flows[1].name: missing"}},
-		{"flow name empty", base + "  - name: \"\"\n", []string{"flows[1].name: empty"}},
+		{"flow name missing", base + "  - weight: 2\n", []string{"flows[1].name: missing", "line 8"}},
+		{"flow name empty", base + "  - name: \"\"\n", []string{"flows[1].name: missing or empty", "line 8"}},
 		{"flow name duplicate", base + "  - name: a\n", []string{`flows[1].name: "a" is already the name of flows[0]`}},
-		{"weight zero", base + "    weight: 0\n", []string{`flows[0].weight: "0" is not positive`}},
-		{"weight negative", base + "    weight: -1\n", []string{`flows[0].weight: "-1"`}},
-		{"batch_max zero", base + "    batch_max: 0\n", []string{`flows[0].batch_max: "0"`}},
+		{"weight zero", base + "    weight: 0\n", []string{"flows[0].weight: 0 is not positive", "line 8"}},
+		{"weight negative", base + "    weight: -1\n", []string{"flows[0].weight: -1 is not positive"}},
+		{"batch_max zero", base + "    batch_max: 0\n", []string{"flows[0].batch_max: 0 is not positive"}},
 		{"batch_max fraction", base + "    batch_max: 2.5\n", []string{`flows[0].batch_max: "2.5"`}},
-		{"backlog negative", base + "    backlog: -3\n", []string{`flows[0].backlog: "-3" is negative`}},
-		{"arrivals negative", base + "    arrivals_per_day: -1\n", []string{`flows[0].arrivals_per_day: "-1" is negative`}},
+		{"backlog negative", base + "    backlog: -3\n", []string{"flows[0].backlog: -3 is negative", "line 8"}},
+		{"arrivals negative", base + "    arrivals_per_day: -1\n", []string{"flows[0].arrivals_per_day: -1 is negative"}},
 		{"priority", base + "    priority: high\n", []string{`flows[0].priority: "high"`}},
-		{"prompt_tokens", base + "    prompt_tokens: -1\n", []string{`flows[0].prompt_tokens: "-1"`}},
-		{"item_input_tokens", base + "    item_input_tokens: -1\n", []string{`flows[0].item_input_tokens: "-1"`}},
+		{"prompt_tokens", base + "    prompt_tokens: -1\n", []string{"flows[0].prompt_tokens: -1 is negative"}},
+		{"item_input_tokens", base + "    item_input_tokens: -1\n", []string{"flows[0].item_input_tokens: -1 is negative"}},
 		{"item_output_tokens", base + "    item_output_tokens: x\n", []string{`flows[0].item_output_tokens: "x"`}},
-		{"item_max_tokens", base + "    item_max_tokens: -60\n", []string{`flows[0].item_max_tokens: "-60"`}},
+		{"item_max_tokens", base + "    item_max_tokens: -60\n", []string{"flows[0].item_max_tokens: -60 is negative", "line 8"}},
 		{"after unknown", base + "    after: ghost\n", []string{`flows[0].after: "ghost" names no flow`}},
 		{"after self", base + "    after: a\n", []string{"flows[0].after: cycle a → a"}},
 		{"after cycle", base + "    after: c\n  - name: b\n    after: a\n  - name: c\n    after: b\n", []string{"flows[0].after: cycle a → c → b → a"}},
-		{"key twice", base + "    backlog: 1\n    backlog: 2\n", []string{"flows[0].backlog: given twice"}},
+		{"key twice", base + "    backlog: 1\n    backlog: 2\n", []string{"flows[0].backlog: given twice", "line 9"}},
+		{"key without a value", base + "    backlog:\n", []string{"flows[0].backlog: has no value", "line 8"}},
+		{"merge key", base + "    <<: {backlog: 2}\n", []string{"flows[0].<<: unknown key", "line 8"}},
+		{"alias of another section", strings.Replace(base, "provider:", "provider: &p", 1) + "  - *p\n", []string{"flows[1].profile: unknown key", "line 4"}},
 		{"provider not a mapping", strings.Replace(base, "provider:\n  profile: groq\n  limits: {tpm: 8000}\n", "provider: groq\n", 1), []string{"provider: want a mapping"}},
 		{"name not a string", strings.Replace(base, "name: t", "name: [x]", 1), []string{"name: want a single value"}},
 		{"not yaml", "flows: [\n", []string{"not valid YAML"}},
 		{"empty", "", []string{"empty"}},
-		{"top level list", "- a\n", []string{"the scenario: want a mapping"}},
+		{"top level list", "- a\n", []string{"want a mapping of keys to values", "line 1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -206,23 +209,6 @@ func TestLoadNamesFile(t *testing.T) {
 	_, err := Load("testdata/missing.yaml")
 	if err == nil || !strings.Contains(err.Error(), "missing.yaml") {
 		t.Fatalf("error = %v, want one naming the file", err)
-	}
-}
-
-func TestEnums(t *testing.T) {
-	t.Parallel()
-	for _, w := range []Window{Rolling, Fixed} {
-		if got, err := ParseWindow(w.String()); err != nil || got != w {
-			t.Errorf("ParseWindow(%q) = %v, %v", w, got, err)
-		}
-	}
-	for _, a := range []Accounting{Reserve, Settle} {
-		if got, err := ParseAccounting(a.String()); err != nil || got != a {
-			t.Errorf("ParseAccounting(%q) = %v, %v", a, got, err)
-		}
-	}
-	if _, err := ParseWindow("Rolling"); err == nil {
-		t.Error("ParseWindow accepted a capitalised name")
 	}
 }
 
@@ -260,46 +246,48 @@ func TestScenarioBounds(t *testing.T) {
 		want       []string // every one must appear in the error; nil: it loads
 	}{
 		{"duration at bound", strings.Replace(base, "duration: 1h", "duration: 8784h", 1), nil},
-		{"duration over", strings.Replace(base, "duration: 1h", "duration: 8785h", 1), []string{`duration: "8785h" is more than the bound of 8784h (366 days)`, "line 2"}},
+		{"duration over", strings.Replace(base, "duration: 1h", "duration: 8785h", 1), []string{"duration: 8785h0m0s is more than the bound of 8784h (366 days)", "line 2"}},
 		{"duration overflows", strings.Replace(base, "duration: 1h", "duration: 100000000h", 1), []string{`duration: "100000000h" is too large`}},
-		{"latency over", strings.Replace(base, "profile: groq", "profile: groq\n  latency: 61m", 1), []string{`provider.latency: "61m" is more than the bound of 1h0m0s`}},
+		{"latency over", strings.Replace(base, "profile: groq", "profile: groq\n  latency: 61m", 1), []string{"provider.latency: 1h1m0s is more than the bound of 1h0m0s"}},
 		{"default max at bound", strings.Replace(base, "profile: groq", "profile: groq\n  default_max_tokens: 32768", 1), nil},
-		{"default max over", strings.Replace(base, "profile: groq", "profile: groq\n  default_max_tokens: 32769", 1), []string{`provider.default_max_tokens: "32769" is more than the bound of 32,768`, "line 5"}},
+		{"default max over", strings.Replace(base, "profile: groq", "profile: groq\n  default_max_tokens: 32769", 1), []string{"provider.default_max_tokens: 32769 is more than the bound of 32,768", "line 5"}},
 		{"limit at bound", strings.Replace(base, "tpm: 8000", "tpm: 1_000_000_000_000", 1), nil},
-		{"limit over", strings.Replace(base, "tpm: 8000", "tpm: 1000000000001", 1), []string{`provider.limits.tpm: "1000000000001" is more than the bound of 1,000,000,000,000`}},
+		{"limit over", strings.Replace(base, "tpm: 8000", "tpm: 1000000000001", 1), []string{"provider.limits.tpm: 1000000000001 is more than the bound of 1,000,000,000,000", "line 5"}},
 		{"limit beyond int64", strings.Replace(base, "tpm: 8000", "tpm: 9223372036854775808", 1), []string{`provider.limits.tpm: "9223372036854775808" is more than the bound`}},
 		{"limit beyond uint64", strings.Replace(base, "tpm: 8000", "tpm: 99999999999999999999999", 1), []string{"provider.limits.tpm", "is more than the bound"}},
 		{"limit 1e300", strings.Replace(base, "tpm: 8000", "tpm: 1e300", 1), []string{`provider.limits.tpm: "1e300" is more than the bound`}},
 		{"limit whole float", strings.Replace(base, "tpm: 8000", "tpm: 1e4", 1), nil},
 		{"backlog at bound", flow("    backlog: 1000000\n"), nil},
-		{"backlog over", flow("    backlog: 2147483647\n"), []string{`flows[0].backlog: "2147483647" is more than the bound of 1,000,000`, "line 8"}},
-		{"backlog below int64", flow("    backlog: -9223372036854775809\n"), []string{`flows[0].backlog: "-9223372036854775809" is negative`}},
+		{"backlog over", flow("    backlog: 2147483647\n"), []string{"flows[0].backlog: 2147483647 is more than the bound of 1,000,000", "line 8"}},
+		{"backlog below int64", flow("    backlog: -9223372036854775809\n"), []string{`flows[0].backlog: "-9223372036854775809" is less than the bound of -9,223,372,036,854,775,808`}},
 		{"backlog NaN", flow("    backlog: .nan\n"), []string{`flows[0].backlog: ".nan" is not a whole number`}},
 		{"backlog inf", flow("    backlog: .inf\n"), []string{`flows[0].backlog: ".inf" is more than the bound`}},
 		{"backlog quoted", flow("    backlog: \"5\"\n"), []string{`flows[0].backlog: "5" is not a whole number`}},
 		{"arrivals at bound", flow("    arrivals_per_day: 1e6\n"), nil}, // an hour of it: 41,667 items
-		{"arrivals over", flow("    arrivals_per_day: 1e12\n"), []string{`flows[0].arrivals_per_day: "1e12" is more than the bound of 1,000,000`, "line 8"}},
-		{"arrivals 1e300", flow("    arrivals_per_day: 1e300\n"), []string{`flows[0].arrivals_per_day: "1e300" is more than the bound`}},
+		{"arrivals over", flow("    arrivals_per_day: 1e12\n"), []string{"flows[0].arrivals_per_day: 1e+12 is more than the bound of 1,000,000", "line 8"}},
+		{"arrivals 1e300", flow("    arrivals_per_day: 1e300\n"), []string{"flows[0].arrivals_per_day: 1e+300 is more than the bound of 1,000,000"}},
 		{"arrivals 1e400", flow("    arrivals_per_day: 1e400\n"), []string{`flows[0].arrivals_per_day: "1e400" is not a finite number`}},
 		{"arrivals NaN", flow("    arrivals_per_day: .nan\n"), []string{`flows[0].arrivals_per_day: ".nan" is not a finite number`}},
 		{"arrivals inf", flow("    arrivals_per_day: .inf\n"), []string{`flows[0].arrivals_per_day: ".inf" is not a finite number`}},
-		{"arrivals tiny", flow("    arrivals_per_day: 1e-300\n"), []string{`flows[0].arrivals_per_day: "1e-300" is less than the bound of 0.01`}},
+		{"arrivals tiny", flow("    arrivals_per_day: 1e-300\n"), []string{"flows[0].arrivals_per_day: 1e-300 is less than the bound of 0.01 (one item every 100 days; 0 means none)"}},
 		{"arrivals least", flow("    arrivals_per_day: 0.01\n"), nil},
-		{"weight over", flow("    weight: 1e7\n"), []string{`flows[0].weight: "1e7" is more than the bound of 1,000,000`}},
-		{"weight tiny", flow("    weight: 1e-9\n"), []string{`flows[0].weight: "1e-9" is less than the bound of 0.001`}},
-		{"batch_max over", flow("    batch_max: 10001\n"), []string{`flows[0].batch_max: "10001" is more than the bound of 10,000`}},
-		{"prompt_tokens over", flow("    prompt_tokens: 1000001\n"), []string{`flows[0].prompt_tokens: "1000001" is more than the bound of 1,000,000`}},
-		{"item_input_tokens over", flow("    item_input_tokens: 1000001\n"), []string{`flows[0].item_input_tokens: "1000001" is more than the bound of 1,000,000`}},
-		{"item_output_tokens over", flow("    item_output_tokens: 32769\n"), []string{`flows[0].item_output_tokens: "32769" is more than the bound of 32,768`}},
-		{"item_max_tokens over", flow("    item_max_tokens: 40000\n"), []string{`flows[0].item_max_tokens: "40000" is more than the bound of 32,768`}},
+		{"weight over", flow("    weight: 1e7\n"), []string{"flows[0].weight: 1e+07 is more than the bound of 1,000,000"}},
+		{"weight tiny", flow("    weight: 1e-9\n"), []string{"flows[0].weight: 1e-09 is less than the bound of 0.001"}},
+		{"batch_max over", flow("    batch_max: 10001\n"), []string{"flows[0].batch_max: 10001 is more than the bound of 10,000"}},
+		{"prompt_tokens over", flow("    prompt_tokens: 1000001\n"), []string{"flows[0].prompt_tokens: 1000001 is more than the bound of 1,000,000"}},
+		{"item_input_tokens over", flow("    item_input_tokens: 1000001\n"), []string{"flows[0].item_input_tokens: 1000001 is more than the bound of 1,000,000"}},
+		{"item_output_tokens over", flow("    item_output_tokens: 32769\n"), []string{"flows[0].item_output_tokens: 32769 is more than the bound of 32,768"}},
+		{"item_max_tokens over", flow("    item_max_tokens: 40000\n"), []string{"flows[0].item_max_tokens: 40000 is more than the bound of 32,768"}},
 		{"request max at bound", flow("    batch_max: 8\n    item_max_tokens: 4096\n"), nil},
 		{"request max over", flow("    batch_max: 10\n    item_max_tokens: 4096\n"),
 			[]string{"flows[0]: batch_max × item_max_tokens = 10 × 4096 = 40,960 max_tokens in one request, more than the simulated model's 32,768 max output tokens", "line 7"}},
-		{"priority beyond int32", flow("    priority: 2147483648\n"), []string{`flows[0].priority: "2147483648" is more than the bound of 2,147,483,647`}},
+		{"priority beyond int32", flow("    priority: 2147483648\n"), []string{"flows[0].priority: 2147483648 is not between -3 and 3"}},
 		{"priority at bound", flow("    priority: 3\n"), nil},
 		{"priority over", flow("    priority: 4\n"), []string{`flows[0].priority: 4 is not between -3 and 3`}},
 		{"priority under", flow("    priority: -4\n"), []string{`flows[0].priority: -4 is not between -3 and 3`}},
 		{"seed beyond int64", strings.Replace(base, "name: t", "name: t\nseed: 9223372036854775808", 1), []string{`seed: "9223372036854775808" is more than the bound`}},
+		{"seed below int64", strings.Replace(base, "name: t", "name: t\nseed: -9223372036854775809", 1), []string{`seed: "-9223372036854775809" is less than the bound`}},
+		{"seed at int64's bounds", strings.Replace(base, "name: t", "name: t\nseed: -9223372036854775808", 1), nil},
 		{"too many flows", base + manyFlows(100), []string{"flows: 101 flows is more than the bound of 100", "line 7"}},
 		{"items over", strings.Replace(base, "duration: 1h", "duration: 168h", 1) + "    arrivals_per_day: 150000\n",
 			[]string{"flows: the scenario makes up to 1,050,000 items", "more than the bound of 1,000,000", "line 7"}},

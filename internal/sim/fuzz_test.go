@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
-	"github.com/sluice-dev/sluice/internal/scenario"
+	"github.com/sluice-dev/sluice/llm"
 )
 
 // FuzzSimChat drives the chat handler with arbitrary bodies and headers. It
@@ -43,7 +43,7 @@ func FuzzSimChat(f *testing.F) {
 		f.Add([]byte(s.body), s.output, s.flow, s.profile)
 	}
 	f.Fuzz(func(t *testing.T, body []byte, output, flow string, profile byte) {
-		cfg := Config{Profile: scenario.Profiles[int(profile)%len(scenario.Profiles)], Wire: true,
+		cfg := Config{Profile: llm.Profiles()[int(profile)%len(llm.Profiles())], Wire: true,
 			Limits: limits("rpm=1000,tpm=200000,otpm=30000")}
 		m, err := NewModel(cfg)
 		if err != nil {

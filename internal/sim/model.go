@@ -10,19 +10,21 @@ import (
 
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/scenario"
+	"github.com/sluice-dev/sluice/llm"
 )
 
 // Config is the provider a Model simulates: the provider section of a
 // scenario plus the seed and the model name its messages use.
 type Config struct {
-	// Profile is "groq", "openai" or "anthropic": the status codes, headers
-	// and error bodies of the responses. Default "openai".
-	Profile string
-	// Window is how each limit counts its period. Default scenario.Rolling.
-	Window scenario.Window
-	// Accounting is whether the admission charge stands (scenario.Reserve,
-	// the default) or its output part is corrected at Finish (scenario.Settle).
-	Accounting scenario.Accounting
+	// Profile is the status codes, headers and error bodies of the
+	// responses: one of llm.Profiles. Default llm.OpenAI.
+	Profile llm.Profile
+	// Window is how each limit counts its period. Default governor.Rolling.
+	Window governor.Window
+	// Accounting is whether the admission charge stands
+	// (governor.ReserveAccounting, the default) or its output part is
+	// corrected at Finish (governor.SettleAccounting).
+	Accounting governor.Accounting
 	// Latency is the mean time a response takes; each response takes it
 	// ±50 % uniformly. Zero answers at once.
 	Latency time.Duration
@@ -63,7 +65,7 @@ const MaxOutputTokensCap = 1 << 20
 
 func (c Config) withDefaults() Config {
 	if c.Profile == "" {
-		c.Profile = "openai"
+		c.Profile = llm.OpenAI
 	}
 	if c.DefaultMaxTokens == 0 {
 		c.DefaultMaxTokens = scenario.DefaultMaxTokens
@@ -177,7 +179,7 @@ func NewModel(cfg Config) (*Model, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("simulated provider: %w", err)
 	}
-	fixed := cfg.Window == scenario.Fixed
+	fixed := cfg.Window == governor.Fixed
 	m := &Model{
 		cfg:    cfg,
 		rng:    rand.New(rand.NewPCG(uint64(cfg.Seed), 0x51ce_5eed_0000_0001)),
@@ -338,7 +340,7 @@ func (m *Model) Finish(now time.Time, r Response) governor.Cost {
 	if !r.admitted {
 		return governor.Cost{}
 	}
-	if m.cfg.Accounting != scenario.Settle {
+	if m.cfg.Accounting != governor.SettleAccounting {
 		return r.Charged
 	}
 	final := r.Charged

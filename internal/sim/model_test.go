@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/scenario"
+	"github.com/sluice-dev/sluice/llm"
 )
 
 // t0 is a whole minute (and whole day) of the Unix clock, so fixed windows
@@ -102,12 +103,12 @@ func TestFixedWindow(t *testing.T) {
 	t.Parallel()
 	// A fixed window forgives a burst across its boundary that a rolling one refuses.
 	for _, tc := range []struct {
-		window scenario.Window
+		window governor.Window
 		second bool
 		retry  time.Duration
 	}{
-		{scenario.Fixed, true, 0},
-		{scenario.Rolling, false, 50 * time.Second},
+		{governor.Fixed, true, 0},
+		{governor.Rolling, false, 50 * time.Second},
 	} {
 		t.Run(tc.window.String(), func(t *testing.T) {
 			t.Parallel()
@@ -117,7 +118,7 @@ func TestFixedWindow(t *testing.T) {
 			}
 			r := m.Submit(at(55*time.Second), Request{Input: 1, MaxTokens: 1})
 			wantRetry := 5 * time.Second // fixed: the next boundary
-			if tc.window == scenario.Rolling {
+			if tc.window == governor.Rolling {
 				wantRetry = 55 * time.Second
 			}
 			if r.Status != 429 || r.RetryAfter != wantRetry {
@@ -136,7 +137,7 @@ func TestFixedWindow(t *testing.T) {
 
 func TestFixedDayWindowIsEpochAligned(t *testing.T) {
 	t.Parallel()
-	m := newModel(t, Config{Window: scenario.Fixed, Limits: limits("rpd=2")})
+	m := newModel(t, Config{Window: governor.Fixed, Limits: limits("rpd=2")})
 	start := t0.Add(23 * time.Hour)
 	for i := range 2 {
 		if r := m.Submit(start.Add(time.Duration(i)*time.Minute), Request{}); r.Status != 200 {
@@ -194,7 +195,7 @@ func TestEveryLimit(t *testing.T) {
 func TestTooLarge(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		profile string
+		profile llm.Profile
 		limits  string
 		req     Request
 		limit   governor.Limit
@@ -213,7 +214,7 @@ func TestTooLarge(t *testing.T) {
 		{"anthropic", "otpm=8000", Request{Input: 10, MaxTokens: 9000}, governor.OTPM, 413, 0,
 			"needs 9,000 output tokens, more than your organization's rate limit of 8,000 output tokens per minute"},
 	} {
-		t.Run(tc.profile+"/"+tc.limit.String(), func(t *testing.T) {
+		t.Run(string(tc.profile)+"/"+tc.limit.String(), func(t *testing.T) {
 			t.Parallel()
 			m := newModel(t, Config{Profile: tc.profile, Limits: limits(tc.limits), Wire: true})
 			r := m.Submit(at(0), tc.req)
@@ -263,12 +264,12 @@ func TestDefaultMaxTokens(t *testing.T) {
 func TestSettleAndReserve(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		acc      scenario.Accounting
+		acc      governor.Accounting
 		final    governor.Cost
 		secondOK bool
 	}{
-		{scenario.Reserve, governor.Cost{Requests: 1, Input: 10, Output: 80}, false},
-		{scenario.Settle, governor.Cost{Requests: 1, Input: 10, Output: 20}, true},
+		{governor.ReserveAccounting, governor.Cost{Requests: 1, Input: 10, Output: 80}, false},
+		{governor.SettleAccounting, governor.Cost{Requests: 1, Input: 10, Output: 20}, true},
 	} {
 		t.Run(tc.acc.String(), func(t *testing.T) {
 			t.Parallel()
@@ -309,7 +310,7 @@ func TestSettleAndReserve(t *testing.T) {
 
 func TestSettleAfterWindowTurned(t *testing.T) {
 	t.Parallel()
-	m := newModel(t, Config{Accounting: scenario.Settle, Window: scenario.Fixed, Limits: limits("otpm=100")})
+	m := newModel(t, Config{Accounting: governor.SettleAccounting, Window: governor.Fixed, Limits: limits("otpm=100")})
 	r := m.Submit(at(59*time.Second), Request{MaxTokens: 100, Output: 10})
 	if r2 := m.Submit(at(61*time.Second), Request{MaxTokens: 100}); r2.Status != 200 {
 		t.Fatalf("new window: %d", r2.Status)
@@ -323,7 +324,7 @@ func TestSettleAfterWindowTurned(t *testing.T) {
 
 func TestRejectedFinishIsFree(t *testing.T) {
 	t.Parallel()
-	m := newModel(t, Config{Accounting: scenario.Settle, Limits: limits("rpm=1")})
+	m := newModel(t, Config{Accounting: governor.SettleAccounting, Limits: limits("rpm=1")})
 	m.Submit(at(0), Request{})
 	r := m.Submit(at(0), Request{})
 	if got := m.Finish(at(0), r); got != (governor.Cost{}) {
@@ -376,12 +377,12 @@ func (ref *reference) submit(now time.Time, c governor.Cost) (bool, governor.Lim
 
 func TestWindowsMatchReference(t *testing.T) {
 	t.Parallel()
-	for _, w := range []scenario.Window{scenario.Rolling, scenario.Fixed} {
+	for _, w := range []governor.Window{governor.Rolling, governor.Fixed} {
 		t.Run(w.String(), func(t *testing.T) {
 			t.Parallel()
 			ls := limits("rpm=20,rpd=1000,tpm=3000,tpd=400000,itpm=2000,otpm=1500")
 			m := newModel(t, Config{Window: w, Limits: ls})
-			ref := &reference{fixed: w == scenario.Fixed, limits: ls}
+			ref := &reference{fixed: w == governor.Fixed, limits: ls}
 			rng := rand.New(rand.NewPCG(1, 2))
 			now := t0.Add(-7 * time.Hour)
 			var admitted int
@@ -471,7 +472,7 @@ func TestFaultFractions(t *testing.T) {
 	t.Parallel()
 	f := scenario.Faults{Error5xx: 0.1, Timeout: 0.05, Reset: 0.02, BadJSON: 0.03}
 	const n = 20000
-	m := newModel(t, Config{Seed: 42, Faults: f, Accounting: scenario.Settle, Profile: "anthropic", Wire: true})
+	m := newModel(t, Config{Seed: 42, Faults: f, Accounting: governor.SettleAccounting, Profile: "anthropic", Wire: true})
 	var statuses = map[int]int{}
 	for i := range n {
 		r := m.Submit(at(time.Duration(i)*time.Millisecond), Request{Input: 10, MaxTokens: 100, Output: 40})
@@ -561,7 +562,7 @@ func TestSubmitAllocations(t *testing.T) {
 }
 
 func BenchmarkSubmit(b *testing.B) {
-	m := newModel(b, Config{Profile: "groq", Accounting: scenario.Settle, Limits: limits("rpm=30,rpd=1000,tpm=8000,tpd=200000,otpm=1000")})
+	m := newModel(b, Config{Profile: "groq", Accounting: governor.SettleAccounting, Limits: limits("rpm=30,rpd=1000,tpm=8000,tpd=200000,otpm=1000")})
 	now := t0
 	b.ReportAllocs()
 	for b.Loop() {

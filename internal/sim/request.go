@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/sluice-dev/sluice/llm"
 )
 
 // MaxChoices is the largest n the openai profile accepts, as OpenAI does;
@@ -204,7 +206,7 @@ const invalidJSON = "We could not parse the JSON body of your request. (HINT: Th
 	"The OpenAI API expects a JSON payload, but what was sent was not valid JSON.)"
 
 // missingModel is each profile's message for a request without a model.
-func missingModel(profile string) string {
+func missingModel(profile llm.Profile) string {
 	switch profile {
 	case "groq":
 		return "'model' : property 'model' is missing"
@@ -245,7 +247,7 @@ func maxTokens(req *chatRequest, maxOutput int64) (n int64, msg string) {
 // choices returns the request's n (1 when absent or null); msg is the 400's
 // message, in the profile's words, for an n the profile does not accept:
 // OpenAI accepts 1 to 128, Groq and Anthropic's OpenAI-compatible API only 1.
-func choices(profile string, raw json.RawMessage) (n int64, msg string) {
+func choices(profile llm.Profile, raw json.RawMessage) (n int64, msg string) {
 	v, set, msg := intParam("n", raw)
 	switch {
 	case msg != "":

@@ -13,8 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/clock"
 	"github.com/sluice-dev/sluice/internal/scenario"
+	"github.com/sluice-dev/sluice/llm"
 )
 
 // errorReply is an error body of any profile's shape.
@@ -40,14 +42,14 @@ func (r reply) errorReply(t *testing.T) errorReply {
 // never served as some default model.
 func TestSimModelRequired(t *testing.T) {
 	t.Parallel()
-	want := map[string]string{
+	want := map[llm.Profile]string{
 		"openai":    "you must provide a model parameter",
 		"groq":      "'model' : property 'model' is missing",
 		"anthropic": "model: Field required",
 	}
 	msgs := `"messages":[{"role":"user","content":"x"}]`
-	for _, profile := range scenario.Profiles {
-		t.Run(profile, func(t *testing.T) {
+	for _, profile := range llm.Profiles() {
+		t.Run(string(profile), func(t *testing.T) {
 			t.Parallel()
 			f := serve(t, Config{Profile: profile}, ServerConfig{Models: []string{"default-model"}})
 			for _, body := range []string{`{` + msgs + `}`, `{"model":null,` + msgs + `}`, `{"model":"",` + msgs + `}`, `{"model":""}`, `{}`} {
@@ -140,8 +142,8 @@ func TestSimBadBodiesInProviderWords(t *testing.T) {
 	// Go's names for types and its decoder's words: none may reach a client.
 	goWords := []string{"Go ", "go value", "struct", "chatRequest", "chatMessage", "json:", "json.", "RawMessage", "unmarshal",
 		"int64", "float64", "uint", "map[", "[]", "interface", "sim.", "invalid character", "unexpected end of JSON"}
-	for _, profile := range scenario.Profiles {
-		t.Run(profile, func(t *testing.T) {
+	for _, profile := range llm.Profiles() {
+		t.Run(string(profile), func(t *testing.T) {
 			t.Parallel()
 			f := serve(t, Config{Profile: profile}, ServerConfig{})
 			for _, tc := range cases {
@@ -220,7 +222,7 @@ func TestSimChoices(t *testing.T) {
 	})
 	t.Run("settled", func(t *testing.T) {
 		t.Parallel()
-		f := serve(t, Config{Profile: "openai", Accounting: scenario.Settle, Limits: limits("tpm=100000")}, ServerConfig{})
+		f := serve(t, Config{Profile: "openai", Accounting: governor.SettleAccounting, Limits: limits("tpm=100000")}, ServerConfig{})
 		r := f.post(t, `{"model":"m","n":4,"max_completion_tokens":50,"messages":[{"role":"user","content":"go"}]}`, OutputTokensHeader, "10")
 		var c completionJSON
 		if err := json.Unmarshal(r.body, &c); err != nil || len(c.Choices) != 4 || c.Usage.CompletionTokens != 40 {
@@ -313,7 +315,7 @@ func TestSimChoicesBounds(t *testing.T) {
 		{"anthropic", `{"model":"m","n":0,` + msgs + `}`, 400, "n: must be exactly 1"},
 		{"anthropic", `{"model":"m","n":1,` + msgs + `}`, 200, ""},
 	} {
-		f := serve(t, Config{Profile: tc.profile}, ServerConfig{})
+		f := serve(t, Config{Profile: llm.Profile(tc.profile)}, ServerConfig{})
 		r := f.post(t, tc.body, OutputTokensHeader, "1")
 		if r.status != tc.status {
 			t.Errorf("%s %s: %d %.300s, want %d", tc.profile, tc.body, r.status, r.body, tc.status)
@@ -350,7 +352,7 @@ func TestSimChoicesBounds(t *testing.T) {
 // all the choices; N of 0 is one choice.
 func TestSubmitChoices(t *testing.T) {
 	t.Parallel()
-	m := newModel(t, Config{Accounting: scenario.Settle, Limits: limits("otpm=1000")})
+	m := newModel(t, Config{Accounting: governor.SettleAccounting, Limits: limits("otpm=1000")})
 	if r := m.Submit(t0, Request{Input: 10, MaxTokens: 100, N: 3, Output: 250}); r.Rejected || r.Charged.Output != 300 || r.Output != 250 {
 		t.Fatalf("n=3: %+v", r)
 	} else if final := m.Finish(t0, r); final.Output != 250 {

@@ -19,7 +19,6 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/clock"
 	"github.com/sluice-dev/sluice/internal/guard"
-	"github.com/sluice-dev/sluice/llm"
 )
 
 // ServerConfig configures the HTTP simulator.
@@ -236,7 +235,7 @@ func (s *Server) auth(next http.HandlerFunc) http.HandlerFunc {
 func (s *Server) writeError(w http.ResponseWriter, status int, typ, code, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_, _ = w.Write(llm.Profile(s.m.cfg.Profile).ErrorBody(typ, code, msg, ""))
+	_, _ = w.Write(s.m.cfg.Profile.ErrorBody(typ, code, msg, ""))
 }
 
 func (s *Server) models(w http.ResponseWriter, _ *http.Request) {

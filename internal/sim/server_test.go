@@ -15,7 +15,9 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/scenario"
+	"github.com/sluice-dev/sluice/llm"
 )
 
 // setClock is a settable clock for the server.
@@ -263,7 +265,7 @@ func TestOpenAIWire(t *testing.T) {
 
 func TestAnthropicWire(t *testing.T) {
 	t.Parallel()
-	f := serve(t, Config{Profile: "anthropic", Accounting: scenario.Settle, Limits: limits("rpm=50,itpm=30000,otpm=8000")}, ServerConfig{})
+	f := serve(t, Config{Profile: "anthropic", Accounting: governor.SettleAccounting, Limits: limits("rpm=50,itpm=30000,otpm=8000")}, ServerConfig{})
 	r := f.post(t, chatBody("hello", 2500), OutputTokensHeader, "10")
 	if r.status != 200 {
 		t.Fatalf("status %d: %s", r.status, r.body)
@@ -475,8 +477,8 @@ func TestBadRequests(t *testing.T) {
 func TestAuth(t *testing.T) {
 	t.Parallel()
 	const key = "sk-sim-secret-1234"
-	for _, profile := range scenario.Profiles {
-		t.Run(profile, func(t *testing.T) {
+	for _, profile := range llm.Profiles() {
+		t.Run(string(profile), func(t *testing.T) {
 			t.Parallel()
 			f := serve(t, Config{Profile: profile}, ServerConfig{APIKey: key})
 			for _, h := range [][]string{nil, {"Authorization", "Bearer sk-wrong-9876"}, {"Authorization", key}} {
@@ -603,7 +605,7 @@ func TestFaultsOverHTTP(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			f := serve(t, Config{Profile: "openai", Faults: tc.faults, Accounting: scenario.Settle, Limits: limits("tpm=100000")},
+			f := serve(t, Config{Profile: "openai", Faults: tc.faults, Accounting: governor.SettleAccounting, Limits: limits("tpm=100000")},
 				ServerConfig{HangTimeout: 20 * time.Millisecond})
 			client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 			resp, err := client.Post(f.url+"/v1/chat/completions", "application/json", strings.NewReader(chatBody("x", 100)))
@@ -683,8 +685,8 @@ func TestErrorBodyWithoutRequest(t *testing.T) {
 func TestSimRequestBounds(t *testing.T) {
 	t.Parallel()
 	msgs := `"model":"m","messages":[{"role":"user","content":"x"}]`
-	for _, profile := range scenario.Profiles {
-		t.Run(profile, func(t *testing.T) {
+	for _, profile := range llm.Profiles() {
+		t.Run(string(profile), func(t *testing.T) {
 			t.Parallel()
 			f := serve(t, Config{Profile: profile}, ServerConfig{})
 			for _, tc := range []struct {

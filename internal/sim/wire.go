@@ -13,10 +13,10 @@ import (
 
 // headerLimits lists the limits each profile's rate-limit headers report,
 // with their header names: llm's, which clients read.
-var headerLimits = func() map[string][]llm.RateLimitHeader {
-	m := make(map[string][]llm.RateLimitHeader, 3)
-	for _, p := range []llm.Profile{llm.Groq, llm.OpenAI, llm.Anthropic} {
-		m[string(p)] = p.RateLimitHeaders()
+var headerLimits = func() map[llm.Profile][]llm.RateLimitHeader {
+	m := make(map[llm.Profile][]llm.RateLimitHeader, 3)
+	for _, p := range llm.Profiles() {
+		m[p] = p.RateLimitHeaders()
 	}
 	return m
 }()
@@ -109,7 +109,7 @@ func (m *Model) rejectBody(r *Response, c governor.Cost, exact time.Duration) []
 	lim, need := m.cfg.Limits[l], c.On(l)
 	used := m.ledger(l).sum.On(l)
 	model := cmp.Or(r.model, m.cfg.Model)
-	p := llm.Profile(m.cfg.Profile)
+	p := m.cfg.Profile
 	typ, code := p.RateLimitType(l)
 	if r.TooLarge {
 		typ, code = p.TooLargeType(l)
@@ -143,7 +143,7 @@ func (m *Model) rejectBody(r *Response, c governor.Cost, exact time.Duration) []
 }
 
 // ServerErrorBody is the profile's body for a 5xx status.
-func ServerErrorBody(profile string, status int, id uint64) []byte {
+func ServerErrorBody(profile llm.Profile, status int, id uint64) []byte {
 	switch profile {
 	case "anthropic":
 		if status == 529 {
@@ -167,10 +167,10 @@ func ServerErrorBody(profile string, status int, id uint64) []byte {
 // id is the request it answers, named in Anthropic's request_id, and 0 (a
 // body that answers no request of the model, e.g. a proxy's own error)
 // leaves request_id out.
-func ErrorBody(profile, typ, code, msg string, id uint64) []byte {
+func ErrorBody(profile llm.Profile, typ, code, msg string, id uint64) []byte {
 	var rid string
 	if id != 0 {
 		rid = fmt.Sprintf("req_sim_%06d", id)
 	}
-	return llm.Profile(profile).ErrorBody(typ, code, msg, rid)
+	return profile.ErrorBody(typ, code, msg, rid)
 }
