@@ -7,9 +7,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/sluice-dev/sluice/internal/store"
-	_ "github.com/sluice-dev/sluice/internal/store/postgres"
-	_ "github.com/sluice-dev/sluice/internal/store/sqlite"
 	"log/slog"
 	"net"
 	"os"
@@ -22,6 +19,9 @@ import (
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/gateway"
 	"github.com/sluice-dev/sluice/internal/guard"
+	"github.com/sluice-dev/sluice/internal/store"
+	_ "github.com/sluice-dev/sluice/internal/store/postgres"
+	_ "github.com/sluice-dev/sluice/internal/store/sqlite"
 	"github.com/sluice-dev/sluice/llm"
 )
 

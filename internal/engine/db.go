@@ -7,15 +7,14 @@ import (
 	"strings"
 	"time"
 
+	// Tells DBOS how to read the SQLite driver's error codes; DBOS refuses
+	// an SQLite handle without it.
+	_ "github.com/dbos-inc/dbos-transact-golang/dbos/driver/sqlite"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/internal/store/postgres"
 	"github.com/sluice-dev/sluice/internal/store/sqlite"
-
-	// Tells DBOS how to read the SQLite driver's error codes; DBOS refuses
-	// an SQLite handle without it.
-	_ "github.com/dbos-inc/dbos-transact-golang/dbos/driver/sqlite"
 )
 
 // db is the one database sluice shares with DBOS: an SQLite file or a

@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"fmt"
-	"github.com/sluice-dev/sluice/internal/testenv"
 	"io"
 	"log/slog"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/internal/store/postgres"
 	"github.com/sluice-dev/sluice/internal/store/sqlite"
+	"github.com/sluice-dev/sluice/internal/testenv"
 )
 
 func TestOpenDBRefuses(t *testing.T) {

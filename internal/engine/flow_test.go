@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"errors"
-	"github.com/sluice-dev/sluice/internal/testenv"
 	"io"
 	"log/slog"
 	"strings"
@@ -13,6 +12,8 @@ import (
 	"time"
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
+
+	"github.com/sluice-dev/sluice/internal/testenv"
 )
 
 func echo(r *Run, ev Event) (any, error) {

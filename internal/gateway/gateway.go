@@ -5,14 +5,15 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"fmt"
-	"github.com/sluice-dev/sluice/internal/quota"
 	"net/http"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/quota"
 	"github.com/sluice-dev/sluice/llm"
 )
 
