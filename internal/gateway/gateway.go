@@ -25,7 +25,7 @@ type Gateway struct {
 	cfg    Config
 	client *llm.Client
 	gov    *governor.Governor
-	kept   *quota.Governor // gov, when its charges are kept in cfg.Store
+	ledger *quota.Ledger // gov, when its charges are kept in cfg.Store
 	est    *llm.Estimator
 	flows  map[string]Flow
 	keys   []ClientKey
@@ -74,17 +74,17 @@ func New(cfg Config) (*Gateway, error) {
 	gcfg := governor.Config{Key: cfg.Key, Limits: cfg.Limits, Window: cfg.Window,
 		Accounting: cfg.Accounting, Flows: flows, Now: cfg.Now, Speed: cfg.Speed, Journal: cfg.journal, Lag: max(cfg.Lag, 0)}
 	var (
-		gov  *governor.Governor
-		kept *quota.Governor
-		gerr error
+		gov    *governor.Governor
+		ledger *quota.Ledger
+		gerr   error
 	)
 	if cfg.Store != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		kept, gerr = quota.Open(ctx, cfg.Store, gcfg, quota.Config{Now: cfg.Now})
+		ledger, gerr = quota.Open(ctx, cfg.Store, gcfg, quota.Config{Now: cfg.Now})
 		cancel()
 		if gerr == nil {
-			gov = kept.Governor
-			kept.Start(context.Background())
+			gov = ledger.Governor
+			ledger.Start(context.Background())
 		}
 	} else {
 		gov, gerr = governor.New(gcfg)
@@ -96,7 +96,7 @@ func New(cfg Config) (*Gateway, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	g := &Gateway{cfg: cfg, client: client, gov: gov, kept: kept, est: est, flows: byName, keys: cfg.ClientKeys,
+	g := &Gateway{cfg: cfg, client: client, gov: gov, ledger: ledger, est: est, flows: byName, keys: cfg.ClientKeys,
 		mux: http.NewServeMux(), scrub: newScrubber(cfg.APIKey), line: newLine(cfg),
 		places: newPlaces(cfg.MaxWaiting)}
 	if cfg.Limits == (governor.Limits{}) {
@@ -122,10 +122,10 @@ func New(cfg Config) (*Gateway, error) {
 // them. It does nothing without a Store, and is safe to call twice. Serve
 // no more requests after it.
 func (g *Gateway) Close(ctx context.Context) error {
-	if g.kept == nil {
+	if g.ledger == nil {
 		return nil
 	}
-	return g.kept.Stop(ctx)
+	return g.ledger.Stop(ctx)
 }
 
 // Governor returns the governor that owns the key, for callers that embed
