@@ -378,13 +378,14 @@ func runGateway(ctx context.Context, env *cmdEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	defer gw.Close(context.Background())
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", listen, err)
 	}
 	srv := guard.NewServer(gw, gc)
+	gw.Start(ctx)
 	fmt.Fprintf(env.stdout, "listening on http://%s (upstream %s, profile %s, limits %s)\n", ln.Addr(), cfg.Upstream, prof, cfg.Limits)
+	defer gw.Stop(context.Background()) // after the server is down: the last requests' charges are written
 	return serveUntilDone(ctx, srv, ln)
 }
 

@@ -153,8 +153,8 @@ type Config struct {
 
 	// Store, if set, keeps the key's charges (under Key) so a restarted
 	// gateway remembers the day's usage instead of spending the day's
-	// budget again: they are restored at New, written every second and on
-	// Close. Nil keeps them in memory only.
+	// budget again: they are restored at New, written every second from
+	// Start and on Stop. Nil keeps them in memory only.
 	Store store.Store
 
 	// journal, when set (by tests), receives the governor's charges in the

@@ -19,8 +19,9 @@ import (
 
 // Gateway is an OpenAI-compatible HTTP proxy that governs one provider key.
 // It serves POST /v1/chat/completions (plain and streamed), GET /v1/models,
-// GET /v1/flows and GET /metrics. It is an http.Handler: serve it with an
-// http.Server. A Gateway is safe for simultaneous use by multiple goroutines.
+// GET /v1/flows and GET /metrics. It is an http.Handler: Start it, serve it
+// with an http.Server, and Stop it once the server has shut down. A Gateway
+// is safe for simultaneous use by multiple goroutines.
 type Gateway struct {
 	cfg    Config
 	client *llm.Client
@@ -40,7 +41,9 @@ type Gateway struct {
 
 var _ http.Handler = (*Gateway)(nil)
 
-// New checks cfg, fills its defaults and returns a Gateway.
+// New checks cfg, fills its defaults and returns a Gateway. With a
+// Config.Store it restores the key's charges of the last day from it. It
+// starts nothing: see Start.
 func New(cfg Config) (*Gateway, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -84,7 +87,6 @@ func New(cfg Config) (*Gateway, error) {
 		cancel()
 		if gerr == nil {
 			gov = ledger.Governor
-			ledger.Start(context.Background())
 		}
 	} else {
 		gov, gerr = governor.New(gcfg)
@@ -118,10 +120,20 @@ func New(cfg Config) (*Gateway, error) {
 	return g, nil
 }
 
-// Close writes the charges not yet kept in Config.Store and stops writing
-// them. It does nothing without a Store, and is safe to call twice. Serve
-// no more requests after it.
-func (g *Gateway) Close(ctx context.Context) error {
+// Start writes the key's charges to Config.Store every second, in the
+// background, until ctx ends or Stop. Without a Store there is nothing to
+// write and it does nothing. Starting again, or after Stop, does nothing.
+func (g *Gateway) Start(ctx context.Context) {
+	if g.ledger != nil {
+		g.ledger.Start(ctx)
+	}
+}
+
+// Stop ends what Start began and writes the charges not yet kept in
+// Config.Store: once it returns nil, nothing the gateway started runs and
+// every charge is in the store. It is safe to call twice. Serve no more
+// requests after it.
+func (g *Gateway) Stop(ctx context.Context) error {
 	if g.ledger == nil {
 		return nil
 	}

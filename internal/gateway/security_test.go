@@ -73,6 +73,7 @@ func TestEchoedKeyScrubbedEverywhere(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	start(t, gw)
 	srv := httptest.NewServer(gw)
 	defer srv.Close()
 	for _, tc := range []struct {
@@ -278,6 +279,7 @@ func TestStreamToAClientThatStopsReading(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	start(t, gw)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

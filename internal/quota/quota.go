@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
@@ -29,10 +28,11 @@ type Ledger struct {
 	*governor.Governor
 	j *journal
 
-	started  atomic.Bool
-	stopOnce sync.Once
-	stop     chan struct{}
-	done     chan struct{}
+	mu      sync.Mutex // guards started and stopped
+	started bool
+	stopped bool
+	stop    chan struct{} // closed by the first Stop
+	done    chan struct{} // closed when the writer Start began has returned
 }
 
 // Config says how often the journal is written.
@@ -84,11 +84,16 @@ func Open(ctx context.Context, st store.Store, cfg governor.Config, qc Config) (
 }
 
 // Start writes the journal every FlushEvery and prunes charges older than
-// two days every hour, until Stop.
+// two days every hour, until ctx ends or Stop. Charges recorded after the
+// writer ends stay buffered until Flush or Stop. Starting again, or after
+// Stop, does nothing.
 func (l *Ledger) Start(ctx context.Context) {
-	if !l.started.CompareAndSwap(false, true) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.started || l.stopped {
 		return
 	}
+	l.started = true
 	go func() {
 		defer close(l.done)
 		t := time.NewTicker(l.j.every)
@@ -114,11 +119,19 @@ func (l *Ledger) Start(ctx context.Context) {
 // Flush writes the charges recorded since the last flush.
 func (l *Ledger) Flush(ctx context.Context) error { return l.j.flush(ctx) }
 
-// Stop ends the background writer, if started, and flushes what is left.
-// It is safe to call twice.
+// Stop ends the background writer, if started, waits for it to return and
+// flushes what is left: once it returns nil, the writer has returned and
+// every charge recorded before Stop is in the store. It is safe to call
+// twice.
 func (l *Ledger) Stop(ctx context.Context) error {
-	l.stopOnce.Do(func() { close(l.stop) })
-	if l.started.Load() {
+	l.mu.Lock()
+	if !l.stopped {
+		l.stopped = true
+		close(l.stop)
+	}
+	started := l.started
+	l.mu.Unlock()
+	if started {
 		select {
 		case <-l.done:
 		case <-ctx.Done():
