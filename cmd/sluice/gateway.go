@@ -385,8 +385,13 @@ func runGateway(ctx context.Context, env *cmdEnv, args []string) error {
 	srv := guard.NewServer(gw, gc)
 	gw.Start(ctx)
 	fmt.Fprintf(env.stdout, "listening on http://%s (upstream %s, profile %s, limits %s)\n", ln.Addr(), cfg.Upstream, prof, cfg.Limits)
-	defer gw.Stop(context.Background()) // after the server is down: the last requests' charges are written
-	return serveUntilDone(ctx, srv, ln)
+	err = serveUntilDone(ctx, srv, ln)
+	// The server is down: the charges of the last requests are written
+	// now, and a failure to write them is the command's too, since the next
+	// start would spend them again.
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return errors.Join(err, gw.Stop(sctx))
 }
 
 // bounded picks a number as the gateway's other settings are picked — the
