@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/httpjson"
 	"github.com/sluice-dev/sluice/internal/quota"
 	"github.com/sluice-dev/sluice/llm"
 )
@@ -210,7 +211,7 @@ func (g *Gateway) models(w http.ResponseWriter, r *http.Request, _ string) {
 	for i, m := range list {
 		data[i] = m.Raw
 	}
-	writeJSON(w, http.StatusOK, struct {
+	httpjson.Write(w, http.StatusOK, struct {
 		Object string            `json:"object"`
 		Data   []json.RawMessage `json:"data"`
 	}{"list", data})
@@ -283,11 +284,5 @@ func (g *Gateway) Flows() FlowsView {
 }
 
 func (g *Gateway) flowsJSON(w http.ResponseWriter, _ *http.Request, _ string) {
-	writeJSON(w, http.StatusOK, g.Flows())
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+	httpjson.Write(w, http.StatusOK, g.Flows())
 }
