@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/guard"
+	"github.com/sluice-dev/sluice/internal/redact"
 	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/llm"
 )
@@ -184,8 +185,8 @@ type ClientKey struct {
 
 // String describes the configuration with every key redacted.
 func (c Config) String() string {
-	return fmt.Sprintf("gateway.Config{Upstream: %q, Profile: %q, Key: %q, Limits: %q, Flows: %d, ClientKeys: %d, APIKey: [redacted]}",
-		c.Upstream, c.Profile, c.Key, c.Limits.String(), len(c.Flows), len(c.ClientKeys))
+	return fmt.Sprintf("gateway.Config{Upstream: %q, Profile: %q, Key: %q, Limits: %q, Flows: %d, ClientKeys: %d, APIKey: %s}",
+		c.Upstream, c.Profile, c.Key, c.Limits.String(), len(c.Flows), len(c.ClientKeys), redact.KeyMark)
 }
 
 // GoString redacts %#v as well.

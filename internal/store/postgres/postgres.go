@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sluice-dev/sluice/internal/redact"
 	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/internal/store/internal/driver"
 )
@@ -74,7 +75,7 @@ func Open(ctx context.Context, dbURL string) (*Store, error) {
 	secrets := store.Secrets(dbURL)
 	cfg, err := pgxpool.ParseConfig(dbURL)
 	if err != nil {
-		return nil, fmt.Errorf("open postgres %s: %w", shown, driver.ScrubError(err, secrets))
+		return nil, fmt.Errorf("open postgres %s: %w", shown, redact.Error(err, store.Mark, secrets...))
 	}
 	if !hasParam(dbURL, "pool_max_conns") {
 		// DBOS holds connections for its own listeners and queues when it
@@ -91,12 +92,12 @@ func Open(ctx context.Context, dbURL string) (*Store, error) {
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("open postgres %s: %w", shown, driver.ScrubError(err, secrets))
+		return nil, fmt.Errorf("open postgres %s: %w", shown, redact.Error(err, store.Mark, secrets...))
 	}
 	s := &Store{pool: pool, url: shown}
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("open postgres %s: %w", shown, driver.ScrubError(err, secrets))
+		return nil, fmt.Errorf("open postgres %s: %w", shown, redact.Error(err, store.Mark, secrets...))
 	}
 	return s, nil
 }
