@@ -2,12 +2,12 @@ package sluice_test
 
 import (
 	"context"
-	"github.com/sluice-dev/sluice/internal/testenv"
 	"strings"
 	"testing"
 
 	"github.com/sluice-dev/sluice"
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/testenv"
 	"github.com/sluice-dev/sluice/run"
 )
 

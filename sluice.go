@@ -28,7 +28,7 @@ type App struct {
 	st        store.Store // opened by New, closed by Stop after the engine
 	e         *engine.Engine
 	providers map[string]*engine.Provider
-	quotas    []*quota.Governor
+	ledgers   []*quota.Ledger
 	first     string
 }
 
@@ -65,7 +65,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 			_ = a.shutdown(time.Second)
 			return nil, fmt.Errorf("provider %s: %w", name, err)
 		}
-		gov, err := quota.Open(ctx, st, governor.Config{
+		ledger, err := quota.Open(ctx, st, governor.Config{
 			Key:        name, // the store keeps it in clear: never the API key
 			Limits:     p.Limits,
 			Window:     p.Window,
@@ -78,27 +78,27 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 			_ = a.shutdown(time.Second)
 			return nil, fmt.Errorf("provider %s: %w", name, err)
 		}
-		a.quotas = append(a.quotas, gov)
+		a.ledgers = append(a.ledgers, ledger)
 		est, err := llm.NewEstimator(llm.EstimatorConfig{})
 		if err != nil {
 			_ = a.shutdown(time.Second)
 			return nil, fmt.Errorf("provider %s: %w", name, err)
 		}
-		a.providers[name] = &engine.Provider{Name: name, Client: client, Governor: gov.Governor, Estimator: est, MaxInlineWait: cfg.MaxInlineWait}
+		a.providers[name] = &engine.Provider{Name: name, Client: client, Governor: ledger.Governor, Estimator: est, MaxInlineWait: cfg.MaxInlineWait}
 		if i == 0 {
 			a.first = name
 		}
 	}
 	// Charges made by runs still in flight when the app stops are written
 	// once the last of them has returned, before the database closes.
-	e.BeforeClose(a.flushQuotas)
+	e.BeforeClose(a.flushLedgers)
 	return a, nil
 }
 
-func (a *App) flushQuotas(ctx context.Context) error {
+func (a *App) flushLedgers(ctx context.Context) error {
 	var errs []error
-	for _, q := range a.quotas {
-		errs = append(errs, q.Flush(ctx))
+	for _, l := range a.ledgers {
+		errs = append(errs, l.Flush(ctx))
 	}
 	return errors.Join(errs...)
 }
@@ -107,8 +107,8 @@ func (a *App) flushQuotas(ctx context.Context) error {
 // resumes the runs a previous process left unfinished. The governors write
 // their charges to the database in the background until Stop.
 func (a *App) Start(ctx context.Context) error {
-	for _, q := range a.quotas {
-		q.Start(context.WithoutCancel(ctx))
+	for _, l := range a.ledgers {
+		l.Start(context.WithoutCancel(ctx))
 	}
 	return a.e.Launch(ctx)
 }
@@ -125,8 +125,8 @@ func (a *App) Stop(ctx context.Context) error {
 	// database closes; the charges of runs still in flight are flushed by
 	// the engine once they have returned (see New).
 	var errs []error
-	for _, q := range a.quotas {
-		errs = append(errs, q.Stop(ctx))
+	for _, l := range a.ledgers {
+		errs = append(errs, l.Stop(ctx))
 	}
 	errs = append(errs, a.shutdown(timeout))
 	return errors.Join(errs...)

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/sluice-dev/sluice/governor"
 	"io"
 	"net"
 	"net/http"
@@ -15,6 +14,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/redact"
 )
 
 // Config configures a Client. The zero value is usable: it talks to
@@ -75,9 +77,9 @@ type Config struct {
 func (c Config) String() string {
 	key, base := "none", c.BaseURL
 	if c.APIKey != "" {
-		key = "[redacted]"
-		if len(c.APIKey) >= minRedactLen {
-			base = strings.ReplaceAll(base, c.APIKey, "[redacted]")
+		key = redact.KeyMark
+		if len(c.APIKey) >= redact.MinKeyLen {
+			base = redact.String(base, redact.KeyMark, c.APIKey)
 		}
 	}
 	return fmt.Sprintf("llm.Config{BaseURL: %q, Profile: %q, APIKey: %s, DefaultMaxTokens: %d, ModelMaxTokens: %v}",
@@ -412,18 +414,14 @@ func transportKind(err error) TransportKind {
 	return Other
 }
 
-// minRedactLen is the shortest key that is scrubbed from text; shorter
-// strings would match innocent words.
-const minRedactLen = 6
-
 // redact scrubs the API key from an error's messages. Providers mask keys
 // in their messages, but a proxy or a misconfigured server might echo one.
 func (c *Client) redact(err error) error {
 	key := c.cfg.APIKey
-	if err == nil || len(key) < minRedactLen {
+	if err == nil || len(key) < redact.MinKeyLen {
 		return err
 	}
-	scrub := func(s string) string { return strings.ReplaceAll(s, key, "[redacted]") }
+	scrub := func(s string) string { return redact.String(s, redact.KeyMark, key) }
 	switch e := err.(type) {
 	case *RateLimitError:
 		e.Message = scrub(e.Message)
@@ -436,19 +434,7 @@ func (c *Client) redact(err error) error {
 	case *StatusError:
 		e.Message = scrub(e.Message)
 	case *TransportError:
-		if e.Err != nil && strings.Contains(e.Err.Error(), key) {
-			e.Err = &redactedError{msg: scrub(e.Err.Error()), err: e.Err}
-		}
+		e.Err = redact.Error(e.Err, redact.KeyMark, key)
 	}
 	return err
 }
-
-// redactedError keeps an error's identity for errors.Is and errors.As while
-// its text has the key scrubbed.
-type redactedError struct {
-	msg string
-	err error
-}
-
-func (e *redactedError) Error() string { return e.msg }
-func (e *redactedError) Unwrap() error { return e.err }

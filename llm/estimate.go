@@ -7,8 +7,9 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/sluice-dev/sluice/governor"
 	"github.com/tiktoken-go/tokenizer"
+
+	"github.com/sluice-dev/sluice/governor"
 )
 
 // Token overheads of the chat format, from OpenAI's cookbook ("How to count

@@ -91,6 +91,8 @@ func runBenchGateway(ctx context.Context, env *cmdEnv, args []string) error {
 	if err != nil {
 		return err
 	}
+	gw.Start(ctx)
+	defer gw.Stop(context.Background())
 	target, _ := url.Parse(direct)
 	proxy := httputil.NewSingleHostReverseProxy(target)
 	// The proxy keeps as many idle upstream connections as the gateway's

@@ -6,9 +6,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/sluice-dev/sluice/internal/store"
-	_ "github.com/sluice-dev/sluice/internal/store/postgres"
-	_ "github.com/sluice-dev/sluice/internal/store/sqlite"
 	"log/slog"
 	"net"
 	"os"
@@ -20,6 +17,9 @@ import (
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/gateway"
 	"github.com/sluice-dev/sluice/internal/guard"
+	"github.com/sluice-dev/sluice/internal/store"
+	_ "github.com/sluice-dev/sluice/internal/store/postgres"
+	_ "github.com/sluice-dev/sluice/internal/store/sqlite"
 	"github.com/sluice-dev/sluice/internal/yamlfile"
 	"github.com/sluice-dev/sluice/llm"
 )
@@ -334,12 +334,18 @@ func runGateway(ctx context.Context, env *cmdEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	defer gw.Close(context.Background())
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", listen, err)
 	}
 	srv := guard.NewServer(gw, gc)
+	gw.Start(ctx)
 	fmt.Fprintf(env.stdout, "listening on http://%s (upstream %s, profile %s, limits %s)\n", ln.Addr(), cfg.Upstream, cfg.Profile, cfg.Limits)
-	return serveUntilDone(ctx, srv, ln)
+	err = serveUntilDone(ctx, srv, ln)
+	// The server is down: the charges of the last requests are written
+	// now, and a failure to write them is the command's too, since the next
+	// start would spend them again.
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return errors.Join(err, gw.Stop(sctx))
 }

@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/sluice-dev/sluice/internal/testenv"
 	"io"
 	"net"
 	"net/http"
@@ -20,6 +19,8 @@ import (
 
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/sim"
+	"github.com/sluice-dev/sluice/internal/store"
+	"github.com/sluice-dev/sluice/internal/testenv"
 )
 
 const gatewayTestKey = "gsk-test-upstream-5c81d2e9"
@@ -182,6 +183,34 @@ func TestGatewayCommand(t *testing.T) {
 	}
 	if !strings.Contains(log.String(), "flow=analysis status=200") {
 		t.Errorf("log lacks the request: %s", log.String())
+	}
+}
+
+// TestGatewayKeepsTheDay: "sluice gateway --db" has written every charge
+// it made to the store by the time it exits.
+func TestGatewayKeepsTheDay(t *testing.T) {
+	t.Parallel()
+	_, upstream := startGatewaySim(t, "tpd=100000000")
+	db := filepath.Join(t.TempDir(), "gw.db")
+	t.Run("serve", func(t *testing.T) {
+		url, _ := startGateway(t, map[string]string{"SLUICE_UPSTREAM_KEY": gatewayTestKey},
+			"--upstream", upstream, "--profile", "groq", "--limits", "tpd=100000000", "--addr", "127.0.0.1:0",
+			"--key-name", "groq-day", "--db", db)
+		if status, body := gatewayPost(t, url, gatewayChat, nil); status != 200 {
+			t.Fatalf("status %d: %s", status, body)
+		}
+	}) // its cleanup stops the command
+	st, err := store.Open(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	saved, err := st.Charges(context.Background(), "groq-day", time.Now().Add(-time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(saved) != 1 || saved[0].Cost.Output == 0 {
+		t.Fatalf("the store holds %+v after the gateway exited, want the one call's charge", saved)
 	}
 }
 

@@ -61,6 +61,11 @@ func runSend(ctx context.Context, env *cmdEnv, args []string) error {
 		}
 		return fmt.Errorf("send %s: HTTP %d", name, resp.StatusCode)
 	}
+	// The API answers compact JSON; a person reads it here.
+	var pretty bytes.Buffer
+	if json.Indent(&pretty, out, "", "  ") == nil {
+		out = pretty.Bytes()
+	}
 	_, err = env.stdout.Write(out)
 	return err
 }

@@ -3,8 +3,6 @@ package engine
 import (
 	"context"
 	"errors"
-	"github.com/sluice-dev/sluice/internal/testenv"
-	"github.com/sluice-dev/sluice/run"
 	"io"
 	"log/slog"
 	"strings"
@@ -14,6 +12,9 @@ import (
 	"time"
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
+
+	"github.com/sluice-dev/sluice/internal/testenv"
+	"github.com/sluice-dev/sluice/run"
 )
 
 func echo(r *Run, ev Event) (any, error) {

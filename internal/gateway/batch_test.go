@@ -230,6 +230,8 @@ func warmUp(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		gw.Start(context.Background())
+		defer gw.Stop(context.Background())
 		front := httptest.NewServer(gw)
 		defer front.Close()
 		resp, err := http.Post(front.URL+"/v1/chat/completions", "application/json",
@@ -311,6 +313,12 @@ func newBatchWorld(t *testing.T, throughGateway bool, flows []gateway.Flow) *bat
 	if err != nil {
 		t.Fatal(err)
 	}
+	w.gw.Start(t.Context())
+	t.Cleanup(func() {
+		if err := w.gw.Stop(context.Background()); err != nil {
+			t.Errorf("stop the gateway: %v", err)
+		}
+	})
 	w.front = httptest.NewServer(w.gw)
 	t.Cleanup(w.front.Close)
 	return w

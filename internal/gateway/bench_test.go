@@ -81,6 +81,7 @@ func BenchmarkAnswerHeaders(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	start(b, g)
 	w := httptest.NewRecorder()
 	c := &chatCall{g: g, w: w, flow: "a", cost: governor.Cost{Requests: 1, Input: 400, Output: 200}}
 	b.ReportAllocs()

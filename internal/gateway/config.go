@@ -4,8 +4,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"github.com/sluice-dev/sluice/internal/guard"
-	"github.com/sluice-dev/sluice/internal/store"
 	"log/slog"
 	"math"
 	"net/http"
@@ -13,6 +11,9 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/guard"
+	"github.com/sluice-dev/sluice/internal/redact"
+	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/llm"
 )
 
@@ -153,8 +154,8 @@ type Config struct {
 
 	// Store, if set, keeps the key's charges (under Key) so a restarted
 	// gateway remembers the day's usage instead of spending the day's
-	// budget again: they are restored at New, written every second and on
-	// Close. Nil keeps them in memory only.
+	// budget again: they are restored at New, written every second from
+	// Start and on Stop. Nil keeps them in memory only.
 	Store store.Store
 
 	// journal, when set (by tests), receives the governor's charges in the
@@ -184,8 +185,8 @@ type ClientKey struct {
 
 // String describes the configuration with every key redacted.
 func (c Config) String() string {
-	return fmt.Sprintf("gateway.Config{Upstream: %q, Profile: %q, Key: %q, Limits: %q, Flows: %d, ClientKeys: %d, APIKey: [redacted]}",
-		c.Upstream, c.Profile, c.Key, c.Limits.String(), len(c.Flows), len(c.ClientKeys))
+	return fmt.Sprintf("gateway.Config{Upstream: %q, Profile: %q, Key: %q, Limits: %q, Flows: %d, ClientKeys: %d, APIKey: %s}",
+		c.Upstream, c.Profile, c.Key, c.Limits.String(), len(c.Flows), len(c.ClientKeys), redact.KeyMark)
 }
 
 // GoString redacts %#v as well.

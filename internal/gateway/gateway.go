@@ -5,26 +5,29 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"fmt"
-	"github.com/sluice-dev/sluice/internal/quota"
 	"net/http"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/httpjson"
+	"github.com/sluice-dev/sluice/internal/quota"
 	"github.com/sluice-dev/sluice/llm"
 )
 
 // Gateway is an OpenAI-compatible HTTP proxy that governs one provider key.
 // It serves POST /v1/chat/completions (plain and streamed), GET /v1/models,
-// GET /v1/flows and GET /metrics. It is an http.Handler: serve it with an
-// http.Server. A Gateway is safe for simultaneous use by multiple goroutines.
+// GET /v1/flows and GET /metrics. It is an http.Handler: Start it, serve it
+// with an http.Server, and Stop it once the server has shut down. A Gateway
+// is safe for simultaneous use by multiple goroutines.
 type Gateway struct {
 	cfg    Config
 	client *llm.Client
 	gov    *governor.Governor
-	kept   *quota.Governor // gov, when its charges are kept in cfg.Store
+	ledger *quota.Ledger // gov, when its charges are kept in cfg.Store
 	est    *llm.Estimator
 	flows  map[string]Flow
 	keys   []ClientKey
@@ -39,7 +42,9 @@ type Gateway struct {
 
 var _ http.Handler = (*Gateway)(nil)
 
-// New checks cfg, fills its defaults and returns a Gateway.
+// New checks cfg, fills its defaults and returns a Gateway. With a
+// Config.Store it restores the key's charges of the last day from it. It
+// starts nothing: see Start.
 func New(cfg Config) (*Gateway, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -73,17 +78,16 @@ func New(cfg Config) (*Gateway, error) {
 	gcfg := governor.Config{Key: cfg.Key, Limits: cfg.Limits, Window: cfg.Window,
 		Accounting: cfg.Accounting, Flows: flows, Now: cfg.Now, Speed: cfg.Speed, Journal: cfg.journal, Lag: max(cfg.Lag, 0)}
 	var (
-		gov  *governor.Governor
-		kept *quota.Governor
-		gerr error
+		gov    *governor.Governor
+		ledger *quota.Ledger
+		gerr   error
 	)
 	if cfg.Store != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		kept, gerr = quota.Open(ctx, cfg.Store, gcfg, quota.Config{Now: cfg.Now})
+		ledger, gerr = quota.Open(ctx, cfg.Store, gcfg, quota.Config{Now: cfg.Now})
 		cancel()
 		if gerr == nil {
-			gov = kept.Governor
-			kept.Start(context.Background())
+			gov = ledger.Governor
 		}
 	} else {
 		gov, gerr = governor.New(gcfg)
@@ -95,7 +99,7 @@ func New(cfg Config) (*Gateway, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	g := &Gateway{cfg: cfg, client: client, gov: gov, kept: kept, est: est, flows: byName, keys: cfg.ClientKeys,
+	g := &Gateway{cfg: cfg, client: client, gov: gov, ledger: ledger, est: est, flows: byName, keys: cfg.ClientKeys,
 		mux: http.NewServeMux(), scrub: newScrubber(cfg.APIKey), line: newLine(cfg),
 		places: newPlaces(cfg.MaxWaiting)}
 	if cfg.Limits == (governor.Limits{}) {
@@ -117,14 +121,24 @@ func New(cfg Config) (*Gateway, error) {
 	return g, nil
 }
 
-// Close writes the charges not yet kept in Config.Store and stops writing
-// them. It does nothing without a Store, and is safe to call twice. Serve
-// no more requests after it.
-func (g *Gateway) Close(ctx context.Context) error {
-	if g.kept == nil {
+// Start writes the key's charges to Config.Store every second, in the
+// background, until ctx ends or Stop. Without a Store there is nothing to
+// write and it does nothing. Starting again, or after Stop, does nothing.
+func (g *Gateway) Start(ctx context.Context) {
+	if g.ledger != nil {
+		g.ledger.Start(ctx)
+	}
+}
+
+// Stop ends what Start began and writes the charges not yet kept in
+// Config.Store: once it returns nil, nothing the gateway started runs and
+// every charge is in the store. It is safe to call twice. Serve no more
+// requests after it.
+func (g *Gateway) Stop(ctx context.Context) error {
+	if g.ledger == nil {
 		return nil
 	}
-	return g.kept.Stop(ctx)
+	return g.ledger.Stop(ctx)
 }
 
 // Governor returns the governor that owns the key, for callers that embed
@@ -197,7 +211,7 @@ func (g *Gateway) models(w http.ResponseWriter, r *http.Request, _ string) {
 	for i, m := range list {
 		data[i] = m.Raw
 	}
-	writeJSON(w, http.StatusOK, struct {
+	httpjson.Write(w, http.StatusOK, struct {
 		Object string            `json:"object"`
 		Data   []json.RawMessage `json:"data"`
 	}{"list", data})
@@ -270,11 +284,5 @@ func (g *Gateway) Flows() FlowsView {
 }
 
 func (g *Gateway) flowsJSON(w http.ResponseWriter, _ *http.Request, _ string) {
-	writeJSON(w, http.StatusOK, g.Flows())
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+	httpjson.Write(w, http.StatusOK, g.Flows())
 }

@@ -5,13 +5,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"github.com/sluice-dev/sluice/internal/testenv"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,6 +24,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/sim"
 	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/internal/store/sqlite"
+	"github.com/sluice-dev/sluice/internal/testenv"
 	"github.com/sluice-dev/sluice/llm"
 )
 
@@ -76,11 +78,24 @@ func setup(t testing.TB, sc sim.Config, cfg Config, before ...func(*Gateway)) *b
 	for _, f := range before {
 		f(b.gw)
 	}
+	start(t, b.gw)
 	b.srv = httptest.NewServer(b.gw)
 	t.Cleanup(b.srv.Close)
 	t.Cleanup(func() { assertNoKey(t, "log", b.log.String()) })
 	t.Cleanup(func() { assertNoKey(t, "answers", b.seen.String()) })
 	return b
+}
+
+// start starts gw for the test and stops it when the test ends, after the
+// servers registered later have closed.
+func start(t testing.TB, gw *Gateway) {
+	t.Helper()
+	gw.Start(t.Context())
+	t.Cleanup(func() {
+		if err := gw.Stop(context.Background()); err != nil {
+			t.Errorf("stop the gateway: %v", err)
+		}
+	})
 }
 
 func assertNoKey(t testing.TB, what, text string) {
@@ -582,6 +597,7 @@ func TestEchoedKeyScrubbed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	start(t, gw)
 	srv := httptest.NewServer(gw)
 	defer srv.Close()
 	var seen strings.Builder
@@ -667,11 +683,11 @@ func TestRestartRemembersTheDay(t *testing.T) {
 	if used < 1500 {
 		t.Fatalf("TPD used %d after three calls of max_tokens 500", used)
 	}
-	if err := b.gw.Close(context.Background()); err != nil {
+	if err := b.gw.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.gw.Close(context.Background()); err != nil {
-		t.Fatalf("second Close: %v", err)
+	if err := b.gw.Stop(context.Background()); err != nil {
+		t.Fatalf("second Stop: %v", err)
 	}
 	st.Close()
 
@@ -681,8 +697,113 @@ func TestRestartRemembersTheDay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer gw2.Close(context.Background())
+	start(t, gw2)
 	if got := gw2.Governor().Stats(time.Now()).Limits[governor.TPD].Used; got != used {
 		t.Fatalf("restarted gateway starts with TPD used %d, want the day's %d", got, used)
 	}
+}
+
+// TestStopEndsTheWriter: the gateway writes its charges to its store only
+// from Start to Stop. New starts no writer; a Stop that finds the writer
+// mid-write does not report done while it writes; once Stop returns nil,
+// every charge, as settled, is in the store.
+func TestStopEndsTheWriter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "gw.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	held := &heldStore{Store: st, entered: make(chan struct{}), release: make(chan struct{})}
+	lim := limits("tpd=100000000")
+	b := setup(t, sim.Config{Profile: "groq", Limits: lim}, Config{Key: "groq-stop", Limits: lim, Store: held}, func(*Gateway) {
+		if n := writersStartedHere(); n != 0 {
+			t.Errorf("New started %d background writers, want none before Start", n)
+		}
+	})
+	if n := writersStartedHere(); n != 1 {
+		t.Fatalf("%d background writers after Start, want 1", n)
+	}
+	call := func(i int) {
+		t.Helper()
+		resp, body := b.do(t, "POST", "/v1/chat/completions", fmt.Sprintf(`{"model":"m","max_tokens":500,"messages":[{"role":"user","content":"item %d"}]}`, i), nil)
+		if resp == nil || resp.StatusCode != 200 {
+			t.Fatalf("request %d: %v %s", i, resp, body)
+		}
+	}
+	call(1)
+	select {
+	case <-held.entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no charges written 30s after Start")
+	}
+	call(2) // its charge is left for Stop to write
+
+	// The writer is in the store: a Stop whose context has ended cannot
+	// wait for it, and must say so rather than report done.
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	stopped := make(chan error, 1)
+	go func() { stopped <- b.gw.Stop(cancelled) }()
+	select {
+	case err := <-stopped:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("Stop while the writer was writing: %v, want the context's end", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Error("Stop with an ended context blocked behind the writer")
+	}
+	close(held.release)
+	if err := b.gw.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	saved, err := st.Charges(ctx, "groq-stop", time.Now().Add(-time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tokens int64
+	for _, c := range saved {
+		tokens += c.Cost.Tokens()
+	}
+	if used := b.gw.Governor().Stats(time.Now()).Limits[governor.TPD].Used; len(saved) != 2 || tokens != used {
+		t.Fatalf("the store holds %d charges of %d tokens after Stop, want the two calls' settled %d", len(saved), tokens, used)
+	}
+}
+
+// heldStore holds its first write of charges until release is closed, so a
+// test can stop a gateway while its background writer is writing.
+type heldStore struct {
+	store.Store
+	once    sync.Once
+	entered chan struct{} // closed when the first write begins
+	release chan struct{}
+}
+
+func (s *heldStore) UpsertCharges(ctx context.Context, key string, charges []store.Charge) error {
+	first := false
+	s.once.Do(func() { first = true; close(s.entered) })
+	if first {
+		<-s.release
+	}
+	return s.Store.UpsertCharges(ctx, key, charges)
+}
+
+// writersStartedHere counts the running goroutines of quota's background
+// writer that the calling goroutine started.
+func writersStartedHere() int {
+	self := make([]byte, 64)
+	self = self[:runtime.Stack(self, false)] // "goroutine 7 [running]: …"
+	id := strings.Fields(string(self))[1]
+	all := make([]byte, 1<<16)
+	for {
+		n := runtime.Stack(all, true)
+		if n < len(all) {
+			all = all[:n]
+			break
+		}
+		all = make([]byte, 2*len(all))
+	}
+	return strings.Count(string(all), "quota.(*Ledger).Start in goroutine "+id+"\n")
 }

@@ -5,14 +5,9 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+
+	"github.com/sluice-dev/sluice/internal/redact"
 )
-
-// redacted replaces the provider key wherever it would leave the gateway.
-const redacted = "[redacted]"
-
-// minScrubLen is the shortest provider key scrubbed: replacing a shorter
-// string everywhere would corrupt ordinary text, and no provider issues one.
-const minScrubLen = 6
 
 // scrubber removes the provider key, in each form it can take in a JSON
 // body, a header or a URL, from what the gateway writes. It is the one
@@ -25,7 +20,7 @@ type scrubber struct {
 }
 
 func newScrubber(key string) *scrubber {
-	if len(key) < minScrubLen {
+	if len(key) < redact.MinKeyLen {
 		return nil
 	}
 	s := &scrubber{forms: [][]byte{[]byte(key)}}
@@ -54,7 +49,7 @@ func (s *scrubber) bytes(p []byte) []byte {
 	}
 	for _, f := range s.forms {
 		if bytes.Contains(p, f) {
-			p = bytes.ReplaceAll(p, f, []byte(redacted))
+			p = bytes.ReplaceAll(p, f, []byte(redact.KeyMark))
 		}
 	}
 	return p

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/guard"
+	"github.com/sluice-dev/sluice/internal/redact"
 	"github.com/sluice-dev/sluice/internal/sim"
 	"github.com/sluice-dev/sluice/internal/testenv"
 	"github.com/sluice-dev/sluice/llm"
@@ -73,6 +74,7 @@ func TestEchoedKeyScrubbedEverywhere(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	start(t, gw)
 	srv := httptest.NewServer(gw)
 	defer srv.Close()
 	for _, tc := range []struct {
@@ -105,7 +107,7 @@ func TestEchoedKeyScrubbedEverywhere(t *testing.T) {
 				t.Errorf("status %d, want %d: %s", resp.StatusCode, tc.status, data)
 			}
 			assertNoKey(t, tc.name, all.String())
-			if tc.status != 429 && !strings.Contains(all.String(), redacted) {
+			if tc.status != 429 && !strings.Contains(all.String(), redact.KeyMark) {
 				t.Errorf("the echoed key was dropped rather than redacted, or the answer lost its field:\n%s", all.String())
 			}
 		})
@@ -117,12 +119,12 @@ func TestScrubberForms(t *testing.T) {
 	t.Parallel()
 	s := newScrubber(`k3y/with"quote+&`)
 	for _, in := range []string{`k3y/with"quote+&`, `k3y/with\"quote+\u0026`, `k3y%2Fwith%22quote%2B%26`} {
-		if out := s.string("x " + in + " y"); out != "x "+redacted+" y" {
+		if out := s.string("x " + in + " y"); out != "x "+redact.KeyMark+" y" {
 			t.Errorf("scrub(%q) = %q", in, out)
 		}
 	}
 	if newScrubber("abc") != nil {
-		t.Error("a key shorter than minScrubLen would redact ordinary text")
+		t.Error("a key shorter than redact.MinKeyLen would redact ordinary text")
 	}
 	if got := (*scrubber)(nil).string("as is"); got != "as is" {
 		t.Errorf("nil scrubber changed text: %q", got)
@@ -278,6 +280,7 @@ func TestStreamToAClientThatStopsReading(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	start(t, gw)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

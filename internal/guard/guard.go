@@ -14,7 +14,6 @@ package guard
 
 import (
 	"cmp"
-	"encoding/json"
 	"fmt"
 	"io"
 	"mime"
@@ -23,6 +22,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/sluice-dev/sluice/internal/httpjson"
 )
 
 // Config says how a server is bounded. Every zero field takes its default.
@@ -315,7 +316,5 @@ func clip(s string) string {
 }
 
 func plainError(w http.ResponseWriter, status int, message string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(map[string]string{"error": message})
+	httpjson.Write(w, status, map[string]string{"error": message})
 }

@@ -35,6 +35,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sluice-dev/sluice/internal/engine"
+	"github.com/sluice-dev/sluice/internal/httpjson"
 	"github.com/sluice-dev/sluice/run"
 )
 
@@ -85,10 +86,10 @@ func New(cfg Config) http.Handler {
 	a := &api{cfg: cfg}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		httpjson.Write(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+		httpjson.Write(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
 	mux.Handle("POST /v1/events", a.auth(a.postEvent))
 	mux.Handle("GET /v1/runs", a.auth(a.listRuns))
@@ -197,7 +198,7 @@ func (a *api) postEvent(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusAccepted, map[string]any{"runs": sent})
+	httpjson.Write(w, http.StatusAccepted, map[string]any{"runs": sent})
 	return nil
 }
 
@@ -224,7 +225,7 @@ func (a *api) listRuns(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"runs": nonNil(runs)})
+	httpjson.Write(w, http.StatusOK, map[string]any{"runs": nonNil(runs)})
 	return nil
 }
 
@@ -233,7 +234,7 @@ func (a *api) getRun(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, d)
+	httpjson.Write(w, http.StatusOK, d)
 	return nil
 }
 
@@ -242,7 +243,7 @@ func (a *api) cancel(w http.ResponseWriter, r *http.Request) error {
 	if err := a.cfg.Engine.Cancel(r.Context(), id); err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"id": id, "status": run.Cancelled})
+	httpjson.Write(w, http.StatusOK, map[string]any{"id": id, "status": run.Cancelled})
 	return nil
 }
 
@@ -251,7 +252,7 @@ func (a *api) rerun(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusAccepted, map[string]string{"id": id, "rerun_of": r.PathValue("id")})
+	httpjson.Write(w, http.StatusAccepted, map[string]string{"id": id, "rerun_of": r.PathValue("id")})
 	return nil
 }
 
@@ -260,7 +261,7 @@ func (a *api) dropped(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"dropped": nonNil(d)})
+	httpjson.Write(w, http.StatusOK, map[string]any{"dropped": nonNil(d)})
 	return nil
 }
 
@@ -294,14 +295,6 @@ func nonNil[T any](s []T) []T {
 	return s
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
-}
-
 func writeError(w http.ResponseWriter, status int, err error) {
-	writeJSON(w, status, map[string]string{"error": err.Error()})
+	httpjson.Write(w, status, map[string]string{"error": err.Error()})
 }

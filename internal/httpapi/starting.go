@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluice-dev/sluice/internal/httpjson"
 )
 
 // Starting answers while an app starts, so a server can listen at once and
@@ -45,7 +47,7 @@ func (s *Starting) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.URL.Path == "/healthz" && r.Method == http.MethodGet {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		httpjson.Write(w, http.StatusOK, map[string]string{"status": "ok"})
 		return
 	}
 	status, msg := "starting", fmt.Sprintf("sluice is starting (%s, for %s); retry shortly", *s.phase.Load(), time.Since(s.began).Round(time.Millisecond))
@@ -55,8 +57,8 @@ func (s *Starting) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Retry-After", "1")
 	}
 	if r.URL.Path == "/readyz" && r.Method == http.MethodGet {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": status, "phase": *s.phase.Load(), "detail": msg})
+		httpjson.Write(w, http.StatusServiceUnavailable, map[string]string{"status": status, "phase": *s.phase.Load(), "detail": msg})
 		return
 	}
-	writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": msg})
+	httpjson.Write(w, http.StatusServiceUnavailable, map[string]string{"error": msg})
 }

@@ -23,7 +23,7 @@ func TestStarting(t *testing.T) {
 	}
 	s.Phase("resuming unfinished runs")
 	w := get("GET", "/readyz")
-	if w.Code != 503 || !strings.Contains(w.Body.String(), `"status": "starting"`) || !strings.Contains(w.Body.String(), "resuming unfinished runs") {
+	if w.Code != 503 || !strings.Contains(w.Body.String(), `"status":"starting"`) || !strings.Contains(w.Body.String(), "resuming unfinished runs") {
 		t.Fatalf("/readyz while starting: %d %s", w.Code, w.Body)
 	}
 	w = get("POST", "/v1/events")

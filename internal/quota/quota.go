@@ -1,8 +1,9 @@
 // Package quota keeps a governor's day-window usage in sluice's store, so a
 // process that restarts in the afternoon does not spend the day's budget a
-// second time. Every admitted charge, and every correction of one, is
-// journaled; Open restores the last day's charges of the key — of every
-// process that used it — before the governor admits anything.
+// second time. A [Ledger] is a governor with that record: every admitted
+// charge, and every correction of one, is journaled; Open restores the last
+// day's charges of the key — of every process that used it — before the
+// governor admits anything.
 package quota
 
 import (
@@ -13,22 +14,25 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/store"
 )
 
-// Governor is a governor whose charges are persisted.
-type Governor struct {
+// Ledger is a governor whose charges are kept in sluice's store: the
+// embedded Governor admits calls, and the Ledger writes down what they
+// were charged. Its methods are safe for simultaneous use by multiple
+// goroutines.
+type Ledger struct {
 	*governor.Governor
 	j *journal
 
-	started  atomic.Bool
-	stopOnce sync.Once
-	stop     chan struct{}
-	done     chan struct{}
+	mu      sync.Mutex // guards started and stopped
+	started bool
+	stopped bool
+	stop    chan struct{} // closed by the first Stop
+	done    chan struct{} // closed when the writer Start began has returned
 }
 
 // Config says how often the journal is written.
@@ -40,10 +44,11 @@ type Config struct {
 }
 
 // Open restores cfg.Key's charges of the last day from st into a new
-// governor for cfg and journals its charges to st from then on. cfg.Key
-// names the key in the store and must not be empty (and must never be the
-// secret itself). Call Start to write in the background, Stop to flush.
-func Open(ctx context.Context, st store.Store, cfg governor.Config, qc Config) (*Governor, error) {
+// governor for cfg and returns it as a Ledger that journals its charges to
+// st from then on. cfg.Key names the key in the store and must not be empty
+// (and must never be the secret itself). Call Start to write in the
+// background, Stop to flush.
+func Open(ctx context.Context, st store.Store, cfg governor.Config, qc Config) (*Ledger, error) {
 	if cfg.Key == "" {
 		return nil, errors.New("quota: the governor needs a Key to be persisted under")
 	}
@@ -75,30 +80,35 @@ func Open(ctx context.Context, st store.Store, cfg governor.Config, qc Config) (
 		charges[i] = governor.Charge{ID: 0, Flow: c.Flow, At: c.At, Cost: c.Cost}
 	}
 	g.Restore(now, charges)
-	return &Governor{Governor: g, j: j, stop: make(chan struct{}), done: make(chan struct{})}, nil
+	return &Ledger{Governor: g, j: j, stop: make(chan struct{}), done: make(chan struct{})}, nil
 }
 
 // Start writes the journal every FlushEvery and prunes charges older than
-// two days every hour, until Stop.
-func (q *Governor) Start(ctx context.Context) {
-	if !q.started.CompareAndSwap(false, true) {
+// two days every hour, until ctx ends or Stop. Charges recorded after the
+// writer ends stay buffered until Flush or Stop. Starting again, or after
+// Stop, does nothing.
+func (l *Ledger) Start(ctx context.Context) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.started || l.stopped {
 		return
 	}
+	l.started = true
 	go func() {
-		defer close(q.done)
-		t := time.NewTicker(q.j.every)
+		defer close(l.done)
+		t := time.NewTicker(l.j.every)
 		defer t.Stop()
 		lastPrune := time.Time{}
 		for {
 			select {
-			case <-q.stop:
+			case <-l.stop:
 				return
 			case <-ctx.Done():
 				return
 			case now := <-t.C:
-				_ = q.Flush(ctx) // kept in the buffer and retried on the next tick
+				_ = l.Flush(ctx) // kept in the buffer and retried on the next tick
 				if now.Sub(lastPrune) > time.Hour {
-					_, _ = q.j.st.PruneCharges(ctx, q.j.key, now.Add(-48*time.Hour))
+					_, _ = l.j.st.PruneCharges(ctx, l.j.key, now.Add(-48*time.Hour))
 					lastPrune = now
 				}
 			}
@@ -107,20 +117,28 @@ func (q *Governor) Start(ctx context.Context) {
 }
 
 // Flush writes the charges recorded since the last flush.
-func (q *Governor) Flush(ctx context.Context) error { return q.j.flush(ctx) }
+func (l *Ledger) Flush(ctx context.Context) error { return l.j.flush(ctx) }
 
-// Stop ends the background writer, if started, and flushes what is left.
-// It is safe to call twice.
-func (q *Governor) Stop(ctx context.Context) error {
-	q.stopOnce.Do(func() { close(q.stop) })
-	if q.started.Load() {
+// Stop ends the background writer, if started, waits for it to return and
+// flushes what is left: once it returns nil, the writer has returned and
+// every charge recorded before Stop is in the store. It is safe to call
+// twice.
+func (l *Ledger) Stop(ctx context.Context) error {
+	l.mu.Lock()
+	if !l.stopped {
+		l.stopped = true
+		close(l.stop)
+	}
+	started := l.started
+	l.mu.Unlock()
+	if started {
 		select {
-		case <-q.done:
+		case <-l.done:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
-	return q.Flush(ctx)
+	return l.Flush(ctx)
 }
 
 // journal buffers charges for the store. Record runs under the governor's

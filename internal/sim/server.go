@@ -19,6 +19,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/clock"
 	"github.com/sluice-dev/sluice/internal/guard"
+	"github.com/sluice-dev/sluice/internal/httpjson"
 )
 
 // ServerConfig configures the HTTP simulator.
@@ -252,17 +253,11 @@ func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
 	for _, name := range s.cfg.Models {
 		list.Data = append(list.Data, model{ID: name, Object: "model", Created: 1767225600, OwnedBy: "sluice-sim"})
 	}
-	writeJSON(w, http.StatusOK, list)
+	httpjson.Write(w, http.StatusOK, list)
 }
 
 func (s *Server) stats(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, s.m.Stats())
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+	httpjson.Write(w, http.StatusOK, s.m.Stats())
 }
 
 // inputTokens counts the prompt as the simulated provider does.

@@ -279,8 +279,9 @@ func hasSQLiteSuffix(path string) bool {
 	return strings.HasSuffix(p, ".db") || strings.HasSuffix(p, ".sqlite") || strings.HasSuffix(p, ".sqlite3")
 }
 
-// redacted replaces every secret in a URL.
-const redacted = "xxxxx"
+// Mark replaces every secret in a URL, and in an error that might quote
+// one: "xxxxx", as url.URL.Redacted writes it.
+const Mark = "xxxxx"
 
 // queryPassword matches password=… and sslpassword=… in a query string or a
 // key/value connection string.
@@ -293,15 +294,15 @@ var queryPassword = regexp.MustCompile(`(?i)(password=)[^&#\s]*`)
 // after the user name and the last "@" is hidden.
 func Redact(dbURL string) string {
 	if u, err := url.Parse(dbURL); err == nil && u.Scheme != "" && !strings.Contains(u.Opaque+u.Host+u.Path+u.RawQuery+u.Fragment, "@") {
-		return queryPassword.ReplaceAllString(u.Redacted(), "${1}"+redacted)
+		return queryPassword.ReplaceAllString(u.Redacted(), "${1}"+Mark)
 	}
 	// url.Parse failed, or read part of the user info as host, port or path
 	// (as it does for an unescaped "/" in a password): hide by position.
 	s := dbURL
 	if i, j, ok := userPassword(s); ok {
-		s = s[:i] + redacted + s[j:]
+		s = s[:i] + Mark + s[j:]
 	}
-	return queryPassword.ReplaceAllString(s, "${1}"+redacted)
+	return queryPassword.ReplaceAllString(s, "${1}"+Mark)
 }
 
 // Secrets returns the passwords written in dbURL, as written and unescaped,
@@ -310,7 +311,7 @@ func Redact(dbURL string) string {
 func Secrets(dbURL string) []string {
 	var out []string
 	add := func(s string) {
-		if s == "" || s == redacted {
+		if s == "" || s == Mark {
 			return
 		}
 		out = append(out, s)

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sluice-dev/sluice/internal/redact"
 	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/internal/store/internal/driver"
 )
@@ -78,7 +79,7 @@ func Open(ctx context.Context, dbURL string) (*Store, error) {
 	secrets := store.Secrets(dbURL)
 	cfg, err := pgxpool.ParseConfig(dbURL)
 	if err != nil {
-		return nil, fmt.Errorf("open postgres %s: %w", shown, driver.ScrubError(err, secrets))
+		return nil, fmt.Errorf("open postgres %s: %w", shown, redact.Error(err, store.Mark, secrets...))
 	}
 	if !hasParam(dbURL, "pool_max_conns") {
 		// DBOS holds connections for its own listeners and queues when it
@@ -95,7 +96,7 @@ func Open(ctx context.Context, dbURL string) (*Store, error) {
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("open postgres %s: %w", shown, driver.ScrubError(err, secrets))
+		return nil, fmt.Errorf("open postgres %s: %w", shown, redact.Error(err, store.Mark, secrets...))
 	}
 	s := &Store{pool: pool, url: shown}
 	if s.EngineTables, err = engineTables(pool); err != nil {
@@ -104,7 +105,7 @@ func Open(ctx context.Context, dbURL string) (*Store, error) {
 	}
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("open postgres %s: %w", shown, driver.ScrubError(err, secrets))
+		return nil, fmt.Errorf("open postgres %s: %w", shown, redact.Error(err, store.Mark, secrets...))
 	}
 	return s, nil
 }

@@ -3,7 +3,6 @@ package driver
 import (
 	"fmt"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/store"
@@ -46,31 +45,3 @@ func LastByID(charges []store.Charge) []store.Charge {
 func Millis(t time.Time) time.Time {
 	return t.Truncate(time.Millisecond).UTC()
 }
-
-// ScrubError returns err with every secret replaced by "xxxxx" in its message,
-// or err itself when no secret appears in it. errors.Is and errors.As still
-// see err.
-func ScrubError(err error, secrets []string) error {
-	if err == nil {
-		return nil
-	}
-	msg := err.Error()
-	scrubbed := msg
-	for _, s := range secrets {
-		if s != "" {
-			scrubbed = strings.ReplaceAll(scrubbed, s, "xxxxx")
-		}
-	}
-	if scrubbed == msg {
-		return err
-	}
-	return &scrubbedError{msg: scrubbed, err: err}
-}
-
-type scrubbedError struct {
-	msg string
-	err error
-}
-
-func (e *scrubbedError) Error() string { return e.msg }
-func (e *scrubbedError) Unwrap() error { return e.err }

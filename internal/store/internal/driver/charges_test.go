@@ -1,34 +1,11 @@
 package driver
 
 import (
-	"context"
-	"errors"
-	"fmt"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/store"
 )
-
-func TestScrubError(t *testing.T) {
-	t.Parallel()
-	inner := fmt.Errorf("dial user=u password=hunter2: %w", context.DeadlineExceeded)
-	err := ScrubError(inner, []string{"hunter2", ""})
-	if strings.Contains(err.Error(), "hunter2") || !strings.Contains(err.Error(), "password=xxxxx") {
-		t.Fatalf("ScrubError = %q, want the secret replaced", err)
-	}
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatal("scrubbed error no longer wraps the cause")
-	}
-	plain := errors.New("connection refused")
-	if got := ScrubError(plain, []string{"hunter2"}); got != plain {
-		t.Fatalf("ScrubError of an error without secrets = %v, want it unchanged", got)
-	}
-	if ScrubError(nil, []string{"x"}) != nil {
-		t.Fatal("ScrubError(nil) != nil")
-	}
-}
 
 func TestLastByID(t *testing.T) {
 	t.Parallel()
