@@ -477,12 +477,18 @@ func (e *Engine) Wait(ctx context.Context, id string) (run.Summary, json.RawMess
 			return run.Summary{}, nil, fmt.Errorf("run %s: %w", id, ErrRunNotFound)
 		}
 		if s := summary(ws[0]); s.Status.Ended() {
-			var out json.RawMessage
-			if ws[0].Output != nil {
-				out, _, _ = limitJSON(ws[0].Output, 0)
+			ready, err := e.endRecorded(ctx, s)
+			if err != nil {
+				return run.Summary{}, nil, err
 			}
-			s, err := e.explainEnd(ctx, s)
-			return s, out, err
+			if ready {
+				var out json.RawMessage
+				if ws[0].Output != nil {
+					out, _, _ = limitJSON(ws[0].Output, 0)
+				}
+				s, err := e.explainEnd(ctx, s)
+				return s, out, err
+			}
 		}
 		if timer == nil {
 			timer = time.NewTimer(waitPoll)
@@ -496,6 +502,26 @@ func (e *Engine) Wait(ctx context.Context, id string) (run.Summary, json.RawMess
 		case <-timer.C:
 		}
 	}
+}
+
+// endGrace is how long after a run timed out Wait waits for the record
+// of why. DBOS marks a run cancelled at its deadline from a process of its
+// own, while the run's handler is still writing which step it was in; a
+// run no process ran when its deadline passed never gets a record.
+const endGrace = 3 * time.Second
+
+// endRecorded reports whether Wait may answer for the ended run s: its
+// end is recorded, or needs no record, or the record is not coming.
+func (e *Engine) endRecorded(ctx context.Context, s run.Summary) (bool, error) {
+	if s.Status != run.TimedOut || time.Since(s.EndedAt) >= endGrace { // DBOS times runs by the wall clock
+		return true, nil
+	}
+	ends, err := e.st.RunEnds(ctx, []string{s.ID})
+	if err != nil {
+		return false, fmt.Errorf("run %s: %w", s.ID, err)
+	}
+	_, ok := ends[s.ID]
+	return ok, nil
 }
 
 // client is the DBOS handle for management calls made on behalf of ctx.
