@@ -87,7 +87,7 @@ func runBenchGateway(ctx context.Context, env *cmdEnv, args []string) error {
 	}
 	defer up.Stop(context.Background())
 	direct := "http://" + up.Addr()
-	gw, err := gateway.New(gateway.Config{Upstream: direct + "/v1", Profile: "openai"})
+	gw, err := gateway.New(context.Background(), gateway.Config{Upstream: direct + "/v1", Profile: "openai"})
 	if err != nil {
 		return err
 	}

@@ -326,7 +326,7 @@ func runGateway(ctx context.Context, env *cmdEnv, args []string) error {
 		defer st.Close()
 		cfg.Store = st
 	}
-	gw, err := gateway.New(cfg)
+	gw, err := gateway.New(ctx, cfg)
 	if err != nil {
 		return err
 	}

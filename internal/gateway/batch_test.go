@@ -226,7 +226,7 @@ func warmUp(t *testing.T) {
 		}
 		srv := httptest.NewServer(sim.NewServer(m, sim.ServerConfig{}))
 		defer srv.Close()
-		gw, err := gateway.New(gateway.Config{Upstream: srv.URL + "/v1", Profile: llm.Groq})
+		gw, err := gateway.New(context.Background(), gateway.Config{Upstream: srv.URL + "/v1", Profile: llm.Groq})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -298,7 +298,7 @@ func newBatchWorld(t *testing.T, throughGateway bool, flows []gateway.Flow) *bat
 	if !throughGateway {
 		return w
 	}
-	w.gw, err = gateway.New(gateway.Config{
+	w.gw, err = gateway.New(context.Background(), gateway.Config{
 		Upstream:   w.sim.URL + "/v1",
 		APIKey:     batchKey,
 		Profile:    llm.Groq,

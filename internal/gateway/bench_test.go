@@ -76,7 +76,7 @@ func liveHeap() int64 {
 // BenchmarkAnswerHeaders measures the gateway's own headers on one answer:
 // the governor's outlook for the flow and every limit's three headers.
 func BenchmarkAnswerHeaders(b *testing.B) {
-	g, err := New(Config{Upstream: "http://127.0.0.1:1/v1", Limits: limits("rpm=30,rpd=1000,tpm=8000,tpd=200000,otpm=1000"),
+	g, err := New(context.Background(), Config{Upstream: "http://127.0.0.1:1/v1", Limits: limits("rpm=30,rpd=1000,tpm=8000,tpd=200000,otpm=1000"),
 		Flows: []Flow{{Name: "a"}, {Name: "b", Weight: 3}}})
 	if err != nil {
 		b.Fatal(err)

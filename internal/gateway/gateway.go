@@ -43,9 +43,9 @@ type Gateway struct {
 var _ http.Handler = (*Gateway)(nil)
 
 // New checks cfg, fills its defaults and returns a Gateway. With a
-// Config.Store it restores the key's charges of the last day from it. It
-// starts nothing: see Start.
-func New(cfg Config) (*Gateway, error) {
+// Config.Store it restores the key's charges of the last day from it,
+// within ctx and at most 30 s. It starts nothing: see Start.
+func New(ctx context.Context, cfg Config) (*Gateway, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -83,7 +83,7 @@ func New(cfg Config) (*Gateway, error) {
 		gerr   error
 	)
 	if cfg.Store != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		ledger, gerr = quota.Open(ctx, cfg.Store, gcfg, quota.Config{Now: cfg.Now})
 		cancel()
 		if gerr == nil {

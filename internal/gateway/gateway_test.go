@@ -71,7 +71,7 @@ func setup(t testing.TB, sc sim.Config, cfg Config, before ...func(*Gateway)) *b
 	}
 	cfg.Profile = sc.Profile
 	cfg.Logger = slog.New(slog.NewTextHandler(b.log, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	b.gw, err = New(cfg)
+	b.gw, err = New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -592,7 +592,7 @@ func TestEchoedKeyScrubbed(t *testing.T) {
 	}))
 	defer echo.Close()
 	log := &testenv.Buffer{}
-	gw, err := New(Config{Upstream: echo.URL + "/v1", APIKey: upstreamKey, MaxWait: 50 * time.Millisecond, RetryBase: time.Millisecond,
+	gw, err := New(context.Background(), Config{Upstream: echo.URL + "/v1", APIKey: upstreamKey, MaxWait: 50 * time.Millisecond, RetryBase: time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
 		t.Fatal(err)
@@ -693,7 +693,7 @@ func TestRestartRemembersTheDay(t *testing.T) {
 
 	st2 := open()
 	defer st2.Close()
-	gw2, err := New(Config{Key: "groq-day", Upstream: b.sim.URL + "/v1", APIKey: upstreamKey, Profile: llm.Groq, Limits: lim, Store: st2})
+	gw2, err := New(context.Background(), Config{Key: "groq-day", Upstream: b.sim.URL + "/v1", APIKey: upstreamKey, Profile: llm.Groq, Limits: lim, Store: st2})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -69,7 +69,7 @@ func TestEchoedKeyScrubbedEverywhere(t *testing.T) {
 	t.Parallel()
 	up := echoUpstream(t)
 	log := &testenv.Buffer{}
-	gw, err := New(Config{Upstream: up.URL + "/v1", APIKey: upstreamKey, MaxWait: 100 * time.Millisecond, RetryBase: time.Millisecond,
+	gw, err := New(context.Background(), Config{Upstream: up.URL + "/v1", APIKey: upstreamKey, MaxWait: 100 * time.Millisecond, RetryBase: time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
 		t.Fatal(err)
@@ -276,7 +276,7 @@ func TestStreamToAClientThatStopsReading(t *testing.T) {
 		}
 	}))
 	defer up.Close()
-	gw, err := New(Config{Upstream: up.URL + "/v1", APIKey: upstreamKey})
+	gw, err := New(context.Background(), Config{Upstream: up.URL + "/v1", APIKey: upstreamKey})
 	if err != nil {
 		t.Fatal(err)
 	}
