@@ -152,9 +152,6 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 // (the LLM layer's). Call before Launch.
 func (e *Engine) SetClassifier(c Classifier) { e.classify = c }
 
-// Postgres reports whether the engine runs on PostgreSQL.
-func (e *Engine) Postgres() bool { return e.h.Postgres != nil }
-
 // Launch registers the functions' queues and schedules and starts DBOS, which
 // resumes runs a previous process left unfinished.
 //
