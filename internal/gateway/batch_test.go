@@ -54,8 +54,9 @@ const (
 	// machine busy with other tests adds hiccups of tens of milliseconds.
 	// With the default 1 s the simulator would count such a call inside a
 	// minute the governor saw as ended, and refuse the call admitted next.
-	// 3 s covers 150 ms of wall time.
-	batchLag = 3 * time.Second
+	// 6 s covers 300 ms of wall time: a machine running the whole test
+	// suite on two cores has stalled this process for up to 280 ms.
+	batchLag = 6 * time.Second
 	// batchStagger spaces the starts of the four runs, in wall time: the
 	// npm client's run through the gateway, then its run direct, then the
 	// cookbook client's, in the same order. A run's first moment is its
