@@ -1,5 +1,6 @@
 // Package health judges long jobs (backfills) by their progress, never by
-// the age of what they have left.
+// the age of what they have left, and says so over HTTP, to a webhook and
+// to readiness checks.
 //
 // # Judging
 //
@@ -15,6 +16,16 @@
 // progressing as long as it processes some; one that is waiting for quota,
 // or failing, for longer than the threshold is stalled, and its view still
 // names the limit and the last error.
+//
+// # Monitoring
+//
+// A Monitor polls a Source (the store) every interval, keeps a Sampler per
+// job, judges every job, and on each change into and out of stalled logs a
+// line and POSTs an Alert to a webhook. Several processes may monitor the
+// same jobs: each change is recorded in the job's record with a
+// compare-and-set (Source.SetJobAlert) first, and only the process that
+// made it alerts. Ready reports stalled jobs, or a store it could not
+// read, for /readyz.
 //
 // # One schema
 //
