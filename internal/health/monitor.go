@@ -62,8 +62,9 @@ type Config struct {
 	// HTTPClient sends the webhook's requests. Default: a new http.Client.
 	HTTPClient *http.Client
 
-	// Logger receives a line per change into or out of stalled, and per
-	// alert that could not be delivered. Default slog.Default().
+	// Logger receives a line per change into or out of stalled, per alert
+	// that could not be delivered, and per poll of Start's that could not
+	// read the jobs. Default slog.Default().
 	Logger *slog.Logger
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
@@ -166,8 +167,10 @@ func (m *Monitor) Start(ctx context.Context) {
 		t := time.NewTicker(m.cfg.Every)
 		defer t.Stop()
 		for {
-			// A failed poll is kept for Ready and retried at the next tick.
-			_ = m.Poll(ctx)
+			// A failed poll is kept for Ready and tried again at the next tick.
+			if err := m.Poll(ctx); err != nil && ctx.Err() == nil {
+				m.cfg.Logger.Warn("sluice: cannot judge the jobs' health", "err", err)
+			}
 			select {
 			case <-ctx.Done():
 				return
