@@ -228,6 +228,7 @@ func (c *chatCall) admit(ctx context.Context) (*governor.Reservation, error) {
 	}
 	fm := g.fm[c.flow]
 	fm.admissions.Inc()
+	fm.lastAdmit.Store(now.UnixNano())
 	fm.wait.Observe(seconds(now.Sub(t0)))
 	return res, nil
 }

@@ -95,6 +95,13 @@ type Config struct {
 	// negative keeps no place.
 	KeepPlace time.Duration
 
+	// ProgressWindow is how recently a flow must have had a call admitted
+	// to be progressing in /v1/flows; after that it is waiting-for-quota
+	// while calls of it wait, and idle otherwise. Default 5m: a minute
+	// window frees room within a minute, so a flow that had nothing
+	// admitted for five while calls wait is held back, not moving.
+	ProgressWindow time.Duration
+
 	// Speed is how many times as fast as the wall clock Now runs, for
 	// simulations in compressed time (the simulator and demo): the gateway
 	// and its governor divide what they sleep by it. Everything the gateway
@@ -203,6 +210,9 @@ func (c Config) withDefaults() Config {
 	c.DefaultMaxTokens = cmp.Or(c.DefaultMaxTokens, 1024)
 	c.MaxWait = cmp.Or(c.MaxWait, 4*time.Minute)
 	c.KeepPlace = cmp.Or(c.KeepPlace, 2*time.Minute)
+	if c.ProgressWindow <= 0 {
+		c.ProgressWindow = 5 * time.Minute
+	}
 	c.MaxWaitCap = max(cmp.Or(c.MaxWaitCap, 10*time.Minute), c.MaxWait)
 	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, 4<<20)
 	c.MaxWaiting = cmp.Or(c.MaxWaiting, 1024)

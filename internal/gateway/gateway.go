@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/health"
 	"github.com/sluice-dev/sluice/internal/httpjson"
 	"github.com/sluice-dev/sluice/internal/quota"
 	"github.com/sluice-dev/sluice/llm"
@@ -231,9 +232,22 @@ type LimitView struct {
 	Remaining int64 `json:"remaining"`
 }
 
-// FlowView is one flow's state and totals.
+// FlowView is one flow's state and totals: the fields every flow's health
+// has (health.Flow: its state, done, remaining, last progress, what it
+// waits on), then the gateway's own.
+//
+// A gateway flow is progressing while it admitted a call within
+// Config.ProgressWindow, waiting-for-quota while calls of it wait and none
+// was admitted within that window, and idle otherwise. Done counts the
+// calls admitted (as Admitted does), Remaining the calls waiting (as
+// Waiting does), and LastProgressAt is when a call was last admitted since
+// the gateway started. WaitingOn names what holds the flow's first waiting
+// request back ("tpm", "tpd pacing", "a provider pause", "its turn"), and
+// WaitingUntil when that ends as far as the governor knows; both are left
+// out when nothing waits. A gateway measures no rate, so rate_per_hour
+// and eta are left out.
 type FlowView struct {
-	Name     string  `json:"name"`
+	health.Flow
 	Weight   float64 `json:"weight"`
 	Priority int     `json:"priority"`
 	Waiting  int     `json:"waiting"`
@@ -245,17 +259,12 @@ type FlowView struct {
 	Tokens map[string]int64 `json:"tokens"`
 	// Rejections counts provider rejections of the flow's calls by limit.
 	Rejections map[string]int64 `json:"rejections"`
-	// WaitingOn names what holds the flow's first waiting request back
-	// ("tpm", "tpd pacing", "a provider pause", "its turn"), and
-	// WaitingUntil when that ends as far as the governor knows; both empty
-	// when nothing waits.
-	WaitingOn    string     `json:"waiting_on,omitempty"`
-	WaitingUntil *time.Time `json:"waiting_until,omitempty"`
 }
 
 // Flows returns the state GET /v1/flows serves.
 func (g *Gateway) Flows() FlowsView {
-	st := g.gov.Stats(g.cfg.Now())
+	now := g.cfg.Now()
+	st := g.gov.Stats(now)
 	v := FlowsView{Key: st.Key, Limits: map[string]LimitView{}, Flows: make([]FlowView, 0, len(st.Flows))}
 	for _, ls := range st.Limits {
 		if ls.Max > 0 {
@@ -263,7 +272,8 @@ func (g *Gateway) Flows() FlowsView {
 		}
 	}
 	for _, f := range st.Flows {
-		fv := FlowView{Name: f.Name, Weight: f.Weight, Priority: f.Priority, Waiting: f.Waiting, Parked: f.Parked, Admitted: f.Admitted,
+		fv := FlowView{Flow: health.Flow{Name: f.Name, Done: f.Admitted, Remaining: int64(f.Waiting)},
+			Weight: f.Weight, Priority: f.Priority, Waiting: f.Waiting, Parked: f.Parked, Admitted: f.Admitted,
 			Tokens:     map[string]int64{"input": f.Tokens.Input, "output": f.Tokens.Output, "total": f.Tokens.Tokens()},
 			Rejections: map[string]int64{}}
 		for _, l := range governor.AllLimits {
@@ -272,15 +282,29 @@ func (g *Gateway) Flows() FlowsView {
 			}
 		}
 		if f.WaitingOn.Kind != "" {
-			fv.WaitingOn = f.WaitingOn.String()
-			if !f.WaitingOn.Until.IsZero() {
-				u := f.WaitingOn.Until.UTC()
-				fv.WaitingUntil = &u
+			fv.WaitingOn, fv.WaitingUntil = f.WaitingOn.String(), f.WaitingOn.Until.UTC()
+		}
+		if fm := g.fm[f.Name]; fm != nil {
+			if ns := fm.lastAdmit.Load(); ns != 0 {
+				fv.LastProgressAt = time.Unix(0, ns).UTC()
 			}
 		}
+		fv.State = flowState(now, fv.LastProgressAt, g.cfg.ProgressWindow, f.Waiting)
 		v.Flows = append(v.Flows, fv)
 	}
 	return v
+}
+
+// flowState is a gateway flow's state: progressing while it admitted a
+// call within window, waiting-for-quota while calls wait, idle otherwise.
+func flowState(now, lastAdmit time.Time, window time.Duration, waiting int) health.State {
+	switch {
+	case !lastAdmit.IsZero() && now.Sub(lastAdmit) < window:
+		return health.Progressing
+	case waiting > 0:
+		return health.WaitingForQuota
+	}
+	return health.Idle
 }
 
 func (g *Gateway) flowsJSON(w http.ResponseWriter, _ *http.Request, _ string) {

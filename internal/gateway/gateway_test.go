@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/health"
 	"github.com/sluice-dev/sluice/internal/scenario"
 	"github.com/sluice-dev/sluice/internal/sim"
 	"github.com/sluice-dev/sluice/internal/store"
@@ -451,7 +452,7 @@ func TestDisconnectLeavesTheLine(t *testing.T) {
 		b.doCtx(ctx, t, "POST", "/v1/chat/completions", chatBody("two", 10, ""), nil)
 	}()
 	waitFor(t, "the second request to wait", func() bool { return flowView(t, b, DefaultFlow).Waiting == 1 })
-	if f := flowView(t, b, DefaultFlow); f.WaitingOn != "rpm" || f.WaitingUntil == nil || f.WaitingUntil.Before(time.Now()) {
+	if f := flowView(t, b, DefaultFlow); f.WaitingOn != "rpm" || f.WaitingUntil.IsZero() || f.WaitingUntil.Before(time.Now()) {
 		t.Errorf("/v1/flows while a request waits on rpm: waiting_on %q until %v", f.WaitingOn, f.WaitingUntil)
 	}
 	if _, m := b.do(t, "GET", "/metrics", "", nil); !strings.Contains(string(m), `sluice_flow_waiting_on{flow="default",key="groq",on="rpm"} 1`) {
@@ -806,4 +807,87 @@ func writersStartedHere() int {
 		all = make([]byte, 2*len(all))
 	}
 	return strings.Count(string(all), "quota.(*Ledger).Start in goroutine "+id+"\n")
+}
+
+// /v1/flows answers each flow's health in the shape the event and run
+// API answers its jobs', next to the fields it has always answered.
+func TestFlowsHealth(t *testing.T) {
+	t.Parallel()
+	// A window of a nanosecond: a flow is progressing only at the moment
+	// of an admission, so the test sees it wait and go idle.
+	b := setup(t, sim.Config{Profile: "groq", Limits: limits("rpm=1")},
+		Config{Limits: limits("rpm=1"), ProgressWindow: time.Nanosecond, Flows: []Flow{{Name: "titles"}}})
+	get := func() map[string]map[string]any {
+		t.Helper()
+		resp, body := b.do(t, "GET", "/v1/flows", "", nil)
+		if resp.StatusCode != 200 {
+			t.Fatalf("/v1/flows: %d %s", resp.StatusCode, body)
+		}
+		var v struct{ Flows []map[string]any }
+		if err := json.Unmarshal(body, &v); err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]map[string]any{}
+		for _, f := range v.Flows {
+			out[f["name"].(string)] = f
+		}
+		return out
+	}
+	fs := get()
+	if f := fs["titles"]; f["state"] != "idle" || f["done"] != 0.0 || f["remaining"] != 0.0 || f["last_progress_at"] != nil {
+		t.Errorf("a flow before any request: %v", f)
+	}
+	before := time.Now().UTC()
+	if resp, _ := b.do(t, "POST", "/v1/chat/completions", chatBody("one", 10, ""), map[string]string{FlowHeader: "titles"}); resp.StatusCode != 200 {
+		t.Fatalf("first: %d", resp.StatusCode)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		b.doCtx(ctx, t, "POST", "/v1/chat/completions", chatBody("two", 10, ""), map[string]string{FlowHeader: "titles"})
+	}()
+	waitFor(t, "the second request to wait", func() bool { return flowView(t, b, "titles").Waiting == 1 })
+	f := get()["titles"]
+	last, err := time.Parse(time.RFC3339, fmt.Sprint(f["last_progress_at"]))
+	if err != nil || last.Before(before.Add(-time.Second)) || last.After(time.Now()) || !strings.HasSuffix(f["last_progress_at"].(string), "Z") {
+		t.Errorf("last_progress_at %v (%v), want the first admission, in UTC", f["last_progress_at"], err)
+	}
+	if f["state"] != "waiting-for-quota" || f["done"] != 1.0 || f["remaining"] != 1.0 || f["waiting_on"] != "rpm" || f["waiting_until"] == nil {
+		t.Errorf("a flow whose request waits: %v", f)
+	}
+	// The fields it answered before are still there.
+	for _, k := range []string{"weight", "priority", "waiting", "parked", "admitted", "tokens", "rejections"} {
+		if _, ok := f[k]; !ok {
+			t.Errorf("no %q in %v", k, f)
+		}
+	}
+	cancel()
+	<-done
+	waitFor(t, "the line to empty", func() bool { return flowView(t, b, "titles").Waiting == 0 })
+	if f := get()["titles"]; f["state"] != "idle" || f["waiting_on"] != nil || f["eta"] != nil || f["rate_per_hour"] != nil {
+		t.Errorf("a flow with nothing waiting: %v", f)
+	}
+}
+
+func TestFlowState(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 10, 19, 8, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		name      string
+		lastAdmit time.Time
+		waiting   int
+		want      health.State
+	}{
+		{"admitted within the window", now.Add(-4 * time.Minute), 0, health.Progressing},
+		{"admitted within the window while others wait", now.Add(-4 * time.Minute), 3, health.Progressing},
+		{"nothing admitted within the window while calls wait", now.Add(-5 * time.Minute), 3, health.WaitingForQuota},
+		{"never admitted while calls wait", time.Time{}, 1, health.WaitingForQuota},
+		{"nothing admitted within the window, nothing waits", now.Add(-5 * time.Minute), 0, health.Idle},
+		{"never admitted, nothing waits", time.Time{}, 0, health.Idle},
+	} {
+		if got := flowState(now, c.lastAdmit, 5*time.Minute, c.waiting); got != c.want {
+			t.Errorf("%s: %s, want %s", c.name, got, c.want)
+		}
+	}
 }

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -62,6 +63,9 @@ type flowMetrics struct {
 	admissions          prometheus.Counter
 	wait                prometheus.Observer
 	tokensIn, tokensOut prometheus.Counter
+	// lastAdmit is when a call of the flow was last admitted (Unix
+	// nanoseconds, 0 for never), for its state in /v1/flows.
+	lastAdmit atomic.Int64
 }
 
 func (m *metrics) flow(name string) *flowMetrics {

@@ -6,8 +6,9 @@
 //	POST /v1/runs/{id}/cancel    stop a queued or running run
 //	POST /v1/runs/{id}/rerun     a new run from the first step that did not complete
 //	GET  /v1/dropped             ?function=: events a rate limit dropped
+//	GET  /v1/flows               every job's health (see Health)
 //	GET  /healthz                the process answers
-//	GET  /readyz                 the app has started (see Starting)
+//	GET  /readyz                 the app has started (see Starting) and no job is stalled
 //
 // Errors are JSON {"error": "..."} with the status from one table (see
 // statusOf). Input is checked before the database sees it, so SQLite and
@@ -35,6 +36,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sluice-dev/sluice/internal/engine"
+	"github.com/sluice-dev/sluice/internal/health"
 	"github.com/sluice-dev/sluice/internal/httpjson"
 	"github.com/sluice-dev/sluice/run"
 )
@@ -51,9 +53,25 @@ type Engine interface {
 
 var _ Engine = (*engine.Engine)(nil)
 
+// Health is what the API answers of the jobs' health.
+type Health interface {
+	// Flows returns every job's health, for GET /v1/flows.
+	Flows() []health.Flow
+	// Ready returns why the app is not ready (a stalled job, a store that
+	// cannot be read), or nil. A *health.NotReadyError names the jobs.
+	Ready() error
+}
+
+var _ Health = (*health.Monitor)(nil)
+
 // Config configures the API.
 type Config struct {
 	Engine Engine
+	// Health, when set, is the health of the app's jobs: GET /v1/flows
+	// answers its Flows, and GET /readyz answers 503 with the reason while
+	// its Ready is not nil. Default nil: no jobs; /v1/flows answers an empty
+	// list and /readyz 200.
+	Health Health
 	// Token, when set, is required as "Authorization: Bearer TOKEN" on every
 	// /v1 request. It never appears in responses or logs.
 	Token string
@@ -88,9 +106,8 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		httpjson.Write(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		httpjson.Write(w, http.StatusOK, map[string]string{"status": "ready"})
-	})
+	mux.HandleFunc("GET /readyz", a.readyz)
+	mux.Handle("GET /v1/flows", a.auth(a.flows))
 	mux.Handle("POST /v1/events", a.auth(a.postEvent))
 	mux.Handle("GET /v1/runs", a.auth(a.listRuns))
 	mux.Handle("GET /v1/runs/{id}", a.auth(a.getRun))
@@ -160,6 +177,51 @@ type eventBody struct {
 	ID   string          `json:"id"`
 	Data json.RawMessage `json:"data"`
 	TS   time.Time       `json:"ts,omitzero"`
+}
+
+// jobView names a job that keeps the app from being ready.
+type jobView struct {
+	Name   string       `json:"name"`
+	State  health.State `json:"state"`
+	Reason string       `json:"reason"`
+}
+
+// readyz answers 200 while the jobs are healthy, else 503 with the
+// reason; a store's own words stay in the server's log (the monitor logs
+// the polls that fail), since /readyz needs no token.
+func (a *api) readyz(w http.ResponseWriter, _ *http.Request) {
+	if a.cfg.Health == nil {
+		httpjson.Write(w, http.StatusOK, map[string]string{"status": "ready"})
+		return
+	}
+	err := a.cfg.Health.Ready()
+	if err == nil {
+		httpjson.Write(w, http.StatusOK, map[string]string{"status": "ready"})
+		return
+	}
+	body := struct {
+		Status string    `json:"status"`
+		Reason string    `json:"reason"`
+		Jobs   []jobView `json:"jobs,omitempty"`
+	}{Status: "unready", Reason: err.Error()}
+	if nr, ok := errors.AsType[*health.NotReadyError](err); ok {
+		if nr.Err != nil {
+			body.Reason = "the jobs' records cannot be read (the server's log says why)"
+		}
+		for _, v := range nr.Stalled {
+			body.Jobs = append(body.Jobs, jobView{Name: v.Name, State: v.State, Reason: v.Reason})
+		}
+	}
+	httpjson.Write(w, http.StatusServiceUnavailable, body)
+}
+
+func (a *api) flows(w http.ResponseWriter, _ *http.Request) error {
+	var fs []health.Flow
+	if a.cfg.Health != nil {
+		fs = a.cfg.Health.Flows()
+	}
+	httpjson.Write(w, http.StatusOK, map[string]any{"flows": nonNil(fs)})
+	return nil
 }
 
 func (a *api) postEvent(w http.ResponseWriter, r *http.Request) error {
