@@ -22,6 +22,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"reflect"
 	"sort"
 	"strings"
@@ -476,7 +477,15 @@ func Exercise(t *testing.T, newDB NewDatabase) {
 		if _, err := s.RunEnds(cctx, []string{"f:e1"}); !errors.Is(err, context.Canceled) {
 			t.Errorf("RunEnds with a canceled context: error = %v, want context.Canceled", err)
 		}
+		for call, err := range backfillCalls(cctx, s) {
+			if !errors.Is(err, context.Canceled) {
+				t.Errorf("%s with a canceled context: error = %v, want context.Canceled", call, err)
+			}
+		}
 		assertCharges(t, mustCharges(t, s, "groq", time.Time{}), nil)
+		if jobs, err := s.Jobs(ctx); err != nil || len(jobs) != 0 {
+			t.Errorf("jobs after canceled calls: %+v, %v", jobs, err)
+		}
 		if got, err := s.RunEnds(ctx, []string{"f:e1"}); err != nil || len(got) != 0 {
 			t.Errorf("run ends after canceled records: %+v, %v", got, err)
 		}
@@ -509,9 +518,15 @@ func Exercise(t *testing.T, newDB NewDatabase) {
 				t.Errorf("%s on a closed store: error = %v, want one starting %q", tc.op, tc.err, tc.op+": ")
 			}
 		}
+		for op, err := range backfillCalls(ctx, s) {
+			if err == nil || !strings.HasPrefix(err.Error(), op+": ") {
+				t.Errorf("%s on a closed store: error = %v, want one starting %q", op, err, op+": ")
+			}
+		}
 	})
 
 	exerciseEngineTables(t, open)
+	exerciseBackfills(t, open)
 	exerciseDBOS(t, open)
 }
 
@@ -534,6 +549,35 @@ func Benchmark(b *testing.B, s store.Store) {
 }
 
 func second[T any](_ T, err error) error { return err }
+
+// backfillCalls calls every method on backfills once, with good input,
+// and yields what each call does, as its error names it, with the error.
+func backfillCalls(ctx context.Context, s store.Store) iter.Seq2[string, error] {
+	return func(yield func(string, error) bool) {
+		st := store.Settlement{Backfill: "titles", RunID: "r1", RequestID: "q1", At: base, MaxRejects: 1,
+			Outcomes: []store.Outcome{{Key: "k1", Saved: true}}}
+		for _, c := range []struct {
+			op  string
+			err error
+		}{
+			{"add items to titles", second(s.AddItems(ctx, "titles", []string{"k1"}, base, ""))},
+			{"list next items of titles", second(s.NextItems(ctx, "titles", base, 10))},
+			{"settle batch of titles", s.Settle(ctx, nil, st)},
+			{"read items of titles", second(s.Items(ctx, "titles", []string{"k1"}))},
+			{"start job titles", s.StartJob(ctx, "titles", base)},
+			{"read job titles", second(s.Job(ctx, "titles"))},
+			{"list jobs", second(s.Jobs(ctx))},
+			{"record run of job titles", s.RecordJobRun(ctx, "titles", base, "")},
+			{"set alert of job titles", second(s.SetJobAlert(ctx, "titles", "", "stalled"))},
+			{"record backfill run r1", s.RecordBackfillRun(ctx, store.BackfillRun{RunID: "r1", Backfill: "titles", EndedAt: base})},
+			{"list backfill runs", second(s.BackfillRuns(ctx, "", 10))},
+		} {
+			if !yield(c.op, c.err) {
+				return
+			}
+		}
+	}
+}
 
 func openOn(t *testing.T, open OpenFunc) store.Store {
 	t.Helper()
