@@ -548,6 +548,93 @@ func Benchmark(b *testing.B, s store.Store) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n), "ns/charge")
 }
 
+// BenchmarkBackfills measures a backfill of size items. Fill adds them by
+// AddItems of 1,000 new keys a call, as a backfill's first scan of its
+// table would, once, and reports the time it took; then the first 2 % are
+// settled, half of them rejected and waiting (1 % of the backfill: many
+// more than a backfill keeps waiting, for NextItems to pass over), a
+// quarter parked and a quarter saved. At that size it measures NextItems
+// of 50 items, Job, and AddItems of 1,000 more new keys. Run it with
+// -benchtime 100x or so: each AddItems iteration grows the backfill.
+func BenchmarkBackfills(b *testing.B, s store.Store, size int) {
+	ctx := context.Background()
+	const backfill, batch = "bench", 1000
+	keys := make([]string, batch)
+	added := 0
+	add := func() {
+		for i := range keys {
+			keys[i] = fmt.Sprintf("item-%09d", added+i)
+		}
+		n, err := s.AddItems(ctx, backfill, keys, base, "")
+		if err != nil || n != batch {
+			b.Fatalf("AddItems of %d new keys = %d, %v", batch, n, err)
+		}
+		added += batch
+	}
+	var fill time.Duration
+	b.Run(fmt.Sprintf("Fill%d", size), func(b *testing.B) {
+		if added == 0 {
+			start := time.Now()
+			for added < size {
+				add()
+			}
+			fill = time.Since(start)
+			settleFirst(b, s, backfill, size/50)
+		}
+		b.ReportMetric(0, "ns/op")
+		b.ReportMetric(fill.Seconds(), "s/fill")
+		b.ReportMetric(float64(fill.Nanoseconds())/float64(size), "ns/item")
+	})
+	b.Run("NextItems50", func(b *testing.B) {
+		for b.Loop() {
+			items, err := s.NextItems(ctx, backfill, base.Add(time.Minute), 50)
+			if err != nil || len(items) != 50 {
+				b.Fatalf("NextItems = %d items, %v", len(items), err)
+			}
+		}
+	})
+	b.Run("Job", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := s.Job(ctx, backfill); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("AddItems1000", func(b *testing.B) {
+		for b.Loop() {
+			add()
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch), "ns/item")
+	})
+}
+
+// settleFirst settles the first n items of backfill, 50 a batch: half of
+// them rejected, due again in an hour, a quarter parked (rejected with a
+// MaxRejects of 1), a quarter saved.
+func settleFirst(b *testing.B, s store.Store, backfill string, n int) {
+	for first := 0; first < n; first += 50 {
+		parked := store.Settlement{Backfill: backfill, RunID: "bench", RequestID: fmt.Sprint(first, "p"), At: base, MaxRejects: 1}
+		other := store.Settlement{Backfill: backfill, RunID: "bench", RequestID: fmt.Sprint(first), At: base, MaxRejects: 2, RetryAfter: time.Hour}
+		for i := first; i < first+50; i++ {
+			o := store.Outcome{Key: fmt.Sprintf("item-%09d", i), Reason: "too long"}
+			switch i % 4 {
+			case 0:
+				o.Reason, o.Saved = "", true
+				other.Outcomes = append(other.Outcomes, o)
+			case 1:
+				parked.Outcomes = append(parked.Outcomes, o)
+			default:
+				other.Outcomes = append(other.Outcomes, o)
+			}
+		}
+		for _, st := range []store.Settlement{parked, other} {
+			if err := s.Settle(context.Background(), nil, st); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
+
 func second[T any](_ T, err error) error { return err }
 
 // backfillCalls calls every method on backfills once, with good input,
