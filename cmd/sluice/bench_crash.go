@@ -495,7 +495,7 @@ func crashCheck(ctx context.Context, dbURL string, rep *crashReport, sent int, l
 	// Every document a run was started for must be saved; documents are
 	// numbered from 0 in the order they were sent.
 	var saved int64
-	err = db.each(ctx, `SELECT COUNT(DISTINCT document_id), COALESCE(SUM(writes), 0) - COUNT(DISTINCT document_id) FROM sluice_summaries`, nil,
+	err = db.each(ctx, `SELECT COUNT(DISTINCT document_id), COALESCE(SUM(writes), 0) - COUNT(DISTINCT document_id) FROM `+summarize.Table, nil,
 		func(scan func(...any) error) error {
 			var dup int64
 			err := scan(&saved, &dup)
@@ -615,6 +615,16 @@ func (d *crashDB) table(name string) string {
 	return name
 }
 
+// exec runs q, a statement that returns no rows.
+func (d *crashDB) exec(ctx context.Context, q string) error {
+	if d.pg != nil {
+		_, err := d.pg.Exec(ctx, q)
+		return err
+	}
+	_, err := d.lite.ExecContext(ctx, q)
+	return err
+}
+
 // each runs q and calls row for every row; $N placeholders suit both drivers.
 func (d *crashDB) each(ctx context.Context, q string, args []any, row func(scan func(...any) error) error) error {
 	if d.pg != nil {
@@ -683,15 +693,22 @@ func crashWorker(ctx context.Context, env *cmdEnv, mode string) error {
 		return err
 	}
 	defer app.Stop(context.Background())
-	if err := app.Start(ctx); err != nil {
-		return err
-	}
-	fmt.Fprintln(env.stdout, crashReady)
 	db, err := openCrashDB(ctx, dbURL)
 	if err != nil {
 		return err
 	}
 	defer func() { db.close(context.Background()) }()
+	// The pipeline's saves create its table if missing, but on PostgreSQL
+	// the first saves of a new database would race to: create it before
+	// any run starts, and so that the check can count saves when none was
+	// made.
+	if err := db.exec(ctx, summarize.Schema); err != nil {
+		return fmt.Errorf("create %s: %w", summarize.Table, err)
+	}
+	if err := app.Start(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintln(env.stdout, crashReady)
 	count := func(q string) (int, error) {
 		var n int64
 		err := db.each(ctx, q, []any{summarize.FunctionID}, func(scan func(...any) error) error { return scan(&n) })

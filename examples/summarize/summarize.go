@@ -31,6 +31,27 @@ const (
 	Event      = "doc/uploaded"
 )
 
+// Table is where the pipeline saves its results: one row per idempotency
+// key, whose writes column counts how often a save reached the table (the
+// crash bench checks it stays 1). The pipeline owns it, not sluice: Schema
+// creates it if missing, in the save's own transaction, on SQLite and
+// PostgreSQL alike.
+const Table = "sluice_summaries"
+
+// Schema creates Table if it is missing. Every save runs it first; run it
+// yourself before reading Table from a database no save may have reached,
+// or before starting many runs on a new PostgreSQL database, where the
+// first saves race to create the table and the losers' steps fail once
+// and are retried.
+const Schema = `CREATE TABLE IF NOT EXISTS ` + Table + ` (
+    idempotency_key TEXT   PRIMARY KEY,
+    document_id     TEXT   NOT NULL,
+    summary         TEXT   NOT NULL,
+    category        TEXT   NOT NULL,
+    saved_at        BIGINT NOT NULL,
+    writes          BIGINT NOT NULL
+)`
+
 // DefaultConcurrency is how many runs are in flight at most when
 // Config.Concurrency is zero.
 const DefaultConcurrency = 20
@@ -122,9 +143,12 @@ func Register(app *sluice.App, cfg Config) error {
 		// The write side has its own idempotency key, and the transaction
 		// commits together with the step's record: a save happens once.
 		_, err = sluice.Transaction(ctx, "save-result", func(ctx context.Context, tx sluice.Tx) (int64, error) {
-			res, err := tx.Exec(ctx, `INSERT INTO sluice_summaries (idempotency_key, document_id, summary, category, saved_at, writes)
+			if _, err := tx.Exec(ctx, Schema); err != nil {
+				return 0, err
+			}
+			res, err := tx.Exec(ctx, `INSERT INTO `+Table+` (idempotency_key, document_id, summary, category, saved_at, writes)
 				VALUES ($1, $2, $3, $4, $5, 1)
-				ON CONFLICT (idempotency_key) DO UPDATE SET writes = sluice_summaries.writes + 1`,
+				ON CONFLICT (idempotency_key) DO UPDATE SET writes = `+Table+`.writes + 1`,
 				id+":v1", id, summary.Text(), cat, time.Now().UnixMilli())
 			if err != nil {
 				return 0, err

@@ -1,6 +1,7 @@
 // Package store is sluice's own storage: the few tables sluice keeps next to
-// DBOS's (DBOS owns workflows, steps and queues): the governor's charges, and
-// the engine's rate-limit counts, dropped events and run ends. One interface,
+// DBOS's (DBOS owns workflows, steps and queues): the governor's charges,
+// the engine's rate-limit counts, dropped events and run ends, and the
+// backfills' items, jobs and runs. One interface,
 // Store, is implemented by two drivers, internal/store/sqlite (the default:
 // one file shared with DBOS) and internal/store/postgres (many nodes on one
 // server), and both must pass the same conformance suite,
@@ -25,6 +26,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"net/url"
 	"regexp"
@@ -32,6 +34,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dbos-inc/dbos-transact-golang/dbos"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sluice-dev/sluice/governor"
@@ -58,8 +61,9 @@ type Charge struct {
 // precision in UTC: a charge admitted at 10:00:00.1234 is returned with At
 // 10:00:00.123 UTC, and is found by Charges(since 10:00:00.123999).
 //
-// A key names a provider key as the governor configured it ("groq",
-// "openai/gpt-4o"), never the secret itself: it is stored in clear.
+// A charge's key names a provider key as the governor configured it
+// ("groq", "openai/gpt-4o"), never the secret itself: it is stored in
+// clear.
 type Store interface {
 	// UpsertCharges records charges on key in one transaction, replacing any
 	// stored with the same (key, ID). Within one call, the last charge given
@@ -115,6 +119,109 @@ type Store interface {
 	// without a record is not in the map. No run IDs is an empty map.
 	RunEnds(ctx context.Context, runIDs []string) (map[string]RunEnd, error)
 
+	// Backfills: items, jobs and runs (see Item, Job and BackfillRun).
+	// Names and keys are compared and ordered as bytes on both databases.
+	// A backfill name, job name, item key, request ID or alert state is at
+	// most MaxKeyBytes, a run ID at most MaxRunIDBytes, each valid UTF-8
+	// without NUL, or the call is an error that writes nothing. Reasons,
+	// failures and a run's Stopped are cut to MaxReasonBytes on a UTF-8
+	// boundary instead, with invalid UTF-8 and NUL bytes replaced by
+	// U+FFFD. A zero time where a method records one is an error.
+
+	// AddItems records as pending, eligible at at, each of keys that
+	// backfill has no record of, and returns how many it added: a key
+	// given twice counts once, and a key with a record, in any state,
+	// stays as it is. With after non-empty, only the keys that backfill
+	// after has saved are added; the others are left out, which is no
+	// error. In the same transaction the job named backfill is created if
+	// new, monitored from at (as StartJob does), and its Pending count
+	// grows by the number added. No keys adds nothing but still creates
+	// the job. An empty backfill name is an error.
+	AddItems(ctx context.Context, backfill string, keys []string, at time.Time, after string) (int, error)
+
+	// NextItems returns at most limit items of backfill that may be
+	// processed at now: the pending ones, and the rejected ones whose
+	// RetryAt is at or before now; earliest EligibleAt first, then by key.
+	// It changes nothing: the same items come back until they are settled.
+	// An unknown backfill has no items. An empty backfill name or a limit
+	// under 1 is an error.
+	NextItems(ctx context.Context, backfill string, now time.Time, limit int) ([]Item, error)
+
+	// Settle records the outcomes of one batch of s.Backfill in tx, the
+	// transaction of the step that saved the batch's outputs, so that the
+	// outcomes and the saves commit together or not at all; with a nil tx
+	// it runs in a transaction of its own. tx must be on the store's
+	// database; Settle neither commits nor rolls it back. Called within a
+	// transaction, pass it: on SQLite a transaction of Settle's own would
+	// wait for the write lock the open one holds.
+	//
+	// A saved outcome makes its item ItemSaved with ProcessedAt s.At. A
+	// rejected one adds 1 to the item's Rejects and records its Reason:
+	// the item becomes ItemParked with ProcessedAt s.At once Rejects
+	// reaches s.MaxRejects, ItemRejected with RetryAt s.At+s.RetryAfter
+	// before. Every item the call changes records s.RunID and s.RequestID.
+	// An item already saved or parked stays as it is, and so does one
+	// that records s.RunID and s.RequestID already: settling the same
+	// batch twice changes nothing. Each item the call saves becomes
+	// pending, eligible at s.At, in each backfill of s.Then that has no
+	// record of it (see AddItems). The jobs' counts, and LastProgressAt of
+	// the job s.Backfill (the latest At at which an item was saved or
+	// parked), change in the same transaction; when the call saves items,
+	// each job of s.Then is created if new, monitored from s.At.
+	//
+	// No outcomes changes nothing. Refused without writing anything: a key
+	// s.Backfill has no record of (the error names it), a key given twice,
+	// an empty RunID or RequestID, a rejected outcome without a reason, a
+	// MaxRejects under 1, a negative RetryAfter, or a name or key the
+	// bounds above refuse. Any other error leaves tx for its owner to roll
+	// back.
+	Settle(ctx context.Context, tx Tx, s Settlement) error
+
+	// Items returns the records of keys of backfill, in key order; a key
+	// without a record is left out, and a key given twice comes once. No
+	// keys, or an unknown backfill, is no items. An empty backfill name
+	// is an error.
+	Items(ctx context.Context, backfill string, keys []string) ([]Item, error)
+
+	// StartJob records job name, monitored from at, unless it is recorded
+	// already: then nothing changes. An empty name is an error.
+	StartJob(ctx context.Context, name string, at time.Time) error
+
+	// Job returns the record of job name, or an error wrapping ErrNoJob
+	// when there is none. It reads one row, whatever the number of items:
+	// the counts are kept with every change of an item, not counted.
+	Job(ctx context.Context, name string) (Job, error)
+
+	// Jobs returns every job's record, by name; none is an empty list.
+	Jobs(ctx context.Context) ([]Job, error)
+
+	// RecordJobRun records that a run of job name ended at at, and creates
+	// the job, monitored from at, if new. LastRunAt becomes at. An empty
+	// failure is a success: LastStatus "ok", ConsecutiveFailures 0,
+	// LastError kept. Otherwise LastStatus is "failed",
+	// ConsecutiveFailures grows by 1 and LastError is failure, cut to
+	// MaxReasonBytes. An empty name is an error.
+	RecordJobRun(ctx context.Context, name string, at time.Time, failure string) error
+
+	// SetJobAlert sets job name's Alert to to if it is from, and reports
+	// whether it did. The test and the change are one statement: of
+	// several processes that see the same change and call SetJobAlert with
+	// the same from and to, exactly one is told true, and sends the alert.
+	// An empty from or to is no alert. An unknown job is an error wrapping
+	// ErrNoJob.
+	SetJobAlert(ctx context.Context, name, from, to string) (bool, error)
+
+	// RecordBackfillRun records r; recording the same RunID again replaces
+	// the record, its Backfill included. An empty RunID or Backfill or a
+	// negative figure is an error. Reasons of Rejected that become the
+	// same once cut are counted together.
+	RecordBackfillRun(ctx context.Context, r BackfillRun) error
+
+	// BackfillRuns returns at most limit runs of backfill, or of every
+	// backfill when it is empty, newest EndedAt first, then by RunID. A
+	// limit under 1 is an error.
+	BackfillRuns(ctx context.Context, backfill string, limit int) ([]BackfillRun, error)
+
 	// Handle returns the connection pool of the store's database, for DBOS
 	// to keep its tables in the same database through the same connections
 	// (see Handle). It is an error when the database cannot be shared, as
@@ -128,6 +235,37 @@ type Store interface {
 	// Close releases the database. It is safe to call more than once.
 	Close() error
 }
+
+// Bounds on the text of backfills' records (see Store). They are checked
+// before the database sees anything, so SQLite and PostgreSQL answer the
+// same input the same way: PostgreSQL refuses a NUL and invalid UTF-8 in
+// text and an index entry over about 2.7 KB, where SQLite takes all three.
+const (
+	// MaxKeyBytes bounds an item key, a backfill or job name, a request
+	// ID and an alert state.
+	MaxKeyBytes = 256
+	// MaxRunIDBytes bounds a run ID: the engine's run IDs are at most as
+	// long.
+	MaxRunIDBytes = 512
+	// MaxReasonBytes bounds a reason for a rejection, a job's LastError
+	// and a run's Stopped; longer ones are cut.
+	MaxReasonBytes = 1024
+)
+
+// ErrNoJob is the error, wrapped, of Job and SetJobAlert on a job that is
+// not recorded.
+var ErrNoJob = errors.New("no such job")
+
+// Tx is what Settle needs of a transaction that its caller opened and will
+// commit or roll back: dbos.Tx, which dbos.RunAsTransaction (and so
+// sluice.Transaction) gives its function, is one. Statements use $1, $2 …
+// placeholders on SQLite and PostgreSQL alike.
+type Tx interface {
+	Exec(ctx context.Context, query string, args ...any) (dbos.Result, error)
+	Query(ctx context.Context, query string, args ...any) (dbos.Rows, error)
+}
+
+var _ Tx = dbos.Tx(nil)
 
 // DroppedEvent is an event a function's rate limit dropped, kept so that
 // "why did nothing run" has an answer.

@@ -4,24 +4,31 @@ import (
 	"context"
 	"embed"
 
+	"github.com/dbos-inc/dbos-transact-golang/dbos"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/internal/store/internal/driver"
 )
 
-// sqlFS holds the statements on the engine's tables (see
-// driver.NewEngineTables), among the others.
+// sqlFS holds the statements on the engine's tables and the backfills'
+// (see driver.NewEngineTables and driver.NewBackfills), among the others.
 //
 //go:embed sql/*.sql
 var sqlFS embed.FS
 
-// engineTables returns the engine's tables on pool.
-func engineTables(pool *pgxpool.Pool) (driver.EngineTables, error) {
-	return driver.NewEngineTables(conn{pool}, sqlFS, func(ids []string) (any, error) { return ids, nil }) // a text[]
+// tables returns the engine's and the backfills' tables on pool.
+func tables(pool *pgxpool.Pool) (driver.EngineTables, driver.Backfills, error) {
+	e, err := driver.NewEngineTables(conn{pool}, sqlFS, func(ids []string) (any, error) { return ids, nil }) // a text[]
+	if err != nil {
+		return e, driver.Backfills{}, err
+	}
+	b, err := driver.NewBackfills(conn{pool}, sqlFS)
+	return e, b, err
 }
 
-// conn runs the engine's statements on the store's pool.
+// conn runs the store's statements on its pool.
 type conn struct{ pool *pgxpool.Pool }
 
 func (c conn) Exec(ctx context.Context, q string, args ...any) error {
@@ -34,14 +41,44 @@ func (c conn) Query(ctx context.Context, q string, args []any, each func(driver.
 	if err != nil {
 		return err
 	}
-	defer rows.Close()
-	for rows.Next() {
-		if err := each(rows); err != nil {
-			return err
-		}
-	}
-	return rows.Err()
+	return driver.Each(pgRows{rows}, each)
 }
+
+func (c conn) InTx(ctx context.Context, fn func(store.Tx) error) error {
+	return pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error { return fn(pgTx{tx}) })
+}
+
+// pgTx is a transaction of the store's as store.Tx.
+type pgTx struct{ tx pgx.Tx }
+
+func (t pgTx) Exec(ctx context.Context, q string, args ...any) (dbos.Result, error) {
+	tag, err := t.tx.Exec(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	return rowsAffected(tag.RowsAffected()), nil
+}
+
+func (t pgTx) Query(ctx context.Context, q string, args ...any) (dbos.Rows, error) {
+	rows, err := t.tx.Query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgRows{rows}, nil
+}
+
+// pgRows are pgx's rows as dbos.Rows, whose Close returns an error.
+type pgRows struct{ pgx.Rows }
+
+func (r pgRows) Close() error {
+	r.Rows.Close()
+	return nil
+}
+
+// rowsAffected is a statement's count of rows as dbos.Result.
+type rowsAffected int64
+
+func (n rowsAffected) RowsAffected() (int64, error) { return int64(n), nil }
 
 // Handle implements store.Store.
 func (s *Store) Handle() (store.Handle, error) {

@@ -60,6 +60,8 @@ type Store struct {
 	// EngineTables gives CountStart, RecordDroppedEvent, DroppedEvents,
 	// RecordCancel, RecordRunEnd and RunEnds.
 	driver.EngineTables
+	// Backfills gives the methods on backfills' items, jobs and runs.
+	driver.Backfills
 
 	pool *pgxpool.Pool
 	url  string // redacted
@@ -99,7 +101,7 @@ func Open(ctx context.Context, dbURL string) (*Store, error) {
 		return nil, fmt.Errorf("open postgres %s: %w", shown, redact.Error(err, store.Mark, secrets...))
 	}
 	s := &Store{pool: pool, url: shown}
-	if s.EngineTables, err = engineTables(pool); err != nil {
+	if s.EngineTables, s.Backfills, err = tables(pool); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("open postgres %s: %w", shown, err)
 	}

@@ -2,10 +2,13 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"embed"
 	"encoding/json"
 	"fmt"
 	"strings"
+
+	"github.com/dbos-inc/dbos-transact-golang/dbos"
 
 	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/internal/store/internal/driver"
@@ -16,23 +19,28 @@ import (
 	_ "github.com/dbos-inc/dbos-transact-golang/dbos/driver/sqlite"
 )
 
-// sqlFS holds the statements on the engine's tables (see
-// driver.NewEngineTables), among the others.
+// sqlFS holds the statements on the engine's tables and the backfills'
+// (see driver.NewEngineTables and driver.NewBackfills), among the others.
 //
 //go:embed sql/*.sql
 var sqlFS embed.FS
 
-// engineTables returns the engine's tables on s.
-func engineTables(s *Store) (driver.EngineTables, error) {
-	return driver.NewEngineTables(conn{s}, sqlFS, func(ids []string) (any, error) {
+// tables returns the engine's and the backfills' tables on s.
+func tables(s *Store) (driver.EngineTables, driver.Backfills, error) {
+	e, err := driver.NewEngineTables(conn{s}, sqlFS, func(ids []string) (any, error) {
 		// One JSON array, so that any number of run IDs is one parameter.
 		b, err := json.Marshal(ids)
 		return string(b), err
 	})
+	if err != nil {
+		return e, driver.Backfills{}, err
+	}
+	b, err := driver.NewBackfills(conn{s}, sqlFS)
+	return e, b, err
 }
 
-// conn runs the engine's statements on the store's handle, with a lock
-// another process holds explained (see Locked).
+// conn runs the store's statements on its handle, with a lock another
+// process holds explained (see Locked).
 type conn struct{ s *Store }
 
 func (c conn) Exec(ctx context.Context, q string, args ...any) error {
@@ -45,13 +53,53 @@ func (c conn) Query(ctx context.Context, q string, args []any, each func(driver.
 	if err != nil {
 		return c.s.Locked(err)
 	}
-	defer rows.Close()
-	for rows.Next() {
-		if err := each(rows); err != nil {
-			return err
-		}
+	return c.s.Locked(driver.Each(rows, each))
+}
+
+// InTx begins with BEGIN IMMEDIATE (see dsn): the transaction holds the
+// write lock from its first statement. Before that, the store's own
+// transactions take turns in the process: SQLite's busy handler polls and
+// lets in whichever writer polls first, so under a steady stream of
+// writers one could wait out the busy timeout; in line, each waits only
+// for those before it.
+func (c conn) InTx(ctx context.Context, fn func(store.Tx) error) error {
+	select {
+	case c.s.txTurn <- struct{}{}:
+		defer func() { <-c.s.txTurn }()
+	case <-ctx.Done():
+		return ctx.Err()
 	}
-	return c.s.Locked(rows.Err())
+	tx, err := c.s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return c.s.Locked(err)
+	}
+	defer tx.Rollback()
+	if err := fn(sqlTx{tx: tx, s: c.s}); err != nil {
+		return err
+	}
+	return c.s.Locked(tx.Commit())
+}
+
+// sqlTx is a transaction of the store's as store.Tx.
+type sqlTx struct {
+	tx *sql.Tx
+	s  *Store
+}
+
+func (t sqlTx) Exec(ctx context.Context, q string, args ...any) (dbos.Result, error) {
+	res, err := t.tx.ExecContext(ctx, q, args...)
+	if err != nil {
+		return nil, t.s.Locked(err)
+	}
+	return res, nil
+}
+
+func (t sqlTx) Query(ctx context.Context, q string, args ...any) (dbos.Rows, error) {
+	rows, err := t.tx.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, t.s.Locked(err)
+	}
+	return rows, nil
 }
 
 // Handle implements store.Store. An in-memory database is refused: it lives

@@ -268,6 +268,13 @@ func TestWriteWhileLocked(t *testing.T) {
 	if err := s.RecordRunEnd(ctx, end); !errors.As(err, new(*sqlite.LockedError)) {
 		t.Errorf("RecordRunEnd while locked: %v, want a *sqlite.LockedError", err)
 	}
+	// So are the backfills', in a transaction of the store's own.
+	if _, err := s.AddItems(ctx, "titles", []string{"k1"}, at, ""); !errors.As(err, new(*sqlite.LockedError)) || !strings.HasPrefix(err.Error(), "add items to titles: ") {
+		t.Errorf("AddItems while locked: %v, want a *sqlite.LockedError after what failed", err)
+	}
+	if err := s.StartJob(ctx, "titles", at); !errors.As(err, new(*sqlite.LockedError)) {
+		t.Errorf("StartJob while locked: %v, want a *sqlite.LockedError", err)
+	}
 	if _, err := s.Charges(ctx, "groq", time.Time{}); err != nil {
 		t.Errorf("Charges while another process writes: %v", err)
 	}
@@ -283,6 +290,9 @@ func TestWriteWhileLocked(t *testing.T) {
 	}
 	if ok, err := s.CountStart(ctx, "f", "", time.Minute, 1, at); err != nil || !ok {
 		t.Fatalf("CountStart once the lock is gone: within %v, %v; want the first start within", ok, err)
+	}
+	if n, err := s.AddItems(ctx, "titles", []string{"k1"}, at, ""); err != nil || n != 1 {
+		t.Fatalf("AddItems once the lock is gone: %d, %v; want 1 added", n, err)
 	}
 }
 

@@ -138,12 +138,15 @@ type Store struct {
 	// EngineTables gives CountStart, RecordDroppedEvent, DroppedEvents,
 	// RecordCancel, RecordRunEnd and RunEnds.
 	driver.EngineTables
+	// Backfills gives the methods on backfills' items, jobs and runs.
+	driver.Backfills
 
 	db          *sql.DB
 	path        string
 	name        string        // path without DSN parameters
 	memory      bool          // a private in-memory database (see Memory)
 	busyTimeout time.Duration // the connections' busy_timeout
+	txTurn      chan struct{} // held by the transaction of the store's that runs (see conn.InTx)
 
 	closeOnce sync.Once
 	closeErr  error
@@ -184,8 +187,8 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		db.SetMaxIdleConns(4)
 		db.SetConnMaxLifetime(time.Hour)
 	}
-	s := &Store{db: db, path: path, name: name, memory: memory, busyTimeout: busyTimeout(path)}
-	if s.EngineTables, err = engineTables(s); err != nil {
+	s := &Store{db: db, path: path, name: name, memory: memory, busyTimeout: busyTimeout(path), txTurn: make(chan struct{}, 1)}
+	if s.EngineTables, s.Backfills, err = tables(s); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
 	}

@@ -185,3 +185,14 @@ func BenchmarkUpsertCharges(b *testing.B) {
 	defer s.Close()
 	storetest.Benchmark(b, s)
 }
+
+// BenchmarkBackfills measures a backfill of 1,000,000 items (see
+// storetest.BenchmarkBackfills).
+func BenchmarkBackfills(b *testing.B) {
+	s, err := sqlite.Open(context.Background(), filepath.Join(b.TempDir(), "sluice.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	storetest.BenchmarkBackfills(b, s, 1_000_000)
+}

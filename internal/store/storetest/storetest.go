@@ -22,6 +22,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"reflect"
 	"sort"
 	"strings"
@@ -476,7 +477,15 @@ func Exercise(t *testing.T, newDB NewDatabase) {
 		if _, err := s.RunEnds(cctx, []string{"f:e1"}); !errors.Is(err, context.Canceled) {
 			t.Errorf("RunEnds with a canceled context: error = %v, want context.Canceled", err)
 		}
+		for call, err := range backfillCalls(cctx, s) {
+			if !errors.Is(err, context.Canceled) {
+				t.Errorf("%s with a canceled context: error = %v, want context.Canceled", call, err)
+			}
+		}
 		assertCharges(t, mustCharges(t, s, "groq", time.Time{}), nil)
+		if jobs, err := s.Jobs(ctx); err != nil || len(jobs) != 0 {
+			t.Errorf("jobs after canceled calls: %+v, %v", jobs, err)
+		}
 		if got, err := s.RunEnds(ctx, []string{"f:e1"}); err != nil || len(got) != 0 {
 			t.Errorf("run ends after canceled records: %+v, %v", got, err)
 		}
@@ -509,9 +518,15 @@ func Exercise(t *testing.T, newDB NewDatabase) {
 				t.Errorf("%s on a closed store: error = %v, want one starting %q", tc.op, tc.err, tc.op+": ")
 			}
 		}
+		for op, err := range backfillCalls(ctx, s) {
+			if err == nil || !strings.HasPrefix(err.Error(), op+": ") {
+				t.Errorf("%s on a closed store: error = %v, want one starting %q", op, err, op+": ")
+			}
+		}
 	})
 
 	exerciseEngineTables(t, open)
+	exerciseBackfills(t, open)
 	exerciseDBOS(t, open)
 }
 
@@ -533,7 +548,123 @@ func Benchmark(b *testing.B, s store.Store) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n), "ns/charge")
 }
 
+// BenchmarkBackfills measures a backfill of size items. Fill adds them by
+// AddItems of 1,000 new keys a call, as a backfill's first scan of its
+// table would, once, and reports the time it took; then the first 2 % are
+// settled, half of them rejected and waiting (1 % of the backfill: many
+// more than a backfill keeps waiting, for NextItems to pass over), a
+// quarter parked and a quarter saved. At that size it measures NextItems
+// of 50 items, Job, and AddItems of 1,000 more new keys. Run it with
+// -benchtime 100x or so: each AddItems iteration grows the backfill.
+func BenchmarkBackfills(b *testing.B, s store.Store, size int) {
+	ctx := context.Background()
+	const backfill, batch = "bench", 1000
+	keys := make([]string, batch)
+	added := 0
+	add := func() {
+		for i := range keys {
+			keys[i] = fmt.Sprintf("item-%09d", added+i)
+		}
+		n, err := s.AddItems(ctx, backfill, keys, base, "")
+		if err != nil || n != batch {
+			b.Fatalf("AddItems of %d new keys = %d, %v", batch, n, err)
+		}
+		added += batch
+	}
+	var fill time.Duration
+	b.Run(fmt.Sprintf("Fill%d", size), func(b *testing.B) {
+		if added == 0 {
+			start := time.Now()
+			for added < size {
+				add()
+			}
+			fill = time.Since(start)
+			settleFirst(b, s, backfill, size/50)
+		}
+		b.ReportMetric(0, "ns/op")
+		b.ReportMetric(fill.Seconds(), "s/fill")
+		b.ReportMetric(float64(fill.Nanoseconds())/float64(size), "ns/item")
+	})
+	b.Run("NextItems50", func(b *testing.B) {
+		for b.Loop() {
+			items, err := s.NextItems(ctx, backfill, base.Add(time.Minute), 50)
+			if err != nil || len(items) != 50 {
+				b.Fatalf("NextItems = %d items, %v", len(items), err)
+			}
+		}
+	})
+	b.Run("Job", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := s.Job(ctx, backfill); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("AddItems1000", func(b *testing.B) {
+		for b.Loop() {
+			add()
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch), "ns/item")
+	})
+}
+
+// settleFirst settles the first n items of backfill, 50 a batch: half of
+// them rejected, due again in an hour, a quarter parked (rejected with a
+// MaxRejects of 1), a quarter saved.
+func settleFirst(b *testing.B, s store.Store, backfill string, n int) {
+	for first := 0; first < n; first += 50 {
+		parked := store.Settlement{Backfill: backfill, RunID: "bench", RequestID: fmt.Sprint(first, "p"), At: base, MaxRejects: 1}
+		other := store.Settlement{Backfill: backfill, RunID: "bench", RequestID: fmt.Sprint(first), At: base, MaxRejects: 2, RetryAfter: time.Hour}
+		for i := first; i < first+50; i++ {
+			o := store.Outcome{Key: fmt.Sprintf("item-%09d", i), Reason: "too long"}
+			switch i % 4 {
+			case 0:
+				o.Reason, o.Saved = "", true
+				other.Outcomes = append(other.Outcomes, o)
+			case 1:
+				parked.Outcomes = append(parked.Outcomes, o)
+			default:
+				other.Outcomes = append(other.Outcomes, o)
+			}
+		}
+		for _, st := range []store.Settlement{parked, other} {
+			if err := s.Settle(context.Background(), nil, st); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
+
 func second[T any](_ T, err error) error { return err }
+
+// backfillCalls calls every method on backfills once, with good input,
+// and yields what each call does, as its error names it, with the error.
+func backfillCalls(ctx context.Context, s store.Store) iter.Seq2[string, error] {
+	return func(yield func(string, error) bool) {
+		st := store.Settlement{Backfill: "titles", RunID: "r1", RequestID: "q1", At: base, MaxRejects: 1,
+			Outcomes: []store.Outcome{{Key: "k1", Saved: true}}}
+		for _, c := range []struct {
+			op  string
+			err error
+		}{
+			{"add items to titles", second(s.AddItems(ctx, "titles", []string{"k1"}, base, ""))},
+			{"list next items of titles", second(s.NextItems(ctx, "titles", base, 10))},
+			{"settle batch of titles", s.Settle(ctx, nil, st)},
+			{"read items of titles", second(s.Items(ctx, "titles", []string{"k1"}))},
+			{"start job titles", s.StartJob(ctx, "titles", base)},
+			{"read job titles", second(s.Job(ctx, "titles"))},
+			{"list jobs", second(s.Jobs(ctx))},
+			{"record run of job titles", s.RecordJobRun(ctx, "titles", base, "")},
+			{"set alert of job titles", second(s.SetJobAlert(ctx, "titles", "", "stalled"))},
+			{"record backfill run r1", s.RecordBackfillRun(ctx, store.BackfillRun{RunID: "r1", Backfill: "titles", EndedAt: base})},
+			{"list backfill runs", second(s.BackfillRuns(ctx, "", 10))},
+		} {
+			if !yield(c.op, c.err) {
+				return
+			}
+		}
+	}
+}
 
 func openOn(t *testing.T, open OpenFunc) store.Store {
 	t.Helper()

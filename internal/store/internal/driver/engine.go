@@ -20,6 +20,9 @@ type Conn interface {
 	Exec(ctx context.Context, q string, args ...any) error
 	// Query calls each for every row of q's results.
 	Query(ctx context.Context, q string, args []any, each func(Row) error) error
+	// InTx calls fn in a transaction of its own, committed if fn returns
+	// nil and rolled back otherwise.
+	InTx(ctx context.Context, fn func(tx store.Tx) error) error
 }
 
 // EngineTables is the part of store.Store on the engine's tables (rate-limit
@@ -48,15 +51,25 @@ var engineStatements = []string{
 // runs the statements in the sql folder of fsys (see engineStatements), and
 // runIDs turns a list of run IDs into the one parameter of run_ends.sql.
 func NewEngineTables(conn Conn, fsys fs.FS, runIDs func(ids []string) (any, error)) (EngineTables, error) {
-	t := EngineTables{conn: conn, sql: map[string]string{}, runIDs: runIDs}
-	for _, name := range engineStatements {
+	q, err := readStatements(fsys, engineStatements)
+	if err != nil {
+		return EngineTables{}, fmt.Errorf("read the engine's statements: %w", err)
+	}
+	return EngineTables{conn: conn, sql: q, runIDs: runIDs}, nil
+}
+
+// readStatements returns the statements names, files of the sql folder of
+// fsys without .sql, by name.
+func readStatements(fsys fs.FS, names []string) (map[string]string, error) {
+	q := make(map[string]string, len(names))
+	for _, name := range names {
 		b, err := fs.ReadFile(fsys, "sql/"+name+".sql")
 		if err != nil {
-			return EngineTables{}, fmt.Errorf("read the engine's statements: %w", err)
+			return nil, err
 		}
-		t.sql[name] = string(b)
+		q[name] = string(b)
 	}
-	return t, nil
+	return q, nil
 }
 
 // CountStart implements store.Store.

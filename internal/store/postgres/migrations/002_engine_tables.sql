@@ -20,14 +20,3 @@ CREATE TABLE sluice_dropped_events (
     dropped_at BIGINT NOT NULL,
     PRIMARY KEY (function, event_id)
 );
-
--- The save target of examples/summarize and the crash bench: one row per
--- idempotency key; writes counts how often a save reached the table.
-CREATE TABLE sluice_summaries (
-    idempotency_key TEXT   PRIMARY KEY,
-    document_id     TEXT   NOT NULL,
-    summary         TEXT   NOT NULL,
-    category        TEXT   NOT NULL,
-    saved_at        BIGINT NOT NULL,
-    writes          BIGINT NOT NULL
-);

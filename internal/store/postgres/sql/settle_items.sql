@@ -1,0 +1,12 @@
+-- The items' new records come as one JSON array of objects.
+UPDATE sluice_backfill_items AS i SET
+    state        = u.state,
+    processed_at = u.processed_at,
+    rejects      = u.rejects,
+    reason       = u.reason,
+    retry_at     = u.retry_at,
+    run_id       = $3,
+    request_id   = $4
+FROM jsonb_to_recordset($2::text::jsonb)
+    AS u (key text, state text, processed_at bigint, rejects bigint, reason text, retry_at bigint)
+WHERE i.backfill = $1 AND i.item_key = u.key;

@@ -1,0 +1,5 @@
+-- A transaction on SQLite holds the database's write lock from BEGIN
+-- IMMEDIATE: what it reads stays as read until it ends.
+SELECT backfill, item_key, state, eligible_at, processed_at, run_id, request_id, rejects, reason, retry_at
+FROM sluice_backfill_items
+WHERE backfill = ?1 AND item_key IN (SELECT value FROM json_each(?2));

@@ -1,0 +1,23 @@
+-- Each branch reads sluice_backfill_items_next in order and stops at the
+-- limit: the pending items, and the rejected ones due again. Rejected
+-- items wait in the index, in eligibility order, among those not yet due:
+-- their keys are found in the index alone, then their rows.
+SELECT backfill, item_key, state, eligible_at, processed_at, run_id, request_id, rejects, reason, retry_at
+FROM (
+    SELECT * FROM (
+        SELECT * FROM sluice_backfill_items
+        WHERE backfill = ?1 AND state = 'pending'
+        ORDER BY eligible_at, item_key
+        LIMIT ?3
+    )
+    UNION ALL
+    SELECT * FROM sluice_backfill_items
+    WHERE backfill = ?1 AND item_key IN (
+        SELECT item_key FROM sluice_backfill_items
+        WHERE backfill = ?1 AND state = 'rejected' AND retry_at <= ?2
+        ORDER BY eligible_at, item_key
+        LIMIT ?3
+    )
+)
+ORDER BY eligible_at, item_key
+LIMIT ?3;
