@@ -208,3 +208,47 @@ func (e *StepError) Error() string {
 
 // Unwrap gives the original error while the attempt's process is alive.
 func (e *StepError) Unwrap() error { return e.cause }
+
+// Backfill configures a backfill: how it draws on the key and how it is
+// judged. sluice.Backfill adds the functions that list, load, ask about and
+// save its items. ID is required; every other zero value is a useful
+// default.
+type Backfill struct {
+	// ID names the backfill, its job and its runs. Letters, digits and
+	// ._:- (at most 100).
+	ID string
+	// Flow is the governor flow its calls draw on (default: the ID); its
+	// weight and priority are the flow's (sluice.Config.Flows).
+	Flow string
+	// Provider names the provider its calls use (default: the first).
+	Provider string
+	// After names another backfill: an item becomes eligible here once
+	// that backfill has saved it (English titles after English summaries).
+	After string
+	// PendingSQL lists the keys of the items that still need the backfill
+	// with a query on the app's database, instead of a Pending function:
+	// $1 is the key to list after, $2 the most keys to list; its one column
+	// is the key, in increasing order.
+	PendingSQL string
+	// MaxBatch is the most items one call carries (default 1). The
+	// governor picks the size of each batch up to it: the largest that
+	// fits every limit and is done within about Within at the share of the
+	// key the flow can expect.
+	MaxBatch int
+	Within   time.Duration // default 1 min
+	// StallAfter: items are eligible and none was processed for this long
+	// (since the last progress, or since monitoring began) is a stall
+	// (default 2 h). An item's age never counts.
+	StallAfter time.Duration
+	// MaxRejects is how many rejected outputs park an item (default 3);
+	// RetryAfter how long a rejected item waits before its next try
+	// (default 10 min).
+	MaxRejects int
+	RetryAfter time.Duration
+	// Poll is how often a run starts to look for new items (default 1 min);
+	// a run that has more to do hands on to the next at once.
+	Poll time.Duration
+	// BatchesPerRun is how many calls one run makes before it hands on to
+	// the next (default 100), so no run's record grows without bound.
+	BatchesPerRun int
+}

@@ -148,6 +148,9 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	return e, nil
 }
 
+// Logger is the logger the engine writes to (Config.Logger).
+func (e *Engine) Logger() *slog.Logger { return e.cfg.Logger }
+
 // SetClassifier installs the classifier for errors the engine does not know
 // (the LLM layer's). Call before Launch.
 func (e *Engine) SetClassifier(c Classifier) { e.classify = c }

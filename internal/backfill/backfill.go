@@ -1,0 +1,674 @@
+// Package backfill runs backfills: it walks the items a source says still
+// need work, asks the LLM about a batch of them per call, and saves each
+// item's output, through durable steps of the engine, recording every item,
+// run and job in sluice's store.
+//
+// # Runs
+//
+// A backfill is an engine function of its own ("backfill:<id>", at most one
+// run at a time). A run repeats: select a batch, call, save — until nothing
+// is eligible (it stops "done") or it has made Config.BatchesPerRun calls
+// (it stops "continued" and starts the next run at once, so no DBOS workflow
+// grows without bound). Runs start every Poll as well, so new items are
+// picked up. The size of each batch comes from the governor: the largest
+// that fits every limit, and, at the share of the key the flow can expect,
+// is done within about Within.
+//
+// # Exactly once
+//
+// A batch is selected in one step (its items are recorded with the step),
+// called in one governed LLM step (a finished call is never made again)
+// and saved in one transaction step that also records each item's outcome:
+// the saver's writes and the outcomes commit together, once. An item saved
+// or parked is never selected again.
+//
+// # Rejections
+//
+// A saver may reject an item's output (Reject): the item is counted by the
+// reason, waits RetryAfter, and is tried again, up to MaxRejects times;
+// then it is parked with the reason. An item whose request alone is too
+// large for a limit of the key is parked at once, naming the limit.
+package backfill
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/dbos-inc/dbos-transact-golang/dbos"
+
+	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/engine"
+	"github.com/sluice-dev/sluice/internal/store"
+	"github.com/sluice-dev/sluice/llm"
+	"github.com/sluice-dev/sluice/run"
+)
+
+// Item is one item of a backfill: its key and its data, as JSON.
+type Item struct {
+	Key  string          `json:"key"`
+	Data json.RawMessage `json:"data"`
+}
+
+// Config is one backfill: its settings, and the functions that list, load,
+// ask about and save its items, on raw JSON data. Pending (or PendingSQL),
+// Load, Request and Save are required.
+type Config struct {
+	run.Backfill
+	// Pending lists the keys of the items that still need this backfill,
+	// those after the key after, in increasing order, at most limit.
+	Pending func(ctx context.Context, after string, limit int) ([]string, error)
+	// Load returns the data of the items keys names, by key. A key it
+	// leaves out is an item no longer there: it is skipped this time.
+	Load func(ctx context.Context, keys []string) (map[string]json.RawMessage, error)
+	// Request builds the one call for a batch of items.
+	Request func(items []Item) (*llm.ChatRequest, error)
+	// Parse splits the response into one output per item, in order. The
+	// default gives a batch of one item the first choice's content.
+	Parse func(resp *llm.ChatResponse, items []Item) ([]string, error)
+	// Save saves one item's output in tx. An error Reject made rejects the
+	// output; any other error fails the batch's save, which is retried.
+	Save func(ctx context.Context, tx dbos.Tx, item Item, output string) error
+	// DiscoverPage is how many keys one page of Pending lists (default 1000).
+	DiscoverPage int
+}
+
+// Defaults of Config.
+const (
+	DefaultWithin        = time.Minute
+	DefaultStallAfter    = 2 * time.Hour
+	DefaultMaxRejects    = 3
+	DefaultRetryAfter    = 10 * time.Minute
+	DefaultPoll          = time.Minute
+	DefaultBatchesPerRun = 100
+	DefaultDiscoverPage  = 1000
+)
+
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$`)
+
+func (c Config) withDefaults() Config {
+	if c.Flow == "" {
+		c.Flow = c.ID
+	}
+	c.MaxBatch = max(c.MaxBatch, 1)
+	if c.Within <= 0 {
+		c.Within = DefaultWithin
+	}
+	if c.StallAfter <= 0 {
+		c.StallAfter = DefaultStallAfter
+	}
+	if c.MaxRejects <= 0 {
+		c.MaxRejects = DefaultMaxRejects
+	}
+	if c.RetryAfter <= 0 {
+		c.RetryAfter = DefaultRetryAfter
+	}
+	if c.Poll <= 0 {
+		c.Poll = DefaultPoll
+	}
+	if c.BatchesPerRun <= 0 {
+		c.BatchesPerRun = DefaultBatchesPerRun
+	}
+	if c.DiscoverPage <= 0 {
+		c.DiscoverPage = DefaultDiscoverPage
+	}
+	if c.Parse == nil {
+		c.Parse = parseOne
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if !idPattern.MatchString(c.ID) {
+		return fmt.Errorf("backfill id %q: want 1-100 letters, digits or ._:- starting with a letter or digit", c.ID)
+	}
+	switch {
+	case (c.Pending == nil) == (c.PendingSQL == ""):
+		return fmt.Errorf("backfill %s: needs one source of pending items, Pending or PendingSQL", c.ID)
+	case c.Load == nil:
+		return fmt.Errorf("backfill %s: Load is nil", c.ID)
+	case c.Request == nil:
+		return fmt.Errorf("backfill %s: Request is nil", c.ID)
+	case c.Save == nil:
+		return fmt.Errorf("backfill %s: Save is nil", c.ID)
+	case c.After == c.ID:
+		return fmt.Errorf("backfill %s: runs after itself", c.ID)
+	case c.MaxBatch > 10000:
+		return fmt.Errorf("backfill %s: max batch %d: want at most 10000", c.ID, c.MaxBatch)
+	}
+	return nil
+}
+
+// parseOne gives a batch of one item the first choice's content.
+func parseOne(resp *llm.ChatResponse, items []Item) ([]string, error) {
+	if len(items) != 1 {
+		return nil, fmt.Errorf("a batch of %d items needs a Parse that splits the response", len(items))
+	}
+	if len(resp.Choices) == 0 {
+		return nil, errors.New("the response has no choices")
+	}
+	return []string{resp.Choices[0].Message.Content}, nil
+}
+
+// rejected is the error Reject makes.
+type rejected struct{ reason string }
+
+func (e *rejected) Error() string { return "output rejected: " + e.reason }
+
+// Reject returns the error a saver returns to reject an item's output for
+// reason ("not English", "too long", "empty"): the item is tried again
+// later, and parked with the reason after MaxRejects rejections.
+func Reject(reason string) error {
+	reason = strings.TrimSpace(reason)
+	if reason == "" {
+		reason = "rejected"
+	}
+	return &rejected{reason: reason}
+}
+
+// Records is what a backfill keeps in sluice's store.
+type Records interface {
+	AddItems(ctx context.Context, backfill string, keys []string, at time.Time, after string) (int, error)
+	NextItems(ctx context.Context, backfill string, now time.Time, limit int) ([]store.Item, error)
+	Settle(ctx context.Context, tx store.Tx, s store.Settlement) error
+	StartJob(ctx context.Context, name string, at time.Time) error
+	RecordJobRun(ctx context.Context, name string, at time.Time, failure string) error
+	RecordBackfillRun(ctx context.Context, r store.BackfillRun) error
+}
+
+// Set is the backfills of one app.
+type Set struct {
+	e       *engine.Engine
+	rec     Records
+	log     *slog.Logger
+	now     func() time.Time
+	byID    map[string]*backfill
+	order   []*backfill
+	stop    chan struct{}
+	stopped chan struct{}
+}
+
+// NewSet returns an empty set whose backfills run on e and are recorded in rec.
+func NewSet(e *engine.Engine, rec Records, log *slog.Logger, now func() time.Time) *Set {
+	if now == nil {
+		now = time.Now
+	}
+	return &Set{e: e, rec: rec, log: log, now: now, byID: map[string]*backfill{}}
+}
+
+type backfill struct {
+	Config
+	set      *Set
+	provider *engine.Provider
+	then     []string // backfills that run after this one
+}
+
+// EventName is the event that starts a run of backfill id.
+func EventName(id string) string { return "sluice/backfill/" + id }
+
+// FunctionID is the engine function of backfill id.
+func FunctionID(id string) string { return "backfill:" + id }
+
+// Add registers a backfill whose calls go to p. Add before Start.
+func (s *Set) Add(c Config, p *engine.Provider) error {
+	for name, d := range map[string]time.Duration{"within": c.Within, "stall after": c.StallAfter, "retry after": c.RetryAfter, "poll": c.Poll} {
+		if d < 0 {
+			return fmt.Errorf("backfill %s: %s %s is negative", c.ID, name, d)
+		}
+	}
+	for name, n := range map[string]int{"max batch": c.MaxBatch, "max rejects": c.MaxRejects, "batches per run": c.BatchesPerRun, "discover page": c.DiscoverPage} {
+		if n < 0 {
+			return fmt.Errorf("backfill %s: %s %d is negative", c.ID, name, n)
+		}
+	}
+	c = c.withDefaults()
+	if err := c.validate(); err != nil {
+		return err
+	}
+	if p == nil {
+		return fmt.Errorf("backfill %s: no LLM provider is configured", c.ID)
+	}
+	if _, dup := s.byID[c.ID]; dup {
+		return fmt.Errorf("backfill %s: already registered", c.ID)
+	}
+	b := &backfill{Config: c, set: s, provider: p}
+	f := &engine.Function{Function: run.Function{
+		ID:          FunctionID(c.ID),
+		Event:       EventName(c.ID),
+		Concurrency: []run.Concurrency{{Limit: 1}},
+		Flow:        c.Flow,
+	}, Handler: b.run}
+	if err := s.e.Register(f); err != nil {
+		return err
+	}
+	s.byID[c.ID] = b
+	s.order = append(s.order, b)
+	return nil
+}
+
+// Start checks that every After names a backfill of the set, records each
+// job, and starts a run of each backfill now and every Poll until Stop.
+func (s *Set) Start(ctx context.Context) error {
+	for _, b := range s.order {
+		b.then = b.then[:0]
+	}
+	for _, b := range s.order {
+		if b.After == "" {
+			continue
+		}
+		a, ok := s.byID[b.After]
+		if !ok {
+			return fmt.Errorf("backfill %s: runs after %q, which is not a registered backfill", b.ID, b.After)
+		}
+		a.then = append(a.then, b.ID)
+	}
+	for _, b := range s.order {
+		if err := s.rec.StartJob(ctx, b.ID, s.now()); err != nil {
+			return fmt.Errorf("backfill %s: %w", b.ID, err)
+		}
+	}
+	if len(s.order) == 0 {
+		return nil
+	}
+	s.stop, s.stopped = make(chan struct{}), make(chan struct{})
+	go s.tick()
+	return nil
+}
+
+// Stop stops starting runs; runs in progress end with the engine. Safe to
+// call twice.
+func (s *Set) Stop() {
+	if s.stop == nil {
+		return
+	}
+	select {
+	case <-s.stop:
+	default:
+		close(s.stop)
+	}
+	<-s.stopped
+}
+
+// tick starts a run of each backfill every Poll. The event's ID is the
+// Poll period it falls in, so the processes of one app start one run.
+func (s *Set) tick() {
+	defer close(s.stopped)
+	next := map[string]time.Time{}
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-timer.C:
+		}
+		now := s.now()
+		wake := now.Add(time.Hour)
+		for _, b := range s.order {
+			if at := next[b.ID]; !now.Before(at) {
+				s.kick(b, fmt.Sprintf("%s@%d", b.ID, now.Truncate(b.Poll).UnixMilli()))
+				next[b.ID] = now.Truncate(b.Poll).Add(b.Poll)
+			}
+			if next[b.ID].Before(wake) {
+				wake = next[b.ID]
+			}
+		}
+		timer.Reset(max(wake.Sub(s.now()), time.Millisecond))
+	}
+}
+
+func (s *Set) kick(b *backfill, id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// A run in progress or in line will pick up what there is (and hands
+	// on to the next itself): another would only wait behind it.
+	for _, st := range []run.State{run.Running, run.Queued} {
+		if active, err := s.e.Runs(ctx, engine.RunFilter{Function: FunctionID(b.ID), Status: st, Limit: 1}); err == nil && len(active) > 0 {
+			return
+		}
+	}
+	if _, err := s.e.Send(ctx, engine.Event{Name: EventName(b.ID), ID: id}); err != nil {
+		s.log.Warn("sluice: start a backfill run", "backfill", b.ID, "err", err)
+	}
+}
+
+// batch is one selected batch, as its step records it.
+type batch struct {
+	Items []Item `json:"items,omitempty"`
+	// Rejects are the items' rejected outputs so far, in Items' order.
+	Rejects []int            `json:"rejects,omitempty"`
+	Retried int              `json:"retried,omitempty"` // of them, items tried before
+	Request *llm.ChatRequest `json:"request,omitempty"`
+	// TooLarge are items parked without a call: alone, their request
+	// does not fit a limit of the key.
+	TooLarge []store.Outcome `json:"too_large,omitempty"`
+}
+
+// notSent is the request recorded for items no call was made for: those
+// parked because their request alone can never fit a limit.
+const notSent = "not sent"
+
+// saved is what a batch's save step did.
+type saved struct {
+	Saved    int            `json:"saved"`
+	Parked   int            `json:"parked"`
+	Rejected map[string]int `json:"rejected,omitempty"`
+}
+
+// run is one run of the backfill: batches until nothing is eligible or
+// BatchesPerRun calls were made.
+func (b *backfill) run(r *engine.Run, _ engine.Event) (any, error) {
+	started, err := engine.Step(r, "start", func(context.Context) (time.Time, error) { return b.set.now().UTC(), nil })
+	if err != nil {
+		return nil, err
+	}
+	rec := store.BackfillRun{RunID: r.ID(), Backfill: b.ID, StartedAt: started, Rejected: map[string]int{}, Stopped: "done"}
+	var failure error
+	calls := 0
+	for i := 0; ; i++ {
+		if calls == b.BatchesPerRun {
+			rec.Stopped = "continued"
+			break
+		}
+		bt, err := engine.Step(r, fmt.Sprintf("select-%d", i), b.selectBatch)
+		if err == nil && bt.empty() {
+			// Every item known is done: look for new ones, then select again.
+			if err = b.discover(r, i); err == nil {
+				bt, err = engine.Step(r, fmt.Sprintf("select-%d-new", i), b.selectBatch)
+			}
+		}
+		if err != nil {
+			failure = err
+			break
+		}
+		if bt.empty() {
+			break
+		}
+		rec.Selected += len(bt.Items) + len(bt.TooLarge)
+		rec.Retried += bt.Retried
+		var outputs []string
+		var requestID string
+		if len(bt.Items) > 0 {
+			calls++
+			resp, err := engine.LLM(r, fmt.Sprintf("call-%d", i), b.provider, bt.Request, llm.Timeouts{})
+			if err != nil {
+				failure = err
+				break
+			}
+			requestID = resp.ID
+			if outputs, err = b.Parse(resp, bt.Items); err == nil && len(outputs) != len(bt.Items) {
+				err = fmt.Errorf("parse gave %d outputs for %d items", len(outputs), len(bt.Items))
+			}
+			if err != nil {
+				failure = fmt.Errorf("parse the response of call-%d: %w", i, err)
+				break
+			}
+		}
+		sv, err := engine.Transaction(r, fmt.Sprintf("save-%d", i), func(ctx context.Context, tx dbos.Tx) (saved, error) {
+			return b.save(ctx, tx, r.ID(), requestID, bt, outputs)
+		})
+		if err != nil {
+			failure = err
+			break
+		}
+		rec.Saved += sv.Saved
+		rec.Parked += sv.Parked
+		for reason, n := range sv.Rejected {
+			rec.Rejected[reason] += n
+		}
+	}
+	if failure != nil {
+		rec.Stopped = "aborted=" + abortReason(failure)
+	}
+	_, err = engine.Step(r, "record", func(ctx context.Context) (struct{}, error) {
+		rec.EndedAt = b.set.now().UTC()
+		msg := ""
+		if failure != nil {
+			msg = failure.Error()
+		}
+		if err := b.set.rec.RecordBackfillRun(ctx, rec); err != nil {
+			return struct{}{}, err
+		}
+		if err := b.set.rec.RecordJobRun(ctx, b.ID, rec.EndedAt, msg); err != nil {
+			return struct{}{}, err
+		}
+		b.set.log.Info("backfill run", "backfill", b.ID, "run", rec.RunID, "selected", rec.Selected, "retried", rec.Retried,
+			"saved", rec.Saved, "rejected", formatRejected(rec.Rejected), "parked", rec.Parked, "stopped", rec.Stopped)
+		if rec.Stopped == "continued" {
+			// The next run starts now rather than at the next Poll.
+			if _, err := b.set.e.Send(ctx, engine.Event{Name: EventName(b.ID), ID: r.ID() + "/next"}); err != nil {
+				return struct{}{}, err
+			}
+		}
+		return struct{}{}, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if failure != nil {
+		return rec, failure
+	}
+	return rec, nil
+}
+
+// selectBatch takes the next eligible items, loads them, and sizes the
+// batch with the governor.
+func (b *backfill) selectBatch(ctx context.Context) (batch, error) {
+	next, err := b.set.rec.NextItems(ctx, b.ID, b.set.now(), b.MaxBatch)
+	if err != nil || len(next) == 0 {
+		return batch{}, err
+	}
+	keys := make([]string, len(next))
+	for i, it := range next {
+		keys[i] = it.Key
+	}
+	data, err := b.Load(ctx, keys)
+	if err != nil {
+		return batch{}, fmt.Errorf("load items: %w", err)
+	}
+	var bt batch
+	for _, it := range next {
+		if d, ok := data[it.Key]; ok { // else gone from the source since it was found
+			bt.Items = append(bt.Items, Item{Key: it.Key, Data: d})
+			bt.Rejects = append(bt.Rejects, it.Rejects)
+		}
+	}
+	if len(bt.Items) == 0 {
+		return bt, nil
+	}
+	n, req, tooLarge, err := b.size(bt.Items)
+	if err != nil {
+		return batch{}, err
+	}
+	if n == 0 {
+		// Alone, the first item does not fit a limit: it is parked, and
+		// the rest wait for the next batch.
+		return batch{TooLarge: []store.Outcome{{Key: bt.Items[0].Key, Reason: tooLarge}}}, nil
+	}
+	bt.Items, bt.Rejects = bt.Items[:n], bt.Rejects[:n]
+	for _, r := range bt.Rejects {
+		if r > 0 {
+			bt.Retried++
+		}
+	}
+	bt.Request = req
+	return bt, nil
+}
+
+func (bt batch) empty() bool { return len(bt.Items) == 0 && len(bt.TooLarge) == 0 }
+
+// request builds and completes the call for items.
+func (b *backfill) request(items []Item) (*llm.ChatRequest, error) {
+	req, err := b.Request(items)
+	if err != nil {
+		return nil, engine.NonRetriable(fmt.Errorf("build the request of %d items: %w", len(items), err))
+	}
+	return b.provider.Client.ApplyDefaults(req)
+}
+
+// size returns how many of items the next call carries, and its request:
+// the governor's batch size for a call costing a base plus one item's share
+// per item (as the first two items cost), shrunk while the request's real
+// cost does not fit a limit (an item larger than the first two). 0 means
+// the first item alone does not fit: the string says which limit.
+func (b *backfill) size(items []Item) (int, *llm.ChatRequest, string, error) {
+	cost := func(n int) (*llm.ChatRequest, governor.Cost, error) {
+		req, err := b.request(items[:n])
+		if err != nil {
+			return nil, governor.Cost{}, err
+		}
+		return req, b.provider.Estimator.Cost(req), nil
+	}
+	n := 1
+	if len(items) > 1 {
+		_, one, err := cost(1)
+		if err != nil {
+			return 0, nil, "", err
+		}
+		_, two, err := cost(2)
+		if err != nil {
+			return 0, nil, "", err
+		}
+		item := governor.Cost{Requests: max(two.Requests-one.Requests, 0), Input: max(two.Input-one.Input, 0), Output: max(two.Output-one.Output, 0)}
+		base := governor.Cost{Requests: max(one.Requests-item.Requests, 0), Input: max(one.Input-item.Input, 0), Output: max(one.Output-item.Output, 0)}
+		n = max(b.provider.Governor.BatchSize(b.set.now(), b.Flow, base, item, len(items), b.Within), 1)
+	}
+	for {
+		req, c, err := cost(n)
+		if err != nil {
+			return 0, nil, "", err
+		}
+		err = b.provider.Governor.Check(c)
+		if err == nil {
+			return n, req, "", nil
+		}
+		if n == 1 {
+			return 0, nil, err.Error(), nil
+		}
+		n /= 2
+	}
+}
+
+// discover pages through the source and records the items not known yet,
+// each page in two steps: listing it (in a transaction on the app's
+// database for PendingSQL), and recording it.
+func (b *backfill) discover(r *engine.Run, i int) error {
+	after := ""
+	for page := 0; ; page++ {
+		name := fmt.Sprintf("discover-%d-%d", i, page)
+		var keys []string
+		var err error
+		if b.Pending != nil {
+			keys, err = engine.Step(r, name, func(ctx context.Context) ([]string, error) { return b.Pending(ctx, after, b.DiscoverPage) })
+		} else {
+			keys, err = engine.Transaction(r, name, func(ctx context.Context, tx dbos.Tx) ([]string, error) {
+				return queryKeys(ctx, tx, b.PendingSQL, after, b.DiscoverPage)
+			})
+		}
+		if err != nil {
+			return fmt.Errorf("list pending items: %w", err)
+		}
+		if len(keys) > b.DiscoverPage {
+			return engine.NonRetriable(fmt.Errorf("list pending items: asked for %d keys, got %d", b.DiscoverPage, len(keys)))
+		}
+		if len(keys) == 0 {
+			return nil
+		}
+		if last := keys[len(keys)-1]; last <= after || !sort.StringsAreSorted(keys) {
+			return engine.NonRetriable(fmt.Errorf("list pending items: the page after %q is not in increasing key order", after))
+		}
+		_, err = engine.Step(r, fmt.Sprintf("add-%d-%d", i, page), func(ctx context.Context) (int, error) {
+			return b.set.rec.AddItems(ctx, b.ID, keys, b.set.now(), b.After)
+		})
+		if err != nil || len(keys) < b.DiscoverPage {
+			return err
+		}
+		after = keys[len(keys)-1]
+	}
+}
+
+// queryKeys runs a PendingSQL query: $1 after, $2 limit, one column.
+func queryKeys(ctx context.Context, tx dbos.Tx, q, after string, limit int) ([]string, error) {
+	rows, err := tx.Query(ctx, q, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var keys []string
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			return nil, err
+		}
+		keys = append(keys, k)
+	}
+	return keys, rows.Err()
+}
+
+// save saves each item's output and records the outcomes, in tx.
+func (b *backfill) save(ctx context.Context, tx dbos.Tx, runID, requestID string, bt batch, outputs []string) (saved, error) {
+	if requestID == "" {
+		requestID = notSent
+	}
+	st := store.Settlement{Backfill: b.ID, RunID: runID, RequestID: requestID, At: b.set.now().UTC(),
+		MaxRejects: b.MaxRejects, RetryAfter: b.RetryAfter, Then: b.then}
+	sv := saved{Rejected: map[string]int{}}
+	for i, it := range bt.Items {
+		err := b.Save(ctx, tx, it, outputs[i])
+		var rj *rejected
+		switch {
+		case err == nil:
+			st.Outcomes = append(st.Outcomes, store.Outcome{Key: it.Key, Saved: true})
+			sv.Saved++
+		case errors.As(err, &rj):
+			st.Outcomes = append(st.Outcomes, store.Outcome{Key: it.Key, Reason: rj.reason})
+			sv.Rejected[rj.reason]++
+			if bt.Rejects[i]+1 >= b.MaxRejects {
+				sv.Parked++
+			}
+		default:
+			return saved{}, fmt.Errorf("save item %s: %w", it.Key, err)
+		}
+	}
+	st.Outcomes = append(st.Outcomes, bt.TooLarge...)
+	if len(bt.TooLarge) > 0 {
+		// Too large alone: no later try can fit, so it is parked now.
+		st.MaxRejects = 1
+		sv.Parked += len(bt.TooLarge)
+	}
+	if err := b.set.rec.Settle(ctx, tx, st); err != nil {
+		return saved{}, err
+	}
+	return sv, nil
+}
+
+// abortReason names why a run stopped early: the limit of a refusal, or
+// the error.
+func abortReason(err error) string {
+	var se *run.StepError
+	if errors.As(err, &se) {
+		return fmt.Sprintf("%s(%s)", se.Class, se.Message)
+	}
+	return err.Error()
+}
+
+// formatRejected prints rejections by reason as the run's log line shows
+// them: {empty=2 not English=1}, reasons in order.
+func formatRejected(m map[string]int) string {
+	reasons := make([]string, 0, len(m))
+	for r := range m {
+		reasons = append(reasons, r)
+	}
+	sort.Strings(reasons)
+	parts := make([]string, len(reasons))
+	for i, r := range reasons {
+		parts[i] = fmt.Sprintf("%s=%d", r, m[r])
+	}
+	return "{" + strings.Join(parts, " ") + "}"
+}

@@ -1,0 +1,378 @@
+package backfill
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dbos-inc/dbos-transact-golang/dbos"
+
+	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/engine"
+	"github.com/sluice-dev/sluice/internal/sim"
+	"github.com/sluice-dev/sluice/internal/store"
+	"github.com/sluice-dev/sluice/internal/testenv"
+	"github.com/sluice-dev/sluice/llm"
+	"github.com/sluice-dev/sluice/run"
+)
+
+// bench is an engine on a real database with a provider model in front of
+// it, and a source of items held in memory.
+type bench struct {
+	st  store.Store
+	e   *engine.Engine
+	p   *engine.Provider
+	set *Set
+
+	mu    sync.Mutex
+	items map[string]string // key → text
+}
+
+func setup(t *testing.T, url string, limits governor.Limits) *bench {
+	t.Helper()
+	ctx := context.Background()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	st := testenv.OpenStore(t, url)
+	e, err := engine.New(ctx, engine.Config{Store: st, PollInterval: 20 * time.Millisecond, RetryBase: time.Millisecond, RetryMax: 5 * time.Millisecond, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	model, err := sim.NewModel(sim.Config{Profile: "groq", Limits: limits, Wire: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := sim.NewServer(model, sim.ServerConfig{})
+	if err := srv.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Stop(context.Background()) })
+	client, err := llm.NewClient(llm.Config{BaseURL: "http://" + srv.Addr() + "/v1", Profile: llm.Groq})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gov, err := governor.New(governor.Config{Key: "groq", Limits: limits})
+	if err != nil {
+		t.Fatal(err)
+	}
+	est, err := llm.NewEstimator(llm.EstimatorConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.SetClassifier(engine.ClassifyLLM)
+	b := &bench{st: st, e: e, items: map[string]string{},
+		p: &engine.Provider{Name: "groq", Client: client, Governor: gov, Estimator: est}}
+	b.set = NewSet(e, st, log, nil)
+	return b
+}
+
+func (b *bench) start(t *testing.T) {
+	t.Helper()
+	if err := b.e.Launch(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.set.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		b.set.Stop()
+		_ = b.e.Shutdown(10 * time.Second)
+	})
+}
+
+func (b *bench) add(keys ...string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, k := range keys {
+		b.items[k] = "text of " + k
+	}
+}
+
+// pending lists every item of the source: the records tell which are done.
+func (b *bench) pending(_ context.Context, after string, limit int) ([]string, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var keys []string
+	for k := range b.items {
+		if k > after {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	return keys[:min(limit, len(keys))], nil
+}
+
+func (b *bench) load(_ context.Context, keys []string) (map[string]json.RawMessage, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := map[string]json.RawMessage{}
+	for _, k := range keys {
+		if v, ok := b.items[k]; ok {
+			out[k], _ = json.Marshal(v)
+		}
+	}
+	return out, nil
+}
+
+// config is a backfill of the bench's items that saves "<id>:<key>" into
+// bf_out, counting the writes, and rejects the items reject says.
+func (b *bench) config(id string, reject func(key string) string) Config {
+	return Config{
+		Backfill: run.Backfill{ID: id, MaxBatch: 5, MaxRejects: 2, RetryAfter: time.Millisecond, Poll: 50 * time.Millisecond, BatchesPerRun: 3},
+		Pending:  b.pending,
+		Load:     b.load,
+		Request: func(items []Item) (*llm.ChatRequest, error) {
+			var text strings.Builder
+			for _, it := range items {
+				text.Write(it.Data)
+				text.WriteByte('\n')
+			}
+			return &llm.ChatRequest{Model: "sim-model", MaxTokens: 20, Messages: []llm.Message{{Role: "user", Content: "Translate:\n" + text.String()}}}, nil
+		},
+		Parse: func(resp *llm.ChatResponse, items []Item) ([]string, error) {
+			out := make([]string, len(items))
+			for i, it := range items {
+				out[i] = id + ":" + it.Key
+			}
+			return out, nil
+		},
+		Save: func(ctx context.Context, tx dbos.Tx, it Item, output string) error {
+			if reason := reject(it.Key); reason != "" {
+				return Reject(reason)
+			}
+			if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS bf_out (backfill TEXT NOT NULL, item TEXT NOT NULL, output TEXT NOT NULL, writes BIGINT NOT NULL, PRIMARY KEY (backfill, item))`); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO bf_out (backfill, item, output, writes) VALUES ($1, $2, $3, 1)
+				ON CONFLICT (backfill, item) DO UPDATE SET writes = bf_out.writes + 1`, id, it.Key, output)
+			return err
+		},
+	}
+}
+
+// waitJob waits until done says the job's record is as wanted.
+func (b *bench) waitJob(t *testing.T, name string, done func(store.Job) bool) store.Job {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		j, err := b.st.Job(context.Background(), name)
+		if err == nil && done(j) {
+			return j
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %s: %+v (%v): not there within a minute", name, j, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// writes reads bf_out: writes by item of backfill.
+func (b *bench) writes(t *testing.T, backfill string) map[string]int64 {
+	t.Helper()
+	h, err := b.st.Handle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int64{}
+	q := `SELECT item, writes FROM bf_out WHERE backfill = $1`
+	if h.Postgres != nil {
+		rows, err := h.Postgres.Query(context.Background(), q, backfill)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var k string
+			var n int64
+			if err := rows.Scan(&k, &n); err != nil {
+				t.Fatal(err)
+			}
+			out[k] = n
+		}
+		return out
+	}
+	rows, err := h.SQLite.QueryContext(context.Background(), q, backfill)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func(rows *sql.Rows) { _ = rows.Close() }(rows)
+	for rows.Next() {
+		var k string
+		var n int64
+		if err := rows.Scan(&k, &n); err != nil {
+			t.Fatal(err)
+		}
+		out[k] = n
+	}
+	return out
+}
+
+func keys(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("k%02d", i)
+	}
+	return out
+}
+
+// Every item is saved once, a rejected output is retried and then parked
+// with its reason, and the runs' records add up to what was done.
+func TestBackfillSavesEachItemOnce(t *testing.T) {
+	t.Parallel()
+	testenv.Databases(t, func(t *testing.T, url string) {
+		b := setup(t, url, governor.Limits{})
+		b.add(keys(23)...)
+		err := b.set.Add(b.config("titles", func(k string) string {
+			if k == "k07" {
+				return "not English"
+			}
+			return ""
+		}), b.p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.start(t)
+		j := b.waitJob(t, "titles", func(j store.Job) bool { return j.Saved+j.Parked == 23 })
+		if j.Saved != 22 || j.Parked != 1 || j.Pending != 0 || j.Rejected != 0 || j.LastProgressAt.IsZero() {
+			t.Fatalf("job %+v: want 22 saved, 1 parked, nothing left", j)
+		}
+		w := b.writes(t, "titles")
+		if len(w) != 22 {
+			t.Fatalf("%d items written, want 22: %v", len(w), w)
+		}
+		for k, n := range w {
+			if n != 1 || k == "k07" {
+				t.Fatalf("item %s written %d times: want every item but k07 once", k, n)
+			}
+		}
+		items, err := b.st.Items(context.Background(), "titles", keys(23))
+		if err != nil || len(items) != 23 {
+			t.Fatalf("items: %d, %v", len(items), err)
+		}
+		for _, it := range items {
+			if it.ProcessedAt.IsZero() || it.RunID == "" || it.EligibleAt.IsZero() || it.ProcessedAt.Before(it.EligibleAt) {
+				t.Fatalf("item %+v: want processed after it was eligible, in a run", it)
+			}
+			if it.Key == "k07" && (it.State != store.ItemParked || it.Reason != "not English" || it.Rejects != 2) {
+				t.Fatalf("rejected item %+v: want parked after 2 rejections, saying why", it)
+			}
+			if it.Key != "k07" && (it.State != store.ItemSaved || it.RequestID == "") {
+				t.Fatalf("item %+v: want saved, with the request it went in", it)
+			}
+		}
+		// The runs' records add up; a batch is at most 5 items and a run
+		// makes at most 3 calls, so the work took several runs. The last
+		// run records itself after its last save: wait for it.
+		var runs []store.BackfillRun
+		var saved, parked, rejected int
+		for deadline := time.Now().Add(time.Minute); ; {
+			runs, err = b.st.BackfillRuns(context.Background(), "titles", 1000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			saved, parked, rejected = 0, 0, 0
+			for _, r := range runs {
+				saved += r.Saved
+				parked += r.Parked
+				rejected += r.Rejected["not English"]
+				if r.Selected > 15 {
+					t.Fatalf("run %+v selected more than 3 calls of 5 items", r)
+				}
+			}
+			if saved == 22 && parked == 1 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if saved != 22 || parked != 1 || rejected != 2 || len(runs) < 2 {
+			t.Fatalf("%d runs recorded saved %d, parked %d, rejected %d: want 22, 1, 2 over several runs", len(runs), saved, parked, rejected)
+		}
+		j = b.waitJob(t, "titles", func(j store.Job) bool { return j.LastStatus == "ok" })
+		if j.ConsecutiveFailures != 0 {
+			t.Fatalf("job %+v: want no failures", j)
+		}
+	})
+}
+
+// A backfill that runs after another takes only the items that one saved,
+// once it has: English titles wait for English summaries.
+func TestBackfillAfterAnother(t *testing.T) {
+	t.Parallel()
+	testenv.Databases(t, func(t *testing.T, url string) {
+		b := setup(t, url, governor.Limits{})
+		b.add(keys(12)...)
+		never := func(k string) string {
+			if k == "k03" {
+				return "empty"
+			}
+			return ""
+		}
+		if err := b.set.Add(b.config("summaries", never), b.p); err != nil {
+			t.Fatal(err)
+		}
+		titles := b.config("titles", func(string) string { return "" })
+		titles.After = "summaries"
+		if err := b.set.Add(titles, b.p); err != nil {
+			t.Fatal(err)
+		}
+		b.start(t)
+		b.waitJob(t, "summaries", func(j store.Job) bool { return j.Saved == 11 && j.Parked == 1 })
+		b.waitJob(t, "titles", func(j store.Job) bool { return j.Saved == 11 })
+		w := b.writes(t, "titles")
+		if _, ok := w["k03"]; ok || len(w) != 11 {
+			t.Fatalf("titles wrote %v: want the 11 items summaries saved, not k03", w)
+		}
+		sums, err := b.st.Items(context.Background(), "summaries", keys(12))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tits, err := b.st.Items(context.Background(), "titles", keys(12))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(tits) != 11 {
+			t.Fatalf("titles has %d items, want 11 (not the one summaries parked)", len(tits))
+		}
+		done := map[string]time.Time{}
+		for _, it := range sums {
+			done[it.Key] = it.ProcessedAt
+		}
+		for _, it := range tits {
+			if it.EligibleAt.Before(done[it.Key]) {
+				t.Fatalf("title of %s eligible at %v, before its summary was saved at %v", it.Key, it.EligibleAt, done[it.Key])
+			}
+		}
+	})
+}
+
+// An item whose request alone is larger than a limit of the key is parked
+// at once, naming the limit; the others are saved.
+func TestBackfillParksWhatCanNeverFit(t *testing.T) {
+	t.Parallel()
+	testenv.Databases(t, func(t *testing.T, url string) {
+		b := setup(t, url, governor.Limits{governor.TPM: 2000})
+		b.add(keys(6)...)
+		b.mu.Lock()
+		b.items["k02"] = strings.Repeat("a very long article ", 600)
+		b.mu.Unlock()
+		if err := b.set.Add(b.config("titles", func(string) string { return "" }), b.p); err != nil {
+			t.Fatal(err)
+		}
+		b.start(t)
+		b.waitJob(t, "titles", func(j store.Job) bool { return j.Saved == 5 && j.Parked == 1 })
+		items, err := b.st.Items(context.Background(), "titles", []string{"k02"})
+		if err != nil || len(items) != 1 {
+			t.Fatal(items, err)
+		}
+		if it := items[0]; it.State != store.ItemParked || !strings.Contains(it.Reason, "TPM") {
+			t.Fatalf("item %+v: want parked, naming the TPM limit", it)
+		}
+	})
+}
