@@ -52,6 +52,15 @@ type Config struct {
 	// resumes the runs the previous one left.
 	ExecutorID string
 
+	// AlertWebhook, when set, receives a JSON POST when a backfill stalls
+	// and when it recovers (retried with backoff; one alert per change,
+	// however many processes run the app). Alerts are logged either way.
+	AlertWebhook string
+
+	// HealthEvery is how often the backfills' health is judged (default
+	// 30s): GET /v1/flows, /readyz and the alerts read it.
+	HealthEvery time.Duration
+
 	// Logger receives the engine's logs (default: warnings to stderr).
 	Logger *slog.Logger
 }

@@ -22,7 +22,9 @@ type HandlerConfig struct {
 // Handler returns the app's HTTP API: POST /v1/events, GET /v1/runs
 // (?function=&status=&since=&limit=), GET /v1/runs/{id}, POST
 // /v1/runs/{id}/cancel, POST /v1/runs/{id}/rerun, GET /v1/dropped, GET
-// /healthz and GET /readyz.
+// /v1/flows (every backfill's health), GET /healthz (the process answers)
+// and GET /readyz (503 naming the job while a backfill is stalled or the
+// database is unreachable).
 func (a *App) Handler(cfg HandlerConfig) http.Handler {
-	return httpapi.New(httpapi.Config{Engine: a.e, Token: cfg.Token, MaxEventBytes: cfg.MaxEventBytes, OutputLimit: cfg.OutputLimit})
+	return httpapi.New(httpapi.Config{Engine: a.e, Health: a.monitor, Token: cfg.Token, MaxEventBytes: cfg.MaxEventBytes, OutputLimit: cfg.OutputLimit})
 }

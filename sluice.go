@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/backfill"
 	"github.com/sluice-dev/sluice/internal/engine"
+	"github.com/sluice-dev/sluice/internal/health"
 	"github.com/sluice-dev/sluice/internal/quota"
 	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/llm"
@@ -29,7 +31,13 @@ type App struct {
 	e         *engine.Engine
 	providers map[string]*engine.Provider
 	ledgers   []*quota.Ledger
-	first     string
+	backfills *backfill.Set
+	monitor   *health.Monitor
+	// thresholds and quotas are what the monitor judges each backfill by:
+	// its StallAfter, and its provider's governor and flow.
+	thresholds map[string]time.Duration
+	quotas     map[string]func(now time.Time) health.Quota
+	first      string
 }
 
 // New opens the database and builds the providers' clients and governors.
@@ -58,6 +66,25 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		return nil, err
 	}
 	a := &App{cfg: cfg, st: st, e: e, providers: map[string]*engine.Provider{}}
+	a.backfills = backfill.NewSet(e, st, e.Logger(), nil)
+	a.thresholds, a.quotas = map[string]time.Duration{}, map[string]func(time.Time) health.Quota{}
+	a.monitor, err = health.New(health.Config{
+		Source:     st,
+		Every:      cfg.HealthEvery,
+		Thresholds: a.thresholds, // filled by RegisterBackfill, before Start
+		Quota: func(job string, now time.Time) health.Quota {
+			if q := a.quotas[job]; q != nil {
+				return q(now)
+			}
+			return health.Quota{}
+		},
+		Webhook: cfg.AlertWebhook,
+		Logger:  e.Logger(),
+	})
+	if err != nil {
+		_ = a.shutdown(time.Second)
+		return nil, fmt.Errorf("sluice config: %w", err)
+	}
 	for i, p := range cfg.Providers {
 		name := cmp.Or(p.Name, "default")
 		client, err := llm.NewClient(p.LLM)
@@ -110,7 +137,14 @@ func (a *App) Start(ctx context.Context) error {
 	for _, l := range a.ledgers {
 		l.Start(context.WithoutCancel(ctx))
 	}
-	return a.e.Launch(ctx)
+	if err := a.e.Launch(ctx); err != nil {
+		return err
+	}
+	if err := a.backfills.Start(ctx); err != nil {
+		return err
+	}
+	a.monitor.Start(context.WithoutCancel(ctx))
+	return nil
 }
 
 // Stop stops the app. Runs in flight stop at their next step boundary and
@@ -124,7 +158,9 @@ func (a *App) Stop(ctx context.Context) error {
 	// The background writers stop first so that none is writing when the
 	// database closes; the charges of runs still in flight are flushed by
 	// the engine once they have returned (see New).
+	a.backfills.Stop()
 	var errs []error
+	errs = append(errs, a.monitor.Stop(ctx))
 	for _, l := range a.ledgers {
 		errs = append(errs, l.Stop(ctx))
 	}
