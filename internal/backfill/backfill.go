@@ -31,6 +31,7 @@
 package backfill
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -92,32 +93,17 @@ const (
 
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$`)
 
+// withDefaults fills the zero settings; Add has refused negative ones.
 func (c Config) withDefaults() Config {
-	if c.Flow == "" {
-		c.Flow = c.ID
-	}
-	c.MaxBatch = max(c.MaxBatch, 1)
-	if c.Within <= 0 {
-		c.Within = DefaultWithin
-	}
-	if c.StallAfter <= 0 {
-		c.StallAfter = DefaultStallAfter
-	}
-	if c.MaxRejects <= 0 {
-		c.MaxRejects = DefaultMaxRejects
-	}
-	if c.RetryAfter <= 0 {
-		c.RetryAfter = DefaultRetryAfter
-	}
-	if c.Poll <= 0 {
-		c.Poll = DefaultPoll
-	}
-	if c.BatchesPerRun <= 0 {
-		c.BatchesPerRun = DefaultBatchesPerRun
-	}
-	if c.DiscoverPage <= 0 {
-		c.DiscoverPage = DefaultDiscoverPage
-	}
+	c.Flow = cmp.Or(c.Flow, c.ID)
+	c.MaxBatch = cmp.Or(c.MaxBatch, 1)
+	c.Within = cmp.Or(c.Within, DefaultWithin)
+	c.StallAfter = cmp.Or(c.StallAfter, DefaultStallAfter)
+	c.MaxRejects = cmp.Or(c.MaxRejects, DefaultMaxRejects)
+	c.RetryAfter = cmp.Or(c.RetryAfter, DefaultRetryAfter)
+	c.Poll = cmp.Or(c.Poll, DefaultPoll)
+	c.BatchesPerRun = cmp.Or(c.BatchesPerRun, DefaultBatchesPerRun)
+	c.DiscoverPage = cmp.Or(c.DiscoverPage, DefaultDiscoverPage)
 	if c.Parse == nil {
 		c.Parse = parseOne
 	}

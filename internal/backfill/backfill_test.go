@@ -182,31 +182,30 @@ func (b *bench) writes(t *testing.T, backfill string) map[string]int64 {
 	}
 	out := map[string]int64{}
 	q := `SELECT item, writes FROM bf_out WHERE backfill = $1`
+	type rows interface {
+		Next() bool
+		Scan(...any) error
+	}
+	var rs rows
 	if h.Postgres != nil {
-		rows, err := h.Postgres.Query(context.Background(), q, backfill)
+		r, err := h.Postgres.Query(context.Background(), q, backfill)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer rows.Close()
-		for rows.Next() {
-			var k string
-			var n int64
-			if err := rows.Scan(&k, &n); err != nil {
-				t.Fatal(err)
-			}
-			out[k] = n
+		defer r.Close()
+		rs = r
+	} else {
+		r, err := h.SQLite.QueryContext(context.Background(), q, backfill)
+		if err != nil {
+			t.Fatal(err)
 		}
-		return out
+		defer func(r *sql.Rows) { _ = r.Close() }(r)
+		rs = r
 	}
-	rows, err := h.SQLite.QueryContext(context.Background(), q, backfill)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func(rows *sql.Rows) { _ = rows.Close() }(rows)
-	for rows.Next() {
+	for rs.Next() {
 		var k string
 		var n int64
-		if err := rows.Scan(&k, &n); err != nil {
+		if err := rs.Scan(&k, &n); err != nil {
 			t.Fatal(err)
 		}
 		out[k] = n
