@@ -329,7 +329,6 @@ type batch struct {
 	Items []Item `json:"items,omitempty"`
 	// Rejects are the items' rejected outputs so far, in Items' order.
 	Rejects []int            `json:"rejects,omitempty"`
-	Retried int              `json:"retried,omitempty"` // of them, items tried before
 	Request *llm.ChatRequest `json:"request,omitempty"`
 	// TooLarge are items parked without a call: alone, their request
 	// does not fit a limit of the key.
@@ -377,7 +376,11 @@ func (b *backfill) run(r *engine.Run, _ engine.Event) (any, error) {
 			break
 		}
 		rec.Selected += len(bt.Items) + len(bt.TooLarge)
-		rec.Retried += bt.Retried
+		for _, r := range bt.Rejects {
+			if r > 0 { // an item tried before
+				rec.Retried++
+			}
+		}
 		var outputs []string
 		var requestID string
 		if len(bt.Items) > 0 {
@@ -478,11 +481,6 @@ func (b *backfill) selectBatch(ctx context.Context) (batch, error) {
 		return batch{TooLarge: []store.Outcome{{Key: bt.Items[0].Key, Reason: tooLarge}}}, nil
 	}
 	bt.Items, bt.Rejects = bt.Items[:n], bt.Rejects[:n]
-	for _, r := range bt.Rejects {
-		if r > 0 {
-			bt.Retried++
-		}
-	}
 	bt.Request = req
 	return bt, nil
 }

@@ -270,17 +270,18 @@ func TestBackfillSavesEachItemOnce(t *testing.T) {
 		// makes at most 3 calls, so the work took several runs. The last
 		// run records itself after its last save: wait for it.
 		var runs []store.BackfillRun
-		var saved, parked, rejected int
+		var saved, parked, rejected, retried int
 		for deadline := time.Now().Add(time.Minute); ; {
 			runs, err = b.st.BackfillRuns(context.Background(), "titles", 1000)
 			if err != nil {
 				t.Fatal(err)
 			}
-			saved, parked, rejected = 0, 0, 0
+			saved, parked, rejected, retried = 0, 0, 0, 0
 			for _, r := range runs {
 				saved += r.Saved
 				parked += r.Parked
 				rejected += r.Rejected["not English"]
+				retried += r.Retried
 				if r.Selected > 15 {
 					t.Fatalf("run %+v selected more than 3 calls of 5 items", r)
 				}
@@ -290,8 +291,8 @@ func TestBackfillSavesEachItemOnce(t *testing.T) {
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
-		if saved != 22 || parked != 1 || rejected != 2 || len(runs) < 2 {
-			t.Fatalf("%d runs recorded saved %d, parked %d, rejected %d: want 22, 1, 2 over several runs", len(runs), saved, parked, rejected)
+		if saved != 22 || parked != 1 || rejected != 2 || retried != 1 || len(runs) < 2 {
+			t.Fatalf("%d runs recorded saved %d, parked %d, rejected %d, retried %d: want 22, 1, 2, 1 over several runs", len(runs), saved, parked, rejected, retried)
 		}
 		j = b.waitJob(t, "titles", func(j store.Job) bool { return j.LastStatus == "ok" })
 		if j.ConsecutiveFailures != 0 {
