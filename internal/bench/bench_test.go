@@ -10,6 +10,7 @@ import (
 	"math"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -317,6 +318,10 @@ func TestTraceRecomputesReport(t *testing.T) {
 			want := map[string]Result{}
 			for _, r := range rep.Results {
 				r.WallSeconds, r.series = 0, nil
+				for name, f := range r.Flows {
+					f.DoneByHour = nil // the chart's, as series
+					r.Flows[name] = f
+				}
 				want[r.Policy] = r
 			}
 			// Tracing changes nothing of the run.
@@ -326,6 +331,10 @@ func TestTraceRecomputesReport(t *testing.T) {
 			}
 			for _, r := range untraced.Results {
 				r.WallSeconds, r.series = 0, nil
+				for name, f := range r.Flows {
+					f.DoneByHour = nil
+					r.Flows[name] = f
+				}
 				if !reflect.DeepEqual(r, want[r.Policy]) {
 					t.Errorf("%s: the report of a run with --trace differs from one without", r.Policy)
 				}
@@ -364,11 +373,7 @@ func resultFromTrace(t *testing.T, sc *scenario.Scenario, policy string, recs []
 	}
 	var used, useful [governor.NumLimits]int64
 	// What happened to each item: an event list per flow for the stalls.
-	type event struct {
-		at     float64
-		change int // +1 eligible, -n done or refused
-		done   bool
-	}
+	type event = traceEvent
 	type itemKey struct {
 		flow string
 		id   uint32
@@ -502,9 +507,60 @@ func resultFromTrace(t *testing.T, sc *scenario.Scenario, policy string, recs []
 			longest = max(longest, end-from)
 		}
 		f.MaxStallMinutes = round1(longest / 60)
+		f.ClearedHours = clearedFromTrace(sc, fc, events)
 		r.Flows[fc.Name] = f
 	}
 	return r
+}
+
+// traceEvent is what happened to items of a flow at a moment.
+type traceEvent struct {
+	at     float64
+	change int // +1 eligible, -n done or refused
+	done   bool
+}
+
+// clearedFromTrace is when fc's work and that of every flow it is after
+// were first all done, at a completion or refusal, in hours; nil if never
+// or fc has nothing to clear.
+func clearedFromTrace(sc *scenario.Scenario, fc scenario.Flow, events map[string][]traceEvent) *float64 {
+	chain := []string{fc.Name}
+	byName := map[string]scenario.Flow{}
+	for _, f := range sc.Flows {
+		byName[f.Name] = f
+	}
+	for u := fc.After; u != ""; u = byName[u].After {
+		chain = append(chain, u)
+	}
+	if fc.Backlog == 0 && len(chain) == 1 {
+		return nil
+	}
+	type ev struct {
+		at     float64
+		change int
+		flow   int
+	}
+	var all []ev
+	for i, name := range chain {
+		for _, e := range events[name] {
+			all = append(all, ev{e.at, e.change, i})
+		}
+	}
+	sort.SliceStable(all, func(i, j int) bool {
+		if all[i].at != all[j].at {
+			return all[i].at < all[j].at
+		}
+		return all[i].change > 0 && all[j].change <= 0
+	})
+	work := make([]int, len(chain))
+	for _, e := range all {
+		work[e.flow] += e.change
+		if e.change < 0 && !slices.ContainsFunc(work, func(n int) bool { return n != 0 }) {
+			h := round1(e.at / 3600)
+			return &h
+		}
+	}
+	return nil
 }
 
 // TestUnannounced: a limit the scenario marks unannounced is enforced by the
