@@ -230,7 +230,7 @@ func writePlan(out io.Writer, p, q *plan.Plan) {
 func eta(f plan.Flow) string {
 	switch f.EtaFrom {
 	case "arrivals":
-		return fmt.Sprintf("arrivals; p95 wait %s", minutes(f.P95WaitMinutes))
+		return "p95 wait " + minutes(f.P95WaitMinutes)
 	case "never":
 		return "never"
 	}

@@ -206,6 +206,7 @@ func Make(ctx context.Context, sc *scenario.Scenario, opts Options) (*Plan, erro
 		p.fit(sc, f)
 		p.Flows[f.Name] = p.flow(sc, f, shapes[i], res, opts)
 	}
+	p.waitForUpstream(sc)
 	p.money(sc, shapes)
 	return p, nil
 }
@@ -264,12 +265,13 @@ func request(sc *scenario.Scenario, f *scenario.Flow, n float64) use {
 	return use{tally{1, input, out}, charged}
 }
 
-// requests is n items of f sent batch at a time: full batches and the rest.
-func requests(sc *scenario.Scenario, f *scenario.Flow, n float64) use {
-	if n <= 0 {
+// requests is n items of f sent batch items at a time: full batches and
+// the rest.
+func requests(sc *scenario.Scenario, f *scenario.Flow, n float64, batch int) use {
+	if n <= 0 || batch < 1 {
 		return use{}
 	}
-	b := float64(f.BatchMax)
+	b := float64(batch)
 	full := math.Floor(n / b)
 	u := request(sc, f, b).times(full)
 	if rest := n - full*b; rest > 1e-9 {
@@ -303,7 +305,7 @@ func shapeOf(sc *scenario.Scenario, f *scenario.Flow, fr bench.FlowResult, byNam
 		if f.Gap > 0 {
 			inMinute = min(full, math.Ceil(float64(time.Minute)/float64(f.Gap)))
 		}
-		s.peak = requests(sc, f, min(perRun, inMinute*float64(f.BatchMax)))
+		s.peak = requests(sc, f, min(perRun, inMinute*float64(f.BatchMax)), f.BatchMax)
 	case f.ArrivalsPerDay > 0:
 		// The governor sends arrivals as they come: as many items a
 		// request as the simulation put in one.
@@ -314,21 +316,19 @@ func shapeOf(sc *scenario.Scenario, f *scenario.Flow, fr bench.FlowResult, byNam
 		}
 		s.perDay = request(sc, f, perReq).times(f.ArrivalsPerDay / perReq)
 	}
-	s.backlog = requests(sc, f, float64(s.backlogItems+s.fed))
+	// A paced job sends the batches it is configured to; the governor
+	// sends the largest that fits every limit.
+	batch := f.BatchMax
+	if !f.Paced() {
+		batch = max(largestFit(sc, f), 1)
+	}
+	s.backlog = requests(sc, f, float64(s.backlogItems+s.fed), batch)
 	return s
 }
 
 // fit lists f's requests that exceed a limit on their own.
 func (p *Plan) fit(sc *scenario.Scenario, f *scenario.Flow) {
-	fits := func(n int) bool {
-		for _, l := range governor.AllLimits {
-			if lim := sc.Provider.Limits[l]; lim > 0 && size(sc, f, n, l) > float64(lim) {
-				return false
-			}
-		}
-		return true
-	}
-	largest := sort0(f.BatchMax, fits)
+	largest := largestFit(sc, f)
 	for _, l := range governor.AllLimits {
 		lim := sc.Provider.Limits[l]
 		size := size(sc, f, f.BatchMax, l)
@@ -352,6 +352,19 @@ func (p *Plan) fit(sc *scenario.Scenario, f *scenario.Flow) {
 func size(sc *scenario.Scenario, f *scenario.Flow, n int, l governor.Limit) float64 {
 	u := request(sc, f, float64(n))
 	return max(u.charged.on(l), u.real.on(l))
+}
+
+// largestFit is the largest batch of f, up to BatchMax, whose request fits
+// every limit; 0 when not even one item does.
+func largestFit(sc *scenario.Scenario, f *scenario.Flow) int {
+	return sort0(f.BatchMax, func(n int) bool {
+		for _, l := range governor.AllLimits {
+			if lim := sc.Provider.Limits[l]; lim > 0 && size(sc, f, n, l) > float64(lim) {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // sort0 is the largest n in [0, hi] for which ok holds, ok being true up to
@@ -423,6 +436,36 @@ func (p *Plan) flow(sc *scenario.Scenario, f *scenario.Flow, s shape, res bench.
 		pf.StallRisk = "low"
 	}
 	return pf
+}
+
+// waitForUpstream makes a flow's ETA no earlier than that of the flows it
+// is after: they feed it its last items. A flow after one that never
+// clears never clears either.
+func (p *Plan) waitForUpstream(sc *scenario.Scenario) {
+	byName := map[string]*scenario.Flow{}
+	for i := range sc.Flows {
+		byName[sc.Flows[i].Name] = &sc.Flows[i]
+	}
+	for _, f := range sc.Flows {
+		pf := p.Flows[f.Name]
+		if pf.EtaHours == nil {
+			continue
+		}
+		for u := byName[f.After]; u != nil; u = byName[u.After] {
+			up := p.Flows[u.Name]
+			switch {
+			case up.EtaFrom == "never":
+				pf.EtaHours, pf.EtaFrom = nil, "never"
+			case up.EtaHours != nil && *up.EtaHours > *pf.EtaHours:
+				eta := *up.EtaHours
+				pf.EtaHours, pf.EtaFrom = &eta, up.EtaFrom
+			}
+			if pf.EtaHours == nil {
+				break
+			}
+		}
+		p.Flows[f.Name] = pf
+	}
 }
 
 // lastDayRate is the items done per hour over the last day of done-by-hour

@@ -93,6 +93,10 @@ func TestFitAndETAs(t *testing.T) {
 			t.Errorf("%s: %+v: want an extrapolated ETA after the run, low stall risk", name, f)
 		}
 	}
+	// Titles wait for the summaries that feed them.
+	if s, tt := p.Flows["summary"], p.Flows["title"]; s.EtaHours == nil || tt.EtaHours == nil || *tt.EtaHours < *s.EtaHours {
+		t.Errorf("title ETA %v before summary's %v", tt.EtaHours, s.EtaHours)
+	}
 	if a := p.Flows["analysis"]; a.EtaFrom != "arrivals" || a.EtaHours != nil {
 		t.Errorf("analysis %+v: want no ETA, arrivals only", a)
 	}
