@@ -724,3 +724,25 @@ func TestWindowAndAccountingNames(t *testing.T) {
 		t.Errorf("ParseAccounting(later) = %v", err)
 	}
 }
+
+// TestRefusalsCounted: a call refused up front counts under its flow and
+// the limit it can never fit, whether Reserve refused it or the caller
+// found so with Check and says so with RefusedFlow.
+func TestRefusalsCounted(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	g, err := New(Config{Limits: Limits{TPM: 8000, OTPM: 1000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Reserve(now, "analysis", Cost{Requests: 1, Input: 100, Output: 1800}); err == nil {
+		t.Fatal("a call of 1,800 output tokens under OTPM 1,000 was queued")
+	}
+	g.RefusedFlow("title", TPM)
+	var got = map[string][NumLimits]int64{}
+	for _, f := range g.Stats(now).Flows {
+		got[f.Name] = f.Refusals
+	}
+	if got["analysis"][OTPM] != 1 || got["title"][TPM] != 1 || got["analysis"][TPM] != 0 {
+		t.Errorf("refusals %v", got)
+	}
+}
