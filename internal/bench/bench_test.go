@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"encoding/xml"
 	"errors"
 	"math"
 	"path/filepath"
@@ -19,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/chart/charttest"
 	"github.com/sluice-dev/sluice/internal/scenario"
 )
 
@@ -702,33 +702,65 @@ func TestUnknownPolicy(t *testing.T) {
 
 func TestSVG(t *testing.T) {
 	t.Parallel()
-	rep, err := Run(context.Background(), load(t, "devpick.yaml"), []string{"sluice", "devpick-naive"}, Options{})
+	policies := []string{"sluice", "devpick-naive"}
+	rep, err := Run(context.Background(), load(t, "devpick.yaml"), policies, Options{})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if rep.Results[1].ProviderRejections["429"] == 0 {
+		t.Fatal("devpick-naive met no 429: the test needs a policy that does")
 	}
 	var buf bytes.Buffer
 	if err := WriteSVG(&buf, rep); err != nil {
 		t.Fatal(err)
 	}
-	d := xml.NewDecoder(bytes.NewReader(buf.Bytes()))
-	polylines := 0
-	for {
-		tok, err := d.Token()
-		if err != nil {
-			break
-		}
-		if se, ok := tok.(xml.StartElement); ok && se.Name.Local == "polyline" {
-			polylines++
-		}
+	// Every panel: one frame, all drawn inside it, nice ticks.
+	panels := charttest.Panels(t, charttest.Parse(t, buf.Bytes()))
+	if len(panels) != 1+2*len(policies) {
+		t.Fatalf("%d panels, want 1 + 2 per policy", len(panels))
 	}
-	// Per policy: three flows and five limits.
-	if polylines != 2*(3+5) {
-		t.Fatalf("SVG has %d polylines, want %d", polylines, 2*(3+5))
+	// The first panel: every policy's progress, side by side.
+	if got := charttest.Series(panels[0]); !slices.Equal(got, policies) {
+		t.Errorf("first panel draws %q, want one line per policy %q", got, policies)
 	}
-	for _, s := range []string{"sluice", "devpick-naive", "title", "otpm"} {
-		if !bytes.Contains(buf.Bytes(), []byte(s)) {
-			t.Errorf("SVG does not mention %q", s)
+	var progressTop, useTop []float64
+	for i, res := range rep.Results {
+		done, use := panels[1+2*i], panels[2+2*i]
+		if got, want := charttest.Series(done), []string{"analysis", "summary", "title"}; !slices.Equal(got, want) {
+			t.Errorf("%s: progress panel draws %q, want the flows %q", res.Policy, got, want)
 		}
+		if got, want := charttest.Series(use), []string{"rpm", "rpd", "tpm", "tpd", "otpm"}; !slices.Equal(got, want) {
+			t.Errorf("%s: use panel draws %q, want the limits %q", res.Policy, got, want)
+		}
+		if l := use.All("refline-label"); len(l) != 1 || l[0].Text != "limit" {
+			t.Errorf("%s: use panel's reference lines %v, want the limit", res.Policy, l)
+		}
+		// The marks count every rejection, hour by hour.
+		var marked int64
+		for _, m := range use.All("mark") { // titled "12 × 429 rejections, 1 × 413 rejections at 3.5 h"
+			counts, _, _ := strings.Cut(m.Children[0].Text, " at ")
+			for _, part := range strings.Split(counts, ", ") {
+				n, _, _ := strings.Cut(part, " × ")
+				k, err := strconv.ParseInt(strings.ReplaceAll(n, ",", ""), 10, 64)
+				if err != nil {
+					t.Fatalf("%s: mark titled %q: %v", res.Policy, m.Children[0].Text, err)
+				}
+				marked += k
+			}
+		}
+		if want := res.ProviderRejections["429"] + res.ProviderRejections["413"]; marked != want {
+			t.Errorf("%s: marks count %d rejections, want %d", res.Policy, marked, want)
+		}
+		v := charttest.YTicks(t, done)
+		progressTop = append(progressTop, v[len(v)-1])
+		v = charttest.YTicks(t, use)
+		useTop = append(useTop, v[len(v)-1])
+	}
+	if progressTop[0] != progressTop[1] || useTop[0] != useTop[1] {
+		t.Errorf("progress panels top at %v, use panels at %v: want one scale each", progressTop, useTop)
+	}
+	if len(panels[4].All("mark")) == 0 {
+		t.Error("devpick-naive's use panel marks no rejection")
 	}
 }
 

@@ -76,6 +76,9 @@ type world struct {
 	// grow with the requests of a run.
 	hours int
 	use   [governor.NumLimits][]float64
+	// rejectsByHour counts, per status (429, 413), the rejections in each
+	// hour, for the chart.
+	rejectsByHour map[int][]int64
 	// inflight holds, when tracing, the calls sent and not yet answered, so
 	// that the trace can list those still out at the end.
 	inflight map[*outcome]inflightCall
@@ -121,7 +124,7 @@ func newWorld(sc *scenario.Scenario, pol policy, trace func(TraceRecord)) (*worl
 	}
 	w := &world{
 		sc: announced(sc), limits: p.Limits, now: epoch, end: epoch.Add(sc.Duration), prov: prov, pol: pol, trace: trace,
-		byName: map[string]*flowState{}, rejects: map[int]int64{},
+		byName: map[string]*flowState{}, rejects: map[int]int64{}, rejectsByHour: map[int][]int64{},
 		hours: int(math.Ceil(sc.Duration.Hours())),
 	}
 	if trace != nil {
@@ -333,6 +336,12 @@ func (w *world) send(f *flowState, items []item, maxTokens int64, done func(outc
 	if resp.Rejected {
 		w.record(sent, sent, f, items, req, resp, governor.Cost{})
 		w.rejects[resp.Status]++
+		if h := int(w.now.Sub(epoch) / time.Hour); h < w.hours {
+			if w.rejectsByHour[resp.Status] == nil {
+				w.rejectsByHour[resp.Status] = make([]int64, w.hours)
+			}
+			w.rejectsByHour[resp.Status][h]++
+		}
 		done(outcome{resp: resp, items: items, req: req})
 		return
 	}
