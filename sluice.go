@@ -80,7 +80,8 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 			}
 			return health.Quota{}
 		},
-		History: st,
+		History:      st,
+		HistoryEvery: cfg.HistoryEvery,
 		Counters: func(job string, now time.Time) health.Counters {
 			if c := a.counters[job]; c != nil {
 				return c(now)

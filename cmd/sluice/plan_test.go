@@ -1,20 +1,10 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"strings"
 	"testing"
 )
-
-func runCmd(t *testing.T, args ...string) (int, string, string) {
-	t.Helper()
-	var stdout, stderr bytes.Buffer
-	env := &cmdEnv{stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }}
-	code := runMain(context.Background(), env, args)
-	return code, stdout.String(), stderr.String()
-}
 
 // TestPlanSeedTable: the plan of DevPick's jobs as configured on 18 October
 // gives the post-mortem's own figure (184,200 tokens a day, 92 % of TPD),
@@ -22,7 +12,7 @@ func runCmd(t *testing.T, args ...string) (int, string, string) {
 func TestPlanSeedTable(t *testing.T) {
 	t.Parallel()
 	const file = "../../internal/plan/testdata/devpick-10-18.yaml"
-	code, out, errOut := runCmd(t, "plan", "--scenario", file, "--json")
+	code, out, errOut := runCLI("plan", "--scenario", file, "--json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
@@ -46,7 +36,7 @@ func TestPlanSeedTable(t *testing.T) {
 	if p.Fit == nil || p.Flows["summary"].EtaHours == nil {
 		t.Errorf("fit %v, summary %+v: want a list and an ETA", p.Fit, p.Flows["summary"])
 	}
-	code, out, _ = runCmd(t, "plan", "--scenario", file)
+	code, out, _ = runCLI("plan", "--scenario", file)
 	for _, want := range []string{"184,200", "92.1", "tokens per day: the steady demand is 184,200 tokens a day (92 %)"} {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Errorf("exit %d, table without %q:\n%s", code, want, out)
@@ -59,7 +49,7 @@ func TestPlanSeedTable(t *testing.T) {
 func TestPlanWhatIf(t *testing.T) {
 	t.Parallel()
 	const file = "../../internal/bench/testdata/devpick.yaml"
-	code, out, errOut := runCmd(t, "plan", "--scenario", file, "--json", "--set", "tpd=500000", "--drop-flow", "title")
+	code, out, errOut := runCLI("plan", "--scenario", file, "--json", "--set", "tpd=500000", "--drop-flow", "title")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
@@ -100,7 +90,7 @@ func TestPlanWhatIf(t *testing.T) {
 		{[]string{"--drop-flow", "summary"}, `--drop-flow summary: flows[1].after: "summary" names no flow`},
 		{[]string{"--stall-after", "0s"}, "--stall-after 0s: want a positive duration"},
 	} {
-		code, _, errOut := runCmd(t, append([]string{"plan", "--scenario", file}, tc.args...)...)
+		code, _, errOut := runCLI(append([]string{"plan", "--scenario", file}, tc.args...)...)
 		if code == 0 || !strings.Contains(errOut, tc.want) {
 			t.Errorf("%v: exit %d, stderr %q, want %q", tc.args, code, errOut, tc.want)
 		}

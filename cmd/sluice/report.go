@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/chart"
 	"github.com/sluice-dev/sluice/internal/report"
 	"github.com/sluice-dev/sluice/internal/store"
 )
@@ -111,18 +112,6 @@ func loadReport(ctx context.Context, st store.Store, since, until time.Time) (*r
 		return nil, fmt.Errorf("read the configuration versions: %w", err)
 	}
 	return report.Make(since, until, samples, versions)
-}
-
-func writeFile(path string, write func(io.Writer) error) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if err := write(f); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }
 
 // spark draws values as one bar character each, scaled to their largest.
@@ -224,3 +213,43 @@ func writeReport(out io.Writer, r *report.Report) {
 
 func short(hash string) string { return hash[:min(len(hash), 12)] }
 
+
+// writeReportSVG draws one panel per job: its items per hour, its stalls
+// shaded, the provider's rejections and the governor's refusals marked, and
+// each change of the configuration as a narrow band; every panel on one
+// scale.
+func writeReportSVG(w io.Writer, r *report.Report) error {
+	c := chart.Chart{Title: fmt.Sprintf("sluice report: %s to %s UTC", r.Since.Format("2006-01-02 15:04"), r.Until.Format("2006-01-02 15:04")),
+		Hours: r.Until.Sub(r.Since).Hours(), Start: r.Since}
+	hourOf := func(t time.Time) float64 { return t.Sub(r.Since).Hours() }
+	var panels []*chart.Panel
+	for _, name := range slices.Sorted(maps.Keys(r.Jobs)) {
+		j := r.Jobs[name]
+		p := &chart.Panel{Title: name + ": items done per hour", Unit: "items/h"}
+		s := chart.Series{Name: "items done"}
+		for i, h := range j.Hours {
+			s.Hours = append(s.Hours, float64(i)+0.5)
+			s.Values = append(s.Values, float64(h.Done))
+			for _, k := range slices.Sorted(maps.Keys(h.Rejections)) {
+				p.Marks = append(p.Marks, chart.Mark{Hour: float64(i) + 0.5, Label: "provider rejection on " + k, Count: int(min(h.Rejections[k], math.MaxInt32))})
+			}
+			for _, k := range slices.Sorted(maps.Keys(h.Refusals)) {
+				p.Marks = append(p.Marks, chart.Mark{Hour: float64(i) + 0.5, Label: "refused up front, never fits " + k, Count: int(min(h.Refusals[k], math.MaxInt32))})
+			}
+		}
+		p.Series = append(p.Series, s)
+		for _, st := range j.Stalls {
+			p.Bands = append(p.Bands, chart.Band{From: hourOf(st.From), To: hourOf(st.To), Label: "stalled"})
+		}
+		for _, ch := range r.Changes {
+			at := hourOf(ch.At)
+			p.Bands = append(p.Bands, chart.Band{From: at, To: at + c.Hours/400, Label: "configuration change " + short(ch.Hash)})
+		}
+		panels = append(panels, p)
+	}
+	chart.SharedScale(panels)
+	for _, p := range panels {
+		c.Panels = append(c.Panels, *p)
+	}
+	return chart.Write(w, c)
+}

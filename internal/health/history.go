@@ -87,7 +87,7 @@ func (m *Monitor) record(ctx context.Context, now time.Time, jobs []store.Job, v
 		samples = append(samples, store.Sample{
 			At: now, Flow: j.Name, Source: m.cfg.HistorySource, State: string(v.State), Reason: v.Reason,
 			Done: max(cur.done-prev.done, 0), Remaining: max(v.Remaining, 0),
-			Admitted: max(cur.c.Admitted-prev.c.Admitted, 0), Tokens: max(cur.c.Tokens-prev.c.Tokens, 0),
+			Admitted: grew(cur.c.Admitted, prev.c.Admitted), Tokens: grew(cur.c.Tokens, prev.c.Tokens),
 			Rejections: since(cur.c.Rejections, prev.c.Rejections), Refusals: since(cur.c.Refusals, prev.c.Refusals),
 		})
 	}
@@ -100,16 +100,21 @@ func (m *Monitor) record(ctx context.Context, now time.Time, jobs []store.Job, v
 	m.bases, m.lastSample = next, now
 }
 
+// grew is what a counter grew by from prev to cur; a counter that went down
+// (a new process) counts from zero.
+func grew(cur, prev int64) int64 {
+	if cur < prev {
+		return max(cur, 0)
+	}
+	return cur - prev
+}
+
 // since is cur − prev per key, the keys that grew only. Counters that went
 // down (a new process) count from zero.
 func since(cur, prev map[string]int64) map[string]int64 {
 	var out map[string]int64
 	for k, n := range cur {
-		d := n - prev[k]
-		if d < 0 {
-			d = n
-		}
-		if d > 0 {
+		if d := grew(n, prev[k]); d > 0 {
 			out = addCount(out, k, d)
 		}
 	}

@@ -88,9 +88,9 @@ type Change struct {
 	// previous change or the window's start) and after it (until the next
 	// change or the window's end), in items per hour.
 	Jobs map[string]Delta `json:"jobs"`
-	// Helped names the jobs whose rate rose the most across this change of
-	// all changes, and that were slower before it: the change their
-	// recovery is attributed to.
+	// Helped names the jobs for which this change is the one their rate
+	// rose the most across, of the changes it rose by half or more (or from
+	// nothing) across: the change their recovery is attributed to.
 	Helped []string `json:"helped"`
 }
 
@@ -249,7 +249,7 @@ func (r *Report) changes(samples []store.Sample) {
 				StalledBefore: before.stalled[name], StalledAfter: after.stalled[name]}
 			d.Difference = math.Round((d.After-d.Before)*100) / 100
 			c.Jobs[name] = d
-			if d.Difference <= 0 {
+			if !rose(d) {
 				continue
 			}
 			if b, ok := best[name]; !ok || d.Difference > r.Changes[b].Jobs[name].Difference {
@@ -261,6 +261,13 @@ func (r *Report) changes(samples []store.Sample) {
 		c := &r.Changes[best[name]]
 		c.Helped = append(c.Helped, name)
 	}
+}
+
+// rose says whether a job's rate rose across a change by enough to be a
+// recovery or a speed-up, not noise: from nothing to something, or by half
+// or more.
+func rose(d Delta) bool {
+	return d.After > 0 && d.After >= 1.5*d.Before
 }
 
 // diff lists what differs between two versions: the code, and each leaf of
