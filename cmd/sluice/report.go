@@ -213,7 +213,6 @@ func writeReport(out io.Writer, r *report.Report) {
 
 func short(hash string) string { return hash[:min(len(hash), 12)] }
 
-
 // writeReportSVG draws one panel per job: its items per hour, its stalls
 // shaded, the provider's rejections and the governor's refusals marked, and
 // each change of the configuration as a narrow band; every panel on one
