@@ -73,6 +73,7 @@ func runPlan(ctx context.Context, env *cmdEnv, args []string) error {
 	scenarioPath := fs.String("scenario", "", "scenario `FILE` (YAML, required)")
 	asJSON := fs.Bool("json", false, "print the plan as JSON")
 	stallAfter := fs.Duration("stall-after", plan.DefaultStallAfter, "time without progress, with work waiting, that counts as a stall")
+	svgPath := fs.String("svg", "", "also draw the simulation behind the ETAs (each flow's progress, each limit's use) to this SVG file; with a what-if, both side by side")
 	fs.Var(setFlag{&chs}, "set", "`PATH=VALUE` to change for a what-if plan (repeatable): a limit (tpd=500000), provider.KEY, flows.NAME.KEY or duration")
 	fs.Var(dropFlag{&chs}, "drop-flow", "`NAME` of a flow to leave out of the what-if plan (repeatable)")
 	if err := parseFlags(fs, env, args); err != nil {
@@ -99,6 +100,11 @@ func runPlan(ctx context.Context, env *cmdEnv, args []string) error {
 		return err
 	}
 	if len(chs) == 0 {
+		if *svgPath != "" {
+			if err := writeFile(*svgPath, func(w io.Writer) error { return plan.WriteSVG(w, []*plan.Plan{bp}, []string{"plan"}) }); err != nil {
+				return err
+			}
+		}
 		if *asJSON {
 			return writeJSON(env.stdout, bp)
 		}
@@ -112,6 +118,13 @@ func runPlan(ctx context.Context, env *cmdEnv, args []string) error {
 	wp, err := plan.Make(ctx, changed, opts)
 	if err != nil {
 		return err
+	}
+	if *svgPath != "" {
+		if err := writeFile(*svgPath, func(w io.Writer) error {
+			return plan.WriteSVG(w, []*plan.Plan{bp, wp}, []string{"plan", "what if"})
+		}); err != nil {
+			return err
+		}
 	}
 	if *asJSON {
 		w := whatIf{Base: bp, WhatIf: wp}

@@ -1,7 +1,11 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
+
 	"encoding/json"
+	"github.com/sluice-dev/sluice/internal/chart/charttest"
 	"strings"
 	"testing"
 )
@@ -93,6 +97,34 @@ func TestPlanWhatIf(t *testing.T) {
 		code, _, errOut := runCLI(append([]string{"plan", "--scenario", file}, tc.args...)...)
 		if code == 0 || !strings.Contains(errOut, tc.want) {
 			t.Errorf("%v: exit %d, stderr %q, want %q", tc.args, code, errOut, tc.want)
+		}
+	}
+}
+
+// TestPlanSVG: plan --svg draws the simulation behind a plan and its
+// what-if side by side: a first panel with both, then each one's progress
+// and limit use, nothing outside its frame.
+func TestPlanSVG(t *testing.T) {
+	t.Parallel()
+	svg := filepath.Join(t.TempDir(), "plan.svg")
+	code, _, errOut := runCLI("plan", "--scenario", "../../internal/bench/testdata/devpick.yaml", "--set", "tpd=500000", "--svg", svg)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	data, err := os.ReadFile(svg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	panels := charttest.Panels(t, charttest.Parse(t, data))
+	if len(panels) != 5 {
+		t.Fatalf("%d panels, want both side by side, then two for each", len(panels))
+	}
+	for _, p := range panels {
+		charttest.CheckInside(t, p)
+	}
+	for _, want := range []string{"sluice plan: devpick, the governor simulated", "what if"} {
+		if !strings.Contains(string(data), want) {
+			t.Errorf("the chart does not say %q", want)
 		}
 	}
 }

@@ -18,6 +18,9 @@ import (
 type Report struct {
 	Scenario string   `json:"scenario"`
 	Results  []Result `json:"results"`
+	// Title heads the chart (default "sluice bench quota: " and the
+	// scenario); not in the JSON.
+	Title string `json:"-"`
 }
 
 // Result is one policy's run.

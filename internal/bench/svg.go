@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"slices"
@@ -61,7 +62,7 @@ func (w *world) series() *series {
 // per hour against the limit, with the provider's rejections marked. All
 // progress panels share one scale, and all use panels another.
 func WriteSVG(out io.Writer, rep *Report) error {
-	c := chart.Chart{Title: "sluice bench quota: " + rep.Scenario}
+	c := chart.Chart{Title: cmp.Or(rep.Title, "sluice bench quota: "+rep.Scenario)}
 	all := chart.Panel{Title: "progress of every policy: items done, all flows together", Unit: "items"}
 	var progress, use []*chart.Panel
 	var panels []chart.Panel

@@ -23,6 +23,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"io"
 	"math"
 	"slices"
 	"time"
@@ -59,6 +60,8 @@ type Plan struct {
 	Money *Money `json:"money,omitempty"`
 	// Warnings say, in words, what the figures mean for the user.
 	Warnings []string `json:"warnings"`
+
+	sim *bench.Report // the simulation the ETAs come from, for the chart
 }
 
 // Limit is the demand on one limit.
@@ -164,7 +167,7 @@ func Make(ctx context.Context, sc *scenario.Scenario, opts Options) (*Plan, erro
 		return nil, err
 	}
 	res := rep.Results[0]
-	p := &Plan{Scenario: sc.Name, SimulatedHours: res.SimulatedHours, Limits: map[string]Limit{}, Flows: map[string]Flow{}, Fit: []Fit{}, Warnings: []string{}}
+	p := &Plan{Scenario: sc.Name, SimulatedHours: res.SimulatedHours, Limits: map[string]Limit{}, Flows: map[string]Flow{}, Fit: []Fit{}, Warnings: []string{}, sim: rep}
 	byName := map[string]*scenario.Flow{}
 	for i := range sc.Flows {
 		byName[sc.Flows[i].Name] = &sc.Flows[i]
@@ -536,3 +539,20 @@ func ratio(x float64, lim int64) float64 { return math.Round(x/float64(lim)*1000
 func round(x float64) float64 { return math.Round(x*10) / 10 }
 
 func roundCents(x float64) float64 { return math.Round(x*10000) / 10000 }
+
+// WriteSVG draws the simulation behind each plan, side by side on one
+// scale, labelled by labels ("plan", "what if"): each flow's progress and
+// each limit's use per hour against the limit, the provider's rejections
+// marked.
+func WriteSVG(w io.Writer, plans []*Plan, labels []string) error {
+	rep := &bench.Report{}
+	for i, p := range plans {
+		res := p.sim.Results[0]
+		res.Policy = labels[i]
+		rep.Results = append(rep.Results, res)
+		if rep.Title == "" {
+			rep.Scenario, rep.Title = p.Scenario, "sluice plan: "+p.Scenario+", the governor simulated"
+		}
+	}
+	return bench.WriteSVG(w, rep)
+}
