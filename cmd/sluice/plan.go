@@ -1,10 +1,15 @@
 package main
 
 import (
+	"cmp"
+	"os"
+	"time"
+
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sluice-dev/sluice/internal/store"
 	"io"
 	"math"
 	"slices"
@@ -60,17 +65,25 @@ type whatIf struct {
 
 func runPlan(ctx context.Context, env *cmdEnv, args []string) error {
 	var chs changes
-	fs := newFlagSet(env, "plan", "--scenario FILE [flags]",
+	fs := newFlagSet(env, "plan", "--scenario FILE | --config FILE | --db URL [flags]",
 		"Plans a configuration of flows on one provider key (a quota scenario, see docs/plan.md) before\n"+
 			"it runs: per limit, the demand per day or in the busiest minute against the limit, real and as\n"+
 			"the provider charges it; every flow whose largest request can never fit a limit, with the\n"+
 			"largest batch that does; each backlog's ETA and stall risk from a simulation of sluice's\n"+
 			"governor (the one `sluice bench quota` runs); and, with prices, the cost per day and per\n"+
 			"backlog. With --set or --drop-flow it plans the changed configuration too, side by side.\n\n"+
+			"Instead of a scenario, --config (a gateway's config file) or --db alone (the configuration an\n"+
+			"app last recorded there) gives the key and its flows, and the database the last day's calls\n"+
+			"(their sizes, items per call) and each backfill's backlog.\n\n"+
 			"Examples:\n"+
 			"  sluice plan --scenario devpick.yaml\n"+
-			"  sluice plan --scenario devpick.yaml --set tpd=500000 --set flows.summary.weight=2 --drop-flow title")
-	scenarioPath := fs.String("scenario", "", "scenario `FILE` (YAML, required)")
+			"  sluice plan --scenario devpick.yaml --set tpd=500000 --set flows.summary.weight=2 --drop-flow title\n"+
+			"  sluice plan --db sluice.db --set tpd=500000")
+	scenarioPath := fs.String("scenario", "", "scenario `FILE` (YAML) to plan")
+	configPath := fs.String("config", "", "plan a gateway's key from its config `FILE` and what its database recorded in the last day")
+	dbURL := fs.String("db", "", "database to read the backlogs and the last day's calls from (default: the gateway config's db, $SLUICE_DB or sluice.db); without --config, plan the key of the configuration the app last recorded there")
+	keyName := fs.String("key", "", "with --db alone: the app's provider to plan (default its first)")
+	showScenario := fs.Bool("print-scenario", false, "print the scenario derived with --config or --db, in the scenario format, and stop")
 	asJSON := fs.Bool("json", false, "print the plan as JSON")
 	stallAfter := fs.Duration("stall-after", plan.DefaultStallAfter, "time without progress, with work waiting, that counts as a stall")
 	svgPath := fs.String("svg", "", "also draw the simulation behind the ETAs (each flow's progress, each limit's use) to this SVG file; with a what-if, both side by side")
@@ -79,26 +92,42 @@ func runPlan(ctx context.Context, env *cmdEnv, args []string) error {
 	if err := parseFlags(fs, env, args); err != nil {
 		return err
 	}
-	if *scenarioPath == "" {
-		fmt.Fprintln(env.stderr, "sluice plan: --scenario is required")
-		return errUsage
-	}
 	if *stallAfter <= 0 {
 		return fmt.Errorf("--stall-after %s: want a positive duration", *stallAfter)
 	}
-	data, err := scenario.Read(*scenarioPath)
-	if err != nil {
-		return err
+	var data []byte
+	var notes []string
+	var err error
+	switch {
+	case *scenarioPath != "" && (*configPath != "" || *dbURL != ""):
+		fmt.Fprintln(env.stderr, "sluice plan: give --scenario, or --config and/or --db, not both")
+		return errUsage
+	case *scenarioPath != "":
+		if data, err = scenario.Read(*scenarioPath); err != nil {
+			return err
+		}
+	case *configPath != "" || *dbURL != "":
+		if data, notes, err = observedData(ctx, env, *configPath, *dbURL, *keyName); err != nil {
+			return err
+		}
+		if *showScenario {
+			_, err := env.stdout.Write(data)
+			return err
+		}
+	default:
+		fmt.Fprintln(env.stderr, "sluice plan: --scenario, or --config and/or --db, is required")
+		return errUsage
 	}
 	base, err := scenario.Parse(data)
 	if err != nil {
-		return fmt.Errorf("%s: %w", *scenarioPath, err)
+		return fmt.Errorf("%s: %w", cmp.Or(*scenarioPath, "the derived scenario"), err)
 	}
 	opts := plan.Options{StallAfter: *stallAfter}
 	bp, err := plan.Make(ctx, base, opts)
 	if err != nil {
 		return err
 	}
+	bp.Warnings = append(bp.Warnings, notes...)
 	if len(chs) == 0 {
 		if *svgPath != "" {
 			if err := writeFile(*svgPath, func(w io.Writer) error { return plan.WriteSVG(w, []*plan.Plan{bp}, []string{"plan"}) }); err != nil {
@@ -119,6 +148,7 @@ func runPlan(ctx context.Context, env *cmdEnv, args []string) error {
 	if err != nil {
 		return err
 	}
+	wp.Warnings = append(wp.Warnings, notes...)
 	if *svgPath != "" {
 		if err := writeFile(*svgPath, func(w io.Writer) error {
 			return plan.WriteSVG(w, []*plan.Plan{bp, wp}, []string{"plan", "what if"})
@@ -135,6 +165,42 @@ func runPlan(ctx context.Context, env *cmdEnv, args []string) error {
 	}
 	writePlan(env.stdout, bp, wp)
 	return nil
+}
+
+// observedData derives a scenario from a gateway's config file or an app's
+// recorded configuration, and the database's last day.
+func observedData(ctx context.Context, env *cmdEnv, configPath, dbURL, keyName string) ([]byte, []string, error) {
+	var k observedKey
+	fileDB := ""
+	if configPath != "" {
+		var err error
+		if k, fileDB, err = gatewayKey(configPath); err != nil {
+			return nil, nil, err
+		}
+	}
+	db := cmp.Or(dbURL, fileDB, env.getenv("SLUICE_DB"), "sluice.db")
+	if !isPostgresURL(db) {
+		if _, err := os.Stat(db); err != nil {
+			return nil, nil, fmt.Errorf("--db %s: %w (give the database the app or gateway records in)", db, err)
+		}
+	}
+	st, err := store.Open(ctx, db)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--db: %w", err)
+	}
+	defer st.Close()
+	now := time.Now()
+	if configPath == "" {
+		if k, err = appKey(ctx, st, keyName, now); err != nil {
+			return nil, nil, err
+		}
+	}
+	sc, notes, err := observedScenario(ctx, st, k, now)
+	if err != nil {
+		return nil, nil, err
+	}
+	data, err := scenario.Format(sc)
+	return data, notes, err
 }
 
 func writeJSON(w io.Writer, v any) error {

@@ -40,8 +40,8 @@ type Scenario struct {
 
 // Price is what a model costs, in money (say USD) per million tokens.
 type Price struct {
-	Input  float64 // per million input tokens
-	Output float64 // per million output tokens
+	Input  float64 `yaml:"input"`  // per million input tokens
+	Output float64 `yaml:"output"` // per million output tokens
 }
 
 // PriceOf returns the price of f's model: the one Prices names, or, when f
