@@ -3,8 +3,6 @@ package sluice
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"slices"
 	"strings"
@@ -65,10 +63,6 @@ func (a *App) recordConfig(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	code := a.e.AppVersion()
-	sum := sha256.Sum256(append(append(config, 0), code...))
-	_, err = a.st.RecordConfig(ctx, store.ConfigVersion{
-		At: time.Now(), Source: "app", Hash: hex.EncodeToString(sum[:]), Code: code, Config: config,
-	})
+	_, err = a.st.RecordConfig(ctx, store.NewConfigVersion(time.Now(), "app", a.e.AppVersion(), config))
 	return err
 }

@@ -1,7 +1,10 @@
 package store
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"slices"
 	"time"
 )
 
@@ -57,4 +60,12 @@ type Sample struct {
 	// back nil, a non-empty one as recorded, zero counts included.
 	Rejections map[string]int64
 	Refusals   map[string]int64
+}
+
+// NewConfigVersion returns the version of config (JSON) and code recorded
+// by source at at, its Hash the SHA-256 of both: the same configuration
+// and code always make the same hash.
+func NewConfigVersion(at time.Time, source, code string, config []byte) ConfigVersion {
+	sum := sha256.Sum256(append(append(slices.Clip(config), 0), code...))
+	return ConfigVersion{At: at, Source: source, Hash: hex.EncodeToString(sum[:]), Code: code, Config: config}
 }
