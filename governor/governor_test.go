@@ -677,6 +677,7 @@ func TestZeroGovernorPanicsSayingUseNew(t *testing.T) {
 		"Rejected":             func(g *Governor) { g.Rejected(t0, TPM, time.Second) },
 		"RejectedUnclassified": func(g *Governor) { g.RejectedUnclassified(t0) },
 		"RejectedFlow":         func(g *Governor) { g.RejectedFlow("a", TPM) },
+		"RefusedFlow":          func(g *Governor) { g.RefusedFlow("a", TPM) },
 		"Restore":              func(g *Governor) { g.Restore(t0, nil) },
 		"Stats":                func(g *Governor) { g.Stats(t0) },
 	}
