@@ -210,10 +210,12 @@ func TestBackfillStoryStallAndRecovery(t *testing.T) {
 			}
 		}
 
-		// The two that work progress, and finish; the titles fail.
+		// The two that work progress, and finish; the titles fail (and, on a
+		// loaded machine, may be past the threshold by the time this looks).
 		waitFor("titles failing while the others progress", func() bool {
 			f := flows()
-			return f["titles_en"]["state"] == "failing" && f["summaries_en"]["done"] != nil
+			st := f["titles_en"]["state"]
+			return (st == "failing" || st == "stalled") && f["titles_en"]["consecutive_failures"] != nil && f["summaries_en"]["done"] != nil
 		})
 		waitFor("titles stalled after the threshold", func() bool { return flows()["titles_en"]["state"] == "stalled" })
 		f := flows()["titles_en"]
