@@ -124,5 +124,6 @@ func RegisterBackfill[T any](app *App, b Backfill[T]) error {
 	app.thresholds[b.ID] = cmp.Or(b.StallAfter, backfill.DefaultStallAfter)
 	flow := cmp.Or(b.Flow, b.ID)
 	app.quotas[b.ID] = func(now time.Time) health.Quota { return health.QuotaOf(p.Governor, flow, now) }
+	app.counters[b.ID] = func(now time.Time) health.Counters { return health.CountersOf(p.Governor, flow, now) }
 	return nil
 }

@@ -61,6 +61,12 @@ type Config struct {
 	// 30s): GET /v1/flows, /readyz and the alerts read it.
 	HealthEvery time.Duration
 
+	// HistoryEvery is how often each backfill's sample (items done, calls,
+	// rejections and refusals by limit, state) is recorded for `sluice
+	// report` (default 1m; a sample is taken at a health poll, so at most
+	// as often as HealthEvery).
+	HistoryEvery time.Duration
+
 	// Logger receives the engine's logs (default: warnings to stderr).
 	Logger *slog.Logger
 }

@@ -37,6 +37,7 @@ type App struct {
 	// its StallAfter, and its provider's governor and flow.
 	thresholds map[string]time.Duration
 	quotas     map[string]func(now time.Time) health.Quota
+	counters   map[string]func(now time.Time) health.Counters
 	first      string
 }
 
@@ -68,6 +69,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	a := &App{cfg: cfg, st: st, e: e, providers: map[string]*engine.Provider{}}
 	a.backfills = backfill.NewSet(e, st, e.Logger(), nil)
 	a.thresholds, a.quotas = map[string]time.Duration{}, map[string]func(time.Time) health.Quota{}
+	a.counters = map[string]func(time.Time) health.Counters{}
 	a.monitor, err = health.New(health.Config{
 		Source:     st,
 		Every:      cfg.HealthEvery,
@@ -77,6 +79,14 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 				return q(now)
 			}
 			return health.Quota{}
+		},
+		History:      st,
+		HistoryEvery: cfg.HistoryEvery,
+		Counters: func(job string, now time.Time) health.Counters {
+			if c := a.counters[job]; c != nil {
+				return c(now)
+			}
+			return health.Counters{}
 		},
 		Webhook: cfg.AlertWebhook,
 		Logger:  e.Logger(),
@@ -142,6 +152,9 @@ func (a *App) Start(ctx context.Context) error {
 	}
 	if err := a.backfills.Start(ctx); err != nil {
 		return err
+	}
+	if err := a.recordConfig(ctx); err != nil {
+		a.e.Logger().Warn("sluice: cannot record the configuration's version; sluice report will not see this start", "err", err)
 	}
 	a.monitor.Start(context.WithoutCancel(ctx))
 	return nil

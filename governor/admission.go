@@ -3,6 +3,7 @@ package governor
 import (
 	"container/heap"
 	"context"
+	"errors"
 	"math"
 	"time"
 )
@@ -15,6 +16,10 @@ func (g *Governor) Reserve(now time.Time, flow string, c Cost) (*Reservation, er
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if err := g.check(c); err != nil {
+		var tl *TooLargeError
+		if errors.As(err, &tl) {
+			g.flow(flow).refusals[tl.Limit]++
+		}
 		return nil, err
 	}
 	g.start(now.UnixNano())

@@ -192,6 +192,9 @@ type FlowStats struct {
 	Admitted   int64
 	Tokens     Cost // charged to its admitted calls, as settled
 	Rejections [NumLimits]int64
+	// Refusals counts its calls refused up front, by the limit they could
+	// never fit (see TooLargeError).
+	Refusals [NumLimits]int64
 	// WaitingOn says what holds the flow's first waiting call back (zero
 	// when nothing waits).
 	WaitingOn Blocker
@@ -204,6 +207,16 @@ func (g *Governor) RejectedFlow(flow string, l Limit) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.flow(flow).rejections[l]++
+}
+
+// RefusedFlow counts a call of flow refused up front because it can never
+// fit limit l, when the caller found so with Check (Reserve counts its own
+// refusals). It changes no admission state.
+func (g *Governor) RefusedFlow(flow string, l Limit) {
+	g.mustBeNew()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.flow(flow).refusals[l]++
 }
 
 // limitStats is l's state at now. It assumes expire(now) ran.
@@ -230,7 +243,7 @@ func (g *Governor) Stats(now time.Time) Stats {
 	for _, f := range g.flows {
 		fs := FlowStats{
 			Name: f.name, Weight: f.weight, Priority: f.priority, Share: f.share, Waiting: len(f.queue), Parked: len(f.parked),
-			Admitted: f.admitted, Tokens: f.tokens, Rejections: f.rejections,
+			Admitted: f.admitted, Tokens: f.tokens, Rejections: f.rejections, Refusals: f.refusals,
 		}
 		if len(f.queue) > 0 {
 			fs.WaitingOn = g.blocker(n, f, f.queue[0].cost)

@@ -30,6 +30,7 @@ type flow struct {
 	retry      float64 // how large a retry may go ahead of the day pacers (see Fault)
 	tokens     Cost    // charged to admitted reservations, as corrected
 	rejections [NumLimits]int64
+	refusals   [NumLimits]int64
 
 	prio *prio // for a flow of priority above 0: see priority.go
 }

@@ -677,6 +677,7 @@ func TestZeroGovernorPanicsSayingUseNew(t *testing.T) {
 		"Rejected":             func(g *Governor) { g.Rejected(t0, TPM, time.Second) },
 		"RejectedUnclassified": func(g *Governor) { g.RejectedUnclassified(t0) },
 		"RejectedFlow":         func(g *Governor) { g.RejectedFlow("a", TPM) },
+		"RefusedFlow":          func(g *Governor) { g.RefusedFlow("a", TPM) },
 		"Restore":              func(g *Governor) { g.Restore(t0, nil) },
 		"Stats":                func(g *Governor) { g.Stats(t0) },
 	}
@@ -722,5 +723,27 @@ func TestWindowAndAccountingNames(t *testing.T) {
 	}
 	if _, err := ParseAccounting("later"); err == nil || err.Error() != `"later" is not reserve or settle` {
 		t.Errorf("ParseAccounting(later) = %v", err)
+	}
+}
+
+// TestRefusalsCounted: a call refused up front counts under its flow and
+// the limit it can never fit, whether Reserve refused it or the caller
+// found so with Check and says so with RefusedFlow.
+func TestRefusalsCounted(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	g, err := New(Config{Limits: Limits{TPM: 8000, OTPM: 1000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Reserve(now, "analysis", Cost{Requests: 1, Input: 100, Output: 1800}); err == nil {
+		t.Fatal("a call of 1,800 output tokens under OTPM 1,000 was queued")
+	}
+	g.RefusedFlow("title", TPM)
+	var got = map[string][NumLimits]int64{}
+	for _, f := range g.Stats(now).Flows {
+		got[f.Name] = f.Refusals
+	}
+	if got["analysis"][OTPM] != 1 || got["title"][TPM] != 1 || got["analysis"][TPM] != 0 {
+		t.Errorf("refusals %v", got)
 	}
 }

@@ -32,7 +32,7 @@ func runBenchQuota(ctx context.Context, env *cmdEnv, args []string) error {
 	scenarioPath := fs.String("scenario", "", "scenario file (YAML, required)")
 	policy := fs.String("policy", "all", `policies to run, comma-separated; "all" stands for every policy but those run by name only`)
 	asJSON := fs.Bool("json", false, "print the report as JSON")
-	svgPath := fs.String("svg", "", "also draw each flow's progress and each limit's use over time to this SVG file")
+	svgPath := fs.String("svg", "", "also draw every policy's progress, each flow's items done, each limit's use per hour and the provider's rejections to this SVG file")
 	tracePath := fs.String("trace", "", "also write every request the provider model saw to this file, one JSON object a line")
 	if err := parseFlags(fs, env, args); err != nil {
 		return err

@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"net"
 	"os"
 	"reflect"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -330,6 +332,12 @@ func runGateway(ctx context.Context, env *cmdEnv, args []string) error {
 	if err != nil {
 		return err
 	}
+	if cfg.Store != nil {
+		// sluice report attributes changes in the flows' rates to these.
+		if err := recordGatewayConfig(ctx, cfg); err != nil {
+			cfg.Logger.Warn("cannot record the configuration's version; sluice report will not see this start", "err", err)
+		}
+	}
 	gc, err := sf.config(listen, gw.WriteError)
 	if err != nil {
 		return err
@@ -348,4 +356,62 @@ func runGateway(ctx context.Context, env *cmdEnv, args []string) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return errors.Join(err, gw.Stop(sctx))
+}
+
+// recordGatewayConfig records the configuration the gateway starts with —
+// its key's name, limits and flows, never the provider key or the client
+// keys — unless it is the one last recorded.
+func recordGatewayConfig(ctx context.Context, cfg gateway.Config) error {
+	type flow struct {
+		Name             string  `json:"name"`
+		Weight           float64 `json:"weight"`
+		Priority         int     `json:"priority"`
+		DefaultMaxTokens int     `json:"default_max_tokens,omitempty"`
+	}
+	c := struct {
+		Key              string           `json:"key"`
+		Profile          string           `json:"profile"`
+		Limits           map[string]int64 `json:"limits"`
+		Window           string           `json:"window"`
+		Accounting       string           `json:"accounting"`
+		DefaultMaxTokens int              `json:"default_max_tokens"`
+		MaxWait          string           `json:"max_wait"`
+		Flows            []flow           `json:"flows"`
+	}{Key: cmp.Or(cfg.Key, string(cfg.Profile)), Profile: string(cfg.Profile), Limits: map[string]int64{}, Window: cfg.Window.String(),
+		Accounting: cfg.Accounting.String(), DefaultMaxTokens: cfg.DefaultMaxTokens, MaxWait: cfg.MaxWait.String(), Flows: []flow{}}
+	for _, l := range governor.AllLimits {
+		if cfg.Limits[l] > 0 {
+			c.Limits[l.String()] = cfg.Limits[l]
+		}
+	}
+	for _, f := range cfg.Flows {
+		c.Flows = append(c.Flows, flow{f.Name, f.Weight, f.Priority, f.DefaultMaxTokens})
+	}
+	config, err := json.Marshal(c)
+	if err != nil {
+		return err
+	}
+	_, err = cfg.Store.RecordConfig(ctx, store.NewConfigVersion(time.Now(), "gateway", buildVersion(), config))
+	return err
+}
+
+// buildVersion is the binary's module version and VCS revision, as far as
+// the build recorded them.
+func buildVersion() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return ""
+	}
+	v := bi.Main.Version
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			v += " " + s.Value[:min(len(s.Value), 12)]
+		case "vcs.modified":
+			if s.Value == "true" {
+				v += " (modified)"
+			}
+		}
+	}
+	return strings.TrimSpace(v)
 }

@@ -212,6 +212,11 @@ func TestGatewayKeepsTheDay(t *testing.T) {
 	if len(saved) != 1 || saved[0].Cost.Output == 0 {
 		t.Fatalf("the store holds %+v after the gateway exited, want the one call's charge", saved)
 	}
+	versions, err := st.ConfigVersions(context.Background(), time.Now().Add(-time.Hour))
+	if err != nil || len(versions) != 1 || versions[0].Source != "gateway" || !strings.Contains(string(versions[0].Config), `"key":"groq-day"`) ||
+		strings.Contains(string(versions[0].Config), gatewayTestKey) {
+		t.Fatalf("config versions %+v, %v: want the gateway's, naming its key and not its secret", versions, err)
+	}
 }
 
 func TestGatewayConfigFile(t *testing.T) {

@@ -44,7 +44,7 @@ func TestHelpListsEveryCommand(t *testing.T) {
 
 func TestUnknownCommandAndMeasurement(t *testing.T) {
 	t.Parallel()
-	if code, _, errOut := runCLI("plan"); code != 2 || !strings.Contains(errOut, `unknown command "plan"`) {
+	if code, _, errOut := runCLI("frobnicate"); code != 2 || !strings.Contains(errOut, `unknown command "frobnicate"`) {
 		t.Errorf("unknown command: exit %d, stderr %q", code, errOut)
 	}
 	if code, _, errOut := runCLI("bench", "fifo"); code != 2 || !strings.Contains(errOut, `unknown measurement "fifo"`) {

@@ -238,6 +238,15 @@ func (s *Set) Add(c Config, p *engine.Provider) error {
 	return nil
 }
 
+// Settings returns each backfill's settings, in the order they were added.
+func (s *Set) Settings() []run.Backfill {
+	out := make([]run.Backfill, len(s.order))
+	for i, b := range s.order {
+		out[i] = b.Backfill
+	}
+	return out
+}
+
 // Start checks that every After names a backfill of the set, records each
 // job, and starts a run of each backfill now and every Poll until Stop.
 func (s *Set) Start(ctx context.Context) error {
@@ -533,6 +542,10 @@ func (b *backfill) size(items []Item) (int, *llm.ChatRequest, string, error) {
 			return n, req, "", nil
 		}
 		if n == 1 {
+			var tl *governor.TooLargeError
+			if errors.As(err, &tl) {
+				b.provider.Governor.RefusedFlow(b.Flow, tl.Limit)
+			}
 			return 0, nil, err.Error(), nil
 		}
 		n /= 2

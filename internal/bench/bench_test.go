@@ -5,11 +5,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"encoding/xml"
 	"errors"
 	"math"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/chart/charttest"
 	"github.com/sluice-dev/sluice/internal/scenario"
 )
 
@@ -317,6 +318,10 @@ func TestTraceRecomputesReport(t *testing.T) {
 			want := map[string]Result{}
 			for _, r := range rep.Results {
 				r.WallSeconds, r.series = 0, nil
+				for name, f := range r.Flows {
+					f.DoneByHour = nil // the chart's, as series
+					r.Flows[name] = f
+				}
 				want[r.Policy] = r
 			}
 			// Tracing changes nothing of the run.
@@ -326,6 +331,10 @@ func TestTraceRecomputesReport(t *testing.T) {
 			}
 			for _, r := range untraced.Results {
 				r.WallSeconds, r.series = 0, nil
+				for name, f := range r.Flows {
+					f.DoneByHour = nil
+					r.Flows[name] = f
+				}
 				if !reflect.DeepEqual(r, want[r.Policy]) {
 					t.Errorf("%s: the report of a run with --trace differs from one without", r.Policy)
 				}
@@ -364,11 +373,7 @@ func resultFromTrace(t *testing.T, sc *scenario.Scenario, policy string, recs []
 	}
 	var used, useful [governor.NumLimits]int64
 	// What happened to each item: an event list per flow for the stalls.
-	type event struct {
-		at     float64
-		change int // +1 eligible, -n done or refused
-		done   bool
-	}
+	type event = traceEvent
 	type itemKey struct {
 		flow string
 		id   uint32
@@ -502,9 +507,60 @@ func resultFromTrace(t *testing.T, sc *scenario.Scenario, policy string, recs []
 			longest = max(longest, end-from)
 		}
 		f.MaxStallMinutes = round1(longest / 60)
+		f.ClearedHours = clearedFromTrace(sc, fc, events)
 		r.Flows[fc.Name] = f
 	}
 	return r
+}
+
+// traceEvent is what happened to items of a flow at a moment.
+type traceEvent struct {
+	at     float64
+	change int // +1 eligible, -n done or refused
+	done   bool
+}
+
+// clearedFromTrace is when fc's work and that of every flow it is after
+// were first all done, at a completion or refusal, in hours; nil if never
+// or fc has nothing to clear.
+func clearedFromTrace(sc *scenario.Scenario, fc scenario.Flow, events map[string][]traceEvent) *float64 {
+	chain := []string{fc.Name}
+	byName := map[string]scenario.Flow{}
+	for _, f := range sc.Flows {
+		byName[f.Name] = f
+	}
+	for u := fc.After; u != ""; u = byName[u].After {
+		chain = append(chain, u)
+	}
+	if fc.Backlog == 0 && len(chain) == 1 {
+		return nil
+	}
+	type ev struct {
+		at     float64
+		change int
+		flow   int
+	}
+	var all []ev
+	for i, name := range chain {
+		for _, e := range events[name] {
+			all = append(all, ev{e.at, e.change, i})
+		}
+	}
+	sort.SliceStable(all, func(i, j int) bool {
+		if all[i].at != all[j].at {
+			return all[i].at < all[j].at
+		}
+		return all[i].change > 0 && all[j].change <= 0
+	})
+	work := make([]int, len(chain))
+	for _, e := range all {
+		work[e.flow] += e.change
+		if e.change < 0 && !slices.ContainsFunc(work, func(n int) bool { return n != 0 }) {
+			h := round1(e.at / 3600)
+			return &h
+		}
+	}
+	return nil
 }
 
 // TestUnannounced: a limit the scenario marks unannounced is enforced by the
@@ -646,33 +702,65 @@ func TestUnknownPolicy(t *testing.T) {
 
 func TestSVG(t *testing.T) {
 	t.Parallel()
-	rep, err := Run(context.Background(), load(t, "devpick.yaml"), []string{"sluice", "devpick-naive"}, Options{})
+	policies := []string{"sluice", "devpick-naive"}
+	rep, err := Run(context.Background(), load(t, "devpick.yaml"), policies, Options{})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if rep.Results[1].ProviderRejections["429"] == 0 {
+		t.Fatal("devpick-naive met no 429: the test needs a policy that does")
 	}
 	var buf bytes.Buffer
 	if err := WriteSVG(&buf, rep); err != nil {
 		t.Fatal(err)
 	}
-	d := xml.NewDecoder(bytes.NewReader(buf.Bytes()))
-	polylines := 0
-	for {
-		tok, err := d.Token()
-		if err != nil {
-			break
-		}
-		if se, ok := tok.(xml.StartElement); ok && se.Name.Local == "polyline" {
-			polylines++
-		}
+	// Every panel: one frame, all drawn inside it, nice ticks.
+	panels := charttest.Panels(t, charttest.Parse(t, buf.Bytes()))
+	if len(panels) != 1+2*len(policies) {
+		t.Fatalf("%d panels, want 1 + 2 per policy", len(panels))
 	}
-	// Per policy: three flows and five limits.
-	if polylines != 2*(3+5) {
-		t.Fatalf("SVG has %d polylines, want %d", polylines, 2*(3+5))
+	// The first panel: every policy's progress, side by side.
+	if got := charttest.Series(panels[0]); !slices.Equal(got, policies) {
+		t.Errorf("first panel draws %q, want one line per policy %q", got, policies)
 	}
-	for _, s := range []string{"sluice", "devpick-naive", "title", "otpm"} {
-		if !bytes.Contains(buf.Bytes(), []byte(s)) {
-			t.Errorf("SVG does not mention %q", s)
+	var progressTop, useTop []float64
+	for i, res := range rep.Results {
+		done, use := panels[1+2*i], panels[2+2*i]
+		if got, want := charttest.Series(done), []string{"analysis", "summary", "title"}; !slices.Equal(got, want) {
+			t.Errorf("%s: progress panel draws %q, want the flows %q", res.Policy, got, want)
 		}
+		if got, want := charttest.Series(use), []string{"rpm", "rpd", "tpm", "tpd", "otpm"}; !slices.Equal(got, want) {
+			t.Errorf("%s: use panel draws %q, want the limits %q", res.Policy, got, want)
+		}
+		if l := use.All("refline-label"); len(l) != 1 || l[0].Text != "limit" {
+			t.Errorf("%s: use panel's reference lines %v, want the limit", res.Policy, l)
+		}
+		// The marks count every rejection, hour by hour.
+		var marked int64
+		for _, m := range use.All("mark") { // titled "12 × 429 rejections, 1 × 413 rejections at 3.5 h"
+			counts, _, _ := strings.Cut(m.Children[0].Text, " at ")
+			for _, part := range strings.Split(counts, ", ") {
+				n, _, _ := strings.Cut(part, " × ")
+				k, err := strconv.ParseInt(strings.ReplaceAll(n, ",", ""), 10, 64)
+				if err != nil {
+					t.Fatalf("%s: mark titled %q: %v", res.Policy, m.Children[0].Text, err)
+				}
+				marked += k
+			}
+		}
+		if want := res.ProviderRejections["429"] + res.ProviderRejections["413"]; marked != want {
+			t.Errorf("%s: marks count %d rejections, want %d", res.Policy, marked, want)
+		}
+		v := charttest.YTicks(t, done)
+		progressTop = append(progressTop, v[len(v)-1])
+		v = charttest.YTicks(t, use)
+		useTop = append(useTop, v[len(v)-1])
+	}
+	if progressTop[0] != progressTop[1] || useTop[0] != useTop[1] {
+		t.Errorf("progress panels top at %v, use panels at %v: want one scale each", progressTop, useTop)
+	}
+	if len(panels[4].All("mark")) == 0 {
+		t.Error("devpick-naive's use panel marks no rejection")
 	}
 }
 

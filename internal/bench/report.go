@@ -18,6 +18,9 @@ import (
 type Report struct {
 	Scenario string   `json:"scenario"`
 	Results  []Result `json:"results"`
+	// Title heads the chart (default "sluice bench quota: " and the
+	// scenario); not in the JSON.
+	Title string `json:"-"`
 }
 
 // Result is one policy's run.
@@ -59,6 +62,14 @@ type FlowResult struct {
 	MaxStallMinutes float64 `json:"max_stall_minutes"`
 	P95WaitMinutes  float64 `json:"p95_wait_minutes"`
 	MaxWaitMinutes  float64 `json:"max_wait_minutes"`
+	// ClearedHours is when the flow's backlog, with every item the flows
+	// it is after fed it, was first all done, in hours since the start;
+	// absent when that did not happen within the run, or the flow has
+	// only arrivals.
+	ClearedHours *float64 `json:"cleared_hours,omitempty"`
+	// DoneByHour is the items done by the end of each hour; not in the
+	// JSON (the chart and the planner read it).
+	DoneByHour []float64 `json:"-"`
 }
 
 // TraceRecord is one line of --trace: a request the provider model saw, items
@@ -121,7 +132,10 @@ func (r *TraceRecord) setItems(items []item) {
 
 // Policies lists the policies "all" runs: sluice first, then the anchors,
 // then the greedy reference.
-var Policies = []string{"sluice", "devpick-naive", "devpick-fixed", "cookbook", "inngest-throttle", Greedy}
+var Policies = []string{Sluice, "devpick-naive", "devpick-fixed", "cookbook", "inngest-throttle", Greedy}
+
+// Sluice is the policy of sluice's governor.
+const Sluice = "sluice"
 
 // Greedy is the reference policy whose utilization the others are measured
 // against (Result.UtilizationVsGreedy).
@@ -136,7 +150,7 @@ var ExtraPolicies = []string{"cookbook-rpm-tpm"}
 func newPolicy(name string, sc *scenario.Scenario) (policy, error) {
 	sc = announced(sc)
 	switch name {
-	case "sluice":
+	case Sluice:
 		return newSluicePolicy(sc)
 	case "devpick-naive":
 		return newDevpick(sc, false)
@@ -193,6 +207,11 @@ func Run(ctx context.Context, sc *scenario.Scenario, policies []string, opts Opt
 		}
 		res := w.result(name, time.Since(began))
 		res.series = w.series()
+		for _, fs := range res.series.flows {
+			fr := res.Flows[fs.name]
+			fr.DoneByHour = fs.done
+			res.Flows[fs.name] = fr
+		}
 		if traceErr != nil {
 			return nil, traceErr
 		}

@@ -1,19 +1,22 @@
 package bench
 
 import (
+	"cmp"
 	"fmt"
-	"html"
 	"io"
-	"math"
+	"slices"
 
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/chart"
+	"github.com/sluice-dev/sluice/internal/num"
 )
 
 // series is what the chart draws of one run, sampled hourly.
 type series struct {
-	hours  int
-	flows  []flowSeries
-	limits []limitSeries
+	hours   int
+	flows   []flowSeries
+	limits  []limitSeries
+	rejects []rejectSeries // by status, ascending
 }
 
 type flowSeries struct {
@@ -24,6 +27,11 @@ type flowSeries struct {
 type limitSeries struct {
 	name string
 	use  []float64 // charged in the hour ÷ the hour's allowance
+}
+
+type rejectSeries struct {
+	status int
+	count  []int64 // rejections in each hour
 }
 
 func (w *world) series() *series {
@@ -42,86 +50,84 @@ func (w *world) series() *series {
 			s.limits = append(s.limits, limitSeries{name: l.String(), use: w.use[l]})
 		}
 	}
+	for status, count := range w.rejectsByHour {
+		s.rejects = append(s.rejects, rejectSeries{status: status, count: count})
+	}
+	slices.SortFunc(s.rejects, func(a, b rejectSeries) int { return a.status - b.status })
 	return s
 }
 
-var palette = []string{"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"}
-
-// WriteSVG draws, for each policy of rep, every flow's cumulative progress
-// and every limit's use per hour over the simulated time.
+// WriteSVG draws rep: first every policy's items done, all flows together,
+// side by side; then per policy each flow's items done and each limit's use
+// per hour against the limit, with the provider's rejections marked. All
+// progress panels share one scale, and all use panels another.
 func WriteSVG(out io.Writer, rep *Report) error {
-	const (
-		width  = 900
-		panelH = 170
-		gap    = 60
-		left   = 60
-		right  = 150
-	)
-	plotW := float64(width - left - right)
-	blockH := 2*panelH + gap + 40
-	height := 40 + len(rep.Results)*blockH
-	b := &svgBuf{w: out}
-	b.printf(`<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="11">`+"\n", width, height)
-	b.printf(`<rect width="100%%" height="100%%" fill="white"/>` + "\n")
-	b.printf(`<text x="%d" y="24" font-size="15" font-weight="bold">sluice bench quota: %s</text>`+"\n", left, html.EscapeString(rep.Scenario))
-	for i, res := range rep.Results {
+	c := chart.Chart{Title: cmp.Or(rep.Title, "sluice bench quota: "+rep.Scenario)}
+	all := chart.Panel{Title: "progress of every policy: items done, all flows together", Unit: "items"}
+	var progress, use []*chart.Panel
+	var panels []chart.Panel
+	for _, res := range rep.Results {
 		s := res.series
 		if s == nil || s.hours == 0 {
 			continue
 		}
-		y0 := 40 + i*blockH
-		b.printf(`<text x="%d" y="%d" font-size="13" font-weight="bold">%s — work_tokens %d, bottleneck %s %.4f</text>`+"\n",
-			left, y0+14, html.EscapeString(res.Policy), res.WorkTokens, res.Bottleneck, res.BottleneckUtilization)
-		x := func(h int) float64 { return left + plotW*float64(h+1)/float64(s.hours) }
-		// Progress panel: items done, each flow scaled to the panel's max.
-		top := float64(y0 + 24)
-		var maxDone float64 = 1
+		c.Hours = max(c.Hours, float64(s.hours))
+		hours := make([]float64, s.hours+1) // from 0 to the end of the last hour
+		for h := range hours {
+			hours[h] = float64(h)
+		}
+		total := make([]float64, s.hours+1)
+		done := chart.Panel{Unit: "items",
+			Title: fmt.Sprintf("%s: items done per flow (work_tokens %s, bottleneck %s at %.1f %%)",
+				res.Policy, num.Group(res.WorkTokens), res.Bottleneck, 100*res.BottleneckUtilization)}
 		for _, f := range s.flows {
-			maxDone = math.Max(maxDone, f.done[len(f.done)-1])
-		}
-		b.axes(left, top, plotW, panelH, fmt.Sprintf("items done (max %.0f)", maxDone), s.hours)
-		for k, f := range s.flows {
-			c := palette[k%len(palette)]
-			b.printf(`<polyline fill="none" stroke="%s" stroke-width="1.5" points="`, c)
-			for h, v := range f.done {
-				b.printf("%.1f,%.1f ", x(h), top+panelH-panelH*v/maxDone)
+			v := append([]float64{0}, f.done...)
+			for h := range v {
+				total[h] += v[h]
 			}
-			b.printf(`"/>` + "\n")
-			b.printf(`<text x="%d" y="%.0f" fill="%s">%s</text>`+"\n", width-right+8, top+14+float64(k)*14, c, html.EscapeString(f.name))
+			done.Series = append(done.Series, chart.Series{Name: f.name, Hours: hours, Values: v})
 		}
-		// Limit panel: use per hour as a fraction of the hour's allowance.
-		top2 := top + panelH + gap/2
-		b.axes(left, top2, plotW, panelH, "limit use per hour (dashed line: the hour's even share)", s.hours)
-		scale := 2.0
-		for k, l := range s.limits {
-			c := palette[(k+3)%len(palette)]
-			b.printf(`<polyline fill="none" stroke="%s" stroke-width="1" points="`, c)
-			for h, v := range l.use {
-				b.printf("%.1f,%.1f ", x(h), top2+panelH-panelH*math.Min(v, scale)/scale)
+		all.Series = append(all.Series, chart.Series{Name: res.Policy, Hours: hours, Values: total})
+		// An hour's use is drawn at its middle.
+		mid := make([]float64, s.hours)
+		for h := range mid {
+			mid[h] = float64(h) + 0.5
+		}
+		u := chart.Panel{Unit: "% of limit", Lines: []chart.Line{{Value: 100, Label: "limit"}},
+			Title: res.Policy + ": each limit's use per hour (for a daily limit, 100 % is the hour's even share)"}
+		for _, l := range s.limits {
+			v := make([]float64, len(l.use))
+			for h, x := range l.use {
+				v[h] = 100 * x
 			}
-			b.printf(`"/>` + "\n")
-			b.printf(`<text x="%d" y="%.0f" fill="%s">%s</text>`+"\n", width-right+8, top2+14+float64(k)*14, c, l.name)
+			u.Series = append(u.Series, chart.Series{Name: l.name, Hours: mid, Values: v})
 		}
-		b.printf(`<line x1="%d" x2="%.0f" y1="%.1f" y2="%.1f" stroke="#999" stroke-dasharray="4 3"/>`+"\n", left, left+plotW, top2+panelH/2, top2+panelH/2)
+		for _, r := range s.rejects {
+			for h, n := range r.count {
+				if n > 0 {
+					u.Marks = append(u.Marks, chart.Mark{Hour: mid[h], Label: fmt.Sprintf("%d rejections", r.status), Count: int(n)})
+				}
+			}
+		}
+		panels = append(panels, done, u)
 	}
-	b.printf("</svg>\n")
-	return b.err
-}
-
-type svgBuf struct {
-	w   io.Writer
-	err error
-}
-
-func (b *svgBuf) printf(format string, args ...any) {
-	if b.err == nil {
-		_, b.err = fmt.Fprintf(b.w, format, args...)
+	c.Panels = append([]chart.Panel{all}, panels...)
+	for i := 1; i < len(c.Panels); i += 2 {
+		progress = append(progress, &c.Panels[i])
+		use = append(use, &c.Panels[i+1])
 	}
+	chart.SharedScale(progress)
+	chart.SharedScale(use)
+	if len(use) > 0 && use[0].YMax > maxUse {
+		for _, p := range use {
+			p.YMax = maxUse
+			p.Title += fmt.Sprintf("; above %d %% at the top edge", maxUse)
+		}
+	}
+	return chart.Write(out, c)
 }
 
-func (b *svgBuf) axes(left int, top, w, h float64, label string, hours int) {
-	b.printf(`<rect x="%d" y="%.0f" width="%.0f" height="%.0f" fill="none" stroke="#444"/>`+"\n", left, top, w, h)
-	b.printf(`<text x="%d" y="%.0f" fill="#444">%s</text>`+"\n", left+4, top+12, html.EscapeString(label))
-	b.printf(`<text x="%d" y="%.0f" fill="#444" text-anchor="end">0 h</text>`+"\n", left, top+h+12)
-	b.printf(`<text x="%.0f" y="%.0f" fill="#444" text-anchor="end">%d h simulated</text>`+"\n", float64(left)+w, top+h+12, hours)
-}
+// maxUse is the top of the use panels' scale, in %: a policy that spends a
+// daily limit in a few hours reaches 1,000 % and more in them, which would
+// flatten every other hour, and the limit line, against the bottom.
+const maxUse = 250

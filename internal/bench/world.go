@@ -39,6 +39,10 @@ type flowState struct {
 	waits          []float64 // minutes, per completed item (flows with arrivals)
 	stallFrom      time.Time // when the current stretch without completion began; zero when no work
 	maxStall       time.Duration
+	upstream       []*flowState // the flows this one is after, nearest first
+	// cleared is when the flow's backlog, and every item the flows it is
+	// after fed it, was first all done; zero until then.
+	cleared time.Time
 	// doneBy[h] is done as of the last completion in hour h (an hour holds
 	// its end), for the chart; 0 for an hour without one.
 	doneBy []float64
@@ -72,6 +76,9 @@ type world struct {
 	// grow with the requests of a run.
 	hours int
 	use   [governor.NumLimits][]float64
+	// rejectsByHour counts, per status (429, 413), the rejections in each
+	// hour, for the chart.
+	rejectsByHour map[int][]int64
 	// inflight holds, when tracing, the calls sent and not yet answered, so
 	// that the trace can list those still out at the end.
 	inflight map[*outcome]inflightCall
@@ -117,7 +124,7 @@ func newWorld(sc *scenario.Scenario, pol policy, trace func(TraceRecord)) (*worl
 	}
 	w := &world{
 		sc: announced(sc), limits: p.Limits, now: epoch, end: epoch.Add(sc.Duration), prov: prov, pol: pol, trace: trace,
-		byName: map[string]*flowState{}, rejects: map[int]int64{},
+		byName: map[string]*flowState{}, rejects: map[int]int64{}, rejectsByHour: map[int][]int64{},
 		hours: int(math.Ceil(sc.Duration.Hours())),
 	}
 	if trace != nil {
@@ -137,6 +144,10 @@ func newWorld(sc *scenario.Scenario, pol policy, trace func(TraceRecord)) (*worl
 		if f.cfg.After != "" {
 			up := w.byName[f.cfg.After]
 			up.dependents = append(up.dependents, f)
+		}
+		// Validate refused cycles, so the chain ends.
+		for u := w.byName[f.cfg.After]; u != nil; u = w.byName[u.cfg.After] {
+			f.upstream = append(f.upstream, u)
 		}
 	}
 	return w, nil
@@ -272,6 +283,7 @@ func (w *world) refuse(f *flowState, items []item) {
 		f.maxStall = max(f.maxStall, w.now.Sub(f.stallFrom))
 		f.stallFrom = time.Time{}
 	}
+	w.noteCleared()
 }
 
 // refusedOn names the limit that refuses n items of f: the first limit the
@@ -324,6 +336,12 @@ func (w *world) send(f *flowState, items []item, maxTokens int64, done func(outc
 	if resp.Rejected {
 		w.record(sent, sent, f, items, req, resp, governor.Cost{})
 		w.rejects[resp.Status]++
+		if h := int(w.now.Sub(epoch) / time.Hour); h < w.hours {
+			if w.rejectsByHour[resp.Status] == nil {
+				w.rejectsByHour[resp.Status] = make([]int64, w.hours)
+			}
+			w.rejectsByHour[resp.Status][h]++
+		}
 		done(outcome{resp: resp, items: items, req: req})
 		return
 	}
@@ -389,6 +407,25 @@ func (w *world) succeed(f *flowState, items []item, charged governor.Cost, req s
 		for range items {
 			w.addItem(d)
 		}
+	}
+	w.noteCleared()
+}
+
+// noteCleared records, for each flow with a backlog or an upstream flow
+// whose work is all done (its own and its upstream flows'), that it was
+// cleared now. A flow with arrivals only has nothing to clear.
+func (w *world) noteCleared() {
+next:
+	for _, f := range w.flows {
+		if !f.cleared.IsZero() || f.work() > 0 || (f.cfg.Backlog == 0 && len(f.upstream) == 0) {
+			continue
+		}
+		for _, u := range f.upstream {
+			if u.work() > 0 {
+				continue next
+			}
+		}
+		f.cleared = w.now
 	}
 }
 
@@ -487,6 +524,10 @@ func (w *world) result(name string, wall time.Duration) Result {
 			NeverFit:   f.neverFit, MaxStallMinutes: round1(f.maxStall.Minutes()),
 			P95WaitMinutes: round1(percentile(f.waits, 0.95)),
 			MaxWaitMinutes: round1(percentile(f.waits, 1)),
+		}
+		if !f.cleared.IsZero() {
+			h := round1(f.cleared.Sub(epoch).Hours())
+			fr.ClearedHours = &h
 		}
 		r.WorkTokens += fr.WorkTokens
 		r.Flows[f.cfg.Name] = fr

@@ -389,3 +389,7 @@ func (e *Engine) backoff(n int) time.Duration {
 	jitter := 0.75 + rand.Float64()*0.5 // #nosec G404 -- spreading retries needs no secrecy
 	return time.Duration(float64(d) * jitter)
 }
+
+// AppVersion is the version runs are recorded under: Config.AppVersion, or
+// one DBOS derives from the binary.
+func (e *Engine) AppVersion() string { return e.dctx.GetApplicationVersion() }

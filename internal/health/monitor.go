@@ -47,6 +47,16 @@ type Config struct {
 	// a governor). Default: nothing ever waits.
 	Quota func(job string, now time.Time) Quota
 
+	// History, when set, receives every HistoryEvery a sample per job of
+	// what it did in the interval (store.Sample), from Source
+	// HistorySource. Default: none.
+	History       History
+	HistoryEvery  time.Duration // default 1m
+	HistorySource string        // default "app"
+	// Counters reads a job's governor totals at now (CountersOf), for the
+	// samples' calls, tokens, rejections and refusals. Default: none.
+	Counters func(job string, now time.Time) Counters
+
 	// Webhook, when set, receives each alert as a JSON POST (see Alert).
 	// Default: none; alerts are only logged.
 	Webhook string
@@ -81,6 +91,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RateWindow <= 0 {
 		c.RateWindow = time.Hour
+	}
+	if c.HistoryEvery <= 0 {
+		c.HistoryEvery = time.Minute
+	}
+	if c.HistorySource == "" {
+		c.HistorySource = "app"
 	}
 	if c.WebhookTimeout <= 0 {
 		c.WebhookTimeout = 10 * time.Second
@@ -130,6 +146,10 @@ type Monitor struct {
 
 	pollMu   sync.Mutex          // one poll at a time
 	samplers map[string]*Sampler // by job; only polls touch them
+	// bases and lastSample are what the last recorded samples counted up
+	// to, and when; only polls touch them.
+	bases      map[string]base
+	lastSample time.Time
 
 	mu      sync.Mutex
 	views   []View // sorted by name
@@ -260,6 +280,7 @@ func (m *Monitor) Poll(ctx context.Context) error {
 		}
 	}
 	slices.SortFunc(views, func(a, b View) int { return strings.Compare(a.Name, b.Name) })
+	m.record(ctx, now, jobs, views)
 	m.mu.Lock()
 	m.views, m.pollErr = views, nil
 	m.mu.Unlock()

@@ -24,6 +24,10 @@ type file struct {
 	Name     text      `yaml:"name"`
 	Duration *duration `yaml:"duration"`
 	Seed     whole     `yaml:"seed"`
+	Prices   map[text]struct {
+		Input  number `yaml:"input"`
+		Output number `yaml:"output"`
+	} `yaml:"prices"`
 	Provider struct {
 		Profile          llm.Profile         `yaml:"profile"`
 		Window           governor.Window     `yaml:"window"`
@@ -40,17 +44,21 @@ type file struct {
 		Unannounced []limit         `yaml:"unannounced"`
 	} `yaml:"provider"`
 	Flows []struct {
-		Name             text    `yaml:"name"`
-		Priority         whole   `yaml:"priority"`
-		Weight           *number `yaml:"weight"` // nil: 1
-		Backlog          whole   `yaml:"backlog"`
-		ArrivalsPerDay   number  `yaml:"arrivals_per_day"`
-		After            text    `yaml:"after"`
-		BatchMax         *whole  `yaml:"batch_max"` // nil: 1
-		PromptTokens     whole   `yaml:"prompt_tokens"`
-		ItemInputTokens  whole   `yaml:"item_input_tokens"`
-		ItemOutputTokens whole   `yaml:"item_output_tokens"`
-		ItemMaxTokens    whole   `yaml:"item_max_tokens"`
+		Name             text     `yaml:"name"`
+		Priority         whole    `yaml:"priority"`
+		Weight           *number  `yaml:"weight"` // nil: 1
+		Backlog          whole    `yaml:"backlog"`
+		ArrivalsPerDay   number   `yaml:"arrivals_per_day"`
+		After            text     `yaml:"after"`
+		BatchMax         *whole   `yaml:"batch_max"` // nil: 1
+		PromptTokens     whole    `yaml:"prompt_tokens"`
+		ItemInputTokens  whole    `yaml:"item_input_tokens"`
+		ItemOutputTokens whole    `yaml:"item_output_tokens"`
+		ItemMaxTokens    whole    `yaml:"item_max_tokens"`
+		Model            text     `yaml:"model"`
+		Every            duration `yaml:"every"`
+		PerRun           whole    `yaml:"per_run"`
+		Gap              duration `yaml:"gap"`
 	} `yaml:"flows"`
 }
 
@@ -101,11 +109,18 @@ func (f *file) scenario() (*Scenario, error) {
 		}
 		s.Provider.Unannounced[l] = true
 	}
+	for model, p := range f.Prices {
+		if s.Prices == nil {
+			s.Prices = map[string]Price{}
+		}
+		s.Prices[string(model)] = Price{Input: float64(p.Input), Output: float64(p.Output)}
+	}
 	for _, ff := range f.Flows {
 		fl := Flow{Name: string(ff.Name), Priority: ff.Priority.int(), Weight: 1, Backlog: ff.Backlog.int(),
 			ArrivalsPerDay: float64(ff.ArrivalsPerDay), After: string(ff.After), BatchMax: 1,
 			PromptTokens: int64(ff.PromptTokens), ItemInputTokens: int64(ff.ItemInputTokens),
-			ItemOutputTokens: int64(ff.ItemOutputTokens), ItemMaxTokens: int64(ff.ItemMaxTokens)}
+			ItemOutputTokens: int64(ff.ItemOutputTokens), ItemMaxTokens: int64(ff.ItemMaxTokens),
+			Model: string(ff.Model), Every: time.Duration(ff.Every), PerRun: ff.PerRun.int(), Gap: time.Duration(ff.Gap)}
 		if ff.Weight != nil {
 			fl.Weight = float64(*ff.Weight)
 		}

@@ -33,6 +33,30 @@ type Scenario struct {
 	Seed     int64         // seeds every random choice; same seed, same report
 	Provider Provider
 	Flows    []Flow // at least one; names unique
+	// Prices are what each model costs, by model name: what the planner
+	// turns tokens into money with. Optional.
+	Prices map[string]Price
+}
+
+// Price is what a model costs, in money (say USD) per million tokens.
+type Price struct {
+	Input  float64 `yaml:"input"`  // per million input tokens
+	Output float64 `yaml:"output"` // per million output tokens
+}
+
+// PriceOf returns the price of f's model: the one Prices names, or, when f
+// names no model and Prices holds one, that one.
+func (s *Scenario) PriceOf(f *Flow) (Price, bool) {
+	if f.Model != "" {
+		p, ok := s.Prices[f.Model]
+		return p, ok
+	}
+	if len(s.Prices) == 1 {
+		for _, p := range s.Prices {
+			return p, true
+		}
+	}
+	return Price{}, false
 }
 
 // Provider is the simulated provider's behaviour: its wire format, how its
@@ -116,6 +140,8 @@ const (
 	MaxLimit = 1_000_000_000_000
 	// MaxLatency bounds provider.latency.
 	MaxLatency = time.Hour
+	// MaxPrice bounds a price per million tokens.
+	MaxPrice = 1_000_000
 	// MinWeight and MaxWeight bound a flow's weight.
 	MinWeight = 0.001
 	MaxWeight = 1_000_000
@@ -148,25 +174,47 @@ type Flow struct {
 	ItemInputTokens  int64 // input tokens each item adds
 	ItemOutputTokens int64 // mean real output per item (varies ±20 %)
 	ItemMaxTokens    int64 // max_tokens asked per item; 0: the request sets none
+	// Model is the model the flow's requests name, for Prices. Optional.
+	Model string
+	// Every, PerRun and Gap describe a job that paces itself, as a
+	// scheduled job does: it runs every Every, takes up to PerRun items a
+	// run (default BatchMax), and sends them BatchMax a request, Gap apart.
+	// The planner counts the demand such a job makes; the bench's policies
+	// pace flows themselves and ignore them. Zero Every: not paced.
+	Every  time.Duration
+	PerRun int
+	Gap    time.Duration
 }
+
+// Paced reports whether f paces itself (Every is set).
+func (f *Flow) Paced() bool { return f.Every > 0 }
 
 // Load reads and validates the scenario file at path.
 func Load(path string) (*Scenario, error) {
-	f, err := os.Open(path)
+	data, err := Read(path)
 	if err != nil {
-		return nil, fmt.Errorf("read scenario: %w", err)
-	}
-	defer f.Close()
-	// One byte more than the bound, so Parse sees a file that is too large.
-	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("read scenario: %w", err)
+		return nil, err
 	}
 	s, err := Parse(data)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return s, nil
+}
+
+// Read reads the scenario file at path, up to one byte more than
+// MaxFileBytes, so that Parse sees a file that is too large.
+func Read(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read scenario: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read scenario: %w", err)
+	}
+	return data, nil
 }
 
 // Validate checks the rules and bounds of a scenario, whether a file or
@@ -227,6 +275,23 @@ func (s *Scenario) Validate() error {
 				return fieldErr(p+"."+v.key, "%d %s", v.x, msg)
 			}
 		}
+		if f.Every < 0 || f.Every > MaxDuration {
+			return fieldErr(p+".every", "%s is not between 0 and %s", f.Every, MaxDuration)
+		}
+		if f.Gap < 0 || f.Gap > MaxDuration {
+			return fieldErr(p+".gap", "%s is not between 0 and %s", f.Gap, MaxDuration)
+		}
+		if msg := outside(int64(f.PerRun), 0, MaxBacklog); msg != "" {
+			return fieldErr(p+".per_run", "%d %s", f.PerRun, msg)
+		}
+		if !f.Paced() && (f.PerRun > 0 || f.Gap > 0) {
+			return fieldErr(p+".every", "missing: per_run and gap pace a job that runs every some time")
+		}
+		if f.Model != "" && len(s.Prices) > 0 {
+			if _, ok := s.Prices[f.Model]; !ok {
+				return fieldErr(p+".model", "%q has no price in prices", f.Model)
+			}
+		}
 		// The largest request may ask no more max_tokens than the simulated model allows.
 		if n := int64(f.BatchMax) * f.ItemMaxTokens; n > MaxOutputTokens {
 			return fieldErr(p, "batch_max × item_max_tokens = %d × %d = %s max_tokens in one request, more than the simulated model's %s max output tokens",
@@ -250,6 +315,16 @@ func (s *Scenario) Validate() error {
 				return fieldErr(p, "cycle %s", strings.Join(path, " → "))
 			}
 			seen[cur] = true
+		}
+	}
+	for model, pr := range s.Prices {
+		for _, v := range []struct {
+			key string
+			x   float64
+		}{{"input", pr.Input}, {"output", pr.Output}} {
+			if v.x < 0 || v.x > MaxPrice || math.IsNaN(v.x) {
+				return fieldErr("prices."+model+"."+v.key, "%v is not between 0 and %v (money per million tokens)", v.x, float64(MaxPrice))
+			}
 		}
 	}
 	// Bounded only now: Items needs every flow's bounds and no cycle.

@@ -1,7 +1,8 @@
 // Package store is sluice's own storage: the few tables sluice keeps next to
 // DBOS's (DBOS owns workflows, steps and queues): the governor's charges,
-// the engine's rate-limit counts, dropped events and run ends, and the
-// backfills' items, jobs and runs. One interface,
+// the engine's rate-limit counts, dropped events and run ends, the
+// backfills' items, jobs and runs, and the history of configurations and
+// of what each flow did. One interface,
 // Store, is implemented by two drivers, internal/store/sqlite (the default:
 // one file shared with DBOS) and internal/store/postgres (many nodes on one
 // server), and both must pass the same conformance suite,
@@ -222,6 +223,50 @@ type Store interface {
 	// limit under 1 is an error.
 	BackfillRuns(ctx context.Context, backfill string, limit int) ([]BackfillRun, error)
 
+	// History: the configurations processes ran with and what each flow
+	// did minute by minute (see ConfigVersion and Sample), for reports
+	// over days. Names are compared and ordered as bytes on both
+	// databases, and bounded as backfills' are: a source, hash, flow,
+	// state or limit name is at most MaxKeyBytes of valid UTF-8 without
+	// NUL, or the call is an error that writes nothing; a Code or Reason
+	// is cut to MaxReasonBytes, invalid UTF-8 and NUL replaced by U+FFFD.
+
+	// RecordConfig records v unless the latest version of v.Source (by
+	// At, then the order they were recorded in) has the same Hash, and
+	// reports whether it recorded v: a restart with an unchanged
+	// configuration records nothing. The test and the record are one
+	// step: of several processes of one source that record the same
+	// version at once, one is told true. Another source's versions play
+	// no part. An empty Source or Hash, a zero At, a Config that is not
+	// JSON (or not UTF-8) or is over MaxConfigBytes is an error that
+	// writes nothing.
+	RecordConfig(ctx context.Context, v ConfigVersion) (bool, error)
+
+	// ConfigVersions returns the versions of every source recorded at or
+	// after since and, before them, per source, the last one recorded
+	// before since: the one in effect when the window starts. They come
+	// oldest first (by At, then the order they were recorded in); none is
+	// an empty list.
+	ConfigVersions(ctx context.Context, since time.Time) ([]ConfigVersion, error)
+
+	// RecordSamples records samples in one transaction. A sample with the
+	// same (Flow, Source, At) as one recorded replaces it, and within one
+	// call the last sample given for a (Flow, Source, At) wins. No samples
+	// is a no-op. A negative count, an empty Flow or Source, a zero At, an
+	// empty limit name in Rejections or Refusals, or a name the bounds
+	// above refuse is an error that writes nothing.
+	RecordSamples(ctx context.Context, samples []Sample) error
+
+	// Samples returns the samples with since <= At < until, of flow only
+	// unless flow is empty, ordered by At, then Flow, then Source; none is
+	// an empty list. A flow the bounds refuse is an error.
+	Samples(ctx context.Context, since, until time.Time, flow string) ([]Sample, error)
+
+	// PruneHistory deletes the samples with At before before and returns
+	// how many it deleted. Config versions are kept: they are few, and the
+	// one in effect is needed however old it is.
+	PruneHistory(ctx context.Context, before time.Time) (int64, error)
+
 	// Handle returns the connection pool of the store's database, for DBOS
 	// to keep its tables in the same database through the same connections
 	// (see Handle). It is an error when the database cannot be shared, as
@@ -236,19 +281,21 @@ type Store interface {
 	Close() error
 }
 
-// Bounds on the text of backfills' records (see Store). They are checked
+// Bounds on the text of backfills' and history's records (see Store). They are checked
 // before the database sees anything, so SQLite and PostgreSQL answer the
 // same input the same way: PostgreSQL refuses a NUL and invalid UTF-8 in
 // text and an index entry over about 2.7 KB, where SQLite takes all three.
 const (
 	// MaxKeyBytes bounds an item key, a backfill or job name, a request
-	// ID and an alert state.
+	// ID and an alert state; in the history, a source, hash, flow, state
+	// and limit name.
 	MaxKeyBytes = 256
 	// MaxRunIDBytes bounds a run ID: the engine's run IDs are at most as
 	// long.
 	MaxRunIDBytes = 512
-	// MaxReasonBytes bounds a reason for a rejection, a job's LastError
-	// and a run's Stopped; longer ones are cut.
+	// MaxReasonBytes bounds a reason for a rejection, a job's LastError,
+	// a run's Stopped, a sample's Reason and a config version's Code;
+	// longer ones are cut.
 	MaxReasonBytes = 1024
 )
 

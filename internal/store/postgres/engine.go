@@ -12,20 +12,24 @@ import (
 	"github.com/sluice-dev/sluice/internal/store/internal/driver"
 )
 
-// sqlFS holds the statements on the engine's tables and the backfills'
-// (see driver.NewEngineTables and driver.NewBackfills), among the others.
+// sqlFS holds the statements on the engine's tables, the backfills' and
+// the history's (see driver.NewEngineTables, driver.NewBackfills and
+// driver.NewHistory), among the others.
 //
 //go:embed sql/*.sql
 var sqlFS embed.FS
 
-// tables returns the engine's and the backfills' tables on pool.
-func tables(pool *pgxpool.Pool) (driver.EngineTables, driver.Backfills, error) {
-	e, err := driver.NewEngineTables(conn{pool}, sqlFS, func(ids []string) (any, error) { return ids, nil }) // a text[]
-	if err != nil {
-		return e, driver.Backfills{}, err
+// tables returns the engine's, the backfills' and the history's tables on
+// pool.
+func tables(pool *pgxpool.Pool) (e driver.EngineTables, b driver.Backfills, h driver.History, err error) {
+	e, err = driver.NewEngineTables(conn{pool}, sqlFS, func(ids []string) (any, error) { return ids, nil }) // a text[]
+	if err == nil {
+		b, err = driver.NewBackfills(conn{pool}, sqlFS)
 	}
-	b, err := driver.NewBackfills(conn{pool}, sqlFS)
-	return e, b, err
+	if err == nil {
+		h, err = driver.NewHistory(conn{pool}, sqlFS)
+	}
+	return e, b, h, err
 }
 
 // conn runs the store's statements on its pool.

@@ -62,6 +62,8 @@ type Store struct {
 	driver.EngineTables
 	// Backfills gives the methods on backfills' items, jobs and runs.
 	driver.Backfills
+	// History gives the methods on config versions and flows' samples.
+	driver.History
 
 	pool *pgxpool.Pool
 	url  string // redacted
@@ -101,7 +103,7 @@ func Open(ctx context.Context, dbURL string) (*Store, error) {
 		return nil, fmt.Errorf("open postgres %s: %w", shown, redact.Error(err, store.Mark, secrets...))
 	}
 	s := &Store{pool: pool, url: shown}
-	if s.EngineTables, s.Backfills, err = tables(pool); err != nil {
+	if s.EngineTables, s.Backfills, s.History, err = tables(pool); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("open postgres %s: %w", shown, err)
 	}

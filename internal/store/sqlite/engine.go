@@ -19,24 +19,28 @@ import (
 	_ "github.com/dbos-inc/dbos-transact-golang/dbos/driver/sqlite"
 )
 
-// sqlFS holds the statements on the engine's tables and the backfills'
-// (see driver.NewEngineTables and driver.NewBackfills), among the others.
+// sqlFS holds the statements on the engine's tables, the backfills' and
+// the history's (see driver.NewEngineTables, driver.NewBackfills and
+// driver.NewHistory), among the others.
 //
 //go:embed sql/*.sql
 var sqlFS embed.FS
 
-// tables returns the engine's and the backfills' tables on s.
-func tables(s *Store) (driver.EngineTables, driver.Backfills, error) {
-	e, err := driver.NewEngineTables(conn{s}, sqlFS, func(ids []string) (any, error) {
+// tables returns the engine's, the backfills' and the history's tables on
+// s.
+func tables(s *Store) (e driver.EngineTables, b driver.Backfills, h driver.History, err error) {
+	e, err = driver.NewEngineTables(conn{s}, sqlFS, func(ids []string) (any, error) {
 		// One JSON array, so that any number of run IDs is one parameter.
 		b, err := json.Marshal(ids)
 		return string(b), err
 	})
-	if err != nil {
-		return e, driver.Backfills{}, err
+	if err == nil {
+		b, err = driver.NewBackfills(conn{s}, sqlFS)
 	}
-	b, err := driver.NewBackfills(conn{s}, sqlFS)
-	return e, b, err
+	if err == nil {
+		h, err = driver.NewHistory(conn{s}, sqlFS)
+	}
+	return e, b, h, err
 }
 
 // conn runs the store's statements on its handle, with a lock another

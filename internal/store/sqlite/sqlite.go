@@ -140,6 +140,8 @@ type Store struct {
 	driver.EngineTables
 	// Backfills gives the methods on backfills' items, jobs and runs.
 	driver.Backfills
+	// History gives the methods on config versions and flows' samples.
+	driver.History
 
 	db          *sql.DB
 	path        string
@@ -188,7 +190,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		db.SetConnMaxLifetime(time.Hour)
 	}
 	s := &Store{db: db, path: path, name: name, memory: memory, busyTimeout: busyTimeout(path), txTurn: make(chan struct{}, 1)}
-	if s.EngineTables, s.Backfills, err = tables(s); err != nil {
+	if s.EngineTables, s.Backfills, s.History, err = tables(s); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
 	}

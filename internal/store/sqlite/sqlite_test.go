@@ -196,3 +196,14 @@ func BenchmarkBackfills(b *testing.B) {
 	defer s.Close()
 	storetest.BenchmarkBackfills(b, s, 1_000_000)
 }
+
+// BenchmarkHistory measures Samples over 48 hours of 100 flows (see
+// storetest.BenchmarkHistory).
+func BenchmarkHistory(b *testing.B) {
+	s, err := sqlite.Open(context.Background(), filepath.Join(b.TempDir(), "sluice.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	storetest.BenchmarkHistory(b, s)
+}

@@ -477,7 +477,7 @@ func Exercise(t *testing.T, newDB NewDatabase) {
 		if _, err := s.RunEnds(cctx, []string{"f:e1"}); !errors.Is(err, context.Canceled) {
 			t.Errorf("RunEnds with a canceled context: error = %v, want context.Canceled", err)
 		}
-		for call, err := range backfillCalls(cctx, s) {
+		for call, err := range concat(backfillCalls(cctx, s), historyCalls(cctx, s)) {
 			if !errors.Is(err, context.Canceled) {
 				t.Errorf("%s with a canceled context: error = %v, want context.Canceled", call, err)
 			}
@@ -488,6 +488,12 @@ func Exercise(t *testing.T, newDB NewDatabase) {
 		}
 		if got, err := s.RunEnds(ctx, []string{"f:e1"}); err != nil || len(got) != 0 {
 			t.Errorf("run ends after canceled records: %+v, %v", got, err)
+		}
+		if got, err := s.ConfigVersions(ctx, time.Time{}); err != nil || len(got) != 0 {
+			t.Errorf("config versions after canceled records: %+v, %v", got, err)
+		}
+		if got, err := s.Samples(ctx, time.Time{}, base.Add(time.Hour), ""); err != nil || len(got) != 0 {
+			t.Errorf("samples after canceled records: %+v, %v", got, err)
 		}
 	})
 
@@ -518,7 +524,7 @@ func Exercise(t *testing.T, newDB NewDatabase) {
 				t.Errorf("%s on a closed store: error = %v, want one starting %q", tc.op, tc.err, tc.op+": ")
 			}
 		}
-		for op, err := range backfillCalls(ctx, s) {
+		for op, err := range concat(backfillCalls(ctx, s), historyCalls(ctx, s)) {
 			if err == nil || !strings.HasPrefix(err.Error(), op+": ") {
 				t.Errorf("%s on a closed store: error = %v, want one starting %q", op, err, op+": ")
 			}
@@ -527,6 +533,7 @@ func Exercise(t *testing.T, newDB NewDatabase) {
 
 	exerciseEngineTables(t, open)
 	exerciseBackfills(t, open)
+	exerciseHistory(t, open)
 	exerciseDBOS(t, open)
 }
 
@@ -636,6 +643,19 @@ func settleFirst(b *testing.B, s store.Store, backfill string, n int) {
 }
 
 func second[T any](_ T, err error) error { return err }
+
+// concat yields what each of seqs yields, in turn.
+func concat[K, V any](seqs ...iter.Seq2[K, V]) iter.Seq2[K, V] {
+	return func(yield func(K, V) bool) {
+		for _, seq := range seqs {
+			for k, v := range seq {
+				if !yield(k, v) {
+					return
+				}
+			}
+		}
+	}
+}
 
 // backfillCalls calls every method on backfills once, with good input,
 // and yields what each call does, as its error names it, with the error.

@@ -1,0 +1,387 @@
+package main
+
+import (
+	"cmp"
+	"os"
+	"time"
+
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"github.com/sluice-dev/sluice/internal/store"
+	"io"
+	"math"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/num"
+	"github.com/sluice-dev/sluice/internal/plan"
+	"github.com/sluice-dev/sluice/internal/scenario"
+)
+
+func init() {
+	register(&command{
+		name:    "plan",
+		summary: "see a configuration's fate before running it: demand per limit, requests that never fit, ETAs, cost",
+		run:     runPlan,
+	})
+}
+
+// changes collects --set and --drop-flow in the order given.
+type changes []scenario.Change
+
+type setFlag struct{ c *changes }
+
+func (f setFlag) String() string { return "" }
+func (f setFlag) Set(s string) error {
+	ch, err := scenario.ParseSet(s)
+	if err != nil {
+		return err
+	}
+	*f.c = append(*f.c, ch)
+	return nil
+}
+
+type dropFlag struct{ c *changes }
+
+func (f dropFlag) String() string { return "" }
+func (f dropFlag) Set(s string) error {
+	if strings.TrimSpace(s) == "" {
+		return errors.New("want a flow's name")
+	}
+	*f.c = append(*f.c, scenario.Change{DropFlow: strings.TrimSpace(s)})
+	return nil
+}
+
+// whatIf is plan --json's answer when changes are given: both plans.
+type whatIf struct {
+	Changes []string   `json:"changes"`
+	Base    *plan.Plan `json:"base"`
+	WhatIf  *plan.Plan `json:"what_if"`
+}
+
+func runPlan(ctx context.Context, env *cmdEnv, args []string) error {
+	var chs changes
+	fs := newFlagSet(env, "plan", "--scenario FILE | --config FILE | --db URL [flags]",
+		"Plans a configuration of flows on one provider key (a quota scenario, see docs/plan.md) before\n"+
+			"it runs: per limit, the demand per day or in the busiest minute against the limit, real and as\n"+
+			"the provider charges it; every flow whose largest request can never fit a limit, with the\n"+
+			"largest batch that does; each backlog's ETA and stall risk from a simulation of sluice's\n"+
+			"governor (the one `sluice bench quota` runs); and, with prices, the cost per day and per\n"+
+			"backlog. With --set or --drop-flow it plans the changed configuration too, side by side.\n\n"+
+			"Instead of a scenario, --config (a gateway's config file) or --db alone (the configuration an\n"+
+			"app last recorded there) gives the key and its flows, and the database the last day's calls\n"+
+			"(their sizes, items per call) and each backfill's backlog.\n\n"+
+			"Examples:\n"+
+			"  sluice plan --scenario devpick.yaml\n"+
+			"  sluice plan --scenario devpick.yaml --set tpd=500000 --set flows.summary.weight=2 --drop-flow title\n"+
+			"  sluice plan --db sluice.db --set tpd=500000")
+	scenarioPath := fs.String("scenario", "", "scenario `FILE` (YAML) to plan")
+	configPath := fs.String("config", "", "plan a gateway's key from its config `FILE` and what its database recorded in the last day")
+	dbURL := fs.String("db", "", "database to read the backlogs and the last day's calls from (default: the gateway config's db, $SLUICE_DB or sluice.db); without --config, plan the key of the configuration the app last recorded there")
+	keyName := fs.String("key", "", "with --db alone: the app's provider to plan (default its first)")
+	showScenario := fs.Bool("print-scenario", false, "print the scenario derived with --config or --db, in the scenario format, and stop")
+	asJSON := fs.Bool("json", false, "print the plan as JSON")
+	stallAfter := fs.Duration("stall-after", plan.DefaultStallAfter, "time without progress, with work waiting, that counts as a stall")
+	svgPath := fs.String("svg", "", "also draw the simulation behind the ETAs (each flow's progress, each limit's use) to this SVG file; with a what-if, both side by side")
+	fs.Var(setFlag{&chs}, "set", "`PATH=VALUE` to change for a what-if plan (repeatable): a limit (tpd=500000), provider.KEY, flows.NAME.KEY or duration")
+	fs.Var(dropFlag{&chs}, "drop-flow", "`NAME` of a flow to leave out of the what-if plan (repeatable)")
+	if err := parseFlags(fs, env, args); err != nil {
+		return err
+	}
+	if *stallAfter <= 0 {
+		return fmt.Errorf("--stall-after %s: want a positive duration", *stallAfter)
+	}
+	var data []byte
+	var notes []string
+	var err error
+	switch {
+	case *scenarioPath != "" && (*configPath != "" || *dbURL != ""):
+		fmt.Fprintln(env.stderr, "sluice plan: give --scenario, or --config and/or --db, not both")
+		return errUsage
+	case *scenarioPath != "":
+		if data, err = scenario.Read(*scenarioPath); err != nil {
+			return err
+		}
+	case *configPath != "" || *dbURL != "":
+		if data, notes, err = observedData(ctx, env, *configPath, *dbURL, *keyName); err != nil {
+			return err
+		}
+		if *showScenario {
+			_, err := env.stdout.Write(data)
+			return err
+		}
+	default:
+		fmt.Fprintln(env.stderr, "sluice plan: --scenario, or --config and/or --db, is required")
+		return errUsage
+	}
+	base, err := scenario.Parse(data)
+	if err != nil {
+		return fmt.Errorf("%s: %w", cmp.Or(*scenarioPath, "the derived scenario"), err)
+	}
+	opts := plan.Options{StallAfter: *stallAfter}
+	bp, err := plan.Make(ctx, base, opts)
+	if err != nil {
+		return err
+	}
+	bp.Warnings = append(bp.Warnings, notes...)
+	if len(chs) == 0 {
+		if *svgPath != "" {
+			if err := writeFile(*svgPath, func(w io.Writer) error { return plan.WriteSVG(w, []*plan.Plan{bp}, []string{"plan"}) }); err != nil {
+				return err
+			}
+		}
+		if *asJSON {
+			return writeJSON(env.stdout, bp)
+		}
+		writePlan(env.stdout, bp, nil)
+		return nil
+	}
+	changed, err := scenario.Edit(data, chs)
+	if err != nil {
+		return err
+	}
+	wp, err := plan.Make(ctx, changed, opts)
+	if err != nil {
+		return err
+	}
+	wp.Warnings = append(wp.Warnings, notes...)
+	if *svgPath != "" {
+		if err := writeFile(*svgPath, func(w io.Writer) error {
+			return plan.WriteSVG(w, []*plan.Plan{bp, wp}, []string{"plan", "what if"})
+		}); err != nil {
+			return err
+		}
+	}
+	if *asJSON {
+		w := whatIf{Base: bp, WhatIf: wp}
+		for _, c := range chs {
+			w.Changes = append(w.Changes, c.String())
+		}
+		return writeJSON(env.stdout, w)
+	}
+	writePlan(env.stdout, bp, wp)
+	return nil
+}
+
+// observedData derives a scenario from a gateway's config file or an app's
+// recorded configuration, and the database's last day.
+func observedData(ctx context.Context, env *cmdEnv, configPath, dbURL, keyName string) ([]byte, []string, error) {
+	var k observedKey
+	fileDB := ""
+	if configPath != "" {
+		var err error
+		if k, fileDB, err = gatewayKey(configPath); err != nil {
+			return nil, nil, err
+		}
+	}
+	db := cmp.Or(dbURL, fileDB, env.getenv("SLUICE_DB"), "sluice.db")
+	if !isPostgresURL(db) {
+		if _, err := os.Stat(db); err != nil {
+			return nil, nil, fmt.Errorf("--db %s: %w (give the database the app or gateway records in)", db, err)
+		}
+	}
+	st, err := store.Open(ctx, db)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--db: %w", err)
+	}
+	defer st.Close()
+	now := time.Now()
+	if configPath == "" {
+		if k, err = appKey(ctx, st, keyName, now); err != nil {
+			return nil, nil, err
+		}
+	}
+	sc, notes, err := observedScenario(ctx, st, k, now)
+	if err != nil {
+		return nil, nil, err
+	}
+	data, err := scenario.Format(sc)
+	return data, notes, err
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// writePlan prints p as tables; with q, q's figures beside p's.
+func writePlan(out io.Writer, p, q *plan.Plan) {
+	if q == nil {
+		fmt.Fprintf(out, "Plan of %s (ETAs from %s h of sluice's governor, simulated)\n\n", p.Scenario, num.Group(int64(p.SimulatedHours)))
+	} else {
+		fmt.Fprintf(out, "Plan of %s, and what if (→) (ETAs from %s h of sluice's governor, simulated)\n\n", p.Scenario, num.Group(int64(p.SimulatedHours)))
+	}
+	tw := tabwriter.NewWriter(out, 2, 8, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "LIMIT\tPER\tLIMIT\tDEMAND\t%\tCHARGED\t%\tBACKLOG\t")
+	for _, l := range governor.AllLimits {
+		a, ok := p.Limits[l.String()]
+		var b plan.Limit
+		okB := false
+		if q != nil {
+			b, okB = q.Limits[l.String()]
+		}
+		if !ok && !okB {
+			continue
+		}
+		per := cmpStr(a.Per, b.Per)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", l, per,
+			pair(q != nil, ok, okB, func(x plan.Limit) string { return num.Group(x.Limit) }, a, b),
+			pair(q != nil, ok, okB, func(x plan.Limit) string { return group(x.Demand) }, a, b),
+			pair(q != nil, ok, okB, func(x plan.Limit) string { return pct(x.Ratio) }, a, b),
+			pair(q != nil, ok, okB, func(x plan.Limit) string { return group(x.Charged) }, a, b),
+			pair(q != nil, ok, okB, func(x plan.Limit) string { return pct(x.ChargedRatio) }, a, b),
+			pair(q != nil, ok, okB, func(x plan.Limit) string {
+				if x.Per == "minute" {
+					return "-"
+				}
+				return group(x.Backlog)
+			}, a, b))
+	}
+	tw.Flush()
+	fmt.Fprintln(out, "DEMAND is real use: a day's for day limits, the busiest minute's of the flows that pace themselves\nfor minute limits (the governor keeps the others within every limit). CHARGED counts max_tokens,\nor the provider's reservation for a request without one. BACKLOG is what the backlogs still need.")
+	fmt.Fprintln(out, "OWN PACE is how long a flow that paces itself takes to clear its backlog if nothing is refused;\nETA is when the simulation of sluice's governor clears it (~: carried on from its last day).")
+	fmt.Fprintln(out)
+	names := flowNames(p, q)
+	tw = tabwriter.NewWriter(out, 2, 8, 2, ' ', tabwriter.AlignRight)
+	money := p.Money != nil || (q != nil && q.Money != nil)
+	head := "FLOW\tPACED BY\tITEMS/DAY\tTOKENS/DAY\tBACKLOG\tOWN PACE\tETA\tSTALL RISK\t"
+	if money {
+		head += "COST/DAY\tBACKLOG COST\t"
+	}
+	fmt.Fprintln(tw, head)
+	for _, n := range names {
+		a, ok := p.Flows[n]
+		var b plan.Flow
+		okB := false
+		if q != nil {
+			b, okB = q.Flows[n]
+		}
+		by := func(x plan.Flow) string {
+			if x.Paced {
+				return "itself"
+			}
+			return "governor"
+		}
+		line := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t", n,
+			pair(q != nil, ok, okB, by, a, b),
+			pair(q != nil, ok, okB, func(x plan.Flow) string { return group(x.ItemsPerDay) }, a, b),
+			pair(q != nil, ok, okB, func(x plan.Flow) string { return group(x.TokensPerDay) }, a, b),
+			pair(q != nil, ok, okB, func(x plan.Flow) string { return num.Group(int64(x.Backlog + x.Fed)) }, a, b),
+			pair(q != nil, ok, okB, func(x plan.Flow) string {
+				if x.PacedDays == nil {
+					return "-"
+				}
+				return hours(*x.PacedDays * 24)
+			}, a, b),
+			pair(q != nil, ok, okB, eta, a, b),
+			pair(q != nil, ok, okB, func(x plan.Flow) string { return x.StallRisk }, a, b))
+		if money {
+			line += fmt.Sprintf("%s\t%s\t",
+				pair(q != nil, ok, okB, func(x plan.Flow) string { return price(x.CostPerDay) }, a, b),
+				pair(q != nil, ok, okB, func(x plan.Flow) string { return price(x.BacklogCost) }, a, b))
+		}
+		fmt.Fprintln(tw, line)
+	}
+	tw.Flush()
+	for i, pl := range []*plan.Plan{p, q} {
+		if pl == nil {
+			continue
+		}
+		title := "Warnings"
+		if q != nil {
+			title = []string{"Warnings", "Warnings, what if"}[i]
+		}
+		if len(pl.Warnings) > 0 {
+			fmt.Fprintf(out, "\n%s:\n", title)
+			for _, w := range pl.Warnings {
+				fmt.Fprintf(out, "  - %s\n", w)
+			}
+		}
+	}
+}
+
+// eta says when a flow's backlog is done.
+func eta(f plan.Flow) string {
+	switch f.EtaFrom {
+	case "arrivals":
+		return "p95 wait " + minutes(f.P95WaitMinutes)
+	case "never":
+		return "never"
+	}
+	s := hours(*f.EtaHours)
+	if f.EtaFrom == "extrapolated" {
+		s = "~" + s
+	}
+	return s
+}
+
+func hours(h float64) string {
+	if h >= 48 {
+		return fmt.Sprintf("%.1f d", h/24)
+	}
+	return fmt.Sprintf("%.1f h", h)
+}
+
+func minutes(m float64) string {
+	if m >= 120 {
+		return hours(m / 60)
+	}
+	return fmt.Sprintf("%.0f min", m)
+}
+
+// pair is f of a, or with a what-if, "f(a) → f(b)" (one side may be absent).
+func pair[T any](both, okA, okB bool, f func(T) string, a, b T) string {
+	if !both {
+		return f(a)
+	}
+	sa, sb := "-", "-"
+	if okA {
+		sa = f(a)
+	}
+	if okB {
+		sb = f(b)
+	}
+	if sa == sb {
+		return sa
+	}
+	return sa + " → " + sb
+}
+
+func flowNames(p, q *plan.Plan) []string {
+	var names []string
+	for _, pl := range []*plan.Plan{p, q} {
+		if pl == nil {
+			continue
+		}
+		for n := range pl.Flows {
+			if !slices.Contains(names, n) {
+				names = append(names, n)
+			}
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+func cmpStr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+func group(x float64) string { return num.Group(int64(math.Round(x))) }
+
+func pct(r float64) string { return fmt.Sprintf("%.1f", 100*r) }
+
+func price(x *float64) string {
+	if x == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", *x)
+}

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/store"
+	"github.com/sluice-dev/sluice/internal/testenv"
+)
+
+// TestPlanFromRecords: with --db, sluice plan reads the key and flows the
+// app last recorded, each flow's call sizes and items per call from the
+// last day's charges and samples, and each backfill's backlog from its job;
+// with --config, a gateway's key and flows from its config file. On both
+// databases.
+func TestPlanFromRecords(t *testing.T) {
+	t.Parallel()
+	testenv.Databases(t, func(t *testing.T, url string) {
+		ctx := context.Background()
+		st := testenv.OpenStore(t, url)
+		now := time.Now()
+		cfg := `{"providers":[{"name":"groq","profile":"groq","limits":{"rpm":30,"tpm":8000,"tpd":200000,"otpm":1000},"window":"rolling","accounting":"reserve"}],
+			"flows":[{"Name":"summaries","Weight":2,"Priority":0}],"functions":[],
+			"backfills":[{"ID":"summaries","MaxBatch":3},{"ID":"titles","After":"summaries","MaxBatch":5}]}`
+		if _, err := st.RecordConfig(ctx, store.ConfigVersion{At: now.Add(-time.Hour), Source: "app", Hash: "h1", Code: "c", Config: []byte(cfg)}); err != nil {
+			t.Fatal(err)
+		}
+		// 10 summary calls of 3 items (300 in, 250 out each item), 4 title
+		// calls of 5 items (40 in, 40 out each item), in the last hour.
+		var charges []store.Charge
+		for i := range 10 {
+			charges = append(charges, store.Charge{ID: fmt.Sprint("s", i), Flow: "summaries", At: now.Add(-time.Duration(i+1) * time.Minute), Cost: governor.Cost{Requests: 1, Input: 900, Output: 750}})
+		}
+		for i := range 4 {
+			charges = append(charges, store.Charge{ID: fmt.Sprint("t", i), Flow: "titles", At: now.Add(-time.Duration(i+1) * time.Minute), Cost: governor.Cost{Requests: 1, Input: 200, Output: 200}})
+		}
+		if err := st.UpsertCharges(ctx, "groq", charges); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.RecordSamples(ctx, []store.Sample{
+			{At: now.Add(-time.Minute), Flow: "summaries", Source: "app", Done: 30, Admitted: 10},
+			{At: now.Add(-time.Minute), Flow: "titles", Source: "app", Done: 20, Admitted: 4},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		keys := make([]string, 600)
+		for i := range keys {
+			keys[i] = fmt.Sprintf("a%04d", i)
+		}
+		if _, err := st.AddItems(ctx, "summaries", keys, now, ""); err != nil {
+			t.Fatal(err)
+		}
+		code, out, errOut := runCLI("plan", "--db", url, "--print-scenario")
+		for _, want := range []string{"name: summaries", "weight: 2", "backlog: 600", "batch_max: 3", "item_input_tokens: 300", "item_output_tokens: 250", "after: summaries", "tpd: 200000"} {
+			if code != 0 || !strings.Contains(out, want) {
+				t.Errorf("exit %d (%s), derived scenario without %q:\n%s", code, errOut, want, out)
+			}
+		}
+		code, out, errOut = runCLI("plan", "--db", url, "--json")
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, errOut)
+		}
+		var p struct {
+			Limits map[string]struct{ Backlog float64 } `json:"limits"`
+			Flows  map[string]struct {
+				Backlog  int      `json:"backlog"`
+				EtaHours *float64 `json:"eta_hours"`
+			} `json:"flows"`
+		}
+		if err := json.Unmarshal([]byte(out), &p); err != nil {
+			t.Fatal(err)
+		}
+		// 600 summaries at 550 tokens, and as many titles after them at 80 (the
+		// records cannot tell instructions from items: all is per item).
+		if got, want := p.Limits["tpd"].Backlog, 600*550.0+600*80; got != want {
+			t.Errorf("tpd backlog %v, want %v", got, want)
+		}
+		if s := p.Flows["summaries"]; s.Backlog != 600 || s.EtaHours == nil {
+			t.Errorf("summaries %+v", s)
+		}
+
+		// A gateway's config file names its key, flows and database.
+		file := filepath.Join(t.TempDir(), "gateway.yaml")
+		err := os.WriteFile(file, []byte("upstream: https://api.groq.com/openai/v1\nprofile: groq\nkey_name: groq\nlimits: rpm=30,tpm=8000\ndb: "+url+"\nflows:\n  - {name: titles, weight: \"3\"}\n"), 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		code, out, errOut = runCLI("plan", "--config", file, "--print-scenario")
+		for _, want := range []string{"name: titles", "weight: 3", "name: summaries", "tpm: 8000"} {
+			if code != 0 || !strings.Contains(out, want) {
+				t.Errorf("exit %d (%s), gateway scenario without %q:\n%s", code, errOut, want, out)
+			}
+		}
+	})
+}
+
+func TestPlanFromRecordsRefuses(t *testing.T) {
+	t.Parallel()
+	empty := filepath.Join(t.TempDir(), "empty.db")
+	testenv.OpenStore(t, empty)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--db", filepath.Join(t.TempDir(), "none.db")}, "give the database the app or gateway records in"},
+		{[]string{"--db", empty}, "the database holds no app configuration"},
+		{[]string{"--scenario", "x.yaml", "--db", empty}, "give --scenario, or --config and/or --db, not both"},
+		{nil, "--scenario, or --config and/or --db, is required"},
+	} {
+		code, _, errOut := runCLI(append([]string{"plan"}, tc.args...)...)
+		if code == 0 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q, want %q", tc.args, code, errOut, tc.want)
+		}
+	}
+}

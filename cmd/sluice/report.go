@@ -1,0 +1,254 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"math"
+	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/chart"
+	"github.com/sluice-dev/sluice/internal/report"
+	"github.com/sluice-dev/sluice/internal/store"
+)
+
+func init() {
+	register(&command{
+		name:    "report",
+		summary: "what happened over a window, from sluice's records: rates, rejections by limit, stalls, and which change helped",
+		run:     runReport,
+	})
+}
+
+func runReport(ctx context.Context, env *cmdEnv, args []string) error {
+	fs := newFlagSet(env, "report", "[flags]",
+		"Reports, from sluice's own records in its database, what each job did over a window: items\n"+
+			"done per hour, the provider's rejections and the governor's refusals by the limit they named,\n"+
+			"the intervals it was stalled, and every change of the configuration (limits, flows, weights,\n"+
+			"batch sizes, code version, recorded at each start) with each job's rate before and after it,\n"+
+			"naming the change each job's largest rise came with (docs/report.md).\n\n"+
+			"Example:\n  sluice report --since 48h --db sluice.db")
+	dbURL := fs.String("db", "", "database: an SQLite path or postgres://… URL (default $SLUICE_DB or sluice.db)")
+	sinceF := fs.String("since", "48h", "start of the window: a duration before --until (48h) or a time (2026-10-18T00:00:00Z)")
+	untilF := fs.String("until", "", "end of the window: a time (default now)")
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	svgPath := fs.String("svg", "", "also draw each job's items per hour, rejections, stalls and the changes to this SVG file")
+	if err := parseFlags(fs, env, args); err != nil {
+		return err
+	}
+	until := time.Now().UTC()
+	if *untilF != "" {
+		t, err := time.Parse(time.RFC3339, *untilF)
+		if err != nil {
+			return fmt.Errorf("--until %q: want a time such as 2026-10-19T08:00:00Z", *untilF)
+		}
+		until = t
+	}
+	since, err := parseSince(*sinceF, until)
+	if err != nil {
+		return err
+	}
+	db := cmp.Or(*dbURL, env.getenv("SLUICE_DB"), "sluice.db")
+	if !isPostgresURL(db) {
+		// Opening a file that is not there would make an empty database.
+		if _, err := os.Stat(db); err != nil {
+			return fmt.Errorf("--db %s: %w (give the database sluice serve or the gateway records in)", db, err)
+		}
+	}
+	st, err := store.Open(ctx, db)
+	if err != nil {
+		return fmt.Errorf("--db: %w", err)
+	}
+	defer st.Close()
+	rep, err := loadReport(ctx, st, since, until)
+	if err != nil {
+		return err
+	}
+	if *svgPath != "" {
+		if err := writeFile(*svgPath, func(w io.Writer) error { return writeReportSVG(w, rep) }); err != nil {
+			return err
+		}
+	}
+	if *asJSON {
+		return writeJSON(env.stdout, rep)
+	}
+	writeReport(env.stdout, rep)
+	return nil
+}
+
+// maxReportWindow bounds a report's window: a year of hourly figures.
+const maxReportWindow = 366 * 24 * time.Hour
+
+func parseSince(s string, until time.Time) (time.Time, error) {
+	if d, err := time.ParseDuration(s); err == nil {
+		if d <= 0 || d > maxReportWindow {
+			return time.Time{}, fmt.Errorf("--since %s: want a duration from 1m to %s", s, maxReportWindow)
+		}
+		return until.Add(-d), nil
+	}
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("--since %q: want a duration such as 48h or a time such as 2026-10-18T00:00:00Z", s)
+	}
+	if !t.Before(until) || until.Sub(t) > maxReportWindow {
+		return time.Time{}, fmt.Errorf("--since %s: want a time before --until and at most %s before it", s, maxReportWindow)
+	}
+	return t, nil
+}
+
+func loadReport(ctx context.Context, st store.Store, since, until time.Time) (*report.Report, error) {
+	samples, err := st.Samples(ctx, since, until, "")
+	if err != nil {
+		return nil, fmt.Errorf("read the samples: %w", err)
+	}
+	versions, err := st.ConfigVersions(ctx, since)
+	if err != nil {
+		return nil, fmt.Errorf("read the configuration versions: %w", err)
+	}
+	return report.Make(since, until, samples, versions)
+}
+
+// spark draws values as one bar character each, scaled to their largest.
+func spark(values []int64) string {
+	bars := []rune("▁▂▃▄▅▆▇█")
+	var top int64
+	for _, v := range values {
+		top = max(top, v)
+	}
+	var b strings.Builder
+	for _, v := range values {
+		switch {
+		case v == 0:
+			b.WriteRune('·')
+		default:
+			i := int(math.Ceil(float64(v)/float64(top)*float64(len(bars)))) - 1
+			b.WriteRune(bars[min(max(i, 0), len(bars)-1)])
+		}
+	}
+	return b.String()
+}
+
+func counts(m map[string]int64) string {
+	if len(m) == 0 {
+		return "-"
+	}
+	parts := make([]string, 0, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, m[k]))
+	}
+	return strings.Join(parts, " ")
+}
+
+func writeReport(out io.Writer, r *report.Report) {
+	const layout = "2006-01-02 15:04"
+	fmt.Fprintf(out, "Report from %s to %s UTC (%s)\n\n", r.Since.Format(layout), r.Until.Format(layout), hours(r.Until.Sub(r.Since).Hours()))
+	names := slices.Sorted(maps.Keys(r.Jobs))
+	if len(names) == 0 {
+		fmt.Fprintln(out, "No job was sampled in the window: sluice records a sample of each job every minute while it runs.")
+	}
+	tw := tabwriter.NewWriter(out, 2, 8, 2, ' ', 0)
+	if len(names) > 0 {
+		fmt.Fprintln(tw, "JOB\tDONE\tRATE/H\tSTATE\tREJECTIONS\tREFUSALS\tSTALLED\t")
+	}
+	for _, n := range names {
+		j := r.Jobs[n]
+		var stalled time.Duration
+		for _, s := range j.Stalls {
+			stalled += s.To.Sub(s.From)
+		}
+		st := "-"
+		if len(j.Stalls) > 0 {
+			st = fmt.Sprintf("%d× %s", len(j.Stalls), hours(stalled.Hours()))
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%s\t%s\t%s\t%s\t\n", n, j.Done, j.RatePerHour, cmp.Or(j.State, "-"), counts(j.Rejections), counts(j.Refusals), st)
+	}
+	tw.Flush()
+	if len(names) > 0 {
+		fmt.Fprintf(out, "\nItems per hour, one mark an hour from %s (· none):\n", r.Since.Format(layout))
+		width := 0
+		for _, n := range names {
+			width = max(width, len(n))
+		}
+		for _, n := range names {
+			hs := r.Jobs[n].Hours
+			vals := make([]int64, len(hs))
+			for i, h := range hs {
+				vals[i] = h.Done
+			}
+			fmt.Fprintf(out, "  %-*s  %s\n", width, n, spark(vals))
+		}
+	}
+	if len(r.Versions) > 0 {
+		fmt.Fprintln(out, "\nConfiguration in effect, then each change:")
+	}
+	changes := map[string]report.Change{}
+	for _, c := range r.Changes {
+		changes[c.Hash+c.At.String()] = c
+	}
+	for _, v := range r.Versions {
+		fmt.Fprintf(out, "  %s  %s  %s  code %s\n", v.At.Format(layout), v.Source, short(v.Hash), cmp.Or(v.Code, "(unknown)"))
+		for _, d := range v.Diff {
+			fmt.Fprintf(out, "      %s\n", d)
+		}
+		c, ok := changes[v.Hash+v.At.String()]
+		if !ok {
+			continue
+		}
+		for _, n := range slices.Sorted(maps.Keys(c.Jobs)) {
+			d := c.Jobs[n]
+			mark := ""
+			if slices.Contains(c.Helped, n) {
+				mark = "   ← the change its largest rise came with"
+			}
+			fmt.Fprintf(out, "      %s: %.1f → %.1f items/h (%+.1f)%s\n", n, d.Before, d.After, d.Difference, mark)
+		}
+	}
+}
+
+func short(hash string) string { return hash[:min(len(hash), 12)] }
+
+// writeReportSVG draws one panel per job: its items per hour, its stalls
+// shaded, the provider's rejections and the governor's refusals marked, and
+// each change of the configuration as a narrow band; every panel on one
+// scale.
+func writeReportSVG(w io.Writer, r *report.Report) error {
+	c := chart.Chart{Title: fmt.Sprintf("sluice report: %s to %s UTC", r.Since.Format("2006-01-02 15:04"), r.Until.Format("2006-01-02 15:04")),
+		Hours: r.Until.Sub(r.Since).Hours(), Start: r.Since}
+	hourOf := func(t time.Time) float64 { return t.Sub(r.Since).Hours() }
+	var panels []*chart.Panel
+	for _, name := range slices.Sorted(maps.Keys(r.Jobs)) {
+		j := r.Jobs[name]
+		p := &chart.Panel{Title: name + ": items done per hour", Unit: "items/h"}
+		s := chart.Series{Name: "items done"}
+		for i, h := range j.Hours {
+			s.Hours = append(s.Hours, float64(i)+0.5)
+			s.Values = append(s.Values, float64(h.Done))
+			for _, k := range slices.Sorted(maps.Keys(h.Rejections)) {
+				p.Marks = append(p.Marks, chart.Mark{Hour: float64(i) + 0.5, Label: "provider rejection on " + k, Count: int(min(h.Rejections[k], math.MaxInt32))})
+			}
+			for _, k := range slices.Sorted(maps.Keys(h.Refusals)) {
+				p.Marks = append(p.Marks, chart.Mark{Hour: float64(i) + 0.5, Label: "refused up front, never fits " + k, Count: int(min(h.Refusals[k], math.MaxInt32))})
+			}
+		}
+		p.Series = append(p.Series, s)
+		for _, st := range j.Stalls {
+			p.Bands = append(p.Bands, chart.Band{From: hourOf(st.From), To: hourOf(st.To), Label: "stalled"})
+		}
+		for _, ch := range r.Changes {
+			at := hourOf(ch.At)
+			p.Bands = append(p.Bands, chart.Band{From: at, To: at + c.Hours/400, Label: "configuration change " + short(ch.Hash)})
+		}
+		panels = append(panels, p)
+	}
+	chart.SharedScale(panels)
+	for _, p := range panels {
+		c.Panels = append(c.Panels, *p)
+	}
+	return chart.Write(w, c)
+}

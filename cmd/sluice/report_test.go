@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/chart/charttest"
+	"github.com/sluice-dev/sluice/internal/store"
+	"github.com/sluice-dev/sluice/internal/testenv"
+)
+
+// TestReportWhichChangeHelped: records of DevPick's 18 and 19 October
+// fixes — the titles stalled under both the first configuration and the
+// 18th's, and moved after the 19th's — give a report, on either database,
+// that puts the titles' recovery on the 19th's change, names what it
+// changed, and draws a chart of one panel per job.
+func TestReportWhichChangeHelped(t *testing.T) {
+	t.Parallel()
+	testenv.Databases(t, func(t *testing.T, url string) {
+		st := testenv.OpenStore(t, url)
+		ctx := context.Background()
+		day := time.Date(2026, 10, 17, 12, 0, 0, 0, time.UTC)
+		fix18, fix19 := day.Add(19*time.Hour+30*time.Minute), day.Add(45*time.Hour)
+		for i, v := range []struct {
+			at       time.Time
+			code     string
+			tokens   int
+			titleRun int
+		}{{day.Add(-2 * time.Hour), "a1", 0, 10}, {fix18, "b2", 0, 5}, {fix19, "c3", 60, 5}} {
+			cfg := fmt.Sprintf(`{"flows":[{"name":"summary","batch_max":2},{"name":"title","batch_max":%d,"max_tokens":%d}]}`, v.titleRun, v.tokens)
+			if ok, err := st.RecordConfig(ctx, store.ConfigVersion{At: v.at, Source: "app", Hash: fmt.Sprint("v", i), Code: v.code, Config: []byte(cfg)}); err != nil || !ok {
+				t.Fatalf("record version %d: %v, %v", i, ok, err)
+			}
+		}
+		var samples []store.Sample
+		for at := day.Add(time.Hour); !at.After(day.Add(56 * time.Hour)); at = at.Add(time.Hour) {
+			title, state := int64(0), "stalled"
+			var rej map[string]int64
+			if at.After(fix19) {
+				title, state = 12, "progressing"
+			} else if at.After(fix18) {
+				rej = map[string]int64{"otpm": 1}
+			}
+			samples = append(samples,
+				store.Sample{At: at, Flow: "summary", Source: "app", State: "progressing", Done: 4},
+				store.Sample{At: at, Flow: "title", Source: "app", State: state, Done: title, Rejections: rej})
+		}
+		if err := st.RecordSamples(ctx, samples); err != nil {
+			t.Fatal(err)
+		}
+		svg := filepath.Join(t.TempDir(), "report.svg")
+		code, out, errOut := runCLI("report", "--db", url, "--since", day.Format(time.RFC3339), "--until", day.Add(57*time.Hour).Format(time.RFC3339), "--json", "--svg", svg)
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, errOut)
+		}
+		var rep struct {
+			Jobs map[string]struct {
+				Done       int64            `json:"done"`
+				Rejections map[string]int64 `json:"rejections"`
+				Stalls     []struct{ From, To time.Time }
+			} `json:"jobs"`
+			Changes []struct {
+				Code   string   `json:"code"`
+				Diff   []string `json:"diff"`
+				Helped []string `json:"helped"`
+				Jobs   map[string]struct{ Before, After float64 }
+			} `json:"changes"`
+		}
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
+			t.Fatal(err)
+		}
+		if len(rep.Changes) != 2 || rep.Changes[0].Code != "b2" || rep.Changes[1].Code != "c3" {
+			t.Fatalf("changes %+v", rep.Changes)
+		}
+		c18, c19 := rep.Changes[0], rep.Changes[1]
+		if len(c18.Helped) != 0 || !slices.Equal(c19.Helped, []string{"title"}) || c19.Jobs["title"].Before != 0 || c19.Jobs["title"].After != 11 {
+			t.Errorf("18th %+v, 19th %+v: want the titles' recovery on the 19th's change", c18, c19)
+		}
+		if !slices.Contains(c19.Diff, "flows.title.max_tokens: 0 → 60") || !slices.Contains(c18.Diff, "flows.title.batch_max: 10 → 5") {
+			t.Errorf("diffs %q, %q", c18.Diff, c19.Diff)
+		}
+		title := rep.Jobs["title"]
+		if title.Done != 11*12 || title.Rejections["otpm"] != 26 || len(title.Stalls) != 1 || !title.Stalls[0].To.Equal(fix19.Add(time.Hour)) {
+			t.Errorf("title %+v", title)
+		}
+		data, err := os.ReadFile(svg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		panels := charttest.Panels(t, charttest.Parse(t, data))
+		if len(panels) != 2 {
+			t.Fatalf("%d panels, want one per job", len(panels))
+		}
+		for _, p := range panels {
+			charttest.CheckInside(t, p)
+		}
+		if !strings.Contains(string(data), "provider rejection on otpm") || !strings.Contains(string(data), "stalled") {
+			t.Error("the chart marks no rejection or no stall")
+		}
+		code, out, _ = runCLI("report", "--db", url, "--since", day.Format(time.RFC3339), "--until", day.Add(57*time.Hour).Format(time.RFC3339))
+		for _, want := range []string{"title: 0.0 → 11.0 items/h (+11.0)   ← the change its largest rise came with", "flows.title.max_tokens: 0 → 60", "otpm=26"} {
+			if code != 0 || !strings.Contains(out, want) {
+				t.Errorf("table without %q:\n%s", want, out)
+			}
+		}
+	})
+}
+
+func TestReportRefuses(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--db", filepath.Join(t.TempDir(), "none.db")}, "give the database sluice serve or the gateway records in"},
+		{[]string{"--since", "-5h"}, "--since -5h: want a duration from 1m"},
+		{[]string{"--since", "yesterday"}, `--since "yesterday": want a duration such as 48h`},
+		{[]string{"--until", "now"}, `--until "now": want a time`},
+	} {
+		code, _, errOut := runCLI(append([]string{"report"}, tc.args...)...)
+		if code == 0 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q, want %q", tc.args, code, errOut, tc.want)
+		}
+	}
+}

@@ -1,0 +1,122 @@
+package health
+
+import (
+	"context"
+	"time"
+
+	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/store"
+)
+
+// History is where a Monitor records what each job did in each interval:
+// store.Store's RecordSamples, so a store is passed as it is. `sluice
+// report` reads the samples back.
+type History interface {
+	RecordSamples(ctx context.Context, samples []store.Sample) error
+}
+
+// Counters are a job's governor flow's totals since the process started:
+// calls admitted, tokens charged, and the provider's rejections and the
+// governor's up-front refusals by limit.
+type Counters struct {
+	Admitted   int64
+	Tokens     int64
+	Rejections map[string]int64
+	Refusals   map[string]int64
+}
+
+// CountersOf reads flow's totals on g at now.
+func CountersOf(g *governor.Governor, flow string, now time.Time) Counters {
+	for _, f := range g.Stats(now).Flows {
+		if f.Name != flow {
+			continue
+		}
+		c := Counters{Admitted: f.Admitted, Tokens: f.Tokens.Tokens()}
+		for _, l := range governor.AllLimits {
+			if n := f.Rejections[l]; n > 0 {
+				c.Rejections = addCount(c.Rejections, l.String(), n)
+			}
+			if n := f.Refusals[l]; n > 0 {
+				c.Refusals = addCount(c.Refusals, l.String(), n)
+			}
+		}
+		return c
+	}
+	return Counters{}
+}
+
+func addCount(m map[string]int64, k string, n int64) map[string]int64 {
+	if m == nil {
+		m = map[string]int64{}
+	}
+	m[k] += n
+	return m
+}
+
+// base is what a job's last recorded sample counted up to.
+type base struct {
+	done int64
+	c    Counters
+}
+
+// record writes, once every HistoryEvery, a sample per job of what it did
+// since the last: the first poll only takes the counts to start from. A
+// sample that cannot be written is logged, and its interval is counted in
+// the next.
+func (m *Monitor) record(ctx context.Context, now time.Time, jobs []store.Job, views []View) {
+	if m.cfg.History == nil || (!m.lastSample.IsZero() && now.Sub(m.lastSample) < m.cfg.HistoryEvery) {
+		return
+	}
+	byName := make(map[string]View, len(views))
+	for _, v := range views {
+		byName[v.Name] = v
+	}
+	next := make(map[string]base, len(jobs))
+	var samples []store.Sample
+	for _, j := range jobs {
+		cur := base{done: addSat(max(j.Saved, 0), max(j.Parked, 0))}
+		if m.cfg.Counters != nil {
+			cur.c = m.cfg.Counters(j.Name, now)
+		}
+		next[j.Name] = cur
+		prev, ok := m.bases[j.Name]
+		if !ok || m.lastSample.IsZero() {
+			continue
+		}
+		v := byName[j.Name]
+		samples = append(samples, store.Sample{
+			At: now, Flow: j.Name, Source: m.cfg.HistorySource, State: string(v.State), Reason: v.Reason,
+			Done: max(cur.done-prev.done, 0), Remaining: max(v.Remaining, 0),
+			Admitted: grew(cur.c.Admitted, prev.c.Admitted), Tokens: grew(cur.c.Tokens, prev.c.Tokens),
+			Rejections: since(cur.c.Rejections, prev.c.Rejections), Refusals: since(cur.c.Refusals, prev.c.Refusals),
+		})
+	}
+	if len(samples) > 0 {
+		if err := m.cfg.History.RecordSamples(ctx, samples); err != nil {
+			m.cfg.Logger.Warn("sluice: cannot record the jobs' history; the next sample counts this interval too", "err", err)
+			return
+		}
+	}
+	m.bases, m.lastSample = next, now
+}
+
+// grew is what a counter grew by from prev to cur; a counter that went down
+// (a new process) counts from zero.
+func grew(cur, prev int64) int64 {
+	if cur < prev {
+		return max(cur, 0)
+	}
+	return cur - prev
+}
+
+// since is cur − prev per key, the keys that grew only. Counters that went
+// down (a new process) count from zero.
+func since(cur, prev map[string]int64) map[string]int64 {
+	var out map[string]int64
+	for k, n := range cur {
+		if d := grew(n, prev[k]); d > 0 {
+			out = addCount(out, k, d)
+		}
+	}
+	return out
+}

@@ -1,0 +1,77 @@
+package scenario
+
+import (
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sluice-dev/sluice/governor"
+)
+
+// Format writes s in the scenario file format, so that Parse reads back the
+// same scenario: what `sluice plan` shows of a scenario it derived from a
+// configuration and what the store recorded, and what --set edits.
+func Format(s *Scenario) ([]byte, error) {
+	type flow struct {
+		Name             string  `yaml:"name"`
+		Priority         int     `yaml:"priority,omitempty"`
+		Weight           float64 `yaml:"weight"`
+		Backlog          int     `yaml:"backlog,omitempty"`
+		ArrivalsPerDay   float64 `yaml:"arrivals_per_day,omitempty"`
+		After            string  `yaml:"after,omitempty"`
+		BatchMax         int     `yaml:"batch_max"`
+		PromptTokens     int64   `yaml:"prompt_tokens,omitempty"`
+		ItemInputTokens  int64   `yaml:"item_input_tokens,omitempty"`
+		ItemOutputTokens int64   `yaml:"item_output_tokens,omitempty"`
+		ItemMaxTokens    int64   `yaml:"item_max_tokens,omitempty"`
+		Model            string  `yaml:"model,omitempty"`
+		Every            string  `yaml:"every,omitempty"`
+		PerRun           int     `yaml:"per_run,omitempty"`
+		Gap              string  `yaml:"gap,omitempty"`
+	}
+	p := s.Provider
+	out := struct {
+		Name     string `yaml:"name"`
+		Duration string `yaml:"duration"`
+		Seed     int64  `yaml:"seed"`
+		Provider struct {
+			Profile          string             `yaml:"profile"`
+			Window           string             `yaml:"window"`
+			Accounting       string             `yaml:"accounting"`
+			Latency          string             `yaml:"latency"`
+			DefaultMaxTokens int64              `yaml:"default_max_tokens"`
+			Faults           map[string]float64 `yaml:"faults,omitempty"`
+			Limits           map[string]int64   `yaml:"limits,omitempty"`
+			Unannounced      []string           `yaml:"unannounced,omitempty"`
+		} `yaml:"provider"`
+		Prices map[string]Price `yaml:"prices,omitempty"`
+		Flows  []flow           `yaml:"flows"`
+	}{Name: s.Name, Duration: s.Duration.String(), Seed: s.Seed, Prices: s.Prices}
+	out.Provider.Profile, out.Provider.Window, out.Provider.Accounting = string(p.Profile), p.Window.String(), p.Accounting.String()
+	out.Provider.Latency, out.Provider.DefaultMaxTokens = p.Latency.String(), p.DefaultMaxTokens
+	if p.Faults != (Faults{}) {
+		out.Provider.Faults = map[string]float64{"error_5xx": p.Faults.Error5xx, "timeout": p.Faults.Timeout, "reset": p.Faults.Reset, "bad_json": p.Faults.BadJSON}
+	}
+	for _, l := range governor.AllLimits {
+		if p.Unannounced[l] {
+			out.Provider.Unannounced = append(out.Provider.Unannounced, l.String())
+		}
+		if p.Limits[l] > 0 {
+			if out.Provider.Limits == nil {
+				out.Provider.Limits = map[string]int64{}
+			}
+			out.Provider.Limits[l.String()] = p.Limits[l]
+		}
+	}
+	for _, f := range s.Flows {
+		fl := flow{Name: f.Name, Priority: f.Priority, Weight: f.Weight, Backlog: f.Backlog, ArrivalsPerDay: f.ArrivalsPerDay,
+			After: f.After, BatchMax: f.BatchMax, PromptTokens: f.PromptTokens, ItemInputTokens: f.ItemInputTokens,
+			ItemOutputTokens: f.ItemOutputTokens, ItemMaxTokens: f.ItemMaxTokens, Model: f.Model, PerRun: f.PerRun}
+		if f.Every > 0 {
+			fl.Every = f.Every.String()
+		}
+		if f.Gap > 0 {
+			fl.Gap = f.Gap.String()
+		}
+		out.Flows = append(out.Flows, fl)
+	}
+	return yaml.Marshal(out)
+}

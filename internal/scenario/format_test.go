@@ -1,0 +1,28 @@
+package scenario
+
+import (
+	"reflect"
+	"testing"
+)
+
+// TestFormatRoundTrip: every scenario of the repository, formatted and read
+// back, is the same scenario.
+func TestFormatRoundTrip(t *testing.T) {
+	for _, path := range []string{"../bench/testdata/devpick.yaml", "../bench/testdata/anthropic-settle.yaml", "../bench/testdata/groq-faults.yaml", "../bench/testdata/devpick-otpm-unannounced.yaml", "../plan/testdata/devpick-10-18.yaml"} {
+		sc, err := Load(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := Format(sc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := Parse(data)
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", path, err, data)
+		}
+		if !reflect.DeepEqual(back, sc) {
+			t.Errorf("%s: read back %+v, want %+v", path, back, sc)
+		}
+	}
+}

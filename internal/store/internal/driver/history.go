@@ -1,0 +1,312 @@
+package driver
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/sluice-dev/sluice/internal/store"
+)
+
+// History is the part of store.Store on the history: the configurations
+// processes ran with and the flows' samples, the same for both drivers
+// but for their statements and how they run them. Times are BIGINT Unix
+// milliseconds, as in the backfills' tables; a batch of samples goes to a
+// statement as one JSON text parameter. A driver's Store embeds it, made
+// by NewHistory.
+type History struct {
+	conn Conn
+	sql  map[string]string // by file name without .sql
+}
+
+// historyStatements are the files of a driver's sql folder that
+// NewHistory reads, each in the driver's dialect, with the parameters
+// listed.
+var historyStatements = []string{
+	"lock_config_versions", // none; keeps other recorders of versions out until the transaction ends
+	"record_config",        // at, source, hash, code, config; affects 1 row if the source's latest hash differs, else 0
+	"config_versions",      // since; returns at, source, hash, code, config
+	"record_samples",       // samples (a JSON array of sampleRow objects)
+	"samples",              // since, until; returns the columns readSamples scans
+	"flow_samples",         // since, until, flow; as samples
+	"prune_samples",        // before; affects the rows deleted
+}
+
+// NewHistory returns the history's tables on a driver's database: conn
+// runs the statements in the sql folder of fsys (see historyStatements).
+func NewHistory(conn Conn, fsys fs.FS) (History, error) {
+	q, err := readStatements(fsys, historyStatements)
+	if err != nil {
+		return History{}, fmt.Errorf("read the history's statements: %w", err)
+	}
+	return History{conn: conn, sql: q}, nil
+}
+
+// RecordConfig implements store.Store. On PostgreSQL the lock keeps a
+// second recorder out between the test of the latest hash and the
+// record; on SQLite the transaction's write lock does.
+func (h History) RecordConfig(ctx context.Context, v store.ConfigVersion) (bool, error) {
+	op, err := named("record config version", " of ", "source", v.Source, store.MaxKeyBytes)
+	if err != nil {
+		return false, err
+	}
+	if err := checkConfig(v); err != nil {
+		return false, fmt.Errorf("%s: %w", op, err)
+	}
+	recorded := false
+	err = h.conn.InTx(ctx, func(tx store.Tx) error {
+		if _, err := tx.Exec(ctx, h.sql["lock_config_versions"]); err != nil {
+			return err
+		}
+		res, err := tx.Exec(ctx, h.sql["record_config"], v.At.UnixMilli(), v.Source, v.Hash, text(v.Code, store.MaxReasonBytes), string(v.Config))
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		recorded = n == 1
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("%s: %w", op, err)
+	}
+	return recorded, nil
+}
+
+// checkConfig returns an error naming what of v, whose Source is checked,
+// must not be stored.
+func checkConfig(v store.ConfigVersion) error {
+	if err := checkName("hash", v.Hash, store.MaxKeyBytes); err != nil {
+		return err
+	}
+	if err := checkTime("time", v.At); err != nil {
+		return err
+	}
+	switch c := v.Config; {
+	case len(c) == 0:
+		return fmt.Errorf("empty config")
+	case len(c) > store.MaxConfigBytes:
+		return fmt.Errorf("config of %d bytes is over the limit of %d", len(c), store.MaxConfigBytes)
+	case !utf8.Valid(c):
+		// json.Valid takes invalid UTF-8 in strings; PostgreSQL's text
+		// does not.
+		return fmt.Errorf("config is not UTF-8")
+	case !json.Valid(c):
+		return fmt.Errorf("config is not valid JSON: %s", quote(string(c)))
+	}
+	return nil
+}
+
+// ConfigVersions implements store.Store.
+func (h History) ConfigVersions(ctx context.Context, since time.Time) ([]store.ConfigVersion, error) {
+	out := []store.ConfigVersion{}
+	err := h.conn.Query(ctx, h.sql["config_versions"], []any{since.UnixMilli()}, func(r Row) error {
+		var v store.ConfigVersion
+		var at int64
+		var config []byte
+		if err := r.Scan(&at, &v.Source, &v.Hash, &v.Code, &config); err != nil {
+			return err
+		}
+		v.At, v.Config = time.UnixMilli(at).UTC(), json.RawMessage(config)
+		out = append(out, v)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list config versions: %w", err)
+	}
+	return out, nil
+}
+
+// sampleRow is a sample as record_samples reads it from JSON. The maps
+// are JSON objects as text, so both databases store the same bytes.
+type sampleRow struct {
+	Flow       string `json:"flow"`
+	Source     string `json:"source"`
+	At         int64  `json:"at"`
+	State      string `json:"state"`
+	Reason     string `json:"reason"`
+	Done       int64  `json:"done"`
+	Remaining  int64  `json:"remaining"`
+	Admitted   int64  `json:"admitted"`
+	Tokens     int64  `json:"tokens"`
+	Rejections string `json:"rejections"`
+	Refusals   string `json:"refusals"`
+}
+
+// RecordSamples implements store.Store.
+func (h History) RecordSamples(ctx context.Context, samples []store.Sample) error {
+	const op = "record samples"
+	rows, err := sampleRows(samples)
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	list, err := json.Marshal(rows)
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if err := h.conn.Exec(ctx, h.sql["record_samples"], string(list)); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	return nil
+}
+
+// sampleRows returns samples as they are stored: the last one given for
+// each (Flow, Source, At), in the primary key's order (flow, at, source),
+// in which every writer then touches rows, so that concurrent ones cannot
+// deadlock. The error names the first sample that must not be stored.
+func sampleRows(samples []store.Sample) ([]sampleRow, error) {
+	type key struct {
+		flow, source string
+		at           int64
+	}
+	last := make(map[key]int, len(samples))
+	rows := make([]sampleRow, 0, len(samples))
+	for i, s := range samples {
+		r, err := sampleRowOf(s)
+		if err != nil {
+			return nil, fmt.Errorf("sample %d: %w", i, err)
+		}
+		k := key{r.Flow, r.Source, r.At}
+		if j, ok := last[k]; ok {
+			rows[j] = r
+			continue
+		}
+		last[k] = len(rows)
+		rows = append(rows, r)
+	}
+	slices.SortFunc(rows, func(a, b sampleRow) int {
+		return cmp.Or(strings.Compare(a.Flow, b.Flow), cmp.Compare(a.At, b.At), strings.Compare(a.Source, b.Source))
+	})
+	return rows, nil
+}
+
+// sampleRowOf returns s as it is stored, or an error naming what of it
+// must not be.
+func sampleRowOf(s store.Sample) (sampleRow, error) {
+	if err := checkName("flow", s.Flow, store.MaxKeyBytes); err != nil {
+		return sampleRow{}, err
+	}
+	if err := checkName("source", s.Source, store.MaxKeyBytes); err != nil {
+		return sampleRow{}, err
+	}
+	if s.State != "" {
+		if err := checkName("state", s.State, store.MaxKeyBytes); err != nil {
+			return sampleRow{}, err
+		}
+	}
+	if err := checkTime("time", s.At); err != nil {
+		return sampleRow{}, err
+	}
+	for _, f := range []struct {
+		name string
+		n    int64
+	}{{"Done", s.Done}, {"Remaining", s.Remaining}, {"Admitted", s.Admitted}, {"Tokens", s.Tokens}} {
+		if f.n < 0 {
+			return sampleRow{}, fmt.Errorf("%s %d is negative", f.name, f.n)
+		}
+	}
+	rejections, err := limitCounts("Rejections", s.Rejections)
+	if err != nil {
+		return sampleRow{}, err
+	}
+	refusals, err := limitCounts("Refusals", s.Refusals)
+	if err != nil {
+		return sampleRow{}, err
+	}
+	return sampleRow{Flow: s.Flow, Source: s.Source, At: s.At.UnixMilli(), State: s.State, Reason: text(s.Reason, store.MaxReasonBytes),
+		Done: s.Done, Remaining: s.Remaining, Admitted: s.Admitted, Tokens: s.Tokens, Rejections: rejections, Refusals: refusals}, nil
+}
+
+// limitCounts returns counts, the field what of a sample, as stored: a
+// JSON object of limit names to counts, "{}" for none.
+func limitCounts(what string, counts map[string]int64) (string, error) {
+	for _, name := range slices.Sorted(maps.Keys(counts)) {
+		if err := checkName("limit name in "+what, name, store.MaxKeyBytes); err != nil {
+			return "", err
+		}
+		if n := counts[name]; n < 0 {
+			return "", fmt.Errorf("count %d of %s[%s] is negative", n, what, quote(name))
+		}
+	}
+	if len(counts) == 0 {
+		return "{}", nil
+	}
+	b, err := json.Marshal(counts)
+	return string(b), err
+}
+
+// Samples implements store.Store.
+func (h History) Samples(ctx context.Context, since, until time.Time, flow string) ([]store.Sample, error) {
+	op, q, args := "list samples", h.sql["samples"], []any{since.UnixMilli(), until.UnixMilli()}
+	if flow != "" {
+		if err := checkName("flow", flow, store.MaxKeyBytes); err != nil {
+			return nil, fmt.Errorf("%s: %w", op, err)
+		}
+		op, q, args = op+" of "+flow, h.sql["flow_samples"], append(args, flow)
+	}
+	out := []store.Sample{}
+	err := h.conn.Query(ctx, q, args, func(r Row) error {
+		var s store.Sample
+		var at int64
+		var rejections, refusals string
+		if err := r.Scan(&s.Flow, &s.Source, &at, &s.State, &s.Reason, &s.Done, &s.Remaining, &s.Admitted, &s.Tokens, &rejections, &refusals); err != nil {
+			return err
+		}
+		s.At = time.UnixMilli(at).UTC()
+		var err error
+		if s.Rejections, err = readCounts(rejections); err != nil {
+			return fmt.Errorf("sample of %s at %d: rejections: %w", s.Flow, at, err)
+		}
+		if s.Refusals, err = readCounts(refusals); err != nil {
+			return fmt.Errorf("sample of %s at %d: refusals: %w", s.Flow, at, err)
+		}
+		out = append(out, s)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	return out, nil
+}
+
+// readCounts returns a stored JSON object of limit names to counts; nil
+// for none.
+func readCounts(stored string) (map[string]int64, error) {
+	if stored == "{}" {
+		return nil, nil // as most are: no decoding
+	}
+	var m map[string]int64
+	if err := json.Unmarshal([]byte(stored), &m); err != nil {
+		return nil, err
+	}
+	if len(m) == 0 {
+		return nil, nil
+	}
+	return m, nil
+}
+
+// PruneHistory implements store.Store.
+func (h History) PruneHistory(ctx context.Context, before time.Time) (int64, error) {
+	var n int64
+	err := h.conn.InTx(ctx, func(tx store.Tx) error {
+		res, err := tx.Exec(ctx, h.sql["prune_samples"], before.UnixMilli())
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("prune history: %w", err)
+	}
+	return n, nil
+}

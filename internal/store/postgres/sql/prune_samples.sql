@@ -1,0 +1,1 @@
+DELETE FROM sluice_flow_samples WHERE at < $1;
