@@ -304,7 +304,7 @@ func (b *backfillBench) freshDB(ctx context.Context, name string) (db string, dr
 		return "", nil, fmt.Errorf("--db: %w", err)
 	}
 	dbName := "sluice_bench_backfill_" + b.tag + "_" + name
-	admin := func(q string) error {
+	admin := func(ctx context.Context, q string) error {
 		c, err := pgx.Connect(ctx, b.admin)
 		if err != nil {
 			return err
@@ -313,11 +313,17 @@ func (b *backfillBench) freshDB(ctx context.Context, name string) (db string, dr
 		_, err = c.Exec(ctx, q)
 		return err
 	}
-	if err := admin("CREATE DATABASE " + dbName); err != nil {
+	if err := admin(ctx, "CREATE DATABASE "+dbName); err != nil {
 		return "", nil, fmt.Errorf("create database %s: %w", dbName, err)
 	}
 	u.Path = "/" + dbName
-	return u.String(), func() { _ = admin("DROP DATABASE IF EXISTS " + dbName + " WITH (FORCE)") }, nil
+	// Dropped also when the bench is interrupted: not on its context.
+	drop = func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = admin(ctx, "DROP DATABASE IF EXISTS "+dbName+" WITH (FORCE)")
+	}
+	return u.String(), drop, nil
 }
 
 // seedBackfill creates the app table with n items of small deterministic
