@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/sluice-dev/sluice/examples/summarize"
 	"github.com/sluice-dev/sluice/internal/scenario"
@@ -466,11 +465,11 @@ func crashCheck(ctx context.Context, dbURL string, rep *crashReport, sent int, l
 		// The prompts changed in examples/summarize: crashSteps must follow.
 		return fmt.Errorf("%d calls name no document and step, e.g. %s", log.bad, log.eg)
 	}
-	db, err := openCrashDB(ctx, dbURL)
+	db, err := openBenchDB(ctx, dbURL)
 	if err != nil {
 		return err
 	}
-	defer db.close(ctx)
+	defer db.close()
 	prefix := summarize.FunctionID + ":key:" // run IDs, see docs/engine.md
 	err = db.each(ctx, `SELECT workflow_uuid, status, COALESCE(error, '') FROM `+db.table("workflow_status")+` WHERE name = $1 ORDER BY workflow_uuid`,
 		[]any{summarize.FunctionID}, func(scan func(...any) error) error {
@@ -578,81 +577,6 @@ func splitRebills(calls map[stepKey][]time.Time, recorded map[stepKey]time.Time,
 	return inFlight, finished, maxPerBreak
 }
 
-// crashDB reads the bench's database: PostgreSQL or SQLite.
-type crashDB struct {
-	pg   *pgx.Conn
-	lite *sql.DB
-}
-
-func openCrashDB(ctx context.Context, dbURL string) (*crashDB, error) {
-	if isPostgresURL(dbURL) {
-		conn, err := pgx.Connect(ctx, dbURL)
-		if err != nil {
-			return nil, err
-		}
-		return &crashDB{pg: conn}, nil
-	}
-	h, err := sql.Open("sqlite", strings.TrimPrefix(dbURL, "sqlite:"))
-	if err != nil {
-		return nil, err
-	}
-	return &crashDB{lite: h}, nil
-}
-
-func (d *crashDB) close(ctx context.Context) {
-	if d.pg != nil {
-		_ = d.pg.Close(ctx)
-		return
-	}
-	_ = d.lite.Close()
-}
-
-// table names a DBOS table: in the dbos schema on PostgreSQL.
-func (d *crashDB) table(name string) string {
-	if d.pg != nil {
-		return "dbos." + name
-	}
-	return name
-}
-
-// exec runs q, a statement that returns no rows.
-func (d *crashDB) exec(ctx context.Context, q string) error {
-	if d.pg != nil {
-		_, err := d.pg.Exec(ctx, q)
-		return err
-	}
-	_, err := d.lite.ExecContext(ctx, q)
-	return err
-}
-
-// each runs q and calls row for every row; $N placeholders suit both drivers.
-func (d *crashDB) each(ctx context.Context, q string, args []any, row func(scan func(...any) error) error) error {
-	if d.pg != nil {
-		rows, err := d.pg.Query(ctx, q, args...)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			if err := row(rows.Scan); err != nil {
-				return err
-			}
-		}
-		return rows.Err()
-	}
-	rows, err := d.lite.QueryContext(ctx, q, args...)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		if err := row(rows.Scan); err != nil {
-			return err
-		}
-	}
-	return rows.Err()
-}
-
 // crashWorker is the child. In "send" mode it sends new documents, keeping
 // about two runs queued per run in flight, until it is killed; in "drain"
 // mode it sends documents up to the --events minimum, then waits for every
@@ -693,11 +617,11 @@ func crashWorker(ctx context.Context, env *cmdEnv, mode string) error {
 		return err
 	}
 	defer app.Stop(context.Background())
-	db, err := openCrashDB(ctx, dbURL)
+	db, err := openBenchDB(ctx, dbURL)
 	if err != nil {
 		return err
 	}
-	defer func() { db.close(context.Background()) }()
+	defer func() { db.close() }()
 	// The pipeline's saves create its table if missing, but on PostgreSQL
 	// the first saves of a new database would race to: create it before
 	// any run starts, and so that the check can count saves when none was
@@ -719,8 +643,8 @@ func crashWorker(ctx context.Context, env *cmdEnv, mode string) error {
 		dbos.WorkflowStatusCancelled, dbos.WorkflowStatusMaxRecoveryAttemptsExceeded)
 	// A database restart breaks the reading connection: open another.
 	retry := func() error {
-		db.close(context.Background())
-		if d, err := openCrashDB(ctx, dbURL); err == nil {
+		db.close()
+		if d, err := openBenchDB(ctx, dbURL); err == nil {
 			db = d
 		}
 		select {

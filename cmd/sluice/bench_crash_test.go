@@ -18,11 +18,14 @@ import (
 	"github.com/sluice-dev/sluice/internal/testenv"
 )
 
-// TestMain lets the crash bench re-execute this test binary as its worker.
+// TestMain lets the crash and backfill benches re-execute this test binary
+// as their worker.
 func TestMain(m *testing.M) {
-	if os.Getenv(crashWorkerEnv) != "" {
-		env := &cmdEnv{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}
-		os.Exit(runMain(context.Background(), env, []string{"bench", "crash"}))
+	env := &cmdEnv{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}
+	for variable, bench := range map[string]string{crashWorkerEnv: "crash", backfillWorkerEnv: "backfill"} {
+		if os.Getenv(variable) != "" {
+			os.Exit(runMain(context.Background(), env, []string{"bench", bench}))
+		}
 	}
 	os.Exit(m.Run())
 }

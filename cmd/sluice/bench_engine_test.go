@@ -12,16 +12,20 @@ import (
 	"github.com/sluice-dev/sluice/internal/testenv"
 )
 
+// benchDatabases are the databases a bench runs on in tests: db gives its
+// flags, kind what its report calls it.
+var benchDatabases = []struct {
+	name string
+	db   func(t *testing.T) []string
+	kind string
+}{
+	{"sqlite", func(*testing.T) []string { return nil }, "sqlite"},
+	{"postgres", func(t *testing.T) []string { return []string{"--db", testenv.Postgres(t)} }, "postgres"},
+}
+
 func TestBenchEngine(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name string
-		db   func(t *testing.T) []string
-		kind string
-	}{
-		{"sqlite", func(*testing.T) []string { return nil }, "sqlite"},
-		{"postgres", func(t *testing.T) []string { return []string{"--db", testenv.Postgres(t)} }, "postgres"},
-	} {
+	for _, tc := range benchDatabases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			db := tc.db(t)

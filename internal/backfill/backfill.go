@@ -39,6 +39,7 @@ import (
 	"log/slog"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -357,7 +358,7 @@ type saved struct {
 
 // run is one run of the backfill: batches until nothing is eligible or
 // BatchesPerRun calls were made.
-func (b *backfill) run(r *engine.Run, _ engine.Event) (any, error) {
+func (b *backfill) run(r *engine.Run, ev engine.Event) (any, error) {
 	started, err := engine.Step(r, "start", func(context.Context) (time.Time, error) { return b.set.now().UTC(), nil })
 	if err != nil {
 		return nil, err
@@ -440,7 +441,7 @@ func (b *backfill) run(r *engine.Run, _ engine.Event) (any, error) {
 			"saved", rec.Saved, "rejected", formatRejected(rec.Rejected), "parked", rec.Parked, "stopped", rec.Stopped)
 		if rec.Stopped == "continued" {
 			// The next run starts now rather than at the next Poll.
-			if _, err := b.set.e.Send(ctx, engine.Event{Name: EventName(b.ID), ID: r.ID() + "/next"}); err != nil {
+			if _, err := b.set.e.Send(ctx, engine.Event{Name: EventName(b.ID), ID: nextEventID(ev.ID)}); err != nil {
 				return struct{}{}, err
 			}
 		}
@@ -453,6 +454,22 @@ func (b *backfill) run(r *engine.Run, _ engine.Event) (any, error) {
 		return rec, failure
 	}
 	return rec, nil
+}
+
+// nextEventID names the event that starts the run after the one event id
+// started: the first event of the chain and how many runs followed it
+// ("titles@1700000000000/next-3"), so that run IDs stay as short as the
+// first however long a backfill goes on. Named after the run's own ID, each
+// continuation's ID grew by the run ID's prefix, and past about 25 runs
+// (2,500 batches) it outgrew what the store records of a run.
+func nextEventID(id string) string {
+	n := 0
+	if i := strings.LastIndex(id, "/next-"); i >= 0 {
+		if k, err := strconv.Atoi(id[i+len("/next-"):]); err == nil && k > 0 {
+			id, n = id[:i], k
+		}
+	}
+	return id + "/next-" + strconv.Itoa(n+1)
 }
 
 // selectBatch takes the next eligible items, loads them, and sizes the

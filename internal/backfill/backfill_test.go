@@ -376,3 +376,56 @@ func TestBackfillParksWhatCanNeverFit(t *testing.T) {
 		}
 	})
 }
+
+func TestNextEventID(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"titles@1700000000000":        "titles@1700000000000/next-1",
+		"titles@1700000000000/next-1": "titles@1700000000000/next-2",
+		"titles@17/next-41":           "titles@17/next-42",
+		"a/next-x":                    "a/next-x/next-1",
+		"a/next-0":                    "a/next-0/next-1",
+	} {
+		if got := nextEventID(in); got != want {
+			t.Errorf("nextEventID(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// A backfill that takes many runs (one call each here) goes on to the end:
+// each run hands on to the next under an ID as short as the first's.
+func TestBackfillOfManyRuns(t *testing.T) {
+	t.Parallel()
+	testenv.Databases(t, func(t *testing.T, url string) {
+		b := setup(t, url, governor.Limits{})
+		const n = 40
+		b.add(keys(n)...)
+		c := b.config("titles", func(string) string { return "" })
+		// Only the runs handing on drive it: no Poll starts a new chain.
+		c.MaxBatch, c.BatchesPerRun, c.Poll = 1, 1, time.Hour
+		if err := b.set.Add(c, b.p); err != nil {
+			t.Fatal(err)
+		}
+		b.start(t)
+		j := b.waitJob(t, "titles", func(j store.Job) bool { return j.Saved == n || j.ConsecutiveFailures > 0 })
+		if j.Saved != n || j.ConsecutiveFailures != 0 {
+			t.Fatalf("job %+v: want all %d saved, no failure", j, n)
+		}
+		// The last run records itself after its last save: wait for it.
+		var runs []store.BackfillRun
+		for deadline := time.Now().Add(time.Minute); len(runs) < n; time.Sleep(20 * time.Millisecond) {
+			var err error
+			if runs, err = b.st.BackfillRuns(context.Background(), "titles", 1000); err != nil {
+				t.Fatal(err)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d runs recorded, want at least %d (one call each)", len(runs), n)
+			}
+		}
+		for _, r := range runs {
+			if len(r.RunID) > 64 {
+				t.Fatalf("run ID %q is %d bytes: it grows with each run", r.RunID, len(r.RunID))
+			}
+		}
+	})
+}

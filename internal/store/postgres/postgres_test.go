@@ -2,9 +2,11 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/internal/store/postgres"
@@ -142,4 +144,74 @@ func BenchmarkHistory(b *testing.B) {
 	}
 	defer s.Close()
 	storetest.BenchmarkHistory(b, s)
+}
+
+// The statements that read or change a batch's items search the primary
+// key with the batch's keys, whatever the planner estimates of the table:
+// here a backfill of 10,000 items that was never analyzed (autovacuum off,
+// or not yet come round), where a join read them all for each batch.
+func TestBatchStatementsReadOnlyTheBatch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, err := postgres.Open(ctx, testenv.Postgres(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for page := range 10 {
+		keys := make([]string, 1000)
+		for i := range keys {
+			keys[i] = fmt.Sprintf("item-%06d", page*1000+i)
+		}
+		if _, err := s.AddItems(ctx, "bench", keys, at, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keys := `["item-000005", "item-000006"]`
+	rows := `[{"key": "item-000005", "state": "saved", "processed_at": 1, "rejects": 0, "reason": "", "retry_at": null}]`
+	for name, args := range map[string][]any{
+		"lock_items":   {"bench", keys},
+		"items":        {"bench", keys},
+		"settle_items": {"bench", rows, "run", "request"},
+	} {
+		var plan []struct{ Plan planNode }
+		if err := s.Pool().QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+postgres.Statement(name), args...).Scan(&plan); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if len(plan) != 1 {
+			t.Fatalf("%s: %d plans", name, len(plan))
+		}
+		reads := 0
+		for n := range plan[0].Plan.all {
+			if n.Relation != "sluice_backfill_items" || n.Type == "ModifyTable" {
+				continue
+			}
+			reads++
+			if n.Type != "Index Scan" || !strings.Contains(n.IndexCond, "item_key = ANY") {
+				t.Errorf("%s reads sluice_backfill_items by %s (index condition %q): want an index scan on the batch's keys", name, n.Type, n.IndexCond)
+			}
+		}
+		if reads == 0 {
+			t.Errorf("%s: no read of sluice_backfill_items in its plan", name)
+		}
+	}
+}
+
+// planNode is a node of a plan EXPLAIN (FORMAT JSON) gives.
+type planNode struct {
+	Type      string     `json:"Node Type"`
+	Relation  string     `json:"Relation Name"`
+	IndexCond string     `json:"Index Cond"`
+	Plans     []planNode `json:"Plans"`
+}
+
+// all yields n and every node below it.
+func (n planNode) all(yield func(planNode) bool) {
+	if !yield(n) {
+		return
+	}
+	for _, c := range n.Plans {
+		c.all(yield)
+	}
 }

@@ -1,4 +1,7 @@
--- The items' new records come as one JSON array of objects.
+-- The items' new records come as one JSON array of objects. Their keys
+-- are also searched in the primary key as an array, so that only the
+-- batch's rows are read, whatever the planner estimates (see
+-- lock_items.sql).
 UPDATE sluice_backfill_items AS i SET
     state        = u.state,
     processed_at = u.processed_at,
@@ -9,4 +12,5 @@ UPDATE sluice_backfill_items AS i SET
     request_id   = $4
 FROM jsonb_to_recordset($2::text::jsonb)
     AS u (key text, state text, processed_at bigint, rejects bigint, reason text, retry_at bigint)
-WHERE i.backfill = $1 AND i.item_key = u.key;
+WHERE i.backfill = $1 AND i.item_key = u.key
+    AND i.item_key = ANY (ARRAY(SELECT jsonb_array_elements($2::text::jsonb) ->> 'key'));

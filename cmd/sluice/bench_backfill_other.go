@@ -1,0 +1,8 @@
+//go:build !unix
+
+package main
+
+import "os"
+
+// peakRSSMB is not measured where rusage is not: 0.
+func peakRSSMB(*os.ProcessState) float64 { return 0 }

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// benchDB reads and writes a bench's database, PostgreSQL or SQLite, with
+// $N placeholders on both.
+type benchDB struct {
+	pg      pgHandle      // a *pgx.Conn, or a *pgxpool.Pool that goroutines share
+	pool    *pgxpool.Pool // pg when it is a pool
+	closePG func()
+	lite    *sql.DB
+}
+
+// pgHandle is what benchDB uses of a PostgreSQL connection or pool.
+type pgHandle interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error)
+}
+
+// openBenchDB opens one connection on PostgreSQL, or a handle on an SQLite
+// file (a path, or "sqlite:PATH").
+func openBenchDB(ctx context.Context, dbURL string) (*benchDB, error) {
+	if isPostgresURL(dbURL) {
+		conn, err := pgx.Connect(ctx, dbURL)
+		if err != nil {
+			return nil, err
+		}
+		return &benchDB{pg: conn, closePG: func() { _ = conn.Close(context.Background()) }}, nil
+	}
+	h, err := sql.Open("sqlite", strings.TrimPrefix(dbURL, "sqlite:"))
+	if err != nil {
+		return nil, err
+	}
+	return &benchDB{lite: h}, nil
+}
+
+// openBenchPool opens a pool of at most conns connections on PostgreSQL, for
+// goroutines to share; on SQLite it is openBenchDB (database/sql pools),
+// waiting up to 5 s for a lock unless the path sets busy_timeout.
+func openBenchPool(ctx context.Context, dbURL string, conns int32) (*benchDB, error) {
+	if !isPostgresURL(dbURL) {
+		if !strings.Contains(dbURL, "busy_timeout") {
+			dbURL += "?_pragma=busy_timeout(5000)"
+		}
+		return openBenchDB(ctx, dbURL)
+	}
+	cfg, err := pgxpool.ParseConfig(dbURL)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxConns = conns
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &benchDB{pg: pool, pool: pool, closePG: pool.Close}, nil
+}
+
+func (d *benchDB) close() {
+	if d.pg != nil {
+		d.closePG()
+		return
+	}
+	_ = d.lite.Close()
+}
+
+// table names a DBOS table: in the dbos schema on PostgreSQL.
+func (d *benchDB) table(name string) string {
+	if d.pg != nil {
+		return "dbos." + name
+	}
+	return name
+}
+
+// exec runs q, a statement that returns no rows.
+func (d *benchDB) exec(ctx context.Context, q string, args ...any) error {
+	if d.pg != nil {
+		_, err := d.pg.Exec(ctx, q, args...)
+		return err
+	}
+	_, err := d.lite.ExecContext(ctx, q, args...)
+	return err
+}
+
+// each runs q and calls row for every row.
+func (d *benchDB) each(ctx context.Context, q string, args []any, row func(scan func(...any) error) error) error {
+	var rows interface {
+		Next() bool
+		Scan(...any) error
+		Err() error
+	}
+	if d.pg != nil {
+		r, err := d.pg.Query(ctx, q, args...)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		rows = r
+	} else {
+		r, err := d.lite.QueryContext(ctx, q, args...)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		rows = r
+	}
+	for rows.Next() {
+		if err := row(rows.Scan); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
