@@ -2,14 +2,12 @@ package main
 
 import (
 	"cmp"
-	"os"
 	"time"
 
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/sluice-dev/sluice/internal/store"
 	"io"
 	"math"
 	"slices"
@@ -179,14 +177,9 @@ func observedData(ctx context.Context, env *cmdEnv, configPath, dbURL, keyName s
 		}
 	}
 	db := cmp.Or(dbURL, fileDB, env.getenv("SLUICE_DB"), "sluice.db")
-	if !isPostgresURL(db) {
-		if _, err := os.Stat(db); err != nil {
-			return nil, nil, fmt.Errorf("--db %s: %w (give the database the app or gateway records in)", db, err)
-		}
-	}
-	st, err := store.Open(ctx, db)
+	st, err := openRecords(ctx, db, "give the database the app or gateway records in")
 	if err != nil {
-		return nil, nil, fmt.Errorf("--db: %w", err)
+		return nil, nil, err
 	}
 	defer st.Close()
 	now := time.Now()
@@ -228,7 +221,7 @@ func writePlan(out io.Writer, p, q *plan.Plan) {
 		if !ok && !okB {
 			continue
 		}
-		per := cmpStr(a.Per, b.Per)
+		per := cmp.Or(a.Per, b.Per)
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", l, per,
 			pair(q != nil, ok, okB, func(x plan.Limit) string { return num.Group(x.Limit) }, a, b),
 			pair(q != nil, ok, okB, func(x plan.Limit) string { return group(x.Demand) }, a, b),
@@ -366,13 +359,6 @@ func flowNames(p, q *plan.Plan) []string {
 	}
 	slices.Sort(names)
 	return names
-}
-
-func cmpStr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 func group(x float64) string { return num.Group(int64(math.Round(x))) }

@@ -55,15 +55,9 @@ func runReport(ctx context.Context, env *cmdEnv, args []string) error {
 		return err
 	}
 	db := cmp.Or(*dbURL, env.getenv("SLUICE_DB"), "sluice.db")
-	if !isPostgresURL(db) {
-		// Opening a file that is not there would make an empty database.
-		if _, err := os.Stat(db); err != nil {
-			return fmt.Errorf("--db %s: %w (give the database sluice serve or the gateway records in)", db, err)
-		}
-	}
-	st, err := store.Open(ctx, db)
+	st, err := openRecords(ctx, db, "give the database sluice serve or the gateway records in")
 	if err != nil {
-		return fmt.Errorf("--db: %w", err)
+		return err
 	}
 	defer st.Close()
 	rep, err := loadReport(ctx, st, since, until)
@@ -80,6 +74,22 @@ func runReport(ctx context.Context, env *cmdEnv, args []string) error {
 	}
 	writeReport(env.stdout, rep)
 	return nil
+}
+
+// openRecords opens the store at db to read what a sluice process recorded
+// there. A SQLite file that is not there is an error saying hint, never a
+// new empty database.
+func openRecords(ctx context.Context, db, hint string) (store.Store, error) {
+	if !isPostgresURL(db) {
+		if _, err := os.Stat(db); err != nil {
+			return nil, fmt.Errorf("--db %s: %w (%s)", db, err, hint)
+		}
+	}
+	st, err := store.Open(ctx, db)
+	if err != nil {
+		return nil, fmt.Errorf("--db: %w", err)
+	}
+	return st, nil
 }
 
 // maxReportWindow bounds a report's window: a year of hourly figures.

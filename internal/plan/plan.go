@@ -207,9 +207,9 @@ func Make(ctx context.Context, sc *scenario.Scenario, opts Options) (*Plan, erro
 	for i := range sc.Flows {
 		f := &sc.Flows[i]
 		p.fit(sc, f)
-		p.Flows[f.Name] = p.flow(sc, f, shapes[i], res, opts)
+		p.Flows[f.Name] = p.flow(f, shapes[i], res, opts)
 	}
-	p.waitForUpstream(sc)
+	p.waitForUpstream(sc, shapes)
 	p.money(sc, shapes)
 	return p, nil
 }
@@ -250,6 +250,8 @@ type shape struct {
 	perDay, peak, backlog use
 	itemsPerDay           float64
 	backlogItems, fed     int
+	// upstream are the flows f is after, nearest first.
+	upstream []string
 }
 
 // request is one request carrying n items of f (n may be fractional: an
@@ -287,6 +289,7 @@ func shapeOf(sc *scenario.Scenario, f *scenario.Flow, fr bench.FlowResult, byNam
 	s := shape{backlogItems: f.Backlog}
 	for u := byName[f.After]; u != nil; u = byName[u.After] {
 		s.fed += u.Backlog
+		s.upstream = append(s.upstream, u.Name)
 	}
 	switch {
 	case f.Paced():
@@ -385,7 +388,7 @@ func sort0(hi int, ok func(int) bool) int {
 	return lo
 }
 
-func (p *Plan) flow(sc *scenario.Scenario, f *scenario.Flow, s shape, res bench.Result, opts Options) Flow {
+func (p *Plan) flow(f *scenario.Flow, s shape, res bench.Result, opts Options) Flow {
 	fr := res.Flows[f.Name]
 	pf := Flow{
 		Paced: f.Paced(), ItemsPerDay: round(s.itemsPerDay), RequestsPerDay: round(s.perDay.real.requests),
@@ -399,16 +402,8 @@ func (p *Plan) flow(sc *scenario.Scenario, f *scenario.Flow, s shape, res bench.
 	}
 	// What the flows it is after still hold will come to it.
 	pending := fr.Remaining
-	for u := f.After; u != ""; {
-		uf := res.Flows[u]
-		pending += uf.Remaining
-		next := ""
-		for i := range sc.Flows {
-			if sc.Flows[i].Name == u {
-				next = sc.Flows[i].After
-			}
-		}
-		u = next
+	for _, u := range s.upstream {
+		pending += res.Flows[u].Remaining
 	}
 	switch {
 	case s.backlogItems+s.fed == 0:
@@ -444,27 +439,20 @@ func (p *Plan) flow(sc *scenario.Scenario, f *scenario.Flow, s shape, res bench.
 // waitForUpstream makes a flow's ETA no earlier than that of the flows it
 // is after: they feed it its last items. A flow after one that never
 // clears never clears either.
-func (p *Plan) waitForUpstream(sc *scenario.Scenario) {
-	byName := map[string]*scenario.Flow{}
-	for i := range sc.Flows {
-		byName[sc.Flows[i].Name] = &sc.Flows[i]
-	}
-	for _, f := range sc.Flows {
+func (p *Plan) waitForUpstream(sc *scenario.Scenario, shapes []shape) {
+	for i, f := range sc.Flows {
 		pf := p.Flows[f.Name]
-		if pf.EtaHours == nil {
-			continue
-		}
-		for u := byName[f.After]; u != nil; u = byName[u.After] {
-			up := p.Flows[u.Name]
+		for _, u := range shapes[i].upstream {
+			if pf.EtaHours == nil {
+				break
+			}
+			up := p.Flows[u]
 			switch {
 			case up.EtaFrom == "never":
 				pf.EtaHours, pf.EtaFrom = nil, "never"
 			case up.EtaHours != nil && *up.EtaHours > *pf.EtaHours:
 				eta := *up.EtaHours
 				pf.EtaHours, pf.EtaFrom = &eta, up.EtaFrom
-			}
-			if pf.EtaHours == nil {
-				break
 			}
 		}
 		p.Flows[f.Name] = pf
