@@ -166,14 +166,16 @@ func appKey(ctx context.Context, st store.Store, name string, now time.Time) (ob
 		f.weight, f.priority = cmp.Or(fc.Weight, 1), fc.Priority
 		k.flows = append(k.flows, f)
 	}
+	// A backfill or function that names no provider calls the first.
+	first := c.Providers[0].Name
 	for _, b := range c.Backfills {
-		if cmp.Or(b.Provider, k.key) == k.key || (b.Provider == "" && k.key == c.Providers[0].Name) {
+		if cmp.Or(b.Provider, first) == k.key {
 			add(observedFlow{name: cmp.Or(b.Flow, b.ID), batchMax: max(b.MaxBatch, 1), after: b.After})
 		}
 	}
 	for _, fn := range c.Functions {
 		name := cmp.Or(fn.Flow, fn.ID)
-		if !slices.ContainsFunc(k.flows, func(f observedFlow) bool { return f.name == name }) {
+		if cmp.Or(fn.Provider, first) == k.key && !slices.ContainsFunc(k.flows, func(f observedFlow) bool { return f.name == name }) {
 			add(observedFlow{name: name, batchMax: 1})
 		}
 	}

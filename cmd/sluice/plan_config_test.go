@@ -86,6 +86,20 @@ func TestPlanFromRecords(t *testing.T) {
 			t.Errorf("summaries %+v", s)
 		}
 
+		// A second key plans only what names it: the backfills above call
+		// the first provider.
+		cfg2 := `{"providers":[{"name":"groq","limits":{"tpm":8000}},{"name":"openai","limits":{"tpm":30000}}],"flows":[],
+			"functions":[{"ID":"classify","Provider":"openai"},{"ID":"welcome"}],
+			"backfills":[{"ID":"summaries","MaxBatch":3},{"ID":"essays","Provider":"openai"}]}`
+		if _, err := st.RecordConfig(ctx, store.ConfigVersion{At: now.Add(-time.Minute), Source: "app", Hash: "h2", Code: "c", Config: []byte(cfg2)}); err != nil {
+			t.Fatal(err)
+		}
+		code, out, errOut = runCLI("plan", "--db", url, "--key", "openai", "--print-scenario")
+		if code != 0 || !strings.Contains(out, "name: essays") || !strings.Contains(out, "name: classify") || !strings.Contains(out, "tpm: 30000") ||
+			strings.Contains(out, "name: summaries") || strings.Contains(out, "name: welcome") {
+			t.Errorf("exit %d (%s), the openai key's scenario: want essays and classify only:\n%s", code, errOut, out)
+		}
+
 		// A gateway's config file names its key, flows and database.
 		file := filepath.Join(t.TempDir(), "gateway.yaml")
 		err := os.WriteFile(file, []byte("upstream: https://api.groq.com/openai/v1\nprofile: groq\nkey_name: groq\nlimits: rpm=30,tpm=8000\ndb: "+url+"\nflows:\n  - {name: titles, weight: \"3\"}\n"), 0o600)
