@@ -115,6 +115,8 @@ func Make(since, until time.Time, samples []store.Sample, versions []store.Confi
 	since, until = since.UTC(), until.UTC()
 	r := &Report{Since: since, Until: until, Jobs: map[string]*Job{}, Versions: []Version{}, Changes: []Change{}}
 	hours := int(math.Ceil(until.Sub(since).Hours()))
+	inStall := map[string]bool{} // by job: its last sample was stalled
+	// Samples come in time order, as store.Samples gives them.
 	for _, s := range samples {
 		if s.At.Before(since) || !s.At.Before(until) {
 			continue
@@ -134,10 +136,19 @@ func Make(since, until time.Time, samples []store.Sample, versions []store.Confi
 		h.Refusals = addCounts(h.Refusals, s.Refusals)
 		j.Rejections = addCounts(j.Rejections, s.Rejections)
 		j.Refusals = addCounts(j.Refusals, s.Refusals)
+		// A stall starts at the first stalled sample and ends at the next
+		// sample in another state (or the window's end).
+		j.State = s.State
+		switch stalled := s.State == "stalled"; {
+		case stalled && !inStall[s.Flow]:
+			j.Stalls = append(j.Stalls, Interval{From: s.At, To: until, Reason: s.Reason})
+		case !stalled && inStall[s.Flow]:
+			j.Stalls[len(j.Stalls)-1].To = s.At
+		}
+		inStall[s.Flow] = s.State == "stalled"
 	}
-	for name, j := range r.Jobs {
+	for _, j := range r.Jobs {
 		j.RatePerHour = rate(j.Done, until.Sub(since))
-		j.Stalls, j.State = stalls(samples, name, since, until)
 	}
 	r.versions(versions)
 	r.changes(samples)
@@ -162,30 +173,6 @@ func rate(done int64, d time.Duration) float64 {
 		return 0
 	}
 	return math.Round(float64(done)/d.Hours()*100) / 100
-}
-
-// stalls are the intervals flow's samples say it was stalled, and its last
-// state. A stall starts at the first stalled sample and ends at the next
-// sample in another state (or the window's end).
-func stalls(samples []store.Sample, flow string, since, until time.Time) ([]Interval, string) {
-	out := []Interval{}
-	var cur *Interval
-	state := ""
-	for _, s := range samples {
-		if s.Flow != flow || s.At.Before(since) || !s.At.Before(until) {
-			continue
-		}
-		state = s.State
-		switch {
-		case s.State == "stalled" && cur == nil:
-			out = append(out, Interval{From: s.At, To: until, Reason: s.Reason})
-			cur = &out[len(out)-1]
-		case s.State != "stalled" && cur != nil:
-			cur.To = s.At
-			cur = nil
-		}
-	}
-	return out, state
 }
 
 // versions lists the versions in effect in the window, each with what
