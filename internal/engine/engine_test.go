@@ -16,8 +16,25 @@ import (
 	"github.com/sluice-dev/sluice/run"
 )
 
-// newEngine opens an engine with fast polling and millisecond backoff.
+// newEngine opens an engine with fast polling and millisecond backoff,
+// registers fns and launches it.
 func newEngine(t *testing.T, url string, fns ...*Function) *Engine {
+	t.Helper()
+	e := openEngine(t, url)
+	for _, f := range fns {
+		if err := e.Register(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.Launch(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// openEngine opens an engine with fast polling and millisecond backoff,
+// not launched; it is shut down when the test ends.
+func openEngine(t *testing.T, url string) *Engine {
 	t.Helper()
 	e, err := New(context.Background(), Config{
 		Store:        testenv.OpenStore(t, url),
@@ -27,14 +44,6 @@ func newEngine(t *testing.T, url string, fns ...*Function) *Engine {
 		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range fns {
-		if err := e.Register(f); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := e.Launch(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = e.Shutdown(5 * time.Second) })

@@ -45,6 +45,7 @@ type Function struct {
 	Decode func(data json.RawMessage) error
 
 	e       *Engine
+	parts   map[string]*part // by name (RegisterPart)
 	queue   dbos.Queue
 	retries int // Retries resolved: 0 is 3, run.NoRetries is 0
 }

@@ -386,7 +386,7 @@ func (e *Engine) Cancel(ctx context.Context, id string) error {
 	if err := e.noteCancel(ctx, id, d.StartedAt); err != nil {
 		return err
 	}
-	if err := dbos.CancelWorkflow(e.client(ctx), id); err != nil {
+	if err := dbos.CancelWorkflow(e.client(ctx), id, dbos.WithCancelChildren()); err != nil {
 		return fmt.Errorf("cancel run %s: %w", id, err)
 	}
 	return nil
