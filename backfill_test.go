@@ -259,18 +259,27 @@ func TestBackfillStoryStallAndRecovery(t *testing.T) {
 		if err != nil || len(versions) != 1 || versions[0].Source != "app" || !strings.Contains(string(versions[0].Config), `"titles_en"`) {
 			t.Fatalf("config versions %+v, %v: want the app's, naming its backfills", versions, err)
 		}
-		samples, err := st.Samples(context.Background(), began, time.Now().Add(time.Minute), "titles_en")
-		if err != nil {
-			t.Fatal(err)
-		}
+		// A sample counts what was done since the one before, so the one
+		// with the catching up may be written a moment after it.
 		var stalled bool
 		var done int64
-		for _, s := range samples {
-			stalled = stalled || s.State == "stalled"
-			done += s.Done
+		var n int
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			samples, err := st.Samples(context.Background(), began, time.Now().Add(time.Minute), "titles_en")
+			if err != nil {
+				t.Fatal(err)
+			}
+			stalled, done, n = false, 0, len(samples)
+			for _, s := range samples {
+				stalled = stalled || s.State == "stalled"
+				done += s.Done
+			}
+			if stalled && done == 40 || time.Now().After(deadline) {
+				break
+			}
 		}
-		if !stalled || done == 0 {
-			t.Errorf("titles_en: %d samples, stalled in one: %v, %d done in them: want a stall and the catching up", len(samples), stalled, done)
+		if !stalled || done != 40 {
+			t.Errorf("titles_en: %d samples, stalled in one: %v, %d done in them: want a stall and the 40 titles caught up", n, stalled, done)
 		}
 	})
 }

@@ -68,7 +68,7 @@ type backfillReport struct {
 	Batch           int          `json:"batch"`
 	Rounds          int          `json:"rounds"`
 	DatabaseKind    string       `json:"database"`
-	DBOSConcurrency int          `json:"dbos_concurrency"`
+	Concurrency     int          `json:"concurrency"`
 	Sluice          backfillSide `json:"sluice"`
 	DBOS            backfillSide `json:"dbos"`
 	// Ratio is sluice's items/s ÷ plain DBOS's.
@@ -111,7 +111,7 @@ type backfillJob struct {
 	Provider    string `json:"provider"`
 	Items       int    `json:"items"`
 	Batch       int    `json:"batch"`
-	Concurrency int    `json:"concurrency"` // the DBOS queue's worker concurrency
+	Concurrency int    `json:"concurrency"` // the backfill's InFlight; the DBOS queue's worker concurrency
 	Result      string `json:"result"`      // the file the worker writes its backfillResult to
 	CPUProfile  string `json:"cpu_profile,omitempty"`
 }
@@ -140,7 +140,7 @@ func runBenchBackfill(ctx context.Context, env *cmdEnv, args []string) error {
 	batch := fs.Int("batch", 20, "items per LLM call: the backfill's MaxBatch, and each DBOS workflow's batch")
 	rounds := fs.Int("rounds", 1, "rounds; each runs both sides once")
 	dbURL := fs.String("db", "", "postgres://… URL of a server to create each side's database on (dropped after); default: SQLite files in a temporary folder")
-	concurrency := fs.Int("dbos-concurrency", 10, "worker concurrency of the plain DBOS side's queue")
+	concurrency := fs.Int("concurrency", 10, "batches in flight at once on each side: the backfill's InFlight, and the worker concurrency of the plain DBOS side's queue")
 	cpuProfile := fs.String("cpuprofile", "", "write CPU profiles of each side's worker to FILE.sluice and FILE.dbos (the last round's)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	if err := parseFlags(fs, env, args); err != nil {
@@ -153,8 +153,8 @@ func runBenchBackfill(ctx context.Context, env *cmdEnv, args []string) error {
 		return errors.New("--batch must be between 1 and 1000")
 	case *rounds < 1 || *rounds > 100:
 		return errors.New("--rounds must be between 1 and 100")
-	case *concurrency < 1 || *concurrency > 1000:
-		return errors.New("--dbos-concurrency must be between 1 and 1000")
+	case *concurrency < 1 || *concurrency > 100:
+		return errors.New("--concurrency must be between 1 and 100")
 	case *dbURL != "" && !isPostgresURL(*dbURL):
 		return errors.New("--db must be a postgres:// URL")
 	}
@@ -180,7 +180,7 @@ func runBenchBackfill(ctx context.Context, env *cmdEnv, args []string) error {
 
 	b := &backfillBench{dir: dir, exe: exe, admin: *dbURL, tag: strconv.FormatInt(time.Now().UnixNano(), 36),
 		job: backfillJob{Provider: "http://" + provider.Addr() + "/v1", Items: *items, Batch: *batch, Concurrency: *concurrency}}
-	rep := backfillReport{Items: *items, Batch: *batch, Rounds: *rounds, DatabaseKind: "sqlite", DBOSConcurrency: *concurrency}
+	rep := backfillReport{Items: *items, Batch: *batch, Rounds: *rounds, DatabaseKind: "sqlite", Concurrency: *concurrency}
 	if *dbURL != "" {
 		rep.DatabaseKind = "postgres"
 	}
@@ -221,8 +221,8 @@ func runBenchBackfill(ctx context.Context, env *cmdEnv, args []string) error {
 }
 
 func printBackfillReport(w io.Writer, rep backfillReport) {
-	fmt.Fprintf(w, "%d×%d items in batches of %d on %s (plain DBOS: worker concurrency %d)\n",
-		rep.Rounds, rep.Items, rep.Batch, rep.DatabaseKind, rep.DBOSConcurrency)
+	fmt.Fprintf(w, "%d×%d items in batches of %d on %s, %d batches in flight on each side\n",
+		rep.Rounds, rep.Items, rep.Batch, rep.DatabaseKind, rep.Concurrency)
 	fmt.Fprintf(w, "%-10s %10s %9s %10s %11s %14s %12s\n", "side", "items/s", "wall s", "processed", "saves", "store B/item", "peak RSS MB")
 	for _, s := range []struct {
 		name string
@@ -569,7 +569,7 @@ func backfillSluice(ctx context.Context, job backfillJob) (backfillResult, error
 	}
 	defer app.Stop(context.Background())
 	err = sluice.RegisterBackfill(app, sluice.Backfill[string]{
-		Backfill: run.Backfill{ID: backfillID, MaxBatch: job.Batch, PendingSQL: backfillPending},
+		Backfill: run.Backfill{ID: backfillID, MaxBatch: job.Batch, InFlight: job.Concurrency, PendingSQL: backfillPending},
 		Load: func(ctx context.Context, keys []string) (map[string]string, error) {
 			return loadBodies(ctx, src, keys)
 		},

@@ -26,7 +26,7 @@ func TestBenchBackfill(t *testing.T) {
 			if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
 				t.Fatalf("%s: %v", out.String(), err)
 			}
-			if rep.Items != items || rep.Batch != 7 || rep.Rounds != rounds || rep.DatabaseKind != tc.kind || rep.DBOSConcurrency != 10 || !(rep.Ratio > 0) {
+			if rep.Items != items || rep.Batch != 7 || rep.Rounds != rounds || rep.DatabaseKind != tc.kind || rep.Concurrency != 10 || !(rep.Ratio > 0) {
 				t.Fatalf("report %+v", rep)
 			}
 			for name, s := range map[string]backfillSide{"sluice": rep.Sluice, "plain DBOS": rep.DBOS} {

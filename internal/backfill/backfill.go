@@ -38,6 +38,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -89,6 +90,8 @@ const (
 	DefaultRetryAfter    = 10 * time.Minute
 	DefaultPoll          = time.Minute
 	DefaultBatchesPerRun = 100
+	DefaultInFlight      = 4
+	MaxInFlight          = 100
 	DefaultDiscoverPage  = 1000
 )
 
@@ -104,6 +107,7 @@ func (c Config) withDefaults() Config {
 	c.RetryAfter = cmp.Or(c.RetryAfter, DefaultRetryAfter)
 	c.Poll = cmp.Or(c.Poll, DefaultPoll)
 	c.BatchesPerRun = cmp.Or(c.BatchesPerRun, DefaultBatchesPerRun)
+	c.InFlight = cmp.Or(c.InFlight, DefaultInFlight)
 	c.DiscoverPage = cmp.Or(c.DiscoverPage, DefaultDiscoverPage)
 	if c.Parse == nil {
 		c.Parse = parseOne
@@ -128,6 +132,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("backfill %s: runs after itself", c.ID)
 	case c.MaxBatch > 10000:
 		return fmt.Errorf("backfill %s: max batch %d: want at most 10000", c.ID, c.MaxBatch)
+	case c.InFlight > MaxInFlight:
+		return fmt.Errorf("backfill %s: in flight %d: want at most %d", c.ID, c.InFlight, MaxInFlight)
 	}
 	return nil
 }
@@ -162,7 +168,7 @@ func Reject(reason string) error {
 // Records is what a backfill keeps in sluice's store.
 type Records interface {
 	AddItems(ctx context.Context, backfill string, keys []string, at time.Time, after string) (int, error)
-	NextItems(ctx context.Context, backfill string, now time.Time, limit int) ([]store.Item, error)
+	NextItems(ctx context.Context, backfill string, now time.Time, limit int, after store.Cursor) ([]store.Item, error)
 	Settle(ctx context.Context, tx store.Tx, s store.Settlement) error
 	StartJob(ctx context.Context, name string, at time.Time) error
 	RecordJobRun(ctx context.Context, name string, at time.Time, failure string) error
@@ -209,7 +215,7 @@ func (s *Set) Add(c Config, p *engine.Provider) error {
 			return fmt.Errorf("backfill %s: %s %s is negative", c.ID, name, d)
 		}
 	}
-	for name, n := range map[string]int{"max batch": c.MaxBatch, "max rejects": c.MaxRejects, "batches per run": c.BatchesPerRun, "discover page": c.DiscoverPage} {
+	for name, n := range map[string]int{"max batch": c.MaxBatch, "max rejects": c.MaxRejects, "batches per run": c.BatchesPerRun, "in flight": c.InFlight, "discover page": c.DiscoverPage} {
 		if n < 0 {
 			return fmt.Errorf("backfill %s: %s %d is negative", c.ID, name, n)
 		}
@@ -232,6 +238,9 @@ func (s *Set) Add(c Config, p *engine.Provider) error {
 		Flow:        c.Flow,
 	}, Handler: b.run}
 	if err := s.e.Register(f); err != nil {
+		return err
+	}
+	if err := s.e.RegisterPart(f, batchPart, b.runBatch); err != nil {
 		return err
 	}
 	s.byID[c.ID] = b
@@ -334,15 +343,46 @@ func (s *Set) kick(b *backfill, id string) {
 	}
 }
 
-// batch is one selected batch, as its step records it.
+// batchPart is the engine part that calls and saves one batch.
+const batchPart = "batch"
+
+// batch is one selected batch, as its select step records it: the keys of
+// its items, not their data, which its part loads again.
 type batch struct {
-	Items []Item `json:"items,omitempty"`
-	// Rejects are the items' rejected outputs so far, in Items' order.
-	Rejects []int            `json:"rejects,omitempty"`
-	Request *llm.ChatRequest `json:"request,omitempty"`
+	Keys []string `json:"keys,omitempty"`
+	// Rejects are the items' rejected outputs so far, in Keys' order.
+	Rejects []int `json:"rejects,omitempty"`
 	// TooLarge are items parked without a call: alone, their request
 	// does not fit a limit of the key.
 	TooLarge []store.Outcome `json:"too_large,omitempty"`
+	// After is the cursor past the last pending item taken (or, when every
+	// item found is gone from the source, past those): the next batch is
+	// selected after it.
+	After store.Cursor `json:"after,omitzero"`
+}
+
+// batchInput is what a batch's part receives: the batch, and the run and
+// position it has in it.
+type batchInput struct {
+	RunID string `json:"run_id"`
+	I     int    `json:"i"`
+	batch
+}
+
+// loaded is what a batch's load step records: the items still in the
+// source, and the request that asks about them.
+type loaded struct {
+	Items   []Item           `json:"items,omitempty"`
+	Rejects []int            `json:"rejects,omitempty"` // in Items' order
+	Request *llm.ChatRequest `json:"request,omitempty"`
+}
+
+// batchDone is what a batch's part returns: what its save did, or why the
+// batch failed.
+type batchDone struct {
+	saved
+	Failed  string `json:"failed,omitempty"`  // the error
+	Aborted string `json:"aborted,omitempty"` // the run's stop reason it gives
 }
 
 // notSent is the request recorded for items no call was made for: those
@@ -356,74 +396,131 @@ type saved struct {
 	Rejected map[string]int `json:"rejected,omitempty"`
 }
 
+// flight is one selected batch of a run, and its part while it goes.
+type flight struct {
+	i    int
+	bt   batch
+	part *engine.Part
+}
+
+// continuation is the data of the event that starts the run after one
+// that handed on: where the last left off in the order of the pending items.
+type continuation struct {
+	After store.Cursor `json:"after,omitzero"`
+}
+
 // run is one run of the backfill: batches until nothing is eligible or
-// BatchesPerRun calls were made.
+// BatchesPerRun calls were made, up to InFlight of them going at once.
+//
+// The run selects the batches, in order, each after the pending items of
+// the ones before it (a cursor in the order NextItems returns them), so
+// that the batches going never share an item; a rejected item due again,
+// which NextItems returns wherever the cursor is, is passed over while a
+// batch going carries it. Each batch is called and saved by a part of its
+// own (runBatch), a child workflow, so that calls and saves of several
+// batches overlap. The run waits for its parts in the order it started
+// them: the order of its steps depends only on what they returned, so a
+// replay takes the same path.
 func (b *backfill) run(r *engine.Run, ev engine.Event) (any, error) {
 	started, err := engine.Step(r, "start", func(context.Context) (time.Time, error) { return b.set.now().UTC(), nil })
 	if err != nil {
 		return nil, err
 	}
 	rec := store.BackfillRun{RunID: r.ID(), Backfill: b.ID, StartedAt: started, Rejected: map[string]int{}, Stopped: "done"}
+	var cont continuation
+	if len(ev.Data) > 0 && json.Unmarshal(ev.Data, &cont) != nil {
+		cont = continuation{} // not a continuation's: start from the first item
+	}
+	after := cont.After
 	var failure error
-	calls := 0
-	for i := 0; ; i++ {
-		if calls == b.BatchesPerRun {
-			rec.Stopped = "continued"
-			break
-		}
-		bt, err := engine.Step(r, fmt.Sprintf("select-%d", i), b.selectBatch)
-		if err == nil && bt.empty() {
-			// Every item known is done: look for new ones, then select again.
-			if err = b.discover(r, i); err == nil {
-				bt, err = engine.Step(r, fmt.Sprintf("select-%d-new", i), b.selectBatch)
-			}
-		}
-		if err != nil {
-			failure = err
-			break
-		}
-		if bt.empty() {
-			break
-		}
-		rec.Selected += len(bt.Items) + len(bt.TooLarge)
-		for _, r := range bt.Rejects {
-			if r > 0 { // an item tried before
-				rec.Retried++
-			}
-		}
-		var outputs []string
-		var requestID string
-		if len(bt.Items) > 0 {
-			calls++
-			resp, err := engine.LLM(r, fmt.Sprintf("call-%d", i), b.provider, bt.Request, llm.Timeouts{})
-			if err != nil {
-				failure = err
-				break
-			}
-			requestID = resp.ID
-			if outputs, err = b.Parse(resp, bt.Items); err == nil && len(outputs) != len(bt.Items) {
-				err = fmt.Errorf("parse gave %d outputs for %d items", len(outputs), len(bt.Items))
+	abort := ""
+	var window []flight
+	calls, i, tries := 0, 0, 0
+	done := false       // nothing was eligible, even after looking for new items
+	discovered := false // this run has looked for new items
+	for {
+		for failure == nil && !done && len(window) < b.InFlight && calls < b.BatchesPerRun {
+			bt, err := engine.Step(r, selectName(i, tries), func(ctx context.Context) (batch, error) {
+				return b.selectBatch(ctx, after, window)
+			})
+			tries++
+			moved := err == nil && bt.After != after && !bt.After.IsZero()
+			if err == nil && bt.empty() && !moved && len(window) == 0 {
+				if discovered {
+					done = true
+					break
+				}
+				// Every item known is done, or behind the cursor: look for
+				// new ones (once a run), then select again from the first.
+				discovered = true
+				if err = b.discover(r, i); err == nil {
+					after = store.Cursor{}
+					bt, err = engine.Step(r, fmt.Sprintf("select-%d-new", i), func(ctx context.Context) (batch, error) {
+						return b.selectBatch(ctx, after, nil)
+					})
+					moved = err == nil && !bt.After.IsZero()
+				}
 			}
 			if err != nil {
-				failure = fmt.Errorf("parse the response of call-%d: %w", i, err)
+				failure, abort = err, abortReason(err)
 				break
 			}
+			if moved {
+				after = bt.After
+			}
+			if bt.empty() {
+				if moved {
+					continue // the items it found are gone from the source: look past them
+				}
+				done = len(window) == 0
+				break // nothing more is eligible while the window is in flight
+			}
+			rec.Selected += len(bt.Keys) + len(bt.TooLarge)
+			for _, r := range bt.Rejects {
+				if r > 0 { // an item tried before
+					rec.Retried++
+				}
+			}
+			if len(bt.Keys) > 0 {
+				calls++
+			}
+			p, err := engine.StartPart(r, batchPart, fmt.Sprintf("batch-%d", i), batchInput{RunID: r.ID(), I: i, batch: bt})
+			if err != nil {
+				return nil, err
+			}
+			window = append(window, flight{i: i, bt: bt, part: p})
+			i, tries = i+1, 0
 		}
-		sv, err := engine.Transaction(r, fmt.Sprintf("save-%d", i), func(ctx context.Context, tx dbos.Tx) (saved, error) {
-			return b.save(ctx, tx, r.ID(), requestID, bt, outputs)
-		})
-		if err != nil {
-			failure = err
+		if len(window) == 0 {
 			break
 		}
-		rec.Saved += sv.Saved
-		rec.Parked += sv.Parked
-		for reason, n := range sv.Rejected {
+		f := window[0]
+		window = window[1:]
+		out, err := f.part.Wait()
+		if err != nil {
+			// The run was cancelled, timed out, or lost: it stops here,
+			// and a replay takes it from its last step.
+			return nil, err
+		}
+		var d batchDone
+		if err := json.Unmarshal(out, &d); err != nil {
+			return nil, fmt.Errorf("read the result of batch-%d: %w", f.i, err)
+		}
+		rec.Saved += d.Saved
+		rec.Parked += d.Parked
+		for reason, n := range d.Rejected {
 			rec.Rejected[reason] += n
 		}
+		if d.Failed != "" && failure == nil {
+			// The batches going are still waited for, and saved.
+			failure, abort = errors.New(d.Failed), d.Aborted
+		}
 	}
-	if failure != nil {
-		rec.Stopped = "aborted=" + abortReason(failure)
+	switch {
+	case failure != nil:
+		rec.Stopped = "aborted=" + abort
+	case !done && calls == b.BatchesPerRun:
+		rec.Stopped = "continued"
 	}
 	_, err = engine.Step(r, "record", func(ctx context.Context) (struct{}, error) {
 		rec.EndedAt = b.set.now().UTC()
@@ -440,8 +537,13 @@ func (b *backfill) run(r *engine.Run, ev engine.Event) (any, error) {
 		b.set.log.Info("backfill run", "backfill", b.ID, "run", rec.RunID, "selected", rec.Selected, "retried", rec.Retried,
 			"saved", rec.Saved, "rejected", formatRejected(rec.Rejected), "parked", rec.Parked, "stopped", rec.Stopped)
 		if rec.Stopped == "continued" {
-			// The next run starts now rather than at the next Poll.
-			if _, err := b.set.e.Send(ctx, engine.Event{Name: EventName(b.ID), ID: nextEventID(ev.ID)}); err != nil {
+			// The next run starts now rather than at the next Poll, where
+			// this one left off.
+			data, err := json.Marshal(continuation{After: after})
+			if err != nil {
+				return struct{}{}, err
+			}
+			if _, err := b.set.e.Send(ctx, engine.Event{Name: EventName(b.ID), ID: nextEventID(ev.ID), Data: data}); err != nil {
 				return struct{}{}, err
 			}
 		}
@@ -454,6 +556,89 @@ func (b *backfill) run(r *engine.Run, ev engine.Event) (any, error) {
 		return rec, failure
 	}
 	return rec, nil
+}
+
+// selectName names the select step of batch i: its first try, and the
+// tries after one that found nothing while other batches were in flight.
+func selectName(i, tries int) string {
+	if tries == 0 {
+		return fmt.Sprintf("select-%d", i)
+	}
+	return fmt.Sprintf("select-%d-%d", i, tries)
+}
+
+// runBatch is the part that does one batch: it loads the batch's items,
+// calls the provider as one governed LLM step, and saves the outputs in
+// one transaction step that also records each item's outcome. A batch
+// that fails for good says why in its result; an error is the part's
+// end (cancelled, timed out), which ends the run too.
+func (b *backfill) runBatch(r *engine.Run, raw json.RawMessage) (any, error) {
+	var in batchInput
+	if err := json.Unmarshal(raw, &in); err != nil {
+		return nil, fmt.Errorf("read the batch: %w", err)
+	}
+	failed := func(err error) (any, error) {
+		var se *run.StepError
+		if !errors.As(err, &se) {
+			return nil, err
+		}
+		return batchDone{Failed: err.Error(), Aborted: abortReason(err)}, nil
+	}
+	var ld loaded
+	if len(in.Keys) > 0 {
+		var err error
+		if ld, err = engine.Step(r, "load", func(ctx context.Context) (loaded, error) { return b.load(ctx, in.batch) }); err != nil {
+			return failed(err)
+		}
+	}
+	if len(ld.Items) == 0 && len(in.TooLarge) == 0 {
+		return batchDone{}, nil // its items are gone from the source
+	}
+	var outputs []string
+	var requestID string
+	if len(ld.Items) > 0 {
+		resp, err := engine.LLM(r, "call", b.provider, ld.Request, llm.Timeouts{})
+		if err != nil {
+			return failed(err)
+		}
+		requestID = resp.ID
+		if outputs, err = b.Parse(resp, ld.Items); err == nil && len(outputs) != len(ld.Items) {
+			err = fmt.Errorf("parse gave %d outputs for %d items", len(outputs), len(ld.Items))
+		}
+		if err != nil {
+			err = fmt.Errorf("parse the response of batch-%d: %w", in.I, err)
+			return batchDone{Failed: err.Error(), Aborted: err.Error()}, nil
+		}
+	}
+	sv, err := engine.Transaction(r, "save", func(ctx context.Context, tx dbos.Tx) (saved, error) {
+		return b.save(ctx, tx, in.RunID, requestID, ld, in.TooLarge, outputs)
+	})
+	if err != nil {
+		return failed(err)
+	}
+	return batchDone{saved: sv}, nil
+}
+
+// load loads a batch's items and builds its request. An item no longer in
+// the source is left out.
+func (b *backfill) load(ctx context.Context, bt batch) (loaded, error) {
+	data, err := b.Load(ctx, bt.Keys)
+	if err != nil {
+		return loaded{}, fmt.Errorf("load items: %w", err)
+	}
+	var ld loaded
+	for i, k := range bt.Keys {
+		if d, ok := data[k]; ok {
+			ld.Items = append(ld.Items, Item{Key: k, Data: d})
+			ld.Rejects = append(ld.Rejects, bt.Rejects[i])
+		}
+	}
+	if len(ld.Items) > 0 {
+		if ld.Request, err = b.request(ld.Items); err != nil {
+			return loaded{}, err
+		}
+	}
+	return ld, nil
 }
 
 // nextEventID names the event that starts the run after the one event id
@@ -472,13 +657,24 @@ func nextEventID(id string) string {
 	return id + "/next-" + strconv.Itoa(n+1)
 }
 
-// selectBatch takes the next eligible items, loads them, and sizes the
-// batch with the governor.
-func (b *backfill) selectBatch(ctx context.Context) (batch, error) {
-	next, err := b.set.rec.NextItems(ctx, b.ID, b.set.now(), b.MaxBatch)
+// selectBatch takes the next eligible items — the pending ones after the
+// cursor after, and the rejected ones due again that no batch of window
+// carries — loads them, and sizes the batch with the governor.
+func (b *backfill) selectBatch(ctx context.Context, after store.Cursor, window []flight) (batch, error) {
+	busy := map[string]bool{}
+	for _, f := range window {
+		for j, k := range f.bt.Keys {
+			if f.bt.Rejects[j] > 0 { // a rejected item, which the cursor does not pass over
+				busy[k] = true
+			}
+		}
+	}
+	next, err := b.set.rec.NextItems(ctx, b.ID, b.set.now(), b.MaxBatch+len(busy), after)
 	if err != nil || len(next) == 0 {
 		return batch{}, err
 	}
+	next = slices.DeleteFunc(next, func(it store.Item) bool { return busy[it.Key] })
+	next = next[:min(len(next), b.MaxBatch)]
 	keys := make([]string, len(next))
 	for i, it := range next {
 		keys[i] = it.Key
@@ -488,30 +684,47 @@ func (b *backfill) selectBatch(ctx context.Context) (batch, error) {
 		return batch{}, fmt.Errorf("load items: %w", err)
 	}
 	var bt batch
-	for _, it := range next {
+	var items []Item
+	var at []int // where each of items is in next
+	for i, it := range next {
 		if d, ok := data[it.Key]; ok { // else gone from the source since it was found
-			bt.Items = append(bt.Items, Item{Key: it.Key, Data: d})
+			items = append(items, Item{Key: it.Key, Data: d})
+			bt.Keys = append(bt.Keys, it.Key)
 			bt.Rejects = append(bt.Rejects, it.Rejects)
+			at = append(at, i)
 		}
 	}
-	if len(bt.Items) == 0 {
+	if len(items) == 0 {
+		// None is there any more: the next selection looks past them.
+		bt.After = lastPending(next, after)
 		return bt, nil
 	}
-	n, req, tooLarge, err := b.size(bt.Items)
+	n, tooLarge, err := b.size(items)
 	if err != nil {
 		return batch{}, err
 	}
 	if n == 0 {
 		// Alone, the first item does not fit a limit: it is parked, and
 		// the rest wait for the next batch.
-		return batch{TooLarge: []store.Outcome{{Key: bt.Items[0].Key, Reason: tooLarge}}}, nil
+		return batch{TooLarge: []store.Outcome{{Key: items[0].Key, Reason: tooLarge}}, After: lastPending(next[:at[0]+1], after)}, nil
 	}
-	bt.Items, bt.Rejects = bt.Items[:n], bt.Rejects[:n]
-	bt.Request = req
+	bt.Keys, bt.Rejects = bt.Keys[:n], bt.Rejects[:n]
+	bt.After = lastPending(next[:at[n-1]+1], after)
 	return bt, nil
 }
 
-func (bt batch) empty() bool { return len(bt.Items) == 0 && len(bt.TooLarge) == 0 }
+// lastPending is the cursor past the last pending item of items (in the
+// order NextItems returned them), or after when none of them is pending.
+func lastPending(items []store.Item, after store.Cursor) store.Cursor {
+	for _, it := range slices.Backward(items) {
+		if it.State == store.ItemPending {
+			return it.After()
+		}
+	}
+	return after
+}
+
+func (bt batch) empty() bool { return len(bt.Keys) == 0 && len(bt.TooLarge) == 0 }
 
 // request builds and completes the call for items.
 func (b *backfill) request(items []Item) (*llm.ChatRequest, error) {
@@ -522,12 +735,11 @@ func (b *backfill) request(items []Item) (*llm.ChatRequest, error) {
 	return b.provider.Client.ApplyDefaults(req)
 }
 
-// size returns how many of items the next call carries, and its request:
-// the governor's batch size for a call costing a base plus one item's share
+// size returns how many of items the next call carries: the governor's batch size for a call costing a base plus one item's share
 // per item (as the first two items cost), shrunk while the request's real
 // cost does not fit a limit (an item larger than the first two). 0 means
 // the first item alone does not fit: the string says which limit.
-func (b *backfill) size(items []Item) (int, *llm.ChatRequest, string, error) {
+func (b *backfill) size(items []Item) (int, string, error) {
 	cost := func(n int) (*llm.ChatRequest, governor.Cost, error) {
 		req, err := b.request(items[:n])
 		if err != nil {
@@ -539,31 +751,31 @@ func (b *backfill) size(items []Item) (int, *llm.ChatRequest, string, error) {
 	if len(items) > 1 {
 		_, one, err := cost(1)
 		if err != nil {
-			return 0, nil, "", err
+			return 0, "", err
 		}
 		_, two, err := cost(2)
 		if err != nil {
-			return 0, nil, "", err
+			return 0, "", err
 		}
 		item := governor.Cost{Requests: max(two.Requests-one.Requests, 0), Input: max(two.Input-one.Input, 0), Output: max(two.Output-one.Output, 0)}
 		base := governor.Cost{Requests: max(one.Requests-item.Requests, 0), Input: max(one.Input-item.Input, 0), Output: max(one.Output-item.Output, 0)}
 		n = max(b.provider.Governor.BatchSize(b.set.now(), b.Flow, base, item, len(items), b.Within), 1)
 	}
 	for {
-		req, c, err := cost(n)
+		_, c, err := cost(n)
 		if err != nil {
-			return 0, nil, "", err
+			return 0, "", err
 		}
 		err = b.provider.Governor.Check(c)
 		if err == nil {
-			return n, req, "", nil
+			return n, "", nil
 		}
 		if n == 1 {
 			var tl *governor.TooLargeError
 			if errors.As(err, &tl) {
 				b.provider.Governor.RefusedFlow(b.Flow, tl.Limit)
 			}
-			return 0, nil, err.Error(), nil
+			return 0, err.Error(), nil
 		}
 		n /= 2
 	}
@@ -626,14 +838,14 @@ func queryKeys(ctx context.Context, tx dbos.Tx, q, after string, limit int) ([]s
 }
 
 // save saves each item's output and records the outcomes, in tx.
-func (b *backfill) save(ctx context.Context, tx dbos.Tx, runID, requestID string, bt batch, outputs []string) (saved, error) {
+func (b *backfill) save(ctx context.Context, tx dbos.Tx, runID, requestID string, ld loaded, tooLarge []store.Outcome, outputs []string) (saved, error) {
 	if requestID == "" {
 		requestID = notSent
 	}
 	st := store.Settlement{Backfill: b.ID, RunID: runID, RequestID: requestID, At: b.set.now().UTC(),
 		MaxRejects: b.MaxRejects, RetryAfter: b.RetryAfter, Then: b.then}
 	sv := saved{Rejected: map[string]int{}}
-	for i, it := range bt.Items {
+	for i, it := range ld.Items {
 		err := b.Save(ctx, tx, it, outputs[i])
 		var rj *rejected
 		switch {
@@ -643,18 +855,18 @@ func (b *backfill) save(ctx context.Context, tx dbos.Tx, runID, requestID string
 		case errors.As(err, &rj):
 			st.Outcomes = append(st.Outcomes, store.Outcome{Key: it.Key, Reason: rj.reason})
 			sv.Rejected[rj.reason]++
-			if bt.Rejects[i]+1 >= b.MaxRejects {
+			if ld.Rejects[i]+1 >= b.MaxRejects {
 				sv.Parked++
 			}
 		default:
 			return saved{}, fmt.Errorf("save item %s: %w", it.Key, err)
 		}
 	}
-	st.Outcomes = append(st.Outcomes, bt.TooLarge...)
-	if len(bt.TooLarge) > 0 {
+	st.Outcomes = append(st.Outcomes, tooLarge...)
+	if len(tooLarge) > 0 {
 		// Too large alone: no later try can fit, so it is parked now.
 		st.MaxRejects = 1
-		sv.Parked += len(bt.TooLarge)
+		sv.Parked += len(tooLarge)
 	}
 	if err := b.set.rec.Settle(ctx, tx, st); err != nil {
 		return saved{}, err

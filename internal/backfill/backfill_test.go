@@ -1,12 +1,16 @@
 package backfill
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -425,6 +429,125 @@ func TestBackfillOfManyRuns(t *testing.T) {
 		for _, r := range runs {
 			if len(r.RunID) > 64 {
 				t.Fatalf("run ID %q is %d bytes: it grows with each run", r.RunID, len(r.RunID))
+			}
+		}
+	})
+}
+
+// inflightProvider passes calls to a simulated provider with latency and
+// records, for each call, the items it carried and when it was in flight.
+type inflightProvider struct {
+	sim *sim.Server
+
+	mu      sync.Mutex
+	now     int
+	most    int
+	carried []map[string]bool // each call's items, in the order calls began
+	active  map[int]bool      // calls in flight, by index in carried
+	shared  []string          // items two calls in flight at once both carried
+}
+
+func (p *inflightProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	items := map[string]bool{}
+	for _, m := range regexp.MustCompile(`text of (k\d+)`).FindAllStringSubmatch(string(body), -1) {
+		items[m[1]] = true
+	}
+	p.mu.Lock()
+	id := len(p.carried)
+	p.carried = append(p.carried, items)
+	for other := range p.active {
+		for k := range p.carried[other] {
+			if items[k] {
+				p.shared = append(p.shared, k)
+			}
+		}
+	}
+	p.active[id] = true
+	p.now++
+	p.most = max(p.most, p.now)
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		delete(p.active, id)
+		p.now--
+		p.mu.Unlock()
+	}()
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	p.sim.ServeHTTP(w, r)
+}
+
+// A backfill keeps InFlight calls in flight at once, never two carrying the
+// same item — a rejected item due again while others are in flight
+// included — and saves every item once.
+func TestBackfillCallsInFlight(t *testing.T) {
+	t.Parallel()
+	testenv.Databases(t, func(t *testing.T, url string) {
+		b := setup(t, url, governor.Limits{})
+		model, err := sim.NewModel(sim.Config{Profile: "groq", Latency: 60 * time.Millisecond, Wire: true, Seed: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := &inflightProvider{sim: sim.NewServer(model, sim.ServerConfig{}), active: map[int]bool{}}
+		srv := httptest.NewServer(p)
+		t.Cleanup(srv.Close)
+		if b.p.Client, err = llm.NewClient(llm.Config{BaseURL: srv.URL + "/v1", Profile: llm.Groq}); err != nil {
+			t.Fatal(err)
+		}
+		const n, inFlight = 60, 4
+		b.add(keys(n)...)
+		var mu sync.Mutex
+		rejected := map[string]int{}
+		c := b.config("titles", func(k string) string {
+			mu.Lock()
+			defer mu.Unlock()
+			// Every fifth item's first two outputs are refused: each comes
+			// back due while other batches are in flight.
+			if k[len(k)-1]%5 == 0 && rejected[k] < 2 {
+				rejected[k]++
+				return "not English"
+			}
+			return ""
+		})
+		c.MaxBatch, c.InFlight, c.MaxRejects, c.BatchesPerRun = 2, inFlight, 3, 100
+		if err := b.set.Add(c, b.p); err != nil {
+			t.Fatal(err)
+		}
+		b.start(t)
+		j := b.waitJob(t, "titles", func(j store.Job) bool { return j.Saved+j.Parked == n })
+		if j.Saved != n {
+			t.Fatalf("job %+v: want all %d saved", j, n)
+		}
+		for k, w := range b.writes(t, "titles") {
+			if w != 1 {
+				t.Fatalf("item %s written %d times, want once", k, w)
+			}
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if len(p.shared) > 0 {
+			t.Fatalf("items %v were carried by two calls in flight at once", p.shared)
+		}
+		if p.most != inFlight {
+			t.Fatalf("at most %d calls were in flight at once, want %d", p.most, inFlight)
+		}
+		times := map[string]int{}
+		for _, items := range p.carried {
+			for k := range items {
+				times[k]++
+			}
+		}
+		for _, k := range keys(n) {
+			want := 1
+			if k[len(k)-1]%5 == 0 {
+				want = 3
+			}
+			if times[k] != want {
+				t.Fatalf("item %s was carried by %d calls, want %d", k, times[k], want)
 			}
 		}
 	})

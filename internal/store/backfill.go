@@ -33,6 +33,21 @@ type Item struct {
 	RetryAt     time.Time
 }
 
+// Cursor is a place in the order in which NextItems returns pending
+// items: by EligibleAt, then by key in byte order. The zero Cursor is
+// before every item.
+type Cursor struct {
+	EligibleAt time.Time `json:"eligible_at"`
+	Key        string    `json:"key"`
+}
+
+// IsZero reports whether c is the zero Cursor.
+func (c Cursor) IsZero() bool { return c.EligibleAt.IsZero() && c.Key == "" }
+
+// After is the cursor just past it: NextItems after it returns the pending
+// items that come after it.
+func (it Item) After() Cursor { return Cursor{EligibleAt: it.EligibleAt, Key: it.Key} }
+
 // Outcome is what became of one item of a batch.
 type Outcome struct {
 	Key    string

@@ -141,12 +141,19 @@ type Store interface {
 	AddItems(ctx context.Context, backfill string, keys []string, at time.Time, after string) (int, error)
 
 	// NextItems returns at most limit items of backfill that may be
-	// processed at now: the pending ones, and the rejected ones whose
-	// RetryAt is at or before now; earliest EligibleAt first, then by key.
-	// It changes nothing: the same items come back until they are settled.
-	// An unknown backfill has no items. An empty backfill name or a limit
-	// under 1 is an error.
-	NextItems(ctx context.Context, backfill string, now time.Time, limit int) ([]Item, error)
+	// processed at now: the pending ones after the cursor after, and the
+	// rejected ones whose RetryAt is at or before now, wherever they are;
+	// earliest EligibleAt first, then by key. The zero Cursor is before
+	// every item. It changes nothing: the same items come back until they
+	// are settled. An unknown backfill has no items. An empty backfill
+	// name, a limit under 1 or a cursor whose key could not be stored is
+	// an error.
+	//
+	// A caller that goes through the items in order passes the place of
+	// the last pending item it took: on PostgreSQL the read then starts
+	// there in the index, instead of walking past the entries the items
+	// processed before it left behind until VACUUM clears them.
+	NextItems(ctx context.Context, backfill string, now time.Time, limit int, after Cursor) ([]Item, error)
 
 	// Settle records the outcomes of one batch of s.Backfill in tx, the
 	// transaction of the step that saved the batch's outputs, so that the

@@ -71,6 +71,35 @@ func exerciseBackfills(t *testing.T, open func(t *testing.T) store.Store) {
 		assertKeys(t, mustNext(t, s, "titles", now, 2), "early", "Zebra")
 	})
 
+	t.Run("NextItemsAfterCursor", func(t *testing.T) {
+		t.Parallel()
+		s := open(t)
+		mustAdd(t, s, "titles", base, "", "b", "apple", "Äpfel", "Zebra")
+		mustAdd(t, s, "titles", base.Add(-time.Minute), "", "early")
+		mustAdd(t, s, "titles", base.Add(time.Minute), "", "late", "a")
+		now := base.Add(time.Hour)
+		all := mustNext(t, s, "titles", now, 100)
+		assertKeys(t, all, "early", "Zebra", "apple", "b", "Äpfel", "a", "late")
+		// Each cursor returns what comes after it in that order, whether
+		// the next item shares its time or not.
+		for i, it := range all {
+			assertKeys(t, mustNextAfter(t, s, "titles", now, 2, it.After()), keysOf(all[i+1:min(i+3, len(all))])...)
+		}
+		// A cursor between two keys of one time, and one at a time no item has.
+		assertKeys(t, mustNextAfter(t, s, "titles", now, 10, store.Cursor{EligibleAt: base, Key: "apple2"}), "b", "Äpfel", "a", "late")
+		assertKeys(t, mustNextAfter(t, s, "titles", now, 10, store.Cursor{EligibleAt: base.Add(30 * time.Second), Key: "zzz"}), "a", "late")
+		assertKeys(t, mustNextAfter(t, s, "titles", now, 10, store.Cursor{EligibleAt: base.Add(-time.Hour), Key: "~"}), keysOf(all)...)
+
+		// A rejected item due again comes back wherever the cursor is: it
+		// keeps its place by EligibleAt among the pending ones after it.
+		st := settlement("titles", "run-1", "req-1", base.Add(2*time.Minute), rejected("early", "too long"), saved("Zebra"))
+		st.MaxRejects, st.RetryAfter = 3, time.Minute
+		mustSettle(t, s, st)
+		assertKeys(t, mustNextAfter(t, s, "titles", now, 10, all[4].After()), "early", "a", "late")
+		// Not before it is due.
+		assertKeys(t, mustNextAfter(t, s, "titles", base.Add(2*time.Minute), 10, all[4].After()), "a", "late")
+	})
+
 	t.Run("SettleRecordsOutcomes", func(t *testing.T) {
 		t.Parallel()
 		s := open(t)
@@ -504,9 +533,12 @@ func exerciseBackfills(t *testing.T, open func(t *testing.T) store.Store) {
 			{"AddItems with a key not UTF-8", second(s.AddItems(ctx, "titles", []string{"\xff"}, base, "")), `add items to titles: key "\xff" is not UTF-8 without NUL`},
 			{"AddItems at the zero time", second(s.AddItems(ctx, "titles", []string{"a"}, time.Time{}, "")), "add items to titles: zero time"},
 			{"AddItems after a bad name", second(s.AddItems(ctx, "titles", []string{"a"}, base, "\xff")), `add items to titles: after "\xff" is not UTF-8 without NUL`},
-			{"NextItems without backfill", second(s.NextItems(ctx, "", base, 10)), "list next items: empty backfill name"},
-			{"NextItems with a limit of 0", second(s.NextItems(ctx, "titles", base, 0)), "list next items of titles: limit 0 is under 1"},
-			{"NextItems with a negative limit", second(s.NextItems(ctx, "titles", base, -1)), "list next items of titles: limit -1 is under 1"},
+			{"NextItems without backfill", second(s.NextItems(ctx, "", base, 10, store.Cursor{})), "list next items: empty backfill name"},
+			{"NextItems with a limit of 0", second(s.NextItems(ctx, "titles", base, 0, store.Cursor{})), "list next items of titles: limit 0 is under 1"},
+			{"NextItems with a negative limit", second(s.NextItems(ctx, "titles", base, -1, store.Cursor{})), "list next items of titles: limit -1 is under 1"},
+			{"NextItems after a cursor without a key", second(s.NextItems(ctx, "titles", base, 10, store.Cursor{EligibleAt: base})), "list next items of titles: empty cursor key"},
+			{"NextItems after a cursor without a time", second(s.NextItems(ctx, "titles", base, 10, store.Cursor{Key: "k"})), "list next items of titles: zero cursor time"},
+			{"NextItems after a cursor with a NUL", second(s.NextItems(ctx, "titles", base, 10, store.Cursor{EligibleAt: base, Key: "a\x00b"})), "list next items of titles: cursor key \"a\\x00b\" is not UTF-8 without NUL"},
 			{"Items without backfill", second(s.Items(ctx, "", []string{"a"})), "read items: empty backfill name"},
 			{"Items with a long key", second(s.Items(ctx, "titles", []string{longKey})),
 				`read items of titles: key of 257 bytes is over the limit of 256: "kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk"…`},
@@ -624,9 +656,14 @@ func mustItems(t *testing.T, s store.Store, backfill string, keys ...string) []s
 
 func mustNext(t *testing.T, s store.Store, backfill string, now time.Time, limit int) []store.Item {
 	t.Helper()
-	items, err := s.NextItems(context.Background(), backfill, now, limit)
+	return mustNextAfter(t, s, backfill, now, limit, store.Cursor{})
+}
+
+func mustNextAfter(t *testing.T, s store.Store, backfill string, now time.Time, limit int, after store.Cursor) []store.Item {
+	t.Helper()
+	items, err := s.NextItems(context.Background(), backfill, now, limit, after)
 	if err != nil {
-		t.Fatalf("NextItems(%q, %s, %d): %v", backfill, now, limit, err)
+		t.Fatalf("NextItems(%q, %s, %d, %+v): %v", backfill, now, limit, after, err)
 	}
 	return items
 }
@@ -717,12 +754,17 @@ func countStates(ctx context.Context, h store.Handle, backfill string) (map[stor
 	return counted, rows.Err()
 }
 
+func keysOf(items []store.Item) []string {
+	keys := make([]string, len(items))
+	for i, it := range items {
+		keys[i] = it.Key
+	}
+	return keys
+}
+
 func assertKeys(t *testing.T, items []store.Item, want ...string) {
 	t.Helper()
-	got := make([]string, len(items))
-	for i, it := range items {
-		got[i] = it.Key
-	}
+	got := keysOf(items)
 	if strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("items %q, want %q", got, want)
 	}

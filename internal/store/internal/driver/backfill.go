@@ -34,7 +34,7 @@ type Backfills struct {
 var backfillStatements = []string{
 	"add_items",           // backfill, keys, eligible at, after ("" for none); affects the rows added
 	"count_job_items",     // job, monitored since if new, changes of pending, rejected, saved, parked, progress at (or NULL)
-	"next_items",          // backfill, now, limit; returns the columns readItems scans
+	"next_items",          // backfill, now, limit, cursor's eligible at, cursor's key; returns the columns readItems scans
 	"items",               // backfill, keys; returns the columns readItems scans
 	"lock_items",          // as items, and locks them for the transaction
 	"settle_items",        // backfill, items read by lock_items (settledItem objects), run ID, request ID
@@ -119,7 +119,7 @@ func (b Backfills) countJobItems(ctx context.Context, tx store.Tx, job string, s
 }
 
 // NextItems implements store.Store.
-func (b Backfills) NextItems(ctx context.Context, backfill string, now time.Time, limit int) ([]store.Item, error) {
+func (b Backfills) NextItems(ctx context.Context, backfill string, now time.Time, limit int, after store.Cursor) ([]store.Item, error) {
 	op, err := named("list next items", " of ", "backfill name", backfill, store.MaxKeyBytes)
 	if err != nil {
 		return nil, err
@@ -127,7 +127,19 @@ func (b Backfills) NextItems(ctx context.Context, backfill string, now time.Time
 	if limit < 1 {
 		return nil, fmt.Errorf("%s: limit %d is under 1", op, limit)
 	}
-	items, err := b.readItems(ctx, b.conn.Query, b.sql["next_items"], backfill, now.UnixMilli(), limit)
+	// The zero cursor is before every item: before the earliest time any
+	// item can have, with the empty key, which sorts before every other.
+	afterAt := int64(math.MinInt64)
+	if !after.IsZero() {
+		if err := checkName("cursor key", after.Key, store.MaxKeyBytes); err != nil {
+			return nil, fmt.Errorf("%s: %w", op, err)
+		}
+		if err := checkTime("cursor time", after.EligibleAt); err != nil {
+			return nil, fmt.Errorf("%s: %w", op, err)
+		}
+		afterAt = after.EligibleAt.UnixMilli()
+	}
+	items, err := b.readItems(ctx, b.conn.Query, b.sql["next_items"], backfill, now.UnixMilli(), limit, afterAt, after.Key)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
