@@ -134,8 +134,11 @@ func TestBackfillStoryStallAndRecovery(t *testing.T) {
 			t.Helper()
 			db.saved[id] = map[string]string{}
 			err := sluice.RegisterBackfill(app, sluice.Backfill[article]{
+				// One batch at a time: the story is about health, and
+				// several runs of each, which BatchesPerRun makes; calls in
+				// flight at once have tests of their own.
 				Backfill: run.Backfill{ID: id, After: after, MaxBatch: batch, StallAfter: stall,
-					Poll: 50 * time.Millisecond, BatchesPerRun: 4},
+					Poll: 50 * time.Millisecond, BatchesPerRun: 4, InFlight: 1},
 				Pending: db.pending(id),
 				Load:    db.load,
 				Request: func(items []sluice.Item[article]) (*llm.ChatRequest, error) {

@@ -251,9 +251,10 @@ type Backfill struct {
 	// BatchesPerRun is how many calls one run makes before it hands on to
 	// the next (default 100), so no run's record grows without bound.
 	BatchesPerRun int
-	// InFlight is how many of its calls may be in flight at once (default
-	// 4, at most 100): while one batch's call waits for the provider, the
-	// next batches are selected and sent, each with items of its own. The
-	// governor still admits each call only when it fits every limit.
+	// InFlight is how many of its batches may be going at once (default
+	// 4, at most 100, and no more than BatchesPerRun): a run splits the
+	// items into that many shares that no two share an item of, and goes
+	// through each at once. The governor still admits each call only when
+	// it fits every limit.
 	InFlight int
 }

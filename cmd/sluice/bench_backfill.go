@@ -64,13 +64,13 @@ func init() {
 }
 
 type backfillReport struct {
-	Items           int          `json:"items"`
-	Batch           int          `json:"batch"`
-	Rounds          int          `json:"rounds"`
-	DatabaseKind    string       `json:"database"`
-	Concurrency     int          `json:"concurrency"`
-	Sluice          backfillSide `json:"sluice"`
-	DBOS            backfillSide `json:"dbos"`
+	Items        int          `json:"items"`
+	Batch        int          `json:"batch"`
+	Rounds       int          `json:"rounds"`
+	DatabaseKind string       `json:"database"`
+	Concurrency  int          `json:"concurrency"`
+	Sluice       backfillSide `json:"sluice"`
+	DBOS         backfillSide `json:"dbos"`
 	// Ratio is sluice's items/s ÷ plain DBOS's.
 	Ratio float64 `json:"ratio"`
 	// StallCheck times the health evaluation the app's monitor runs, and

@@ -37,6 +37,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"regexp"
 	"slices"
 	"sort"
@@ -168,7 +169,7 @@ func Reject(reason string) error {
 // Records is what a backfill keeps in sluice's store.
 type Records interface {
 	AddItems(ctx context.Context, backfill string, keys []string, at time.Time, after string) (int, error)
-	NextItems(ctx context.Context, backfill string, now time.Time, limit int, after store.Cursor) ([]store.Item, error)
+	NextItems(ctx context.Context, backfill string, now time.Time, limit int, after store.Cursor, lane store.Lane) ([]store.Item, error)
 	Settle(ctx context.Context, tx store.Tx, s store.Settlement) error
 	StartJob(ctx context.Context, name string, at time.Time) error
 	RecordJobRun(ctx context.Context, name string, at time.Time, failure string) error
@@ -240,7 +241,7 @@ func (s *Set) Add(c Config, p *engine.Provider) error {
 	if err := s.e.Register(f); err != nil {
 		return err
 	}
-	if err := s.e.RegisterPart(f, batchPart, b.runBatch); err != nil {
+	if err := s.e.RegisterPart(f, lanePart, b.runLane); err != nil {
 		return err
 	}
 	s.byID[c.ID] = b
@@ -343,11 +344,20 @@ func (s *Set) kick(b *backfill, id string) {
 	}
 }
 
-// batchPart is the engine part that calls and saves one batch.
-const batchPart = "batch"
+// lanePart is the engine part that goes through one lane's items.
+const lanePart = "lane"
 
-// batch is one selected batch, as its select step records it: the keys of
-// its items, not their data, which its part loads again.
+// selection is what a select step records: the batch it took, if any, and
+// the cursor past the pending items it took (or found gone from the
+// source), after which the next selection looks.
+type selection struct {
+	Batch batch        `json:"batch,omitzero"`
+	After store.Cursor `json:"after,omitzero"`
+}
+
+// batch is one selected batch: the keys of its items, not their data,
+// which its select step keeps in memory for the call (and a replay loads
+// again).
 type batch struct {
 	Keys []string `json:"keys,omitempty"`
 	// Rejects are the items' rejected outputs so far, in Keys' order.
@@ -355,34 +365,33 @@ type batch struct {
 	// TooLarge are items parked without a call: alone, their request
 	// does not fit a limit of the key.
 	TooLarge []store.Outcome `json:"too_large,omitempty"`
-	// After is the cursor past the last pending item taken (or, when every
-	// item found is gone from the source, past those): the next batch is
-	// selected after it.
-	After store.Cursor `json:"after,omitzero"`
 }
 
-// batchInput is what a batch's part receives: the batch, and the run and
-// position it has in it.
-type batchInput struct {
-	RunID string `json:"run_id"`
-	I     int    `json:"i"`
-	batch
+func (bt batch) empty() bool { return len(bt.Keys) == 0 && len(bt.TooLarge) == 0 }
+
+// laneInput is what a lane's part receives: the run and round it belongs
+// to, which lane it goes through, where it starts, and how many calls it
+// may make.
+type laneInput struct {
+	RunID  string       `json:"run_id"`
+	Round  int          `json:"round"`
+	Lane   store.Lane   `json:"lane"`
+	After  store.Cursor `json:"after,omitzero"`
+	Budget int          `json:"budget"`
 }
 
-// loaded is what a batch's load step records: the items still in the
-// source, and the request that asks about them.
-type loaded struct {
-	Items   []Item           `json:"items,omitempty"`
-	Rejects []int            `json:"rejects,omitempty"` // in Items' order
-	Request *llm.ChatRequest `json:"request,omitempty"`
-}
-
-// batchDone is what a batch's part returns: what its save did, or why the
-// batch failed.
-type batchDone struct {
+// laneDone is what a lane's part returns: what it did, where it stopped,
+// and why.
+type laneDone struct {
 	saved
-	Failed  string `json:"failed,omitempty"`  // the error
-	Aborted string `json:"aborted,omitempty"` // the run's stop reason it gives
+	Selected int          `json:"selected"`
+	Retried  int          `json:"retried"`
+	Calls    int          `json:"calls"`
+	After    store.Cursor `json:"after,omitzero"`
+	// Exhausted: nothing more in the lane was eligible.
+	Exhausted bool   `json:"exhausted,omitempty"`
+	Failed    string `json:"failed,omitempty"`  // the error the lane stopped on
+	Aborted   string `json:"aborted,omitempty"` // the run's stop reason it gives
 }
 
 // notSent is the request recorded for items no call was made for: those
@@ -396,130 +405,174 @@ type saved struct {
 	Rejected map[string]int `json:"rejected,omitempty"`
 }
 
-// flight is one selected batch of a run, and its part while it goes.
-type flight struct {
-	i    int
-	bt   batch
-	part *engine.Part
+func (sv *saved) add(o saved) {
+	sv.Saved += o.Saved
+	sv.Parked += o.Parked
+	for reason, n := range o.Rejected {
+		if sv.Rejected == nil {
+			sv.Rejected = map[string]int{}
+		}
+		sv.Rejected[reason] += n
+	}
 }
 
 // continuation is the data of the event that starts the run after one
-// that handed on: where the last left off in the order of the pending items.
+// that handed on: where each of its lanes left off in the order of the
+// pending items.
 type continuation struct {
-	After store.Cursor `json:"after,omitzero"`
+	After []store.Cursor `json:"after,omitempty"`
 }
 
 // run is one run of the backfill: batches until nothing is eligible or
-// BatchesPerRun calls were made, up to InFlight of them going at once.
+// BatchesPerRun calls were made, InFlight of them going at once.
 //
-// The run selects the batches, in order, each after the pending items of
-// the ones before it (a cursor in the order NextItems returns them), so
-// that the batches going never share an item; a rejected item due again,
-// which NextItems returns wherever the cursor is, is passed over while a
-// batch going carries it. Each batch is called and saved by a part of its
-// own (runBatch), a child workflow, so that calls and saves of several
-// batches overlap. The run waits for its parts in the order it started
-// them: the order of its steps depends only on what they returned, so a
-// replay takes the same path.
+// The items are spread over lanes (store.Lane): the run goes through them
+// in rounds, each of which starts a part per lane (runLane), a child
+// workflow that selects, calls and saves its lane's batches one after
+// another, and waits for them all. No two lanes ever hold the same item,
+// so the batches going at once never share one, and each lane goes
+// through its items in order with a cursor of its own. When every lane has
+// run out of eligible items the run looks for new ones in the source once,
+// and goes round again from the first item.
 func (b *backfill) run(r *engine.Run, ev engine.Event) (any, error) {
 	started, err := engine.Step(r, "start", func(context.Context) (time.Time, error) { return b.set.now().UTC(), nil })
 	if err != nil {
 		return nil, err
 	}
 	rec := store.BackfillRun{RunID: r.ID(), Backfill: b.ID, StartedAt: started, Rejected: map[string]int{}, Stopped: "done"}
+	// As many lanes as batches may go at once, but no more than a run's
+	// calls, so that each lane is given at least one call each run.
+	lanes := min(b.InFlight, b.BatchesPerRun)
 	var cont continuation
-	if len(ev.Data) > 0 && json.Unmarshal(ev.Data, &cont) != nil {
-		cont = continuation{} // not a continuation's: start from the first item
+	if len(ev.Data) > 0 && json.Unmarshal(ev.Data, &cont) != nil || len(cont.After) != lanes {
+		cont = continuation{} // none, or another number of lanes: start from the first item
 	}
 	after := cont.After
+	if after == nil {
+		after = make([]store.Cursor, lanes)
+	}
+	exhausted := make([]bool, lanes) // nothing more was eligible in the lane, since the run last looked
 	var failure error
+	var sv saved
 	abort := ""
-	var window []flight
-	calls, i, tries := 0, 0, 0
-	done := false       // nothing was eligible, even after looking for new items
+	calls := 0
 	discovered := false // this run has looked for new items
-	for {
-		for failure == nil && !done && len(window) < b.InFlight && calls < b.BatchesPerRun {
-			bt, err := engine.Step(r, selectName(i, tries), func(ctx context.Context) (batch, error) {
-				return b.selectBatch(ctx, after, window)
+	done := false       // nothing was eligible, even after looking for new items
+	// look looks for new items in the source; false if that failed.
+	look := func(round int) bool {
+		discovered = true
+		if err := b.discover(r, round); err != nil {
+			failure, abort = err, abortReason(err)
+			return false
+		}
+		return true
+	}
+	for round := 0; failure == nil && !done && calls < b.BatchesPerRun; round++ {
+		if !slices.ContainsFunc(after, func(c store.Cursor) bool { return !c.IsZero() }) {
+			// Every lane would start from the first item: see first
+			// whether there is any, so that a run with nothing to do
+			// starts no lane.
+			found, err := engine.Step(r, fmt.Sprintf("peek-%d", round), func(ctx context.Context) (bool, error) {
+				items, err := b.set.rec.NextItems(ctx, b.ID, b.set.now(), 1, store.Cursor{}, store.Lane{})
+				return len(items) > 0, err
 			})
-			tries++
-			moved := err == nil && bt.After != after && !bt.After.IsZero()
-			if err == nil && bt.empty() && !moved && len(window) == 0 {
-				if discovered {
-					done = true
-					break
-				}
-				// Every item known is done, or behind the cursor: look for
-				// new ones (once a run), then select again from the first.
-				discovered = true
-				if err = b.discover(r, i); err == nil {
-					after = store.Cursor{}
-					bt, err = engine.Step(r, fmt.Sprintf("select-%d-new", i), func(ctx context.Context) (batch, error) {
-						return b.selectBatch(ctx, after, nil)
-					})
-					moved = err == nil && !bt.After.IsZero()
-				}
-			}
 			if err != nil {
 				failure, abort = err, abortReason(err)
 				break
 			}
-			if moved {
-				after = bt.After
-			}
-			if bt.empty() {
-				if moved {
-					continue // the items it found are gone from the source: look past them
+			if !found {
+				if discovered {
+					done = true
+					break
 				}
-				done = len(window) == 0
-				break // nothing more is eligible while the window is in flight
-			}
-			rec.Selected += len(bt.Keys) + len(bt.TooLarge)
-			for _, r := range bt.Rejects {
-				if r > 0 { // an item tried before
-					rec.Retried++
+				if !look(round) {
+					break
 				}
+				continue
 			}
-			if len(bt.Keys) > 0 {
-				calls++
+		}
+		var active []int // the lanes not exhausted
+		for j := range lanes {
+			if !exhausted[j] {
+				active = append(active, j)
 			}
-			p, err := engine.StartPart(r, batchPart, fmt.Sprintf("batch-%d", i), batchInput{RunID: r.ID(), I: i, batch: bt})
+		}
+		budget := b.BatchesPerRun - calls
+		var parts []*engine.Part
+		var which []int      // the lane of each of parts
+		var inline *laneDone // the one lane's, gone through in the run itself
+		for k, j := range active {
+			// The budget is shared out among them; a lane given none
+			// waits for the next run, which gives each lane some.
+			n := budget/len(active) + min(max(budget%len(active)-k, 0), 1)
+			if n == 0 {
+				continue
+			}
+			in := laneInput{RunID: r.ID(), Round: round, Lane: store.Lane{Of: lanes, Index: j}, After: after[j], Budget: n}
+			if lanes == 1 {
+				// One lane needs no part: the run goes through it itself,
+				// without a child workflow's writes.
+				d, err := b.lane(r, fmt.Sprintf("r%d-", round), in)
+				if err != nil {
+					return nil, err
+				}
+				inline, which = &d, append(which, j)
+				break
+			}
+			p, err := engine.StartPart(r, lanePart, fmt.Sprintf("r%d-lane-%d", round, j), in)
 			if err != nil {
 				return nil, err
 			}
-			window = append(window, flight{i: i, bt: bt, part: p})
-			i, tries = i+1, 0
+			parts, which = append(parts, p), append(which, j)
 		}
-		if len(window) == 0 {
+		for k := range which {
+			var d laneDone
+			if inline != nil {
+				d = *inline
+			} else {
+				out, err := parts[k].Wait()
+				if err != nil {
+					// The run was cancelled, timed out, or lost: it stops
+					// here, and a replay takes it from its last step.
+					return nil, err
+				}
+				if err := json.Unmarshal(out, &d); err != nil {
+					return nil, fmt.Errorf("read the result of lane %d: %w", which[k], err)
+				}
+			}
+			after[which[k]] = d.After
+			rec.Selected += d.Selected
+			rec.Retried += d.Retried
+			sv.add(d.saved)
+			calls += d.Calls
+			exhausted[which[k]] = d.Exhausted
+			if d.Failed != "" && failure == nil {
+				failure, abort = errors.New(d.Failed), d.Aborted
+			}
+		}
+		if failure != nil || slices.Contains(exhausted, false) {
+			continue
+		}
+		if discovered {
+			// Every lane ran out since the run looked: what the source
+			// has now waits for the next run.
+			done = true
 			break
 		}
-		f := window[0]
-		window = window[1:]
-		out, err := f.part.Wait()
-		if err != nil {
-			// The run was cancelled, timed out, or lost: it stops here,
-			// and a replay takes it from its last step.
-			return nil, err
+		// Every lane ran out of the items known, or of those after its
+		// cursor: look for new ones, then go round again from the first.
+		if !look(round) {
+			break
 		}
-		var d batchDone
-		if err := json.Unmarshal(out, &d); err != nil {
-			return nil, fmt.Errorf("read the result of batch-%d: %w", f.i, err)
-		}
-		rec.Saved += d.Saved
-		rec.Parked += d.Parked
-		for reason, n := range d.Rejected {
-			rec.Rejected[reason] += n
-		}
-		if d.Failed != "" && failure == nil {
-			// The batches going are still waited for, and saved.
-			failure, abort = errors.New(d.Failed), d.Aborted
-		}
+		clear(after)
+		clear(exhausted)
 	}
+	rec.Saved, rec.Parked = sv.Saved, sv.Parked
+	maps.Copy(rec.Rejected, sv.Rejected)
 	switch {
 	case failure != nil:
 		rec.Stopped = "aborted=" + abort
-	case !done && calls == b.BatchesPerRun:
+	case !done && calls >= b.BatchesPerRun:
 		rec.Stopped = "continued"
 	}
 	_, err = engine.Step(r, "record", func(ctx context.Context) (struct{}, error) {
@@ -558,87 +611,179 @@ func (b *backfill) run(r *engine.Run, ev engine.Event) (any, error) {
 	return rec, nil
 }
 
-// selectName names the select step of batch i: its first try, and the
-// tries after one that found nothing while other batches were in flight.
-func selectName(i, tries int) string {
-	if tries == 0 {
-		return fmt.Sprintf("select-%d", i)
+// runLane is the part that goes through one lane's items: batch after
+// batch, it selects the next eligible items of its lane, calls the
+// provider as one governed LLM step, and saves the outputs in one
+// transaction step that also records each item's outcome, until nothing
+// is eligible or it has made its budget of calls. A lane that fails for
+// good says why in its result; an error is the part's end (cancelled,
+// timed out), which ends the run too.
+func (b *backfill) runLane(r *engine.Run, raw json.RawMessage) (any, error) {
+	var in laneInput
+	if err := json.Unmarshal(raw, &in); err != nil {
+		return nil, fmt.Errorf("read the lane: %w", err)
 	}
-	return fmt.Sprintf("select-%d-%d", i, tries)
+	return b.lane(r, "", in)
 }
 
-// runBatch is the part that does one batch: it loads the batch's items,
-// calls the provider as one governed LLM step, and saves the outputs in
-// one transaction step that also records each item's outcome. A batch
-// that fails for good says why in its result; an error is the part's
-// end (cancelled, timed out), which ends the run too.
-func (b *backfill) runBatch(r *engine.Run, raw json.RawMessage) (any, error) {
-	var in batchInput
-	if err := json.Unmarshal(raw, &in); err != nil {
-		return nil, fmt.Errorf("read the batch: %w", err)
-	}
-	failed := func(err error) (any, error) {
+// lane goes through the items of in.Lane in r, its steps' names starting
+// with prefix: the work of runLane, or of a run with one lane.
+func (b *backfill) lane(r *engine.Run, prefix string, in laneInput) (laneDone, error) {
+	d := laneDone{After: in.After}
+	fail := func(err error) (laneDone, error) {
 		var se *run.StepError
 		if !errors.As(err, &se) {
-			return nil, err
+			return laneDone{}, err
 		}
-		return batchDone{Failed: err.Error(), Aborted: abortReason(err)}, nil
+		d.Failed, d.Aborted = err.Error(), abortReason(err)
+		return d, nil
 	}
-	var ld loaded
-	if len(in.Keys) > 0 {
-		var err error
-		if ld, err = engine.Step(r, "load", func(ctx context.Context) (loaded, error) { return b.load(ctx, in.batch) }); err != nil {
-			return failed(err)
-		}
-	}
-	if len(ld.Items) == 0 && len(in.TooLarge) == 0 {
-		return batchDone{}, nil // its items are gone from the source
-	}
-	var outputs []string
-	var requestID string
-	if len(ld.Items) > 0 {
-		resp, err := engine.LLM(r, "call", b.provider, ld.Request, llm.Timeouts{})
-		if err != nil {
-			return failed(err)
-		}
-		requestID = resp.ID
-		if outputs, err = b.Parse(resp, ld.Items); err == nil && len(outputs) != len(ld.Items) {
-			err = fmt.Errorf("parse gave %d outputs for %d items", len(outputs), len(ld.Items))
-		}
-		if err != nil {
-			err = fmt.Errorf("parse the response of batch-%d: %w", in.I, err)
-			return batchDone{Failed: err.Error(), Aborted: err.Error()}, nil
-		}
-	}
-	sv, err := engine.Transaction(r, "save", func(ctx context.Context, tx dbos.Tx) (saved, error) {
-		return b.save(ctx, tx, in.RunID, requestID, ld, in.TooLarge, outputs)
+	// The items' data the selections loaded, by key; a replay, whose steps
+	// do not run again, loads it anew.
+	cache := map[string]json.RawMessage{}
+	// The first batch is selected by a step of its own; each next one is
+	// selected before the one before it is saved, and recorded by its save
+	// step, so that a batch costs two steps: its call, and its save.
+	sel, err := engine.Step(r, prefix+"select", func(ctx context.Context) (selection, error) {
+		return b.selectBatch(ctx, in.After, in.Lane, cache, batch{})
 	})
 	if err != nil {
-		return failed(err)
+		return fail(err)
 	}
-	return batchDone{saved: sv}, nil
+	for i := 0; ; i++ {
+		d.After = sel.After
+		bt := sel.Batch
+		if bt.empty() {
+			d.Exhausted = true
+			break
+		}
+		d.Selected += len(bt.Keys) + len(bt.TooLarge)
+		for _, n := range bt.Rejects {
+			if n > 0 { // an item tried before
+				d.Retried++
+			}
+		}
+		if len(bt.Keys) > 0 {
+			d.Calls++
+		}
+		items, rejects, err := b.items(r, bt, cache)
+		if err != nil {
+			return laneDone{}, err
+		}
+		more := d.Calls < in.Budget
+		next := func(ctx context.Context) (selection, error) {
+			if !more {
+				return selection{}, nil
+			}
+			// Read before the save commits, the batch's own items still
+			// look as they did: they are passed over.
+			return b.selectBatch(ctx, d.After, in.Lane, cache, bt)
+		}
+		sv, failed, err := b.batch(r, prefix, i, in.RunID, in.Lane.Index, items, rejects, bt.TooLarge, next)
+		if err != nil {
+			return fail(err)
+		}
+		d.add(sv.saved)
+		if failed != nil {
+			d.Failed, d.Aborted = failed.Error(), failed.Error()
+			return d, nil
+		}
+		if !more {
+			break
+		}
+		if sv.Next != nil {
+			sel = *sv.Next
+			continue
+		}
+		skip := bt
+		if sel, err = engine.Step(r, fmt.Sprintf("%sselect-%d", prefix, i+1), func(ctx context.Context) (selection, error) {
+			return b.selectBatch(ctx, d.After, in.Lane, cache, skip)
+		}); err != nil {
+			return fail(err)
+		}
+	}
+	return d, nil
 }
 
-// load loads a batch's items and builds its request. An item no longer in
-// the source is left out.
-func (b *backfill) load(ctx context.Context, bt batch) (loaded, error) {
-	data, err := b.Load(ctx, bt.Keys)
-	if err != nil {
-		return loaded{}, fmt.Errorf("load items: %w", err)
-	}
-	var ld loaded
-	for i, k := range bt.Keys {
-		if d, ok := data[k]; ok {
-			ld.Items = append(ld.Items, Item{Key: k, Data: d})
-			ld.Rejects = append(ld.Rejects, bt.Rejects[i])
+// savedNext is what a lane's save step records: what the save did, and
+// the lane's next batch.
+type savedNext struct {
+	saved
+	Next *selection `json:"next,omitempty"` // nil: to be selected by a step of its own
+}
+
+// batch calls and saves the i-th batch of a lane (which settles in its
+// own shard of the job's counts): items (rejected so far rejects times
+// each) and tooLarge, parked without a call; its save step also records
+// the next batch, which next selects. A response that cannot be parsed fails the
+// lane (failed); err is a step's failure.
+func (b *backfill) batch(r *engine.Run, prefix string, i int, runID string, shard int, items []Item, rejects []int, tooLarge []store.Outcome,
+	next func(context.Context) (selection, error)) (sv savedNext, failed, err error) {
+	var outputs []string
+	var requestID string
+	if len(items) > 0 {
+		// The request is built from the items the select step took, so a
+		// replay of a call not yet answered asks about the same ones.
+		req, err := b.request(items)
+		if err != nil {
+			return sv, fmt.Errorf("build the request of batch %d: %w", i, err), nil
+		}
+		resp, err := engine.LLM(r, fmt.Sprintf("%scall-%d", prefix, i), b.provider, req, llm.Timeouts{})
+		if err != nil {
+			return sv, nil, err
+		}
+		requestID = resp.ID
+		if outputs, err = b.Parse(resp, items); err == nil && len(outputs) != len(items) {
+			err = fmt.Errorf("parse gave %d outputs for %d items", len(outputs), len(items))
+		}
+		if err != nil {
+			return sv, fmt.Errorf("parse the response of call-%d: %w", i, err), nil
 		}
 	}
-	if len(ld.Items) > 0 {
-		if ld.Request, err = b.request(ld.Items); err != nil {
-			return loaded{}, err
+	// The next batch is selected before the save's transaction begins, so
+	// that SQLite's one write lock is not held while it is read and sized;
+	// the save step records it. (In a replay, whose save step is recorded,
+	// the record is what counts.)
+	// One that fails leaves the lane to select it in a step of its own,
+	// retried as steps are.
+	var sel *selection
+	if got, err := next(r); err == nil {
+		sel = &got
+	}
+	sv, err = engine.Transaction(r, fmt.Sprintf("%ssave-%d", prefix, i), func(ctx context.Context, tx dbos.Tx) (savedNext, error) {
+		saved, err := b.save(ctx, tx, runID, shard, requestID, items, rejects, tooLarge, outputs)
+		return savedNext{saved: saved, Next: sel}, err
+	})
+	return sv, nil, err
+}
+
+// items are the items of batch bt with the data its select step loaded,
+// or, in a replay, which the select step did not run in, loaded now, and
+// the rejects of each. An item no longer in the source is left out.
+func (b *backfill) items(ctx context.Context, bt batch, cache map[string]json.RawMessage) ([]Item, []int, error) {
+	var missing []string
+	for _, k := range bt.Keys {
+		if _, ok := cache[k]; !ok {
+			missing = append(missing, k)
 		}
 	}
-	return ld, nil
+	if len(missing) > 0 {
+		data, err := b.Load(ctx, missing)
+		if err != nil {
+			return nil, nil, fmt.Errorf("load items: %w", err)
+		}
+		maps.Copy(cache, data)
+	}
+	var items []Item
+	var rejects []int
+	for j, k := range bt.Keys {
+		if d, ok := cache[k]; ok {
+			items = append(items, Item{Key: k, Data: d})
+			rejects = append(rejects, bt.Rejects[j])
+		}
+	}
+	clear(cache)
+	return items, rejects, nil
 }
 
 // nextEventID names the event that starts the run after the one event id
@@ -657,60 +802,74 @@ func nextEventID(id string) string {
 	return id + "/next-" + strconv.Itoa(n+1)
 }
 
-// selectBatch takes the next eligible items — the pending ones after the
-// cursor after, and the rejected ones due again that no batch of window
-// carries — loads them, and sizes the batch with the governor.
-func (b *backfill) selectBatch(ctx context.Context, after store.Cursor, window []flight) (batch, error) {
-	busy := map[string]bool{}
-	for _, f := range window {
-		for j, k := range f.bt.Keys {
-			if f.bt.Rejects[j] > 0 { // a rejected item, which the cursor does not pass over
-				busy[k] = true
+// selectBatch takes the next eligible items of lane — the pending ones
+// after the cursor after, and the rejected ones due again — but those of
+// skip, sizes the batch with the governor, and keeps their data in cache
+// for the call. Items found gone from the source are passed over, the
+// cursor going past them.
+func (b *backfill) selectBatch(ctx context.Context, after store.Cursor, lane store.Lane, cache map[string]json.RawMessage, skip batch) (selection, error) {
+	sel := selection{After: after}
+	passed := map[string]bool{} // skip's items, which a read may still return
+	for _, k := range skip.Keys {
+		passed[k] = true
+	}
+	for _, o := range skip.TooLarge {
+		passed[o.Key] = true
+	}
+	for {
+		next, err := b.set.rec.NextItems(ctx, b.ID, b.set.now(), b.MaxBatch+len(passed), sel.After, lane)
+		if err != nil {
+			return sel, err
+		}
+		next = slices.DeleteFunc(next, func(it store.Item) bool { return passed[it.Key] })
+		if len(next) == 0 {
+			return sel, nil
+		}
+		keys := make([]string, len(next))
+		for i, it := range next {
+			keys[i] = it.Key
+		}
+		data, err := b.Load(ctx, keys)
+		if err != nil {
+			return selection{}, fmt.Errorf("load items: %w", err)
+		}
+		var items []Item
+		var rejects, at []int // each of items' rejects so far, and where it is in next
+		for i, it := range next {
+			if d, ok := data[it.Key]; ok { // else gone from the source since it was found
+				items = append(items, Item{Key: it.Key, Data: d})
+				rejects = append(rejects, it.Rejects)
+				at = append(at, i)
 			}
 		}
-	}
-	next, err := b.set.rec.NextItems(ctx, b.ID, b.set.now(), b.MaxBatch+len(busy), after)
-	if err != nil || len(next) == 0 {
-		return batch{}, err
-	}
-	next = slices.DeleteFunc(next, func(it store.Item) bool { return busy[it.Key] })
-	next = next[:min(len(next), b.MaxBatch)]
-	keys := make([]string, len(next))
-	for i, it := range next {
-		keys[i] = it.Key
-	}
-	data, err := b.Load(ctx, keys)
-	if err != nil {
-		return batch{}, fmt.Errorf("load items: %w", err)
-	}
-	var bt batch
-	var items []Item
-	var at []int // where each of items is in next
-	for i, it := range next {
-		if d, ok := data[it.Key]; ok { // else gone from the source since it was found
-			items = append(items, Item{Key: it.Key, Data: d})
-			bt.Keys = append(bt.Keys, it.Key)
-			bt.Rejects = append(bt.Rejects, it.Rejects)
-			at = append(at, i)
+		if len(items) == 0 {
+			// None is there any more: look past them.
+			moved := lastPending(next, sel.After)
+			if moved == sel.After {
+				return sel, nil // rejected items only, gone: nothing to pass
+			}
+			sel.After = moved
+			continue
 		}
+		n, tooLarge, err := b.size(items)
+		if err != nil {
+			return selection{}, err
+		}
+		if n == 0 {
+			// Alone, the first item does not fit a limit: it is parked, and
+			// the rest go in the next batch.
+			sel.Batch.TooLarge = []store.Outcome{{Key: items[0].Key, Reason: tooLarge}}
+			sel.After = lastPending(next[:at[0]+1], sel.After)
+			return sel, nil
+		}
+		for _, it := range items[:n] {
+			sel.Batch.Keys = append(sel.Batch.Keys, it.Key)
+			cache[it.Key] = it.Data
+		}
+		sel.Batch.Rejects = rejects[:n]
+		sel.After = lastPending(next[:at[n-1]+1], sel.After)
+		return sel, nil
 	}
-	if len(items) == 0 {
-		// None is there any more: the next selection looks past them.
-		bt.After = lastPending(next, after)
-		return bt, nil
-	}
-	n, tooLarge, err := b.size(items)
-	if err != nil {
-		return batch{}, err
-	}
-	if n == 0 {
-		// Alone, the first item does not fit a limit: it is parked, and
-		// the rest wait for the next batch.
-		return batch{TooLarge: []store.Outcome{{Key: items[0].Key, Reason: tooLarge}}, After: lastPending(next[:at[0]+1], after)}, nil
-	}
-	bt.Keys, bt.Rejects = bt.Keys[:n], bt.Rejects[:n]
-	bt.After = lastPending(next[:at[n-1]+1], after)
-	return bt, nil
 }
 
 // lastPending is the cursor past the last pending item of items (in the
@@ -723,8 +882,6 @@ func lastPending(items []store.Item, after store.Cursor) store.Cursor {
 	}
 	return after
 }
-
-func (bt batch) empty() bool { return len(bt.Keys) == 0 && len(bt.TooLarge) == 0 }
 
 // request builds and completes the call for items.
 func (b *backfill) request(items []Item) (*llm.ChatRequest, error) {
@@ -838,14 +995,14 @@ func queryKeys(ctx context.Context, tx dbos.Tx, q, after string, limit int) ([]s
 }
 
 // save saves each item's output and records the outcomes, in tx.
-func (b *backfill) save(ctx context.Context, tx dbos.Tx, runID, requestID string, ld loaded, tooLarge []store.Outcome, outputs []string) (saved, error) {
+func (b *backfill) save(ctx context.Context, tx dbos.Tx, runID string, shard int, requestID string, items []Item, rejects []int, tooLarge []store.Outcome, outputs []string) (saved, error) {
 	if requestID == "" {
 		requestID = notSent
 	}
-	st := store.Settlement{Backfill: b.ID, RunID: runID, RequestID: requestID, At: b.set.now().UTC(),
+	st := store.Settlement{Backfill: b.ID, RunID: runID, RequestID: requestID, At: b.set.now().UTC(), Shard: shard,
 		MaxRejects: b.MaxRejects, RetryAfter: b.RetryAfter, Then: b.then}
 	sv := saved{Rejected: map[string]int{}}
-	for i, it := range ld.Items {
+	for i, it := range items {
 		err := b.Save(ctx, tx, it, outputs[i])
 		var rj *rejected
 		switch {
@@ -855,7 +1012,7 @@ func (b *backfill) save(ctx context.Context, tx dbos.Tx, runID, requestID string
 		case errors.As(err, &rj):
 			st.Outcomes = append(st.Outcomes, store.Outcome{Key: it.Key, Reason: rj.reason})
 			sv.Rejected[rj.reason]++
-			if ld.Rejects[i]+1 >= b.MaxRejects {
+			if rejects[i]+1 >= b.MaxRejects {
 				sv.Parked++
 			}
 		default:

@@ -77,8 +77,25 @@ func setup(t *testing.T, url string, limits governor.Limits) *bench {
 	return b
 }
 
+// bfOut is the app table the test's savers write to.
+const bfOut = `CREATE TABLE IF NOT EXISTS bf_out (backfill TEXT NOT NULL, item TEXT NOT NULL, output TEXT NOT NULL, writes BIGINT NOT NULL, PRIMARY KEY (backfill, item))`
+
 func (b *bench) start(t *testing.T) {
 	t.Helper()
+	// The savers' table exists before any saves: created by a save, two
+	// saves at once could race to create it on PostgreSQL.
+	h, err := b.st.Handle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Postgres != nil {
+		_, err = h.Postgres.Exec(context.Background(), bfOut)
+	} else {
+		_, err = h.SQLite.Exec(bfOut)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := b.e.Launch(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -150,9 +167,6 @@ func (b *bench) config(id string, reject func(key string) string) Config {
 		Save: func(ctx context.Context, tx dbos.Tx, it Item, output string) error {
 			if reason := reject(it.Key); reason != "" {
 				return Reject(reason)
-			}
-			if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS bf_out (backfill TEXT NOT NULL, item TEXT NOT NULL, output TEXT NOT NULL, writes BIGINT NOT NULL, PRIMARY KEY (backfill, item))`); err != nil {
-				return err
 			}
 			_, err := tx.Exec(ctx, `INSERT INTO bf_out (backfill, item, output, writes) VALUES ($1, $2, $3, 1)
 				ON CONFLICT (backfill, item) DO UPDATE SET writes = bf_out.writes + 1`, id, it.Key, output)
@@ -445,6 +459,11 @@ type inflightProvider struct {
 	carried []map[string]bool // each call's items, in the order calls began
 	active  map[int]bool      // calls in flight, by index in carried
 	shared  []string          // items two calls in flight at once both carried
+	// wave is how many calls the first ones wait for before they are
+	// answered (for at most 10 s): a backfill that has its calls going
+	// at once gets them all in flight whatever the machine's load; one
+	// that makes them one after another does not.
+	wave int
 }
 
 func (p *inflightProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -471,6 +490,14 @@ func (p *inflightProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.now++
 	p.most = max(p.most, p.now)
 	p.mu.Unlock()
+	for deadline := time.Now().Add(10 * time.Second); id < p.wave && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		p.mu.Lock()
+		all := p.most >= p.wave
+		p.mu.Unlock()
+		if all {
+			break
+		}
+	}
 	defer func() {
 		p.mu.Lock()
 		delete(p.active, id)
@@ -492,13 +519,13 @@ func TestBackfillCallsInFlight(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p := &inflightProvider{sim: sim.NewServer(model, sim.ServerConfig{}), active: map[int]bool{}}
+		const n, inFlight = 60, 4
+		p := &inflightProvider{sim: sim.NewServer(model, sim.ServerConfig{}), active: map[int]bool{}, wave: inFlight}
 		srv := httptest.NewServer(p)
 		t.Cleanup(srv.Close)
 		if b.p.Client, err = llm.NewClient(llm.Config{BaseURL: srv.URL + "/v1", Profile: llm.Groq}); err != nil {
 			t.Fatal(err)
 		}
-		const n, inFlight = 60, 4
 		b.add(keys(n)...)
 		var mu sync.Mutex
 		rejected := map[string]int{}

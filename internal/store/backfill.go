@@ -48,6 +48,17 @@ func (c Cursor) IsZero() bool { return c.EligibleAt.IsZero() && c.Key == "" }
 // items that come after it.
 func (it Item) After() Cursor { return Cursor{EligibleAt: it.EligibleAt, Key: it.Key} }
 
+// MaxLanes is how many lanes a backfill's items are spread over: each item
+// is given one of them at random when it is added, and keeps it.
+const MaxLanes = 1024
+
+// Lane is a share of a backfill's items that no other Lane of the same Of
+// holds: those whose lane is Index modulo Of. Of lanes together hold every
+// item. The zero Lane is every item.
+type Lane struct {
+	Of, Index int
+}
+
 // Outcome is what became of one item of a batch.
 type Outcome struct {
 	Key    string
@@ -70,6 +81,11 @@ type Settlement struct {
 	// Then names the backfills that run after this one: each item saved
 	// here becomes eligible in each of them, at At.
 	Then []string
+	// Shard is the share of the jobs' counts the settlement changes (0 to
+	// MaxLanes-1): settlements in different shards at once do not wait
+	// for each other, as they would on one row per job. A backfill's
+	// lanes each settle in their own.
+	Shard int
 }
 
 // Job is the record of one job (a backfill) that health is judged by.

@@ -146,14 +146,16 @@ type Store interface {
 	// earliest EligibleAt first, then by key. The zero Cursor is before
 	// every item. It changes nothing: the same items come back until they
 	// are settled. An unknown backfill has no items. An empty backfill
-	// name, a limit under 1 or a cursor whose key could not be stored is
-	// an error.
+	// name, a limit under 1, a cursor whose key could not be stored or a
+	// lane out of range is an error. With a lane, only that lane's items
+	// come back: a caller going through each lane of Of at once never
+	// takes an item another one does.
 	//
 	// A caller that goes through the items in order passes the place of
 	// the last pending item it took: on PostgreSQL the read then starts
 	// there in the index, instead of walking past the entries the items
 	// processed before it left behind until VACUUM clears them.
-	NextItems(ctx context.Context, backfill string, now time.Time, limit int, after Cursor) ([]Item, error)
+	NextItems(ctx context.Context, backfill string, now time.Time, limit int, after Cursor, lane Lane) ([]Item, error)
 
 	// Settle records the outcomes of one batch of s.Backfill in tx, the
 	// transaction of the step that saved the batch's outputs, so that the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -98,6 +99,85 @@ func exerciseBackfills(t *testing.T, open func(t *testing.T) store.Store) {
 		assertKeys(t, mustNextAfter(t, s, "titles", now, 10, all[4].After()), "early", "a", "late")
 		// Not before it is due.
 		assertKeys(t, mustNextAfter(t, s, "titles", base.Add(2*time.Minute), 10, all[4].After()), "a", "late")
+	})
+
+	t.Run("NextItemsOfLanes", func(t *testing.T) {
+		t.Parallel()
+		s := open(t)
+		var keys []string
+		for i := range 200 {
+			keys = append(keys, fmt.Sprintf("k%03d", i))
+		}
+		mustAdd(t, s, "titles", base, "", keys...)
+		now := base.Add(time.Hour)
+		all := keysOf(mustNext(t, s, "titles", now, 1000))
+		for _, of := range []int{1, 3, 7} {
+			// The lanes of one Of share no item and hold every one, each
+			// in the order the whole is returned in; each, going through
+			// its items by cursor, finds the same.
+			seen := map[string]int{}
+			var empty int
+			for j := range of {
+				lane := store.Lane{Of: of, Index: j}
+				items, err := s.NextItems(context.Background(), "titles", now, 1000, store.Cursor{}, lane)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := keysOf(items)
+				if !slices.IsSorted(got) {
+					t.Fatalf("lane %+v: %q out of order", lane, got)
+				}
+				if len(got) == 0 {
+					empty++
+				}
+				var walked []string
+				for after := (store.Cursor{}); ; {
+					page, err := s.NextItems(context.Background(), "titles", now, 7, after, lane)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if len(page) == 0 {
+						break
+					}
+					walked = append(walked, keysOf(page)...)
+					after = page[len(page)-1].After()
+				}
+				if !slices.Equal(walked, got) {
+					t.Fatalf("lane %+v walked by cursor: %q, want %q", lane, walked, got)
+				}
+				for _, k := range got {
+					seen[k]++
+				}
+			}
+			if len(seen) != len(all) || empty > 0 && of > 1 {
+				t.Fatalf("%d lanes hold %d of %d items (%d lanes empty)", of, len(seen), len(all), empty)
+			}
+			for k, n := range seen {
+				if n != 1 {
+					t.Fatalf("%d lanes: item %s in %d of them", of, k, n)
+				}
+			}
+		}
+		// A rejected item due again comes back in its own lane only.
+		st := settlement("titles", "run-1", "req-1", base.Add(2*time.Minute), rejected("k000", "too long"))
+		st.MaxRejects, st.RetryAfter = 3, time.Minute
+		mustSettle(t, s, st)
+		var in int
+		for j := range 3 {
+			items, err := s.NextItems(context.Background(), "titles", now, 1000, store.Cursor{EligibleAt: base, Key: "k999"}, store.Lane{Of: 3, Index: j})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, it := range items {
+				if it.Key != "k000" || it.State != store.ItemRejected {
+					t.Fatalf("lane %d past every pending item: %+v", j, it)
+				}
+				in++
+			}
+		}
+		if in != 1 {
+			t.Fatalf("the rejected item came back in %d lanes, want 1", in)
+		}
 	})
 
 	t.Run("SettleRecordsOutcomes", func(t *testing.T) {
@@ -533,12 +613,16 @@ func exerciseBackfills(t *testing.T, open func(t *testing.T) store.Store) {
 			{"AddItems with a key not UTF-8", second(s.AddItems(ctx, "titles", []string{"\xff"}, base, "")), `add items to titles: key "\xff" is not UTF-8 without NUL`},
 			{"AddItems at the zero time", second(s.AddItems(ctx, "titles", []string{"a"}, time.Time{}, "")), "add items to titles: zero time"},
 			{"AddItems after a bad name", second(s.AddItems(ctx, "titles", []string{"a"}, base, "\xff")), `add items to titles: after "\xff" is not UTF-8 without NUL`},
-			{"NextItems without backfill", second(s.NextItems(ctx, "", base, 10, store.Cursor{})), "list next items: empty backfill name"},
-			{"NextItems with a limit of 0", second(s.NextItems(ctx, "titles", base, 0, store.Cursor{})), "list next items of titles: limit 0 is under 1"},
-			{"NextItems with a negative limit", second(s.NextItems(ctx, "titles", base, -1, store.Cursor{})), "list next items of titles: limit -1 is under 1"},
-			{"NextItems after a cursor without a key", second(s.NextItems(ctx, "titles", base, 10, store.Cursor{EligibleAt: base})), "list next items of titles: empty cursor key"},
-			{"NextItems after a cursor without a time", second(s.NextItems(ctx, "titles", base, 10, store.Cursor{Key: "k"})), "list next items of titles: zero cursor time"},
-			{"NextItems after a cursor with a NUL", second(s.NextItems(ctx, "titles", base, 10, store.Cursor{EligibleAt: base, Key: "a\x00b"})), "list next items of titles: cursor key \"a\\x00b\" is not UTF-8 without NUL"},
+			{"NextItems without backfill", second(s.NextItems(ctx, "", base, 10, store.Cursor{}, store.Lane{})), "list next items: empty backfill name"},
+			{"NextItems with a limit of 0", second(s.NextItems(ctx, "titles", base, 0, store.Cursor{}, store.Lane{})), "list next items of titles: limit 0 is under 1"},
+			{"NextItems with a negative limit", second(s.NextItems(ctx, "titles", base, -1, store.Cursor{}, store.Lane{})), "list next items of titles: limit -1 is under 1"},
+			{"NextItems after a cursor without a key", second(s.NextItems(ctx, "titles", base, 10, store.Cursor{EligibleAt: base}, store.Lane{})), "list next items of titles: empty cursor key"},
+			{"NextItems after a cursor without a time", second(s.NextItems(ctx, "titles", base, 10, store.Cursor{Key: "k"}, store.Lane{})), "list next items of titles: zero cursor time"},
+			{"NextItems after a cursor with a NUL", second(s.NextItems(ctx, "titles", base, 10, store.Cursor{EligibleAt: base, Key: "a\x00b"}, store.Lane{})), "list next items of titles: cursor key \"a\\x00b\" is not UTF-8 without NUL"},
+			{"NextItems of too many lanes", second(s.NextItems(ctx, "titles", base, 10, store.Cursor{}, store.Lane{Of: 1025})), "list next items of titles: 1025 lanes: want 0 (all) to 1024"},
+			{"NextItems of negative lanes", second(s.NextItems(ctx, "titles", base, 10, store.Cursor{}, store.Lane{Of: -1})), "list next items of titles: -1 lanes: want 0 (all) to 1024"},
+			{"NextItems of a lane past Of", second(s.NextItems(ctx, "titles", base, 10, store.Cursor{}, store.Lane{Of: 4, Index: 4})), "list next items of titles: lane 4 of 4: want 0 to 3"},
+			{"NextItems of a lane of all", second(s.NextItems(ctx, "titles", base, 10, store.Cursor{}, store.Lane{Index: 1})), "list next items of titles: lane 1 of all lanes: want 0"},
 			{"Items without backfill", second(s.Items(ctx, "", []string{"a"})), "read items: empty backfill name"},
 			{"Items with a long key", second(s.Items(ctx, "titles", []string{longKey})),
 				`read items of titles: key of 257 bytes is over the limit of 256: "kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk"…`},
@@ -661,7 +745,7 @@ func mustNext(t *testing.T, s store.Store, backfill string, now time.Time, limit
 
 func mustNextAfter(t *testing.T, s store.Store, backfill string, now time.Time, limit int, after store.Cursor) []store.Item {
 	t.Helper()
-	items, err := s.NextItems(context.Background(), backfill, now, limit, after)
+	items, err := s.NextItems(context.Background(), backfill, now, limit, after, store.Lane{})
 	if err != nil {
 		t.Fatalf("NextItems(%q, %s, %d, %+v): %v", backfill, now, limit, after, err)
 	}

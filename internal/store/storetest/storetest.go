@@ -594,7 +594,7 @@ func BenchmarkBackfills(b *testing.B, s store.Store, size int) {
 	})
 	b.Run("NextItems50", func(b *testing.B) {
 		for b.Loop() {
-			items, err := s.NextItems(ctx, backfill, base.Add(time.Minute), 50, store.Cursor{})
+			items, err := s.NextItems(ctx, backfill, base.Add(time.Minute), 50, store.Cursor{}, store.Lane{})
 			if err != nil || len(items) != 50 {
 				b.Fatalf("NextItems = %d items, %v", len(items), err)
 			}
@@ -668,7 +668,7 @@ func backfillCalls(ctx context.Context, s store.Store) iter.Seq2[string, error] 
 			err error
 		}{
 			{"add items to titles", second(s.AddItems(ctx, "titles", []string{"k1"}, base, ""))},
-			{"list next items of titles", second(s.NextItems(ctx, "titles", base, 10, store.Cursor{}))},
+			{"list next items of titles", second(s.NextItems(ctx, "titles", base, 10, store.Cursor{}, store.Lane{}))},
 			{"settle batch of titles", s.Settle(ctx, nil, st)},
 			{"read items of titles", second(s.Items(ctx, "titles", []string{"k1"}))},
 			{"start job titles", s.StartJob(ctx, "titles", base)},

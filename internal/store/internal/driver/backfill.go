@@ -33,8 +33,9 @@ type Backfills struct {
 // listed.
 var backfillStatements = []string{
 	"add_items",           // backfill, keys, eligible at, after ("" for none); affects the rows added
-	"count_job_items",     // job, monitored since if new, changes of pending, rejected, saved, parked, progress at (or NULL)
-	"next_items",          // backfill, now, limit, cursor's eligible at, cursor's key; returns the columns readItems scans
+	"create_job",          // job, monitored since if new
+	"count_job_items",     // job, shard, changes of pending, rejected, saved, parked, progress at (or NULL)
+	"next_items",          // backfill, now, limit, cursor's eligible at, cursor's key, lanes, lane; returns the columns readItems scans
 	"items",               // backfill, keys; returns the columns readItems scans
 	"lock_items",          // as items, and locks them for the transaction
 	"settle_items",        // backfill, items read by lock_items (settledItem objects), run ID, request ID
@@ -81,7 +82,7 @@ func (b Backfills) AddItems(ctx context.Context, backfill string, keys []string,
 		if added, err = b.addItems(ctx, tx, backfill, keys, at, after); err != nil {
 			return err
 		}
-		return b.countJobItems(ctx, tx, backfill, at, counts{store.ItemPending: added}, time.Time{})
+		return b.countJobItems(ctx, tx, backfill, at, 0, counts{store.ItemPending: added}, time.Time{})
 	})
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", op, err)
@@ -109,23 +110,34 @@ func (b Backfills) addItems(ctx context.Context, tx store.Tx, backfill string, k
 // counts are changes of a job's counts of items, by state.
 type counts map[store.ItemState]int64
 
-// countJobItems changes job's counts by c, and its LastProgressAt to
+// countJobItems changes the counts of job's shard by c, and its LastProgressAt to
 // progress if that is later (unless progress is zero), creating the job,
 // monitored from since, if new.
-func (b Backfills) countJobItems(ctx context.Context, tx store.Tx, job string, since time.Time, c counts, progress time.Time) error {
-	_, err := tx.Exec(ctx, b.sql["count_job_items"], job, since.UnixMilli(),
+func (b Backfills) countJobItems(ctx context.Context, tx store.Tx, job string, since time.Time, shard int, c counts, progress time.Time) error {
+	if _, err := tx.Exec(ctx, b.sql["create_job"], job, since.UnixMilli()); err != nil {
+		return err
+	}
+	_, err := tx.Exec(ctx, b.sql["count_job_items"], job, shard,
 		c[store.ItemPending], c[store.ItemRejected], c[store.ItemSaved], c[store.ItemParked], nullMillis(progress))
 	return err
 }
 
 // NextItems implements store.Store.
-func (b Backfills) NextItems(ctx context.Context, backfill string, now time.Time, limit int, after store.Cursor) ([]store.Item, error) {
+func (b Backfills) NextItems(ctx context.Context, backfill string, now time.Time, limit int, after store.Cursor, lane store.Lane) ([]store.Item, error) {
 	op, err := named("list next items", " of ", "backfill name", backfill, store.MaxKeyBytes)
 	if err != nil {
 		return nil, err
 	}
 	if limit < 1 {
 		return nil, fmt.Errorf("%s: limit %d is under 1", op, limit)
+	}
+	switch {
+	case lane.Of < 0 || lane.Of > store.MaxLanes:
+		return nil, fmt.Errorf("%s: %d lanes: want 0 (all) to %d", op, lane.Of, store.MaxLanes)
+	case lane.Of == 0 && lane.Index != 0:
+		return nil, fmt.Errorf("%s: lane %d of all lanes: want 0", op, lane.Index)
+	case lane.Index < 0 || lane.Of > 0 && lane.Index >= lane.Of:
+		return nil, fmt.Errorf("%s: lane %d of %d: want 0 to %d", op, lane.Index, lane.Of, lane.Of-1)
 	}
 	// The zero cursor is before every item: before the earliest time any
 	// item can have, with the empty key, which sorts before every other.
@@ -139,7 +151,7 @@ func (b Backfills) NextItems(ctx context.Context, backfill string, now time.Time
 		}
 		afterAt = after.EligibleAt.UnixMilli()
 	}
-	items, err := b.readItems(ctx, b.conn.Query, b.sql["next_items"], backfill, now.UnixMilli(), limit, afterAt, after.Key)
+	items, err := b.readItems(ctx, b.conn.Query, b.sql["next_items"], backfill, now.UnixMilli(), limit, afterAt, after.Key, lane.Of, lane.Index)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
@@ -251,6 +263,8 @@ func checkSettlement(s store.Settlement) (store.Settlement, error) {
 		return s, err
 	}
 	switch {
+	case s.Shard < 0 || s.Shard >= store.MaxLanes:
+		return s, fmt.Errorf("shard %d: want 0 to %d", s.Shard, store.MaxLanes-1)
 	case s.MaxRejects < 1:
 		return s, fmt.Errorf("MaxRejects %d is under 1", s.MaxRejects)
 	case s.RetryAfter < 0:
@@ -362,7 +376,7 @@ func (b Backfills) settle(ctx context.Context, tx store.Tx, s store.Settlement) 
 		if job == s.Backfill && progress {
 			at = s.At
 		}
-		if err := b.countJobItems(ctx, tx, job, s.At, jobs[job], at); err != nil {
+		if err := b.countJobItems(ctx, tx, job, s.At, s.Shard, jobs[job], at); err != nil {
 			return err
 		}
 	}

@@ -1,4 +1,12 @@
-SELECT name, monitoring_since, last_progress_at, last_run_at, last_status, consecutive_failures, last_error,
-       pending, rejected, saved, parked, alert
-FROM sluice_jobs
-WHERE name = ?1;
+-- A job with its counts: the sums over its shards.
+SELECT j.name, j.monitoring_since, c.last_progress_at, j.last_run_at, j.last_status, j.consecutive_failures, j.last_error,
+       coalesce(c.pending, 0), coalesce(c.rejected, 0), coalesce(c.saved, 0), coalesce(c.parked, 0), j.alert
+FROM sluice_jobs AS j
+LEFT JOIN (
+    SELECT name, SUM(pending) AS pending, SUM(rejected) AS rejected, SUM(saved) AS saved, SUM(parked) AS parked,
+           MAX(last_progress_at) AS last_progress_at
+    FROM sluice_job_counts
+    WHERE name = ?1
+    GROUP BY name
+) AS c ON c.name = j.name
+WHERE j.name = ?1;
