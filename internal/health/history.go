@@ -61,10 +61,23 @@ type base struct {
 
 // record writes, once every HistoryEvery, a sample per job of what it did
 // since the last: the first poll only takes the counts to start from. A
-// sample that cannot be written is logged, and its interval is counted in
-// the next.
+// job found stalled at any poll of the interval has its sample say so, with
+// that poll's reason, whatever its state at the end: a history must not
+// lose a stall because it was short. A sample that cannot be written is
+// logged, and its interval is counted in the next.
 func (m *Monitor) record(ctx context.Context, now time.Time, jobs []store.Job, views []View) {
-	if m.cfg.History == nil || (!m.lastSample.IsZero() && now.Sub(m.lastSample) < m.cfg.HistoryEvery) {
+	if m.cfg.History == nil {
+		return
+	}
+	for _, v := range views {
+		if _, seen := m.stalled[v.Name]; !seen && v.State == Stalled {
+			if m.stalled == nil {
+				m.stalled = map[string]View{}
+			}
+			m.stalled[v.Name] = v
+		}
+	}
+	if !m.lastSample.IsZero() && now.Sub(m.lastSample) < m.cfg.HistoryEvery {
 		return
 	}
 	byName := make(map[string]View, len(views))
@@ -84,6 +97,9 @@ func (m *Monitor) record(ctx context.Context, now time.Time, jobs []store.Job, v
 			continue
 		}
 		v := byName[j.Name]
+		if st, ok := m.stalled[j.Name]; ok && v.State != Stalled {
+			v.State, v.Reason = Stalled, st.Reason+"; then "+string(v.State)
+		}
 		samples = append(samples, store.Sample{
 			At: now, Flow: j.Name, Source: m.cfg.HistorySource, State: string(v.State), Reason: v.Reason,
 			Done: max(cur.done-prev.done, 0), Remaining: max(v.Remaining, 0),
@@ -98,6 +114,7 @@ func (m *Monitor) record(ctx context.Context, now time.Time, jobs []store.Job, v
 		}
 	}
 	m.bases, m.lastSample = next, now
+	clear(m.stalled)
 }
 
 // grew is what a counter grew by from prev to cur; a counter that went down

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,7 +34,8 @@ func TestHistorySamples(t *testing.T) {
 	now := time.Date(2026, 10, 18, 7, 0, 0, 0, time.UTC)
 	job := store.Job{Name: "titles", MonitoringSince: now.Add(-time.Hour), LastProgressAt: now, Pending: 100}
 	counters := Counters{Admitted: 5, Tokens: 500, Rejections: map[string]int64{"otpm": 1}}
-	src := &fakeSource{JobsFunc: func(context.Context) ([]store.Job, error) { return []store.Job{job}, nil }}
+	src := &fakeSource{JobsFunc: func(context.Context) ([]store.Job, error) { return []store.Job{job}, nil },
+		SetJobAlertFunc: func(context.Context, string, string, string) (bool, error) { return true, nil }}
 	h := &fakeHistory{}
 	m, err := New(Config{Source: src, Every: 30 * time.Second, History: h, HistorySource: "app",
 		Counters: func(string, time.Time) Counters { return counters },
@@ -77,5 +79,21 @@ func TestHistorySamples(t *testing.T) {
 	poll(time.Minute)
 	if len(h.got) != 2 || h.got[1][0].Done != 5 || h.got[1][0].Admitted != 2 || h.got[1][0].Rejections != nil {
 		t.Errorf("after a failed write: %+v", h.got)
+	}
+	// A stall that one poll between two samples saw is in the sample, even
+	// though the job progressed again before it.
+	job.LastProgressAt = now.Add(-2*time.Hour + 10*time.Second) // the last progress, just within the threshold
+	poll(20 * time.Second)                                      // stalled, but not a minute since the last sample
+	if len(h.got) != 2 {
+		t.Fatalf("a sample within a minute: %+v", h.got)
+	}
+	job.Saved, job.LastProgressAt = 13, now.Add(time.Second)
+	poll(40 * time.Second) // progressing again, and a minute since the last sample
+	if len(h.got) != 3 || h.got[2][0].State != string(Stalled) {
+		t.Fatalf("the stall's sample: %+v", h.got[len(h.got)-1])
+	}
+	poll(time.Minute)
+	if len(h.got) != 4 || h.got[3][0].State != string(Progressing) || !strings.Contains(h.got[2][0].Reason, "no item processed") {
+		t.Errorf("after the stall: %+v, the stall's reason %q", h.got[3][0], h.got[2][0].Reason)
 	}
 }

@@ -150,6 +150,9 @@ type Monitor struct {
 	// to, and when; only polls touch them.
 	bases      map[string]base
 	lastSample time.Time
+	// stalled is, per job, the first view that found it stalled since the
+	// last sample: a stall shorter than HistoryEvery is still recorded.
+	stalled map[string]View
 
 	mu      sync.Mutex
 	views   []View // sorted by name
