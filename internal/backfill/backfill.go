@@ -369,12 +369,11 @@ type batch struct {
 
 func (bt batch) empty() bool { return len(bt.Keys) == 0 && len(bt.TooLarge) == 0 }
 
-// laneInput is what a lane's part receives: the run and round it belongs
-// to, which lane it goes through, where it starts, and how many calls it
+// laneInput is what a lane's part receives: the run it belongs to, which
+// lane it goes through, where it starts, and how many calls it
 // may make.
 type laneInput struct {
 	RunID  string       `json:"run_id"`
-	Round  int          `json:"round"`
 	Lane   store.Lane   `json:"lane"`
 	After  store.Cursor `json:"after,omitzero"`
 	Budget int          `json:"budget"`
@@ -508,7 +507,7 @@ func (b *backfill) run(r *engine.Run, ev engine.Event) (any, error) {
 			if n == 0 {
 				continue
 			}
-			in := laneInput{RunID: r.ID(), Round: round, Lane: store.Lane{Of: lanes, Index: j}, After: after[j], Budget: n}
+			in := laneInput{RunID: r.ID(), Lane: store.Lane{Of: lanes, Index: j}, After: after[j], Budget: n}
 			if lanes == 1 {
 				// One lane needs no part: the run goes through it itself,
 				// without a child workflow's writes.
@@ -671,13 +670,13 @@ func (b *backfill) lane(r *engine.Run, prefix string, in laneInput) (laneDone, e
 			return laneDone{}, err
 		}
 		more := d.Calls < in.Budget
-		next := func(ctx context.Context) (selection, error) {
-			if !more {
-				return selection{}, nil
+		var next func(context.Context) (selection, error) // none once the budget is spent
+		if more {
+			next = func(ctx context.Context) (selection, error) {
+				// Read before the save commits, the batch's own items
+				// still look as they did: they are passed over.
+				return b.selectBatch(ctx, d.After, in.Lane, cache, bt)
 			}
-			// Read before the save commits, the batch's own items still
-			// look as they did: they are passed over.
-			return b.selectBatch(ctx, d.After, in.Lane, cache, bt)
 		}
 		sv, failed, err := b.batch(r, prefix, i, in.RunID, in.Lane.Index, items, rejects, bt.TooLarge, next)
 		if err != nil {
@@ -715,7 +714,7 @@ type savedNext struct {
 // batch calls and saves the i-th batch of a lane (which settles in its
 // own shard of the job's counts): items (rejected so far rejects times
 // each) and tooLarge, parked without a call; its save step also records
-// the next batch, which next selects. A response that cannot be parsed fails the
+// the next batch, which next selects (nil: none). A response that cannot be parsed fails the
 // lane (failed); err is a step's failure.
 func (b *backfill) batch(r *engine.Run, prefix string, i int, runID string, shard int, items []Item, rejects []int, tooLarge []store.Outcome,
 	next func(context.Context) (selection, error)) (sv savedNext, failed, err error) {
@@ -747,8 +746,10 @@ func (b *backfill) batch(r *engine.Run, prefix string, i int, runID string, shar
 	// One that fails leaves the lane to select it in a step of its own,
 	// retried as steps are.
 	var sel *selection
-	if got, err := next(r); err == nil {
-		sel = &got
+	if next != nil {
+		if got, err := next(r); err == nil {
+			sel = &got
+		}
 	}
 	sv, err = engine.Transaction(r, fmt.Sprintf("%ssave-%d", prefix, i), func(ctx context.Context, tx dbos.Tx) (savedNext, error) {
 		saved, err := b.save(ctx, tx, runID, shard, requestID, items, rejects, tooLarge, outputs)
