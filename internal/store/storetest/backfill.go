@@ -180,6 +180,30 @@ func exerciseBackfills(t *testing.T, open func(t *testing.T) store.Store) {
 		}
 	})
 
+	t.Run("SettleInShards", func(t *testing.T) {
+		t.Parallel()
+		s := open(t)
+		mustAdd(t, s, "titles", base, "", "a", "b", "c", "d")
+		// Settlements in different shards add up to one job, its last
+		// progress the latest of theirs, in Job and in Jobs alike.
+		first := settlement("titles", "run-1", "req-1", base.Add(time.Minute), saved("a"), rejected("b", "too long"))
+		first.MaxRejects, first.RetryAfter, first.Shard = 3, time.Minute, 0
+		mustSettle(t, s, first)
+		second := settlement("titles", "run-1", "req-2", base.Add(2*time.Minute), saved("c"))
+		second.Shard = 5
+		mustSettle(t, s, second)
+		third := settlement("titles", "run-1", "req-3", base.Add(90*time.Second), saved("d"))
+		third.Shard = store.MaxLanes - 1
+		mustSettle(t, s, third)
+		want := store.Job{Name: "titles", MonitoringSince: utcMillis(base), LastProgressAt: utcMillis(base.Add(2 * time.Minute)), Rejected: 1, Saved: 3}
+		assertJob(t, mustJob(t, s, "titles"), want)
+		jobs, err := s.Jobs(context.Background())
+		if err != nil || len(jobs) != 1 {
+			t.Fatalf("Jobs = %+v, %v", jobs, err)
+		}
+		assertJob(t, jobs[0], want)
+	})
+
 	t.Run("SettleRecordsOutcomes", func(t *testing.T) {
 		t.Parallel()
 		s := open(t)
@@ -632,6 +656,8 @@ func exerciseBackfills(t *testing.T, open func(t *testing.T) store.Store) {
 				`settle batch of titles: run ID of 513 bytes is over the limit of 512: "rrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrr"…`},
 			{"Settle without request ID", s.Settle(ctx, nil, bad(func(st *store.Settlement) { st.RequestID = "" })), "settle batch of titles: empty request ID"},
 			{"Settle with MaxRejects 0", s.Settle(ctx, nil, bad(func(st *store.Settlement) { st.MaxRejects = 0 })), "settle batch of titles: MaxRejects 0 is under 1"},
+			{"Settle in a negative shard", s.Settle(ctx, nil, bad(func(st *store.Settlement) { st.Shard = -1 })), "settle batch of titles: shard -1: want 0 to 1023"},
+			{"Settle in a shard past the lanes", s.Settle(ctx, nil, bad(func(st *store.Settlement) { st.Shard = store.MaxLanes })), "settle batch of titles: shard 1024: want 0 to 1023"},
 			{"Settle with a negative RetryAfter", s.Settle(ctx, nil, bad(func(st *store.Settlement) { st.RetryAfter = -time.Second })),
 				"settle batch of titles: RetryAfter -1s is negative"},
 			{"Settle at the zero time", s.Settle(ctx, nil, bad(func(st *store.Settlement) { st.At = time.Time{} })), "settle batch of titles: zero time"},
