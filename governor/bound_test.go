@@ -144,7 +144,7 @@ func TestSaturatingArithmetic(t *testing.T) {
 // left is counted exactly.
 func TestLedgerRecountsASaturatedSum(t *testing.T) {
 	t.Parallel()
-	lg := newLedger(time.Minute, 0, false)
+	lg := newLedger(time.Minute, 0, 0, false)
 	lg.add(0, Cost{Output: math.MaxInt64 - 5})
 	lg.add(int64(30*time.Second), Cost{Output: 100})
 	if lg.sum.Output != math.MaxInt64 {

@@ -65,8 +65,8 @@ func New(cfg Config) (*Governor, error) {
 	g := &Governor{
 		cfg:     cfg,
 		limits:  cfg.Limits,
-		minute:  newLedger(time.Minute, cfg.Lag, cfg.Window == Fixed),
-		day:     newLedger(24*time.Hour, cfg.Lag, cfg.Window == Fixed),
+		minute:  newLedger(time.Minute, cfg.Lag, 0, cfg.Window == Fixed),
+		day:     newLedger(24*time.Hour, cfg.Lag, time.Second, cfg.Window == Fixed),
 		flows:   make(map[string]*flow, len(cfg.Flows)),
 		epoch:   math.MinInt64,
 		lapseAt: math.MaxInt64,

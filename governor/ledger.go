@@ -1,17 +1,22 @@
 package governor
 
 import (
+	"cmp"
 	"math"
+	"slices"
 	"time"
 )
 
 // never is the time returned when something can not happen.
 const never = math.MaxInt64
 
-// charge is one admitted call as a window remembers it.
+// charge is one admitted call as a window remembers it, or several made
+// within a ledger's grain of each other: first and last are the sequence
+// numbers of the calls it holds, at when the last was made.
 type charge struct {
-	at   int64 // unix nanoseconds
-	cost Cost
+	at          int64 // unix nanoseconds
+	cost        Cost
+	first, last uint64
 }
 
 // ledger counts the charges of one period (a minute or a day) for every limit
@@ -20,20 +25,26 @@ type charge struct {
 // A rolling ledger keeps every charge of the last period; a charge ages out
 // exactly one period after it was made. A fixed ledger keeps the charges of
 // the current window, which starts at a whole multiple of the period.
+//
+// With a grain, charges made less than a grain after the newest one are
+// added to it and age out with the last of them: at most a grain late,
+// never early. The day's ledger has a grain of a second, so what it keeps
+// is bounded by the seconds of a day, however many calls a key makes.
 type ledger struct {
 	period int64
 	lag    int64 // how much later the provider may count a charge
+	grain  int64
 	fixed  bool
 	start  int64 // fixed: start of the current window
 
 	entries []charge
 	head    int    // entries[head:] are live
-	first   uint64 // sequence number of entries[head]
+	next    uint64 // sequence number of the next charge
 	sum     Cost
 }
 
-func newLedger(period, lag time.Duration, fixed bool) ledger {
-	return ledger{period: int64(period), lag: int64(lag), fixed: fixed, start: math.MinInt64}
+func newLedger(period, lag, grain time.Duration, fixed bool) ledger {
+	return ledger{period: int64(period), lag: int64(lag), grain: int64(grain), fixed: fixed, start: math.MinInt64}
 }
 
 // expire drops what no longer counts at now.
@@ -50,7 +61,6 @@ func (lg *ledger) expire(now int64) {
 			for lg.head < len(lg.entries) && lg.entries[lg.head].at < ws-lg.lag {
 				lg.sum = lg.sum.sub(lg.entries[lg.head].cost)
 				lg.head++
-				lg.first++
 			}
 			lg.start = ws
 		}
@@ -65,7 +75,6 @@ func (lg *ledger) expire(now int64) {
 	for lg.head < len(lg.entries) && lg.entries[lg.head].at <= cut {
 		lg.sum = lg.sum.sub(lg.entries[lg.head].cost)
 		lg.head++
-		lg.first++
 	}
 	if lg.head > 64 && lg.head*2 >= len(lg.entries) {
 		n := copy(lg.entries, lg.entries[lg.head:])
@@ -93,21 +102,49 @@ func (lg *ledger) resetAt(now int64, l Limit) int64 {
 
 // add records a charge made at now (not before any earlier charge) and returns its sequence number.
 func (lg *ledger) add(now int64, c Cost) uint64 {
-	seq := lg.first + uint64(len(lg.entries)-lg.head)
-	lg.entries = append(lg.entries, charge{at: now, cost: c})
+	seq := lg.next
+	lg.next++
 	lg.sum = lg.sum.add(c)
+	if n := len(lg.entries); n > lg.head && lg.joins(&lg.entries[n-1], now) {
+		e := &lg.entries[n-1]
+		e.at, e.cost, e.last = now, e.cost.add(c), seq
+		return seq
+	}
+	lg.entries = append(lg.entries, charge{at: now, cost: c, first: seq, last: seq})
 	return seq
 }
 
-// amend replaces the cost of charge seq, if it still counts.
-func (lg *ledger) amend(seq uint64, c Cost) {
-	if seq < lg.first || seq >= lg.first+uint64(len(lg.entries)-lg.head) {
+// joins reports whether a charge made at now may be added to e, the newest:
+// within the grain, and on the same side of every moment a fixed window
+// tells its charges apart at (its start, and lag before its end).
+func (lg *ledger) joins(e *charge, now int64) bool {
+	if lg.grain <= 0 || now-e.at >= lg.grain {
+		return false
+	}
+	if !lg.fixed {
+		return true
+	}
+	ws := now - mod(now, lg.period)
+	carry := ws + lg.period - lg.lag
+	return e.at >= ws && (e.at >= carry) == (now >= carry)
+}
+
+// amend replaces the cost of charge seq, which was was, if it still counts.
+// A charge that holds several calls can not saturate: each call's cost is at
+// most MaxCost, and a grain holds far fewer than 2^23 calls.
+func (lg *ledger) amend(seq uint64, was, c Cost) {
+	live := lg.entries[lg.head:]
+	i, found := slices.BinarySearchFunc(live, seq, func(e charge, seq uint64) int { return cmp.Compare(e.last, seq) })
+	if i == len(live) || (!found && live[i].first > seq) {
 		return
 	}
-	e := &lg.entries[lg.head+int(seq-lg.first)]
+	e := &live[i]
+	if e.first == e.last {
+		was = e.cost
+	}
 	sat := lg.sum.saturated()
-	lg.sum = lg.sum.sub(e.cost).add(c)
-	e.cost = c
+	lg.sum = lg.sum.sub(was).add(c)
+	e.cost = e.cost.sub(was).add(c)
 	if sat {
 		lg.recount()
 	}

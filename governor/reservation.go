@@ -153,8 +153,8 @@ func (r *Reservation) Sent(now time.Time) {
 		return
 	}
 	g.expire(n)
-	g.minute.amend(r.minSeq, Cost{})
-	g.day.amend(r.daySeq, Cost{})
+	g.minute.amend(r.minSeq, r.cost, Cost{})
+	g.day.amend(r.daySeq, r.cost, Cost{})
 	r.minSeq = g.minute.add(n, r.cost)
 	r.daySeq = g.day.add(n, r.cost)
 	r.sent = n
@@ -205,8 +205,8 @@ func (r *Reservation) Cancel(now time.Time) {
 
 // amend replaces an admitted reservation's charge.
 func (g *Governor) amend(r *Reservation, c Cost) {
-	g.minute.amend(r.minSeq, c)
-	g.day.amend(r.daySeq, c)
+	g.minute.amend(r.minSeq, r.cost, c)
+	g.day.amend(r.daySeq, r.cost, c)
 	for _, l := range AllLimits {
 		if g.pace[l].on {
 			g.pace[l].giveBack(subSat(r.cost.On(l), c.On(l)))
