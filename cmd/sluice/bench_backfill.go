@@ -13,6 +13,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"runtime/metrics"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -95,6 +97,9 @@ type backfillSide struct {
 	// WAL) grew during the run per item, the outputs saved included.
 	DatabaseBytesPerItem float64 `json:"database_bytes_per_item"`
 	PeakRSSMB            float64 `json:"peak_rss_mb"`
+	// PeakHeapMB is the most the Go heap's objects took at once (sampled
+	// every 10 ms), the part of the RSS the side's own code decides.
+	PeakHeapMB float64 `json:"peak_heap_mb"`
 }
 
 // latency is the median and 95th percentile of a measured call, in ms.
@@ -114,11 +119,13 @@ type backfillJob struct {
 	Concurrency int    `json:"concurrency"` // the backfill's InFlight; the DBOS queue's worker concurrency
 	Result      string `json:"result"`      // the file the worker writes its backfillResult to
 	CPUProfile  string `json:"cpu_profile,omitempty"`
+	MemProfile  string `json:"mem_profile,omitempty"`
 }
 
 // backfillResult is what a worker measured.
 type backfillResult struct {
 	Seconds    float64         `json:"seconds"`
+	PeakHeapMB float64         `json:"peak_heap_mb"`
 	StallCheck []time.Duration `json:"stall_check_ns,omitempty"`
 	Flows      []time.Duration `json:"flows_ns,omitempty"`
 }
@@ -142,6 +149,7 @@ func runBenchBackfill(ctx context.Context, env *cmdEnv, args []string) error {
 	dbURL := fs.String("db", "", "postgres://… URL of a server to create each side's database on (dropped after); default: SQLite files in a temporary folder")
 	concurrency := fs.Int("concurrency", 10, "batches in flight at once on each side: the backfill's InFlight, and the worker concurrency of the plain DBOS side's queue")
 	cpuProfile := fs.String("cpuprofile", "", "write CPU profiles of each side's worker to FILE.sluice and FILE.dbos (the last round's)")
+	memProfile := fs.String("memprofile", "", "write heap profiles of each side's worker, taken when its work is done, to FILE.sluice and FILE.dbos (the last round's)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	if err := parseFlags(fs, env, args); err != nil {
 		return err
@@ -191,9 +199,9 @@ func runBenchBackfill(ctx context.Context, env *cmdEnv, args []string) error {
 			sides[0], sides[1] = sides[1], sides[0]
 		}
 		for _, side := range sides {
-			profile := ""
-			if *cpuProfile != "" && r == *rounds-1 {
-				profile = *cpuProfile + "." + side
+			var profile profiles
+			if r == *rounds-1 {
+				profile = profiles{cpu: suffixed(*cpuProfile, side), mem: suffixed(*memProfile, side)}
 			}
 			m, err := b.round(ctx, side, r, profile)
 			if err != nil {
@@ -223,13 +231,13 @@ func runBenchBackfill(ctx context.Context, env *cmdEnv, args []string) error {
 func printBackfillReport(w io.Writer, rep backfillReport) {
 	fmt.Fprintf(w, "%d×%d items in batches of %d on %s, %d batches in flight on each side\n",
 		rep.Rounds, rep.Items, rep.Batch, rep.DatabaseKind, rep.Concurrency)
-	fmt.Fprintf(w, "%-10s %10s %9s %10s %11s %14s %12s\n", "side", "items/s", "wall s", "processed", "saves", "store B/item", "peak RSS MB")
+	fmt.Fprintf(w, "%-10s %10s %9s %10s %11s %14s %12s %13s\n", "side", "items/s", "wall s", "processed", "saves", "store B/item", "peak RSS MB", "peak heap MB")
 	for _, s := range []struct {
 		name string
 		backfillSide
 	}{{"sluice", rep.Sluice}, {"plain DBOS", rep.DBOS}} {
-		fmt.Fprintf(w, "%-10s %10.1f %9.1f %10d %11d %14.0f %12.1f\n",
-			s.name, s.ItemsPerS, s.WallSeconds, s.Processed, s.Saves, s.StoreBytesPerItem, s.PeakRSSMB)
+		fmt.Fprintf(w, "%-10s %10.1f %9.1f %10d %11d %14.0f %12.1f %13.1f\n",
+			s.name, s.ItemsPerS, s.WallSeconds, s.Processed, s.Saves, s.StoreBytesPerItem, s.PeakRSSMB, s.PeakHeapMB)
 	}
 	fmt.Fprintf(w, "ratio sluice/DBOS %.2f; stall check p50 %.2f ms, p95 %.2f ms; GET /v1/flows p50 %.2f ms, p95 %.2f ms\n",
 		rep.Ratio, rep.StallCheck.P50, rep.StallCheck.P95, rep.Flows.P50, rep.Flows.P95)
@@ -252,6 +260,7 @@ func (s *backfillSide) add(m backfillMeasure, rounds int) {
 	s.StoreBytesPerItem += float64(m.storeBytes) / items / float64(rounds)
 	s.DatabaseBytesPerItem += float64(m.databaseBytes) / items / float64(rounds)
 	s.PeakRSSMB = max(s.PeakRSSMB, m.rssMB)
+	s.PeakHeapMB = max(s.PeakHeapMB, m.res.PeakHeapMB)
 }
 
 func latencyOf(ds []time.Duration) latency {
@@ -267,7 +276,7 @@ type backfillBench struct {
 
 // round runs one side once on a fresh database: seeds the app table, runs
 // the worker, and checks and measures what it left.
-func (b *backfillBench) round(ctx context.Context, side string, r int, profile string) (backfillMeasure, error) {
+func (b *backfillBench) round(ctx context.Context, side string, r int, profile profiles) (backfillMeasure, error) {
 	var m backfillMeasure
 	db, drop, err := b.freshDB(ctx, side+strconv.Itoa(r))
 	if err != nil {
@@ -279,7 +288,7 @@ func (b *backfillBench) round(ctx context.Context, side string, r int, profile s
 		return m, fmt.Errorf("seed %d items: %w", b.job.Items, err)
 	}
 	job := b.job
-	job.Side, job.DB, job.CPUProfile = side, db, profile
+	job.Side, job.DB, job.CPUProfile, job.MemProfile = side, db, profile.cpu, profile.mem
 	job.Result = filepath.Join(b.dir, side+strconv.Itoa(r)+".json")
 	if m.res, m.rssMB, err = b.worker(ctx, job); err != nil {
 		return m, err
@@ -461,6 +470,10 @@ func backfillWorker(ctx context.Context, raw string) error {
 	}
 	var res backfillResult
 	var err error
+	if job.MemProfile != "" {
+		runtime.MemProfileRate = 4 << 10 // finer than the default 512 KiB: the heap is small
+	}
+	peak := watchHeap()
 	switch job.Side {
 	case "sluice":
 		res, err = backfillSluice(ctx, job)
@@ -472,6 +485,7 @@ func backfillWorker(ctx context.Context, raw string) error {
 	if err != nil {
 		return err
 	}
+	res.PeakHeapMB = float64(peak()) / (1 << 20)
 	out, err := json.Marshal(res)
 	if err != nil {
 		return err
@@ -479,21 +493,67 @@ func backfillWorker(ctx context.Context, raw string) error {
 	return os.WriteFile(job.Result, out, 0o600)
 }
 
-// startProfile starts a CPU profile into path (none when empty) and returns
-// what stops it.
-func startProfile(path string) (func(), error) {
+// watchHeap samples the heap's objects every 10 ms until the returned
+// function is called, which returns the most they took at once.
+func watchHeap() func() uint64 {
+	done, last := make(chan struct{}), make(chan uint64)
+	go func() {
+		sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+		var most uint64
+		t := time.NewTicker(10 * time.Millisecond)
+		defer t.Stop()
+		for {
+			metrics.Read(sample)
+			most = max(most, sample[0].Value.Uint64())
+			select {
+			case <-done:
+				last <- most
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() uint64 { close(done); return <-last }
+}
+
+// profiles names the files a worker writes its profiles to; empty: none.
+type profiles struct{ cpu, mem string }
+
+// suffixed is path.side, or empty when path is.
+func suffixed(path, side string) string {
 	if path == "" {
-		return func() {}, nil
+		return ""
 	}
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, err
+	return path + "." + side
+}
+
+// startProfile starts the job's CPU profile, if it asks for one, and returns
+// what stops it and writes the heap profile it asks for.
+func startProfile(job backfillJob) (func(), error) {
+	stopCPU := func() {}
+	if job.CPUProfile != "" {
+		f, err := os.Create(job.CPUProfile)
+		if err != nil {
+			return nil, err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return nil, err
+		}
+		stopCPU = func() { pprof.StopCPUProfile(); f.Close() }
 	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+	return func() {
+		stopCPU()
+		if job.MemProfile == "" {
+			return
+		}
+		f, err := os.Create(job.MemProfile)
+		if err != nil {
+			return
+		}
+		defer f.Close()
+		_ = pprof.Lookup("heap").WriteTo(f, 0)
+	}, nil
 }
 
 // backfillRequest is the one call for a batch: every item's text, one per
@@ -598,7 +658,7 @@ func backfillSluice(ctx context.Context, job backfillJob) (backfillResult, error
 		return res, err
 	}
 	defer st.Close()
-	stop, err := startProfile(job.CPUProfile)
+	stop, err := startProfile(job)
 	if err != nil {
 		return res, err
 	}
@@ -774,7 +834,7 @@ func backfillDBOS(ctx context.Context, job backfillJob) (backfillResult, error) 
 	if err := dbos.Launch(dctx); err != nil {
 		return res, err
 	}
-	stop, err := startProfile(job.CPUProfile)
+	stop, err := startProfile(job)
 	if err != nil {
 		return res, err
 	}
