@@ -5,12 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
-	"log/slog"
 	"net"
-	"os"
-	"reflect"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -22,7 +18,6 @@ import (
 	"github.com/sluice-dev/sluice/internal/store"
 	_ "github.com/sluice-dev/sluice/internal/store/postgres"
 	_ "github.com/sluice-dev/sluice/internal/store/sqlite"
-	"github.com/sluice-dev/sluice/internal/yamlfile"
 	"github.com/sluice-dev/sluice/llm"
 )
 
@@ -36,7 +31,7 @@ func init() {
 
 // gatewayFile is the gateway's YAML config file. Each single-value key is
 // the twin of the flag of the same name (max_wait, --max-wait): its text is
-// handed to the flag (readGatewayFile), so the file and the flags accept
+// handed to the flag (readConfigFile), so the file and the flags accept
 // and refuse the same values; flags given explicitly win.
 type gatewayFile struct {
 	Upstream         string           `yaml:"upstream"`
@@ -62,6 +57,8 @@ type gatewayFile struct {
 	Lag              string           `yaml:"lag"`
 	RetryBase        string           `yaml:"retry_base"`
 	DB               string           `yaml:"db"`
+	LogLevel         string           `yaml:"log_level"`
+	LogFormat        string           `yaml:"log_format"`
 	Flows            []gatewayFlow    `yaml:"flows"`
 	ClientKeys       []gatewayKeyFile `yaml:"client_keys"`
 }
@@ -80,34 +77,6 @@ type gatewayFlow struct {
 type gatewayKeyFile struct {
 	Env  string `yaml:"env"`
 	Flow string `yaml:"flow"`
-}
-
-// readGatewayFile decodes the config file at path into file and hands the
-// text of each single-value key it gives to the key's flag, unless that
-// flag was given (set). It returns the file's lines, for errors about the
-// values afterwards.
-func readGatewayFile(fs *flag.FlagSet, set map[string]bool, path string, file *gatewayFile) (yamlfile.Lines, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	lines, err := yamlfile.Decode(data, file)
-	if err != nil {
-		return nil, err
-	}
-	v := reflect.ValueOf(file).Elem()
-	for i := range v.NumField() {
-		key := v.Type().Field(i).Tag.Get("yaml")
-		name := strings.ReplaceAll(key, "_", "-")
-		text, single := v.Field(i).Interface().(string)
-		if _, given := lines[key]; !given || !single || set[name] {
-			continue
-		}
-		if err := fs.Set(name, text); err != nil {
-			return nil, &yamlfile.Error{Path: key, Line: lines[key], Err: fmt.Errorf("invalid value %q: %w", text, err)}
-		}
-	}
-	return lines, nil
 }
 
 // flowFlags collects repeated --flow NAME=WEIGHT[:PRIORITY[:MAX_TOKENS]].
@@ -200,7 +169,6 @@ func runGateway(ctx context.Context, env *cmdEnv, args []string) error {
 		maxBody    = fs.Int64("max-body-bytes", 4<<20, "largest request body accepted; larger ones get 413")
 		lag        = fs.Duration("lag", time.Second, "how much later than its admission the provider may count a call; charges are held that much longer (negative: off)")
 		retryBase  = fs.Duration("retry-base", 250*time.Millisecond, "first backoff after a 5xx, overload, timeout or reset; doubles per attempt, within the request's max wait")
-		logLevel   = fs.String("log-level", "info", "log level: debug, info, warn or error (logs go to stderr)")
 		maxWaiting = fs.Int("max-waiting", 1024, "most requests that may wait for admission on the key; one more gets 429 naming the bound")
 		maxFlowW   = fs.Int("max-flow-waiting", 512, "most requests of one flow that may wait for admission")
 		maxWBytes  = fs.Int64("max-waiting-bytes", 256<<20, "most bytes of request bodies that may wait for admission, added up")
@@ -210,28 +178,14 @@ func runGateway(ctx context.Context, env *cmdEnv, args []string) error {
 	fs.Var(&flows, "flow", "a flow as `NAME=WEIGHT[:PRIORITY[:MAX_TOKENS]]` (repeatable; priority from "+
 		strconv.Itoa(governor.MinPriority)+" to "+strconv.Itoa(governor.MaxPriority)+"); unknown flows go to default")
 	sf := addServerFlags(fs)
+	lf := addLogFlags(fs)
 	if err := parseFlags(fs, env, args); err != nil {
 		return err
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-
 	var file gatewayFile
-	var lines yamlfile.Lines
-	if *configF != "" {
-		var err error
-		if lines, err = readGatewayFile(fs, set, *configF, &file); err != nil {
-			return fmt.Errorf("--config %s: %w", *configF, err)
-		}
-	}
-	// refuse names a bad value by where it was given: the flag, or the
-	// file's key and line. path is the file's (flows[1]), or a flag's name.
-	refuse := func(path string, err error) error {
-		key := strings.ReplaceAll(path, "-", "_")
-		if _, inFile := lines[key]; set[path] || !inFile {
-			return fmt.Errorf("--%s: %w", path, err)
-		}
-		return fmt.Errorf("--config %s: %w", *configF, &yamlfile.Error{Path: key, Line: lines.Line(key), Err: err})
+	set, refuse, err := loadConfig(fs, *configF, &file)
+	if err != nil {
+		return err
 	}
 	sf.refuse = refuse
 
@@ -240,7 +194,6 @@ func runGateway(ctx context.Context, env *cmdEnv, args []string) error {
 		fmt.Fprintln(env.stderr, "sluice gateway: --upstream is required (or upstream: in --config)")
 		return errUsage
 	}
-	var err error
 	for _, n := range []struct {
 		name      string
 		v, lo, hi int64
@@ -307,11 +260,9 @@ func runGateway(ctx context.Context, env *cmdEnv, args []string) error {
 		}
 		cfg.ClientKeys = append(cfg.ClientKeys, gateway.ClientKey{Key: v, Flow: k.Flow})
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return fmt.Errorf("--log-level %q: want debug, info, warn or error", *logLevel)
+	if cfg.Logger, err = lf.logger(env.stderr, refuse); err != nil {
+		return err
 	}
-	cfg.Logger = slog.New(slog.NewTextHandler(env.stderr, &slog.HandlerOptions{Level: level}))
 
 	listen := *addr
 	if err := guard.CheckBind(listen, len(cfg.ClientKeys) > 0, "give client keys in "+*clientEnv); err != nil {

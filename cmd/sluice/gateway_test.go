@@ -181,8 +181,9 @@ func TestGatewayCommand(t *testing.T) {
 	if st := m.Stats(); st.Succeeded != 1 || st.Charged.Output != 300 {
 		t.Errorf("upstream saw %+v", st)
 	}
-	if !strings.Contains(log.String(), "flow=analysis status=200") {
-		t.Errorf("log lacks the request: %s", log.String())
+	// Not a terminal: the log is JSON lines.
+	if !strings.Contains(log.String(), `"flow":"analysis","status":200`) {
+		t.Errorf("log lacks the request as JSON: %s", log.String())
 	}
 }
 

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/sluice-dev/sluice"
@@ -23,6 +25,34 @@ func init() {
 	})
 }
 
+// serveFile is serve's YAML config file (--config). Each single-value key
+// is the twin of the flag of the same name (run_timeout, --run-timeout):
+// its text is handed to the flag (readConfigFile), so the file and the
+// flags accept and refuse the same values; flags given explicitly win.
+type serveFile struct {
+	Addr             string   `yaml:"addr"`
+	DB               string   `yaml:"db"`
+	TokenEnv         string   `yaml:"token_env"`
+	MaxEventBytes    string   `yaml:"max_event_bytes"`
+	OutputLimit      string   `yaml:"output_limit"`
+	ProviderURL      string   `yaml:"provider_url"`
+	Profile          string   `yaml:"profile"`
+	Limits           string   `yaml:"limits"`
+	APIKeyEnv        string   `yaml:"api_key_env"`
+	Model            string   `yaml:"model"`
+	RunTimeout       string   `yaml:"run_timeout"`
+	ConnectTimeout   string   `yaml:"connect_timeout"`
+	FirstByteTimeout string   `yaml:"first_byte_timeout"`
+	CallTimeout      string   `yaml:"call_timeout"`
+	HeaderTimeout    string   `yaml:"header_timeout"`
+	BodyTimeout      string   `yaml:"body_timeout"`
+	WriteTimeout     string   `yaml:"write_timeout"`
+	IdleTimeout      string   `yaml:"idle_timeout"`
+	AllowedHosts     []string `yaml:"allowed_hosts"`
+	LogLevel         string   `yaml:"log_level"`
+	LogFormat        string   `yaml:"log_format"`
+}
+
 func runServe(ctx context.Context, env *cmdEnv, args []string) error {
 	fs := newFlagSet(env, "serve", "[flags]",
 		"Runs the functions compiled into this binary (examples/summarize) durably, and serves\n"+
@@ -32,9 +62,10 @@ func runServe(ctx context.Context, env *cmdEnv, args []string) error {
 			"/readyz answers 200 once it is ready (503 with the phase before), and the API answers\n"+
 			"503 with Retry-After until then. Bound to loopback by default; any other address needs\n"+
 			"a bearer token in the environment variable named by --token-env.")
+	configF := fs.String("config", "", "YAML `FILE` with the same settings, keys named like the flags with _ for - (run_timeout: 5m); flags given explicitly win; see docs/serve.md")
 	addr := fs.String("addr", "127.0.0.1:8288", "address to listen on")
 	dbURL := fs.String("db", "", "database: an SQLite path or postgres://… URL (default $SLUICE_DB or sluice.db)")
-	tokenEnv := fs.String("token-env", "SLUICE_API_TOKEN", "environment variable holding the API's bearer token (required off loopback)")
+	tokenEnv := fs.String("token-env", "SLUICE_API_TOKEN", "environment variable holding the bearer token of the API and the dashboard (required off loopback)")
 	maxEvent := fs.Int64("max-event-bytes", 1<<20, "largest event body accepted; larger ones get 413")
 	outputLimit := fs.Int("output-limit", 4096, "bytes of each step output shown by GET /v1/runs/{id}")
 	providerURL := fs.String("provider-url", "http://127.0.0.1:8089/v1", "OpenAI-compatible base URL the pipeline's LLM calls go to")
@@ -48,7 +79,21 @@ func runServe(ctx context.Context, env *cmdEnv, args []string) error {
 	fs.DurationVar(&calls.FirstByte, "first-byte-timeout", 0, "deadline from a call sent to the first byte of its answer; a call past it is retried (0: the llm default, 2m; negative: none)")
 	fs.DurationVar(&calls.Total, "call-timeout", 0, "deadline of a whole provider call (0: the llm default, 10m; negative: none)")
 	sf := addServerFlags(fs)
+	lf := addLogFlags(fs)
 	if err := parseFlags(fs, env, args); err != nil {
+		return err
+	}
+	var file serveFile
+	set, refuse, err := loadConfig(fs, *configF, &file)
+	if err != nil {
+		return err
+	}
+	if !set["allowed-hosts"] && len(file.AllowedHosts) > 0 {
+		sf.hosts = strings.Join(file.AllowedHosts, ",")
+	}
+	sf.refuse = refuse
+	logger, err := lf.logger(env.stderr, refuse)
+	if err != nil {
 		return err
 	}
 	token := env.getenv(*tokenEnv)
@@ -65,7 +110,24 @@ func runServe(ctx context.Context, env *cmdEnv, args []string) error {
 		return err
 	}
 	if *runTimeout <= 0 {
-		return fmt.Errorf("--run-timeout %s: want a positive duration", *runTimeout)
+		return refuse("run-timeout", fmt.Errorf("%s: want a positive duration", *runTimeout))
+	}
+	// What the app would refuse once it opens the database, refused now,
+	// before anything listens, and named where it was given.
+	if _, err := governor.ParseLimits(*limits); err != nil {
+		return refuse("limits", err)
+	}
+	if _, err := llm.ParseProfile(*profile); err != nil {
+		return refuse("profile", err)
+	}
+	if *keyEnv != "" && env.getenv(*keyEnv) == "" {
+		return refuse("api-key-env", fmt.Errorf("%s: the variable is empty", *keyEnv))
+	}
+	if *maxEvent < 1 || *maxEvent > 64<<20 {
+		return refuse("max-event-bytes", fmt.Errorf("%d: want between 1 and %d", *maxEvent, 64<<20))
+	}
+	if *outputLimit < 1 || *outputLimit > 1<<20 {
+		return refuse("output-limit", fmt.Errorf("%d: want between 1 and %d", *outputLimit, 1<<20))
 	}
 	// Listen first: a restart is reachable within moments, and /readyz
 	// says when the database is open and unfinished runs are resumed.
@@ -81,7 +143,7 @@ func runServe(ctx context.Context, env *cmdEnv, args []string) error {
 	appc := make(chan *sluice.App, 1)
 	go func() {
 		began := time.Now()
-		app, err := newSummarizeApp(sctx, env, summarizeOptions{db: *dbURL, providerURL: *providerURL, profile: *profile, limits: *limits, keyEnv: *keyEnv, model: *model, runTimeout: *runTimeout, timeouts: calls})
+		app, err := newSummarizeApp(sctx, env, summarizeOptions{db: *dbURL, providerURL: *providerURL, profile: *profile, limits: *limits, keyEnv: *keyEnv, model: *model, runTimeout: *runTimeout, timeouts: calls, logger: logger})
 		if err == nil {
 			appc <- app
 			starting.Phase("resuming unfinished runs")
@@ -112,6 +174,7 @@ type summarizeOptions struct {
 	concurrency, retries                            int
 	retryBase, runTimeout                           time.Duration
 	timeouts                                        llm.Timeouts // of each provider call
+	logger                                          *slog.Logger // nil: slog.Default()
 }
 
 // newSummarizeApp builds an app running the summarize pipeline.
@@ -140,6 +203,7 @@ func newSummarizeApp(ctx context.Context, env *cmdEnv, o summarizeOptions) (*slu
 	app, err := sluice.New(ctx, sluice.Config{
 		DatabaseURL: db,
 		RetryBase:   o.retryBase,
+		Logger:      o.logger,
 		Providers: []sluice.Provider{{
 			Name:   o.profile,
 			LLM:    llm.Config{BaseURL: o.providerURL, APIKey: key, Profile: prof, Timeouts: o.timeouts},

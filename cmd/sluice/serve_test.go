@@ -182,3 +182,51 @@ func TestServeStartFailureExits(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q: want 1 naming the database", code, stderr.String())
 	}
 }
+
+// serve's config file and its flags accept and refuse the same values, and
+// a refusal names where the value was given: the flag, or the file's key
+// and line. Flags given explicitly win over the file.
+func TestServeConfigFile(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		file string   // "" for none
+		args []string // besides --config
+		want string
+	}{
+		{"unknown key", "addr: 127.0.0.1:0\ncolour: red\n", nil, "colour: unknown key (line 2)"},
+		{"bad duration in the file", "run_timeout: soon\n", nil, `run_timeout: invalid value "soon"`},
+		{"negative run timeout in the file", "\nrun_timeout: -5m\n", nil, "run_timeout: -5m0s: want a positive duration (line 2)"},
+		{"negative run timeout as a flag", "", []string{"--run-timeout", "-5m"}, "--run-timeout: -5m0s: want a positive duration"},
+		{"bad limits in the file", "limits: rpm=abc\n", nil, "limits: "},
+		{"bad limits as a flag", "", []string{"--limits", "rpm=abc"}, "--limits: "},
+		{"flag wins over the file", "run_timeout: -5m\nlimits: nope=3\n", []string{"--run-timeout", "1m"}, "(line 2)"},
+		{"bad log format", "log_format: xml\n", nil, `log_format: "xml": want auto, text or json (line 1)`},
+		{"bad profile", "profile: acme\n", nil, "profile: "},
+		{"event bound out of range", "max_event_bytes: 0\n", nil, "max_event_bytes: 0: want between 1 and"},
+		{"allowed hosts as a list", "allowed_hosts: [\"bad host\"]\n", nil, "allowed_hosts: "},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			args := append([]string{"serve", "--addr", "127.0.0.1:0", "--db", filepath.Join(dir, "s.db")}, tt.args...)
+			if tt.file != "" {
+				path := filepath.Join(dir, "serve.yaml")
+				if err := os.WriteFile(path, []byte(tt.file), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				args = append(args, "--config", path)
+			}
+			var stderr bytes.Buffer
+			env := &cmdEnv{stdout: io.Discard, stderr: &stderr, getenv: func(string) string { return "" }}
+			code := runMain(context.Background(), env, args)
+			if code != 1 || !strings.Contains(stderr.String(), tt.want) {
+				t.Fatalf("exit %d, stderr %q; want 1 and %q", code, stderr.String(), tt.want)
+			}
+			if tt.file != "" && !strings.HasPrefix(tt.want, "--") && !strings.Contains(stderr.String(), "--config ") {
+				t.Errorf("a value from the file is not named by the file: %q", stderr.String())
+			}
+		})
+	}
+}
