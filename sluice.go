@@ -12,6 +12,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/backfill"
 	"github.com/sluice-dev/sluice/internal/engine"
 	"github.com/sluice-dev/sluice/internal/health"
+	"github.com/sluice-dev/sluice/internal/metrics"
 	"github.com/sluice-dev/sluice/internal/quota"
 	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/llm"
@@ -39,6 +40,7 @@ type App struct {
 	quotas     map[string]func(now time.Time) health.Quota
 	counters   map[string]func(now time.Time) health.Counters
 	first      string
+	metrics    *metrics.Set // the series MetricsHandler serves (metrics.go)
 }
 
 // New opens the database and builds the providers' clients and governors.
@@ -53,7 +55,9 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
+	ms := newMetrics()
 	e, err := engine.New(ctx, engine.Config{
+		Metrics:      ms,
 		Store:        st,
 		AppVersion:   cfg.AppVersion,
 		ExecutorID:   cfg.ExecutorID,
@@ -66,7 +70,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		_ = st.Close()
 		return nil, err
 	}
-	a := &App{cfg: cfg, st: st, e: e, providers: map[string]*engine.Provider{}}
+	a := &App{cfg: cfg, st: st, e: e, providers: map[string]*engine.Provider{}, metrics: ms}
 	a.backfills = backfill.NewSet(e, st, e.Logger(), nil)
 	a.thresholds, a.quotas = map[string]time.Duration{}, map[string]func(time.Time) health.Quota{}
 	a.counters = map[string]func(time.Time) health.Counters{}
@@ -125,6 +129,10 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		if i == 0 {
 			a.first = name
 		}
+	}
+	if err := a.watchMetrics(); err != nil {
+		_ = a.shutdown(time.Second)
+		return nil, fmt.Errorf("sluice metrics: %w", err)
 	}
 	// Charges made by runs still in flight when the app stops are written
 	// once the last of them has returned, before the database closes.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
 
+	"github.com/sluice-dev/sluice/internal/metrics"
 	"github.com/sluice-dev/sluice/internal/store"
 )
 
@@ -53,6 +54,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock for rate-limit windows (default time.Now).
 	Now func() time.Time
+	// Metrics, if set, counts the runs and step attempts this process
+	// executes (docs/metrics.md). Default: none.
+	Metrics *metrics.Set
 }
 
 func (c Config) withDefaults() Config {

@@ -224,15 +224,20 @@ func (f *Function) workflow(ctx dbos.Context, in input) (json.RawMessage, error)
 	defer f.e.leave()
 	r := &Run{dctx: ctx, fn: f, event: in.Event, started: time.Now()}
 	r.id, _ = dbos.GetWorkflowID(ctx)
+	f.e.cfg.Metrics.RunStarted(f.ID)
 	out, err := f.Handler(r, in.Event)
 	if err != nil {
 		f.e.noteEnd(r)
+		f.e.countEnd(r, err)
 		return nil, err
 	}
 	b, err := json.Marshal(out)
 	if err != nil {
-		return nil, fmt.Errorf("function %s: encode output: %w", f.ID, err)
+		err = fmt.Errorf("function %s: encode output: %w", f.ID, err)
+		f.e.countEnd(r, err)
+		return nil, err
 	}
+	f.e.countEnd(r, nil)
 	return b, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/metrics"
 	"github.com/sluice-dev/sluice/llm"
 	"github.com/sluice-dev/sluice/run"
 )
@@ -23,6 +24,10 @@ type Provider struct {
 	MaxInlineWait time.Duration
 	// Now is the clock of feedback to the governor (default time.Now).
 	Now func() time.Time
+	// Metrics, if set, counts the calls' admissions, admission waits,
+	// tokens and provider rejections under the key Name (docs/metrics.md).
+	// Default: none.
+	Metrics *metrics.Set
 }
 
 // LLM makes a governed chat call as one durable step: reserve the cost with
@@ -60,6 +65,9 @@ func (p *Provider) Call(ctx context.Context, flow string, req *llm.ChatRequest) 
 	}
 	cost := p.Estimator.Cost(req)
 	if err := p.Governor.Check(cost); err != nil {
+		if tl, ok := errors.AsType[*governor.TooLargeError](err); ok {
+			p.Governor.RefusedFlow(flow, tl.Limit) // as Reserve counts the refusals it makes
+		}
 		return nil, NonRetriable(err) // can never fit: refuse before any call
 	}
 	inline := p.MaxInlineWait
@@ -67,6 +75,7 @@ func (p *Provider) Call(ctx context.Context, flow string, req *llm.ChatRequest) 
 		inline = 30 * time.Second
 	}
 	wctx, cancel := context.WithTimeout(ctx, inline)
+	t0 := now()
 	res, err := p.Governor.Wait(wctx, flow, cost)
 	cancel()
 	if err != nil {
@@ -76,14 +85,18 @@ func (p *Provider) Call(ctx context.Context, flow string, req *llm.ChatRequest) 
 		}
 		return nil, err
 	}
+	fm := p.Metrics.Flow(p.Name, flow)
+	fm.Admitted(now().Sub(t0))
 	res.Sent(now()) // its charge counts from when the call leaves
 	resp, err := p.Client.Chat(ctx, req)
 	t := now()
 	if err != nil {
 		llm.Feedback(t, p.Governor, res, governor.Usage{}, governor.Snapshot{}, err)
+		p.Metrics.Rejected(p.Name, err)
 		return nil, err
 	}
 	llm.Feedback(t, p.Governor, res, resp.Usage.Governor(), resp.Snapshot, nil)
+	fm.Settled(res.Cost())
 	p.Estimator.Observe(req.Model, cost.Input, resp.Usage.PromptTokens)
 	return resp, nil
 }

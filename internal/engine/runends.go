@@ -17,18 +17,13 @@ import (
 // cancelled (the step it was in completes the record Cancel wrote). A
 // shutdown records nothing: the run resumes at the next start.
 func (e *Engine) noteEnd(r *Run) {
-	if r.dctx.Err() == nil {
+	state, ok := stoppedBy(r)
+	if !ok {
 		return
 	}
-	cause := context.Cause(r.dctx)
-	var end store.RunEnd
-	switch {
-	case errors.Is(cause, context.DeadlineExceeded):
-		end = store.RunEnd{Status: string(run.TimedOut), Reason: fmt.Sprintf("run deadline of %s passed", r.fn.Timeout)}
-	case errors.Is(cause, context.Canceled):
-		end = store.RunEnd{Status: string(run.Cancelled), Reason: "cancelled"}
-	default:
-		return // DBOS is shutting down
+	end := store.RunEnd{Status: string(state), Reason: "cancelled"}
+	if state == run.TimedOut {
+		end.Reason = fmt.Sprintf("run deadline of %s passed", r.fn.Timeout)
 	}
 	end.RunID, end.Step, end.Attempt, end.StartedAt = r.id, r.step, r.attempt, r.started
 	if d, ok := r.dctx.Deadline(); ok && r.fn.Timeout > 0 {
@@ -53,6 +48,40 @@ func (e *Engine) noteEnd(r *Run) {
 	if err := e.st.RecordRunEnd(ctx, end); err != nil {
 		e.cfg.Logger.Warn("sluice: record why a run ended", "run", r.id, "err", err)
 	}
+}
+
+// stoppedBy says how a run whose context ended was stopped: timed out by
+// its deadline or cancelled. It is false while the context runs, and when
+// DBOS is shutting down: the run resumes at the next start.
+func stoppedBy(r *Run) (run.State, bool) {
+	if r.dctx.Err() == nil {
+		return "", false
+	}
+	cause := context.Cause(r.dctx)
+	switch {
+	case errors.Is(cause, context.DeadlineExceeded):
+		return run.TimedOut, true
+	case errors.Is(cause, context.Canceled):
+		return run.Cancelled, true
+	}
+	return "", false
+}
+
+// countEnd counts in Config.Metrics how run r ended, its handler having
+// returned err: completed, failed, timed out or cancelled. A run stopped
+// by a shutdown has not ended: it resumes at the next start.
+func (e *Engine) countEnd(r *Run, err error) {
+	state := run.Completed
+	if err != nil {
+		var stopped bool
+		if state, stopped = stoppedBy(r); !stopped {
+			if r.dctx.Err() != nil {
+				return
+			}
+			state = run.Failed
+		}
+	}
+	e.cfg.Metrics.RunFinished(r.fn.ID, state)
 }
 
 // noteCancel records that a run was cancelled on request; the run's handler

@@ -53,10 +53,7 @@ func Step[R any](r *Run, name string, fn func(context.Context) (R, error)) (R, e
 	return retry(r, name, func(attempt int) (R, error) {
 		return dbos.RunAsStep(r.dctx, func(ctx context.Context) (R, error) {
 			v, err := fn(ctx)
-			if err != nil {
-				return v, r.attemptError(name, attempt, err)
-			}
-			return v, nil
+			return v, r.attempted(name, attempt, err)
 		}, dbos.WithStepName(name))
 	})
 }
@@ -68,10 +65,7 @@ func Transaction[R any](r *Run, name string, fn func(ctx context.Context, tx dbo
 	return retry(r, name, func(attempt int) (R, error) {
 		return dbos.RunAsTransaction(r.dctx, r.fn.e.ds, func(ctx context.Context, tx dbos.Tx) (R, error) {
 			v, err := fn(ctx, tx)
-			if err != nil {
-				return v, r.attemptError(name, attempt, err)
-			}
-			return v, nil
+			return v, r.attempted(name, attempt, err)
 		}, dbos.WithStepName(name))
 	})
 }
@@ -81,6 +75,19 @@ func Transaction[R any](r *Run, name string, fn func(ctx context.Context, tx dbo
 func Sleep(r *Run, d time.Duration) error {
 	_, err := dbos.Sleep(r.dctx, d)
 	return err
+}
+
+// attempted counts an executed attempt of step name (a replay of a
+// recorded one executes nothing) and returns its error as the run records
+// it: nil when it succeeded.
+func (r *Run) attempted(name string, attempt int, err error) error {
+	if err == nil {
+		r.fn.e.cfg.Metrics.StepAttempt(r.fn.ID, nil)
+		return nil
+	}
+	se := r.attemptError(name, attempt, err)
+	r.fn.e.cfg.Metrics.StepAttempt(r.fn.ID, se)
+	return se
 }
 
 func (r *Run) attemptError(name string, attempt int, err error) *run.StepError {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/guard"
+	"github.com/sluice-dev/sluice/internal/metrics"
 	"github.com/sluice-dev/sluice/internal/redact"
 	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/llm"
@@ -158,6 +159,14 @@ type Config struct {
 
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
+
+	// Metrics, if set, is where the gateway's series go (docs/metrics.md):
+	// the Set a server shares among the parts it serves /metrics for, so
+	// that one scrape answers for all of them. The key's governor is read
+	// under Key, which must then be a name no other part of the Set uses
+	// for a key. Nil gives the gateway a registry of its own, which its GET
+	// /metrics serves either way.
+	Metrics *metrics.Set
 
 	// Store, if set, keeps the key's charges (under Key) so a restarted
 	// gateway remembers the day's usage instead of spending the day's

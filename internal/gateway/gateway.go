@@ -10,8 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/health"
 	"github.com/sluice-dev/sluice/internal/httpjson"
@@ -32,7 +30,7 @@ type Gateway struct {
 	est    *llm.Estimator
 	flows  map[string]Flow
 	keys   []ClientKey
-	m      *metrics
+	m      *gatewayMetrics
 	fm     map[string]*flowMetrics // by flow name; read-only after New
 	mux    *http.ServeMux
 	seq    atomic.Uint64
@@ -106,7 +104,9 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 	if cfg.Limits == (governor.Limits{}) {
 		cfg.Logger.Warn("no limits configured: the gateway governs nothing and every request goes upstream at once", "key", cfg.Key)
 	}
-	g.m = newMetrics(g)
+	if g.m, err = newMetrics(g); err != nil {
+		return nil, err
+	}
 	g.fm = make(map[string]*flowMetrics, len(byName))
 	for name := range byName {
 		g.fm[name] = g.m.flow(name)
@@ -114,7 +114,7 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 	g.mux.HandleFunc("POST /v1/chat/completions", g.auth(g.chat))
 	g.mux.HandleFunc("GET /v1/models", g.auth(g.models))
 	g.mux.HandleFunc("GET /v1/flows", g.auth(g.flowsJSON))
-	g.mux.Handle("GET /metrics", promhttp.HandlerFor(g.m.reg, promhttp.HandlerOpts{}))
+	g.mux.Handle("GET /metrics", g.m.set.Handler(cfg.Logger))
 	g.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		(&apiError{status: http.StatusNotFound, typ: "invalid_request_error", code: "unknown_url",
 			message: fmt.Sprintf("sluice gateway: unknown request URL: %s %s", r.Method, r.URL.Path)}).write(w, g.cfg.Profile)
