@@ -168,6 +168,15 @@ type Config struct {
 	// /metrics serves either way.
 	Metrics *metrics.Set
 
+	// Governor, if set, is the key's governor the gateway admits against
+	// instead of building one: that of an app in the same process, so that
+	// the app's functions and the gateway's callers share the key as one
+	// (docs/serve.md). Its owner configured it and keeps its charges, so
+	// Limits, Window and Store must be left zero, and Accounting and Lag
+	// are the governor's; Key is the governor's; every flow of Flows must be
+	// one of the governor's with the same weight and priority. Nil: the
+	// gateway builds its own.
+	Governor *governor.Governor
 	// Store, if set, keeps the key's charges (under Key) so a restarted
 	// gateway remembers the day's usage instead of spending the day's
 	// budget again: they are restored at New, written every second from

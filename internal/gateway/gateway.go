@@ -1,11 +1,14 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -74,25 +77,12 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 			return nil, fmt.Errorf("gateway: a client key names flow %q, which is not configured", k.Flow)
 		}
 	}
-	gcfg := governor.Config{Key: cfg.Key, Limits: cfg.Limits, Window: cfg.Window,
-		Accounting: cfg.Accounting, Flows: flows, Now: cfg.Now, Speed: cfg.Speed, Journal: cfg.journal, Lag: max(cfg.Lag, 0)}
-	var (
-		gov    *governor.Governor
-		ledger *quota.Ledger
-		gerr   error
-	)
-	if cfg.Store != nil {
-		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		ledger, gerr = quota.Open(ctx, cfg.Store, gcfg, quota.Config{Now: cfg.Now})
-		cancel()
-		if gerr == nil {
-			gov = ledger.Governor
-		}
-	} else {
-		gov, gerr = governor.New(gcfg)
+	gov, ledger, err := governorOf(ctx, cfg, flows)
+	if err != nil {
+		return nil, err
 	}
-	if gerr != nil {
-		return nil, fmt.Errorf("gateway: %w", gerr)
+	if cfg.Governor != nil {
+		cfg.Key = gov.Stats(cfg.Now()).Key
 	}
 	est, err := llm.NewEstimator(llm.EstimatorConfig{})
 	if err != nil {
@@ -101,7 +91,7 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 	g := &Gateway{cfg: cfg, client: client, gov: gov, ledger: ledger, est: est, flows: byName, keys: cfg.ClientKeys,
 		mux: http.NewServeMux(), scrub: newScrubber(cfg.APIKey), line: newLine(cfg),
 		places: newPlaces(cfg.MaxWaiting)}
-	if cfg.Limits == (governor.Limits{}) {
+	if cfg.Limits == (governor.Limits{}) && cfg.Governor == nil {
 		cfg.Logger.Warn("no limits configured: the gateway governs nothing and every request goes upstream at once", "key", cfg.Key)
 	}
 	if g.m, err = newMetrics(g); err != nil {
@@ -120,6 +110,44 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 			message: fmt.Sprintf("sluice gateway: unknown request URL: %s %s", r.Method, r.URL.Path)}).write(w, g.cfg.Profile)
 	})
 	return g, nil
+}
+
+// governorOf returns the governor the gateway admits against: Config.Governor,
+// checked against the flows, or a new one — restored from Config.Store, when
+// set, with the ledger that keeps its charges there.
+func governorOf(ctx context.Context, cfg Config, flows []governor.FlowConfig) (*governor.Governor, *quota.Ledger, error) {
+	if gov := cfg.Governor; gov != nil {
+		if cfg.Limits != (governor.Limits{}) || cfg.Window != governor.Rolling || cfg.Store != nil {
+			return nil, nil, errors.New("gateway: with a governor given, its owner sets the limits, the window and the store: leave them zero")
+		}
+		st := gov.Stats(cfg.Now())
+		for _, want := range flows {
+			i := slices.IndexFunc(st.Flows, func(f governor.FlowStats) bool { return f.Name == want.Name })
+			if i < 0 {
+				return nil, nil, fmt.Errorf("gateway: flow %q is not one of the governor's: configure it there", want.Name)
+			}
+			if got := st.Flows[i]; got.Weight != cmp.Or(want.Weight, 1) || got.Priority != want.Priority {
+				return nil, nil, fmt.Errorf("gateway: flow %q has weight %g and priority %d in the governor, %g and %d here", want.Name, got.Weight, got.Priority, cmp.Or(want.Weight, 1), want.Priority)
+			}
+		}
+		return gov, nil, nil
+	}
+	gcfg := governor.Config{Key: cfg.Key, Limits: cfg.Limits, Window: cfg.Window,
+		Accounting: cfg.Accounting, Flows: flows, Now: cfg.Now, Speed: cfg.Speed, Journal: cfg.journal, Lag: max(cfg.Lag, 0)}
+	if cfg.Store == nil {
+		gov, err := governor.New(gcfg)
+		if err != nil {
+			return nil, nil, fmt.Errorf("gateway: %w", err)
+		}
+		return gov, nil, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	ledger, err := quota.Open(ctx, cfg.Store, gcfg, quota.Config{Now: cfg.Now})
+	if err != nil {
+		return nil, nil, fmt.Errorf("gateway: %w", err)
+	}
+	return ledger.Governor, ledger, nil
 }
 
 // Start writes the key's charges to Config.Store every second, in the

@@ -891,3 +891,48 @@ func TestFlowState(t *testing.T) {
 		}
 	}
 }
+
+// A gateway given its owner's governor admits against it: what its callers
+// spend is the owner's key's, and a flow it serves must be configured there
+// alike.
+func TestSharedGovernor(t *testing.T) {
+	t.Parallel()
+	gov, err := governor.New(governor.Config{Key: "groq", Limits: limits("rpm=30,tpm=6000"),
+		Flows: []governor.FlowConfig{{Name: "summary", Weight: 2}, {Name: DefaultFlow}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := setup(t, sim.Config{Profile: "groq", Limits: limits("rpm=30,tpm=6000")},
+		Config{Governor: gov, Flows: []Flow{{Name: "summary", Weight: 2}}})
+	resp, body := b.do(t, "POST", "/v1/chat/completions", chatBody("Say hello.", 40, ""), map[string]string{FlowHeader: "summary"})
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	var admitted int64
+	for _, f := range gov.Stats(time.Now()).Flows {
+		if f.Name == "summary" {
+			admitted = f.Admitted
+		}
+	}
+	if admitted != 1 {
+		t.Errorf("the owner's governor admitted %d calls of summary, want 1", admitted)
+	}
+	if f := flowView(t, b, "summary"); f.Admitted != 1 || f.Weight != 2 {
+		t.Errorf("gateway's view of summary = %+v", f)
+	}
+
+	for _, tt := range []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"limits given too", Config{Governor: gov, Limits: limits("rpm=5")}, "leave them zero"},
+		{"an unknown flow", Config{Governor: gov, Flows: []Flow{{Name: "title"}}}, `flow "title" is not one of the governor's`},
+		{"another weight", Config{Governor: gov, Flows: []Flow{{Name: "summary", Weight: 1}}}, `flow "summary" has weight 2 and priority 0 in the governor, 1 and 0 here`},
+	} {
+		tt.cfg.Upstream = "http://127.0.0.1:1/v1"
+		if _, err := New(context.Background(), tt.cfg); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: err %v, want %q", tt.name, err, tt.want)
+		}
+	}
+}

@@ -28,8 +28,12 @@ func newMetrics(g *Gateway) (*gatewayMetrics, error) {
 	if s == nil {
 		s = metrics.New()
 	}
-	if err := s.AddGovernor(g.gov, g.cfg.Now); err != nil {
-		return nil, fmt.Errorf("gateway: %w", err)
+	// A governor given by its owner is read by the owner's series when
+	// they share the Set.
+	if g.cfg.Governor == nil || g.cfg.Metrics == nil {
+		if err := s.AddGovernor(g.gov, g.cfg.Now); err != nil {
+			return nil, fmt.Errorf("gateway: %w", err)
+		}
 	}
 	return &gatewayMetrics{set: s, key: g.cfg.Key, requests: s.GatewayRequestsOf(g.cfg.Key), rejoined: s.PlacesTakenBack(g.cfg.Key)}, nil
 }
