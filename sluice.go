@@ -125,7 +125,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 			_ = a.shutdown(time.Second)
 			return nil, fmt.Errorf("provider %s: %w", name, err)
 		}
-		a.providers[name] = &engine.Provider{Name: name, Client: client, Governor: ledger.Governor, Estimator: est, MaxInlineWait: cfg.MaxInlineWait}
+		a.providers[name] = &engine.Provider{Name: name, Client: client, Governor: ledger.Governor, Estimator: est, MaxInlineWait: cfg.MaxInlineWait, Logger: e.Logger()}
 		if i == 0 {
 			a.first = name
 		}
@@ -262,6 +262,19 @@ func (a *App) Stats(provider string) (governor.Stats, error) {
 		return governor.Stats{}, fmt.Errorf("unknown provider %q", provider)
 	}
 	return p.Governor.Stats(time.Now()), nil
+}
+
+// Governor returns the governor of a provider's key (the first provider's
+// for ""), for code in the same process that must share the key with the
+// app's functions — an OpenAI-compatible gateway, another client's calls —
+// instead of spending it a second time. What is admitted through it counts
+// against the app's limits and is kept with the app's charges.
+func (a *App) Governor(provider string) (*governor.Governor, error) {
+	p, ok := a.providers[cmp.Or(provider, a.first)]
+	if !ok {
+		return nil, fmt.Errorf("unknown provider %q", provider)
+	}
+	return p.Governor, nil
 }
 
 var errNoProvider = errors.New("no LLM provider is configured (Config.Providers)")

@@ -51,6 +51,11 @@ type serveFile struct {
 	AllowedHosts     []string `yaml:"allowed_hosts"`
 	LogLevel         string   `yaml:"log_level"`
 	LogFormat        string   `yaml:"log_format"`
+	MetricsTokenEnv  string   `yaml:"metrics_token_env"`
+	Gateway          string   `yaml:"gateway"`
+	ClientKeysEnv    string   `yaml:"client_keys_env"`
+	// Flows are the gateway's flows, as in the gateway's own file.
+	Flows []gatewayFlow `yaml:"flows"`
 }
 
 func runServe(ctx context.Context, env *cmdEnv, args []string) error {
@@ -78,6 +83,11 @@ func runServe(ctx context.Context, env *cmdEnv, args []string) error {
 	fs.DurationVar(&calls.Connect, "connect-timeout", 0, "deadline of connecting to the provider (0: the llm default, 10s; negative: none)")
 	fs.DurationVar(&calls.FirstByte, "first-byte-timeout", 0, "deadline from a call sent to the first byte of its answer; a call past it is retried (0: the llm default, 2m; negative: none)")
 	fs.DurationVar(&calls.Total, "call-timeout", 0, "deadline of a whole provider call (0: the llm default, 10m; negative: none)")
+	metricsTokenEnv := fs.String("metrics-token-env", "", "environment variable holding a bearer token for /metrics alone (default: /metrics takes the API's token)")
+	withGateway := fs.Bool("gateway", false, "also serve the OpenAI-compatible gateway (POST /v1/chat/completions, GET /v1/models) on this address, governed by the pipeline's key: apps in any language share the key with the functions")
+	clientEnv := fs.String("client-keys-env", "SLUICE_GATEWAY_KEYS", "`NAME` of an environment variable holding the gateway's client keys as KEY[=FLOW],…; the API token is one too")
+	var flows flowFlags
+	fs.Var(&flows, "flow", "a gateway flow as `NAME=WEIGHT[:PRIORITY[:MAX_TOKENS]]` (repeatable); the key's governor shares the key among them and the functions' flows")
 	sf := addServerFlags(fs)
 	lf := addLogFlags(fs)
 	if err := parseFlags(fs, env, args); err != nil {
@@ -129,6 +139,23 @@ func runServe(ctx context.Context, env *cmdEnv, args []string) error {
 	if *outputLimit < 1 || *outputLimit > 1<<20 {
 		return refuse("output-limit", fmt.Errorf("%d: want between 1 and %d", *outputLimit, 1<<20))
 	}
+	metricsToken := ""
+	if *metricsTokenEnv != "" {
+		if metricsToken = env.getenv(*metricsTokenEnv); metricsToken == "" {
+			return refuse("metrics-token-env", fmt.Errorf("%s: the variable is empty", *metricsTokenEnv))
+		}
+		if err := guard.CheckToken(*metricsTokenEnv, metricsToken); err != nil {
+			return err
+		}
+	}
+	var gw *gatewayPlan
+	if *withGateway {
+		if gw, err = planServeGateway(env, file, refuse, flows, *clientEnv, token); err != nil {
+			return err
+		}
+	} else if len(flows) > 0 || len(file.Flows) > 0 {
+		return refuse("flow", errors.New("gateway flows without the gateway: add --gateway (gateway: true)"))
+	}
 	// Listen first: a restart is reachable within moments, and /readyz
 	// says when the database is open and unfinished runs are resumed.
 	ln, err := net.Listen("tcp", *addr)
@@ -143,9 +170,13 @@ func runServe(ctx context.Context, env *cmdEnv, args []string) error {
 	appc := make(chan *sluice.App, 1)
 	go func() {
 		began := time.Now()
-		app, err := newSummarizeApp(sctx, env, summarizeOptions{db: *dbURL, providerURL: *providerURL, profile: *profile, limits: *limits, keyEnv: *keyEnv, model: *model, runTimeout: *runTimeout, timeouts: calls, logger: logger})
+		app, err := newSummarizeApp(sctx, env, summarizeOptions{db: *dbURL, providerURL: *providerURL, profile: *profile, limits: *limits, keyEnv: *keyEnv, model: *model, runTimeout: *runTimeout, timeouts: calls, logger: logger, flows: gw.governorFlows()})
+		parts := serveParts{app: app, api: sluice.HandlerConfig{Token: token, MaxEventBytes: *maxEvent, OutputLimit: *outputLimit}, metricsToken: metricsToken}
 		if err == nil {
 			appc <- app
+			parts.gateway, err = gw.build(sctx, app, *providerURL, *profile, *keyEnv, env, logger)
+		}
+		if err == nil {
 			starting.Phase("resuming unfinished runs")
 			err = app.Start(sctx)
 		}
@@ -154,7 +185,7 @@ func runServe(ctx context.Context, env *cmdEnv, args []string) error {
 			cancel(err)
 			return
 		}
-		starting.Ready(app.Handler(sluice.HandlerConfig{Token: token, MaxEventBytes: *maxEvent, OutputLimit: *outputLimit}))
+		starting.Ready(serveHandler(parts))
 		fmt.Fprintf(env.stdout, "ready in %s\n", time.Since(began).Round(time.Millisecond))
 	}()
 	err = serveUntilDone(sctx, srv, ln)
@@ -175,6 +206,7 @@ type summarizeOptions struct {
 	retryBase, runTimeout                           time.Duration
 	timeouts                                        llm.Timeouts // of each provider call
 	logger                                          *slog.Logger // nil: slog.Default()
+	flows                                           []governor.FlowConfig
 }
 
 // newSummarizeApp builds an app running the summarize pipeline.
@@ -204,6 +236,7 @@ func newSummarizeApp(ctx context.Context, env *cmdEnv, o summarizeOptions) (*slu
 		DatabaseURL: db,
 		RetryBase:   o.retryBase,
 		Logger:      o.logger,
+		Flows:       o.flows,
 		Providers: []sluice.Provider{{
 			Name:   o.profile,
 			LLM:    llm.Config{BaseURL: o.providerURL, APIKey: key, Profile: prof, Timeouts: o.timeouts},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
@@ -24,6 +25,10 @@ type Provider struct {
 	MaxInlineWait time.Duration
 	// Now is the clock of feedback to the governor (default time.Now).
 	Now func() time.Time
+	// Logger, if set, gets a line for every call the governor refuses up
+	// front and every provider rejection, naming the limit and the numbers.
+	// Default: none.
+	Logger *slog.Logger
 	// Metrics, if set, counts the calls' admissions, admission waits,
 	// tokens and provider rejections under the key Name (docs/metrics.md).
 	// Default: none.
@@ -67,6 +72,8 @@ func (p *Provider) Call(ctx context.Context, flow string, req *llm.ChatRequest) 
 	if err := p.Governor.Check(cost); err != nil {
 		if tl, ok := errors.AsType[*governor.TooLargeError](err); ok {
 			p.Governor.RefusedFlow(flow, tl.Limit) // as Reserve counts the refusals it makes
+			p.log().Warn("sluice: refused a call that can never fit", "key", p.Name, "flow", flow, "limit", tl.Limit.String(),
+				"needs", tl.Need, "allowance", tl.Max, "err", err)
 		}
 		return nil, NonRetriable(err) // can never fit: refuse before any call
 	}
@@ -93,12 +100,43 @@ func (p *Provider) Call(ctx context.Context, flow string, req *llm.ChatRequest) 
 	if err != nil {
 		llm.Feedback(t, p.Governor, res, governor.Usage{}, governor.Snapshot{}, err)
 		p.Metrics.Rejected(p.Name, err)
+		p.logRejection(flow, err)
 		return nil, err
 	}
 	llm.Feedback(t, p.Governor, res, resp.Usage.Governor(), resp.Snapshot, nil)
 	fm.Settled(res.Cost())
 	p.Estimator.Observe(req.Model, cost.Input, resp.Usage.PromptTokens)
 	return resp, nil
+}
+
+func (p *Provider) log() *slog.Logger {
+	if p.Logger == nil {
+		return discard
+	}
+	return p.Logger
+}
+
+var discard = slog.New(slog.DiscardHandler)
+
+// logRejection writes a line for a provider's rejection of a call: a rate
+// limit or a request too large, with the limit it named and its numbers.
+// Other failures are the step's to report.
+func (p *Provider) logRejection(flow string, err error) {
+	if rl, ok := errors.AsType[*llm.RateLimitError](err); ok {
+		p.log().Warn("sluice: the provider rejected a call", "key", p.Name, "flow", flow, "status", rl.Status,
+			"limit", limitName(rl.Limit, rl.LimitKnown), "allowance", rl.Max, "used", rl.Used, "requested", rl.Requested,
+			"retry_after", rl.RetryAfter, "err", err)
+	} else if tl, ok := errors.AsType[*llm.TooLargeError](err); ok {
+		p.log().Warn("sluice: the provider rejected a call as too large", "key", p.Name, "flow", flow, "status", tl.Status,
+			"limit", limitName(tl.Limit, tl.LimitKnown), "allowance", tl.Max, "requested", tl.Requested, "err", err)
+	}
+}
+
+func limitName(l governor.Limit, known bool) string {
+	if !known {
+		return "unknown"
+	}
+	return l.String()
 }
 
 // ClassifyLLM classes the errors of the llm client and the governor: a
