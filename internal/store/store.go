@@ -193,6 +193,17 @@ type Store interface {
 	// is an error.
 	Items(ctx context.Context, backfill string, keys []string) ([]Item, error)
 
+	// RecentItems returns at most limit items of backfill (1 to
+	// MaxRecentItems) by their latest activity, newest first: the items
+	// that come after before in the order of RecentCursor (the zero
+	// RecentCursor: from the newest), each with its ActiveAt. A page's
+	// last item's Before is where the next page starts. It reads only
+	// the page, whatever the number of items. An empty backfill name, a
+	// limit out of range or a cursor whose key could not be stored is an
+	// error; so is a backfill with no job, wrapping ErrNoJob (a job with
+	// no items has none).
+	RecentItems(ctx context.Context, backfill string, limit int, before RecentCursor) ([]RecentItem, error)
+
 	// StartJob records job name, monitored from at, unless it is recorded
 	// already: then nothing changes. An empty name is an error.
 	StartJob(ctx context.Context, name string, at time.Time) error

@@ -533,6 +533,7 @@ func Exercise(t *testing.T, newDB NewDatabase) {
 
 	exerciseEngineTables(t, open)
 	exerciseBackfills(t, open)
+	exerciseRecentItems(t, newDB)
 	exerciseHistory(t, open)
 	exerciseDBOS(t, open)
 }
@@ -561,7 +562,8 @@ func Benchmark(b *testing.B, s store.Store) {
 // settled, half of them rejected and waiting (1 % of the backfill: many
 // more than a backfill keeps waiting, for NextItems to pass over), a
 // quarter parked and a quarter saved. At that size it measures NextItems
-// of 50 items, Job, and AddItems of 1,000 more new keys. Run it with
+// of 50 items, Job, RecentItems of 50 items (the first page and one from
+// the middle), and AddItems of 1,000 more new keys. Run it with
 // -benchtime 100x or so: each AddItems iteration grows the backfill.
 func BenchmarkBackfills(b *testing.B, s store.Store, size int) {
 	ctx := context.Background()
@@ -597,6 +599,19 @@ func BenchmarkBackfills(b *testing.B, s store.Store, size int) {
 			items, err := s.NextItems(ctx, backfill, base.Add(time.Minute), 50, store.Cursor{}, store.Lane{})
 			if err != nil || len(items) != 50 {
 				b.Fatalf("NextItems = %d items, %v", len(items), err)
+			}
+		}
+	})
+	b.Run("RecentItems50", func(b *testing.B) {
+		// The dashboard's page of a backfill's latest items, the first and
+		// one from the middle of the backfill.
+		middle := store.RecentCursor{At: base, Key: fmt.Sprintf("item-%09d", size/2)}
+		for b.Loop() {
+			for _, before := range []store.RecentCursor{{}, middle} {
+				items, err := s.RecentItems(ctx, backfill, 50, before)
+				if err != nil || len(items) != 50 {
+					b.Fatalf("RecentItems before %+v = %d items, %v", before, len(items), err)
+				}
 			}
 		}
 	})
@@ -678,6 +693,7 @@ func backfillCalls(ctx context.Context, s store.Store) iter.Seq2[string, error] 
 			{"set alert of job titles", second(s.SetJobAlert(ctx, "titles", "", "stalled"))},
 			{"record backfill run r1", s.RecordBackfillRun(ctx, store.BackfillRun{RunID: "r1", Backfill: "titles", EndedAt: base})},
 			{"list backfill runs", second(s.BackfillRuns(ctx, "", 10))},
+			{"list recent items of titles", second(s.RecentItems(ctx, "titles", 10, store.RecentCursor{}))},
 		} {
 			if !yield(c.op, c.err) {
 				return

@@ -46,6 +46,7 @@ var backfillStatements = []string{
 	"set_job_alert",       // job, from, to; returns the job's name if it changed
 	"record_backfill_run", // run ID, backfill, started at (or NULL), ended at, selected, retried, saved, parked, rejected (JSON object), stopped
 	"backfill_runs",       // backfill or "", limit; returns the columns of record_backfill_run in its order
+	"recent_items",        // backfill, limit, cursor's active at, cursor's key; returns the columns readRecentItems scans
 }
 
 // NewBackfills returns the backfills' tables on a driver's database: conn
@@ -339,7 +340,8 @@ func (b Backfills) settle(ctx context.Context, tx store.Tx, s store.Settlement) 
 		c[it.State]--
 		c[after.State]++
 		changed = append(changed, settledItem{Key: after.Key, State: after.State, EligibleAt: after.EligibleAt.UnixMilli(),
-			ProcessedAt: nullMillis(after.ProcessedAt), Rejects: after.Rejects, Reason: after.Reason, RetryAt: nullMillis(after.RetryAt)})
+			ProcessedAt: nullMillis(after.ProcessedAt), Rejects: after.Rejects, Reason: after.Reason, RetryAt: nullMillis(after.RetryAt),
+			ActiveAt: s.At.UnixMilli()})
 		switch after.State {
 		case store.ItemSaved:
 			saved = append(saved, after.Key)
@@ -391,7 +393,8 @@ type settledItem struct {
 	ProcessedAt any             `json:"processed_at"` // Unix ms, or nil
 	Rejects     int             `json:"rejects"`
 	Reason      string          `json:"reason"`
-	RetryAt     any             `json:"retry_at"` // Unix ms, or nil
+	RetryAt     any             `json:"retry_at"`  // Unix ms, or nil
+	ActiveAt    int64           `json:"active_at"` // the settlement's time: the item's latest activity
 }
 
 // settled returns it after outcome o of s, a settlement checkSettlement

@@ -9,8 +9,9 @@ UPDATE sluice_backfill_items AS i SET
     reason       = u.reason,
     retry_at     = u.retry_at,
     run_id       = $3,
-    request_id   = $4
+    request_id   = $4,
+    active_at    = u.active_at
 FROM jsonb_to_recordset($2::text::jsonb)
-    AS u (key text, state text, processed_at bigint, rejects bigint, reason text, retry_at bigint)
+    AS u (key text, state text, processed_at bigint, rejects bigint, reason text, retry_at bigint, active_at bigint)
 WHERE i.backfill = $1 AND i.item_key = u.key
     AND i.item_key = ANY (ARRAY(SELECT jsonb_array_elements($2::text::jsonb) ->> 'key'));
