@@ -1,0 +1,194 @@
+package ui
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/sluice-dev/sluice/internal/health"
+	"github.com/sluice-dev/sluice/internal/store"
+)
+
+// The flow page's lists.
+const (
+	itemsPage       = 50 // items a page
+	backfillRunsMax = 10 // latest backfill runs
+)
+
+type flowsView struct {
+	Flows    []flowView
+	HealthOn bool
+}
+
+// flowView is a flow's health with its progress.
+type flowView struct {
+	health.Flow
+	Total int64   // done and remaining
+	Ratio float64 // done of the total
+	Width float64 // of the progress bar, out of 100
+}
+
+func flowViewOf(f health.Flow) flowView {
+	v := flowView{Flow: f, Total: addSat(max(f.Done, 0), max(f.Remaining, 0))}
+	v.Ratio = ratio(float64(max(f.Done, 0)), float64(v.Total))
+	v.Width = barWidth(v.Ratio)
+	return v
+}
+
+func (h *Handler) flows(w http.ResponseWriter, r *http.Request) error {
+	v := flowsView{HealthOn: h.cfg.Health != nil}
+	if h.cfg.Health != nil {
+		for _, f := range h.cfg.Health.Flows() {
+			v.Flows = append(v.Flows, flowViewOf(f))
+		}
+	}
+	slices.SortFunc(v.Flows, func(a, b flowView) int { return strings.Compare(a.Name, b.Name) })
+	h.renderLive(w, r, "flows", "Flows", "flows", v)
+	return nil
+}
+
+type flowPage struct {
+	Name     string
+	Flow     flowView
+	Known    bool // the health monitor judges it
+	ItemsOn  bool // the dashboard reads items
+	Backfill bool // it is a backfill: it has items
+	Items    []itemView
+	Paged    bool   // a page after the first
+	Older    string // the next page's URL; "" on the last
+	Runs     []backfillRunView
+}
+
+// itemView is one item of a backfill on the flow page.
+type itemView struct {
+	Key                                        string
+	ActiveAt, EligibleAt, ProcessedAt, RetryAt time.Time
+	Outcome                                    string // saved, rejected, parked, pending
+	Reason                                     string
+	Attempts                                   int
+	RunID                                      string
+}
+
+type backfillRunView struct {
+	store.BackfillRun
+	Rejected      []reasonCount // by count, then reason
+	RejectedTotal int
+	Duration      time.Duration
+}
+
+type reasonCount struct {
+	Reason string
+	Count  int
+}
+
+func (h *Handler) flow(w http.ResponseWriter, r *http.Request) error {
+	name := r.PathValue("name")
+	p := flowPage{Name: name, ItemsOn: h.cfg.Items != nil}
+	if h.cfg.Health != nil {
+		for _, f := range h.cfg.Health.Flows() {
+			if f.Name == name {
+				p.Flow, p.Known = flowViewOf(f), true
+				break
+			}
+		}
+	}
+	before, err := parseCursor(r.URL.Query())
+	if err != nil {
+		return err
+	}
+	if h.cfg.Items != nil {
+		items, err := h.cfg.Items.RecentItems(r.Context(), name, itemsPage, before)
+		switch {
+		case errors.Is(err, store.ErrNoJob):
+		case err != nil:
+			return fmt.Errorf("read the recent items of %s: %w", name, err)
+		default:
+			p.Backfill = true
+			p.Paged = !before.IsZero()
+			for _, it := range items {
+				p.Items = append(p.Items, itemViewOf(it))
+			}
+			if len(items) == itemsPage {
+				c := items[len(items)-1].Before()
+				p.Older = "/flows/" + url.PathEscape(name) + "?" + url.Values{"before_at": {c.At.UTC().Format(time.RFC3339Nano)}, "before_key": {c.Key}}.Encode()
+			}
+			runs, err := h.cfg.Items.BackfillRuns(r.Context(), name, backfillRunsMax)
+			if err != nil {
+				return fmt.Errorf("read the runs of %s: %w", name, err)
+			}
+			for _, br := range runs {
+				p.Runs = append(p.Runs, backfillRunViewOf(br))
+			}
+		}
+	}
+	if !p.Known && !p.Backfill {
+		return notFound{fmt.Errorf("there is no flow named %q", name)}
+	}
+	h.renderLive(w, r, "flow", name, "flows", p)
+	return nil
+}
+
+// parseCursor reads the flow page's place in the items: before_at (an
+// RFC 3339 time) and before_key.
+func parseCursor(q url.Values) (store.RecentCursor, error) {
+	var c store.RecentCursor
+	at, key := q.Get("before_at"), q.Get("before_key")
+	if at == "" {
+		if key != "" {
+			return c, badRequest{errors.New("before_key needs before_at, the time of the item it names")}
+		}
+		return c, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, at)
+	if err != nil {
+		return c, badRequest{fmt.Errorf("before_at %q is not an RFC 3339 time", shorten(at, 64))}
+	}
+	if len(key) > store.MaxKeyBytes || !utf8.ValidString(key) || strings.IndexByte(key, 0) >= 0 {
+		return c, badRequest{fmt.Errorf("before_key is not an item key (at most %d bytes of UTF-8 without NUL)", store.MaxKeyBytes)}
+	}
+	return store.RecentCursor{At: t, Key: key}, nil
+}
+
+func itemViewOf(it store.RecentItem) itemView {
+	v := itemView{Key: it.Key, ActiveAt: it.ActiveAt, EligibleAt: it.EligibleAt, ProcessedAt: it.ProcessedAt, Outcome: string(it.State),
+		Attempts: it.Rejects, RunID: it.RunID}
+	switch it.State {
+	case store.ItemSaved:
+		v.Attempts++ // the rejected outputs, and the one saved
+	case store.ItemRejected:
+		v.Reason, v.RetryAt = it.Reason, it.RetryAt
+	case store.ItemParked:
+		v.Reason = it.Reason
+	}
+	return v
+}
+
+func backfillRunViewOf(r store.BackfillRun) backfillRunView {
+	v := backfillRunView{BackfillRun: r}
+	if !r.StartedAt.IsZero() && r.EndedAt.After(r.StartedAt) {
+		v.Duration = r.EndedAt.Sub(r.StartedAt)
+	}
+	for reason, n := range r.Rejected {
+		v.Rejected = append(v.Rejected, reasonCount{Reason: reason, Count: n})
+		v.RejectedTotal += n
+	}
+	slices.SortFunc(v.Rejected, func(a, b reasonCount) int {
+		if a.Count != b.Count {
+			return b.Count - a.Count
+		}
+		return strings.Compare(a.Reason, b.Reason)
+	})
+	return v
+}
+
+func addSat(a, b int64) int64 {
+	if s := a + b; s >= a {
+		return s
+	}
+	return 1<<63 - 1
+}

@@ -1,0 +1,312 @@
+package ui
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"html/template"
+	"math"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/chart"
+	"github.com/sluice-dev/sluice/internal/health"
+	"github.com/sluice-dev/sluice/internal/store"
+)
+
+// The overview's chart: the last day of samples, averaged over buckets.
+const (
+	chartWindow = 24 * time.Hour
+	chartBucket = 5 * time.Minute
+	rateWindow  = time.Hour // a flow's admitted rate is over the last hour of samples
+)
+
+type overviewView struct {
+	Keys      []keyView
+	States    []stateCount // the flows by state
+	HistoryOn bool
+}
+
+type stateCount struct {
+	State health.State
+	Count int
+}
+
+// keyView is one provider key on the overview.
+type keyView struct {
+	Key        string
+	Limits     []gaugeView // the limits in force, in governor.AllLimits order
+	Holds      []waitView  // waits that are on no one limit: a provider pause, a turn
+	Chart      template.HTML
+	ChartNote  string
+	Rejections []rejectionView
+	Flows      []keyFlowView
+}
+
+// gaugeView is one limit of a key now.
+type gaugeView struct {
+	Limit   string // "tpm"
+	Title   string // "tokens per minute"
+	Unit    string // "tokens"
+	Used    int64
+	Max     int64
+	Left    int64
+	Ratio   float64
+	Width   float64 // of the bar, out of 100
+	Level   string  // ok, high, full
+	ResetAt time.Time
+	Waiting []waitView // the flows whose first waiting call this limit holds back
+}
+
+// waitView is a flow's calls waiting on one thing.
+type waitView struct {
+	Flow   string
+	Link   bool // the flow has a flow page
+	Calls  int
+	On     string // as governor.Blocker.String says it: "tpm", "tpd pacing"
+	Pacing bool   // the day pacer holds them back, not a full window
+	Until  time.Time
+}
+
+type rejectionView struct {
+	Limit      string
+	InForce    bool
+	Rejections int64 // the provider's, since the process started
+	Refusals   int64 // the governor's, up front, since the process started
+	Day        int64 // the provider's, in the last 24 h of samples
+}
+
+type keyFlowView struct {
+	Name         string
+	Link         bool // it has a flow page
+	Weight       float64
+	Priority     int
+	Share        float64 // of the key, among all its flows
+	Waiting      int
+	Parked       int
+	Admitted     int64
+	Tokens       int64
+	PerHour      float64
+	HasRate      bool
+	WaitingOn    string
+	WaitingUntil time.Time
+}
+
+func (h *Handler) overview(w http.ResponseWriter, r *http.Request) error {
+	now := h.cfg.Now()
+	var flows []health.Flow
+	if h.cfg.Health != nil {
+		flows = h.cfg.Health.Flows()
+	}
+	known := make(map[string]bool, len(flows))
+	counts := map[health.State]int{}
+	for _, f := range flows {
+		known[f.Name] = true
+		counts[f.State]++
+	}
+	v := overviewView{HistoryOn: h.cfg.History != nil}
+	for _, s := range []health.State{health.Stalled, health.Failing, health.WaitingForQuota, health.Progressing, health.Idle, health.Done} {
+		if counts[s] > 0 {
+			v.States = append(v.States, stateCount{State: s, Count: counts[s]})
+		}
+	}
+	var keys []governor.Stats
+	if h.cfg.Keys != nil {
+		keys = slices.Clone(h.cfg.Keys(now))
+	}
+	slices.SortFunc(keys, func(a, b governor.Stats) int { return strings.Compare(a.Key, b.Key) })
+	for i, k := range keys {
+		samples, err := h.keySamples(r.Context(), k, now)
+		if err != nil {
+			return fmt.Errorf("read the samples of key %s: %w", k.Key, err)
+		}
+		kv, err := keyOf(k, samples, known, now, i)
+		if err != nil {
+			return err
+		}
+		v.Keys = append(v.Keys, kv)
+	}
+	h.renderLive(w, r, "overview", "Overview", "overview", v)
+	return nil
+}
+
+// keySamples reads the last day's samples of the key's flows, a flow at a
+// time: each read is one range of the samples' primary key.
+func (h *Handler) keySamples(ctx context.Context, k governor.Stats, now time.Time) ([]store.Sample, error) {
+	if h.cfg.History == nil {
+		return nil, nil
+	}
+	var out []store.Sample
+	for _, f := range k.Flows {
+		s, err := h.cfg.History.Samples(ctx, now.Add(-chartWindow), now.Add(time.Second), f.Name)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s...)
+	}
+	return out, nil
+}
+
+// keyOf builds key k's view at now from its samples of the last day.
+// known names the flows that have a flow page; i numbers the key's chart
+// on the page.
+func keyOf(k governor.Stats, samples []store.Sample, known map[string]bool, now time.Time, i int) (keyView, error) {
+	kv := keyView{Key: k.Key}
+	for _, l := range governor.AllLimits {
+		ls := k.Limits[l]
+		if ls.Max <= 0 {
+			continue // not in force
+		}
+		g := gaugeView{Limit: l.String(), Title: l.Title(), Unit: l.Unit(), Used: ls.Used, Max: ls.Max, Left: ls.Capacity, ResetAt: ls.ResetAt}
+		g.Ratio = ratio(float64(ls.Used), float64(ls.Max))
+		g.Width, g.Level = barWidth(g.Ratio), level(g.Ratio)
+		for _, f := range k.Flows {
+			if b := f.WaitingOn; f.Waiting > 0 && (b.Kind == "limit" || b.Kind == "pacing") && b.Limit == l {
+				g.Waiting = append(g.Waiting, waitView{Flow: f.Name, Link: known[f.Name], Calls: f.Waiting, On: b.String(), Pacing: b.Kind == "pacing", Until: b.Until})
+			}
+		}
+		kv.Limits = append(kv.Limits, g)
+	}
+	var shares float64
+	for _, f := range k.Flows {
+		shares += f.Share
+	}
+	// The admitted rate of each flow, over the last hour of samples.
+	admitted, sampled := map[string]int64{}, map[string]bool{}
+	day := map[string]int64{}
+	for _, s := range samples {
+		for name, n := range s.Rejections {
+			day[name] += n
+		}
+		if s.At.After(now.Add(-rateWindow)) {
+			admitted[s.Flow] += s.Admitted
+			sampled[s.Flow] = true
+		}
+	}
+	var rejections, refusals [governor.NumLimits]int64
+	for _, f := range k.Flows {
+		fv := keyFlowView{Name: f.Name, Link: known[f.Name], Weight: f.Weight, Priority: f.Priority, Share: ratio(f.Share, shares),
+			Waiting: f.Waiting, Parked: f.Parked, Admitted: f.Admitted, Tokens: f.Tokens.Tokens()}
+		if sampled[f.Name] {
+			fv.HasRate, fv.PerHour = true, float64(admitted[f.Name])*float64(time.Hour)/float64(rateWindow)
+		}
+		if f.Waiting > 0 && f.WaitingOn.Kind != "" {
+			fv.WaitingOn, fv.WaitingUntil = f.WaitingOn.String(), f.WaitingOn.Until
+			if b := f.WaitingOn; b.Kind == "pause" || b.Kind == "turn" {
+				kv.Holds = append(kv.Holds, waitView{Flow: f.Name, Link: known[f.Name], Calls: f.Waiting, On: b.String(), Until: b.Until})
+			}
+		}
+		kv.Flows = append(kv.Flows, fv)
+		for _, l := range governor.AllLimits {
+			rejections[l] += f.Rejections[l]
+			refusals[l] += f.Refusals[l]
+		}
+	}
+	for _, l := range governor.AllLimits {
+		inForce := k.Limits[l].Max > 0
+		if !inForce && rejections[l] == 0 && refusals[l] == 0 && day[l.String()] == 0 {
+			continue
+		}
+		kv.Rejections = append(kv.Rejections, rejectionView{Limit: l.String(), InForce: inForce, Rejections: rejections[l], Refusals: refusals[l], Day: day[l.String()]})
+	}
+	svg, note, err := useChart(k, samples, now, i)
+	if err != nil {
+		return keyView{}, err
+	}
+	kv.Chart, kv.ChartNote = svg, note
+	return kv, nil
+}
+
+// useChart draws key k's use of each limit in force over the last day, as
+// a percentage of the limit: a minute limit's use per minute against it,
+// and a day limit's against its day spread evenly over the day's minutes
+// (100 %: on course to use the whole day's allowance), averaged over
+// chartBucket, with the provider's rejections marked. It is empty without
+// samples.
+func useChart(k governor.Stats, samples []store.Sample, now time.Time, i int) (template.HTML, string, error) {
+	if len(samples) == 0 {
+		return "", "No samples were recorded in the last 24 hours.", nil
+	}
+	n := int(chartWindow / chartBucket)
+	start := now.Add(-chartWindow)
+	requests, tokens, seen := make([]float64, n), make([]float64, n), make([]bool, n)
+	rejected := make([]map[string]int, n)
+	for _, s := range samples {
+		// A sample is stamped with its interval's end.
+		b := int(s.At.Add(-time.Millisecond).Sub(start) / chartBucket)
+		if b < 0 || b >= n {
+			continue
+		}
+		requests[b] += float64(s.Admitted)
+		tokens[b] += float64(s.Tokens)
+		seen[b] = true
+		for name, c := range s.Rejections {
+			if c > 0 {
+				if rejected[b] == nil {
+					rejected[b] = map[string]int{}
+				}
+				rejected[b][name] += int(c)
+			}
+		}
+	}
+	p := chart.Panel{Title: "Use per limit, 5-minute averages", Unit: "% of limit", Lines: []chart.Line{{Value: 100, Label: "limit"}}}
+	minutes := chartBucket.Minutes()
+	partTokens := false
+	for _, l := range governor.AllLimits {
+		lim := k.Limits[l].Max
+		if lim <= 0 {
+			continue
+		}
+		perMinute := float64(lim)
+		if l.Period() == 24*time.Hour {
+			perMinute /= 24 * 60
+		}
+		use := tokens
+		switch l {
+		case governor.RPM, governor.RPD:
+			use = requests
+		case governor.ITPM, governor.OTPM:
+			partTokens = true
+		}
+		s := chart.Series{Name: l.String(), Hours: make([]float64, n), Values: make([]float64, n)}
+		for b := range n {
+			s.Hours[b] = (float64(b) + 0.5) * chartBucket.Hours()
+			s.Values[b] = math.NaN()
+			if seen[b] {
+				s.Values[b] = use[b] / minutes / perMinute * 100
+			}
+		}
+		p.Series = append(p.Series, s)
+	}
+	for b, m := range rejected {
+		names := make([]string, 0, len(m))
+		for name := range m {
+			names = append(names, name)
+		}
+		slices.Sort(names)
+		for _, name := range names {
+			p.Marks = append(p.Marks, chart.Mark{Hour: (float64(b) + 0.5) * chartBucket.Hours(), Label: "rejected: " + name, Count: m[name]})
+		}
+	}
+	var out bytes.Buffer
+	if err := chart.Write(&out, chart.Chart{Title: k.Key + ": use per limit, last 24 h", Hours: chartWindow.Hours(), Start: start.UTC(), Panels: []chart.Panel{p}}); err != nil {
+		return "", "", fmt.Errorf("draw the chart of key %s: %w", k.Key, err)
+	}
+	note := "A minute limit's use per minute, and a day limit's use per minute against its day spread evenly " +
+		"over 1,440 minutes (100 %: on course to use the whole day), each averaged over 5 minutes of samples."
+	if partTokens {
+		note += " Samples count tokens, not input and output apart: itpm and otpm are drawn from all tokens, an upper bound."
+	}
+	// The chart's clip paths are numbered from 0 in every chart: number
+	// them per key, so that the charts of one page do not share ids. The
+	// patterns hold a quote, which the chart's escaped labels never do.
+	svg := out.Bytes()
+	prefix := fmt.Sprintf("key%d-", i)
+	svg = bytes.ReplaceAll(svg, []byte(`<clipPath id="clip`), []byte(`<clipPath id="`+prefix+`clip`))
+	svg = bytes.ReplaceAll(svg, []byte(`clip-path="url(#clip`), []byte(`clip-path="url(#`+prefix+`clip`))
+	// The chart's labels are escaped by package chart.
+	return template.HTML(svg), note, nil
+}
