@@ -1,9 +1,14 @@
 package sluice
 
 import (
+	"maps"
 	"net/http"
+	"slices"
+	"time"
 
+	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/httpapi"
+	"github.com/sluice-dev/sluice/internal/ui"
 )
 
 // HandlerConfig configures the app's HTTP API.
@@ -27,4 +32,52 @@ type HandlerConfig struct {
 // database is unreachable).
 func (a *App) Handler(cfg HandlerConfig) http.Handler {
 	return httpapi.New(httpapi.Config{Engine: a.e, Health: a.monitor, Token: cfg.Token, MaxEventBytes: cfg.MaxEventBytes, OutputLimit: cfg.OutputLimit})
+}
+
+// DashboardConfig configures the app's dashboard (docs/dashboard.md).
+type DashboardConfig struct {
+	// Token, when set, is needed for every page: signed in once on the
+	// login page (a session cookie), or as "Authorization: Bearer TOKEN".
+	// Serve the dashboard off loopback only with a token.
+	Token string
+	// OutputLimit bounds each step output a run's page shows (default 4096
+	// bytes); the cut says so.
+	OutputLimit int
+	// MaxEventBytes bounds a test event's data (default 1 MiB).
+	MaxEventBytes int64
+	// Refresh is how often a page re-fetches its live figures (default 5s;
+	// negative: never).
+	Refresh time.Duration
+}
+
+// Dashboard returns the app's web dashboard, to be mounted at "/" beside
+// Handler's /v1/ paths: every provider key's limits now and over the last
+// day with what waits on each, every backfill's health and latest items,
+// the runs with their steps (cancel, re-run from the failed step), the plan
+// of the running configuration, and a form to send a test event. Its pages
+// read only bounded, indexed pages of the database.
+func (a *App) Dashboard(cfg DashboardConfig) (http.Handler, error) {
+	return ui.New(ui.Config{
+		Engine:        a.e,
+		Sender:        a.e,
+		Health:        a.monitor,
+		Keys:          a.keyStats,
+		History:       a.st,
+		Items:         a.st,
+		Token:         cfg.Token,
+		OutputLimit:   cfg.OutputLimit,
+		MaxEventBytes: cfg.MaxEventBytes,
+		Refresh:       cfg.Refresh,
+		Logger:        a.e.Logger(),
+	})
+}
+
+// keyStats is every provider key's governor statistics, by provider name.
+func (a *App) keyStats(now time.Time) []governor.Stats {
+	names := slices.Sorted(maps.Keys(a.providers))
+	out := make([]governor.Stats, 0, len(names))
+	for _, n := range names {
+		out = append(out, a.providers[n].Governor.Stats(now))
+	}
+	return out
 }

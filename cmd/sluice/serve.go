@@ -119,6 +119,7 @@ func runServe(ctx context.Context, env *cmdEnv, args []string) error {
 	if err != nil {
 		return err
 	}
+	gc.Forms = dashboardForm // the dashboard checks a CSRF token on each of its forms
 	if *runTimeout <= 0 {
 		return refuse("run-timeout", fmt.Errorf("%s: want a positive duration", *runTimeout))
 	}
@@ -175,6 +176,9 @@ func runServe(ctx context.Context, env *cmdEnv, args []string) error {
 		if err == nil {
 			appc <- app
 			parts.gateway, err = gw.build(sctx, app, *providerURL, *profile, *keyEnv, env, logger)
+		}
+		if err == nil {
+			parts.dashboard, err = app.Dashboard(sluice.DashboardConfig{Token: token, OutputLimit: *outputLimit, MaxEventBytes: *maxEvent})
 		}
 		if err == nil {
 			starting.Phase("resuming unfinished runs")

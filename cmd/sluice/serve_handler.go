@@ -55,6 +55,13 @@ func serveHandler(p serveParts) http.Handler {
 	return mux
 }
 
+// dashboardForm reports whether r goes to the dashboard, whose forms carry
+// a CSRF token it checks: everything but the API, /metrics and the probes.
+func dashboardForm(r *http.Request) bool {
+	p := r.URL.Path
+	return !strings.HasPrefix(p, "/v1/") && p != "/metrics" && p != "/healthz" && p != "/readyz"
+}
+
 func cmpToken(own, shared string) string {
 	if own != "" {
 		return own

@@ -61,6 +61,12 @@ type Config struct {
 	// Error writes a refusal in the server's own error format. Default:
 	// {"error": MESSAGE}.
 	Error func(w http.ResponseWriter, status int, message string)
+
+	// Forms, if set, reports whether a request goes to a handler that
+	// checks a CSRF token of its own on every form it accepts (a
+	// dashboard's): such a request may send a form instead of JSON. Host and
+	// Origin are checked all the same. Default nil: JSON only.
+	Forms func(r *http.Request) bool
 }
 
 // Defaults of Config.
@@ -151,7 +157,7 @@ func Handler(h http.Handler, c Config) http.Handler {
 		switch r.Method {
 		case http.MethodGet, http.MethodHead, http.MethodOptions:
 		default:
-			if !isJSON(r.Header.Get("Content-Type")) {
+			if !isJSON(r.Header.Get("Content-Type")) && (c.Forms == nil || !c.Forms(r) || !isForm(r.Header.Get("Content-Type"))) {
 				c.Error(w, http.StatusUnsupportedMediaType, fmt.Sprintf("Content-Type %q: %s requests must send Content-Type: application/json", clip(r.Header.Get("Content-Type")), r.Method))
 				return
 			}
@@ -304,6 +310,12 @@ func hostOnly(h string) string {
 func isJSON(ct string) bool {
 	mt, _, err := mime.ParseMediaType(ct)
 	return err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json"))
+}
+
+// isForm reports whether a Content-Type is an HTML form's.
+func isForm(ct string) bool {
+	mt, _, err := mime.ParseMediaType(ct)
+	return err == nil && mt == "application/x-www-form-urlencoded"
 }
 
 // clip shortens what a client sent before it is echoed in an error.

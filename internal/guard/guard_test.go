@@ -254,3 +254,40 @@ func TestValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Paths whose handler checks a CSRF token of its own may take forms; every
+// other path, and every other content type, is refused as before, and the
+// Origin check holds on both.
+func TestFormsWhereTheHandlerChecksCSRF(t *testing.T) {
+	t.Parallel()
+	addr := serve(t, http.HandlerFunc(ok), Config{Forms: func(r *http.Request) bool { return !strings.HasPrefix(r.URL.Path, "/v1/") }})
+	for _, tc := range []struct {
+		name, path, origin, ctype string
+		want                      int
+	}{
+		{"a form to the dashboard", "/runs/x/cancel", "", "application/x-www-form-urlencoded", 200},
+		{"a form to the API", "/v1/events", "", "application/x-www-form-urlencoded", http.StatusUnsupportedMediaType},
+		{"text/plain to the dashboard", "/send", "", "text/plain", http.StatusUnsupportedMediaType},
+		{"multipart to the dashboard", "/send", "", "multipart/form-data; boundary=x", http.StatusUnsupportedMediaType},
+		{"a cross-site form", "/runs/x/cancel", "https://attacker.example", "application/x-www-form-urlencoded", http.StatusForbidden},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, err := http.NewRequest("POST", "http://"+addr+tc.path, strings.NewReader("a=b"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Content-Type", tc.ctype)
+			if tc.origin != "" {
+				req.Header.Set("Origin", tc.origin)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != tc.want {
+				t.Fatalf("status %d, want %d", resp.StatusCode, tc.want)
+			}
+		})
+	}
+}
