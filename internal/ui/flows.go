@@ -6,8 +6,10 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/sluice-dev/sluice/internal/health"
@@ -86,8 +88,20 @@ type reasonCount struct {
 	Count  int
 }
 
+// quoteName quotes a name for a message, cut to its first 48 bytes.
+func quoteName(s string) string {
+	if len(s) > 48 {
+		return strconv.Quote(strings.ToValidUTF8(s[:48], "")) + "…"
+	}
+	return strconv.Quote(s)
+}
+
 func (h *Handler) flow(w http.ResponseWriter, r *http.Request) error {
 	name := r.PathValue("name")
+	// A name no flow can have is refused here, as the store would refuse it.
+	if len(name) > store.MaxKeyBytes || !utf8.ValidString(name) || strings.ContainsFunc(name, unicode.IsControl) {
+		return badRequest{fmt.Errorf("flow name %s is not a name: at most %d bytes of UTF-8 without control characters", quoteName(name), store.MaxKeyBytes)}
+	}
 	p := flowPage{Name: name, ItemsOn: h.cfg.Items != nil}
 	if h.cfg.Health != nil {
 		for _, f := range h.cfg.Health.Flows() {

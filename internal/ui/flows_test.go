@@ -193,6 +193,10 @@ func TestFlowPageBadInputAndUnknownFlows(t *testing.T) {
 		{"/flows/titles?before_key=doc-1", http.StatusBadRequest, "before_key needs before_at"},
 		{"/flows/titles?before_at=2026-03-04T10:00:00Z&before_key=" + url.QueryEscape(strings.Repeat("k", 300)), http.StatusBadRequest, "before_key is not an item key"},
 		{"/flows/nobody", http.StatusNotFound, `there is no flow named "nobody"`},
+		// Names no flow can have are refused before the store sees them.
+		{"/flows/a%00b", http.StatusBadRequest, `flow name "a\x00b" is not a name`},
+		{"/flows/" + strings.Repeat("a", 300), http.StatusBadRequest, "at most 256 bytes of UTF-8"},
+		{"/flows/%ff", http.StatusBadRequest, `flow name "\xff" is not a name`},
 		// Known to the monitor, but not a backfill: no items, no error.
 		{"/flows/gateway.chat", http.StatusOK, "This flow is not a backfill"},
 	} {
