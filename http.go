@@ -64,6 +64,7 @@ func (a *App) Dashboard(cfg DashboardConfig) (http.Handler, error) {
 		Keys:          a.keyStats,
 		History:       a.st,
 		Items:         a.st,
+		Plan:          a.plan,
 		Token:         cfg.Token,
 		OutputLimit:   cfg.OutputLimit,
 		MaxEventBytes: cfg.MaxEventBytes,

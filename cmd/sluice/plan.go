@@ -168,7 +168,7 @@ func runPlan(ctx context.Context, env *cmdEnv, args []string) error {
 // observedData derives a scenario from a gateway's config file or an app's
 // recorded configuration, and the database's last day.
 func observedData(ctx context.Context, env *cmdEnv, configPath, dbURL, keyName string) ([]byte, []string, error) {
-	var k observedKey
+	var k plan.Key
 	fileDB := ""
 	if configPath != "" {
 		var err error
@@ -184,11 +184,14 @@ func observedData(ctx context.Context, env *cmdEnv, configPath, dbURL, keyName s
 	defer st.Close()
 	now := time.Now()
 	if configPath == "" {
-		if k, err = appKey(ctx, st, keyName, now); err != nil {
+		if k, err = plan.RecordedKey(ctx, st, keyName, now); err != nil {
+			if _, ok := errors.AsType[*plan.NothingError](err); ok {
+				err = fmt.Errorf("%w (or give the gateway's --config)", err)
+			}
 			return nil, nil, err
 		}
 	}
-	sc, notes, err := observedScenario(ctx, st, k, now)
+	sc, notes, err := plan.Observed(ctx, st, k, now)
 	if err != nil {
 		return nil, nil, err
 	}

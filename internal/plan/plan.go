@@ -17,6 +17,12 @@
 // whatever the governor admits, never more than a limit. The ETAs come from
 // the bench's simulation of the governor over the scenario (bench.Run with
 // the sluice policy), which paces every flow itself.
+//
+// Instead of a scenario written by hand, Observed derives one from what a
+// store recorded: the key and flows a configuration gives (RecordedKey,
+// AppKey, or a gateway's config file), each flow's call sizes and items per
+// call over the last day, each backfill's backlog. That is what `sluice
+// plan --db` and the dashboard's Plan page plan.
 package plan
 
 import (

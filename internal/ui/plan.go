@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -12,9 +13,12 @@ import (
 
 type planView struct {
 	Configured bool
-	Plan       *plan.Plan
-	Limits     []planLimit
-	Flows      []planFlow
+	// Nothing is why there is nothing to plan yet, when Config.Plan says
+	// so with a *plan.NothingError.
+	Nothing string
+	Plan    *plan.Plan
+	Limits  []planLimit
+	Flows   []planFlow
 }
 
 type planLimit struct {
@@ -33,11 +37,16 @@ type planFlow struct {
 	plan.Flow
 }
 
+// plan shows the plan Config.Plan makes. A *plan.NothingError (nothing
+// configured or recorded to plan yet) is the page's message, in its own
+// words; any other error is a 500, whose text stays in the log.
 func (h *Handler) plan(w http.ResponseWriter, r *http.Request) error {
 	v := planView{Configured: h.cfg.Plan != nil}
 	if h.cfg.Plan != nil {
 		p, err := h.cfg.Plan(r.Context())
-		if err != nil {
+		if ne, ok := errors.AsType[*plan.NothingError](err); ok {
+			v.Nothing = ne.Reason
+		} else if err != nil {
 			return fmt.Errorf("make the plan: %w", err)
 		}
 		v.Plan = p
