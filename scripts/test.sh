@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test sluice has, on a fresh machine too: starts PostgreSQL when it
-# is down, installs the Node packages the client tests use, then runs go vet,
+# is down, installs the Node packages the client and browser tests use and
+# Chromium (from the distribution's packages), then runs go vet,
 # checks that go.mod and go.sum are tidy, runs staticcheck (fetched at a fixed
 # version from the Go module proxy), the Go tests with the race detector, then
 # every fuzz target briefly
@@ -32,13 +33,27 @@ if [ -z "${SLUICE_TEST_POSTGRES:-}" ]; then
 fi
 psql "$SLUICE_TEST_POSTGRES" -qtAc 'select 1' >/dev/null || { echo "PostgreSQL at \$SLUICE_TEST_POSTGRES does not answer" >&2; exit 1; }
 
-# Node packages for the tests that drive sluice with clients no one here wrote.
+# Node packages for the tests that drive sluice with clients no one here wrote,
+# and the browser test of the dashboard (playwright-core driving the
+# distribution's Chromium: no browser download).
 if command -v npm >/dev/null 2>&1; then
-  if [ ! -d clients/node/node_modules/openai ]; then
+  if [ ! -d clients/node/node_modules/openai ] || [ ! -d clients/node/node_modules/playwright-core ]; then
     log "installing Node packages (clients/node)"
     (cd clients/node && npm ci --no-audit --no-fund --loglevel=error)
   fi
   export SLUICE_TEST_NODE_MODULES="$PWD/clients/node/node_modules"
+fi
+if [ -z "${SLUICE_TEST_CHROMIUM:-}" ]; then
+  if ! command -v chromium >/dev/null 2>&1; then
+    log "installing Chromium"
+    if [ "$(id -u)" = 0 ]; then
+      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+    else
+      sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+    fi
+  fi
+  SLUICE_TEST_CHROMIUM="$(command -v chromium)"
+  export SLUICE_TEST_CHROMIUM
 fi
 
 log "go vet"

@@ -3,7 +3,9 @@
 // <main> swapped for the new one. Nothing else is done with JavaScript:
 // every page works without it. The refresh waits while the tab is hidden,
 // while a field of the page has the focus, and while text is selected, so
-// that nothing changes under the reader's hands.
+// that nothing changes under the reader's hands. A fresh page without
+// data-refresh (a run that has ended) is swapped in once more, and the
+// refresh stops there: nothing on it changes any more.
 (function () {
   "use strict";
   var main = document.querySelector("main[data-refresh]");
@@ -59,10 +61,11 @@
       })
       .then(function (text) {
         var doc = new DOMParser().parseFromString(text, "text/html");
-        var fresh = doc.querySelector("main[data-refresh]");
+        var fresh = doc.querySelector("main");
         if (!fresh) {
-          throw new Error("no live content");
+          throw new Error("no content");
         }
+        var final = !fresh.hasAttribute("data-refresh");
         // Details the reader opened or closed stay so.
         var was = [];
         main.querySelectorAll("details").forEach(function (d) { was.push(d.open); });
@@ -73,6 +76,11 @@
         main.replaceWith(fresh);
         main = fresh;
         last = stamp();
+        if (final) {
+          window.clearInterval(timer);
+          show("updated " + last + " · final", false);
+          return;
+        }
         show("live · updated " + last, false);
       })
       .catch(function () {
@@ -84,5 +92,5 @@
   }
 
   show("live", false);
-  window.setInterval(refresh, every);
+  var timer = window.setInterval(refresh, every);
 })();

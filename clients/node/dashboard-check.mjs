@@ -1,0 +1,404 @@
+// Drives sluice's web dashboard in a real browser — the distribution's
+// Chromium, through playwright-core, which downloads no browser — as a person
+// would: signs in on the login form, reads the overview's gauges, opens a
+// backfill's flow page, the runs list, a completed run and a failed one,
+// presses Re-run and follows the new run until it has completed. Takes a
+// screenshot of every page it checks. cmd/sluice's TestDashboardInBrowser
+// starts the server on a sample app against the provider simulator, runs
+// this, and checks what it printed.
+//
+// Environment:
+//   DASHBOARD_URL        the server's base URL (http://127.0.0.1:PORT)
+//   DASHBOARD_TOKEN      the token the server was started with (not argv:
+//                        argv is visible to every user of the machine)
+//   DASHBOARD_ARTIFACTS  folder the screenshots are written to
+//   DASHBOARD_CHROMIUM   path of the chromium binary
+//   DASHBOARD_PROFILE    an empty folder for the browser's user data
+//   DASHBOARD_EXPECT     JSON: {"key", "limits": {"rpm": 60, …}, "flow",
+//                        "flow_state", "items", "rejected_once",
+//                        "completed_run", "completed_function",
+//                        "completed_steps": […], "failed_run",
+//                        "failed_function", "failed_step", "failed_error",
+//                        "rerun_steps": […]}
+//   DASHBOARD_DEADLINE_MS  bound of the whole check (default 60000)
+//   DASHBOARD_NODE_MODULES optionally, the node_modules folder holding
+//                        playwright-core
+//
+// On success it prints one JSON document (what it saw, the new run's ID and
+// the screenshots) and exits 0; on any failure it prints
+// "dashboard-check: <step>: <what is wrong>" on stderr, saves failure.png of
+// the page it was on, and exits 1.
+import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+
+async function loadChromium() {
+  const dir = process.env.DASHBOARD_NODE_MODULES;
+  if (dir && existsSync(join(dir, 'playwright-core', 'index.mjs'))) {
+    return (await import(pathToFileURL(join(dir, 'playwright-core', 'index.mjs')).href)).chromium;
+  }
+  return (await import('playwright-core')).chromium;
+}
+
+class CheckError extends Error {}
+
+let step = 'start';
+function fail(message) {
+  throw new CheckError(message);
+}
+
+function need(name) {
+  const v = process.env[name];
+  if (!v) {
+    console.error(`dashboard-check: ${name} is not set`);
+    process.exit(1);
+  }
+  return v;
+}
+
+const base = need('DASHBOARD_URL').replace(/\/+$/, '');
+const token = need('DASHBOARD_TOKEN');
+const artifacts = need('DASHBOARD_ARTIFACTS');
+const executablePath = need('DASHBOARD_CHROMIUM');
+const want = JSON.parse(need('DASHBOARD_EXPECT'));
+const deadlineMs = Number(process.env.DASHBOARD_DEADLINE_MS || 60000);
+const began = Date.now();
+
+// The whole check is bounded: a page that never loads, a selector that never
+// appears, a run that never ends all end it with a failure.
+const watchdog = setTimeout(() => {
+  console.error(`dashboard-check: ${step}: not done within ${deadlineMs} ms`);
+  process.exit(1); // playwright kills the browser it launched on exit
+}, deadlineMs);
+watchdog.unref();
+
+// attr quotes a value for a CSS attribute selector.
+const attr = (v) => '"' + String(v).replace(/["\\]/g, '\\$&') + '"';
+// num reads a figure as the dashboard writes it: 20,000 → 20000.
+const num = (s) => (s == null || !/\d/.test(s) ? NaN : Number(String(s).replace(/[^\d.-]/g, '')));
+
+mkdirSync(artifacts, { recursive: true });
+let profile = process.env.DASHBOARD_PROFILE;
+let ownProfile = false;
+if (!profile) {
+  profile = mkdtempSync(join(tmpdir(), 'sluice-dashboard-'));
+  ownProfile = true;
+}
+
+const chromium = await loadChromium();
+const context = await chromium.launchPersistentContext(profile, {
+  executablePath,
+  headless: true,
+  // The machine may have no network: without the background-networking
+  // flags Chromium keeps trying to reach Google's services.
+  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+    '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+  viewport: { width: 1280, height: 800 },
+  deviceScaleFactor: 1,
+  timeout: 20000,
+});
+context.setDefaultTimeout(10000);
+context.setDefaultNavigationTimeout(20000);
+const page = context.pages()[0] ?? (await context.newPage());
+
+// Everything the pages do is watched: a script error, a console error (a
+// refused Content-Security-Policy says so there), a request to another site,
+// an error status nobody asked for.
+const problems = [];
+let allowStatus = null; // {status, path}: the one error a step provokes
+page.on('pageerror', (e) => problems.push(`script error on ${page.url()}: ${e.message}`));
+page.on('console', (m) => {
+  if (m.type() !== 'error') return;
+  if (allowStatus && m.text().includes(`status of ${allowStatus.status}`)) return;
+  problems.push(`console error on ${page.url()}: ${m.text()}`);
+});
+page.on('request', (r) => {
+  const u = r.url();
+  if (!u.startsWith(base + '/') && !u.startsWith('data:')) problems.push(`request to another site: ${u}`);
+});
+page.on('response', (r) => {
+  if (r.status() < 400) return;
+  const p = new URL(r.url()).pathname;
+  if (allowStatus && allowStatus.status === r.status() && allowStatus.path === p) return;
+  problems.push(`${r.request().method()} ${p} answered ${r.status()}`);
+});
+function clean() {
+  if (problems.length) fail(problems.join('; '));
+}
+
+const shots = [];
+async function shot(name) {
+  const path = join(artifacts, name + '.png');
+  await page.screenshot({ path, fullPage: true });
+  shots.push(path);
+}
+
+const pathname = () => new URL(page.url()).pathname;
+
+// open loads path and wants a 200.
+async function open(path) {
+  const resp = await page.goto(base + path);
+  if (!resp) fail(`GET ${path}: no response`);
+  if (resp.status() !== 200) fail(`GET ${path} answered ${resp.status()}`);
+  if (pathname() !== new URL(base + path).pathname) fail(`GET ${path} ended on ${page.url()}`);
+}
+
+// follow clicks the link or button sel and waits for the page it leads to.
+async function follow(sel, to) {
+  const target = page.locator(sel);
+  if ((await target.count()) !== 1) fail(`want one ${sel} on ${pathname()}, found ${await target.count()}`);
+  await Promise.all([page.waitForURL(to), target.click()]);
+  await page.waitForLoadState('load');
+}
+
+// runOnPage reads the run page's summary and steps in one go: the page may
+// swap its content for a fresher one at any moment.
+const runOnPage = () =>
+  page.evaluate(() => {
+    const s = document.querySelector('section.summary[data-run]');
+    if (!s) return null;
+    const text = (el) => (el ? el.textContent.trim() : null);
+    return {
+      id: s.getAttribute('data-run'),
+      status: s.getAttribute('data-status'),
+      function: text(s.querySelector('.function')),
+      error: text(s.querySelector('.error-box .error-text')),
+      rerunOf: text(s.querySelector('dd a[href^="/runs/"] code')),
+      canRerun: !!s.querySelector('form[action$="/rerun"] button'),
+      canCancel: !!s.querySelector('form[action$="/cancel"] button'),
+      steps: [...document.querySelectorAll('li.step')].map((li) => ({
+        name: li.getAttribute('data-step'),
+        status: li.getAttribute('data-status'),
+        attempts: Number(li.getAttribute('data-attempts')),
+        error: text(li.querySelector('.error-box .error-text')),
+        classes: [...li.querySelectorAll('table.attempts tbody tr td:nth-child(2)')].map((td) => td.textContent.trim()),
+      })),
+      bars: document.querySelectorAll('svg.timeline rect.step-bar').length,
+    };
+  });
+
+function wantSteps(r, names, what) {
+  const got = r.steps.map((s) => s.name);
+  if (JSON.stringify(got) !== JSON.stringify(names)) fail(`${what}: steps ${JSON.stringify(got)}, want ${JSON.stringify(names)}`);
+  if (r.bars !== names.length) fail(`${what}: ${r.bars} bars on the timeline for ${names.length} steps`);
+}
+
+const out = { screenshots: shots };
+let code = 0;
+try {
+  // --- Signing in ---------------------------------------------------------
+  step = 'sign in';
+  const first = await page.goto(base + '/');
+  if (!first || first.status() !== 200) fail(`GET / ended with ${first && first.status()}`);
+  if (pathname() !== '/login') fail(`GET / without a session ended on ${page.url()}, want the login page`);
+  if (new URL(page.url()).searchParams.get('next') !== '/') fail(`the login page's next is not /: ${page.url()}`);
+  await page.locator('form.login input[name=token]').waitFor();
+  await shot('01-login');
+  // A wrong token is refused on the form, saying so.
+  allowStatus = { status: 401, path: '/login' };
+  await page.fill('form.login input[name=token]', 'not-the-token-0123456789');
+  await Promise.all([page.waitForResponse((r) => r.request().method() === 'POST' && new URL(r.url()).pathname === '/login'),
+    page.click('form.login button[type=submit]')]);
+  await page.waitForLoadState('load');
+  const refused = await page.locator('.error-box[role=alert]').textContent().catch(() => null);
+  if (pathname() !== '/login' || !refused || !/not the token/i.test(refused)) fail(`a wrong token: on ${page.url()}, alert ${JSON.stringify(refused)}`);
+  allowStatus = null;
+  await page.fill('form.login input[name=token]', token);
+  await Promise.all([page.waitForURL((u) => u.pathname === '/'), page.click('form.login button[type=submit]')]);
+  await page.waitForLoadState('load');
+  const cookies = await context.cookies(base);
+  const session = cookies.find((c) => c.name === 'sluice_session');
+  if (!session || !session.httpOnly || session.sameSite !== 'Strict') fail(`session cookie ${JSON.stringify(session)}`);
+  if (session.value.includes(token)) fail('the session cookie holds the token');
+  if (!(await page.locator('form.signout button').isVisible())) fail('no Sign out button once signed in');
+  clean();
+
+  // --- Overview: a gauge per limit of the key ------------------------------
+  step = 'overview';
+  if ((await page.locator('h1').first().textContent())?.trim() !== 'Overview') fail('the page after signing in is not the overview');
+  await page.locator(`section.key[data-key=${attr(want.key)}]`).waitFor();
+  const gauges = await page.$$eval(`article.gauge[data-key=${attr(want.key)}]`, (els) =>
+    els.map((g) => ({
+      limit: g.getAttribute('data-limit'),
+      used: g.getAttribute('data-used'),
+      max: g.getAttribute('data-max'),
+      usedText: g.querySelector('.used')?.textContent ?? null,
+      maxText: g.querySelector('.max')?.textContent ?? null,
+      pct: g.querySelector('.pct')?.textContent ?? null,
+      left: g.querySelector('.left')?.textContent ?? null,
+      bar: !!g.querySelector('svg.bar rect.fill'),
+    })),
+  );
+  const limits = Object.keys(want.limits);
+  const seen = gauges.map((g) => g.limit).sort();
+  if (JSON.stringify(seen) !== JSON.stringify([...limits].sort())) fail(`gauges of key ${want.key}: ${JSON.stringify(seen)}, want one per limit ${JSON.stringify(limits)}`);
+  out.gauges = {};
+  for (const g of gauges) {
+    const used = num(g.used), max = num(g.max);
+    if (max !== want.limits[g.limit]) fail(`gauge ${g.limit}: data-max ${g.max}, want ${want.limits[g.limit]}`);
+    if (!Number.isFinite(used) || used < 0 || used > max) fail(`gauge ${g.limit}: data-used ${g.used} of ${g.max}`);
+    if (num(g.usedText) !== used || num(g.maxText) !== max) fail(`gauge ${g.limit}: shows ${g.usedText} / ${g.maxText}, its data says ${g.used} / ${g.max}`);
+    if (!/^\d+(\.\d+)?\s?%$/.test((g.pct || '').trim())) fail(`gauge ${g.limit}: percentage ${JSON.stringify(g.pct)}`);
+    if (num(g.left) !== max - used) fail(`gauge ${g.limit}: ${JSON.stringify(g.left)} left of ${max} with ${used} used`);
+    if (!g.bar) fail(`gauge ${g.limit}: no bar`);
+    out.gauges[g.limit] = { used, max };
+  }
+  if (!(out.gauges.rpm?.used > 0) && !(out.gauges.tpm?.used > 0)) fail(`no gauge shows any use, though calls were made: ${JSON.stringify(out.gauges)}`);
+  if ((await page.locator(`table.key-flows tr[data-flow=${attr(want.flow)}]`).count()) !== 1) fail(`the key's flows do not list ${want.flow}`);
+  clean();
+  await shot('02-overview');
+
+  // --- The backfill's flow: its progress -----------------------------------
+  step = 'flows';
+  await follow('header nav a[href="/flows"]', (u) => u.pathname === '/flows');
+  clean();
+  await shot('03-flows');
+  step = 'flow';
+  await follow(`a[href=${attr('/flows/' + encodeURIComponent(want.flow))}]`, (u) => u.pathname === '/flows/' + encodeURIComponent(want.flow));
+  const flow = await page.evaluate(() => {
+    const s = document.querySelector('section.summary[data-flow]');
+    if (!s) return null;
+    const p = s.querySelector('.progress');
+    const text = (el) => (el ? el.textContent.trim() : null);
+    return {
+      name: s.getAttribute('data-flow'),
+      state: s.getAttribute('data-state'),
+      badge: text(s.querySelector('.badge')),
+      done: p && p.getAttribute('data-done'),
+      total: p && p.getAttribute('data-total'),
+      doneText: text(p && p.querySelector('.figures .done')),
+      totalText: text(p && p.querySelector('.figures .total')),
+      pct: text(p && p.querySelector('.figures .pct')),
+      fill: p && p.querySelector('rect.fill')?.getAttribute('width'),
+      ddDone: text(s.querySelector('dd.done')),
+      ddRemaining: text(s.querySelector('dd.remaining')),
+      items: [...document.querySelectorAll('table.items tbody tr')].map((tr) => ({
+        key: tr.getAttribute('data-key'),
+        outcome: tr.getAttribute('data-outcome'),
+        attempts: Number(tr.querySelector('.attempts')?.textContent),
+        run: !!tr.querySelector('a[href^="/runs/"]'),
+      })),
+      runs: document.querySelectorAll('section.backfill-runs tbody tr').length,
+    };
+  });
+  if (!flow) fail('no summary of the flow on its page');
+  out.flow = { state: flow.state, done: num(flow.done), total: num(flow.total), items: flow.items.length, runs: flow.runs };
+  if (flow.name !== want.flow) fail(`the page is of flow ${flow.name}`);
+  if (!(num(flow.done) > 0)) fail(`done ${flow.done}: want progress`);
+  if (num(flow.done) !== want.items || num(flow.total) !== want.items) fail(`progress ${flow.done} / ${flow.total}, want ${want.items} / ${want.items}`);
+  if (num(flow.doneText) !== num(flow.done) || num(flow.totalText) !== num(flow.total) || num(flow.ddDone) !== num(flow.done)) {
+    fail(`figures ${flow.doneText} / ${flow.totalText} (done ${flow.ddDone}) disagree with the bar's data ${flow.done} / ${flow.total}`);
+  }
+  if (num(flow.ddRemaining) !== 0) fail(`remaining ${flow.ddRemaining}, want 0`);
+  if (!/100\s?%/.test(flow.pct || '') || num(flow.fill) !== 100) fail(`a finished backfill shows ${flow.pct}, bar ${flow.fill} wide`);
+  if (flow.state !== want.flow_state || flow.badge !== want.flow_state) fail(`state ${flow.state} (badge ${flow.badge}), want ${want.flow_state}`);
+  if (flow.items.length !== Math.min(want.items, 50)) fail(`${flow.items.length} items listed, want ${Math.min(want.items, 50)}`);
+  const notSaved = flow.items.filter((it) => it.outcome !== 'saved' || !it.run);
+  if (notSaved.length) fail(`items not shown saved with their run: ${JSON.stringify(notSaved)}`);
+  const twice = flow.items.find((it) => it.key === want.rejected_once);
+  if (!twice || twice.attempts !== 2) fail(`item ${want.rejected_once}, rejected once then saved: ${JSON.stringify(twice)}, want 2 attempts`);
+  if (flow.runs < 1) fail('no backfill run listed');
+  clean();
+  await shot('04-flow');
+
+  // --- The runs, and a completed run's steps --------------------------------
+  step = 'runs';
+  await follow('header nav a[href="/runs"]', (u) => u.pathname === '/runs');
+  const rows = await page.$$eval('table.runs tbody tr', (trs) => trs.map((tr) => ({ id: tr.getAttribute('data-run'), status: tr.getAttribute('data-status') })));
+  for (const [id, status] of [[want.completed_run, 'completed'], [want.failed_run, 'failed']]) {
+    const r = rows.find((x) => x.id === id);
+    if (!r || r.status !== status) fail(`run ${id} listed as ${JSON.stringify(r)}, want ${status}`);
+  }
+  clean();
+  await shot('05-runs');
+
+  step = 'completed run';
+  const onRun = (id) => (u) => decodeURIComponent(u.pathname) === '/runs/' + id;
+  await follow(`table.runs tr[data-run=${attr(want.completed_run)}] a`, onRun(want.completed_run));
+  const done = await runOnPage();
+  if (!done || done.id !== want.completed_run) fail(`no summary of run ${want.completed_run} on ${page.url()}`);
+  if (done.status !== 'completed' || done.function !== want.completed_function) fail(`run is ${done.status} of ${done.function}`);
+  wantSteps(done, want.completed_steps, 'completed run');
+  const unfinished = done.steps.filter((s) => s.status !== 'completed' || !(s.attempts >= 1));
+  if (unfinished.length) fail(`steps not completed: ${JSON.stringify(unfinished)}`);
+  if (done.canRerun || done.canCancel) fail('a completed run offers Re-run or Cancel');
+  if ((await page.locator('section.run-output pre').count()) !== 1) fail("no output of the run");
+  clean();
+  await shot('06-run');
+
+  // --- The failed run, re-run until it completes ---------------------------
+  step = 'failed run';
+  await open('/runs?status=failed');
+  await follow(`table.runs tr[data-run=${attr(want.failed_run)}] a`, onRun(want.failed_run));
+  const failed = await runOnPage();
+  if (!failed || failed.status !== 'failed' || failed.function !== want.failed_function) fail(`run ${want.failed_run}: ${JSON.stringify(failed)}`);
+  if (!failed.error || !failed.error.includes(want.failed_error)) fail(`the run's error ${JSON.stringify(failed.error)} does not say ${JSON.stringify(want.failed_error)}`);
+  const bad = failed.steps.find((s) => s.name === want.failed_step);
+  if (!bad || bad.status !== 'failed' || !bad.classes.some((c) => c.startsWith('fatal'))) fail(`step ${want.failed_step}: ${JSON.stringify(bad)}, want failed with a fatal attempt`);
+  if (!failed.canRerun || failed.canCancel) fail(`a failed run: Re-run ${failed.canRerun}, Cancel ${failed.canCancel}`);
+  clean();
+  await shot('07-run-failed');
+
+  step = 're-run';
+  // The form posts to /runs/{id}/rerun, which sends the browser on to the
+  // new run's page (or shows an error there).
+  await follow('section.summary form[action$="/rerun"] button',
+    (u) => u.pathname.startsWith('/runs/') && !onRun(want.failed_run)(u) && !u.pathname.endsWith('/rerun'));
+  if (pathname().endsWith('/rerun')) fail(`Re-run ended on ${page.url()}`);
+  const rerunID = decodeURIComponent(pathname().slice('/runs/'.length));
+  out.rerun = rerunID;
+  // Watch the page, bounded, until the new run has ended.
+  const until = Date.now() + 20000;
+  let rerun = await runOnPage();
+  const seenStatuses = [];
+  for (;;) {
+    if (!rerun || rerun.id !== rerunID) fail(`no summary of the new run ${rerunID} on ${page.url()}`);
+    if (seenStatuses.at(-1) !== rerun.status) seenStatuses.push(rerun.status);
+    if (rerun.status === 'completed') break;
+    if (['failed', 'cancelled', 'timed_out'].includes(rerun.status)) fail(`the re-run ${rerunID} ended ${rerun.status}: ${rerun.error}`);
+    if (Date.now() > until) fail(`the re-run ${rerunID} is still ${rerun.status} after 20 s`);
+    // No reload: the page's live refresh must bring the run's end, then stop.
+    await page.waitForTimeout(200);
+    rerun = await runOnPage();
+  }
+  if (seenStatuses.length > 1) {
+    const live = await page.textContent('#live');
+    if (!/final/.test(live || '')) fail(`the live refresh did not stop at the ended run: ${JSON.stringify(live)}`);
+  }
+  out.rerun_statuses = seenStatuses;
+  if (rerun.function !== want.failed_function) fail(`the re-run is of ${rerun.function}`);
+  if (rerun.rerunOf !== want.failed_run) fail(`the re-run says it re-runs ${JSON.stringify(rerun.rerunOf)}, want ${want.failed_run}`);
+  wantSteps(rerun, want.rerun_steps, 're-run');
+  const notOK = rerun.steps.filter((s) => s.status !== 'completed');
+  if (notOK.length) fail(`steps of the re-run not completed: ${JSON.stringify(notOK)}`);
+  if (rerun.canRerun || rerun.canCancel) fail('a completed re-run offers Re-run or Cancel');
+  clean();
+  await shot('08-run-rerun');
+  // The runs list shows both: the failed run as it was, its re-run completed.
+  await open('/runs?function=' + encodeURIComponent(want.failed_function));
+  const after = await page.$$eval('table.runs tbody tr', (trs) => trs.map((tr) => ({ id: tr.getAttribute('data-run'), status: tr.getAttribute('data-status') })));
+  if (!after.some((r) => r.id === rerunID && r.status === 'completed') || !after.some((r) => r.id === want.failed_run && r.status === 'failed')) {
+    fail(`the runs of ${want.failed_function}: ${JSON.stringify(after)}`);
+  }
+  clean();
+  step = 'done';
+  out.ms = Date.now() - began;
+  console.log(JSON.stringify(out));
+} catch (err) {
+  code = 1;
+  const msg = err instanceof CheckError ? err.message : err && err.stack ? err.stack : String(err);
+  console.error(`dashboard-check: ${step}: ${msg}`);
+  if (!(err instanceof CheckError) && problems.length) console.error(`dashboard-check: ${step}: and the pages said: ${problems.join('; ')}`);
+  try {
+    await page.screenshot({ path: join(artifacts, 'failure.png'), fullPage: true });
+    console.error(`dashboard-check: the page was ${page.url()}; see ${join(artifacts, 'failure.png')}`);
+  } catch {
+    // the page itself may be what failed
+  }
+} finally {
+  await context.close().catch(() => {});
+  if (ownProfile) rmSync(profile, { recursive: true, force: true });
+  clearTimeout(watchdog);
+}
+process.exit(code);
