@@ -192,7 +192,7 @@ func checkKillSaves(t *testing.T, db *sql.DB, keys []string, final map[string]st
 			t.Errorf("item %s saved %d times, want once: %q", key, len(saves[key]), saves[key])
 		case !ok || it.State != store.ItemSaved || it.ProcessedAt.IsZero():
 			t.Errorf("item %s: state %q processed at %v, want saved with processed_at set", key, it.State, it.ProcessedAt)
-		case saves[key][0] != killOutput(it.RequestID, key):
+		case saves[key][0] != killOutput(providerRequest(it.RequestID), key):
 			t.Errorf("item %s saved %q, but its record names request %s", key, saves[key][0], it.RequestID)
 		}
 	}
@@ -214,7 +214,7 @@ func checkKillSaves(t *testing.T, db *sql.DB, keys []string, final map[string]st
 func checkKillCalls(t *testing.T, calls map[uint64]killCall, final map[string]store.Item, snapshots []map[string]store.Item) {
 	recorded := map[string]killCall{} // request text → the call whose answer was saved
 	for key, it := range final {
-		id, err := strconv.ParseUint(strings.TrimPrefix(it.RequestID, "chatcmpl-sim-"), 10, 64)
+		id, err := strconv.ParseUint(strings.TrimPrefix(providerRequest(it.RequestID), "chatcmpl-sim-"), 10, 64)
 		c, ok := calls[id]
 		if err != nil || !ok || !c.Answered || !slices.Contains(c.keys, key) {
 			t.Errorf("item %s: its record names request %s, which is no answered call carrying it", key, it.RequestID)
@@ -267,6 +267,12 @@ func checkKillCalls(t *testing.T, calls map[uint64]killCall, final map[string]st
 // killOutput is the output the worker saves for item key from the call
 // that answered with request ID id.
 func killOutput(id, key string) string { return id + " " + key }
+
+// providerRequest is the provider's response ID in a recorded request: its
+// last word, after the call's own ID.
+func providerRequest(requestID string) string {
+	return requestID[strings.LastIndexByte(requestID, ' ')+1:]
+}
 
 // killProvider serves the simulator to the workers, worker w under /w<w>/,
 // and logs each call it charged with the worker that made it and the keys

@@ -33,6 +33,8 @@ package backfill
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -704,6 +706,25 @@ func (b *backfill) lane(r *engine.Run, prefix string, in laneInput) (laneDone, e
 	return d, nil
 }
 
+// callID is the request a call's items record (store.Settlement.RequestID),
+// by which a settlement seen before is known: unique to the call's step in
+// its run or part, so that a provider that answers every call with the same
+// ID, or none, does not make a later call's outcomes read as ones already
+// settled; the provider's own ID follows, for the reader, cut so the whole
+// fits store.MaxKeyBytes.
+func callID(runID, step, providerID string) string {
+	sum := sha256.Sum256([]byte(runID + "\x00" + step))
+	id := step + " " + hex.EncodeToString(sum[:8])
+	if providerID == "" {
+		return id
+	}
+	id += " " + providerID
+	if len(id) > store.MaxKeyBytes {
+		id = strings.ToValidUTF8(id[:store.MaxKeyBytes], "")
+	}
+	return id
+}
+
 // savedNext is what a lane's save step records: what the save did, and
 // the lane's next batch.
 type savedNext struct {
@@ -731,7 +752,7 @@ func (b *backfill) batch(r *engine.Run, prefix string, i int, runID string, shar
 		if err != nil {
 			return sv, nil, err
 		}
-		requestID = resp.ID
+		requestID = callID(r.ID(), fmt.Sprintf("%scall-%d", prefix, i), resp.ID)
 		if outputs, err = b.Parse(resp, items); err == nil && len(outputs) != len(items) {
 			err = fmt.Errorf("parse gave %d outputs for %d items", len(outputs), len(items))
 		}

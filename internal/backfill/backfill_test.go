@@ -579,3 +579,77 @@ func TestBackfillCallsInFlight(t *testing.T) {
 		}
 	})
 }
+
+// sameID answers every call with the same response ID, as some providers
+// and proxies do.
+type sameID struct{ sim *sim.Server }
+
+func (p sameID) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rec := httptest.NewRecorder()
+	p.sim.ServeHTTP(rec, r)
+	var body map[string]any
+	if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	body["id"] = "chatcmpl-same"
+	for k, v := range rec.Header() {
+		if k != "Content-Length" {
+			w.Header()[k] = v
+		}
+	}
+	w.WriteHeader(rec.Code)
+	_ = json.NewEncoder(w).Encode(body)
+}
+
+// An item rejected by calls that the provider answered with one and the
+// same ID counts each rejection: the call, not the provider's ID, tells a
+// settlement seen before from a new one. It is parked after MaxRejects.
+func TestBackfillCountsRejectionsWhateverTheProviderID(t *testing.T) {
+	t.Parallel()
+	testenv.Databases(t, func(t *testing.T, url string) {
+		b := setup(t, url, governor.Limits{})
+		model, err := sim.NewModel(sim.Config{Profile: "groq", Wire: true, Seed: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(sameID{sim: sim.NewServer(model, sim.ServerConfig{})})
+		t.Cleanup(srv.Close)
+		if b.p.Client, err = llm.NewClient(llm.Config{BaseURL: srv.URL + "/v1", Profile: llm.Groq}); err != nil {
+			t.Fatal(err)
+		}
+		b.add(keys(4)...)
+		var mu sync.Mutex
+		calls := map[string]int{}
+		c := b.config("titles", func(k string) string {
+			mu.Lock()
+			defer mu.Unlock()
+			calls[k]++
+			if k == "k01" {
+				return "not English"
+			}
+			return ""
+		})
+		c.MaxBatch, c.InFlight, c.MaxRejects, c.BatchesPerRun = 1, 1, 3, 100
+		if err := b.set.Add(c, b.p); err != nil {
+			t.Fatal(err)
+		}
+		b.start(t)
+		j := b.waitJob(t, "titles", func(j store.Job) bool { return j.Saved+j.Parked == 4 })
+		if j.Saved != 3 || j.Parked != 1 {
+			t.Fatalf("job %+v: want 3 saved and k01 parked", j)
+		}
+		items, err := b.st.Items(context.Background(), "titles", []string{"k01"})
+		if err != nil || len(items) != 1 {
+			t.Fatalf("items: %v %v", items, err)
+		}
+		if it := items[0]; it.State != store.ItemParked || it.Rejects != 3 || !strings.HasSuffix(it.RequestID, " chatcmpl-same") {
+			t.Errorf("k01 = %+v: want parked after 3 rejects, the provider's ID kept after the call's", it)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if calls["k01"] != 3 {
+			t.Errorf("k01 was saved %d times, want 3: one per reject", calls["k01"])
+		}
+	})
+}
