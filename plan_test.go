@@ -114,6 +114,9 @@ func TestDashboardPlan(t *testing.T) {
 	}
 	srv := httptest.NewServer(dash)
 	t.Cleanup(srv.Close)
+	// Made again in the background once a plan is older than this: the
+	// page polled below shows the calls within a few visits.
+	sluice.SetPlanEvery(app, time.Millisecond)
 
 	// Before Start: the configuration's flows, nothing recorded of them.
 	page := planPage(t, srv)

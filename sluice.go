@@ -41,6 +41,7 @@ type App struct {
 	counters   map[string]func(now time.Time) health.Counters
 	first      string
 	metrics    *metrics.Set // the series MetricsHandler serves (metrics.go)
+	plans      planCache    // the dashboard's Plan page (plan.go)
 }
 
 // New opens the database and builds the providers' clients and governors.
