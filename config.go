@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
@@ -69,6 +70,20 @@ type Config struct {
 
 	// Logger receives the engine's logs (default: warnings to stderr).
 	Logger *slog.Logger
+
+	// Now and Speed give the app a clock of its own, for a rehearsal in
+	// compressed time against a provider simulator on the same clock (as
+	// `sluice demo --speed` runs): Speed is how many times as fast as the
+	// wall clock Now runs (default 1; Now defaults to a clock that runs
+	// Speed times as fast from New). Everything the app times reads that
+	// clock: the governors' windows and day pacing, durable sleeps (Sleep,
+	// waits for quota, retries' backoff), backfill polls and their items'
+	// retries, stall thresholds, HealthEvery and HistoryEvery, each lasting
+	// its duration divided by Speed of wall time. Deadlines of HTTP calls
+	// stay in wall time. Never set Speed with a real provider: its windows
+	// run on the wall clock.
+	Now   func() time.Time
+	Speed float64
 }
 
 // Provider is one LLM provider key.
@@ -109,5 +124,12 @@ func (c Config) validate() error {
 	if c.MaxInlineWait < 0 {
 		return fmt.Errorf("MaxInlineWait %s is negative", c.MaxInlineWait)
 	}
+	if c.Speed < 0 || math.IsNaN(c.Speed) || math.IsInf(c.Speed, 0) || c.Speed > MaxSpeed {
+		return fmt.Errorf("speed %v: want a number between 1 and %d (0 means 1)", c.Speed, MaxSpeed)
+	}
 	return nil
 }
+
+// MaxSpeed bounds Config.Speed: a simulated day in under a minute and a
+// half leaves the engine's steps, not the key's limits, the bottleneck.
+const MaxSpeed = 1000

@@ -63,6 +63,6 @@ func (a *App) recordConfig(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	_, err = a.st.RecordConfig(ctx, store.NewConfigVersion(time.Now(), "app", a.e.AppVersion(), config))
+	_, err = a.st.RecordConfig(ctx, store.NewConfigVersion(a.e.Now(), "app", a.e.AppVersion(), config))
 	return err
 }

@@ -70,6 +70,7 @@ func (a *App) Dashboard(cfg DashboardConfig) (http.Handler, error) {
 		MaxEventBytes: cfg.MaxEventBytes,
 		Refresh:       cfg.Refresh,
 		Logger:        a.e.Logger(),
+		AppNow:        a.e.Now,
 	})
 }
 

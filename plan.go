@@ -78,7 +78,7 @@ func (a *App) makePlan(ctx context.Context) (*plan.Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	sc, notes, err := plan.Observed(ctx, a.st, k, time.Now())
+	sc, notes, err := plan.Observed(ctx, a.st, k, a.e.Now())
 	if err != nil {
 		return nil, err
 	}

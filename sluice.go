@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/backfill"
+	"github.com/sluice-dev/sluice/internal/clock"
 	"github.com/sluice-dev/sluice/internal/engine"
 	"github.com/sluice-dev/sluice/internal/health"
 	"github.com/sluice-dev/sluice/internal/metrics"
@@ -57,7 +58,13 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		return nil, err
 	}
 	ms := newMetrics()
+	now := cfg.Now
+	if now == nil {
+		now = clock.New(cfg.Speed).Now
+	}
 	e, err := engine.New(ctx, engine.Config{
+		Now:          now,
+		Speed:        cfg.Speed,
 		Metrics:      ms,
 		Store:        st,
 		AppVersion:   cfg.AppVersion,
@@ -72,7 +79,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		return nil, err
 	}
 	a := &App{cfg: cfg, st: st, e: e, providers: map[string]*engine.Provider{}, metrics: ms}
-	a.backfills = backfill.NewSet(e, st, e.Logger(), nil)
+	a.backfills = backfill.NewSet(e, st, e.Logger(), now)
 	a.thresholds, a.quotas = map[string]time.Duration{}, map[string]func(time.Time) health.Quota{}
 	a.counters = map[string]func(time.Time) health.Counters{}
 	a.monitor, err = health.New(health.Config{
@@ -95,6 +102,8 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		},
 		Webhook: cfg.AlertWebhook,
 		Logger:  e.Logger(),
+		Now:     now,
+		Speed:   cfg.Speed,
 	})
 	if err != nil {
 		_ = a.shutdown(time.Second)
@@ -115,7 +124,9 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 			DayBurst:   p.DayBurst,
 			Lag:        cmp.Or(p.Lag, 2*time.Second),
 			Flows:      cfg.Flows,
-		}, quota.Config{})
+			Now:        now,
+			Speed:      cfg.Speed,
+		}, quota.Config{Now: now})
 		if err != nil {
 			_ = a.shutdown(time.Second)
 			return nil, fmt.Errorf("provider %s: %w", name, err)
@@ -126,7 +137,8 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 			_ = a.shutdown(time.Second)
 			return nil, fmt.Errorf("provider %s: %w", name, err)
 		}
-		a.providers[name] = &engine.Provider{Name: name, Client: client, Governor: ledger.Governor, Estimator: est, MaxInlineWait: cfg.MaxInlineWait, Logger: e.Logger()}
+		a.providers[name] = &engine.Provider{Name: name, Client: client, Governor: ledger.Governor, Estimator: est, MaxInlineWait: cfg.MaxInlineWait, Logger: e.Logger(),
+			Now: now, Speed: cfg.Speed}
 		if i == 0 {
 			a.first = name
 		}
@@ -262,7 +274,7 @@ func (a *App) Stats(provider string) (governor.Stats, error) {
 	if !ok {
 		return governor.Stats{}, fmt.Errorf("unknown provider %q", provider)
 	}
-	return p.Governor.Stats(time.Now()), nil
+	return p.Governor.Stats(a.e.Now()), nil
 }
 
 // Governor returns the governor of a provider's key (the first provider's

@@ -327,7 +327,7 @@ func (s *Set) tick() {
 				wake = next[b.ID]
 			}
 		}
-		timer.Reset(max(wake.Sub(s.now()), time.Millisecond))
+		timer.Reset(max(s.e.Real(wake.Sub(s.now())), time.Millisecond))
 	}
 }
 

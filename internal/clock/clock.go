@@ -22,12 +22,23 @@ type Clock struct {
 
 // New returns a clock running speed times as fast as the wall clock
 // (speed ≤ 1 is treated as 1: a clock never runs slow).
-func New(speed float64) *Clock {
+func New(speed float64) *Clock { return At(speed, time.Time{}) }
+
+// At returns a clock running speed times as fast as the wall clock whose
+// Now starts at origin, or at the wall time if origin is zero or earlier:
+// a rehearsal in compressed time that resumes where the last one stopped
+// (origin, as it recorded it) rather than a day or more before the times it
+// left in its records.
+func At(speed float64, origin time.Time) *Clock {
 	if !(speed > 1) {
 		speed = 1
 	}
 	now := time.Now()
-	return &Clock{speed: speed, origin: now.Round(0), start: now}
+	o := now.Round(0)
+	if origin.After(o) {
+		o = origin.Round(0)
+	}
+	return &Clock{speed: speed, origin: o, start: now}
 }
 
 // Speed is how many times as fast as the wall clock c runs.
@@ -36,7 +47,7 @@ func (c *Clock) Speed() float64 { return c.speed }
 // Now returns the clock's time: its origin plus Speed times the wall time
 // elapsed since.
 func (c *Clock) Now() time.Time {
-	if c.speed == 1 {
+	if c.speed == 1 && c.origin.Equal(c.start.Round(0)) {
 		return time.Now()
 	}
 	t := c.origin.Add(time.Duration(float64(time.Since(c.start)) * c.speed))

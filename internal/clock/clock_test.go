@@ -37,3 +37,24 @@ func TestSlowSpeedsAreOne(t *testing.T) {
 		t.Error("Real changed a duration it should leave alone")
 	}
 }
+
+func TestAtStartsAtItsOrigin(t *testing.T) {
+	t.Parallel()
+	later := time.Now().Add(48 * time.Hour)
+	c := At(100, later)
+	if now := c.Now(); now.Before(later) || now.After(later.Add(time.Hour)) {
+		t.Fatalf("a clock from %v reads %v", later, now)
+	}
+	// An origin in the past is no reason to turn back time.
+	wall := time.Now()
+	if now := At(1, wall.Add(-time.Hour)).Now(); now.Before(wall) {
+		t.Fatalf("a clock from an hour ago reads %v, before the wall time %v", now, wall)
+	}
+	// At speed 1 from a later origin, it runs as the wall clock does.
+	d := At(1, later)
+	t0 := d.Now()
+	time.Sleep(5 * time.Millisecond)
+	if got := d.Now().Sub(t0); got < 5*time.Millisecond || got > time.Minute {
+		t.Fatalf("5 ms of wall time moved a speed-1 clock %v", got)
+	}
+}

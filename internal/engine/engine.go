@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"os"
 	"sync"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
 
+	"github.com/sluice-dev/sluice/internal/clock"
 	"github.com/sluice-dev/sluice/internal/metrics"
 	"github.com/sluice-dev/sluice/internal/store"
 )
@@ -52,8 +54,15 @@ type Config struct {
 	// Logger receives DBOS's and the engine's logs (default: warnings and
 	// errors to stderr).
 	Logger *slog.Logger
-	// Now is the clock for rate-limit windows (default time.Now).
+	// Now is the engine's clock: rate-limit windows, and what the
+	// backfills and the health monitor built on the engine read (default
+	// time.Now).
 	Now func() time.Time
+	// Speed is how many times as fast as the wall clock Now runs, for
+	// rehearsals in compressed time against a simulator on the same clock:
+	// durable sleeps (Sleep, the waits between a step's attempts, for
+	// quota or backoff) last their duration divided by Speed. Default 1.
+	Speed float64
 	// Metrics, if set, counts the runs and step attempts this process
 	// executes (docs/metrics.md). Default: none.
 	Metrics *metrics.Set
@@ -110,6 +119,9 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	if cfg.PollInterval < 0 || cfg.RetryBase < 0 || cfg.RetryMax < cfg.RetryBase {
 		return nil, fmt.Errorf("engine config: poll interval and retry bounds must be positive and RetryMax ≥ RetryBase")
 	}
+	if cfg.Speed < 0 || math.IsNaN(cfg.Speed) || math.IsInf(cfg.Speed, 0) {
+		return nil, fmt.Errorf("engine config: speed must be a finite number ≥ 0, got %v", cfg.Speed)
+	}
 	st := cfg.Store
 	h, err := st.Handle()
 	if err != nil {
@@ -154,6 +166,13 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 
 // Logger is the logger the engine writes to (Config.Logger).
 func (e *Engine) Logger() *slog.Logger { return e.cfg.Logger }
+
+// Now reads the engine's clock (Config.Now).
+func (e *Engine) Now() time.Time { return e.cfg.Now() }
+
+// Real converts d on the engine's clock into wall time: d divided by
+// Config.Speed.
+func (e *Engine) Real(d time.Duration) time.Duration { return clock.Real(e.cfg.Speed, d) }
 
 // SetClassifier installs the classifier for errors the engine does not know
 // (the LLM layer's). Call before Launch.

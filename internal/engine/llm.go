@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/clock"
 	"github.com/sluice-dev/sluice/internal/metrics"
 	"github.com/sluice-dev/sluice/llm"
 	"github.com/sluice-dev/sluice/run"
@@ -25,6 +26,9 @@ type Provider struct {
 	MaxInlineWait time.Duration
 	// Now is the clock of feedback to the governor (default time.Now).
 	Now func() time.Time
+	// Speed is how many times as fast as the wall clock Now runs: the
+	// inline wait lasts MaxInlineWait divided by it (default 1).
+	Speed float64
 	// Logger, if set, gets a line for every call the governor refuses up
 	// front and every provider rejection, naming the limit and the numbers.
 	// Default: none.
@@ -81,7 +85,7 @@ func (p *Provider) Call(ctx context.Context, flow string, req *llm.ChatRequest) 
 	if inline <= 0 {
 		inline = 30 * time.Second
 	}
-	wctx, cancel := context.WithTimeout(ctx, inline)
+	wctx, cancel := context.WithTimeout(ctx, clock.Real(p.Speed, inline))
 	t0 := now()
 	res, err := p.Governor.Wait(wctx, flow, cost)
 	cancel()

@@ -40,7 +40,7 @@ func (e *Engine) noteEnd(r *Run) {
 	default:
 		end.Reason += " before its first step"
 	}
-	end.EndedAt = e.cfg.Now()
+	end.EndedAt = time.Now() // as DBOS times runs: by the wall clock
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	// A cancel's own record (written by Cancel) is completed with the step;
@@ -88,7 +88,7 @@ func (e *Engine) countEnd(r *Run, err error) {
 // adds the step it was in when it stops.
 func (e *Engine) noteCancel(ctx context.Context, id string, started time.Time) error {
 	return e.st.RecordCancel(ctx, store.RunEnd{RunID: id, Status: string(run.Cancelled), Reason: "cancelled on request",
-		StartedAt: started, EndedAt: e.cfg.Now()})
+		StartedAt: started, EndedAt: time.Now()})
 }
 
 // timedOut reports whether DBOS's cancelled run w was stopped by its

@@ -70,10 +70,11 @@ func Transaction[R any](r *Run, name string, fn func(ctx context.Context, tx dbo
 	})
 }
 
-// Sleep pauses the run durably: a restart during the sleep sleeps only
-// what remains.
+// Sleep pauses the run durably for d of the engine's clock (d divided by
+// Config.Speed of wall time): a restart during the sleep sleeps only what
+// remains.
 func Sleep(r *Run, d time.Duration) error {
-	_, err := dbos.Sleep(r.dctx, d)
+	_, err := dbos.Sleep(r.dctx, r.fn.e.Real(d))
 	return err
 }
 
@@ -132,7 +133,7 @@ func retry[R any](r *Run, name string, once func(attempt int) (R, error)) (R, er
 			}
 			attempt++
 		}
-		if _, err := dbos.Sleep(r.dctx, max(wait, time.Millisecond)); err != nil {
+		if _, err := dbos.Sleep(r.dctx, max(r.fn.e.Real(wait), time.Millisecond)); err != nil {
 			return zero, err
 		}
 	}

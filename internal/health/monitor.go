@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/clock"
 	"github.com/sluice-dev/sluice/internal/store"
 )
 
@@ -78,6 +79,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
+	// Speed is how many times as fast as the wall clock Now runs (a
+	// rehearsal in compressed time): Start polls every Every of Now's time,
+	// Every divided by Speed of wall time. Default 1.
+	Speed float64
 	// After waits between webhook attempts. Default time.After.
 	After func(time.Duration) <-chan time.Time
 }
@@ -187,7 +192,7 @@ func (m *Monitor) Start(ctx context.Context) {
 	m.loop = make(chan struct{})
 	go func() {
 		defer close(m.loop)
-		t := time.NewTicker(m.cfg.Every)
+		t := time.NewTicker(max(clock.Real(m.cfg.Speed, m.cfg.Every), time.Millisecond))
 		defer t.Stop()
 		for {
 			// A failed poll is kept for Ready and tried again at the next tick.

@@ -96,7 +96,7 @@ type keyFlowView struct {
 }
 
 func (h *Handler) overview(w http.ResponseWriter, r *http.Request) error {
-	now := h.cfg.Now()
+	now := h.cfg.AppNow()
 	var flows []health.Flow
 	if h.cfg.Health != nil {
 		flows = h.cfg.Health.Flows()

@@ -147,8 +147,12 @@ type Config struct {
 	// when JavaScript runs (default 5 s; negative: never). At least a
 	// second.
 	Refresh time.Duration
-	// Now is the clock (default time.Now).
+	// Now is the clock of sessions and runs, which DBOS times by the wall
+	// clock (default time.Now).
 	Now func() time.Time
+	// AppNow is the app's clock (sluice.Config.Now), which the governors'
+	// figures and the backfills' samples read (default Now).
+	AppNow func() time.Time
 	// Logger receives the errors behind 500 pages, with the reference the
 	// page shows (default slog.Default()).
 	Logger *slog.Logger
@@ -183,6 +187,9 @@ func (c *Config) validate() error {
 	c.Refresh = cmp.Or(c.Refresh, DefaultRefresh)
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.AppNow == nil {
+		c.AppNow = c.Now
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
