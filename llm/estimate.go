@@ -1,9 +1,14 @@
 package llm
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"hash"
+	"maps"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 
@@ -107,6 +112,8 @@ type Estimator struct {
 	mu     sync.Mutex
 	once   sync.Once
 	factor map[string]float64 // learned ratio provider count / raw estimate, per model; absent: none yet
+
+	counts countCache // raw counts of requests priced recently
 }
 
 // NewEstimator checks cfg and returns an Estimator.
@@ -213,8 +220,24 @@ func (e *Estimator) Observe(model string, estimated, actual int64) {
 // message's text and extra fields (tool calls...), the per-message and
 // reply overheads, and the request's tool and format definitions. No
 // margin or correction is applied.
+//
+// The count of a request priced recently is remembered (the last 256
+// requests'), so pricing the same request again, as a backfill does when it
+// sizes a batch and then calls it, does not tokenize its text again: the
+// tokenizer is most of what pricing a call allocates.
 func (e *Estimator) PromptTokens(req *ChatRequest) int64 {
 	e.init()
+	key := promptKey(req)
+	if n, ok := e.counts.get(key); ok {
+		return n
+	}
+	n := e.promptTokens(req)
+	e.counts.put(key, n)
+	return n
+}
+
+// promptTokens is PromptTokens without the cache.
+func (e *Estimator) promptTokens(req *ChatRequest) int64 {
 	model := req.Model
 	n := int64(e.cfg.TokensPerReply)
 	for _, m := range req.Messages {
@@ -245,6 +268,120 @@ func (e *Estimator) PromptTokens(req *ChatRequest) int64 {
 
 // promptExtras are request fields the provider turns into prompt tokens.
 var promptExtras = []string{"tools", "functions", "tool_choice", "response_format"}
+
+// countCacheSize is how many requests' counts an Estimator remembers. A
+// backfill prices each batch's request while it selects the batch and again
+// when it calls it, with the other lanes' requests in between: 256 covers
+// dozens of lanes at a few hundred bytes each.
+const countCacheSize = 256
+
+// countCache remembers the raw counts of the last countCacheSize requests,
+// keyed by promptKey; the oldest is forgotten first. The zero value is
+// empty and ready. It is safe for simultaneous use by multiple goroutines.
+type countCache struct {
+	mu     sync.Mutex
+	counts map[[sha256.Size]byte]int64
+	order  [countCacheSize][sha256.Size]byte // keys in the order they came; next is the oldest once full
+	next   int
+}
+
+func (c *countCache) get(key [sha256.Size]byte) (int64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, ok := c.counts[key]
+	return n, ok
+}
+
+func (c *countCache) put(key [sha256.Size]byte, n int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.counts == nil {
+		c.counts = make(map[[sha256.Size]byte]int64, countCacheSize)
+	}
+	if _, ok := c.counts[key]; ok {
+		return // counted twice at once: the same count
+	}
+	if len(c.counts) == countCacheSize {
+		delete(c.counts, c.order[c.next])
+	}
+	c.counts[key] = n
+	c.order[c.next] = key
+	c.next = (c.next + 1) % countCacheSize
+}
+
+// promptKey is a SHA-256 of everything promptTokens reads: the model's
+// encoding, each message's role, content and extra fields, and the
+// request's prompt-bearing fields, each written with its length so that
+// no two requests that count differently write the same bytes. Fields that
+// are not counted (max_tokens, temperature...) are left out, so a request
+// that differs only in them shares its count.
+func promptKey(req *ChatRequest) [sha256.Size]byte {
+	k := keyWriter{h: sha256.New(), buf: make([]byte, 0, 512)}
+	k.string(Encoding(req.Model))
+	k.int(len(req.Messages))
+	for _, m := range req.Messages {
+		k.string(m.Role)
+		k.string(m.Content)
+		k.int(len(m.Extra))
+		for _, name := range slices.Sorted(maps.Keys(m.Extra)) {
+			k.string(name)
+			k.string(string(m.Extra[name]))
+		}
+	}
+	for _, name := range promptExtras {
+		v, ok := req.Extra[name]
+		if !ok {
+			k.int(0)
+			continue
+		}
+		raw, err := json.Marshal(v)
+		if err != nil {
+			k.int(1) // not counted, as promptTokens does not
+			continue
+		}
+		k.int(2)
+		k.string(string(raw))
+	}
+	return k.sum()
+}
+
+// keyWriter feeds a hash through a small buffer, so that writing a long
+// text does not copy it whole into a new byte slice first.
+type keyWriter struct {
+	h   hash.Hash
+	buf []byte
+}
+
+func (k *keyWriter) int(n int) {
+	k.buf = binary.AppendUvarint(k.buf, uint64(n))
+	k.flush(false)
+}
+
+func (k *keyWriter) string(s string) {
+	k.int(len(s))
+	for len(s) > 0 {
+		n := min(len(s), cap(k.buf)-len(k.buf))
+		k.buf = append(k.buf, s[:n]...)
+		s = s[n:]
+		k.flush(false)
+	}
+}
+
+// flush writes the buffer to the hash once it is full, or always when all
+// is true.
+func (k *keyWriter) flush(all bool) {
+	if all || len(k.buf) > cap(k.buf)-binary.MaxVarintLen64 {
+		k.h.Write(k.buf)
+		k.buf = k.buf[:0]
+	}
+}
+
+func (k *keyWriter) sum() [sha256.Size]byte {
+	k.flush(true)
+	var key [sha256.Size]byte
+	k.h.Sum(key[:0])
+	return key
+}
 
 // choices returns the request's n (number of choices), for which output is
 // reserved each, held between 1 and MaxChoices: a request with a larger n

@@ -2,8 +2,11 @@ package llm
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -265,4 +268,165 @@ func TestCostSaturates(t *testing.T) {
 	if _, err := NewEstimator(EstimatorConfig{TokensPerMessage: 1 << 62}); err == nil {
 		t.Error("an overhead of 2^62 tokens a message was accepted")
 	}
+}
+
+// TestPromptTokensCache: a request priced again is answered from the cache,
+// and every request, however little it differs from one priced before, is
+// counted as if it were the first: the cache never answers for another.
+func TestPromptTokensCache(t *testing.T) {
+	t.Parallel()
+	base := func() *ChatRequest {
+		return &ChatRequest{Model: "gpt-4", Messages: []Message{
+			{Role: "system", Content: "Translate each numbered line into English: 個人開発しているニュース"},
+			{Role: "user", Content: "1. il pleut des cordes\n2. hello world, again and again\n",
+				Extra: map[string]json.RawMessage{"name": json.RawMessage(`"ann"`)}},
+		}}
+	}
+	// Each change but the first few alters the count, so a cache that
+	// answered with the count of the request as it was would be caught.
+	tests := []struct {
+		name    string
+		change  func(r *ChatRequest)
+		differs bool
+	}{
+		{"as it is", func(r *ChatRequest) {}, false},
+		{"only max_tokens and n differ", func(r *ChatRequest) { r.MaxTokens = 99; r.Extra = map[string]any{"n": 2} }, false},
+		{"another model of the same encoding", func(r *ChatRequest) { r.Model = "llama-3.1-8b-instant" }, false},
+		{"one word more in a message", func(r *ChatRequest) { r.Messages[1].Content += " again" }, true},
+		{"one message more", func(r *ChatRequest) { r.Messages = append(r.Messages, Message{Role: "user", Content: "hi"}) }, true},
+		{"text moved between messages", func(r *ChatRequest) {
+			r.Messages[0].Content += " 1. il pleut"
+			r.Messages[1].Content = strings.TrimPrefix(r.Messages[1].Content, "1. il pleut")
+		}, true},
+		{"another role", func(r *ChatRequest) { r.Messages[1].Role = "tool_result_of_a_call" }, true},
+		{"another name", func(r *ChatRequest) { r.Messages[1].Extra["name"] = json.RawMessage(`"bartholomew the third"`) }, true},
+		{"an extra field", func(r *ChatRequest) {
+			r.Messages[0].Extra = map[string]json.RawMessage{"tool_call_id": json.RawMessage(`"call_abc123"`)}
+		}, true},
+		{"another encoding", func(r *ChatRequest) { r.Model = "gpt-4o" }, true},
+		{"tools", func(r *ChatRequest) { r.Extra = map[string]any{"tools": json.RawMessage(`[{"type":"function"}]`)} }, true},
+		{"a response format", func(r *ChatRequest) {
+			r.Extra = map[string]any{"response_format": map[string]string{"type": "json_object"}}
+		}, true},
+	}
+	uncached := func(r *ChatRequest) int64 {
+		var fresh Estimator
+		fresh.init()
+		return fresh.promptTokens(r)
+	}
+	var e Estimator
+	before := uncached(base())
+	e.PromptTokens(base())
+	for _, tt := range tests {
+		req := base()
+		tt.change(req)
+		want := uncached(req)
+		if differs := want != before; differs != tt.differs {
+			t.Errorf("%s: counts %d against %d before; the test expects them to differ: %v", tt.name, want, before, tt.differs)
+		}
+		for i := range 2 { // the first prices it, the second reads the cache
+			if got := e.PromptTokens(req); got != want {
+				t.Errorf("%s, pricing %d: PromptTokens = %d, want %d", tt.name, i+1, got, want)
+			}
+		}
+	}
+	// A field that is not counted leaves the key as it is.
+	if unmarshallable := base(); true {
+		unmarshallable.Extra = map[string]any{"tools": func() {}}
+		if got, want := e.PromptTokens(unmarshallable), before; got != want {
+			t.Errorf("tools that cannot be marshalled: PromptTokens = %d, want %d", got, want)
+		}
+	}
+	// The same content in another request value shares the count.
+	if a, b := promptKey(base()), promptKey(base()); a != b {
+		t.Error("equal requests have different keys")
+	}
+	// Lengths are part of the key: "ab"+"c" is not "a"+"bc".
+	ab := &ChatRequest{Messages: []Message{{Role: "ab", Content: "c"}}}
+	bc := &ChatRequest{Messages: []Message{{Role: "a", Content: "bc"}}}
+	if promptKey(ab) == promptKey(bc) {
+		t.Error("fields that split the same text differently have one key")
+	}
+	// A text longer than the key's buffer is hashed whole: two long texts
+	// that differ only in their last byte have different keys.
+	long := strings.Repeat("lorem ipsum ", 400)
+	if promptKey(userRequest("m", long+"a")) == promptKey(userRequest("m", long+"b")) {
+		t.Error("long texts differing at the end have one key")
+	}
+}
+
+// TestPromptTokensCacheBounded: the cache keeps at most countCacheSize
+// counts, forgetting the oldest, and a forgotten request is counted again.
+func TestPromptTokensCacheBounded(t *testing.T) {
+	t.Parallel()
+	var e Estimator
+	req := func(i int) *ChatRequest { return userRequest("gpt-4o", "item "+strconv.Itoa(i)) }
+	for i := range 3 * countCacheSize {
+		e.PromptTokens(req(i))
+		if n := len(e.counts.counts); n > countCacheSize {
+			t.Fatalf("after %d requests the cache holds %d counts, want at most %d", i+1, n, countCacheSize)
+		}
+	}
+	if _, ok := e.counts.get(promptKey(req(0))); ok {
+		t.Error("the oldest request is still cached")
+	}
+	if _, ok := e.counts.get(promptKey(req(3*countCacheSize - 1))); !ok {
+		t.Error("the newest request is not cached")
+	}
+	if got, want := e.PromptTokens(req(0)), int64(3+3+CountTokens("gpt-4o", "user")+CountTokens("gpt-4o", "item 0")); got != want {
+		t.Errorf("a forgotten request: PromptTokens = %d, want %d", got, want)
+	}
+}
+
+// TestPromptTokensCacheConcurrent: goroutines pricing overlapping requests
+// at once each get their request's own count (run with -race).
+func TestPromptTokensCacheConcurrent(t *testing.T) {
+	t.Parallel()
+	var e Estimator
+	var fresh Estimator
+	fresh.init()
+	reqs := make([]*ChatRequest, 2*countCacheSize)
+	want := make([]int64, len(reqs))
+	for i := range reqs {
+		reqs[i] = userRequest("gpt-4o", strings.Repeat("word ", i))
+		want[i] = fresh.promptTokens(reqs[i])
+	}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 4 * len(reqs) {
+				j := (i*(g+1) + g) % len(reqs)
+				if got := e.PromptTokens(reqs[j]); got != want[j] {
+					t.Errorf("request %d: PromptTokens = %d, want %d", j, got, want[j])
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// BenchmarkCostAgain prices a backfill's request of 20 items again, as a
+// backfill's call does after its selection priced it: from the cache.
+func BenchmarkCostAgain(b *testing.B) {
+	var text strings.Builder
+	for i := range 20 {
+		fmt.Fprintf(&text, "%d. %s\n", i+1, strings.Repeat("sixteen words of text make one item here ", 2))
+	}
+	req := userRequest("sim-model", text.String())
+	b.Run("first", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var e Estimator
+			e.Cost(req)
+		}
+	})
+	b.Run("again", func(b *testing.B) {
+		var e Estimator
+		e.Cost(req)
+		b.ReportAllocs()
+		for b.Loop() {
+			e.Cost(req)
+		}
+	})
 }

@@ -100,6 +100,9 @@ type backfillSide struct {
 	// PeakHeapMB is the most the Go heap's objects took at once (sampled
 	// every 10 ms), the part of the RSS the side's own code decides.
 	PeakHeapMB float64 `json:"peak_heap_mb"`
+	// PeakLiveMB is the most a garbage collection found still live: the
+	// collector lets the heap grow to about twice that before the next one.
+	PeakLiveMB float64 `json:"peak_live_mb"`
 }
 
 // latency is the median and 95th percentile of a measured call, in ms.
@@ -120,12 +123,14 @@ type backfillJob struct {
 	Result      string `json:"result"`      // the file the worker writes its backfillResult to
 	CPUProfile  string `json:"cpu_profile,omitempty"`
 	MemProfile  string `json:"mem_profile,omitempty"`
+	PeakProfile string `json:"peak_profile,omitempty"`
 }
 
 // backfillResult is what a worker measured.
 type backfillResult struct {
 	Seconds    float64         `json:"seconds"`
 	PeakHeapMB float64         `json:"peak_heap_mb"`
+	PeakLiveMB float64         `json:"peak_live_mb"`
 	StallCheck []time.Duration `json:"stall_check_ns,omitempty"`
 	Flows      []time.Duration `json:"flows_ns,omitempty"`
 }
@@ -150,6 +155,7 @@ func runBenchBackfill(ctx context.Context, env *cmdEnv, args []string) error {
 	concurrency := fs.Int("concurrency", 10, "batches in flight at once on each side: the backfill's InFlight, and the worker concurrency of the plain DBOS side's queue")
 	cpuProfile := fs.String("cpuprofile", "", "write CPU profiles of each side's worker to FILE.sluice and FILE.dbos (the last round's)")
 	memProfile := fs.String("memprofile", "", "write heap profiles of each side's worker, taken when its work is done, to FILE.sluice and FILE.dbos (the last round's)")
+	peakProfile := fs.String("peakprofile", "", "write heap profiles of each side's worker, taken after the collection that found the most live, to FILE.sluice and FILE.dbos (the last round's)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	if err := parseFlags(fs, env, args); err != nil {
 		return err
@@ -201,7 +207,7 @@ func runBenchBackfill(ctx context.Context, env *cmdEnv, args []string) error {
 		for _, side := range sides {
 			var profile profiles
 			if r == *rounds-1 {
-				profile = profiles{cpu: suffixed(*cpuProfile, side), mem: suffixed(*memProfile, side)}
+				profile = profiles{cpu: suffixed(*cpuProfile, side), mem: suffixed(*memProfile, side), peak: suffixed(*peakProfile, side)}
 			}
 			m, err := b.round(ctx, side, r, profile)
 			if err != nil {
@@ -231,13 +237,13 @@ func runBenchBackfill(ctx context.Context, env *cmdEnv, args []string) error {
 func printBackfillReport(w io.Writer, rep backfillReport) {
 	fmt.Fprintf(w, "%d×%d items in batches of %d on %s, %d batches in flight on each side\n",
 		rep.Rounds, rep.Items, rep.Batch, rep.DatabaseKind, rep.Concurrency)
-	fmt.Fprintf(w, "%-10s %10s %9s %10s %11s %14s %12s %13s\n", "side", "items/s", "wall s", "processed", "saves", "store B/item", "peak RSS MB", "peak heap MB")
+	fmt.Fprintf(w, "%-10s %10s %9s %10s %11s %14s %12s %13s %13s\n", "side", "items/s", "wall s", "processed", "saves", "store B/item", "peak RSS MB", "peak heap MB", "peak live MB")
 	for _, s := range []struct {
 		name string
 		backfillSide
 	}{{"sluice", rep.Sluice}, {"plain DBOS", rep.DBOS}} {
-		fmt.Fprintf(w, "%-10s %10.1f %9.1f %10d %11d %14.0f %12.1f %13.1f\n",
-			s.name, s.ItemsPerS, s.WallSeconds, s.Processed, s.Saves, s.StoreBytesPerItem, s.PeakRSSMB, s.PeakHeapMB)
+		fmt.Fprintf(w, "%-10s %10.1f %9.1f %10d %11d %14.0f %12.1f %13.1f %13.1f\n",
+			s.name, s.ItemsPerS, s.WallSeconds, s.Processed, s.Saves, s.StoreBytesPerItem, s.PeakRSSMB, s.PeakHeapMB, s.PeakLiveMB)
 	}
 	fmt.Fprintf(w, "ratio sluice/DBOS %.2f; stall check p50 %.2f ms, p95 %.2f ms; GET /v1/flows p50 %.2f ms, p95 %.2f ms\n",
 		rep.Ratio, rep.StallCheck.P50, rep.StallCheck.P95, rep.Flows.P50, rep.Flows.P95)
@@ -261,6 +267,7 @@ func (s *backfillSide) add(m backfillMeasure, rounds int) {
 	s.DatabaseBytesPerItem += float64(m.databaseBytes) / items / float64(rounds)
 	s.PeakRSSMB = max(s.PeakRSSMB, m.rssMB)
 	s.PeakHeapMB = max(s.PeakHeapMB, m.res.PeakHeapMB)
+	s.PeakLiveMB = max(s.PeakLiveMB, m.res.PeakLiveMB)
 }
 
 func latencyOf(ds []time.Duration) latency {
@@ -288,7 +295,7 @@ func (b *backfillBench) round(ctx context.Context, side string, r int, profile p
 		return m, fmt.Errorf("seed %d items: %w", b.job.Items, err)
 	}
 	job := b.job
-	job.Side, job.DB, job.CPUProfile, job.MemProfile = side, db, profile.cpu, profile.mem
+	job.Side, job.DB, job.CPUProfile, job.MemProfile, job.PeakProfile = side, db, profile.cpu, profile.mem, profile.peak
 	job.Result = filepath.Join(b.dir, side+strconv.Itoa(r)+".json")
 	if m.res, m.rssMB, err = b.worker(ctx, job); err != nil {
 		return m, err
@@ -470,10 +477,10 @@ func backfillWorker(ctx context.Context, raw string) error {
 	}
 	var res backfillResult
 	var err error
-	if job.MemProfile != "" {
+	if job.MemProfile != "" || job.PeakProfile != "" {
 		runtime.MemProfileRate = 4 << 10 // finer than the default 512 KiB: the heap is small
 	}
-	peak := watchHeap()
+	peak := watchHeap(job.PeakProfile)
 	switch job.Side {
 	case "sluice":
 		res, err = backfillSluice(ctx, job)
@@ -485,7 +492,8 @@ func backfillWorker(ctx context.Context, raw string) error {
 	if err != nil {
 		return err
 	}
-	res.PeakHeapMB = float64(peak()) / (1 << 20)
+	objects, live := peak()
+	res.PeakHeapMB, res.PeakLiveMB = float64(objects)/(1<<20), float64(live)/(1<<20)
 	out, err := json.Marshal(res)
 	if err != nil {
 		return err
@@ -493,18 +501,30 @@ func backfillWorker(ctx context.Context, raw string) error {
 	return os.WriteFile(job.Result, out, 0o600)
 }
 
-// watchHeap samples the heap's objects every 10 ms until the returned
-// function is called, which returns the most they took at once.
-func watchHeap() func() uint64 {
-	done, last := make(chan struct{}), make(chan uint64)
+// watchHeap samples the heap every 10 ms until the returned function is
+// called, which returns the most its objects took at once and the most a
+// collection found live. With a path, every time a collection finds more
+// live than any before it writes a heap profile there, replacing the last:
+// a heap profile's in-use figures are those of the latest collection, so
+// the one left is what was live at the peak.
+func watchHeap(path string) func() (objects, live uint64) {
+	done := make(chan struct{})
+	type peaks struct{ objects, live uint64 }
+	last := make(chan peaks)
 	go func() {
-		sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-		var most uint64
+		sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/gc/heap/live:bytes"}}
+		var most peaks
 		t := time.NewTicker(10 * time.Millisecond)
 		defer t.Stop()
 		for {
 			metrics.Read(sample)
-			most = max(most, sample[0].Value.Uint64())
+			most.objects = max(most.objects, sample[0].Value.Uint64())
+			if l := sample[1].Value.Uint64(); l > most.live {
+				most.live = l
+				if path != "" {
+					writeHeapProfile(path)
+				}
+			}
 			select {
 			case <-done:
 				last <- most
@@ -513,11 +533,22 @@ func watchHeap() func() uint64 {
 			}
 		}
 	}()
-	return func() uint64 { close(done); return <-last }
+	return func() (uint64, uint64) { close(done); p := <-last; return p.objects, p.live }
+}
+
+// writeHeapProfile writes the heap profile to path; a profile that cannot
+// be written is left out, as the profiles of startProfile are.
+func writeHeapProfile(path string) {
+	f, err := os.Create(path)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	_ = pprof.Lookup("heap").WriteTo(f, 0)
 }
 
 // profiles names the files a worker writes its profiles to; empty: none.
-type profiles struct{ cpu, mem string }
+type profiles struct{ cpu, mem, peak string }
 
 // suffixed is path.side, or empty when path is.
 func suffixed(path, side string) string {
@@ -544,15 +575,9 @@ func startProfile(job backfillJob) (func(), error) {
 	}
 	return func() {
 		stopCPU()
-		if job.MemProfile == "" {
-			return
+		if job.MemProfile != "" {
+			writeHeapProfile(job.MemProfile)
 		}
-		f, err := os.Create(job.MemProfile)
-		if err != nil {
-			return
-		}
-		defer f.Close()
-		_ = pprof.Lookup("heap").WriteTo(f, 0)
 	}, nil
 }
 
