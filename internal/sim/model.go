@@ -31,6 +31,12 @@ type Config struct {
 	// DefaultMaxTokens is reserved for a request that sets no max_tokens.
 	// Default 1000; at most MaxOutputTokens.
 	DefaultMaxTokens int64
+	// DefaultMaxTokensMin, when set, makes the reservation of a request
+	// without max_tokens vary: a seeded draw, uniform between it and
+	// DefaultMaxTokens, as a provider's own guess of a request's output
+	// does (Groq asked 1,038 to 2,048 output tokens of DevPick's requests
+	// without max_tokens). Default 0: always DefaultMaxTokens.
+	DefaultMaxTokensMin int64
 	// MaxOutputTokens is the simulated model's max output tokens: the server
 	// answers a request asking more max_tokens with a 400, and no response
 	// is longer. Default scenario.MaxOutputTokens (32,768); at most
@@ -87,6 +93,9 @@ func (c Config) validate() error {
 	}
 	if c.MaxOutputTokens < 1 || c.MaxOutputTokens > MaxOutputTokensCap {
 		return fmt.Errorf("max output tokens: %d is not between 1 and %d", c.MaxOutputTokens, MaxOutputTokensCap)
+	}
+	if c.DefaultMaxTokensMin < 0 || c.DefaultMaxTokensMin > c.DefaultMaxTokens {
+		return fmt.Errorf("default max tokens min: %d is not between 0 and the default max tokens, %d", c.DefaultMaxTokensMin, c.DefaultMaxTokens)
 	}
 	if c.DefaultMaxTokens > c.MaxOutputTokens {
 		return fmt.Errorf("default max tokens: %d is more than the model's max output tokens, %d", c.DefaultMaxTokens, c.MaxOutputTokens)
@@ -245,6 +254,9 @@ func (m *Model) Submit(now time.Time, r Request) Response {
 	max := r.MaxTokens
 	if max <= 0 {
 		max = m.cfg.DefaultMaxTokens
+		if lo := m.cfg.DefaultMaxTokensMin; lo > 0 && lo < max {
+			max = lo + m.rng.Int64N(max-lo+1)
+		}
 	}
 	max = reserveOutput(max, r.N)
 	c := governor.Cost{Requests: 1, Input: nonNeg(r.Input), Output: max}

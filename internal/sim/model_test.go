@@ -56,6 +56,7 @@ func TestNewModelValidates(t *testing.T) {
 		{"max output negative", Config{MaxOutputTokens: -1}, "max output tokens"},
 		{"default above max output", Config{DefaultMaxTokens: 4096, MaxOutputTokens: 2048}, "default max tokens: 4096 is more than the model's max output tokens, 2048"},
 		{"default above bound", Config{DefaultMaxTokens: 1 << 40}, "default max tokens"},
+		{"default min above default", Config{DefaultMaxTokens: 1000, DefaultMaxTokensMin: 1001}, "default max tokens min: 1001 is not between 0 and the default max tokens, 1000"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -258,6 +259,36 @@ func TestDefaultMaxTokens(t *testing.T) {
 	// DevPick's trap: one request without max_tokens fills the OTPM minute.
 	if r := m.Submit(at(time.Second), Request{Input: 10, Output: 20}); r.Status != 429 || r.Limit != governor.OTPM {
 		t.Fatalf("second: %d %s, want 429 otpm", r.Status, r.Limit)
+	}
+}
+
+// A provider's guess of a request's output varies: with a minimum, the
+// reservation of a request without max_tokens is drawn between it and the
+// default, so some such requests fit OTPM and others are too large, as
+// DevPick's did.
+func TestDefaultMaxTokensVaries(t *testing.T) {
+	t.Parallel()
+	m := newModel(t, Config{DefaultMaxTokens: 2048, DefaultMaxTokensMin: 600, Limits: limits("otpm=1000")})
+	seen := map[bool]int{}
+	for i := range 400 {
+		// A minute apart: each finds the OTPM minute empty.
+		r := m.Submit(at(time.Duration(i)*time.Minute), Request{Input: 10, Output: 5000})
+		if r.Status == 200 {
+			if r.Charged.Output < 600 || r.Charged.Output > 1000 {
+				t.Fatalf("admitted with %d output reserved, want 600 to 1000", r.Charged.Output)
+			}
+		} else if !r.TooLarge || r.Limit != governor.OTPM {
+			t.Fatalf("refused %d %s (too large %v), want too large on otpm", r.Status, r.Limit, r.TooLarge)
+		}
+		seen[r.Status == 200]++
+	}
+	// 401 of the 1,449 values fit: about 28 %.
+	if seen[true] < 70 || seen[true] > 160 {
+		t.Fatalf("%d of 400 fit, want about 110", seen[true])
+	}
+	// A request that sets max_tokens is charged what it set.
+	if r := m.Submit(at(time.Hour*24), Request{Input: 10, MaxTokens: 50, Output: 5000}); r.Charged.Output != 50 {
+		t.Fatalf("charged %d output, want the 50 it set", r.Charged.Output)
 	}
 }
 
