@@ -48,7 +48,14 @@ type DashboardConfig struct {
 	// Refresh is how often a page re-fetches its live figures (default 5s;
 	// negative: never).
 	Refresh time.Duration
+	// Links are further entries of the dashboard's navigation, to pages
+	// the program serves beside it: label → path on the same server
+	// ("/demo"), in the order given.
+	Links []DashboardLink
 }
+
+// DashboardLink is an entry of the dashboard's navigation (DashboardConfig.Links).
+type DashboardLink struct{ Label, Href string }
 
 // Dashboard returns the app's web dashboard, to be mounted at "/" beside
 // Handler's /v1/ paths: every provider key's limits now and over the last
@@ -57,6 +64,10 @@ type DashboardConfig struct {
 // of the running configuration, and a form to send a test event. Its pages
 // read only bounded, indexed pages of the database.
 func (a *App) Dashboard(cfg DashboardConfig) (http.Handler, error) {
+	links := make([]ui.Link, len(cfg.Links))
+	for i, l := range cfg.Links {
+		links[i] = ui.Link{Label: l.Label, Href: l.Href}
+	}
 	return ui.New(ui.Config{
 		Engine:        a.e,
 		Sender:        a.e,
@@ -71,6 +82,7 @@ func (a *App) Dashboard(cfg DashboardConfig) (http.Handler, error) {
 		Refresh:       cfg.Refresh,
 		Logger:        a.e.Logger(),
 		AppNow:        a.e.Now,
+		Links:         links,
 	})
 }
 

@@ -150,6 +150,10 @@ type Config struct {
 	// Now is the clock of sessions and runs, which DBOS times by the wall
 	// clock (default time.Now).
 	Now func() time.Time
+	// Links are further entries of the navigation, after the dashboard's
+	// own, to pages of the program that mounts it. Each Href must be a
+	// path on the same server ("/demo").
+	Links []Link
 	// AppNow is the app's clock (sluice.Config.Now), which the governors'
 	// figures and the backfills' samples read (default Now).
 	AppNow func() time.Time
@@ -180,6 +184,11 @@ func (c *Config) validate() error {
 		return fmt.Errorf("ui: Refresh %s is under a second", c.Refresh)
 	case strings.TrimSpace(c.Token) != c.Token:
 		return errors.New("ui: Token begins or ends with white space")
+	}
+	for _, l := range c.Links {
+		if l.Label == "" || !strings.HasPrefix(l.Href, "/") || strings.HasPrefix(l.Href, "//") {
+			return fmt.Errorf("ui: link %q to %q: want a label and a path on this server", l.Label, l.Href)
+		}
 	}
 	c.SessionTTL = cmp.Or(c.SessionTTL, DefaultSessionTTL)
 	c.OutputLimit = cmp.Or(c.OutputLimit, DefaultOutputLimit)
@@ -418,6 +427,14 @@ type view struct {
 	Data     any
 	AssetCSS string
 	AssetJS  string
+	Links    []Link
+}
+
+// Link is an entry of the navigation to a page the program that mounts
+// the dashboard serves itself.
+type Link struct {
+	Label string
+	Href  string // a path on the same server, such as "/demo"
 }
 
 // render writes page name with data, or a 500 page if it cannot be
@@ -439,6 +456,7 @@ func (h *Handler) renderView(w http.ResponseWriter, r *http.Request, status int,
 	v.CSRF = h.csrf(r)
 	v.SignOut = h.hasSession(r)
 	v.Now = h.cfg.Now().UTC()
+	v.Links = h.cfg.Links
 	v.AssetCSS, v.AssetJS = h.assetURL("style.css"), h.assetURL("live.js")
 	var b bytes.Buffer
 	if err := h.pages[name].ExecuteTemplate(&b, "layout", v); err != nil {

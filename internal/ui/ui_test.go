@@ -353,3 +353,20 @@ func keyStats(key string, limits map[governor.Limit][2]int64, flows ...governor.
 	}
 	return s
 }
+
+// The program mounting the dashboard adds its own pages to the navigation;
+// a link off the server is refused.
+func TestNavigationLinks(t *testing.T) {
+	t.Parallel()
+	h := newUI(t, ui.Config{Links: []ui.Link{{Label: "Side by side", Href: "/demo"}}}, nil)
+	_, page := get(t, h, "/")
+	nav := page.one(t, "the navigation", func(n node) bool { return n.Name == "nav" })
+	if links := nav.all(with("href", "/demo")); len(links) != 1 || links[0].text() != "Side by side" {
+		t.Fatalf("the navigation has %d links to /demo, want one named Side by side", len(links))
+	}
+	for _, l := range []ui.Link{{Label: "x", Href: "https://elsewhere.example/"}, {Label: "x", Href: "//elsewhere"}, {Href: "/demo"}} {
+		if _, err := ui.New(ui.Config{Engine: &fakeEngine{}, Links: []ui.Link{l}}); err == nil {
+			t.Errorf("link %+v accepted", l)
+		}
+	}
+}
