@@ -206,6 +206,32 @@ func Seed(ctx context.Context, db *sql.DB, n int) (int, error) {
 	return inserted, nil
 }
 
+// SeedSummaries gives articles 1 to n an English summary for both
+// pipelines, where they have none, as the summaries DevPick's backfill had
+// saved before its title backfill began (the seed's 1,412 articles with an
+// English summary and a Japanese title): their titles are eligible at once.
+// It returns how many articles it gave a summary; running it again gives
+// none. The summaries count as no save of either pipeline (*_saves stay 0).
+func SeedSummaries(ctx context.Context, db *sql.DB, n int) (int, error) {
+	if n < 0 {
+		return 0, fmt.Errorf("devpick: seed %d summaries: negative", n)
+	}
+	var total int64
+	for _, c := range []string{"summary_en", "summary_en_naive"} {
+		res, err := db.ExecContext(ctx, `UPDATE `+Table+` SET `+c+` = 'An English summary saved before the title backfill began (article ' || id || ').', `+
+			c+`_at = published_at WHERE seq <= $1 AND `+c+` IS NULL`, n)
+		if err != nil {
+			return 0, fmt.Errorf("devpick: seed summaries: %w", err)
+		}
+		k, err := res.RowsAffected()
+		if err != nil {
+			return 0, fmt.Errorf("devpick: seed summaries: %w", err)
+		}
+		total = max(total, k)
+	}
+	return int(total), nil
+}
+
 // Arrive inserts the next new article (the one after the highest sequence
 // number), published at now and not yet analysed by either pipeline, and
 // returns it. Call it on a timer to model the site's new articles (the seed

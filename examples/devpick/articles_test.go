@@ -91,6 +91,39 @@ func TestSeedDeterministicAndIdempotent(t *testing.T) {
 	}
 }
 
+// Seeded summaries make the seed's state: titles eligible at once, on both
+// pipelines, and no save counted.
+func TestSeedSummaries(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, _ := tempDB(t)
+	if _, err := Seed(ctx, db, 50); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := SeedSummaries(ctx, db, 20); err != nil || got != 20 {
+		t.Fatalf("SeedSummaries gave %d (%v), want 20", got, err)
+	}
+	if got, err := SeedSummaries(ctx, db, 20); err != nil || got != 0 {
+		t.Fatalf("a second SeedSummaries gave %d (%v), want 0", got, err)
+	}
+	for _, p := range []Pipeline{SluicePipeline, NaivePipeline} {
+		c, err := Progress(ctx, db, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c[Summary] != (Counts{Done: 20, Remaining: 30}) || c[Title] != (Counts{Remaining: 20, Waiting: 30}) {
+			t.Errorf("%s: %+v, want 20 summaries done and their 20 titles eligible", p, c)
+		}
+	}
+	var saves int
+	if err := db.QueryRow(`SELECT COALESCE(SUM(summary_en_saves + summary_en_naive_saves), 0) FROM ` + Table).Scan(&saves); err != nil || saves != 0 {
+		t.Errorf("seeded summaries counted %d saves (%v), want 0", saves, err)
+	}
+	if _, err := SeedSummaries(ctx, db, -1); err == nil {
+		t.Error("a negative count accepted")
+	}
+}
+
 // Arrive adds the next article, not analysed, for both pipelines.
 func TestArrive(t *testing.T) {
 	t.Parallel()

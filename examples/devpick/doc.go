@@ -41,9 +41,11 @@
 //     dashboard). AnalysisPoll bounds how long a new article waits to be
 //     seen;
 //   - summary: a backfill over articles without summary_en;
-//   - title: a backfill over articles without title_en, After the summary
-//     backfill: an article becomes eligible for its title when its summary
-//     is saved, at that moment.
+//   - title: a backfill over articles with summary_en and without
+//     title_en, whoever saved the summary (the summaries DevPick had saved
+//     before, SeedSummaries, included); with Config.TitleAfterSummary it
+//     runs After the summary backfill instead, and an article becomes
+//     eligible for its title the moment that backfill saves its summary.
 //
 // Their IDs and flows are analysis, summary and title. Every call goes
 // through the key's quota governor, which admits it only when it fits

@@ -41,6 +41,11 @@ type Config struct {
 	// InFlight is how many of a job's batches may be going at once
 	// (default 4); each call is still admitted by the governor.
 	InFlight int
+	// TitleAfterSummary makes the title backfill run After the summary
+	// backfill (an article's title is eligible the moment the backfill
+	// saves its summary) instead of listing the articles with a summary at
+	// each poll: only summaries the summary backfill saved count then.
+	TitleAfterSummary bool
 	// Strict refuses a batch's answer that does not have one marked block
 	// per article ([1], [2] …) instead of sharing its words out evenly:
 	// every item of such a batch is rejected as empty. Set it against a
@@ -82,7 +87,14 @@ func Register(app *sluice.App, cfg Config) error {
 		case Analysis:
 			poll = cmp.Or(cfg.AnalysisPoll, 10*time.Second)
 		case Title:
-			after = Summary
+			// After would admit only the summaries the summary backfill
+			// saved itself, and DevPick had 1,412 saved before it moved
+			// onto sluice (SeedSummaries): the title backfill lists the
+			// articles with a summary, whoever saved it, and finds a new
+			// one at its next poll.
+			if cfg.TitleAfterSummary {
+				after = Summary
+			}
 		}
 		err := sluice.RegisterBackfill(app, sluice.Backfill[Article]{
 			Backfill: run.Backfill{
