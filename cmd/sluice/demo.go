@@ -2,317 +2,469 @@ package main
 
 import (
 	"context"
+	"database/sql"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
-	"sort"
-	"strings"
 	"sync"
-	"text/tabwriter"
 	"time"
 
 	"github.com/sluice-dev/sluice"
+	"github.com/sluice-dev/sluice/examples/devpick"
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/clock"
 	"github.com/sluice-dev/sluice/internal/guard"
+	"github.com/sluice-dev/sluice/internal/httpjson"
 	"github.com/sluice-dev/sluice/internal/sim"
 	"github.com/sluice-dev/sluice/llm"
-	"github.com/sluice-dev/sluice/run"
 )
 
 func init() {
 	register(&command{
 		name:    "demo",
-		summary: "run three LLM jobs on one rate-limited key, durably, against a built-in provider simulator",
+		summary: "run DevPick's three LLM jobs on one rate-limited key, on sluice and on the seed's own scheduler, side by side",
 		run:     runDemo,
 	})
 }
 
-// demoFlow is one of the demo's jobs: DevPick's three (seed 000), in
-// miniature so a minute shows them sharing the key.
-type demoFlow struct {
-	name      string
-	event     string
-	priority  int
-	maxTokens int
-	prompt    string
-	backlog   int           // events sent at the start
-	every     time.Duration // then one event this often (0: none)
-}
+// The demo's defaults.
+const (
+	// demoSpeed runs a simulated day in two minutes.
+	demoSpeed = 720
+	// demoArticles is how many old articles wait for their English
+	// summary and title at the start.
+	demoArticles = 2000
+	// demoSummarised is how many of them already have their English
+	// summary, so their titles wait (the seed's 1,412).
+	demoSummarised = 1412
+	// demoArrivals is how many new articles arrive a day (the seed's
+	// figure).
+	demoArrivals = 100
+	// demoProvider names the sluice side's provider key in the app, the
+	// dashboard and /v1/flows.
+	demoProvider = "groq"
+)
 
-var demoFlows = []demoFlow{
-	{name: "analysis", event: "article/new", priority: 1, maxTokens: 300, prompt: "Analyse this new article: topics, audience, one-line verdict.", every: 6 * time.Second},
-	{name: "summary", event: "article/summary", maxTokens: 260, prompt: "Summarize this article in English in three sentences.", backlog: 60},
-	{name: "title", event: "article/title", maxTokens: 60, prompt: "Translate this article's title into English.", backlog: 120},
-}
-
-// demoLimits are tight on purpose: the backlogs want far more than the key
-// allows, and its daily token budget (paced over the day, as the governor
-// does) leaves about 14,000 tokens a minute — some 35 calls.
-const demoLimits = "rpm=60,tpm=30000,otpm=8000,tpd=20000000"
+// The names of the two simulated keys, in /sim/stats and the views.
+const (
+	sideNaive  = "naive"
+	sideSluice = "sluice"
+)
 
 func runDemo(ctx context.Context, env *cmdEnv, args []string) error {
 	fs := newFlagSet(env, "demo", "[flags]",
-		"Starts a simulated Groq-style provider with tight limits ("+demoLimits+"), and an app with three\n"+
-			"jobs that share its one key — the analysis of new articles (priority), a summary backfill\n"+
-			"and a title backfill, as in DevPick's write-up. Every LLM call is a durable step admitted by\n"+
-			"the quota governor, so the jobs share the key fairly in tokens and the provider refuses\n"+
-			"nothing. Prints progress every few seconds, then a summary. The run API is served on --addr\n"+
-			"meanwhile (try: curl 'http://127.0.0.1:8288/v1/runs?status=completed').")
-	dur := fs.Duration("for", time.Minute, "how long to run")
-	every := fs.Duration("report-every", 5*time.Second, "how often to print progress")
-	addr := fs.String("addr", "127.0.0.1:8288", `address of the run API ("" to serve none)`)
-	dbURL := fs.String("db", "", "database (default: a new SQLite file in a temporary folder, removed at the end)")
-	untilEach := fs.Int("until-each", 0, "stop early once every job has finished this many articles (0: run for --for)")
+		"Runs DevPick's English backfill (see docs/demo.md): the analysis of new articles, the English\n"+
+			"summaries of "+fmt.Sprint(demoArticles)+" old ones and the English titles of those with a summary ("+fmt.Sprint(demoSummarised)+" at the start),\n"+
+			"on one key with the limits of the\n"+
+			"seed's Groq free tier ("+devpick.Limits+"). Two simulated keys\n"+
+			"with those limits serve two pipelines over the same articles: on the left the seed's own\n"+
+			"scheduler (one rate_limited_until flag, a fixed job order, no max_tokens), on the right\n"+
+			"sluice's backfills under its quota governor. Time runs --speed times as fast as the wall\n"+
+			"clock for the simulators and sluice alike (a simulated day in two minutes). The terminal\n"+
+			"shows both live; the dashboard, the run API, /metrics, the side-by-side page /demo and the\n"+
+			"simulators' counts /sim/stats are served on --addr. Stops after --for of simulated time or\n"+
+			"at Ctrl-C, and prints what each side did. Run it again with the same --db to resume.\n"+
+			"With --upstream it drives a real provider instead (sluice's side only, on the wall clock).")
+	addr := fs.String("addr", "127.0.0.1:8288", "address to serve the dashboard, the API and the simulators on (loopback only)")
+	dbPath := fs.String("db", "", "SQLite file of the articles and of sluice's records; run again with the same file to resume (default: a new file in a temporary folder, removed at the end)")
+	speed := fs.Float64("speed", demoSpeed, fmt.Sprintf("how many times as fast as the wall clock the simulated time runs (1 to %d)", sluice.MaxSpeed))
+	dur := fs.Duration("for", 24*time.Hour, "how long to run, in simulated time (0: until Ctrl-C)")
+	articles := fs.Int("articles", demoArticles, "old articles to backfill (the same ones on every run)")
+	every := fs.Duration("report-every", time.Second, "how often the terminal view is redrawn, in wall time (at least 10 s when the output is not a terminal)")
+	upstream := fs.String("upstream", "", "base URL of a real OpenAI-compatible provider (…/v1) for sluice's side, instead of the simulator; the naive side does not run")
+	keyEnv := fs.String("api-key-env", "GROQ_API_KEY", "environment variable holding the --upstream provider's API key")
+	profile := fs.String("profile", "groq", "the --upstream provider's profile: groq, openai or anthropic")
+	model := fs.String("model", "", `the model every call names (default "sim-model"; with --upstream "llama-3.1-8b-instant")`)
+	limitsFlag := fs.String("limits", devpick.Limits, "the key's limits (with --upstream: those of your key)")
 	if err := parseFlags(fs, env, args); err != nil {
 		return err
 	}
-	if *dur <= 0 || *every <= 0 || *untilEach < 0 {
-		fmt.Fprintln(env.stderr, "sluice demo: --for and --report-every must be positive, --until-each not negative")
+	o := demoOptions{addr: *addr, speed: *speed, dur: *dur, articles: *articles, every: *every, upstream: *upstream, model: *model}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if err := o.check(set); err != nil {
+		fmt.Fprintf(env.stderr, "sluice demo: %v\n", err)
 		return errUsage
 	}
-	db := *dbURL
-	if db == "" {
+	limits, err := governor.ParseLimits(*limitsFlag)
+	if err != nil {
+		fmt.Fprintf(env.stderr, "sluice demo: --limits: %v\n", err)
+		return errUsage
+	}
+	o.limits, o.limitsText = limits, *limitsFlag
+	if o.upstream != "" {
+		if o.profile, err = llm.ParseProfile(*profile); err != nil {
+			fmt.Fprintf(env.stderr, "sluice demo: --profile: %v\n", err)
+			return errUsage
+		}
+		if o.apiKey = env.getenv(*keyEnv); o.apiKey == "" {
+			return fmt.Errorf("--upstream needs an API key: the variable %s (--api-key-env) is empty", *keyEnv)
+		}
+	}
+	if err := guard.CheckBind(o.addr, false, "the demo serves its dashboard and API without a token"); err != nil {
+		return err
+	}
+	o.db = *dbPath
+	if o.db == "" {
 		dir, err := os.MkdirTemp("", "sluice-demo-")
 		if err != nil {
 			return err
 		}
 		defer os.RemoveAll(dir)
-		db = filepath.Join(dir, "sluice.db")
+		o.db = filepath.Join(dir, "devpick.db")
 	}
+	return runDemoWith(ctx, env, o)
+}
 
-	limits, err := governor.ParseLimits(demoLimits)
-	if err != nil {
-		return err
-	}
-	model, err := sim.NewModel(sim.Config{Profile: "groq", Limits: limits, Latency: 400 * time.Millisecond, Seed: 1, Wire: true})
-	if err != nil {
-		return err
-	}
-	provider := sim.NewServer(model, sim.ServerConfig{Addr: "127.0.0.1:0"})
-	if err := provider.Start(ctx); err != nil {
-		return fmt.Errorf("start the simulated provider: %w", err)
-	}
-	defer provider.Stop(context.Background())
+// demoOptions are the demo's flags, checked.
+type demoOptions struct {
+	addr, db, upstream, model string
+	speed                     float64
+	dur, every                time.Duration
+	articles                  int
+	limits                    governor.Limits
+	limitsText                string
+	profile                   llm.Profile
+	apiKey                    string
+}
 
-	var flows []governor.FlowConfig
-	for _, f := range demoFlows {
-		flows = append(flows, governor.FlowConfig{Name: f.name, Priority: f.priority})
+// check bounds the flags; set says which were given.
+func (o *demoOptions) check(set map[string]bool) error {
+	switch {
+	case o.addr == "":
+		return errors.New(`--addr is required: the simulators are served on it ("127.0.0.1:0" picks a free port)`)
+	case !(o.speed >= 1) || o.speed > sluice.MaxSpeed:
+		return fmt.Errorf("--speed %v: want a number from 1 to %d", o.speed, sluice.MaxSpeed)
+	case o.dur < 0:
+		return fmt.Errorf("--for %s is negative", o.dur)
+	case o.articles < 0 || o.articles > 1_000_000:
+		return fmt.Errorf("--articles %d: want 0 to 1,000,000", o.articles)
+	case o.every < 10*time.Millisecond:
+		return fmt.Errorf("--report-every %s: want at least 10ms", o.every)
 	}
-	app, err := sluice.New(ctx, sluice.Config{
-		DatabaseURL: db,
-		Providers: []sluice.Provider{{
-			Name:   "groq-sim",
-			LLM:    llm.Config{BaseURL: "http://" + provider.Addr() + "/v1", Profile: llm.Groq},
-			Limits: limits,
-		}},
-		Flows: flows,
-	})
-	if err != nil {
-		return err
-	}
-	defer app.Stop(context.Background())
-
-	prog := newDemoProgress(*untilEach)
-	for _, f := range demoFlows {
-		if err := registerDemoFlow(app, f, prog); err != nil {
-			return err
+	if o.upstream != "" {
+		if set["speed"] && o.speed != 1 {
+			return errors.New("--speed with --upstream: a real provider counts its limits on the wall clock, so sluice must too")
+		}
+		o.speed = 1
+		if o.model == "" {
+			o.model = "llama-3.1-8b-instant"
 		}
 	}
-	if err := app.Start(ctx); err != nil {
-		return err
+	if o.model == "" {
+		o.model = "sim-model"
 	}
-	if *addr != "" {
-		if err := guard.CheckBind(*addr, false, "the demo's run API has no token"); err != nil {
-			return err
-		}
-		ln, err := net.Listen("tcp", *addr)
-		if err != nil {
-			return fmt.Errorf("listen on %s: %w (use --addr to pick another, or --addr \"\")", *addr, err)
-		}
-		srv := guard.NewServer(app.Handler(sluice.HandlerConfig{}), guard.Config{Addr: *addr})
-		go func() { _ = srv.Serve(ln) }()
-		defer srv.Close()
-		fmt.Fprintf(env.stdout, "run API on http://%s/v1/runs\n", ln.Addr())
-	}
-	fmt.Fprintf(env.stdout, "provider simulator (groq) on http://%s with %s; database %s\n\n", provider.Addr(), demoLimits, db)
-
-	runCtx, cancel := context.WithTimeout(ctx, *dur)
-	defer cancel()
-	start := time.Now()
-	var wg sync.WaitGroup
-	for _, f := range demoFlows {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			feedDemoFlow(runCtx, app, f, prog)
-		}()
-	}
-	tick := time.NewTicker(*every)
-	defer tick.Stop()
-loop:
-	for {
-		select {
-		case <-runCtx.Done():
-			break loop
-		case <-prog.reached:
-			cancel()
-			break loop
-		case <-tick.C:
-			prog.print(env.stdout, time.Since(start), model.Stats())
-		}
-	}
-	wg.Wait()
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	fmt.Fprintln(env.stdout)
-	prog.print(env.stdout, time.Since(start), model.Stats())
-	st := model.Stats()
-	rejected := st.RejectedByStatus[429] + st.RejectedByStatus[413]
-	fmt.Fprintf(env.stdout, "\nThe provider answered %d requests and refused %d (429/413): every call was admitted only when it fit\n", st.Succeeded, rejected)
-	fmt.Fprintf(env.stdout, "every limit of the key. The jobs shared the key by tokens; the analysis of new articles had priority.\n")
 	return nil
 }
 
-// registerDemoFlow adds one job: each event is one article; the run makes
-// one governed LLM call for it.
-func registerDemoFlow(app *sluice.App, f demoFlow, prog *demoProgress) error {
-	type article struct {
-		ID   string `json:"id"`
-		Text string `json:"text"`
-	}
-	return sluice.Register(app, run.Function{
-		ID:      f.name,
-		Event:   f.event,
-		Retries: 5,
-		Flow:    f.name,
-		// Each job runs several articles at a time; the governor, not this
-		// limit, decides when their calls go.
-		Concurrency: []run.Concurrency{{Limit: 8}},
-	}, func(ctx *sluice.Context, ev sluice.Event[article]) (string, error) {
-		resp, err := sluice.LLM(ctx, "llm", &llm.ChatRequest{
-			Model:     "sim-model",
-			MaxTokens: f.maxTokens,
-			Messages: []llm.Message{
-				{Role: "system", Content: f.prompt},
-				{Role: "user", Content: ev.Data.Text},
-			},
-		})
-		if err != nil {
-			return "", err
-		}
-		prog.done(f.name, resp.Usage.TotalTokens, time.Since(ev.TS))
-		return resp.Text(), nil
-	})
+// demo is one running demo: its clock, the articles, the two sides.
+type demo struct {
+	o      demoOptions
+	clk    *clock.Clock
+	db     *sql.DB
+	app    *sluice.App
+	api    http.Handler
+	naive  *devpick.Naive        // nil with --upstream
+	models map[string]*sim.Model // by side; none with --upstream
+	began  time.Time             // the simulated time the demo started at
+	base   map[string]map[string]int
+
+	mu   sync.Mutex
+	last map[string]map[string]time.Time // side → job → simulated time its done count last grew
+	seen map[string]map[string]int
 }
 
-// feedDemoFlow sends a job's backlog at once, then (for a job with arrivals)
-// one article now and one every f.every.
-func feedDemoFlow(ctx context.Context, app *sluice.App, f demoFlow, prog *demoProgress) {
-	n := 0
-	send := func() {
-		n++
-		id := fmt.Sprintf("%s-%04d", f.name, n)
-		data := map[string]string{"id": id, "text": demoArticle(n)}
-		if _, err := app.Send(ctx, f.event, id, data); err == nil {
-			prog.sent(f.name)
+func runDemoWith(ctx context.Context, env *cmdEnv, o demoOptions) error {
+	db, err := devpick.OpenDB(o.db)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	origin, err := loadDemoClock(ctx, db)
+	if err != nil {
+		return err
+	}
+	d := &demo{o: o, clk: clock.At(o.speed, origin), db: db, models: map[string]*sim.Model{},
+		last: map[string]map[string]time.Time{}, seen: map[string]map[string]int{}}
+	d.began = d.clk.Now()
+	if _, err := devpick.Seed(ctx, db, o.articles); err != nil {
+		return err
+	}
+	if _, err := devpick.SeedSummaries(ctx, db, min(demoSummarised, o.articles)); err != nil {
+		return err
+	}
+
+	ln, err := net.Listen("tcp", o.addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w (pick another with --addr, or 127.0.0.1:0 for a free port)", o.addr, err)
+	}
+	base := "http://" + ln.Addr().String()
+	mux := http.NewServeMux()
+	sims := map[string]*sim.Server{}
+	if o.upstream == "" {
+		for i, side := range []string{sideNaive, sideSluice} {
+			// Groq's answer to a request without max_tokens: it expects
+			// up to 2,048 output tokens of it.
+			m, err := sim.NewModel(sim.Config{Profile: "groq", Limits: o.limits, Latency: 2 * time.Second, DefaultMaxTokens: 2048, DefaultMaxTokensMin: 300, Seed: int64(i + 1), Wire: true})
+			if err != nil {
+				return err
+			}
+			s := sim.NewServer(m, sim.ServerConfig{Now: d.clk.Now, Speed: o.speed})
+			defer s.Stop(context.Background())
+			d.models[side], sims[side] = m, s
+			mux.Handle("/sim/"+side+"/", http.StripPrefix("/sim/"+side, s))
+		}
+		mux.HandleFunc("GET /sim/stats", func(w http.ResponseWriter, _ *http.Request) {
+			httpjson.Write(w, http.StatusOK, map[string]sim.Stats{sideNaive: d.models[sideNaive].Stats(), sideSluice: d.models[sideSluice].Stats()})
+		})
+	}
+
+	providerURL, key := base+"/sim/"+sideSluice+"/v1", ""
+	profile := llm.Groq
+	if o.upstream != "" {
+		providerURL, key, profile = o.upstream, o.apiKey, o.profile
+	}
+	logs := &demoLog{w: env.stderr}
+	d.app, err = sluice.New(ctx, sluice.Config{
+		DatabaseURL: o.db,
+		Providers: []sluice.Provider{{Name: demoProvider, Limits: o.limits,
+			LLM: llm.Config{BaseURL: providerURL, APIKey: key, Profile: profile}}},
+		Flows:        devpick.Flows(),
+		Now:          d.clk.Now,
+		Speed:        o.speed,
+		HealthEvery:  5 * time.Minute,
+		HistoryEvery: 10 * time.Minute,
+		Logger:       slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	if err != nil {
+		return err
+	}
+	stopped := false
+	stopApp := func() {
+		if !stopped {
+			stopped = true
+			_ = d.app.Stop(context.Background())
 		}
 	}
-	for range f.backlog {
-		send()
+	defer stopApp()
+	err = devpick.Register(d.app, devpick.Config{DB: db, Model: o.model, Provider: demoProvider,
+		AnalysisPoll: 10 * time.Minute, Poll: 30 * time.Minute, Strict: o.upstream != ""})
+	if err != nil {
+		return err
 	}
-	if f.every == 0 {
-		return
+	if o.upstream == "" {
+		d.naive, err = devpick.NewNaive(devpick.NaiveConfig{DB: db, BaseURL: base + "/sim/" + sideNaive + "/v1", Model: o.model,
+			Now: d.clk.Now, Sleep: func(ctx context.Context, dd time.Duration) error { return sleepCtx(ctx, d.clk.Real(dd)) }})
+		if err != nil {
+			return err
+		}
 	}
-	send()
-	t := time.NewTicker(f.every)
+	dash, err := d.app.Dashboard(sluice.DashboardConfig{Refresh: 2 * time.Second,
+		Links: []sluice.DashboardLink{{Label: "Side by side", Href: "/demo"}}})
+	if err != nil {
+		return err
+	}
+	d.api = d.app.Handler(sluice.HandlerConfig{})
+	mux.Handle("/v1/", d.api)
+	mux.Handle("/healthz", d.api)
+	mux.Handle("/readyz", d.api)
+	mux.Handle("GET /metrics", d.app.MetricsHandler())
+	mux.HandleFunc("GET /demo", d.page)
+	mux.HandleFunc("GET /demo.json", func(w http.ResponseWriter, r *http.Request) {
+		snap, err := d.snapshot(r.Context())
+		if err != nil {
+			httpjson.Write(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
+			return
+		}
+		httpjson.Write(w, http.StatusOK, snap)
+	})
+	mux.Handle("/", dash)
+	srv := guard.NewServer(mux, guard.Config{Addr: o.addr, Forms: dashboardForm})
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+
+	d.base, err = d.counts(ctx)
+	if err != nil {
+		return err
+	}
+	if err := d.app.Start(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintf(env.stdout, "dashboard  %s/\nside by side  %s/demo   simulators  %s/sim/stats\ndatabase  %s\n\n", base, base, base, o.db)
+
+	work, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	if d.naive != nil {
+		wg.Go(func() { _ = d.naive.Run(work) })
+	}
+	wg.Go(func() { d.arrivals(work, logs) })
+	wg.Go(func() { d.keepClock(work) })
+
+	tty := isTerminal(env.stdout)
+	every := o.every
+	if !tty {
+		every = max(every, 10*time.Second)
+	}
+	end := time.Time{}
+	if o.dur > 0 {
+		end = d.began.Add(o.dur)
+	}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	check := time.NewTicker(50 * time.Millisecond)
+	defer check.Stop()
+	var runErr error
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case runErr = <-serveErr:
+			break loop
+		case <-check.C:
+			if !end.IsZero() && !d.clk.Now().Before(end) {
+				break loop
+			}
+		case <-tick.C:
+			snap, err := d.snapshot(ctx)
+			if err != nil {
+				continue // the database is busy: the next tick shows it
+			}
+			if tty {
+				fmt.Fprint(env.stdout, "\x1b[H\x1b[2J")
+				fmt.Fprintf(env.stdout, "dashboard  %s/   side by side  %s/demo\n\n", base, base)
+			}
+			renderDemo(env.stdout, snap)
+			fmt.Fprintln(env.stdout)
+		}
+	}
+	// Stop the work first, then read the outcome, then stop sluice: what
+	// the summary reads is what the database holds.
+	cancel()
+	wg.Wait()
+	bg := context.WithoutCancel(ctx)
+	_ = saveDemoClock(bg, db, d.clk.Now())
+	snap, err := d.snapshot(bg)
+	stopApp()
+	if err != nil {
+		return err
+	}
+	if runErr != nil && !errors.Is(runErr, http.ErrServerClosed) {
+		return runErr
+	}
+	fmt.Fprintln(env.stdout)
+	renderDemo(env.stdout, snap)
+	fmt.Fprintln(env.stdout)
+	renderDemoSummary(env.stdout, snap)
+	return nil
+}
+
+// arrivals adds the site's new articles, demoArrivals a simulated day.
+func (d *demo) arrivals(ctx context.Context, logs *demoLog) {
+	gap := 24 * time.Hour / demoArrivals
+	for {
+		if err := sleepCtx(ctx, d.clk.Real(gap)); err != nil {
+			return
+		}
+		if _, err := devpick.Arrive(ctx, d.db, d.clk.Now()); err != nil && ctx.Err() == nil {
+			logs.printf("sluice demo: a new article could not be added: %v\n", err)
+		}
+	}
+}
+
+// keepClock records the simulated time every few seconds, so a demo run
+// again on the same database starts where this one stopped.
+func (d *demo) keepClock(ctx context.Context) {
+	t := time.NewTicker(2 * time.Second)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			send()
+			_ = saveDemoClock(ctx, d.db, d.clk.Now())
 		}
 	}
 }
 
-func demoArticle(n int) string {
-	words := strings.Fields("開発 news rate limits durable steps backfill quota tokens fairness governor stall progress provider")
-	var b strings.Builder
-	for i := range 120 + n%40 {
-		b.WriteString(words[(i*5+n)%len(words)])
-		b.WriteByte(' ')
+// The demo's own table: the simulated time it last recorded.
+const demoClockTable = `CREATE TABLE IF NOT EXISTS demo_clock (id INTEGER PRIMARY KEY CHECK (id = 1), at_ms BIGINT NOT NULL)`
+
+func loadDemoClock(ctx context.Context, db *sql.DB) (time.Time, error) {
+	if _, err := db.ExecContext(ctx, demoClockTable); err != nil {
+		return time.Time{}, fmt.Errorf("the demo's clock: %w", err)
 	}
-	return b.String()
-}
-
-// demoProgress counts what each job sent and finished.
-type demoProgress struct {
-	mu      sync.Mutex
-	flows   map[string]*demoCount
-	target  int           // every job's done count that closes reached (0: never)
-	reached chan struct{} // closed once every job has finished target articles
-}
-
-type demoCount struct {
-	sent, done int
-	tokens     int64
-	waits      []time.Duration
-}
-
-func newDemoProgress(target int) *demoProgress {
-	p := &demoProgress{flows: map[string]*demoCount{}, target: target, reached: make(chan struct{})}
-	for _, f := range demoFlows {
-		p.flows[f.name] = &demoCount{}
+	var ms int64
+	switch err := db.QueryRowContext(ctx, `SELECT at_ms FROM demo_clock WHERE id = 1`).Scan(&ms); {
+	case errors.Is(err, sql.ErrNoRows):
+		return time.Time{}, nil
+	case err != nil:
+		return time.Time{}, fmt.Errorf("the demo's clock: %w", err)
 	}
-	return p
+	return time.UnixMilli(ms), nil
 }
 
-func (p *demoProgress) sent(flow string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.flows[flow].sent++
+func saveDemoClock(ctx context.Context, db *sql.DB, at time.Time) error {
+	_, err := db.ExecContext(ctx, `INSERT INTO demo_clock (id, at_ms) VALUES (1, $1)
+ON CONFLICT (id) DO UPDATE SET at_ms = MAX(at_ms, excluded.at_ms)`, at.UnixMilli())
+	return err
 }
 
-func (p *demoProgress) done(flow string, tokens int64, wait time.Duration) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	c := p.flows[flow]
-	c.done++
-	c.tokens += tokens
-	c.waits = append(c.waits, wait)
-	if p.target <= 0 || c.done != p.target {
-		return
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(max(d, 0))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
-	for _, o := range p.flows {
-		if o.done < p.target {
-			return
-		}
-	}
-	close(p.reached)
 }
 
-func (p *demoProgress) print(w io.Writer, elapsed time.Duration, st sim.Stats) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	fmt.Fprintf(w, "after %s: provider answered %d, refused %d\n", elapsed.Round(time.Second), st.Succeeded, st.RejectedByStatus[429]+st.RejectedByStatus[413])
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "  job\tpriority\tsent\tdone\ttokens\tp95 time to done\t")
-	for _, f := range demoFlows {
-		c := p.flows[f.name]
-		fmt.Fprintf(tw, "  %s\t%d\t%d\t%d\t%d\t%s\t\n", f.name, f.priority, c.sent, c.done, c.tokens, p95(c.waits))
-	}
-	tw.Flush()
+// demoLog is where the demo's warnings go: the app's and its own, one
+// line at a time, so the terminal view is not torn.
+type demoLog struct {
+	mu sync.Mutex
+	w  io.Writer
 }
 
-func p95(ds []time.Duration) string {
-	if len(ds) == 0 {
-		return "-"
+func (l *demoLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func (l *demoLog) printf(format string, args ...any) {
+	_, _ = fmt.Fprintf(l, format, args...)
+}
+
+// sideLabel is how the views name a side.
+func sideLabel(side string) string {
+	if side == sideNaive {
+		return "the seed's scheduler"
 	}
-	s := append([]time.Duration(nil), ds...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	return s[(len(s)*95+99)/100-1].Round(100 * time.Millisecond).String()
+	return "sluice"
+}
+
+// jobNames are the three jobs in the seed's order.
+var jobNames = []string{devpick.Analysis, devpick.Summary, devpick.Title}
+
+// sides lists the sides that run: the naive one only on the simulator.
+func (d *demo) sides() []string {
+	if d.naive == nil {
+		return []string{sideSluice}
+	}
+	return []string{sideNaive, sideSluice}
 }

@@ -1,50 +1,249 @@
 package main
 
 import (
-	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/health"
+	"github.com/sluice-dev/sluice/internal/testenv"
 )
 
-// TestDemo runs the demo for a few seconds: three jobs share one simulated
-// key, the provider refuses nothing, and every job finishes something.
-func TestDemo(t *testing.T) {
-	t.Parallel()
-	var out, errOut bytes.Buffer
-	env := &cmdEnv{stdout: &out, stderr: &errOut, getenv: func(string) string { return "" }}
-	// Until every job has finished two articles, however slow the machine.
-	code := runMain(context.Background(), env, []string{"demo", "--for", "5m", "--until-each", "2", "--report-every", "2s", "--addr", "", "--db", t.TempDir() + "/demo.db"})
-	if code != 0 {
-		t.Fatalf("demo exited %d: %s", code, errOut.String())
-	}
-	s := out.String()
-	if !strings.Contains(s, "refused 0 (429/413)") {
-		t.Fatalf("the provider refused calls:\n%s", s)
-	}
-	// The last progress table: every job has finished at least one article.
-	last := s[strings.LastIndex(s, "job  priority"):]
-	for _, job := range []string{"analysis", "summary", "title"} {
-		m := regexp.MustCompile(`(?m)^\s*` + job + `\s+\d+\s+(\d+)\s+(\d+)`).FindStringSubmatch(last)
-		if m == nil {
-			t.Fatalf("no row for %s in:\n%s", job, last)
+// demoRun is the demo running in process.
+type demoRun struct {
+	out, errOut *testenv.Buffer
+	cancel      context.CancelFunc
+	done        chan struct{} // closed once the demo has ended
+	code        int           // its exit code, once done
+	base        string        // http://addr
+}
+
+func startDemo(t *testing.T, args ...string) *demoRun {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	d := &demoRun{out: &testenv.Buffer{}, errOut: &testenv.Buffer{}, cancel: cancel, done: make(chan struct{})}
+	env := &cmdEnv{stdout: d.out, stderr: d.errOut, getenv: func(string) string { return "" }}
+	go func() {
+		defer close(d.done)
+		d.code = runMain(ctx, env, append([]string{"demo", "--addr", "127.0.0.1:0"}, args...))
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-d.done:
+		case <-time.After(time.Minute):
 		}
-		if done, _ := strconv.Atoi(m[2]); done < 2 {
-			t.Errorf("job %s finished %d articles, want the demo to stop once each finished 2:\n%s", job, done, last)
+	})
+	url := regexp.MustCompile(`dashboard  (http://\S+)/`)
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		if m := url.FindStringSubmatch(d.out.String()); m != nil {
+			d.base = m[1]
+			return d
 		}
+		select {
+		case <-d.done:
+			t.Fatalf("the demo exited %d before serving: %s%s", d.code, d.out, d.errOut)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	t.Fatalf("the demo did not print its address: %s", d.out)
+	return nil
+}
+
+// getJSON reads path of the demo's server into v.
+func (d *demoRun) getJSON(t *testing.T, path string, v any) {
+	t.Helper()
+	resp, err := http.Get(d.base + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d", path, resp.StatusCode)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatalf("GET %s: %v", path, err)
 	}
 }
 
-func TestDemoRejectsBadFlags(t *testing.T) {
-	t.Parallel()
-	var out, errOut bytes.Buffer
-	env := &cmdEnv{stdout: &out, stderr: &errOut, getenv: func(string) string { return "" }}
-	if code := runMain(context.Background(), env, []string{"demo", "--for", "-1s"}); code != 2 {
-		t.Fatalf("exit %d, want 2", code)
+// wait returns the exit code once the demo has ended.
+func (d *demoRun) wait(t *testing.T) int {
+	t.Helper()
+	select {
+	case <-d.done:
+		return d.code
+	case <-time.After(3 * time.Minute):
+		t.Fatalf("the demo did not end: %s", d.out)
+		return -1
 	}
-	if !strings.Contains(errOut.String(), "--for and --report-every must be positive") {
-		t.Fatalf("stderr %q does not say what is wrong", errOut.String())
+}
+
+// The demo tells the seed's story: within a minute of wall time every job
+// of sluice's side has saved articles while its key refused nothing, and
+// the seed's scheduler beside it collected OTPM "too large" refusals;
+// Ctrl-C stops it cleanly with a summary; run again on the same database
+// it resumes where it stopped, nothing saved twice.
+func TestDemoSideBySideAndResume(t *testing.T) {
+	t.Parallel()
+	db := filepath.Join(t.TempDir(), "devpick.db")
+	d := startDemo(t, "--db", db, "--for", "0", "--report-every", "1s")
+	began := time.Now()
+	var flows struct{ Flows []health.Flow }
+	for {
+		d.getJSON(t, "/v1/flows", &flows)
+		done := map[string]int64{}
+		for _, f := range flows.Flows {
+			done[f.Name] = f.Done
+		}
+		if done["analysis"] > 0 && done["summary"] > 0 && done["title"] > 0 {
+			break
+		}
+		if time.Since(began) > 90*time.Second {
+			t.Fatalf("after %s sluice's jobs have done %v, want each > 0", time.Since(began).Round(time.Second), done)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("every job of sluice's side saved articles %s after the start", time.Since(began).Round(100*time.Millisecond))
+	var stats map[string]struct{ Requests, Succeeded, Rejected int64 }
+	for {
+		d.getJSON(t, "/sim/stats", &stats)
+		if stats["naive"].Requests > 0 || time.Since(began) > 90*time.Second {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if s := stats["sluice"]; s.Succeeded == 0 || s.Rejected != 0 {
+		t.Errorf("sluice's key answered %d and refused %d, want some and none", s.Succeeded, s.Rejected)
+	}
+	if s := stats["naive"]; s.Requests == 0 {
+		t.Errorf("the seed's scheduler sent nothing")
+	}
+	resp, err := http.Get(d.base + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("GET / (the dashboard): %d", resp.StatusCode)
+	}
+	var side demoSnapshot
+	d.getJSON(t, "/demo.json", &side)
+	if len(side.Sides) != 2 || side.Sides[0].Side != "naive" || side.Sides[1].Side != "sluice" {
+		t.Fatalf("/demo.json has sides %+v, want naive and sluice", side.Sides)
+	}
+
+	d.cancel() // Ctrl-C
+	stop := time.Now()
+	if code := d.wait(t); code != 0 {
+		t.Fatalf("the demo exited %d after Ctrl-C: %s", code, d.errOut)
+	}
+	t.Logf("the demo stopped %s after Ctrl-C", time.Since(stop).Round(100*time.Millisecond))
+	if e := d.errOut.String(); e != "" {
+		t.Errorf("the demo wrote to stderr: %s", e)
+	}
+	out := d.out.String()
+	summary := out[strings.LastIndex(out, "In "):]
+	for _, want := range []string{"provider refused (429/413)", "articles saved twice", "sluice's key refused 0"} {
+		if !strings.Contains(summary, want) {
+			t.Errorf("the closing summary has no %q:\n%s", want, summary)
+		}
+	}
+	if !regexp.MustCompile(`articles saved twice\s+0\s+0`).MatchString(summary) {
+		t.Errorf("an article was saved twice:\n%s", summary)
+	}
+	first := lastSnapshot(t, d)
+
+	// Again on the same database: the clock goes on from where it was,
+	// and every count goes on from where it stopped.
+	restart := time.Now()
+	again := startDemo(t, "--db", db, "--for", "30m")
+	t.Logf("the second run served %s after its start", time.Since(restart).Round(100*time.Millisecond))
+	var snap demoSnapshot
+	again.getJSON(t, "/demo.json", &snap)
+	if snap.At.Before(first.At) {
+		t.Errorf("the second run starts at %v, before the first stopped (%v)", snap.At, first.At)
+	}
+	for i, s := range snap.Sides {
+		for j, job := range s.Jobs {
+			if prev := first.Sides[i].Jobs[j]; job.Done < prev.Done {
+				t.Errorf("%s %s: %d done at the second start, %d at the first's end", s.Side, job.Name, job.Done, prev.Done)
+			}
+		}
+	}
+	if code := again.wait(t); code != 0 {
+		t.Fatalf("the second run exited %d: %s", code, again.errOut)
+	}
+	t.Logf("the second run ended %s after its start", time.Since(restart).Round(100*time.Millisecond))
+	if !regexp.MustCompile(`articles saved twice\s+0\s+0`).MatchString(again.out.String()) {
+		t.Errorf("an article was saved twice over the two runs:\n%s", again.out)
+	}
+}
+
+// lastSnapshot reads the simulated time and the counts of the last view
+// the demo printed.
+func lastSnapshot(t *testing.T, d *demoRun) demoSnapshot {
+	t.Helper()
+	out := d.out.String()
+	view := out[strings.LastIndex(out, "DevPick's key"):]
+	m := regexp.MustCompile(`simulated (\w+ \d+ \d\d:\d\d)`).FindStringSubmatch(view)
+	if m == nil {
+		t.Fatalf("no simulated time in the last view:\n%s", view)
+	}
+	at, err := time.Parse("Jan 2 15:04", m[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	at = at.AddDate(time.Now().Year(), 0, 0)
+	snap := demoSnapshot{At: at}
+	for _, side := range []string{"the seed's scheduler", "sluice"} {
+		i := strings.Index(view, "\n"+side+"\n")
+		if i < 0 {
+			t.Fatalf("no %s in the last view:\n%s", side, view)
+		}
+		var v demoSideView
+		for _, job := range jobNames {
+			re := regexp.MustCompile(`(?m)^  ` + job + `\s+(?:\[[#.]+\]\s+\d+% ([\d,]+)/|-)`)
+			m := re.FindStringSubmatch(view[i:])
+			if m == nil {
+				t.Fatalf("no %s line for %s:\n%s", job, side, view[i:])
+			}
+			var n int
+			fmt.Sscan(strings.ReplaceAll(m[1], ",", ""), &n)
+			v.Jobs = append(v.Jobs, demoJobView{Name: job, Done: n})
+		}
+		snap.Sides = append(snap.Sides, v)
+	}
+	return snap
+}
+
+func TestDemoRefusesBadFlags(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"--for", "-1s"},
+		{"--speed", "0"},
+		{"--speed", "5000"},
+		{"--addr", ""},
+		{"--articles", "-3"},
+		{"--upstream", "http://127.0.0.1:1/v1", "--speed", "10"},
+		{"--limits", "rpm=-1"},
+	} {
+		var errOut testenv.Buffer
+		env := &cmdEnv{stdout: &testenv.Buffer{}, stderr: &errOut, getenv: func(string) string { return "" }}
+		if code := runMain(context.Background(), env, append([]string{"demo"}, args...)); code != 2 {
+			t.Errorf("demo %v exited %d, want 2 (usage): %s", args, code, errOut.String())
+		}
+	}
+	// A real provider without a key is refused before anything starts.
+	var errOut testenv.Buffer
+	env := &cmdEnv{stdout: &testenv.Buffer{}, stderr: &errOut, getenv: func(string) string { return "" }}
+	if code := runMain(context.Background(), env, []string{"demo", "--upstream", "http://127.0.0.1:1/v1"}); code != 1 || !strings.Contains(errOut.String(), "GROQ_API_KEY") {
+		t.Errorf("--upstream without a key: exit %d, %s", code, errOut.String())
 	}
 }
