@@ -430,6 +430,11 @@ type view struct {
 	Links    []Link
 }
 
+// appClock are the pages whose figures read the app's clock (AppNow):
+// their times are shown against it. The runs' pages read DBOS's records,
+// kept by the wall clock.
+var appClock = map[string]bool{"overview": true, "flows": true, "plan": true}
+
 // Link is an entry of the navigation to a page the program that mounts
 // the dashboard serves itself.
 type Link struct {
@@ -456,6 +461,9 @@ func (h *Handler) renderView(w http.ResponseWriter, r *http.Request, status int,
 	v.CSRF = h.csrf(r)
 	v.SignOut = h.hasSession(r)
 	v.Now = h.cfg.Now().UTC()
+	if appClock[v.Nav] {
+		v.Now = h.cfg.AppNow().UTC()
+	}
 	v.Links = h.cfg.Links
 	v.AssetCSS, v.AssetJS = h.assetURL("style.css"), h.assetURL("live.js")
 	var b bytes.Buffer

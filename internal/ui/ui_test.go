@@ -370,3 +370,21 @@ func TestNavigationLinks(t *testing.T) {
 		}
 	}
 }
+
+// Pages of the app's figures read the app's clock, which may run ahead of
+// the wall clock (a rehearsal in compressed time); the runs' pages read the
+// wall clock DBOS keeps them by.
+func TestPagesReadTheirClock(t *testing.T) {
+	t.Parallel()
+	wall := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	app := wall.Add(36 * time.Hour)
+	h := newUI(t, ui.Config{Now: func() time.Time { return wall }, AppNow: func() time.Time { return app },
+		Engine: &fakeEngine{RunsFunc: func(context.Context, engine.RunFilter) ([]run.Summary, error) { return nil, nil }}}, nil)
+	for path, want := range map[string]time.Time{"/": app, "/flows": app, "/runs": wall} {
+		_, page := get(t, h, path)
+		stamp := page.one(t, path+"'s stamp", classed("stamp"))
+		if got := stamp.all(func(n node) bool { return n.Name == "time" }); len(got) != 1 || got[0].Attrs["datetime"] != want.Format(time.RFC3339) {
+			t.Errorf("%s is as of %v, want %s", path, got, want.Format(time.RFC3339))
+		}
+	}
+}
