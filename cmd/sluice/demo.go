@@ -12,7 +12,9 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluice-dev/sluice"
@@ -240,7 +242,7 @@ func runDemoWith(ctx context.Context, env *cmdEnv, o demoOptions) error {
 		Speed:        o.speed,
 		HealthEvery:  5 * time.Minute,
 		HistoryEvery: 10 * time.Minute,
-		Logger:       slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Logger:       slog.New(quietStop{slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}), &logs.stopping}),
 	})
 	if err != nil {
 		return err
@@ -352,6 +354,7 @@ loop:
 	}
 	// Stop the work first, then read the outcome, then stop sluice: what
 	// the summary reads is what the database holds.
+	logs.stopping.Store(true)
 	cancel()
 	wg.Wait()
 	bg := context.WithoutCancel(ctx)
@@ -436,8 +439,43 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // demoLog is where the demo's warnings go: the app's and its own, one
 // line at a time, so the terminal view is not torn.
 type demoLog struct {
-	mu sync.Mutex
-	w  io.Writer
+	mu       sync.Mutex
+	w        io.Writer
+	stopping atomic.Bool // set when the demo begins to stop
+}
+
+// quietStop drops the records of work cut short by the demo's own stop —
+// DBOS's queue runners log their cancelled polls as errors — and passes
+// every other record on, during the stop too.
+type quietStop struct {
+	slog.Handler
+	stopping *atomic.Bool
+}
+
+func (q quietStop) Handle(ctx context.Context, r slog.Record) error {
+	if q.stopping.Load() {
+		cancelled := false
+		r.Attrs(func(a slog.Attr) bool {
+			if err, ok := a.Value.Any().(error); ok && errors.Is(err, context.Canceled) {
+				cancelled = true
+			} else if strings.Contains(a.Value.String(), context.Canceled.Error()) {
+				cancelled = true
+			}
+			return !cancelled
+		})
+		if cancelled || strings.Contains(r.Message, "Workflow ID conflict") {
+			return nil
+		}
+	}
+	return q.Handler.Handle(ctx, r)
+}
+
+func (q quietStop) WithAttrs(as []slog.Attr) slog.Handler {
+	return quietStop{q.Handler.WithAttrs(as), q.stopping}
+}
+
+func (q quietStop) WithGroup(name string) slog.Handler {
+	return quietStop{q.Handler.WithGroup(name), q.stopping}
 }
 
 func (l *demoLog) Write(p []byte) (int, error) {
