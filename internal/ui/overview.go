@@ -22,6 +22,7 @@ const (
 	chartWindow = 24 * time.Hour
 	chartBucket = 5 * time.Minute
 	rateWindow  = time.Hour // a flow's admitted rate is over the last hour of samples
+	chartTop    = 200       // % of a limit: the top of the chart's y-axis
 )
 
 type overviewView struct {
@@ -232,7 +233,7 @@ func useChart(k governor.Stats, samples []store.Sample, now time.Time, i int) (t
 	}
 	n := int(chartWindow / chartBucket)
 	start := now.Add(-chartWindow)
-	requests, tokens, seen := make([]float64, n), make([]float64, n), make([]bool, n)
+	requests, tokens, seen := useOf(samples, start, n)
 	rejected := make([]map[string]int, n)
 	for _, s := range samples {
 		// A sample is stamped with its interval's end.
@@ -240,9 +241,6 @@ func useChart(k governor.Stats, samples []store.Sample, now time.Time, i int) (t
 		if b < 0 || b >= n {
 			continue
 		}
-		requests[b] += float64(s.Admitted)
-		tokens[b] += float64(s.Tokens)
-		seen[b] = true
 		for name, c := range s.Rejections {
 			if c > 0 {
 				if rejected[b] == nil {
@@ -252,7 +250,10 @@ func useChart(k governor.Stats, samples []store.Sample, now time.Time, i int) (t
 			}
 		}
 	}
-	p := chart.Panel{Title: "Use per limit, 5-minute averages", Unit: "% of limit", Lines: []chart.Line{{Value: 100, Label: "limit"}}}
+	// The y-axis stops at chartTop: a day limit's burst (a backlog spent at
+	// the minute limit's pace, 40 times the day's even spread) would
+	// otherwise flatten every other line to the floor.
+	p := chart.Panel{Title: "Use per limit, 5-minute averages", Unit: "% of limit", YMax: chartTop, Lines: []chart.Line{{Value: 100, Label: "limit"}}}
 	minutes := chartBucket.Minutes()
 	partTokens := false
 	for _, l := range governor.AllLimits {
@@ -296,7 +297,7 @@ func useChart(k governor.Stats, samples []store.Sample, now time.Time, i int) (t
 		return "", "", fmt.Errorf("draw the chart of key %s: %w", k.Key, err)
 	}
 	note := "A minute limit's use per minute, and a day limit's use per minute against its day spread evenly " +
-		"over 1,440 minutes (100 %: on course to use the whole day), each averaged over 5 minutes of samples."
+		"over 1,440 minutes (100 %: on course to use the whole day), each averaged over 5 minutes of samples; use above 200 % is drawn at the top edge."
 	if partTokens {
 		note += " Samples count tokens, not input and output apart: itpm and otpm are drawn from all tokens, an upper bound."
 	}
@@ -309,4 +310,63 @@ func useChart(k governor.Stats, samples []store.Sample, now time.Time, i int) (t
 	svg = bytes.ReplaceAll(svg, []byte(`clip-path="url(#clip`), []byte(`clip-path="url(#`+prefix+`clip`))
 	// The chart's labels are escaped by package chart.
 	return template.HTML(svg), note, nil
+}
+
+// useOf sums the calls and tokens of samples into n buckets of chartBucket
+// from start, each sample's counts spread evenly over the interval it
+// covers: from the flow's sample before it to its own end. Samples taken
+// less often than a bucket would otherwise pile an interval's use into one
+// bucket and draw it as a multiple of the rate it was spent at. A gap of
+// more than three of the flow's usual intervals is a process that was down
+// (its first sample after a start counts from that start), and the sample
+// is taken to cover the usual interval; so is a flow's first sample. seen
+// marks the buckets some sample covers.
+func useOf(samples []store.Sample, start time.Time, n int) (requests, tokens []float64, seen []bool) {
+	requests, tokens, seen = make([]float64, n), make([]float64, n), make([]bool, n)
+	type series struct{ flow, source string }
+	byFlow := map[series][]store.Sample{}
+	for _, s := range samples {
+		k := series{s.Flow, s.Source}
+		byFlow[k] = append(byFlow[k], s)
+	}
+	for _, ss := range byFlow {
+		slices.SortFunc(ss, func(a, b store.Sample) int { return a.At.Compare(b.At) })
+		gaps := make([]time.Duration, 0, len(ss))
+		for i := 1; i < len(ss); i++ {
+			if g := ss[i].At.Sub(ss[i-1].At); g > 0 {
+				gaps = append(gaps, g)
+			}
+		}
+		usual := chartBucket
+		if len(gaps) > 0 {
+			slices.Sort(gaps)
+			usual = gaps[len(gaps)/2]
+		}
+		for i, s := range ss {
+			d := usual
+			if i > 0 {
+				if g := s.At.Sub(ss[i-1].At); g > 0 && g <= 3*usual {
+					d = g
+				}
+			}
+			// The interval, as offsets from start.
+			to := s.At.Sub(start)
+			from := to - d
+			for b := max(int(from/chartBucket), 0); b < n; b++ {
+				lo, hi := time.Duration(b)*chartBucket, time.Duration(b+1)*chartBucket
+				if lo >= to {
+					break
+				}
+				overlap := min(hi, to) - max(lo, from)
+				if overlap <= 0 {
+					continue
+				}
+				f := float64(overlap) / float64(d)
+				requests[b] += f * float64(s.Admitted)
+				tokens[b] += f * float64(s.Tokens)
+				seen[b] = true
+			}
+		}
+	}
+	return requests, tokens, seen
 }

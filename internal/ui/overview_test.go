@@ -2,6 +2,7 @@ package ui_test
 
 import (
 	"context"
+	"math"
 	"net/http"
 	"slices"
 	"strings"
@@ -132,6 +133,11 @@ func TestOverviewChartsRejectionsAndFlows(t *testing.T) {
 	if strings.Join(series, ",") != "rpm,tpm,tpd" {
 		t.Errorf("chart series %q, want rpm, tpm, tpd", series)
 	}
+	// The y-axis stops at 200 % of a limit, whatever a day limit's burst.
+	ticks := svg.all(classed("ytick"))
+	if len(ticks) == 0 || ticks[len(ticks)-1].text() != "200" {
+		t.Errorf("y ticks %v, want the top at 200", ticks)
+	}
 	if n := svg.all(classed("refline")); len(n) != 1 {
 		t.Errorf("%d reference lines, want the limit's", len(n))
 	}
@@ -201,5 +207,40 @@ func TestOverviewWithoutSources(t *testing.T) {
 	hasText(t, "overview", page, "No samples were recorded in the last 24 hours")
 	if n := page.all(func(n node) bool { return n.Name == "figure" }); len(n) != 0 {
 		t.Errorf("a chart without samples")
+	}
+}
+
+// A flow sampled every 10 minutes at a steady 100 tokens and 2 calls a
+// minute is drawn at that rate in every 5-minute bucket, not at twice it in
+// every other bucket; a sample after the process was down covers the usual
+// interval, not the gap.
+func TestUseSpreadsSamplesOverTheirInterval(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2026, 3, 4, 0, 0, 0, 0, time.UTC)
+	const n = 36 // three hours of buckets
+	var samples []store.Sample
+	for m := 10; m <= 60; m += 10 {
+		samples = append(samples, store.Sample{At: start.Add(time.Duration(m) * time.Minute), Flow: "summaries", Source: "app", Admitted: 20, Tokens: 1000})
+	}
+	// Down from 1 h to 2 h 30: the first sample after the start covers 10 minutes.
+	samples = append(samples, store.Sample{At: start.Add(160 * time.Minute), Flow: "summaries", Source: "app", Admitted: 20, Tokens: 1000})
+	// Another flow, sampled every 5 minutes, adds its own.
+	for m := 5; m <= 30; m += 5 {
+		samples = append(samples, store.Sample{At: start.Add(time.Duration(m) * time.Minute), Flow: "titles", Source: "app", Admitted: 1, Tokens: 50})
+	}
+	requests, tokens, seen := ui.UseOf(samples, start, n)
+	for b := range n {
+		wantTokens, wantCalls, wantSeen := 0.0, 0.0, false
+		switch {
+		case b < 6: // 0–30 min: both flows
+			wantTokens, wantCalls, wantSeen = 550, 11, true
+		case b < 12: // 30–60 min: summaries alone
+			wantTokens, wantCalls, wantSeen = 500, 10, true
+		case b == 30 || b == 31: // 2 h 30 – 2 h 40
+			wantTokens, wantCalls, wantSeen = 500, 10, true
+		}
+		if math.Abs(tokens[b]-wantTokens) > 1e-9 || math.Abs(requests[b]-wantCalls) > 1e-9 || seen[b] != wantSeen {
+			t.Errorf("bucket %d: %v tokens, %v calls, seen %v; want %v, %v, %v", b, tokens[b], requests[b], seen[b], wantTokens, wantCalls, wantSeen)
+		}
 	}
 }
