@@ -108,7 +108,9 @@ type Provider struct {
 	// Lag is how much later than this process the provider may count a
 	// call — the request's transit — so a call admitted the moment an old
 	// charge ages out here does not arrive while it still counts there
-	// (default 2s).
+	// (default 2s, or 40 ms of the wall clock under Config.Speed when that
+	// is longer, at most a minute: transit and scheduling delays are
+	// wall-clock time, which compressed time multiplies).
 	Lag time.Duration
 }
 

@@ -122,7 +122,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 			Window:     p.Window,
 			Accounting: p.Accounting,
 			DayBurst:   p.DayBurst,
-			Lag:        cmp.Or(p.Lag, 2*time.Second),
+			Lag:        cmp.Or(p.Lag, defaultLag(cfg.Speed)),
 			Flows:      cfg.Flows,
 			Now:        now,
 			Speed:      cfg.Speed,
@@ -291,3 +291,9 @@ func (a *App) Governor(provider string) (*governor.Governor, error) {
 }
 
 var errNoProvider = errors.New("no LLM provider is configured (Config.Providers)")
+
+// defaultLag is a provider's Lag when none is given: 2 s, or 40 ms of the
+// wall clock at speed when that is longer, at most a minute.
+func defaultLag(speed float64) time.Duration {
+	return min(max(2*time.Second, time.Duration(max(speed, 1)*float64(40*time.Millisecond))), time.Minute)
+}

@@ -37,7 +37,9 @@ func TestSpeedCompressesQuotaWaits(t *testing.T) {
 		DatabaseURL: "sqlite:" + t.TempDir() + "/speed.db",
 		Now:         clk.Now,
 		Speed:       speed,
-		Providers: []sluice.Provider{{Name: "groq", Limits: limits,
+		// A minute of lag is 100 ms of the wall clock: a loaded machine's
+		// scheduling delays, multiplied by the speed, stay within it.
+		Providers: []sluice.Provider{{Name: "groq", Limits: limits, Lag: time.Minute,
 			LLM: llm.Config{BaseURL: "http://" + srv.Addr() + "/v1", Profile: llm.Groq}}},
 	})
 	registerAsk(t, app, run.Function{ID: "ask", Event: "ask"})
