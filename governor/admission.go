@@ -356,6 +356,12 @@ func (g *Governor) fit(now int64, f *flow, c Cost) (int64, Blocker) {
 			}
 		}
 	}
+	if g.cfg.Leased && at == now && g.leaseFor(now, c) == nil {
+		// It fits every limit as this process sees it, but the key is
+		// shared: it needs room on a lease of this process's.
+		g.wantLease()
+		b, at = Blocker{Kind: "lease"}, now+int64(leaseRetry)
+	}
 	return at, b
 }
 
@@ -390,6 +396,9 @@ func (g *Governor) admit(now int64, r *Reservation, how admission) {
 		}
 	} else {
 		heap.Fix(&g.active, f.index)
+	}
+	if g.cfg.Leased {
+		g.chargeLease(now, r)
 	}
 	r.state = admitted
 	r.at = now

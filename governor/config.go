@@ -170,6 +170,13 @@ type Config struct {
 	// of the key. Default 35m: a flow promoted then is admitted within the
 	// hour sluice's monitoring calls a stall. Negative disables it.
 	PromoteAfter time.Duration
+	// Leased makes the governor admit a call only on room of a lease granted
+	// with Grant, on top of every limit: for a key several processes share,
+	// whose leases someone else keeps within the limits in aggregate
+	// (package quota's Cluster does, through sluice's store). Calls wait
+	// with Blocker "lease" until a lease has room; LeaseWanted, Demand and
+	// LeaseUses tell the grantor what is needed and what was used.
+	Leased bool
 	// Journal, if set, is told every charge and every correction of one, so
 	// the day's usage can be persisted and given back to Restore after a restart.
 	Journal Journal

@@ -51,7 +51,9 @@ type Blocker struct {
 	// Kind is one of "limit" (a window of Limit has no room yet), "pacing"
 	// (the day pacer of Limit spreads the day's budget: "tpd pacing"),
 	// "pause" (the provider refused a call without naming a limit, or named
-	// one this governor was not told of), "turn" (it fits, but calls of
+	// one this governor was not told of), "lease" (the key is shared with
+	// other processes, and this one holds no lease with room for it yet:
+	// see Config.Leased), "turn" (it fits, but calls of
 	// other flows are ahead of it in fair order) or "" (nothing: it is
 	// about to be admitted).
 	Kind  string
@@ -71,6 +73,8 @@ func (b Blocker) String() string {
 		return b.Limit.String() + " pacing"
 	case "pause":
 		return "a provider pause"
+	case "lease":
+		return "a cluster lease"
 	case "turn":
 		return "its turn"
 	}

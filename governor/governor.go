@@ -54,6 +54,9 @@ type Governor struct {
 
 	parkedN int   // reservations parked, of every flow (place.go)
 	lapseAt int64 // when the first parked place lapses
+
+	leases      []*lease      // open, and closed ones not yet reported (lease.go)
+	leaseWanted chan struct{} // a call waits for a lease (Config.Leased)
 }
 
 // New returns a Governor for cfg.
@@ -70,6 +73,8 @@ func New(cfg Config) (*Governor, error) {
 		flows:   make(map[string]*flow, len(cfg.Flows)),
 		epoch:   math.MinInt64,
 		lapseAt: math.MaxInt64,
+
+		leaseWanted: make(chan struct{}, 1),
 	}
 	for _, fc := range cfg.Flows {
 		g.addFlow(g.newFlow(fc))

@@ -680,6 +680,10 @@ func TestZeroGovernorPanicsSayingUseNew(t *testing.T) {
 		"RefusedFlow":          func(g *Governor) { g.RefusedFlow("a", TPM) },
 		"Restore":              func(g *Governor) { g.Restore(t0, nil) },
 		"Stats":                func(g *Governor) { g.Stats(t0) },
+		"Grant":                func(g *Governor) { g.Grant(t0, Lease{}) },
+		"Demand":               func(g *Governor) { g.Demand(t0, 0) },
+		"LeaseUses":            func(g *Governor) { g.LeaseUses(t0) },
+		"LeaseWanted":          func(g *Governor) { g.LeaseWanted() },
 	}
 	typ := reflect.TypeFor[*Governor]()
 	for i := range typ.NumMethod() {

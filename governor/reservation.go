@@ -26,7 +26,8 @@ type Reservation struct {
 	queued        int64            // when it was reserved
 	keptUntil     int64            // parked: when its place lapses
 	ready         chan struct{}
-	err           error // why a waiting reservation was refused
+	err           error  // why a waiting reservation was refused
+	lease         *lease // the lease it was admitted on (Config.Leased), until its charge changes no more
 }
 
 type resState uint8
@@ -116,6 +117,7 @@ func (r *Reservation) Settle(now time.Time, used Usage) {
 		c.Output = min(max(used.Output, 0), r.cost.Output)
 	}
 	g.amend(r, c)
+	r.doneWithLease()
 	r.state = settled
 	g.pauseLevel = 0
 	g.broadcast()
@@ -158,6 +160,7 @@ func (r *Reservation) Sent(now time.Time) {
 	r.minSeq = g.minute.add(n, r.cost)
 	r.daySeq = g.day.add(n, r.cost)
 	r.sent = n
+	r.sentOnLease(n)
 }
 
 // Shrink lowers the charge of an admitted reservation before its call is
@@ -192,6 +195,7 @@ func (r *Reservation) Cancel(now time.Time) {
 	case admitted:
 		g.expire(now.UnixNano())
 		g.amend(r, Cost{})
+		r.doneWithLease()
 		r.f.admitted--
 	case parked:
 		g.unpark(r)
@@ -219,6 +223,7 @@ func (g *Governor) amend(r *Reservation, c Cost) {
 		r.f.prio.credit = min(r.f.prio.credit+back, g.creditCap(r.f))
 	}
 	r.f.tokens = r.f.tokens.sub(r.cost).add(c)
+	r.amendLease(r.cost, c)
 	r.cost = c
 	if g.cfg.Journal != nil {
 		g.cfg.Journal.Record(Charge{ID: r.id, Flow: r.f.name, At: time.Unix(0, r.at), Cost: c})

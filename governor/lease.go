@@ -1,0 +1,236 @@
+package governor
+
+import (
+	"time"
+)
+
+// leaseRetry is how soon a call held back for want of a lease looks again,
+// if no grant wakes it first.
+const leaseRetry = 50 * time.Millisecond
+
+// demandPerFlow is how many of a flow's waiting calls Demand counts at most:
+// a lease is sized for what can go soon, not for a backlog.
+const demandPerFlow = 8
+
+// Lease is capacity on the key granted to this process alone, for a key that
+// several processes share (Config.Leased): the governor admits a call only
+// when it fits every limit and the room left on one open lease, and charges
+// the call to that lease. Whoever grants leases (package quota's Cluster,
+// from sluice's store) sees to it that the leases of all processes never
+// sum to more than a limit, so neither do the calls admitted on them.
+type Lease struct {
+	ID string
+	// Cost is the capacity granted: calls, input and output tokens.
+	Cost Cost
+	// Until is when the lease ends on this process's clock: nothing is
+	// admitted on it from then on.
+	Until time.Time
+}
+
+// LeaseUse is what a lease was used for, as the governor knows it now.
+type LeaseUse struct {
+	ID string
+	// Used is the charges of the calls admitted on the lease, as they are
+	// now: it goes down as calls settle for less than they reserved.
+	Used Cost
+	// Last is when the last call on the lease was sent (the lease's grant
+	// time when none was).
+	Last time.Time
+	// Closed reports that the lease ended: Used and Last only go down from
+	// now on, and the lease is reported again only if they do.
+	Closed bool
+}
+
+// lease is an open or closing lease of the governor.
+type lease struct {
+	id      string
+	granted Cost
+	used    Cost
+	at      int64 // granted at
+	until   int64
+	last    int64 // when the last call on it was sent
+	live    int   // calls admitted on it that may still change its use
+	closed  bool
+	dirty   bool // changed since LeaseUses last reported it
+}
+
+func (ls *lease) fits(c Cost) bool {
+	return ls.used.Requests+c.Requests <= ls.granted.Requests &&
+		ls.used.Input+c.Input <= ls.granted.Input &&
+		ls.used.Output+c.Output <= ls.granted.Output
+}
+
+// Grant gives the governor a lease: calls that wait for room on a lease are
+// looked at again. A lease with an empty ID, a cost that is not valid, or one
+// that ended by now is ignored, and so is a second grant of an ID.
+func (g *Governor) Grant(now time.Time, l Lease) {
+	g.mustBeNew()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := now.UnixNano()
+	if l.ID == "" || l.Cost.validate() != nil || l.Until.UnixNano() <= n {
+		return
+	}
+	for _, ls := range g.leases {
+		if ls.id == l.ID {
+			return
+		}
+	}
+	g.leases = append(g.leases, &lease{id: l.ID, granted: l.Cost, at: n, until: l.Until.UnixNano(), last: n})
+	g.broadcast()
+}
+
+// LeaseDemand is what the calls waiting on a leased governor need.
+type LeaseDemand struct {
+	// Want is what every waiting call needs beyond the room left on the
+	// open leases that last past within; Min the need of one waiting call
+	// that no open lease has room for (no part above Want's), zero when
+	// none: the smallest lease worth taking.
+	Want, Min Cost
+	// Weight is the sum of the weights of the flows with calls waiting.
+	Weight float64
+}
+
+// Demand says what the waiting calls need of new leases at now: the first
+// calls of each flow's line (up to 8) that fit every limit and wait only for
+// room on a lease, less the room left on open leases that last past within.
+func (g *Governor) Demand(now time.Time, within time.Duration) LeaseDemand {
+	g.mustBeNew()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := now.UnixNano()
+	var room Cost
+	for _, ls := range g.leases {
+		if !ls.closed && ls.until > n+int64(within) {
+			room = room.add(ls.granted.sub(ls.used))
+		}
+	}
+	g.expire(n)
+	var d LeaseDemand
+	var want Cost
+	for _, f := range g.active.flows {
+		if len(f.queue) == 0 {
+			continue
+		}
+		d.Weight += f.share
+		// The first calls of each line that fit every limit now and
+		// wait only for a lease: not calls a limit or a pacer holds back,
+		// whose lease would lie idle while other processes wait.
+		for _, r := range f.queue[:min(len(f.queue), demandPerFlow)] {
+			if _, b := g.fit(n, f, r.cost); b.Kind != "lease" {
+				break
+			}
+			want = want.add(r.cost)
+			if d.Min == (Cost{}) {
+				d.Min = r.cost
+			}
+		}
+	}
+	d.Want = Cost{
+		Requests: max(want.Requests-room.Requests, 0),
+		Input:    max(want.Input-room.Input, 0),
+		Output:   max(want.Output-room.Output, 0),
+	}
+	if d.Want == (Cost{}) {
+		d.Min = Cost{}
+	}
+	d.Min = Cost{Requests: min(d.Min.Requests, d.Want.Requests), Input: min(d.Min.Input, d.Want.Input), Output: min(d.Min.Output, d.Want.Output)}
+	return d
+}
+
+// LeaseWanted receives when a call has waited for room on a lease since it
+// last received: a grant loop selects on it to take a lease at once rather
+// than at its next tick. The governor never blocks on it.
+func (g *Governor) LeaseWanted() <-chan struct{} {
+	g.mustBeNew()
+	return g.leaseWanted
+}
+
+// LeaseUses reports the leases whose use changed since the last report,
+// and forgets closed leases that can change no more once reported.
+func (g *Governor) LeaseUses(now time.Time) []LeaseUse {
+	g.mustBeNew()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.closeLeases(now.UnixNano())
+	var out []LeaseUse
+	keep := g.leases[:0]
+	for _, ls := range g.leases {
+		if ls.dirty {
+			out = append(out, LeaseUse{ID: ls.id, Used: ls.used, Last: time.Unix(0, ls.last), Closed: ls.closed})
+			ls.dirty = false
+		}
+		if !ls.closed || ls.live > 0 {
+			keep = append(keep, ls)
+		}
+	}
+	clear(g.leases[len(keep):])
+	g.leases = keep
+	return out
+}
+
+// closeLeases closes the leases that ended by now.
+func (g *Governor) closeLeases(now int64) {
+	for _, ls := range g.leases {
+		if !ls.closed && ls.until <= now {
+			ls.closed, ls.dirty = true, true
+		}
+	}
+}
+
+// leaseFor returns the first open lease with room for c at now, or nil.
+func (g *Governor) leaseFor(now int64, c Cost) *lease {
+	for _, ls := range g.leases {
+		if !ls.closed && ls.until > now && ls.fits(c) {
+			return ls
+		}
+	}
+	return nil
+}
+
+// wantLease tells the grant loop, without blocking, that a call waits for
+// a lease.
+func (g *Governor) wantLease() {
+	select {
+	case g.leaseWanted <- struct{}{}:
+	default:
+	}
+}
+
+// chargeLease charges admitted r to the lease fit found for it.
+func (g *Governor) chargeLease(now int64, r *Reservation) {
+	ls := g.leaseFor(now, r.cost)
+	if ls == nil {
+		// fit checked the lease under the same lock; this cannot happen.
+		panic("governor: a call admitted without room on a lease")
+	}
+	ls.used = ls.used.add(r.cost)
+	ls.last = max(ls.last, now)
+	ls.live++
+	ls.dirty = true
+	r.lease = ls
+}
+
+// amendLease moves r's lease's use from r's charge was to c.
+func (r *Reservation) amendLease(was, c Cost) {
+	if ls := r.lease; ls != nil {
+		ls.used = ls.used.sub(was).add(c)
+		ls.dirty = true
+	}
+}
+
+// sentOnLease records that r's call was sent at now.
+func (r *Reservation) sentOnLease(now int64) {
+	if ls := r.lease; ls != nil {
+		ls.last = max(ls.last, now)
+		ls.dirty = true
+	}
+}
+
+// doneWithLease records that r's charge changes no more.
+func (r *Reservation) doneWithLease() {
+	if ls := r.lease; ls != nil {
+		ls.live--
+		r.lease = nil
+	}
+}

@@ -1,0 +1,144 @@
+package governor
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// A leased governor admits only on room of a lease, charges each call to
+// one, and reports what each lease was used for as calls settle and leases
+// end.
+func TestLeasedGovernorAdmitsOnLeasesOnly(t *testing.T) {
+	t.Parallel()
+	g := mustNew(t, Config{Limits: Limits{RPM: 100, TPM: 100_000}, Leased: true, Accounting: SettleAccounting})
+	call := Cost{Requests: 1, Input: 100, Output: 50}
+	var rs []*Reservation
+	for range 3 {
+		r, err := g.Reserve(t0, "a", call)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs = append(rs, r)
+	}
+	g.Advance(t0)
+	if rs[0].Admitted() {
+		t.Fatal("admitted without a lease")
+	}
+	if b := g.Blocker(t0, rs[0]); b.Kind != "lease" || b.String() != "a cluster lease" {
+		t.Errorf("blocker %+v (%s), want a lease", b, b)
+	}
+	select {
+	case <-g.LeaseWanted():
+	default:
+		t.Error("LeaseWanted did not receive for a call waiting on a lease")
+	}
+	d := g.Demand(t0, 0)
+	if d.Want != call.times(3) || d.Min != call || d.Weight != 1 {
+		t.Errorf("demand %+v, want 3 calls, at least one, weight 1", d)
+	}
+
+	// A lease with room for two calls: two go, the third waits.
+	until := t0.Add(time.Second)
+	g.Grant(t0, Lease{ID: "n1/1", Cost: call.times(2), Until: until})
+	g.Grant(t0, Lease{ID: "n1/1", Cost: call.times(5), Until: until})        // the same ID again: ignored
+	g.Grant(t0, Lease{ID: "n1/old", Cost: call.times(5), Until: t0})         // ended: ignored
+	g.Grant(t0, Lease{ID: "n1/bad", Cost: Cost{Requests: -1}, Until: until}) // not valid: ignored
+	g.Advance(t0)
+	if !rs[0].Admitted() || !rs[1].Admitted() || rs[2].Admitted() {
+		t.Fatalf("admitted %v %v %v, want the first two", rs[0].Admitted(), rs[1].Admitted(), rs[2].Admitted())
+	}
+	if d := g.Demand(t0, 0); d.Want != call || d.Min != call {
+		t.Errorf("demand with the lease full: %+v, want the third call", d)
+	}
+	// The room left on a lease that ends within `within` is not counted.
+	uses := g.LeaseUses(t0)
+	if len(uses) != 1 || uses[0].ID != "n1/1" || uses[0].Used != call.times(2) || uses[0].Closed || !uses[0].Last.Equal(t0) {
+		t.Fatalf("lease uses %+v, want n1/1 open, used by two calls", uses)
+	}
+	if again := g.LeaseUses(t0); len(again) != 0 {
+		t.Errorf("lease uses reported twice: %+v", again)
+	}
+
+	// A call sent later moves the lease's last use; settling for less
+	// lowers its use and frees room on it for the third call.
+	at := t0.Add(100 * time.Millisecond)
+	rs[0].Sent(at)
+	rs[0].Settle(at, Usage{Input: 100, Output: 10})
+	rs[1].Cancel(at)
+	g.Advance(at)
+	if !rs[2].Admitted() {
+		t.Fatal("the third call was not admitted on the room given back")
+	}
+	uses = g.LeaseUses(at)
+	want := Cost{Requests: 2, Input: 200, Output: 60}
+	if len(uses) != 1 || uses[0].Used != want || !uses[0].Last.Equal(at) {
+		t.Fatalf("lease uses %+v, want used %+v, last %v", uses, want, at)
+	}
+
+	// Once the lease ends it is reported closed; while a call on it may
+	// still settle it is kept, and reported again when that lowers it.
+	end := until.Add(time.Millisecond)
+	uses = g.LeaseUses(end)
+	if len(uses) != 1 || !uses[0].Closed {
+		t.Fatalf("lease uses after its end %+v, want it closed", uses)
+	}
+	rs[2].Settle(end, Usage{Input: 100, Output: 0})
+	uses = g.LeaseUses(end)
+	want = Cost{Requests: 2, Input: 200, Output: 10}
+	if len(uses) != 1 || uses[0].Used != want || !uses[0].Closed {
+		t.Fatalf("lease uses after the last settle %+v, want used %+v", uses, want)
+	}
+	if len(g.leases) != 0 {
+		t.Errorf("%d leases kept after the last report, want none", len(g.leases))
+	}
+	// A closed lease admits nothing.
+	r, _ := g.Reserve(end, "a", call)
+	g.Advance(end)
+	if r.Admitted() {
+		t.Error("admitted on a closed lease")
+	}
+}
+
+// A call waiting in Wait for a lease is admitted as soon as one is granted,
+// not at its next look.
+func TestLeasedWaitWakesOnGrant(t *testing.T) {
+	t.Parallel()
+	g := mustNew(t, Config{Limits: Limits{RPM: 100}, Leased: true})
+	done := make(chan error, 1)
+	go func() {
+		_, err := g.Wait(context.Background(), "a", Cost{Requests: 1})
+		done <- err
+	}()
+	select {
+	case <-g.LeaseWanted():
+	case <-time.After(10 * time.Second):
+		t.Fatal("no lease wanted")
+	}
+	g.Grant(time.Now(), Lease{ID: "x", Cost: Cost{Requests: 1}, Until: time.Now().Add(time.Hour)})
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter was not admitted on the lease")
+	}
+}
+
+// Demand counts only calls that fit every limit and wait for a lease
+// alone: a call a limit holds back asks for no lease.
+func TestLeaseDemandLeavesOutCallsALimitHolds(t *testing.T) {
+	t.Parallel()
+	g := mustNew(t, Config{Limits: Limits{RPM: 2}, Leased: true})
+	g.Grant(t0, Lease{ID: "x", Cost: Cost{Requests: 2}, Until: t0.Add(time.Hour)})
+	for range 4 {
+		if _, err := g.Reserve(t0, "a", Cost{Requests: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g.Advance(t0)
+	if d := g.Demand(t0, 0); d.Want != (Cost{}) || d.Min != (Cost{}) {
+		t.Errorf("demand %+v with the minute full, want none", d)
+	}
+}
