@@ -145,8 +145,13 @@ func TestDemoSideBySideAndResume(t *testing.T) {
 		t.Fatalf("the demo exited %d after Ctrl-C: %s", code, d.errOut)
 	}
 	t.Logf("the demo stopped %s after Ctrl-C", time.Since(stop).Round(100*time.Millisecond))
-	if e := d.errOut.String(); e != "" {
-		t.Errorf("the demo wrote to stderr: %s", e)
+	// Warnings may come on a loaded machine — a job the starved process
+	// could not move for hours of its compressed clock is rightly called
+	// stalled, SQLite retries a busy lock — but never an error.
+	for _, line := range strings.Split(d.errOut.String(), "\n") {
+		if strings.Contains(line, "level=ERROR") || strings.Contains(line, "panic") || strings.Contains(line, "context canceled") {
+			t.Errorf("the demo wrote an error to stderr: %s", line)
+		}
 	}
 	out := d.out.String()
 	summary := out[strings.LastIndex(out, "In "):]
