@@ -233,7 +233,12 @@ func runDemoWith(ctx context.Context, env *cmdEnv, o demoOptions) error {
 		providerURL, key, profile = o.upstream, o.apiKey, o.profile
 	}
 	logs := &demoLog{w: env.stderr}
-	d.app, err = sluice.New(ctx, sluice.Config{
+	// The app runs on a context Ctrl-C does not cancel: it is stopped by
+	// Stop, once the demo has begun to stop and its logger knows it —
+	// cancelled, DBOS's queue runners would log their last polls as
+	// errors before the demo could tell them from real ones.
+	appCtx := context.WithoutCancel(ctx)
+	d.app, err = sluice.New(appCtx, sluice.Config{
 		DatabaseURL: o.db,
 		Providers: []sluice.Provider{{Name: demoProvider, Limits: o.limits,
 			LLM: llm.Config{BaseURL: providerURL, APIKey: key, Profile: profile}}},
@@ -300,7 +305,7 @@ func runDemoWith(ctx context.Context, env *cmdEnv, o demoOptions) error {
 	if err != nil {
 		return err
 	}
-	if err := d.app.Start(ctx); err != nil {
+	if err := d.app.Start(appCtx); err != nil {
 		return err
 	}
 	fmt.Fprintf(env.stdout, "dashboard  %s/\nside by side  %s/demo   simulators  %s/sim/stats\ndatabase  %s\n\n", base, base, base, o.db)
