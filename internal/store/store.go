@@ -1,8 +1,9 @@
 // Package store is sluice's own storage: the few tables sluice keeps next to
 // DBOS's (DBOS owns workflows, steps and queues): the governor's charges,
 // the engine's rate-limit counts, dropped events and run ends, the
-// backfills' items, jobs and runs, and the history of configurations and
-// of what each flow did. One interface,
+// backfills' items, jobs and runs, the history of configurations and of
+// what each flow did, and the leases of a provider key's capacity that
+// processes sharing the key take. One interface,
 // Store, is implemented by two drivers, internal/store/sqlite (the default:
 // one file shared with DBOS) and internal/store/postgres (many nodes on one
 // server), and both must pass the same conformance suite,
@@ -286,6 +287,46 @@ type Store interface {
 	// how many it deleted. Config versions are kept: they are few, and the
 	// one in effect is needed however old it is.
 	PruneHistory(ctx context.Context, before time.Time) (int64, error)
+
+	// Leases: capacity on a provider key that several processes share
+	// (see LeaseRequest and Lease). A key or node is at most MaxKeyBytes,
+	// a lease ID at most MaxLeaseIDBytes, each valid UTF-8 without NUL, or
+	// the call is an error that writes nothing.
+
+	// TakeLease grants req.Node a lease of what fits on req.Key (see
+	// Grant), in one transaction serialized with every other TakeLease of
+	// the key, so two nodes never both take the last room: the leases
+	// that count at req.At (Until > At − the limit's period) are summed,
+	// the node's weight and flows are recorded with req.At as when it was
+	// last seen, the other nodes' seen since 2×TTL before req.At (later
+	// too: another node's clock, or its turn at the lock, may be ahead)
+	// with a weight make Grant's others — each node weighed by
+	// its flows when it gave them, a flow waiting on n of the nodes
+	// counting 1/n of its weight on each, req's own weight too — and a
+	// lease of the grant is inserted, ending at At+TTL. A zero grant
+	// inserts no lease and returns the zero Lease and nil. Bad input (an
+	// empty or too long key or node, a TTL out of range, a cost part
+	// negative or over governor.MaxCost, Min above Want, a weight NaN,
+	// infinite or negative, a bad flow name or weight, more than
+	// MaxLeaseFlows flows, a limit negative or over governor.MaxCost, a
+	// zero At) is an error naming it and writes nothing.
+	TakeLease(ctx context.Context, req LeaseRequest) (Lease, error)
+
+	// SettleLease records what lease id on key was used for: its Cost
+	// becomes used and its Until last, each part only if lower (a lease
+	// never grows, never lasts longer), and Until never before its At. An
+	// unknown lease is an error wrapping ErrNoLease. A part of used
+	// negative or over governor.MaxCost, or a zero last, is an error.
+	SettleLease(ctx context.Context, key, id string, used governor.Cost, last time.Time) error
+
+	// LeaseUse returns the sums of key's leases that count at at in a
+	// minute window and in a day window (as TakeLease sums them). A zero
+	// at is an error.
+	LeaseUse(ctx context.Context, key string, at time.Time) (minute, day governor.Cost, err error)
+
+	// PruneLeases deletes key's leases that ended before before, and key's
+	// nodes last seen before it, and returns how many leases it deleted.
+	PruneLeases(ctx context.Context, key string, before time.Time) (int64, error)
 
 	// Handle returns the connection pool of the store's database, for DBOS
 	// to keep its tables in the same database through the same connections

@@ -64,6 +64,8 @@ type Store struct {
 	driver.Backfills
 	// History gives the methods on config versions and flows' samples.
 	driver.History
+	// Leases gives the methods on leases of a provider key's capacity.
+	driver.Leases
 
 	pool *pgxpool.Pool
 	url  string // redacted
@@ -103,7 +105,10 @@ func Open(ctx context.Context, dbURL string) (*Store, error) {
 		return nil, fmt.Errorf("open postgres %s: %w", shown, redact.Error(err, store.Mark, secrets...))
 	}
 	s := &Store{pool: pool, url: shown}
-	if s.EngineTables, s.Backfills, s.History, err = tables(pool); err != nil {
+	if s.EngineTables, s.Backfills, s.History, err = tables(pool); err == nil {
+		s.Leases, err = driver.NewLeases(conn{pool}, sqlFS)
+	}
+	if err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("open postgres %s: %w", shown, err)
 	}

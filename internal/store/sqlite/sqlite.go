@@ -142,6 +142,8 @@ type Store struct {
 	driver.Backfills
 	// History gives the methods on config versions and flows' samples.
 	driver.History
+	// Leases gives the methods on leases of a provider key's capacity.
+	driver.Leases
 
 	db          *sql.DB
 	path        string
@@ -190,7 +192,10 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		db.SetConnMaxLifetime(time.Hour)
 	}
 	s := &Store{db: db, path: path, name: name, memory: memory, busyTimeout: busyTimeout(path), txTurn: make(chan struct{}, 1)}
-	if s.EngineTables, s.Backfills, s.History, err = tables(s); err != nil {
+	if s.EngineTables, s.Backfills, s.History, err = tables(s); err == nil {
+		s.Leases, err = driver.NewLeases(conn{s}, sqlFS)
+	}
+	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
 	}

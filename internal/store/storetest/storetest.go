@@ -477,7 +477,7 @@ func Exercise(t *testing.T, newDB NewDatabase) {
 		if _, err := s.RunEnds(cctx, []string{"f:e1"}); !errors.Is(err, context.Canceled) {
 			t.Errorf("RunEnds with a canceled context: error = %v, want context.Canceled", err)
 		}
-		for call, err := range concat(backfillCalls(cctx, s), historyCalls(cctx, s)) {
+		for call, err := range concat(backfillCalls(cctx, s), historyCalls(cctx, s), leaseCalls(cctx, s)) {
 			if !errors.Is(err, context.Canceled) {
 				t.Errorf("%s with a canceled context: error = %v, want context.Canceled", call, err)
 			}
@@ -494,6 +494,9 @@ func Exercise(t *testing.T, newDB NewDatabase) {
 		}
 		if got, err := s.Samples(ctx, time.Time{}, base.Add(time.Hour), ""); err != nil || len(got) != 0 {
 			t.Errorf("samples after canceled records: %+v, %v", got, err)
+		}
+		if minute, day, err := s.LeaseUse(ctx, "groq", base); err != nil || minute != (governor.Cost{}) || day != (governor.Cost{}) {
+			t.Errorf("lease use after canceled calls: %+v, %+v, %v", minute, day, err)
 		}
 	})
 
@@ -524,7 +527,7 @@ func Exercise(t *testing.T, newDB NewDatabase) {
 				t.Errorf("%s on a closed store: error = %v, want one starting %q", tc.op, tc.err, tc.op+": ")
 			}
 		}
-		for op, err := range concat(backfillCalls(ctx, s), historyCalls(ctx, s)) {
+		for op, err := range concat(backfillCalls(ctx, s), historyCalls(ctx, s), leaseCalls(ctx, s)) {
 			if err == nil || !strings.HasPrefix(err.Error(), op+": ") {
 				t.Errorf("%s on a closed store: error = %v, want one starting %q", op, err, op+": ")
 			}
@@ -535,6 +538,7 @@ func Exercise(t *testing.T, newDB NewDatabase) {
 	exerciseBackfills(t, open)
 	exerciseRecentItems(t, newDB)
 	exerciseHistory(t, open)
+	exerciseLeases(t, newDB)
 	exerciseDBOS(t, open)
 }
 

@@ -1,10 +1,10 @@
 // Package driver holds what the two store drivers must do identically: read
 // their embedded migrations, check a batch of charges, scrub secrets from
-// errors, and everything about the engine's tables, the backfills' and the
-// history's but the statements themselves and how they run (EngineTables,
-// Backfills, History). Running migrations and SQL stay in each driver, because the locking
-// that makes migration safe for several processes differs between SQLite and
-// PostgreSQL.
+// errors, and everything about the engine's tables, the backfills', the
+// history's and the leases' but the statements themselves and how they run
+// (EngineTables, Backfills, History, Leases). Running migrations and SQL
+// stay in each driver, because the locking that makes migration safe for
+// several processes differs between SQLite and PostgreSQL.
 package driver
 
 import (

@@ -1,0 +1,348 @@
+package driver
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"math"
+	"sort"
+	"time"
+
+	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/store"
+)
+
+// Leases is the part of store.Store on leases of a provider key's capacity
+// (see store.LeaseRequest), the same for both drivers but for their
+// statements and how they run them: what TakeLease grants is store.Grant's,
+// and this is where it finds what Grant is given. Times are BIGINT Unix
+// milliseconds, as in the engine's tables. A driver's Store embeds it, made
+// by NewLeases.
+type Leases struct {
+	conn Conn
+	sql  map[string]string // by file name without .sql
+}
+
+// leaseStatements are the files of a driver's sql folder that NewLeases
+// reads, each in the driver's dialect, with the parameters listed.
+var leaseStatements = []string{
+	"lock_lease_key",    // key; keeps the key's other TakeLease calls out until the transaction ends
+	"record_lease_node", // key, node, weight, flows (JSON), seen at
+	"lease_others",      // key, node, seen from (inclusive; a node seen later counts too: its clock, or its turn at the lock, was ahead); returns the weight and flows of each other node with a weight
+	"lease_use",         // key, minute's start, day's start (both exclusive), node; returns requests, input, output of the minute, then of the day, then both of the node's leases
+	"insert_lease",      // key, ID, node, at, until, requests, input, output
+	"settle_lease",      // key, ID, requests, input, output, last; affects 1 row, or 0 for an unknown lease
+	"prune_leases",      // key, before; affects the rows deleted
+	"prune_lease_nodes", // key, before
+}
+
+// NewLeases returns the leases' tables on a driver's database: conn runs
+// the statements in the sql folder of fsys (see leaseStatements).
+func NewLeases(conn Conn, fsys fs.FS) (Leases, error) {
+	q, err := readStatements(fsys, leaseStatements)
+	if err != nil {
+		return Leases{}, fmt.Errorf("read the leases' statements: %w", err)
+	}
+	return Leases{conn: conn, sql: q}, nil
+}
+
+// The windows the leases are summed over: the periods of the limits.
+var (
+	minuteMillis = governor.RPM.Period().Milliseconds()
+	dayMillis    = governor.RPD.Period().Milliseconds()
+)
+
+// TakeLease implements store.Store. The driver's lock_lease_key keeps the
+// key's other TakeLease calls out from before the sums are read until the
+// lease is inserted and committed.
+func (l Leases) TakeLease(ctx context.Context, req store.LeaseRequest) (store.Lease, error) {
+	op, err := named("take lease", " on ", "key", req.Key, store.MaxKeyBytes)
+	if err != nil {
+		return store.Lease{}, err
+	}
+	if err := checkLease(req); err != nil {
+		return store.Lease{}, fmt.Errorf("%s: %w", op, err)
+	}
+	at := req.At.UnixMilli()
+	ttl := req.TTL.Milliseconds()
+	flowsJSON := ""
+	if len(req.Flows) > 0 {
+		b, err := json.Marshal(req.Flows)
+		if err != nil {
+			return store.Lease{}, fmt.Errorf("%s: %w", op, err)
+		}
+		flowsJSON = string(b)
+	}
+	// Without a daily limit the day's sums play no part in the grant:
+	// read the minute's twice rather than a day of leases.
+	dayFrom := at - dayMillis
+	if req.Limits[governor.RPD] == 0 && req.Limits[governor.TPD] == 0 {
+		dayFrom = at - minuteMillis
+	}
+	var lease store.Lease
+	err = l.conn.InTx(ctx, func(tx store.Tx) error {
+		if _, err := tx.Exec(ctx, l.sql["lock_lease_key"], req.Key); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, l.sql["record_lease_node"], req.Key, req.Node, req.Weight, flowsJSON, at); err != nil {
+			return err
+		}
+		var nodes []nodeWeight
+		err := txQuery(tx)(ctx, l.sql["lease_others"], []any{req.Key, req.Node, at - 2*ttl}, func(r Row) error {
+			var n nodeWeight
+			var flows string
+			if err := r.Scan(&n.weight, &flows); err != nil {
+				return err
+			}
+			if flows != "" {
+				// Written by this code from a map of finite weights: a
+				// row that does not read counts by its weight alone.
+				_ = json.Unmarshal([]byte(flows), &n.flows)
+			}
+			nodes = append(nodes, n)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		req := req
+		var others float64
+		req.Weight, others = shares(nodeWeight{weight: req.Weight, flows: req.Flows}, nodes)
+		minute, day, ownMinute, ownDay, err := l.use(ctx, txQuery(tx), req.Key, req.Node, at-minuteMillis, dayFrom)
+		if err != nil {
+			return err
+		}
+		grant := store.Grant(req, minute, day, ownMinute, ownDay, others)
+		if grant == (governor.Cost{}) {
+			return nil
+		}
+		id := leaseID(req.Node)
+		if _, err := tx.Exec(ctx, l.sql["insert_lease"], req.Key, id, req.Node, at, at+ttl, grant.Requests, grant.Input, grant.Output); err != nil {
+			return err
+		}
+		lease = store.Lease{ID: id, Node: req.Node, Cost: grant, At: time.UnixMilli(at).UTC(), Until: time.UnixMilli(at + ttl).UTC()}
+		return nil
+	})
+	if err != nil {
+		return store.Lease{}, fmt.Errorf("%s: %w", op, err)
+	}
+	return lease, nil
+}
+
+// checkLease returns an error naming what of req, whose Key is checked,
+// must not be stored or granted on.
+func checkLease(req store.LeaseRequest) error {
+	if err := checkName("node", req.Node, store.MaxKeyBytes); err != nil {
+		return err
+	}
+	if err := checkTime("time", req.At); err != nil {
+		return err
+	}
+	if req.TTL < store.MinLeaseTTL || req.TTL > store.MaxLeaseTTL {
+		return fmt.Errorf("TTL %s is out of range: want %s to %s", req.TTL, store.MinLeaseTTL, store.MaxLeaseTTL)
+	}
+	if err := checkCost("Want", req.Want); err != nil {
+		return err
+	}
+	if err := checkCost("Min", req.Min); err != nil {
+		return err
+	}
+	want, least := costParts(req.Want), costParts(req.Min)
+	for i, p := range least {
+		if p.n > want[i].n {
+			return fmt.Errorf("Min.%s %d is over Want.%s %d", p.name, p.n, p.name, want[i].n)
+		}
+	}
+	switch w := req.Weight; {
+	case math.IsNaN(w) || math.IsInf(w, 0):
+		return fmt.Errorf("weight %v is not a finite number", w)
+	case w < 0:
+		return fmt.Errorf("weight %v is negative", w)
+	}
+	if len(req.Flows) > store.MaxLeaseFlows {
+		return fmt.Errorf("%d flows: at most %d", len(req.Flows), store.MaxLeaseFlows)
+	}
+	names := make([]string, 0, len(req.Flows))
+	for f := range req.Flows {
+		names = append(names, f)
+	}
+	sort.Strings(names) // the first bad one, the same on every run
+	for _, f := range names {
+		if err := checkName("flow", f, store.MaxKeyBytes); err != nil {
+			return err
+		}
+		switch w := req.Flows[f]; {
+		case math.IsNaN(w) || math.IsInf(w, 0) || w < 0:
+			return fmt.Errorf("flow %q has weight %v: want a finite number ≥ 0", f, w)
+		}
+	}
+	for _, lim := range governor.AllLimits {
+		switch n := req.Limits[lim]; {
+		case n < 0:
+			return fmt.Errorf("limit %s %d is negative", lim, n)
+		case n > governor.MaxCost:
+			return fmt.Errorf("limit %s %d is over the bound of %d (governor.MaxCost)", lim, n, int64(governor.MaxCost))
+		}
+	}
+	return nil
+}
+
+// part is one part of a governor.Cost, by its field's name.
+type part struct {
+	name string
+	n    int64
+}
+
+func costParts(c governor.Cost) [3]part {
+	return [3]part{{"Requests", c.Requests}, {"Input", c.Input}, {"Output", c.Output}}
+}
+
+// checkCost returns an error naming the first part of c, the cost what,
+// that is negative or over governor.MaxCost.
+func checkCost(what string, c governor.Cost) error {
+	for _, p := range costParts(c) {
+		switch {
+		case p.n < 0:
+			return fmt.Errorf("%s.%s %d is negative", what, p.name, p.n)
+		case p.n > governor.MaxCost:
+			return fmt.Errorf("%s.%s %d is over the bound of %d (governor.MaxCost)", what, p.name, p.n, int64(governor.MaxCost))
+		}
+	}
+	return nil
+}
+
+// leaseID returns a new lease ID of node: node, "/" and 16 random hex
+// digits. The node's name keeps the IDs of different nodes apart; of n
+// leases of one node kept at once, two draw the same 64 bits by a chance
+// of about n²/2^65, and then the primary key refuses the second: its
+// TakeLease fails rather than lose a lease.
+func leaseID(node string) string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails
+	return node + "/" + hex.EncodeToString(b[:])
+}
+
+// SettleLease implements store.Store.
+func (l Leases) SettleLease(ctx context.Context, key, id string, used governor.Cost, last time.Time) error {
+	op, err := named("settle lease", " on ", "key", key, store.MaxKeyBytes)
+	if err != nil {
+		return err
+	}
+	if err := checkName("lease ID", id, store.MaxLeaseIDBytes); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	op = "settle lease " + id + " on " + key
+	if err := checkCost("used", used); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if err := checkTime("time", last); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	var n int64
+	err = l.conn.InTx(ctx, func(tx store.Tx) error {
+		res, err := tx.Exec(ctx, l.sql["settle_lease"], key, id, used.Requests, used.Input, used.Output, last.UnixMilli())
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err == nil && n == 0 {
+		err = store.ErrNoLease
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	return nil
+}
+
+// LeaseUse implements store.Store.
+func (l Leases) LeaseUse(ctx context.Context, key string, at time.Time) (minute, day governor.Cost, err error) {
+	op, err := named("read lease use", " of ", "key", key, store.MaxKeyBytes)
+	if err != nil {
+		return minute, day, err
+	}
+	if err := checkTime("time", at); err != nil {
+		return minute, day, fmt.Errorf("%s: %w", op, err)
+	}
+	ms := at.UnixMilli()
+	if minute, day, _, _, err = l.use(ctx, l.conn.Query, key, "", ms-minuteMillis, ms-dayMillis); err != nil {
+		return governor.Cost{}, governor.Cost{}, fmt.Errorf("%s: %w", op, err)
+	}
+	return minute, day, nil
+}
+
+// use returns the sums of key's leases that end after minuteFrom and after
+// dayFrom.
+// use returns the sums of key's leases that count in the minute from
+// minuteFrom and the day from dayFrom, and the same of node's leases alone
+// (zero for the node "").
+func (l Leases) use(ctx context.Context, query queryFunc, key, node string, minuteFrom, dayFrom int64) (minute, day, ownMinute, ownDay governor.Cost, err error) {
+	err = query(ctx, l.sql["lease_use"], []any{key, minuteFrom, dayFrom, node}, func(r Row) error {
+		return r.Scan(&minute.Requests, &minute.Input, &minute.Output, &day.Requests, &day.Input, &day.Output,
+			&ownMinute.Requests, &ownMinute.Input, &ownMinute.Output, &ownDay.Requests, &ownDay.Input, &ownDay.Output)
+	})
+	return minute, day, ownMinute, ownDay, err
+}
+
+// PruneLeases implements store.Store.
+func (l Leases) PruneLeases(ctx context.Context, key string, before time.Time) (int64, error) {
+	op, err := named("prune leases", " of ", "key", key, store.MaxKeyBytes)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	err = l.conn.InTx(ctx, func(tx store.Tx) error {
+		res, err := tx.Exec(ctx, l.sql["prune_leases"], key, before.UnixMilli())
+		if err != nil {
+			return err
+		}
+		if n, err = res.RowsAffected(); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, l.sql["prune_lease_nodes"], key, before.UnixMilli())
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", op, err)
+	}
+	return n, nil
+}
+
+// nodeWeight is a node's waiting weight as it gave it, and the flows it has
+// calls waiting for with their weights (nil when it did not say).
+type nodeWeight struct {
+	weight float64
+	flows  map[string]float64
+}
+
+// shares returns self's weight and the sum of the others' weights, a flow
+// that waits on several of the nodes counted in each of them at its weight
+// divided by their number: so a flow whose calls wait on three nodes weighs
+// what it would on one, and fairness across flows holds whatever node their
+// calls wait on. A node that gave no flows counts at its weight.
+func shares(self nodeWeight, others []nodeWeight) (own, rest float64) {
+	on := map[string]int{} // nodes a flow waits on
+	for _, n := range append([]nodeWeight{self}, others...) {
+		for f := range n.flows {
+			on[f]++
+		}
+	}
+	weight := func(n nodeWeight) float64 {
+		if len(n.flows) == 0 {
+			return n.weight
+		}
+		var w float64
+		for f, fw := range n.flows {
+			w += fw / float64(on[f])
+		}
+		return w
+	}
+	for _, n := range others {
+		rest += weight(n)
+	}
+	return weight(self), rest
+}

@@ -1,0 +1,3 @@
+SELECT weight, flows
+FROM sluice_lease_nodes
+WHERE key = $1 AND node <> $2 AND seen_ms >= $3 AND weight > 0;

@@ -1,0 +1,1 @@
+DELETE FROM sluice_leases WHERE key = ?1 AND until_ms < ?2;
