@@ -1,6 +1,7 @@
 package governor
 
 import (
+	"slices"
 	"time"
 )
 
@@ -82,59 +83,65 @@ func (g *Governor) Grant(now time.Time, l Lease) {
 
 // LeaseDemand is what the calls waiting on a leased governor need.
 type LeaseDemand struct {
-	// Want is what every waiting call needs beyond the room left on the
-	// open leases that last past within; Min the need of one waiting call
-	// that no open lease has room for (no part above Want's), zero when
-	// none: the smallest lease worth taking.
+	// Want is what the waiting calls that the room left on the open leases
+	// lasting past within cannot take need, each call whole on one lease;
+	// Min the first of those calls' cost, zero when none: the smallest
+	// lease worth taking.
 	Want, Min Cost
-	// Weight is the sum of the weights of the flows with calls waiting.
+	// Weight is the sum of the weights of the flows with calls waiting,
+	// Flows each of those flows' weight.
 	Weight float64
+	Flows  map[string]float64
 }
 
-// Demand says what the waiting calls need of new leases at now: the first
-// calls of each flow's line (up to 8) that fit every limit and wait only for
-// room on a lease, less the room left on open leases that last past within.
+// Demand says what the waiting calls need of new leases at now: of the
+// first calls of each flow's line (up to 8) that fit every limit and wait
+// only for room on a lease, those that the room left on the open leases
+// lasting past within cannot take, each call whole on one lease.
 func (g *Governor) Demand(now time.Time, within time.Duration) LeaseDemand {
 	g.mustBeNew()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	n := now.UnixNano()
-	var room Cost
+	// The room left on each open lease that lasts: the calls are laid on
+	// it, each whole on one lease, as admission will.
+	var rooms []Cost
 	for _, ls := range g.leases {
 		if !ls.closed && ls.until > n+int64(within) {
-			room = room.add(ls.granted.sub(ls.used))
+			rooms = append(rooms, ls.granted.sub(ls.used))
 		}
 	}
 	g.expire(n)
 	var d LeaseDemand
-	var want Cost
 	for _, f := range g.active.flows {
 		if len(f.queue) == 0 {
 			continue
 		}
 		d.Weight += f.share
+		if d.Flows == nil {
+			d.Flows = map[string]float64{}
+		}
+		d.Flows[f.name] = f.share
 		// The first calls of each line that fit every limit now and
 		// wait only for a lease: not calls a limit or a pacer holds back,
 		// whose lease would lie idle while other processes wait.
 		for _, r := range f.queue[:min(len(f.queue), demandPerFlow)] {
-			if _, b := g.fit(n, f, r.cost); b.Kind != "lease" {
+			if _, b := g.fit(n, f, r.cost); b.Kind != "lease" && b.Kind != "" {
 				break
 			}
-			want = want.add(r.cost)
+			i := slices.IndexFunc(rooms, func(room Cost) bool {
+				return r.cost.Requests <= room.Requests && r.cost.Input <= room.Input && r.cost.Output <= room.Output
+			})
+			if i >= 0 {
+				rooms[i] = rooms[i].sub(r.cost)
+				continue
+			}
+			d.Want = d.Want.add(r.cost)
 			if d.Min == (Cost{}) {
 				d.Min = r.cost
 			}
 		}
 	}
-	d.Want = Cost{
-		Requests: max(want.Requests-room.Requests, 0),
-		Input:    max(want.Input-room.Input, 0),
-		Output:   max(want.Output-room.Output, 0),
-	}
-	if d.Want == (Cost{}) {
-		d.Min = Cost{}
-	}
-	d.Min = Cost{Requests: min(d.Min.Requests, d.Want.Requests), Input: min(d.Min.Input, d.Want.Input), Output: min(d.Min.Output, d.Want.Output)}
 	return d
 }
 

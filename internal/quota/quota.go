@@ -26,7 +26,8 @@ import (
 // goroutines.
 type Ledger struct {
 	*governor.Governor
-	j *journal
+	j     *journal
+	lease *leaser // nil unless one of a cluster
 
 	mu      sync.Mutex // guards started and stopped
 	started bool
@@ -41,6 +42,10 @@ type Config struct {
 	FlushEvery time.Duration
 	// Now is the clock used for restoring and pruning. Default time.Now.
 	Now func() time.Time
+	// Cluster, if set, makes the Ledger one of several processes on the
+	// key, each holding leases of the key's capacity from the store, so
+	// their sum never exceeds a limit (see Cluster).
+	Cluster *Cluster
 }
 
 // Open restores cfg.Key's charges of the last day from st into a new
@@ -64,6 +69,14 @@ func Open(ctx context.Context, st store.Store, cfg governor.Config, qc Config) (
 	}
 	j := &journal{st: st, key: cfg.Key, prefix: hex.EncodeToString(b[:]) + ":", every: qc.FlushEvery}
 	cfg.Journal = j
+	var cc Cluster
+	if qc.Cluster != nil {
+		var err error
+		if cc, err = qc.Cluster.withDefaults(); err != nil {
+			return nil, err
+		}
+		cfg.Leased = true
+	}
 	g, err := governor.New(cfg)
 	if err != nil {
 		return nil, err
@@ -80,7 +93,11 @@ func Open(ctx context.Context, st store.Store, cfg governor.Config, qc Config) (
 		charges[i] = governor.Charge{ID: 0, Flow: c.Flow, At: c.At, Cost: c.Cost}
 	}
 	g.Restore(now, charges)
-	return &Ledger{Governor: g, j: j, stop: make(chan struct{}), done: make(chan struct{})}, nil
+	l := &Ledger{Governor: g, j: j, stop: make(chan struct{}), done: make(chan struct{})}
+	if qc.Cluster != nil {
+		l.lease = &leaser{cfg: cc, g: g, st: st, key: cfg.Key, now: qc.Now, lag: cfg.Lag}
+	}
+	return l, nil
 }
 
 // Start writes the journal every FlushEvery and prunes charges older than
@@ -94,8 +111,13 @@ func (l *Ledger) Start(ctx context.Context) {
 		return
 	}
 	l.started = true
+	var leasing sync.WaitGroup
+	if l.lease != nil {
+		leasing.Go(func() { l.lease.run(ctx, l.stop) })
+	}
 	go func() {
 		defer close(l.done)
+		defer leasing.Wait()
 		t := time.NewTicker(l.j.every)
 		defer t.Stop()
 		lastPrune := time.Time{}
@@ -109,6 +131,9 @@ func (l *Ledger) Start(ctx context.Context) {
 				_ = l.Flush(ctx) // kept in the buffer and retried on the next tick
 				if now.Sub(lastPrune) > time.Hour {
 					_, _ = l.j.st.PruneCharges(ctx, l.j.key, now.Add(-48*time.Hour))
+					if l.lease != nil {
+						_, _ = l.j.st.PruneLeases(ctx, l.j.key, l.lease.now().Add(-48*time.Hour))
+					}
 					lastPrune = now
 				}
 			}

@@ -1,0 +1,193 @@
+package quota
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/store"
+)
+
+// Lease defaults: a lease lasts two seconds and the grant loop looks four
+// times a lease.
+const (
+	DefaultLeaseTTL = 2 * time.Second
+	maxLeaseTTL     = time.Hour
+)
+
+// Cluster makes a Ledger one of several processes on one key: its governor
+// admits a call only on room of a lease it took from the store (see
+// store.Store's TakeLease), so that what all processes admit never sums to
+// more than a limit. docs/multinode.md tells the design.
+type Cluster struct {
+	// Node names this process among those on the key; default: the host
+	// name, the process id and a random suffix, new at every start.
+	Node string
+	// LeaseTTL is how long a lease lasts (default DefaultLeaseTTL, at most
+	// an hour): the longest a dead process's room stays taken beyond what it
+	// used, and the time between the store transactions of a busy process.
+	LeaseTTL time.Duration
+	// Speed divides the grant loop's wall-clock tick, as Config.Now runs
+	// that many times as fast as the wall clock. Default 1.
+	Speed float64
+	// Logger receives a warning when the store cannot be reached. Default
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *Cluster) withDefaults() (Cluster, error) {
+	cc := *c
+	if cc.Node == "" {
+		host, _ := os.Hostname()
+		var b [3]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return cc, fmt.Errorf("quota: %w", err)
+		}
+		cc.Node = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+		if len(cc.Node) > store.MaxKeyBytes {
+			cc.Node = cc.Node[len(cc.Node)-store.MaxKeyBytes:]
+		}
+	}
+	if cc.LeaseTTL == 0 {
+		cc.LeaseTTL = DefaultLeaseTTL
+	}
+	if cc.LeaseTTL < time.Millisecond || cc.LeaseTTL > maxLeaseTTL {
+		return cc, fmt.Errorf("quota: lease TTL %v: want from 1ms to %v", cc.LeaseTTL, maxLeaseTTL)
+	}
+	if !(cc.Speed >= 1) {
+		cc.Speed = 1
+	}
+	if cc.Logger == nil {
+		cc.Logger = slog.Default()
+	}
+	return cc, nil
+}
+
+// leaser takes and settles a Ledger's leases.
+type leaser struct {
+	cfg Cluster
+	g   *governor.Governor
+	st  store.Store
+	key string
+	now func() time.Time
+	// lag is the governor's Lag: the provider may count a call that much
+	// later than it was sent, so in the store a lease ends that much after
+	// its last call could be sent, and after its last call was.
+	lag time.Duration
+
+	mu      sync.Mutex
+	unsaved map[string]governor.LeaseUse // uses the store did not take yet
+	failing bool                         // the last transaction failed: warned once
+}
+
+// Node is the name the Ledger's process has among the key's, empty when it
+// is not one of a cluster.
+func (l *Ledger) Node() string {
+	if l.lease == nil {
+		return ""
+	}
+	return l.lease.cfg.Node
+}
+
+// ClusterUse returns what every process's leases on the key take at now in
+// a minute's window and in a day's, as the store sums them for the next
+// lease; ok is false when the Ledger is not one of a cluster.
+func (l *Ledger) ClusterUse(ctx context.Context, now time.Time) (minute, day governor.Cost, ok bool, err error) {
+	if l.lease == nil {
+		return minute, day, false, nil
+	}
+	minute, day, err = l.lease.st.LeaseUse(ctx, l.lease.key, now)
+	return minute, day, true, err
+}
+
+// run takes leases as the governor's waiting calls need them and reports
+// their use, every quarter of a lease and whenever a call waits for one,
+// until stop or ctx ends; then it reports what is left.
+func (ls *leaser) run(ctx context.Context, stop <-chan struct{}) {
+	tick := time.Duration(float64(ls.cfg.LeaseTTL/4) / ls.cfg.Speed)
+	t := time.NewTicker(max(tick, time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			ls.settle(context.WithoutCancel(ctx))
+			return
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-ls.g.LeaseWanted():
+		}
+		ls.once(ctx)
+	}
+}
+
+// once reports the leases' use and takes a lease for what waits.
+func (ls *leaser) once(ctx context.Context) {
+	ls.settle(ctx)
+	now := ls.now()
+	d := ls.g.Demand(now, ls.cfg.LeaseTTL/4)
+	if d.Want == (governor.Cost{}) {
+		return
+	}
+	got, err := ls.st.TakeLease(ctx, store.LeaseRequest{
+		Key: ls.key, Node: ls.cfg.Node, At: now, TTL: min(ls.cfg.LeaseTTL+ls.lag, store.MaxLeaseTTL),
+		Want: d.Want, Min: d.Min, Weight: d.Weight, Flows: d.Flows, Limits: ls.g.Limits(),
+	})
+	if ctx.Err() != nil {
+		return // stopping: the lease, if any, goes unused
+	}
+	ls.failed(err, "take a lease")
+	if err != nil || got.ID == "" {
+		return
+	}
+	// The lease ends on this clock when the store has it end (At+TTL, to
+	// the millisecond; At was read before the transaction began), less the
+	// lag its last call may take to reach the provider.
+	ls.g.Grant(ls.now(), governor.Lease{ID: got.ID, Cost: got.Cost, Until: got.Until.Add(-ls.lag)})
+}
+
+// settle writes what the leases were used for; what cannot be written is
+// kept for the next time (the store then holds a use higher than the truth,
+// which only holds back room).
+func (ls *leaser) settle(ctx context.Context) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	for _, u := range ls.g.LeaseUses(ls.now()) {
+		if ls.unsaved == nil {
+			ls.unsaved = map[string]governor.LeaseUse{}
+		}
+		ls.unsaved[u.ID] = u
+	}
+	for id, u := range ls.unsaved {
+		err := ls.st.SettleLease(ctx, ls.key, id, u.Used, u.Last.Add(ls.lag))
+		if err != nil && ctx.Err() != nil {
+			return
+		}
+		if err != nil && !isNoLease(err) {
+			ls.failed(err, "settle a lease")
+			return
+		}
+		delete(ls.unsaved, id)
+	}
+}
+
+// failed logs the first of a run of failures, and the recovery.
+func (ls *leaser) failed(err error, what string) {
+	switch {
+	case err != nil && !ls.failing:
+		ls.failing = true
+		ls.cfg.Logger.Warn("sluice: cannot "+what+" in the store; calls on the key wait until it answers", "key", ls.key, "node", ls.cfg.Node, "err", err)
+	case err == nil && ls.failing:
+		ls.failing = false
+		ls.cfg.Logger.Info("sluice: the store answers again; leases resume", "key", ls.key, "node", ls.cfg.Node)
+	}
+}
+
+func isNoLease(err error) bool { return errors.Is(err, store.ErrNoLease) }
