@@ -53,6 +53,14 @@ type Config struct {
 	// resumes the runs the previous one left.
 	ExecutorID string
 
+	// Cluster, when set, makes this process one of several on one
+	// database that share every provider key: each process holds leases
+	// of the keys' capacity from the database, so what all of them admit
+	// never sums to more than a limit, whichever process a flow's work
+	// lands on (docs/multinode.md). Every process on the keys must set it,
+	// each with an ExecutorID of its own, which names it in the leases.
+	Cluster *Cluster
+
 	// AlertWebhook, when set, receives a JSON POST when a backfill stalls
 	// and when it recovers (retried with backoff; one alert per change,
 	// however many processes run the app). Alerts are logged either way.
@@ -84,6 +92,15 @@ type Config struct {
 	// run on the wall clock.
 	Now   func() time.Time
 	Speed float64
+}
+
+// Cluster configures the processes that share the provider keys.
+type Cluster struct {
+	// LeaseTTL is how long a lease of a key's capacity lasts (default 2s,
+	// from 1ms to 1h): a busy process takes a lease about every quarter
+	// of it, and a process that dies holds at most its last lease's unused
+	// room, for a limit's period after the lease ends.
+	LeaseTTL time.Duration
 }
 
 // Provider is one LLM provider key.
@@ -128,6 +145,9 @@ func (c Config) validate() error {
 	}
 	if c.Speed < 0 || math.IsNaN(c.Speed) || math.IsInf(c.Speed, 0) || c.Speed > MaxSpeed {
 		return fmt.Errorf("speed %v: want a number between 1 and %d (0 means 1)", c.Speed, MaxSpeed)
+	}
+	if c.Cluster != nil && c.Cluster.LeaseTTL != 0 && (c.Cluster.LeaseTTL < time.Millisecond || c.Cluster.LeaseTTL > time.Hour) {
+		return fmt.Errorf("cluster lease TTL %v: want from 1ms to 1h (0 means 2s)", c.Cluster.LeaseTTL)
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
@@ -126,7 +127,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 			Flows:      cfg.Flows,
 			Now:        now,
 			Speed:      cfg.Speed,
-		}, quota.Config{Now: now})
+		}, quota.Config{Now: now, Cluster: cluster(cfg, e.Logger())})
 		if err != nil {
 			_ = a.shutdown(time.Second)
 			return nil, fmt.Errorf("provider %s: %w", name, err)
@@ -296,4 +297,13 @@ var errNoProvider = errors.New("no LLM provider is configured (Config.Providers)
 // wall clock at speed when that is longer, at most a minute.
 func defaultLag(speed float64) time.Duration {
 	return min(max(2*time.Second, time.Duration(max(speed, 1)*float64(40*time.Millisecond))), time.Minute)
+}
+
+// cluster is the quota leases' configuration of cfg's process, nil when it
+// is not one of a cluster.
+func cluster(cfg Config, logger *slog.Logger) *quota.Cluster {
+	if cfg.Cluster == nil {
+		return nil
+	}
+	return &quota.Cluster{Node: cmp.Or(cfg.ExecutorID, "local"), LeaseTTL: cfg.Cluster.LeaseTTL, Speed: cfg.Speed, Logger: logger}
 }

@@ -24,15 +24,7 @@ func TestSpeedCompressesQuotaWaits(t *testing.T) {
 	const speed = 600
 	clk := clock.New(speed)
 	limits := governor.Limits{governor.RPM: 2}
-	model, err := sim.NewModel(sim.Config{Profile: "groq", Limits: limits, Wire: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := sim.NewServer(model, sim.ServerConfig{Now: clk.Now, Speed: speed})
-	if err := srv.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Stop(context.Background()) })
+	model, srv := simOn(t, clk, limits)
 	app := newApp(t, sluice.Config{
 		DatabaseURL: "sqlite:" + t.TempDir() + "/speed.db",
 		Now:         clk.Now,
@@ -85,4 +77,19 @@ func TestSpeedIsBounded(t *testing.T) {
 			t.Errorf("speed %v accepted", s)
 		}
 	}
+}
+
+// simOn starts a simulated Groq key of limits on clk, stopped when t ends.
+func simOn(t *testing.T, clk *clock.Clock, limits governor.Limits) (*sim.Model, *sim.Server) {
+	t.Helper()
+	model, err := sim.NewModel(sim.Config{Profile: "groq", Limits: limits, Wire: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := sim.NewServer(model, sim.ServerConfig{Now: clk.Now, Speed: clk.Speed()})
+	if err := srv.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Stop(context.Background()) })
+	return model, srv
 }

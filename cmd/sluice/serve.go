@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"regexp"
 	"strings"
 	"time"
 
@@ -54,6 +55,8 @@ type serveFile struct {
 	MetricsTokenEnv  string   `yaml:"metrics_token_env"`
 	Gateway          string   `yaml:"gateway"`
 	ClientKeysEnv    string   `yaml:"client_keys_env"`
+	Node             string   `yaml:"node"`
+	LeaseTTL         string   `yaml:"lease_ttl"`
 	// Flows are the gateway's flows, as in the gateway's own file.
 	Flows []gatewayFlow `yaml:"flows"`
 }
@@ -86,6 +89,8 @@ func runServe(ctx context.Context, env *cmdEnv, args []string) error {
 	metricsTokenEnv := fs.String("metrics-token-env", "", "environment variable holding a bearer token for /metrics alone (default: /metrics takes the API's token)")
 	withGateway := fs.Bool("gateway", false, "also serve the OpenAI-compatible gateway (POST /v1/chat/completions, GET /v1/models) on this address, governed by the pipeline's key: apps in any language share the key with the functions")
 	clientEnv := fs.String("client-keys-env", "SLUICE_GATEWAY_KEYS", "`NAME` of an environment variable holding the gateway's client keys as KEY[=FLOW],…; the API token is one too")
+	node := fs.String("node", "", "this process's `NAME` among several sluice serve on one PostgreSQL database: its DBOS executor ID (restarted with the same name, it resumes its runs) and its name in the quota leases; set, the key's limits hold in aggregate across the nodes (docs/multinode.md)")
+	leaseTTL := fs.Duration("lease-ttl", 2*time.Second, "with --node: how long a lease of the key's capacity lasts (1ms to 1h)")
 	var flows flowFlags
 	fs.Var(&flows, "flow", "a gateway flow as `NAME=WEIGHT[:PRIORITY[:MAX_TOKENS]]` (repeatable); the key's governor shares the key among them and the functions' flows")
 	sf := addServerFlags(fs)
@@ -122,6 +127,14 @@ func runServe(ctx context.Context, env *cmdEnv, args []string) error {
 	gc.Forms = dashboardForm // the dashboard checks a CSRF token on each of its forms
 	if *runTimeout <= 0 {
 		return refuse("run-timeout", fmt.Errorf("%s: want a positive duration", *runTimeout))
+	}
+	if *leaseTTL < time.Millisecond || *leaseTTL > time.Hour {
+		return refuse("lease-ttl", fmt.Errorf("%s: want from 1ms to 1h", *leaseTTL))
+	}
+	if *node != "" {
+		if err := checkNodeName(*node); err != nil {
+			return refuse("node", err)
+		}
 	}
 	// What the app would refuse once it opens the database, refused now,
 	// before anything listens, and named where it was given.
@@ -171,7 +184,7 @@ func runServe(ctx context.Context, env *cmdEnv, args []string) error {
 	appc := make(chan *sluice.App, 1)
 	go func() {
 		began := time.Now()
-		app, err := newSummarizeApp(sctx, env, summarizeOptions{db: *dbURL, providerURL: *providerURL, profile: *profile, limits: *limits, keyEnv: *keyEnv, model: *model, runTimeout: *runTimeout, timeouts: calls, logger: logger, flows: gw.governorFlows()})
+		app, err := newSummarizeApp(sctx, env, summarizeOptions{db: *dbURL, providerURL: *providerURL, profile: *profile, limits: *limits, keyEnv: *keyEnv, model: *model, runTimeout: *runTimeout, timeouts: calls, logger: logger, flows: gw.governorFlows(), node: *node, leaseTTL: *leaseTTL})
 		parts := serveParts{app: app, api: sluice.HandlerConfig{Token: token, MaxEventBytes: *maxEvent, OutputLimit: *outputLimit}, metricsToken: metricsToken}
 		if err == nil {
 			appc <- app
@@ -211,6 +224,8 @@ type summarizeOptions struct {
 	timeouts                                        llm.Timeouts // of each provider call
 	logger                                          *slog.Logger // nil: slog.Default()
 	flows                                           []governor.FlowConfig
+	node                                            string        // empty: not one of a cluster
+	leaseTTL                                        time.Duration // with node
 }
 
 // newSummarizeApp builds an app running the summarize pipeline.
@@ -236,8 +251,14 @@ func newSummarizeApp(ctx context.Context, env *cmdEnv, o summarizeOptions) (*slu
 			return nil, fmt.Errorf("--api-key-env %s: the variable is empty", o.keyEnv)
 		}
 	}
+	var cluster *sluice.Cluster
+	if o.node != "" {
+		cluster = &sluice.Cluster{LeaseTTL: o.leaseTTL}
+	}
 	app, err := sluice.New(ctx, sluice.Config{
 		DatabaseURL: db,
+		ExecutorID:  o.node,
+		Cluster:     cluster,
 		RetryBase:   o.retryBase,
 		Logger:      o.logger,
 		Flows:       o.flows,
@@ -260,3 +281,17 @@ func newSummarizeApp(ctx context.Context, env *cmdEnv, o summarizeOptions) (*slu
 func sluiceHandlerConfig(token string) sluice.HandlerConfig {
 	return sluice.HandlerConfig{Token: token}
 }
+
+// checkNodeName refuses a node name the store could not keep: it names the
+// process in DBOS and in the quota leases.
+func checkNodeName(name string) error {
+	switch {
+	case len(name) > 64:
+		return fmt.Errorf("%q: at most 64 bytes", name[:64]+"…")
+	case !nodeName.MatchString(name):
+		return fmt.Errorf("%q: letters, digits, '.', '_' and '-' only", name)
+	}
+	return nil
+}
+
+var nodeName = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)

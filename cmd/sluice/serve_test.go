@@ -205,6 +205,9 @@ func TestServeConfigFile(t *testing.T) {
 		{"bad profile", "profile: acme\n", nil, "profile: "},
 		{"event bound out of range", "max_event_bytes: 0\n", nil, "max_event_bytes: 0: want between 1 and"},
 		{"allowed hosts as a list", "allowed_hosts: [\"bad host\"]\n", nil, "allowed_hosts: "},
+		{"a node name with a space", "", []string{"--node", "node a"}, `--node: "node a": letters, digits, '.', '_' and '-' only`},
+		{"a node name too long", "node: " + strings.Repeat("n", 65) + "\n", nil, "node: " + `"` + strings.Repeat("n", 64) + `…": at most 64 bytes (line 1)`},
+		{"a lease TTL out of range", "lease_ttl: 2h\n", nil, "lease_ttl: 2h0m0s: want from 1ms to 1h (line 1)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
