@@ -60,6 +60,25 @@ func TestAppsOnOneDatabaseShareTheKey(t *testing.T) {
 	if st.Succeeded != 12 || st.Rejected != 0 {
 		t.Fatalf("the provider answered %d and refused %d, want 12 and 0", st.Succeeded, st.Rejected)
 	}
+	// Each app's statistics show the cluster's use of the key, not its own.
+	// (Read a few times: a lease may age out between the two reads.)
+	var used []int64
+	for range 5 {
+		used = used[:0]
+		for _, app := range apps {
+			s, err := app.Stats("groq")
+			if err != nil {
+				t.Fatal(err)
+			}
+			used = append(used, s.Limits[governor.RPM].Used)
+		}
+		if used[0] == used[1] {
+			break
+		}
+	}
+	if used[0] != used[1] || used[0] == 0 {
+		t.Errorf("the apps see %v of rpm used, want the same cluster-wide figure", used)
+	}
 }
 
 func TestClusterLeaseTTLIsBounded(t *testing.T) {

@@ -91,7 +91,7 @@ func (a *App) keyStats(now time.Time) []governor.Stats {
 	names := slices.Sorted(maps.Keys(a.providers))
 	out := make([]governor.Stats, 0, len(names))
 	for _, n := range names {
-		out = append(out, a.providers[n].Governor.Stats(now))
+		out = append(out, a.statsOf(n, now))
 	}
 	return out
 }

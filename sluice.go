@@ -34,6 +34,7 @@ type App struct {
 	e         *engine.Engine
 	providers map[string]*engine.Provider
 	ledgers   []*quota.Ledger
+	clusters  map[string]*quota.Ledger // by provider name, the ledgers of a cluster
 	backfills *backfill.Set
 	monitor   *health.Monitor
 	// thresholds and quotas are what the monitor judges each backfill by:
@@ -133,6 +134,12 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 			return nil, fmt.Errorf("provider %s: %w", name, err)
 		}
 		a.ledgers = append(a.ledgers, ledger)
+		if ledger.Node() != "" {
+			if a.clusters == nil {
+				a.clusters = map[string]*quota.Ledger{}
+			}
+			a.clusters[name] = ledger
+		}
 		est, err := llm.NewEstimator(llm.EstimatorConfig{})
 		if err != nil {
 			_ = a.shutdown(time.Second)
@@ -269,13 +276,44 @@ func (e *RunError) Error() string {
 }
 
 // Stats returns the governor statistics of a provider (flows waiting,
-// admitted, tokens; usage of every limit).
+// admitted, tokens; usage of every limit). With Config.Cluster, each
+// limit's use is the whole cluster's, as the leases of every process take
+// it (see docs/multinode.md); the flows are this process's.
 func (a *App) Stats(provider string) (governor.Stats, error) {
-	p, ok := a.providers[cmp.Or(provider, a.first)]
-	if !ok {
+	name := cmp.Or(provider, a.first)
+	if _, ok := a.providers[name]; !ok {
 		return governor.Stats{}, fmt.Errorf("unknown provider %q", provider)
 	}
-	return p.Governor.Stats(a.e.Now()), nil
+	return a.statsOf(name, a.e.Now()), nil
+}
+
+// statsOf is provider name's governor statistics at now, with the
+// cluster's use of each limit when it is one of a cluster. When the store
+// cannot be read, the process's own use stands.
+func (a *App) statsOf(name string, now time.Time) governor.Stats {
+	st := a.providers[name].Governor.Stats(now)
+	l := a.clusters[name]
+	if l == nil {
+		return st
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	minute, day, _, err := l.ClusterUse(ctx, now)
+	if err != nil {
+		return st
+	}
+	for _, lim := range governor.AllLimits {
+		ls := &st.Limits[lim]
+		used := minute.On(lim)
+		if lim.Period() > time.Minute {
+			used = day.On(lim)
+		}
+		if used > ls.Used {
+			ls.Used = used
+			ls.Capacity = max(ls.Max-used, 0)
+		}
+	}
+	return st
 }
 
 // Governor returns the governor of a provider's key (the first provider's
