@@ -153,7 +153,7 @@ func checkLease(req store.LeaseRequest) error {
 	want, least := costParts(req.Want), costParts(req.Min)
 	for i, p := range least {
 		if p.n > want[i].n {
-			return fmt.Errorf("Min.%s %d is over Want.%s %d", p.name, p.n, p.name, want[i].n)
+			return fmt.Errorf("%s.%s %d is over Want.%s %d", "Min", p.name, p.n, p.name, want[i].n)
 		}
 	}
 	switch w := req.Weight; {
