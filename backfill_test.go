@@ -79,6 +79,19 @@ func (a *alerts) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	a.mu.Unlock()
 }
 
+// states is the states of job's alerts, in the order they came.
+func (a *alerts) states(job string) []any {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []any
+	for _, v := range a.got {
+		if v["job"] == job {
+			out = append(out, v["state"])
+		}
+	}
+	return out
+}
+
 func (a *alerts) of(job, state string) int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -242,10 +255,24 @@ func TestBackfillStoryStallAndRecovery(t *testing.T) {
 			defer db.mu.Unlock()
 			return len(db.saved["titles_en"]) == 40
 		})
-		waitFor("one recovery alert", func() bool { return hook.of("titles_en", "") == 2 })
+		// Recovered: the last alert ends a stall. On a loaded machine the
+		// catching up itself may go quiet past the short threshold and
+		// stall again, which is alerted as truly as the first: then every
+		// stall has its recovery, in order.
+		recovered := func() bool {
+			states := hook.states("titles_en")
+			return len(states) >= 2 && len(states)%2 == 0 && states[len(states)-1] != "stalled"
+		}
+		waitFor("a recovery alert", recovered)
 		waitFor("ready again", func() bool { code, _ := ready(); return code == http.StatusOK })
-		if hook.of("titles_en", "stalled") != 1 {
-			t.Fatalf("alerts %v: want one stall and one recovery of titles_en", hook.got)
+		states := hook.states("titles_en")
+		for i, st := range states {
+			if (i%2 == 0) != (st == "stalled") {
+				t.Fatalf("titles_en alerts in states %v: want each stall followed by its recovery", states)
+			}
+		}
+		if len(states) > 2 {
+			t.Logf("titles_en stalled again while catching up on a loaded machine: alerts in states %v", states)
 		}
 		db.mu.Lock()
 		defer db.mu.Unlock()
