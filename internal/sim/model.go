@@ -283,6 +283,7 @@ func (m *Model) Submit(now time.Time, r Request) Response {
 	if m.useDay {
 		resp.seqDay = m.day.add(t, c)
 	}
+	m.raisePeaks()
 	out := min(nonNeg(r.Output), max)
 	resp.Status, resp.final = http.StatusOK, out
 	if f := m.cfg.Faults; f.Sum() > 0 {

@@ -25,6 +25,12 @@ type Stats struct {
 	Charged governor.Cost
 	// Limits are the model's limits, for reading Charged against them.
 	Limits governor.Limits
+	// Peak is, for each limit in force, the highest ratio of the charges
+	// counting in its window to its allowance, over the moments requests
+	// were admitted (the admitted request included): how close the key
+	// came to the limit, whoever sent the calls. Admission never takes it
+	// above 1; it is 0 for a limit not in force.
+	Peak [governor.NumLimits]float64
 	// Flows breaks the counts down by Request.Flow.
 	Flows map[string]FlowStats
 }
@@ -45,6 +51,7 @@ type stats struct {
 	byLimit                                 [governor.NumLimits]int64
 	faults                                  [NumFaults]int64
 	charged                                 governor.Cost
+	peak                                    [governor.NumLimits]float64
 	flows                                   map[string]*FlowStats
 }
 
@@ -103,6 +110,16 @@ func (s *stats) admit(r *Response) {
 	r.flow.Faults++
 }
 
+// raisePeaks raises the peak of every limit in force to its window's use
+// now: called once an admitted charge is in the ledgers.
+func (m *Model) raisePeaks() {
+	for _, l := range governor.AllLimits {
+		if lim := m.cfg.Limits[l]; lim > 0 {
+			m.stats.peak[l] = max(m.stats.peak[l], float64(m.ledger(l).sum.On(l))/float64(lim))
+		}
+	}
+}
+
 // Stats returns a copy of the counters.
 func (m *Model) Stats() Stats {
 	m.mu.Lock()
@@ -110,7 +127,7 @@ func (m *Model) Stats() Stats {
 	s := Stats{
 		Requests: m.stats.requests, Succeeded: m.stats.succeeded, Rejected: m.stats.rejected, TooLarge: m.stats.tooLarge,
 		RejectedByStatus: make(map[int]int64, len(m.stats.byStatus)), RejectedByLimit: m.stats.byLimit,
-		Faults: m.stats.faults, Charged: m.stats.charged, Limits: m.cfg.Limits,
+		Faults: m.stats.faults, Charged: m.stats.charged, Limits: m.cfg.Limits, Peak: m.stats.peak,
 		Flows: make(map[string]FlowStats, len(m.stats.flows)),
 	}
 	for k, v := range m.stats.byStatus {
@@ -146,6 +163,7 @@ func (s Stats) MarshalJSON() ([]byte, error) {
 	byLimit := map[string]int64{}
 	charged := map[string]int64{}
 	limits := map[string]int64{}
+	peak := map[string]float64{}
 	for _, l := range governor.AllLimits {
 		if s.RejectedByLimit[l] > 0 {
 			byLimit[l.String()] = s.RejectedByLimit[l]
@@ -153,6 +171,7 @@ func (s Stats) MarshalJSON() ([]byte, error) {
 		charged[l.String()] = s.Charged.On(l)
 		if s.Limits[l] > 0 {
 			limits[l.String()] = s.Limits[l]
+			peak[l.String()] = s.Peak[l]
 		}
 	}
 	faults := map[string]int64{}
@@ -174,6 +193,7 @@ func (s Stats) MarshalJSON() ([]byte, error) {
 		Faults           map[string]int64    `json:"faults"`
 		Charged          map[string]int64    `json:"charged"`
 		Limits           map[string]int64    `json:"limits"`
+		Peak             map[string]float64  `json:"peak"`
 		Flows            map[string]flowJSON `json:"flows"`
-	}{s.Requests, s.Succeeded, s.Rejected, s.TooLarge, byStatus, byLimit, faults, charged, limits, flows})
+	}{s.Requests, s.Succeeded, s.Rejected, s.TooLarge, byStatus, byLimit, faults, charged, limits, peak, flows})
 }
