@@ -37,8 +37,9 @@ type LeaseUse struct {
 	// Last is when the last call on the lease was sent (the lease's grant
 	// time when none was).
 	Last time.Time
-	// Closed reports that the lease ended: Used and Last only go down from
-	// now on, and the lease is reported again only if they do.
+	// Closed reports that the lease ended (LeaseUses reports only those):
+	// Used only goes down from now on, and the lease is reported again if
+	// it does.
 	Closed bool
 }
 
@@ -153,8 +154,11 @@ func (g *Governor) LeaseWanted() <-chan struct{} {
 	return g.leaseWanted
 }
 
-// LeaseUses reports the leases whose use changed since the last report,
-// and forgets closed leases that can change no more once reported.
+// LeaseUses reports the closed leases whose use changed since the last
+// report, and forgets those that can change no more once reported. An open
+// lease is not reported: what its grantor holds for it must stay what was
+// granted while calls may still be admitted on it, or the calls admitted
+// after a report would be missing from the sums of every other process.
 func (g *Governor) LeaseUses(now time.Time) []LeaseUse {
 	g.mustBeNew()
 	g.mu.Lock()
@@ -163,7 +167,7 @@ func (g *Governor) LeaseUses(now time.Time) []LeaseUse {
 	var out []LeaseUse
 	keep := g.leases[:0]
 	for _, ls := range g.leases {
-		if ls.dirty {
+		if ls.dirty && ls.closed {
 			out = append(out, LeaseUse{ID: ls.id, Used: ls.used, Last: time.Unix(0, ls.last), Closed: ls.closed})
 			ls.dirty = false
 		}

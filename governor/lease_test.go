@@ -51,13 +51,10 @@ func TestLeasedGovernorAdmitsOnLeasesOnly(t *testing.T) {
 	if d := g.Demand(t0, 0); d.Want != call || d.Min != call {
 		t.Errorf("demand with the lease full: %+v, want the third call", d)
 	}
-	// The room left on a lease that ends within `within` is not counted.
-	uses := g.LeaseUses(t0)
-	if len(uses) != 1 || uses[0].ID != "n1/1" || uses[0].Used != call.times(2) || uses[0].Closed || !uses[0].Last.Equal(t0) {
-		t.Fatalf("lease uses %+v, want n1/1 open, used by two calls", uses)
-	}
-	if again := g.LeaseUses(t0); len(again) != 0 {
-		t.Errorf("lease uses reported twice: %+v", again)
+	// An open lease is not reported: the grantor must hold all of it
+	// while calls may still be admitted on it.
+	if uses := g.LeaseUses(t0); len(uses) != 0 {
+		t.Fatalf("lease uses %+v of an open lease, want none", uses)
 	}
 
 	// A call sent later moves the lease's last use; settling for less
@@ -70,18 +67,18 @@ func TestLeasedGovernorAdmitsOnLeasesOnly(t *testing.T) {
 	if !rs[2].Admitted() {
 		t.Fatal("the third call was not admitted on the room given back")
 	}
-	uses = g.LeaseUses(at)
-	want := Cost{Requests: 2, Input: 200, Output: 60}
-	if len(uses) != 1 || uses[0].Used != want || !uses[0].Last.Equal(at) {
-		t.Fatalf("lease uses %+v, want used %+v, last %v", uses, want, at)
-	}
 
-	// Once the lease ends it is reported closed; while a call on it may
-	// still settle it is kept, and reported again when that lowers it.
+	// Once the lease ends it is reported closed, with what its calls
+	// used and when the last was sent; while a call on it may still
+	// settle it is kept, and reported again when that lowers it.
 	end := until.Add(time.Millisecond)
-	uses = g.LeaseUses(end)
-	if len(uses) != 1 || !uses[0].Closed {
-		t.Fatalf("lease uses after its end %+v, want it closed", uses)
+	uses := g.LeaseUses(end)
+	want := Cost{Requests: 2, Input: 200, Output: 60}
+	if len(uses) != 1 || !uses[0].Closed || uses[0].Used != want || !uses[0].Last.Equal(at) {
+		t.Fatalf("lease uses after its end %+v, want it closed, used %+v, last %v", uses, want, at)
+	}
+	if again := g.LeaseUses(end); len(again) != 0 {
+		t.Errorf("lease uses reported twice: %+v", again)
 	}
 	rs[2].Settle(end, Usage{Input: 100, Output: 0})
 	uses = g.LeaseUses(end)

@@ -58,9 +58,10 @@ func TestBenchMultinode(t *testing.T) {
 	}
 	t.Logf("%s", bytes.TrimSpace(out.Bytes()))
 	// The bench exits 1 when the provider refused a call, which the
-	// cluster still lets happen in some runs (1 to 3 calls, OTPM, in 3 of
-	// 17 runs: docs/benchmarks.md): that target is not met yet, and is not
-	// asserted here. Every other way of failing is.
+	// cluster let happen in some runs (1 to 3 calls, OTPM, in 4 of 23 runs:
+	// docs/benchmarks.md) until open leases were no longer settled early;
+	// not yet measured again since, so not asserted here. Every other way
+	// of failing is.
 	if code != 0 && !(code == 1 && rep.ProviderRejections > 0) {
 		t.Errorf("exit %d: %s", code, errb.String())
 	}
