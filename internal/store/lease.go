@@ -1,9 +1,11 @@
 package store
 
 import (
+	"cmp"
 	"errors"
 	"math"
 	"math/bits"
+	"slices"
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
@@ -85,29 +87,52 @@ type Lease struct {
 // unbounded is the room on a limit that does not apply.
 const unbounded = math.MaxInt64
 
+// Claim is what another node waiting on the key asks of it, as TakeLease
+// reads it from the store: Grant caps the asking node at its fair share
+// only while the others ask for theirs.
+type Claim struct {
+	// Weight is the node's waiting weight (see LeaseRequest.Weight and
+	// Flows): a claim whose weight is not above 0 counts for nothing.
+	Weight float64
+	// Minute and Day are what its leases take in the windows of a minute
+	// and of a day, as Grant's minute and day are summed.
+	Minute, Day governor.Cost
+	// Want is what its waiting calls asked for at its last TakeLease,
+	// granted or not: a node below its share so keeps room for one more
+	// ask like its last.
+	Want governor.Cost
+}
+
 // Grant returns what of req.Want a lease may grant, given minute and day,
 // the sums of the key's leases that still count at req.At in a window of a
 // minute and of a day (those with Until after At less the window), own, the
-// same sums of the asking node's leases alone, and others, the sum of the
-// weights of the key's other live nodes.
+// same sums of the asking node's leases alone, and others, what the key's
+// other live waiting nodes claim.
 //
 // The room on each limit that applies (req.Limits of it above 0) is the
 // limit less what the sums of its period (minute or day, by Period) use of
 // it (Cost.On), never below 0; a limit that does not apply leaves unbounded
-// room. The node's fair share is s = 1 when others is 0, else req.Weight /
-// (req.Weight + others): a node whose weight is 0 gets no share while
-// others wait. The grant is as much of Want as fits, on every limit, both
-// the room and what is left of the node's share of the window: s times the
-// limit (cut to a whole number) less what its own leases take of it. Shares
+// room. The node's fair share of each limit is found by water-filling the
+// window: each other node claims what its leases take of the limit in the
+// window plus what it last asked for; a level λ is found such that every node
+// gets the lesser of its claim and its weight times λ, and these sum to the
+// limit. The asking node's share is its weight times λ (so, when every
+// other node claims at least its share, req.Weight over all the weights
+// times the limit), and, when every other claim is met below the level,
+// all that those claims leave. The grant is as much of Want as fits, on
+// every limit, both the room and what is left of the node's share: the
+// share cut to a whole number less what its own leases take of it. Shares
 // are of the window, not of the room of the moment: when the key is
 // saturated, the room that frees as the window slides goes to the nodes
 // below their share, so each node's leases over the window follow its
-// weight, whoever asks first. Alone, a node's share is the whole limit.
-// Except that a node with nothing of its own counting on a limit may always
-// take Min there when Min fits the room, so that a call larger than its
-// share still goes instead of starving. When Min does not fit every
-// limit's bound, the grant is zero: a lease too small for the first
-// waiting call is of no use. A zero Want grants zero.
+// weight, whoever asks first; and room another node does not ask for is
+// not held for it. Alone, a node's share is the whole limit. A node whose
+// weight is 0 gets only what the others' claims leave. Except that a node
+// with nothing of its own counting on a limit may always take Min there
+// when Min fits the room, so that a call larger than its share still goes
+// instead of starving. When Min does not fit every limit's bound, the
+// grant is zero: a lease too small for the first waiting call is of no
+// use. A zero Want grants zero.
 //
 // Requests are bounded by RPM and RPD, input by ITPM, output by OTPM, and
 // input and output together by TPM and TPD. Where TPM or TPD binds, input
@@ -118,15 +143,15 @@ const unbounded = math.MaxInt64
 // the sums with the grant added stay within every limit. Grant expects req
 // as TakeLease accepts it; of parts out of range, it reads Want's as the
 // nearest of 0 and governor.MaxCost, Min's as the nearest of 0 and Want's,
-// and a weight or others that is not above 0 as 0. It has no side effects
-// and does no arithmetic that can overflow.
-func Grant(req LeaseRequest, minute, day, ownMinute, ownDay governor.Cost, others float64) governor.Cost {
+// a weight that is not above 0 as 0, and a claim's negative parts as 0. It
+// has no side effects and does no arithmetic that can overflow.
+func Grant(req LeaseRequest, minute, day, ownMinute, ownDay governor.Cost, others []Claim) governor.Cost {
 	want := clampCost(req.Want, governor.Cost{Requests: governor.MaxCost, Input: governor.MaxCost, Output: governor.MaxCost})
 	least := clampCost(req.Min, want)
 	if want == (governor.Cost{}) {
 		return governor.Cost{}
 	}
-	s := share(req.Weight, others)
+	self, weights := weighOf(req.Weight, others)
 	var bound [governor.NumLimits]int64 // of each limit: what the grant may use of it
 	for _, l := range governor.AllLimits {
 		limit := req.Limits[l]
@@ -145,9 +170,9 @@ func Grant(req LeaseRequest, minute, day, ownMinute, ownDay governor.Cost, other
 		if need > room {
 			return governor.Cost{}
 		}
-		left := room // alone: the whole room
-		if s < 1 {
-			left = min(room, max(int64(s*float64(limit))-max(own, 0), 0))
+		left := room
+		if share := fairShare(l, limit, self, weights, others); share < limit {
+			left = min(room, max(share-max(own, 0), 0))
 			if own <= 0 {
 				left = max(left, need)
 			}
@@ -169,6 +194,84 @@ func Grant(req LeaseRequest, minute, day, ownMinute, ownDay governor.Cost, other
 	return g
 }
 
+// fairShare returns the asking node's share of limit l, of limit units, by
+// water-filling (see Grant): self is its weight and weights the others',
+// as weighOf scales them; others their claims. It is at most limit.
+func fairShare(l governor.Limit, limit int64, self float64, weights []float64, others []Claim) int64 {
+	type claim struct{ w, c, per float64 } // per: claim per weight
+	var cs []claim
+	for i, o := range others {
+		if !(weights[i] > 0) {
+			continue
+		}
+		use := o.Minute.On(l)
+		if l.Period() > time.Minute {
+			use = o.Day.On(l)
+		}
+		// Each part is cut to the limit: the sum of two is below 2^42 and
+		// exact in float64.
+		c := float64(min(max(use, 0), limit) + min(max(o.Want.On(l), 0), limit))
+		cs = append(cs, claim{weights[i], c, c / weights[i]})
+	}
+	if len(cs) == 0 {
+		return limit
+	}
+	// The claims met below the level, in the order of claim per weight:
+	// each takes its claim, and the rest is shared by the weights left.
+	slices.SortFunc(cs, func(a, b claim) int { return cmp.Compare(a.per, b.per) })
+	rest, w := float64(limit), self
+	for _, c := range cs {
+		w += c.w
+	}
+	for _, c := range cs {
+		if w > 0 && c.per > rest/w {
+			// c and those after it claim more than the level: the
+			// asking node gets its weight's part of what is left.
+			v := self / w * rest
+			if !(v > 0) {
+				return 0
+			}
+			return min(int64(min(v, float64(limit))), limit)
+		}
+		rest, w = rest-c.c, w-c.w
+	}
+	return min(max(int64(rest), 0), limit) // every other claim met
+}
+
+// weighOf returns the asking node's weight and the others' claims'
+// weights, each read as 0 when not above 0. When they sum to more than
+// float64 holds, each is divided by the largest (and of those infinite
+// themselves, each is 1 and the rest 0), so that sums stay finite.
+func weighOf(self float64, others []Claim) (float64, []float64) {
+	all := make([]float64, len(others)+1)
+	for i, o := range others {
+		all[i] = o.Weight
+	}
+	all[len(others)] = self
+	var sum, top float64
+	for i, w := range all {
+		if !(w > 0) {
+			all[i] = 0
+		}
+		sum += all[i]
+		top = max(top, all[i])
+	}
+	if math.IsInf(sum, 1) {
+		for i, w := range all {
+			switch {
+			case math.IsInf(top, 1):
+				all[i] = 0
+				if math.IsInf(w, 1) {
+					all[i] = 1
+				}
+			default:
+				all[i] = w / top
+			}
+		}
+	}
+	return all[len(others)], all[:len(others)]
+}
+
 // split shares tokens, the bound on input plus output, between input and
 // output, each at most its own bound (in, out, whose sum is over tokens)
 // and at least least's: in proportion to want's input and output where
@@ -185,26 +288,6 @@ func split(tokens, in, out int64, least, want governor.Cost) (int64, int64) {
 	input = max(input, least.Input, tokens-out)
 	input = min(input, in, tokens-least.Output)
 	return input, tokens - input
-}
-
-// share returns the node's fair share of the room, s of Grant.
-func share(weight, others float64) float64 {
-	switch {
-	case !(others > 0): // NaN too
-		return 1
-	case !(weight > 0):
-		return 0
-	}
-	s := weight / (weight + others)
-	if math.IsInf(weight+others, 1) {
-		// Weights near the largest float64: the same ratio, without the
-		// sum.
-		s = 1 / (1 + others/weight)
-	}
-	if !(s >= 0) { // both infinite
-		return 0
-	}
-	return min(s, 1)
 }
 
 // clampCost returns c with each part between 0 and that part of most.

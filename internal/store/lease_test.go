@@ -28,6 +28,13 @@ func limitsOf(t *testing.T, s string) [governor.NumLimits]int64 {
 	return ls
 }
 
+// busy is what other nodes of weight w claim when they ask for at least
+// their share of every limit: Grant then shares by weight alone.
+func busy(w float64) []store.Claim {
+	all := cost(governor.MaxCost, governor.MaxCost, governor.MaxCost)
+	return []store.Claim{{Weight: w, Want: all}}
+}
+
 func TestGrant(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -118,7 +125,7 @@ func TestGrant(t *testing.T) {
 			ownMinute: cost(0, math.MaxInt64, math.MaxInt64), others: 1, grant: cost(1, 0, 0)},
 	} {
 		req := store.LeaseRequest{Want: tc.want, Min: tc.min, Weight: tc.weight, Limits: limitsOf(t, tc.limits)}
-		if got := store.Grant(req, tc.minute, tc.day, tc.ownMinute, tc.ownDay, tc.others); got != tc.grant {
+		if got := store.Grant(req, tc.minute, tc.day, tc.ownMinute, tc.ownDay, busy(tc.others)); got != tc.grant {
 			t.Errorf("%s: Grant(want %+v, min %+v, weight %v, %s, minute %+v, day %+v, own %+v, %+v, others %v) = %+v, want %+v",
 				tc.name, tc.want, tc.min, tc.weight, tc.limits, tc.minute, tc.day, tc.ownMinute, tc.ownDay, tc.others, got, tc.grant)
 		}
@@ -136,14 +143,14 @@ func TestGrantAtMaxCost(t *testing.T) {
 	}
 	var none governor.Cost
 	req := store.LeaseRequest{Want: cost(m, m, m), Min: cost(1, 1, 1), Weight: 1, Limits: all}
-	if got, want := store.Grant(req, none, none, none, none, 0), cost(m, m/2, m/2); got != want {
+	if got, want := store.Grant(req, none, none, none, none, busy(0)), cost(m, m/2, m/2); got != want {
 		t.Fatalf("Grant of MaxCost against limits of MaxCost = %+v, want %+v", got, want)
 	}
 	// Uneven: the input's share is ⌊2^40 × 2^40 / (2^41 − 1)⌋.
 	req.Want = cost(m, m, m-1)
 	share := new(big.Int).Mul(big.NewInt(m), big.NewInt(m))
 	share.Quo(share, big.NewInt(2*m-1))
-	if got, want := store.Grant(req, none, none, none, none, 0), cost(m, share.Int64(), m-share.Int64()); got != want {
+	if got, want := store.Grant(req, none, none, none, none, busy(0)), cost(m, share.Int64(), m-share.Int64()); got != want {
 		t.Fatalf("Grant of an uneven MaxCost = %+v, want %+v", got, want)
 	}
 	// Used up to the bound: nothing left, not a wrapped room; alone or
@@ -151,14 +158,14 @@ func TestGrantAtMaxCost(t *testing.T) {
 	full := cost(m, m, m)
 	for _, own := range []governor.Cost{none, full} {
 		for _, others := range []float64{0, 1} {
-			if got := store.Grant(req, full, full, own, own, others); got != none {
+			if got := store.Grant(req, full, full, own, own, busy(others)); got != none {
 				t.Fatalf("Grant with every limit used (own %+v, others %v) = %+v, want zero", own, others, got)
 			}
 		}
 	}
 	// A third of every limit.
 	req.Min = none
-	if got := store.Grant(req, none, none, none, none, 2); got.Requests != m/3 || got.Input+got.Output != m/3 {
+	if got := store.Grant(req, none, none, none, none, busy(2)); got.Requests != m/3 || got.Input+got.Output != m/3 {
 		t.Fatalf("Grant of a third of MaxCost = %+v, want %d requests and %d tokens", got, int64(m/3), int64(m/3))
 	}
 	// Half of every limit, less what the node's own leases take of it:
@@ -167,18 +174,18 @@ func TestGrantAtMaxCost(t *testing.T) {
 	own := cost(m/4, m/8, m/8)
 	share.Mul(big.NewInt(m/4), big.NewInt(m))
 	share.Quo(share, big.NewInt(2*m-1))
-	if got, want := store.Grant(req, own, own, own, own, 1), cost(m/4, share.Int64(), m/4-share.Int64()); got != want {
+	if got, want := store.Grant(req, own, own, own, own, busy(1)), cost(m/4, share.Int64(), m/4-share.Int64()); got != want {
 		t.Fatalf("Grant of half of MaxCost less its own %+v = %+v, want %+v", own, got, want)
 	}
 	// Its share used up by its own leases: nothing, though most of every
 	// limit is left; alone, all of that.
 	own = cost(m/2, m/4, m/4)
-	if got := store.Grant(req, own, own, own, own, 1); got != none {
+	if got := store.Grant(req, own, own, own, own, busy(1)); got != none {
 		t.Fatalf("Grant with half of MaxCost its own = %+v, want zero", got)
 	}
 	share.Mul(big.NewInt(m/2), big.NewInt(m))
 	share.Quo(share, big.NewInt(2*m-1))
-	if got, want := store.Grant(req, own, own, own, own, 0), cost(m/2, share.Int64(), m/2-share.Int64()); got != want {
+	if got, want := store.Grant(req, own, own, own, own, busy(0)), cost(m/2, share.Int64(), m/2-share.Int64()); got != want {
 		t.Fatalf("Grant alone with half of MaxCost its own = %+v, want %+v", got, want)
 	}
 }
@@ -250,7 +257,7 @@ func TestGrantProperties(t *testing.T) {
 			minute, day, ownMinute, ownDay = governor.Cost{}, governor.Cost{}, governor.Cost{}, governor.Cost{}
 		}
 		others := []float64{0, 1, 3, r.Float64() * 1000}[r.IntN(4)]
-		g := store.Grant(req, minute, day, ownMinute, ownDay, others)
+		g := store.Grant(req, minute, day, ownMinute, ownDay, busy(others))
 		fail := func(format string, args ...any) {
 			t.Helper()
 			t.Fatalf("case %d: Grant(%+v, minute %+v, day %+v, own %+v, %+v, others %v) = %+v: "+format,
@@ -390,7 +397,7 @@ func TestGrantSumsStayWithinLimits(t *testing.T) {
 			least := cost(min(want.Requests, 1), want.Input/4, want.Output/4)
 			req := store.LeaseRequest{Want: want, Min: least, Weight: weights[n], Limits: limits}
 			others := total - weights[n]
-			g := store.Grant(req, sum, sum, own[n], own[n], others)
+			g := store.Grant(req, sum, sum, own[n], own[n], busy(others))
 			sum, own[n] = add(sum, g), add(own[n], g)
 			if g != (governor.Cost{}) {
 				mins[n] = cost(max(mins[n].Requests, least.Requests), max(mins[n].Input, least.Input), max(mins[n].Output, least.Output))
@@ -450,7 +457,7 @@ func TestGrantWindowSharesFollowWeights(t *testing.T) {
 				}
 			}
 			req := store.LeaseRequest{Want: cost(10, 0, 0), Min: cost(1, 0, 0), Weight: w, Limits: limits}
-			g := store.Grant(req, sum, sum, own, own, weights[1-n])
+			g := store.Grant(req, sum, sum, own, own, busy(weights[1-n]))
 			if g != (governor.Cost{}) {
 				leases = append(leases, lease{n, at, g})
 			}
@@ -465,4 +472,174 @@ func TestGrantWindowSharesFollowWeights(t *testing.T) {
 			}
 		}
 	}
+}
+
+func TestGrantWaterFills(t *testing.T) {
+	t.Parallel()
+	more := cost(1000, 1e6, 1e6) // wants more than any limit here
+	for _, tc := range []struct {
+		name        string
+		weight      float64
+		want, min   governor.Cost
+		limits      string
+		minute, day governor.Cost // all the leases, the others' among them
+		others      []store.Claim
+		grant       governor.Cost
+	}{
+		{name: "room another node does not claim", weight: 1, want: cost(100, 0, 0), limits: "rpm=100", minute: cost(10, 0, 0),
+			others: []store.Claim{{Weight: 1, Minute: cost(10, 0, 0)}}, grant: cost(90, 0, 0)},
+		{name: "another node that claims its share", weight: 1, want: cost(100, 0, 0), limits: "rpm=100", minute: cost(10, 0, 0),
+			others: []store.Claim{{Weight: 1, Minute: cost(10, 0, 0), Want: cost(60, 0, 0)}}, grant: cost(50, 0, 0)},
+		{name: "a claim of exactly the share", weight: 1, want: cost(100, 0, 0), limits: "rpm=100",
+			others: []store.Claim{{Weight: 1, Want: cost(50, 0, 0)}}, grant: cost(50, 0, 0)},
+		{name: "one claim met, one not", weight: 1, want: cost(100, 0, 0), limits: "rpm=90", minute: cost(10, 0, 0),
+			others: []store.Claim{{Weight: 1, Want: more}, {Weight: 1, Minute: cost(10, 0, 0)}}, grant: cost(40, 0, 0)},
+		{name: "uneven weights", weight: 3, want: cost(100, 0, 0), limits: "rpm=100", minute: cost(10, 0, 0),
+			others: []store.Claim{{Weight: 1, Want: more}, {Weight: 1, Minute: cost(10, 0, 0)}}, grant: cost(67, 0, 0)},
+		{name: "claims in order of claim per weight", weight: 1, want: cost(100, 0, 0), limits: "rpm=100",
+			others: []store.Claim{{Weight: 1, Want: cost(40, 0, 0)}, {Weight: 4, Want: cost(36, 0, 0)}}, grant: cost(32, 0, 0)},
+		{name: "weight 0 gets what the claims leave", weight: 0, want: cost(100, 0, 0), limits: "rpm=100", minute: cost(30, 0, 0),
+			others: []store.Claim{{Weight: 1, Minute: cost(30, 0, 0)}}, grant: cost(70, 0, 0)},
+		{name: "weight 0 beside a claim of all gets its Min only", weight: 0, want: cost(10, 0, 0), min: cost(1, 0, 0), limits: "rpm=100",
+			others: []store.Claim{{Weight: 1, Want: more}}, grant: cost(1, 0, 0)},
+		{name: "a claim of weight 0 counts for nothing", weight: 1, want: cost(100, 0, 0), limits: "rpm=100",
+			others: []store.Claim{{Weight: 0, Want: more}, {Weight: math.NaN(), Want: more}, {Weight: -1, Want: more}}, grant: cost(100, 0, 0)},
+		{name: "a day limit reads the day's claims", weight: 1, want: cost(100, 0, 0), limits: "rpd=100", day: cost(30, 0, 0),
+			others: []store.Claim{{Weight: 1, Minute: cost(90, 0, 0), Day: cost(30, 0, 0)}}, grant: cost(70, 0, 0)},
+		{name: "a minute limit reads the minute's claims", weight: 1, want: cost(100, 0, 0), limits: "rpm=100", minute: cost(30, 0, 0),
+			others: []store.Claim{{Weight: 1, Minute: cost(30, 0, 0), Day: cost(900, 0, 0)}}, grant: cost(70, 0, 0)},
+		{name: "each limit its own level", weight: 1, want: cost(100, 1e6, 1e6), limits: "rpm=100,itpm=1000,otpm=1000",
+			others: []store.Claim{{Weight: 1, Want: cost(100, 100, 2000)}}, grant: cost(50, 900, 500)},
+		{name: "negative parts of a claim count as none", weight: 1, want: cost(100, 0, 0), limits: "rpm=100",
+			others: []store.Claim{{Weight: 1, Minute: cost(-50, 0, 0), Want: cost(-50, 0, 0)}}, grant: cost(100, 0, 0)},
+		{name: "claims of the largest numbers", weight: 1, want: cost(100, 0, 0), limits: "rpm=100",
+			others: []store.Claim{{Weight: 1, Minute: cost(math.MaxInt64, 0, 0), Want: cost(math.MaxInt64, 0, 0)}}, grant: cost(50, 0, 0)},
+		{name: "own leases count against the share", weight: 1, want: cost(100, 0, 0), limits: "rpm=100", minute: cost(40, 0, 0),
+			others: []store.Claim{{Weight: 1, Minute: cost(10, 0, 0)}}, grant: cost(60, 0, 0)},
+	} {
+		req := store.LeaseRequest{Want: tc.want, Min: tc.min, Weight: tc.weight, Limits: limitsOf(t, tc.limits)}
+		own := func(all governor.Cost, period func(store.Claim) governor.Cost) governor.Cost {
+			for _, o := range tc.others {
+				p := period(o)
+				all = cost(all.Requests-max(p.Requests, 0), all.Input-max(p.Input, 0), all.Output-max(p.Output, 0))
+			}
+			return cost(max(all.Requests, 0), max(all.Input, 0), max(all.Output, 0))
+		}
+		ownMinute := own(tc.minute, func(c store.Claim) governor.Cost { return c.Minute })
+		ownDay := own(tc.day, func(c store.Claim) governor.Cost { return c.Day })
+		if got := store.Grant(req, tc.minute, tc.day, ownMinute, ownDay, tc.others); got != tc.grant {
+			t.Errorf("%s: Grant(weight %v, want %+v, %s, minute %+v, day %+v, others %+v) = %+v, want %+v",
+				tc.name, tc.weight, tc.want, tc.limits, tc.minute, tc.day, tc.others, got, tc.grant)
+		}
+	}
+}
+
+// TestGrantWindowWaterFills slides a minute over a node that wants 2
+// requests every 6 seconds, a fifth of the limit, and one that from half a
+// minute in wants all it can get and asks first every second, as a node
+// with a backlog would. Each node's claim is what its leases take of the
+// window and what it asked for last, as TakeLease records them. The same
+// arrivals are admitted by one process, which gives each request that room
+// frees to the waiting node with less of the window (the reference: what
+// one governor would do). The light node waits no longer on leases than on
+// the one process, but by a second, and the limit is as full.
+func TestGrantWindowWaterFills(t *testing.T) {
+	t.Parallel()
+	type lease struct {
+		node, at int // at: the second it was granted; it counts for 60
+		c        int64
+	}
+	const limit, seconds = 100, 600
+	limits := limitsOf(t, "rpm=100")
+	// run admits the arrivals, each second the waiting nodes asking in
+	// turn (the greedy one first) through grant, which returns what of
+	// want node n gets; it returns the light node's wait for each of its
+	// asks, in order, and the requests of the window summed over the
+	// seconds past the first 90.
+	run := func(grant func(n int, want int64, own, other [2]int64, asks [2]int64) int64) (waits []int, used int64) {
+		var leases []lease
+		var wants, asks [2]int64
+		var asked []int // when each of the light node's asks not yet met began
+		for at := range seconds {
+			live := leases[:0]
+			for _, l := range leases {
+				if l.at > at-60 {
+					live = append(live, l)
+				}
+			}
+			leases = live
+			if at%6 == 0 {
+				wants[0] += 2
+				asked = append(asked, at)
+			}
+			if at >= 30 {
+				wants[1] = 10 // its first 10 calls, as Demand counts them
+			}
+			for _, n := range []int{1, 0} {
+				if wants[n] == 0 {
+					continue
+				}
+				var own [2]int64
+				for _, l := range leases {
+					own[l.node] += l.c
+				}
+				g := grant(n, wants[n], own, [2]int64{own[1], own[0]}, asks)
+				if own[0]+own[1]+g > limit {
+					t.Fatalf("second %d: the leases in the minute sum to %d requests, over rpm=100", at, own[0]+own[1]+g)
+				}
+				asks[n] = wants[n]
+				if g > 0 {
+					leases = append(leases, lease{n, at, g})
+				}
+				wants[n] -= g
+			}
+			for len(asked) > 0 && wants[0] <= 2*int64(len(asked)-1) {
+				waits, asked = append(waits, at-asked[0]), asked[1:]
+			}
+			var sum int64
+			for _, l := range leases {
+				sum += l.c
+			}
+			if at >= 90 {
+				used += sum
+			}
+		}
+		return waits, used
+	}
+	leased, leasedUsed := run(func(n int, want int64, own, other [2]int64, asks [2]int64) int64 {
+		req := store.LeaseRequest{Want: cost(want, 0, 0), Min: cost(1, 0, 0), Weight: 1, Limits: limits}
+		sum := cost(own[0]+own[1], 0, 0)
+		claim := []store.Claim{{Weight: 1, Minute: cost(other[n], 0, 0), Day: cost(other[n], 0, 0), Want: cost(asks[1-n], 0, 0)}}
+		return store.Grant(req, sum, sum, cost(own[n], 0, 0), cost(own[n], 0, 0), claim).Requests
+	})
+	// One process: the greedy node is served only what is left when the
+	// light one, with less of the window, has what it waits for.
+	var lightWaits int64
+	reference, referenceUsed := run(func(n int, want int64, own, _ [2]int64, _ [2]int64) int64 {
+		room := limit - own[0] - own[1]
+		if n == 1 && own[0] <= own[1] {
+			room -= min(room, lightWaits)
+		}
+		g := min(want, room)
+		if n == 0 {
+			lightWaits = want - g
+		}
+		return g
+	})
+	if len(leased) < len(reference) {
+		t.Fatalf("the light node's asks met: %d on leases, %d on one process", len(leased), len(reference))
+	}
+	longest, longestRef := 0, 0
+	for i := range reference {
+		longest, longestRef = max(longest, leased[i]), max(longestRef, reference[i])
+		if leased[i] > reference[i]+1 {
+			t.Fatalf("the light node's ask at second %d waited %d s on leases, %d s on one process", 6*i, leased[i], reference[i])
+		}
+	}
+	use := func(used int64) float64 { return float64(used) / (limit * (seconds - 90)) }
+	if use(leasedUsed) < 0.97*use(referenceUsed) {
+		t.Fatalf("the window held %.3f of the limit on leases, %.3f on one process: room idles", use(leasedUsed), use(referenceUsed))
+	}
+	t.Logf("the light node waited at most %d s on leases, %d s on one process; the window held %.3f and %.3f of the limit",
+		longest, longestRef, use(leasedUsed), use(referenceUsed))
 }

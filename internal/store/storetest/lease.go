@@ -138,6 +138,7 @@ func exerciseLeases(t *testing.T, newDB NewDatabase) {
 		// asks for more than the limit: it is recorded, and granted
 		// nothing.
 		assertLease(t, take("a", at.Add(-2*ttl), 1, cost(1, 10, 10), governor.Cost{}), "a", cost(1, 10, 10), at.Add(-2*ttl), at.Add(-ttl))
+		claimMore(t, s, leaseRequest("a", at.Add(-2*ttl), governor.Cost{}, limits)) // and wants more
 		if got := take("c", at.Add(-2*ttl-time.Millisecond), 100, cost(1000, 1, 1), cost(1000, 1, 1)); got != (store.Lease{}) {
 			t.Fatalf("TakeLease of c with a Min over the limit = %+v, want none", got)
 		}
@@ -145,7 +146,7 @@ func exerciseLeases(t *testing.T, newDB NewDatabase) {
 		req := leaseRequest("b", at, cost(1000, 1e6, 1e6), limits)
 		req.Weight, req.Min = 3, cost(1, 1, 1)
 		var none governor.Cost // b has no leases yet
-		want := store.Grant(req, minute, day, none, none, 1)
+		want := store.Grant(req, minute, day, none, none, busy(1))
 		got := mustTakeLease(t, s, req)
 		assertLease(t, got, "b", want, at, at.Add(ttl))
 		// b's share is 3/4 of the window, not of the room a left (99
@@ -159,7 +160,7 @@ func exerciseLeases(t *testing.T, newDB NewDatabase) {
 		// share of the window is taken, though room is left. Nothing, and
 		// nothing recorded.
 		minute, day = mustLeaseUse(t, s, "groq", at)
-		if g := store.Grant(req, minute, day, got.Cost, got.Cost, 1); g != (governor.Cost{}) {
+		if g := store.Grant(req, minute, day, got.Cost, got.Cost, busy(1)); g != (governor.Cost{}) {
 			t.Fatalf("Grant to b with its share taken = %+v, want zero", g)
 		}
 		if l := mustTakeLease(t, s, req); l != (store.Lease{}) {
@@ -179,12 +180,12 @@ func exerciseLeases(t *testing.T, newDB NewDatabase) {
 		// (z's 0 and c, seen too long ago, count for nothing), is 1/11 of
 		// the window: 9 requests and 9,090 tokens; 20 and 20,000 without
 		// e.
-		if got := take("e", at.Add(time.Millisecond), 6, cost(1000, 1, 1), cost(1000, 1, 1)); got != (store.Lease{}) {
+		if got := take("e", at.Add(time.Millisecond), 6, cost(1000, 1e6, 1e6), cost(1000, 1, 1)); got != (store.Lease{}) {
 			t.Fatalf("TakeLease of e with a Min over the limit = %+v, want none", got)
 		}
 		req = leaseRequest("f", at, cost(1000, 1e6, 1e6), limits)
 		minute, day = mustLeaseUse(t, s, "groq", at)
-		if store.Grant(req, minute, day, none, none, 10) != cost(9, 4545, 4545) || store.Grant(req, minute, day, none, none, 4) != cost(20, 10000, 10000) {
+		if store.Grant(req, minute, day, none, none, busy(10)) != cost(9, 4545, 4545) || store.Grant(req, minute, day, none, none, busy(4)) != cost(20, 10000, 10000) {
 			t.Fatal("the test cannot tell e's weight counted from not")
 		}
 		assertLease(t, mustTakeLease(t, s, req), "f", cost(9, 4545, 4545), at, at.Add(ttl))
@@ -200,12 +201,14 @@ func exerciseLeases(t *testing.T, newDB NewDatabase) {
 		const limits = "rpm=100,rpd=100"
 		// Q, alone, takes a request; P, beside Q, half the window.
 		assertLease(t, take("Q", base, cost(1, 0, 0), limits), "Q", cost(1, 0, 0), base, base.Add(ttl))
+		claimMore(t, s, leaseRequest("Q", base, governor.Cost{}, limits))
 		assertLease(t, take("P", base.Add(time.Second), cost(1000, 0, 0), limits), "P", cost(50, 0, 0), base.Add(time.Second), base.Add(time.Second+ttl))
 		// Two minutes on, P's lease counts in the day, not in the minute:
 		// beside Q (seen again), P's share of the day is taken, though 49
 		// requests of it are left.
 		at := base.Add(2 * time.Minute)
 		assertLease(t, take("Q", at, cost(1, 0, 0), limits), "Q", cost(1, 0, 0), at, at.Add(ttl))
+		claimMore(t, s, leaseRequest("Q", at, governor.Cost{}, limits))
 		at = at.Add(time.Second)
 		minute, day := mustLeaseUse(t, s, "groq", at)
 		if minute != cost(1, 0, 0) || day != cost(52, 0, 0) {
@@ -228,19 +231,28 @@ func exerciseLeases(t *testing.T, newDB NewDatabase) {
 			req.Key, req.Flows = key, flows
 			return mustTakeLease(t, s, req)
 		}
+		// Each node below that takes a request wants more.
+		more := func(key, node string, at time.Time, flows map[string]float64) {
+			t.Helper()
+			req := leaseRequest(node, at, governor.Cost{}, "rpm=60")
+			req.Key, req.Flows = key, flows
+			claimMore(t, s, req)
+		}
 		// B, then C, each with calls of flow b waiting, take a request
 		// each: B alone; C's share is half, b's weight split between the
 		// two.
 		b, c := map[string]float64{"b": 1}, map[string]float64{"b": 1}
 		assertLease(t, take("groq", "B", base, cost(1, 0, 0), b), "B", cost(1, 0, 0), base, base.Add(ttl))
+		more("groq", "B", base, b)
 		assertLease(t, take("groq", "C", base.Add(time.Second), cost(1, 0, 0), c), "C", cost(1, 0, 0), base.Add(time.Second), base.Add(time.Second+ttl))
+		more("groq", "C", base.Add(time.Second), c)
 		// A, its flow a waiting on it alone, weighs 1 against B's and C's
 		// 1/2 each: its share is half the window, 30 requests, though 58
 		// are left; not a third, as by the nodes' weights.
 		at := base.Add(2 * time.Second)
 		req := leaseRequest("A", at, cost(1000, 0, 0), "rpm=60")
 		minute, day := mustLeaseUse(t, s, "groq", at)
-		if g := store.Grant(req, minute, day, none, none, 1); g != cost(30, 0, 0) {
+		if g := store.Grant(req, minute, day, none, none, busy(1)); g != cost(30, 0, 0) {
 			t.Fatalf("Grant to A of weight 1 against 1 = %+v, want 30 requests", g)
 		}
 		assertLease(t, take("groq", "A", at, cost(1000, 0, 0), map[string]float64{"a": 1}), "A", cost(30, 0, 0), at, at.Add(ttl))
@@ -254,7 +266,9 @@ func exerciseLeases(t *testing.T, newDB NewDatabase) {
 		// The same without Flows: each node weighs its weight, 1, and A's
 		// share is a third of the window.
 		take("openai", "B", base, cost(1, 0, 0), nil)
+		more("openai", "B", base, nil)
 		take("openai", "C", base.Add(time.Second), cost(1, 0, 0), nil)
+		more("openai", "C", base.Add(time.Second), nil)
 		at = base.Add(2 * time.Second)
 		assertLease(t, take("openai", "A", at, cost(1000, 0, 0), nil), "A", cost(20, 0, 0), at, at.Add(ttl))
 
@@ -270,8 +284,51 @@ func exerciseLeases(t *testing.T, newDB NewDatabase) {
 		reqX := leaseRequest("X", base, cost(1, 0, 0), "rpm=60")
 		reqX.Key, reqX.Weight, reqX.Flows = "mistral", 3, x
 		assertLease(t, mustTakeLease(t, s, reqX), "X", cost(1, 0, 0), base, base.Add(ttl))
+		reqX.Want = governor.Cost{}
+		claimMore(t, s, reqX)
 		at = base.Add(time.Second)
 		assertLease(t, take("mistral", "Y", at, cost(1000, 0, 0), map[string]float64{shared: 1}), "Y", cost(30, 0, 0), at, at.Add(ttl))
+	})
+
+	t.Run("LeaseRoomNobodyClaims", func(t *testing.T) {
+		t.Parallel()
+		s := open(t)
+		take := func(key, node string, at time.Time, want, least governor.Cost) store.Lease {
+			t.Helper()
+			req := leaseRequest(node, at, want, "rpm=100")
+			req.Key, req.Min = key, least
+			return mustTakeLease(t, s, req)
+		}
+		var none governor.Cost
+		// A claims its lease and its ask, 20 requests: B, of the same
+		// weight, takes the 80 left, not half.
+		assertLease(t, take("groq", "A", base, cost(10, 0, 0), none), "A", cost(10, 0, 0), base, base.Add(ttl))
+		at := base.Add(time.Second)
+		assertLease(t, take("groq", "B", at, cost(1000, 0, 0), none), "B", cost(80, 0, 0), at, at.Add(ttl))
+		// An ask that is granted nothing is a claim all the same: A asks
+		// for more than the room, and B gets half.
+		take("openai", "A", base, cost(10, 0, 0), none)
+		if l := take("openai", "A", base.Add(time.Second), cost(1000, 0, 0), cost(95, 0, 0)); l != (store.Lease{}) {
+			t.Fatalf("TakeLease of A with a Min over the room = %+v, want none", l)
+		}
+		at = base.Add(2 * time.Second)
+		assertLease(t, take("openai", "B", at, cost(1000, 0, 0), none), "B", cost(50, 0, 0), at, at.Add(ttl))
+		// Water-filling among three: A claims 20, met below the level;
+		// B claims 60, over it: C's share is half of the 80 A leaves, 40.
+		take("mistral", "A", base, cost(10, 0, 0), none)
+		assertLease(t, take("mistral", "B", base.Add(time.Second), cost(30, 0, 0), none), "B", cost(30, 0, 0), base.Add(time.Second), base.Add(time.Second+ttl))
+		at = base.Add(2 * time.Second)
+		req := leaseRequest("C", at, cost(1000, 0, 0), "rpm=100")
+		req.Key = "mistral"
+		minute, day := mustLeaseUse(t, s, "mistral", at)
+		claims := []store.Claim{
+			{Weight: 1, Minute: cost(10, 0, 0), Day: cost(10, 0, 0), Want: cost(10, 0, 0)},
+			{Weight: 1, Minute: cost(30, 0, 0), Day: cost(30, 0, 0), Want: cost(30, 0, 0)},
+		}
+		if g := store.Grant(req, minute, day, none, none, claims); g != cost(40, 0, 0) {
+			t.Fatalf("Grant to C beside claims of 20 and 60 = %+v, want 40 requests", g)
+		}
+		assertLease(t, mustTakeLease(t, s, req), "C", cost(40, 0, 0), at, at.Add(ttl))
 	})
 
 	t.Run("LeaseMinThatDoesNotFit", func(t *testing.T) {
@@ -281,6 +338,8 @@ func exerciseLeases(t *testing.T, newDB NewDatabase) {
 		first := leaseRequest("n1", base, cost(6, 500, 400), "rpm=10,tpm=1000")
 		first.Weight = 9
 		assertLease(t, mustTakeLease(t, s, first), "n1", cost(6, 500, 400), base, base.Add(ttl))
+		first.Want = governor.Cost{}
+		claimMore(t, s, first)
 		for _, tc := range []struct {
 			name      string
 			want, min governor.Cost
@@ -302,7 +361,7 @@ func exerciseLeases(t *testing.T, newDB NewDatabase) {
 		req.Min = cost(4, 60, 40)
 		minute, day := mustLeaseUse(t, s, "groq", req.At)
 		var none governor.Cost
-		if store.Grant(req, minute, day, none, none, 9) != cost(4, 60, 40) || store.Grant(req, minute, day, cost(1, 0, 0), cost(1, 0, 0), 9) != (governor.Cost{}) {
+		if store.Grant(req, minute, day, none, none, busy(9)) != cost(4, 60, 40) || store.Grant(req, minute, day, cost(1, 0, 0), cost(1, 0, 0), busy(9)) != (governor.Cost{}) {
 			t.Fatal("the test cannot tell a Min over the share from one within it")
 		}
 		assertLease(t, mustTakeLease(t, s, req), "n2", cost(4, 60, 40), base.Add(time.Second), base.Add(time.Second+ttl))
@@ -358,7 +417,10 @@ func exerciseLeases(t *testing.T, newDB NewDatabase) {
 		take := func(key, node string, at time.Time, weight float64) store.Lease {
 			req := leaseRequest(node, at, cost(1, 0, 0), limits)
 			req.Key, req.Weight = key, weight
-			return mustTakeLease(t, s, req)
+			l := mustTakeLease(t, s, req)
+			req.Want = governor.Cost{}
+			claimMore(t, s, req)
+			return l
 		}
 		take("groq", "n1", base, 1)                   // ends before before, seen before it
 		l2 := take("groq", "n2", before.Add(-ttl), 2) // ends at before: kept; seen before it
@@ -380,10 +442,10 @@ func exerciseLeases(t *testing.T, newDB NewDatabase) {
 		req.TTL = time.Hour
 		minute, day := mustLeaseUse(t, s, "groq", before)
 		var none governor.Cost // n4 has no leases of its own
-		if store.Grant(req, minute, day, none, none, 4) == store.Grant(req, minute, day, none, none, 7) {
+		if store.Grant(req, minute, day, none, none, busy(4)) == store.Grant(req, minute, day, none, none, busy(7)) {
 			t.Fatal("the test cannot tell the nodes' weights apart")
 		}
-		assertLease(t, mustTakeLease(t, s, req), "n4", store.Grant(req, minute, day, none, none, 4), before, before.Add(time.Hour))
+		assertLease(t, mustTakeLease(t, s, req), "n4", store.Grant(req, minute, day, none, none, busy(4)), before, before.Add(time.Hour))
 	})
 
 	t.Run("LeaseRefusesBadInput", func(t *testing.T) {
@@ -573,6 +635,26 @@ func exerciseLeases(t *testing.T, newDB NewDatabase) {
 		}
 		t.Logf("%d leases granted of %d asked, to stores %v; at most %d requests and %d tokens in a minute", len(all), stores*workers*rounds, granted, peak.Requests, peak.Tokens())
 	})
+}
+
+// claimMore has req's node ask, at its time and with its key, weight,
+// flows and limits, for more than any limit allows: it is granted nothing,
+// and to the other nodes it claims at least its share of every limit from
+// now on (until it asks again). req.Want is ignored.
+func claimMore(t *testing.T, s store.Store, req store.LeaseRequest) {
+	t.Helper()
+	all := governor.Cost{Requests: governor.MaxCost, Input: governor.MaxCost, Output: governor.MaxCost}
+	req.Want, req.Min = all, all
+	if l := mustTakeLease(t, s, req); l != (store.Lease{}) {
+		t.Fatalf("TakeLease of %s for more than any limit = %+v, want none", req.Node, l)
+	}
+}
+
+// busy is what other nodes of weight w claim when they ask for at least
+// their share of every limit.
+func busy(w float64) []store.Claim {
+	all := governor.Cost{Requests: governor.MaxCost, Input: governor.MaxCost, Output: governor.MaxCost}
+	return []store.Claim{{Weight: w, Want: all}}
 }
 
 // leaseCalls calls every method on leases once, with good input, and

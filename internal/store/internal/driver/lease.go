@@ -30,9 +30,9 @@ type Leases struct {
 // reads, each in the driver's dialect, with the parameters listed.
 var leaseStatements = []string{
 	"lock_lease_key",    // key; keeps the key's other TakeLease calls out until the transaction ends
-	"record_lease_node", // key, node, weight, flows (JSON), seen at
-	"lease_others",      // key, node, seen from (inclusive; a node seen later counts too: its clock, or its turn at the lock, was ahead); returns the weight and flows of each other node with a weight
-	"lease_use",         // key, minute's start, day's start (both exclusive), node; returns requests, input, output of the minute, then of the day, then both of the node's leases
+	"record_lease_node", // key, node, weight, flows (JSON), seen at, what it asked for: requests, input, output
+	"lease_others",      // key, node, seen from (inclusive; a node seen later counts too: its clock, or its turn at the lock, was ahead); returns the node, weight, flows and wanted requests, input, output of each other node with a weight
+	"lease_use_by_node", // key, minute's start, day's start (both exclusive); returns of each node with leases in the day: the node, requests, input, output of the minute, then of the day
 	"insert_lease",      // key, ID, node, at, until, requests, input, output
 	"settle_lease",      // key, ID, requests, input, output, last; affects 1 row, or 0 for an unknown lease
 	"prune_leases",      // key, before; affects the rows deleted
@@ -87,14 +87,11 @@ func (l Leases) TakeLease(ctx context.Context, req store.LeaseRequest) (store.Le
 		if _, err := tx.Exec(ctx, l.sql["lock_lease_key"], req.Key); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, l.sql["record_lease_node"], req.Key, req.Node, req.Weight, flowsJSON, at); err != nil {
-			return err
-		}
 		var nodes []nodeWeight
 		err := txQuery(tx)(ctx, l.sql["lease_others"], []any{req.Key, req.Node, at - 2*ttl}, func(r Row) error {
 			var n nodeWeight
 			var flows string
-			if err := r.Scan(&n.weight, &flows); err != nil {
+			if err := r.Scan(&n.node, &n.weight, &flows, &n.want.Requests, &n.want.Input, &n.want.Output); err != nil {
 				return err
 			}
 			if flows != "" {
@@ -108,14 +105,27 @@ func (l Leases) TakeLease(ctx context.Context, req store.LeaseRequest) (store.Le
 		if err != nil {
 			return err
 		}
-		req := req
-		var others float64
-		req.Weight, others = shares(nodeWeight{weight: req.Weight, flows: req.Flows}, nodes)
-		minute, day, ownMinute, ownDay, err := l.use(ctx, txQuery(tx), req.Key, req.Node, at-minuteMillis, dayFrom)
+		uses, err := l.useByNode(ctx, txQuery(tx), req.Key, at-minuteMillis, dayFrom)
 		if err != nil {
 			return err
 		}
-		grant := store.Grant(req, minute, day, ownMinute, ownDay, others)
+		asked := req // as given: recorded for the others
+		req := req
+		var weights []float64
+		req.Weight, weights = shares(nodeWeight{weight: req.Weight, flows: req.Flows}, nodes)
+		claims := make([]store.Claim, len(nodes))
+		for i, n := range nodes {
+			u := uses.of[n.node]
+			claims[i] = store.Claim{Weight: weights[i], Minute: u.minute, Day: u.day, Want: n.want}
+		}
+		own := uses.of[req.Node]
+		grant := store.Grant(req, uses.minute, uses.day, own.minute, own.day, claims)
+		// What the node asked for, for the others' claims of it: granted
+		// or not, it holds room for one more ask like this one while it
+		// is below its share.
+		if _, err := tx.Exec(ctx, l.sql["record_lease_node"], asked.Key, asked.Node, asked.Weight, flowsJSON, at, asked.Want.Requests, asked.Want.Input, asked.Want.Output); err != nil {
+			return err
+		}
 		if grant == (governor.Cost{}) {
 			return nil
 		}
@@ -269,23 +279,50 @@ func (l Leases) LeaseUse(ctx context.Context, key string, at time.Time) (minute,
 		return minute, day, fmt.Errorf("%s: %w", op, err)
 	}
 	ms := at.UnixMilli()
-	if minute, day, _, _, err = l.use(ctx, l.conn.Query, key, "", ms-minuteMillis, ms-dayMillis); err != nil {
+	u, err := l.useByNode(ctx, l.conn.Query, key, ms-minuteMillis, ms-dayMillis)
+	if err != nil {
 		return governor.Cost{}, governor.Cost{}, fmt.Errorf("%s: %w", op, err)
 	}
-	return minute, day, nil
+	return u.minute, u.day, nil
 }
 
-// use returns the sums of key's leases that end after minuteFrom and after
-// dayFrom.
-// use returns the sums of key's leases that count in the minute from
-// minuteFrom and the day from dayFrom, and the same of node's leases alone
-// (zero for the node "").
-func (l Leases) use(ctx context.Context, query queryFunc, key, node string, minuteFrom, dayFrom int64) (minute, day, ownMinute, ownDay governor.Cost, err error) {
-	err = query(ctx, l.sql["lease_use"], []any{key, minuteFrom, dayFrom, node}, func(r Row) error {
-		return r.Scan(&minute.Requests, &minute.Input, &minute.Output, &day.Requests, &day.Input, &day.Output,
-			&ownMinute.Requests, &ownMinute.Input, &ownMinute.Output, &ownDay.Requests, &ownDay.Input, &ownDay.Output)
+// windowUse is what leases take in the windows of a minute and a day.
+type windowUse struct{ minute, day governor.Cost }
+
+// keyUse is what a key's leases take: all of them, and each node's.
+type keyUse struct {
+	windowUse
+	of map[string]windowUse
+}
+
+// useByNode returns the sums of key's leases that count in the minute from
+// minuteFrom and the day from dayFrom, all of them and each node's. The
+// sums of all saturate at the largest int64, which holds back every limit.
+func (l Leases) useByNode(ctx context.Context, query queryFunc, key string, minuteFrom, dayFrom int64) (keyUse, error) {
+	u := keyUse{of: map[string]windowUse{}}
+	err := query(ctx, l.sql["lease_use_by_node"], []any{key, minuteFrom, dayFrom}, func(r Row) error {
+		var node string
+		var n windowUse
+		if err := r.Scan(&node, &n.minute.Requests, &n.minute.Input, &n.minute.Output, &n.day.Requests, &n.day.Input, &n.day.Output); err != nil {
+			return err
+		}
+		u.of[node] = n
+		u.minute, u.day = saturatingAdd(u.minute, n.minute), saturatingAdd(u.day, n.day)
+		return nil
 	})
-	return minute, day, ownMinute, ownDay, err
+	return u, err
+}
+
+// saturatingAdd returns a+b, each part at most the largest int64; the
+// parts are at least 0.
+func saturatingAdd(a, b governor.Cost) governor.Cost {
+	sum := func(x, y int64) int64 {
+		if x > math.MaxInt64-y {
+			return math.MaxInt64
+		}
+		return x + y
+	}
+	return governor.Cost{Requests: sum(a.Requests, b.Requests), Input: sum(a.Input, b.Input), Output: sum(a.Output, b.Output)}
 }
 
 // PruneLeases implements store.Store.
@@ -312,19 +349,22 @@ func (l Leases) PruneLeases(ctx context.Context, key string, before time.Time) (
 	return n, nil
 }
 
-// nodeWeight is a node's waiting weight as it gave it, and the flows it has
-// calls waiting for with their weights (nil when it did not say).
+// nodeWeight is a node's waiting weight as it gave it, the flows it has
+// calls waiting for with their weights (nil when it did not say), and what
+// it still wanted when it last asked.
 type nodeWeight struct {
+	node   string
 	weight float64
 	flows  map[string]float64
+	want   governor.Cost
 }
 
-// shares returns self's weight and the sum of the others' weights, a flow
-// that waits on several of the nodes counted in each of them at its weight
-// divided by their number: so a flow whose calls wait on three nodes weighs
-// what it would on one, and fairness across flows holds whatever node their
-// calls wait on. A node that gave no flows counts at its weight.
-func shares(self nodeWeight, others []nodeWeight) (own, rest float64) {
+// shares returns self's weight and each of the others', a flow that waits
+// on several of the nodes counted in each of them at its weight divided by
+// their number: so a flow whose calls wait on three nodes weighs what it
+// would on one, and fairness across flows holds whatever node their calls
+// wait on. A node that gave no flows counts at its weight.
+func shares(self nodeWeight, others []nodeWeight) (own float64, rest []float64) {
 	on := map[string]int{} // nodes a flow waits on
 	for _, n := range append([]nodeWeight{self}, others...) {
 		for f := range n.flows {
@@ -341,8 +381,9 @@ func shares(self nodeWeight, others []nodeWeight) (own, rest float64) {
 		}
 		return w
 	}
-	for _, n := range others {
-		rest += weight(n)
+	rest = make([]float64, len(others))
+	for i, n := range others {
+		rest[i] = weight(n)
 	}
 	return weight(self), rest
 }

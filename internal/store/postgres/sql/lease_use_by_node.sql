@@ -1,0 +1,14 @@
+-- Of each node with leases that end after the day's start ($3, at or
+-- before the minute's, $2): the minute's sums, then the day's. bigint: a
+-- sum over the bound is an error, never a wrapped sum.
+SELECT
+    node,
+    coalesce(sum(requests) FILTER (WHERE until_ms > $2), 0)::bigint,
+    coalesce(sum(input)    FILTER (WHERE until_ms > $2), 0)::bigint,
+    coalesce(sum(output)   FILTER (WHERE until_ms > $2), 0)::bigint,
+    sum(requests)::bigint,
+    sum(input)::bigint,
+    sum(output)::bigint
+FROM sluice_leases
+WHERE key = $1 AND until_ms > $3
+GROUP BY node;
