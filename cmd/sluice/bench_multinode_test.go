@@ -57,12 +57,7 @@ func TestBenchMultinode(t *testing.T) {
 		t.Fatalf("exit %d: %s\n%s: %v", code, errb.String(), out.String(), err)
 	}
 	t.Logf("%s", bytes.TrimSpace(out.Bytes()))
-	// The bench exits 1 when the provider refused a call, which the
-	// cluster let happen in some runs (1 to 3 calls, OTPM, in 4 of 23 runs:
-	// docs/benchmarks.md) until open leases were no longer settled early;
-	// not yet measured again since, so not asserted here. Every other way
-	// of failing is.
-	if code != 0 && !(code == 1 && rep.ProviderRejections > 0) {
+	if code != 0 {
 		t.Errorf("exit %d: %s", code, errb.String())
 	}
 	if rep.Nodes != 3 || rep.Killed != 1 || rep.Events != 120 {
@@ -76,7 +71,7 @@ func TestBenchMultinode(t *testing.T) {
 		t.Errorf("the provider refused %d calls of the single node: want none", rep.SingleNodeProviderRejections)
 	}
 	if rep.ProviderRejections != 0 {
-		t.Logf("the provider refused %d calls of the cluster (%v): the open defect above", rep.ProviderRejections, rep.ProviderRejectionsByLimit)
+		t.Errorf("the provider refused %d calls of the cluster (%v): want none", rep.ProviderRejections, rep.ProviderRejectionsByLimit)
 	}
 	if rep.MaxAggregateRatio > 1 || rep.MaxAggregateRatio <= 0 {
 		t.Errorf("max aggregate ratio %v (%s): want in (0, 1]", rep.MaxAggregateRatio, rep.MaxAggregateLimit)
@@ -93,13 +88,7 @@ func TestBenchMultinode(t *testing.T) {
 	if rep.SingleNodeMaxAggregateRatio < 0.95 {
 		t.Errorf("the single node's fullest otpm window held %v of the limit: the limit did not bind", rep.SingleNodeMaxAggregateRatio)
 	}
-	// The target is 0.9 × (docs/bench.md); the test asks 0.8 ×, as the
-	// cluster's figure varies from run to run by more than the machine's
-	// load explains: a node's lease grants are capped at its share of the
-	// window while another node with few calls waiting is counted at a
-	// full share, which idles room for seconds (0.88 to 1.01 × in 15 runs
-	// of this size on a loaded 2-core machine; docs/benchmarks.md).
-	if rep.Utilization < 0.8*rep.SingleNodeUtilization {
-		t.Errorf("utilization %v, want at least 0.8 × the single node's %v", rep.Utilization, rep.SingleNodeUtilization)
+	if rep.Utilization < 0.9*rep.SingleNodeUtilization {
+		t.Errorf("utilization %v, want at least 0.9 × the single node's %v", rep.Utilization, rep.SingleNodeUtilization)
 	}
 }
