@@ -135,7 +135,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		SQLiteSystemDB:     h.SQLite,
 		SystemDBPool:       h.Postgres,
 	}
-	dctx, err := dbos.NewContext(ctx, dcfg)
+	dctx, err := newDBOSContext(ctx, h, dcfg)
 	if err != nil {
 		return nil, fmt.Errorf("start DBOS on %s: %w", st, err)
 	}
@@ -341,6 +341,57 @@ const (
 // leaves nothing to clean up: on PostgreSQL it is an advisory lock held by
 // a connection of its own, on SQLite an flock on a file beside the database.
 // db names the database in errors.
+// newDBOSContext makes the DBOS context, which migrates DBOS's system
+// tables. On PostgreSQL it does so under a session advisory lock, one at a
+// time across processes: DBOS's system migrations are not serialized, and
+// processes that start together on a new database race in them (all but
+// one fail on "duplicate key value violates unique constraint
+// pg_namespace_nspname_index" as each creates the dbos schema). On SQLite
+// the database's write lock serializes them.
+// migrationLockPoll is how often a process waiting for another's DBOS
+// migrations looks again.
+const migrationLockPoll = 50 * time.Millisecond
+
+func newDBOSContext(ctx context.Context, h store.Handle, cfg dbos.Config) (dbos.Context, error) {
+	if h.Postgres == nil {
+		return dbos.NewContext(ctx, cfg)
+	}
+	c, err := h.Postgres.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("lock DBOS's migrations: %w", err)
+	}
+	defer c.Release()
+	hash := fnv.New64a()
+	_, _ = hash.Write([]byte("sluice dbos migrations"))
+	key := int64(hash.Sum64())
+	// Polled, not waited for: a session waiting in pg_advisory_lock is a
+	// transaction open all the while, and DBOS's CREATE INDEX
+	// CONCURRENTLY, under the lock, waits for every open transaction.
+	for {
+		var ok bool
+		if err := c.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, key).Scan(&ok); err != nil {
+			return nil, fmt.Errorf("lock DBOS's migrations: %w", err)
+		}
+		if ok {
+			break
+		}
+		select {
+		case <-time.After(migrationLockPoll):
+		case <-ctx.Done():
+			return nil, fmt.Errorf("lock DBOS's migrations: %w", ctx.Err())
+		}
+	}
+	defer func() {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if _, err := c.Exec(uctx, `SELECT pg_advisory_unlock($1)`, key); err != nil {
+			// The lock must not outlive this call on a pooled session.
+			_ = c.Conn().Close(uctx)
+		}
+	}()
+	return dbos.NewContext(ctx, cfg)
+}
+
 func lockExecutor(ctx context.Context, h store.Handle, db, app, executor string) (func(), error) {
 	hash := fnv.New64a()
 	_, _ = hash.Write([]byte("sluice executor\x00" + app + "\x00" + executor))
