@@ -88,3 +88,11 @@ func TestClusterLeaseTTLIsBounded(t *testing.T) {
 		t.Fatalf("New with a lease TTL of 2h: %v", err)
 	}
 }
+
+func TestClusterAdoptEveryIsBounded(t *testing.T) {
+	t.Parallel()
+	_, err := sluice.New(context.Background(), sluice.Config{DatabaseURL: "sqlite:" + t.TempDir() + "/c.db", Cluster: &sluice.Cluster{AdoptEvery: 2 * time.Hour}})
+	if err == nil || !strings.Contains(err.Error(), "cluster adoption period 2h0m0s: want at most 1h") {
+		t.Fatalf("New with an adoption period of 2h: %v", err)
+	}
+}

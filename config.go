@@ -101,7 +101,17 @@ type Cluster struct {
 	// of it, and a process that dies holds at most its last lease's unused
 	// room, for a limit's period after the lease ends.
 	LeaseTTL time.Duration
+	// AdoptEvery is how often (of the app's clock) a process looks for runs
+	// left unfinished by processes that no longer run — none holds their
+	// executor lock, so they died or stopped — and hands them back to
+	// their queues, to be resumed by any live process from their last
+	// recorded step (default 10s; negative: never, and a run resumes only
+	// when a process with its executor ID starts again; at most 1h).
+	AdoptEvery time.Duration
 }
+
+// DefaultAdoptEvery is Cluster.AdoptEvery's default.
+const DefaultAdoptEvery = 10 * time.Second
 
 // Provider is one LLM provider key.
 type Provider struct {
@@ -148,6 +158,9 @@ func (c Config) validate() error {
 	}
 	if c.Cluster != nil && c.Cluster.LeaseTTL != 0 && (c.Cluster.LeaseTTL < time.Millisecond || c.Cluster.LeaseTTL > time.Hour) {
 		return fmt.Errorf("cluster lease TTL %v: want from 1ms to 1h (0 means 2s)", c.Cluster.LeaseTTL)
+	}
+	if c.Cluster != nil && c.Cluster.AdoptEvery > time.Hour {
+		return fmt.Errorf("cluster adoption period %v: want at most 1h (0 means 10s, negative never)", c.Cluster.AdoptEvery)
 	}
 	return nil
 }

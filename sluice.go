@@ -75,6 +75,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		RetryBase:    cfg.RetryBase,
 		RetryMax:     cfg.RetryMax,
 		Logger:       cfg.Logger,
+		AdoptEvery:   adoptEvery(cfg.Cluster),
 	})
 	if err != nil {
 		_ = st.Close()
@@ -339,6 +340,17 @@ func defaultLag(speed float64) time.Duration {
 
 // cluster is the quota leases' configuration of cfg's process, nil when it
 // is not one of a cluster.
+// adoptEvery is the engine's AdoptEvery for c: none without a cluster.
+func adoptEvery(c *Cluster) time.Duration {
+	switch {
+	case c == nil || c.AdoptEvery < 0:
+		return 0
+	case c.AdoptEvery == 0:
+		return DefaultAdoptEvery
+	}
+	return c.AdoptEvery
+}
+
 func cluster(cfg Config, logger *slog.Logger) *quota.Cluster {
 	if cfg.Cluster == nil {
 		return nil

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -14,6 +15,8 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -75,6 +78,10 @@ type multinodeReport struct {
 	// PostRetries are posts of an event sent again to another node, after
 	// a node failed to answer one (it was killed, or not ready yet).
 	PostRetries int `json:"post_retries"`
+	// AdoptedRuns are the killed nodes' unfinished runs that the live
+	// nodes handed back to their queues (none when --restart-after
+	// restarts a killed node before the live nodes look).
+	AdoptedRuns int `json:"adopted_runs"`
 	// RebilledInFlight are calls made again because a kill cut them;
 	// RebilledFinished, calls made again for a step already recorded
 	// (must be 0). See bench crash.
@@ -99,20 +106,21 @@ func runBenchMultinode(ctx context.Context, env *cmdEnv, args []string) error {
 		"Runs examples/summarize on --nodes \"sluice serve --node nI\" processes of this binary on one\n"+
 			"PostgreSQL database, all calling one provider simulator with --limits. First one node alone,\n"+
 			"then the cluster, each on a new database of the --db server: --events documents are posted\n"+
-			"round-robin; once half were answered, --kill nodes are SIGKILLed and restarted with the same\n"+
-			"name (DBOS resumes a node's runs only in a process of its executor ID). Reports the\n"+
+			"round-robin; once half were answered, --kill nodes are SIGKILLed, and the live nodes resume\n"+
+			"their unfinished runs (or, with --restart-after, each is restarted with its name). Reports the\n"+
 			"simulator's rejections (must be 0) and the highest ratio of any limit's window, all nodes\n"+
 			"together, to the limit (must be at most 1), runs lost and documents saved twice (must be 0),\n"+
 			"and the bottleneck limit's utilization of the cluster beside the single node's.\n"+
 			"See docs/bench.md and docs/multinode.md.")
 	nodes := fs.Int("nodes", 3, "processes in the cluster run (1 to 8)")
-	kill := fs.Int("kill", 1, "nodes to SIGKILL midway and restart (0 to nodes-1)")
+	kill := fs.Int("kill", 1, "nodes to SIGKILL midway (0 to nodes-1)")
 	dbURL := fs.String("db", "", "PostgreSQL server, a postgres://… URL: each run gets a new database on it, dropped after (required)")
 	events := fs.Int("events", 600, "documents to post (one run, two LLM calls each)")
 	limitsF := fs.String("limits", "rpm=2000,tpm=1000000,otpm=72000", "the key's limits, in the simulator and on every node: tight enough that they, not the CPU, bound the run")
 	latency := fs.Duration("latency", 200*time.Millisecond, "mean response time of the simulated provider")
 	leaseTTL := fs.Duration("lease-ttl", 2*time.Second, "the nodes' --lease-ttl")
-	restartAfter := fs.Duration("restart-after", 3*time.Second, "how long a killed node stays down")
+	restartAfter := fs.Duration("restart-after", -1, "restart each killed node with its name this long after its kill (negative: never; the live nodes resume its runs)")
+	adoptEvery := fs.Duration("adopt-every", time.Second, "the nodes' --adopt-every: how often each looks for the runs of nodes that no longer run")
 	timeout := fs.Duration("timeout", 5*time.Minute, "deadline of each run, from its first post to the end of its last document's run")
 	seed := fs.Uint64("seed", 1, "seed of the simulator")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
@@ -135,8 +143,10 @@ func runBenchMultinode(ctx context.Context, env *cmdEnv, args []string) error {
 		return errors.New("--latency must be between 0 and 1m")
 	case *leaseTTL < time.Millisecond || *leaseTTL > time.Hour:
 		return errors.New("--lease-ttl must be between 1ms and 1h")
-	case *restartAfter < 0 || *restartAfter > 10*time.Minute:
-		return errors.New("--restart-after must be between 0 and 10m")
+	case *restartAfter > 10*time.Minute:
+		return errors.New("--restart-after must be at most 10m (negative: never)")
+	case *adoptEvery == 0 || *adoptEvery > time.Hour:
+		return errors.New("--adopt-every must be at most 1h, and not 0 (negative: never)")
 	case *timeout < time.Second:
 		return errors.New("--timeout must be at least 1s")
 	}
@@ -150,7 +160,7 @@ func runBenchMultinode(ctx context.Context, env *cmdEnv, args []string) error {
 	}
 	b := &multinodeBench{
 		exe: exe, admin: *dbURL, tag: "multinode_" + strconv.FormatInt(time.Now().UnixNano(), 36),
-		events: *events, limits: limits, latency: *latency, leaseTTL: *leaseTTL, restartAfter: *restartAfter,
+		events: *events, limits: limits, latency: *latency, leaseTTL: *leaseTTL, restartAfter: *restartAfter, adoptEvery: *adoptEvery,
 		timeout: *timeout, seed: *seed, token: hex.EncodeToString(tok[:]),
 	}
 	began := time.Now()
@@ -167,7 +177,7 @@ func runBenchMultinode(ctx context.Context, env *cmdEnv, args []string) error {
 		Lost: cluster.lost, Duplicates: cluster.check.DuplicateSaves, MaxAggregateRatio: round4(cluster.peak),
 		Utilization: round4(cluster.utilization), SingleNodeUtilization: round4(single.utilization),
 		Events: *events, Limits: limits.String(), Bottleneck: cluster.bottleneck, MaxAggregateLimit: cluster.peakLimit,
-		ProviderRejectionsByLimit: cluster.rejectedBy, Stuck: cluster.check.Stuck, PostRetries: cluster.postRetries,
+		ProviderRejectionsByLimit: cluster.rejectedBy, Stuck: cluster.check.Stuck, PostRetries: cluster.postRetries, AdoptedRuns: cluster.adopted,
 		RebilledInFlight: cluster.check.RebilledInFlight, RebilledFinished: cluster.check.RebilledFinished,
 		Seconds: round4(cluster.seconds), AdmissionsPerSecond: round4(cluster.admissionsPerSecond()),
 		SingleNodeRequests: single.requests, SingleNodeProviderRejections: single.rejections,
@@ -182,10 +192,10 @@ func runBenchMultinode(ctx context.Context, env *cmdEnv, args []string) error {
 	} else {
 		fmt.Fprintf(env.stdout, "nodes %d  killed %d  events %d  limits %s  requests %d  provider rejections %d  lost %d  duplicates %d  stuck %d\n"+
 			"max aggregate ratio %.4f (%s)  utilization of %s %.4f  single node %.4f (%.2f of it)\n"+
-			"%.1f admissions/s over %.1fs (single node %.1f over %.1fs)  post retries %d  re-billed in flight %d, finished %d  wall %.1fs\n",
+			"%.1f admissions/s over %.1fs (single node %.1f over %.1fs)  post retries %d  adopted runs %d  re-billed in flight %d, finished %d  wall %.1fs\n",
 			rep.Nodes, rep.Killed, rep.Events, rep.Limits, rep.Requests, rep.ProviderRejections, rep.Lost, rep.Duplicates, rep.Stuck,
 			rep.MaxAggregateRatio, rep.MaxAggregateLimit, rep.Bottleneck, rep.Utilization, rep.SingleNodeUtilization, rep.Utilization/rep.SingleNodeUtilization,
-			rep.AdmissionsPerSecond, rep.Seconds, rep.SingleNodeAdmissionsPerSecond, rep.SingleNodeSeconds, rep.PostRetries,
+			rep.AdmissionsPerSecond, rep.Seconds, rep.SingleNodeAdmissionsPerSecond, rep.SingleNodeSeconds, rep.PostRetries, rep.AdoptedRuns,
 			rep.RebilledInFlight, rep.RebilledFinished, rep.WallSeconds)
 		for _, r := range rep.StuckRuns {
 			fmt.Fprintln(env.stdout, "stuck:", r)
@@ -216,7 +226,8 @@ type multinodeBench struct {
 	limits          governor.Limits
 	latency         time.Duration
 	leaseTTL        time.Duration
-	restartAfter    time.Duration
+	restartAfter    time.Duration // negative: never
+	adoptEvery      time.Duration
 	timeout         time.Duration
 	seed            uint64
 	token           string
@@ -235,6 +246,7 @@ type multinodeRun struct {
 	seconds              float64
 	lost                 int
 	postRetries          int
+	adopted              int // runs of killed nodes the live ones handed back to their queues
 	check                crashReport
 	logs                 string // the end of the nodes' output, when something went wrong
 }
@@ -310,6 +322,7 @@ func (b *multinodeBench) run(ctx context.Context, name string, n, kill int) (mul
 		return res, err
 	}
 	res.postRetries = c.retries
+	res.adopted = c.adopted()
 
 	if err := crashCheck(ctx, db, &res.check, b.events, calls.snapshot(), breaks); err != nil {
 		return res, err
@@ -406,21 +419,13 @@ type multinodeNode struct {
 	proc *crashWorkerProc
 }
 
-// start starts nodes n0 … n(n-1) and waits until each is ready: n0 first,
-// alone, then the others together. On a new database, processes that start
-// together race in DBOS's migrations (each creates the dbos schema; all but
-// one fail with a duplicate key on pg_namespace): the first node makes the
-// schema, as a deployment's first process would.
+// start starts nodes n0 … n(n-1) together, as a deployment's processes
+// start, and waits until each is ready.
 func (c *multinodeCluster) start(ctx context.Context, n int) error {
-	first, err := c.startNode(ctx, "n0")
-	if err != nil {
-		return err
-	}
 	errs := make([]error, n)
 	nodes := make([]*multinodeNode, n)
-	nodes[0] = first
 	var wg sync.WaitGroup
-	for i := 1; i < n; i++ {
+	for i := range n {
 		wg.Go(func() { nodes[i], errs[i] = c.startNode(ctx, "n"+strconv.Itoa(i)) })
 	}
 	wg.Wait()
@@ -439,7 +444,7 @@ func (c *multinodeCluster) startNode(ctx context.Context, name string) (*multino
 	b := c.b
 	cmd := exec.CommandContext(ctx, b.exe, "serve", "--node", name, "--db", c.db, // #nosec G204 -- this binary
 		"--provider-url", c.provider, "--profile", "groq", "--limits", b.limits.String(), "--lease-ttl", b.leaseTTL.String(),
-		"--addr", "127.0.0.1:0", "--token-env", multinodeTokenEnv)
+		"--adopt-every", b.adoptEvery.String(), "--addr", "127.0.0.1:0", "--token-env", multinodeTokenEnv)
 	cmd.Env = append(os.Environ(), multinodeNodeEnv+"="+name, multinodeTokenEnv+"="+b.token)
 	p := &crashWorkerProc{cmd: cmd, done: make(chan error, 1), ready: make(chan struct{})}
 	nd := &multinodeNode{name: name, proc: p}
@@ -561,10 +566,14 @@ func (c *multinodeCluster) send(ctx context.Context, nd *multinodeNode, body []b
 	return nil
 }
 
-// kill SIGKILLs the last k live nodes and restarts each, with its name,
-// restartAfter later; it returns when each was killed.
+// kill SIGKILLs the k live nodes with the most runs under way (a node
+// killed idle would leave nothing to take over) and, unless restartAfter is
+// negative, restarts each with its name restartAfter later; it returns when
+// each was killed.
 func (c *multinodeCluster) kill(ctx context.Context, k int) []time.Time {
+	busy := c.runsUnderWay(ctx)
 	c.mu.Lock()
+	slices.SortStableFunc(c.live, func(a, b *multinodeNode) int { return cmp.Compare(busy[a.name], busy[b.name]) })
 	victims := c.live[len(c.live)-k:]
 	c.live = c.live[: len(c.live)-k : len(c.live)-k]
 	c.mu.Unlock()
@@ -574,6 +583,9 @@ func (c *multinodeCluster) kill(ctx context.Context, k int) []time.Time {
 		// After the node is gone: a call it sent just before may reach
 		// the simulator a moment later, and is still this kill's.
 		breaks = append(breaks, time.Now())
+		if c.b.restartAfter < 0 {
+			continue
+		}
 		c.restarts.Go(func() {
 			select {
 			case <-ctx.Done():
@@ -645,6 +657,48 @@ func (c *multinodeCluster) liveNodes() []*multinodeNode {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append([]*multinodeNode(nil), c.live...)
+}
+
+// runsUnderWay counts each executor's pending runs (none when the database
+// cannot say: the kill then takes the last nodes started).
+func (c *multinodeCluster) runsUnderWay(ctx context.Context) map[string]int {
+	n := map[string]int{}
+	db, err := openBenchDB(ctx, c.db)
+	if err != nil {
+		return n
+	}
+	defer db.close()
+	_ = db.each(ctx, `SELECT executor_id, count(*) FROM dbos.workflow_status WHERE status = 'PENDING' GROUP BY executor_id`, nil,
+		func(scan func(...any) error) error {
+			var ex string
+			var k int
+			if err := scan(&ex, &k); err != nil {
+				return err
+			}
+			n[ex] = k
+			return nil
+		})
+	return n
+}
+
+// adoptedLine is what a node logs when it hands the runs of a node that no
+// longer runs back to their queues, with their number after it
+// (runs=N in text, "runs":N in JSON).
+var adoptedLine = regexp.MustCompile(`handed the unfinished runs of a process that stopped back to their queues.*?\bruns"?[=:](\d+)`)
+
+// adopted counts the runs the nodes handed back, as they logged them.
+func (c *multinodeCluster) adopted() int {
+	c.mu.Lock()
+	all := append([]*multinodeNode(nil), c.all...)
+	c.mu.Unlock()
+	n := 0
+	for _, nd := range all {
+		for _, m := range adoptedLine.FindAllStringSubmatch(nd.proc.output(), -1) {
+			k, _ := strconv.Atoi(m[1])
+			n += k
+		}
+	}
+	return n
 }
 
 // outputs is the end of each process's output, for a failure's message.

@@ -33,11 +33,12 @@ func init() {
 	os.Exit(code)
 }
 
-// TestBenchMultinode runs three nodes on one key, kills one midway and
-// restarts it, and checks what must hold: the provider refused nothing, no
-// window of any limit held more than the limit, every run completed and
-// saved once, and the cluster used the bottleneck limit about as well as a
-// single node did on the same work. The limits make otpm the bottleneck,
+// TestBenchMultinode runs three nodes on one key and kills one midway for
+// good, and checks what must hold: the live nodes took over the dead one's
+// unfinished runs, the provider refused nothing, no window of any limit
+// held more than the limit, every run completed and saved once, and the
+// cluster used the bottleneck limit about as well as a single node did on
+// the same work. The limits make otpm the bottleneck,
 // with about 1.7 minutes of its allowance of work: under a rolling minute
 // window the work cannot end before the first minute's charges age out, so
 // each of the two runs takes a little over a minute.
@@ -72,6 +73,10 @@ func TestBenchMultinode(t *testing.T) {
 	}
 	if rep.ProviderRejections != 0 {
 		t.Errorf("the provider refused %d calls of the cluster (%v): want none", rep.ProviderRejections, rep.ProviderRejectionsByLimit)
+	}
+	// Runs wait for OTPM, so at the kill each node has runs under way.
+	if rep.AdoptedRuns == 0 {
+		t.Errorf("the live nodes handed none of the killed node's runs back to their queues")
 	}
 	if rep.MaxAggregateRatio > 1 || rep.MaxAggregateRatio <= 0 {
 		t.Errorf("max aggregate ratio %v (%s): want in (0, 1]", rep.MaxAggregateRatio, rep.MaxAggregateLimit)

@@ -57,6 +57,7 @@ type serveFile struct {
 	ClientKeysEnv    string   `yaml:"client_keys_env"`
 	Node             string   `yaml:"node"`
 	LeaseTTL         string   `yaml:"lease_ttl"`
+	AdoptEvery       string   `yaml:"adopt_every"`
 	// Flows are the gateway's flows, as in the gateway's own file.
 	Flows []gatewayFlow `yaml:"flows"`
 }
@@ -91,6 +92,7 @@ func runServe(ctx context.Context, env *cmdEnv, args []string) error {
 	clientEnv := fs.String("client-keys-env", "SLUICE_GATEWAY_KEYS", "`NAME` of an environment variable holding the gateway's client keys as KEY[=FLOW],…; the API token is one too")
 	node := fs.String("node", "", "this process's `NAME` among several sluice serve on one PostgreSQL database: its DBOS executor ID (restarted with the same name, it resumes its runs) and its name in the quota leases; set, the key's limits hold in aggregate across the nodes (docs/multinode.md)")
 	leaseTTL := fs.Duration("lease-ttl", 2*time.Second, "with --node: how long a lease of the key's capacity lasts (1ms to 1h)")
+	adopt := fs.Duration("adopt-every", sluice.DefaultAdoptEvery, "with --node: how often to look for runs left unfinished by nodes that no longer run, and resume them here or on another live node (at most 1h; negative: never, a node's runs then wait for a node of its name)")
 	var flows flowFlags
 	fs.Var(&flows, "flow", "a gateway flow as `NAME=WEIGHT[:PRIORITY[:MAX_TOKENS]]` (repeatable); the key's governor shares the key among them and the functions' flows")
 	sf := addServerFlags(fs)
@@ -130,6 +132,9 @@ func runServe(ctx context.Context, env *cmdEnv, args []string) error {
 	}
 	if *leaseTTL < time.Millisecond || *leaseTTL > time.Hour {
 		return refuse("lease-ttl", fmt.Errorf("%s: want from 1ms to 1h", *leaseTTL))
+	}
+	if *adopt == 0 || *adopt > time.Hour {
+		return refuse("adopt-every", fmt.Errorf("%s: want from 1ns to 1h, or negative for never", *adopt))
 	}
 	if *node != "" {
 		if err := checkNodeName(*node); err != nil {
@@ -184,7 +189,7 @@ func runServe(ctx context.Context, env *cmdEnv, args []string) error {
 	appc := make(chan *sluice.App, 1)
 	go func() {
 		began := time.Now()
-		app, err := newSummarizeApp(sctx, env, summarizeOptions{db: *dbURL, providerURL: *providerURL, profile: *profile, limits: *limits, keyEnv: *keyEnv, model: *model, runTimeout: *runTimeout, timeouts: calls, logger: logger, flows: gw.governorFlows(), node: *node, leaseTTL: *leaseTTL})
+		app, err := newSummarizeApp(sctx, env, summarizeOptions{db: *dbURL, providerURL: *providerURL, profile: *profile, limits: *limits, keyEnv: *keyEnv, model: *model, runTimeout: *runTimeout, timeouts: calls, logger: logger, flows: gw.governorFlows(), node: *node, leaseTTL: *leaseTTL, adoptEvery: *adopt})
 		parts := serveParts{app: app, api: sluice.HandlerConfig{Token: token, MaxEventBytes: *maxEvent, OutputLimit: *outputLimit}, metricsToken: metricsToken}
 		if err == nil {
 			appc <- app
@@ -225,7 +230,7 @@ type summarizeOptions struct {
 	logger                                          *slog.Logger // nil: slog.Default()
 	flows                                           []governor.FlowConfig
 	node                                            string        // empty: not one of a cluster
-	leaseTTL                                        time.Duration // with node
+	leaseTTL, adoptEvery                            time.Duration // with node
 }
 
 // newSummarizeApp builds an app running the summarize pipeline.
@@ -253,7 +258,7 @@ func newSummarizeApp(ctx context.Context, env *cmdEnv, o summarizeOptions) (*slu
 	}
 	var cluster *sluice.Cluster
 	if o.node != "" {
-		cluster = &sluice.Cluster{LeaseTTL: o.leaseTTL}
+		cluster = &sluice.Cluster{LeaseTTL: o.leaseTTL, AdoptEvery: o.adoptEvery}
 	}
 	app, err := sluice.New(ctx, sluice.Config{
 		DatabaseURL: db,

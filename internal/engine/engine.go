@@ -66,6 +66,13 @@ type Config struct {
 	// Metrics, if set, counts the runs and step attempts this process
 	// executes (docs/metrics.md). Default: none.
 	Metrics *metrics.Set
+	// AdoptEvery, when above 0, is how often (of Now's clock) the engine
+	// looks for runs left unfinished by other executors that no longer run
+	// (no live engine holds their executor lock) and hands them back to
+	// their queues, to be resumed by any live process from their last
+	// recorded step: for processes of a cluster that may die for good.
+	// Default 0: a run resumes only when its executor starts again.
+	AdoptEvery time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -107,6 +114,9 @@ type Engine struct {
 	byEvent  map[string][]*Function
 	launched bool
 	stopOnce sync.Once
+
+	stopAdopt func()         // ends the adoption loop
+	adopting  sync.WaitGroup // the adoption loop
 }
 
 // New creates a DBOS context on the store's handle. Functions are
@@ -194,7 +204,7 @@ func (e *Engine) Launch(ctx context.Context) error {
 	if e.launched {
 		return errors.New("engine already launched")
 	}
-	unlock, err := lockExecutor(ctx, e.h, e.st.String(), e.cfg.AppName, e.dctx.GetExecutorID())
+	unlock, err := lockExecutor(ctx, e.h, e.st.String(), e.cfg.AppName, e.dctx.GetExecutorID(), lockTries)
 	if err != nil {
 		return err
 	}
@@ -232,6 +242,11 @@ func (e *Engine) Launch(ctx context.Context) error {
 	e.unlock = unlock
 	e.activeMu.Unlock()
 	e.launched, launched = true, true
+	if e.cfg.AdoptEvery > 0 {
+		actx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		e.stopAdopt = cancel
+		e.adopting.Go(func() { e.adopt(actx) })
+	}
 	return nil
 }
 
@@ -305,6 +320,13 @@ func (e *Engine) runBeforeClose() {
 func (e *Engine) Shutdown(timeout time.Duration) error {
 	var err error
 	e.stopOnce.Do(func() {
+		e.mu.RLock()
+		stopAdopt := e.stopAdopt
+		e.mu.RUnlock()
+		if stopAdopt != nil {
+			stopAdopt()
+			e.adopting.Wait()
+		}
 		e.activeMu.Lock()
 		e.stopping = true
 		idle := e.active == 0
@@ -335,12 +357,6 @@ const (
 	lockRetry = 100 * time.Millisecond
 )
 
-// lockExecutor takes the lock that keeps one live engine per executor ID,
-// application and database, and returns what releases it. The lock goes
-// with the process that holds it, so a process killed without a shutdown
-// leaves nothing to clean up: on PostgreSQL it is an advisory lock held by
-// a connection of its own, on SQLite an flock on a file beside the database.
-// db names the database in errors.
 // newDBOSContext makes the DBOS context, which migrates DBOS's system
 // tables. On PostgreSQL it does so under a session advisory lock, one at a
 // time across processes: DBOS's system migrations are not serialized, and
@@ -392,7 +408,14 @@ func newDBOSContext(ctx context.Context, h store.Handle, cfg dbos.Config) (dbos.
 	return dbos.NewContext(ctx, cfg)
 }
 
-func lockExecutor(ctx context.Context, h store.Handle, db, app, executor string) (func(), error) {
+// lockExecutor takes the lock that keeps one live engine per executor ID,
+// application and database, and returns what releases it. The lock goes
+// with the process that holds it, so a process killed without a shutdown
+// leaves nothing to clean up: on PostgreSQL it is an advisory lock held by
+// a connection of its own, on SQLite an flock on a file beside the database.
+// db names the database in errors.
+// It tries tries times, lockRetry apart, before calling the lock taken.
+func lockExecutor(ctx context.Context, h store.Handle, db, app, executor string, tries int) (func(), error) {
 	hash := fnv.New64a()
 	_, _ = hash.Write([]byte("sluice executor\x00" + app + "\x00" + executor))
 	key := hash.Sum64()
@@ -414,7 +437,7 @@ func lockExecutor(ctx context.Context, h store.Handle, db, app, executor string)
 				_ = conn.Close(context.Background())
 				return nil, fmt.Errorf("lock executor %q: %w", executor, err)
 			}
-			if ok || try == lockTries-1 {
+			if ok || try >= tries-1 {
 				break
 			}
 			select {
