@@ -96,3 +96,80 @@ func TestClusterAdoptEveryIsBounded(t *testing.T) {
 		t.Fatalf("New with an adoption period of 2h: %v", err)
 	}
 }
+
+// Two apps on one PostgreSQL database run one backfill: each samples the
+// job's progress for the history, and the samples count each item once
+// between them, not once per app.
+func TestAppsOnOneDatabaseCountABackfillsProgressOnce(t *testing.T) {
+	t.Parallel()
+	url := testenv.Postgres(t)
+	limits := governor.Limits{governor.RPM: 600}
+	_, pc := simProvider(t, limits)
+	db := &articles{all: map[string]string{}, saved: map[string]map[string]string{"notes": {}}}
+	const items = 40
+	for i := range items {
+		db.all[fmt.Sprintf("a-%03d", i)] = "an article about rivers"
+	}
+	var apps []*sluice.App
+	for _, node := range []string{"node-a", "node-b"} {
+		app := newApp(t, sluice.Config{
+			DatabaseURL: url, ExecutorID: node, Cluster: &sluice.Cluster{},
+			PollInterval: 20 * time.Millisecond, HealthEvery: 50 * time.Millisecond, HistoryEvery: 100 * time.Millisecond,
+			Providers: []sluice.Provider{{Name: "groq", LLM: pc, Limits: limits}},
+		})
+		err := sluice.RegisterBackfill(app, sluice.Backfill[article]{
+			Backfill: run.Backfill{ID: "notes", MaxBatch: 1, Poll: 50 * time.Millisecond, BatchesPerRun: 4, InFlight: 1},
+			Pending:  db.pending("notes"),
+			Load:     db.load,
+			Request: func(its []sluice.Item[article]) (*llm.ChatRequest, error) {
+				return &llm.ChatRequest{Model: "llama-3.1-8b-instant", MaxTokens: 10, Messages: []llm.Message{{Role: "user", Content: its[0].Data.Text}}}, nil
+			},
+			Parse: func(_ *llm.ChatResponse, its []sluice.Item[article]) ([]string, error) {
+				return []string{"a note"}, nil
+			},
+			Save: func(_ context.Context, _ sluice.Tx, it sluice.Item[article], out string) error {
+				db.mu.Lock()
+				defer db.mu.Unlock()
+				db.saved["notes"][it.Key] = out
+				return nil
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := app.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		apps = append(apps, app)
+	}
+	st := testenv.OpenStore(t, url)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		db.mu.Lock()
+		n := len(db.saved["notes"])
+		db.mu.Unlock()
+		if n == items {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d items saved after a minute", n, items)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond) // every app samples the end
+	samples, err := st.Samples(context.Background(), time.Now().Add(-time.Hour), time.Now().Add(time.Hour), "notes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var done int64
+	for _, s := range samples {
+		done += s.Done
+	}
+	// What was done before an app's first sample is not counted (the
+	// first only takes the count to start from): at 10 calls a second,
+	// a few items at most.
+	if done > items || done < items-10 {
+		t.Fatalf("the samples of both apps count %d items done of %d, want each item once (%d samples)", done, items, len(samples))
+	}
+	t.Logf("%d samples count %d items done of %d", len(samples), done, items)
+}

@@ -338,8 +338,6 @@ func defaultLag(speed float64) time.Duration {
 	return min(max(2*time.Second, time.Duration(max(speed, 1)*float64(40*time.Millisecond))), time.Minute)
 }
 
-// cluster is the quota leases' configuration of cfg's process, nil when it
-// is not one of a cluster.
 // adoptEvery is the engine's AdoptEvery for c: none without a cluster.
 func adoptEvery(c *Cluster) time.Duration {
 	switch {
@@ -351,6 +349,8 @@ func adoptEvery(c *Cluster) time.Duration {
 	return c.AdoptEvery
 }
 
+// cluster is the quota leases' configuration of cfg's process, nil when it
+// is not one of a cluster.
 func cluster(cfg Config, logger *slog.Logger) *quota.Cluster {
 	if cfg.Cluster == nil {
 		return nil

@@ -102,7 +102,7 @@ func (m *Monitor) record(ctx context.Context, now time.Time, jobs []store.Job, v
 		}
 		samples = append(samples, store.Sample{
 			At: now, Flow: j.Name, Source: m.cfg.HistorySource, State: string(v.State), Reason: v.Reason,
-			Done: max(cur.done-prev.done, 0), Remaining: max(v.Remaining, 0),
+			Done: max(cur.done-prev.done, 0), DoneFrom: prev.done, DoneTo: cur.done, Remaining: max(v.Remaining, 0),
 			Admitted: grew(cur.c.Admitted, prev.c.Admitted), Tokens: grew(cur.c.Tokens, prev.c.Tokens),
 			Rejections: since(cur.c.Rejections, prev.c.Rejections), Refusals: since(cur.c.Refusals, prev.c.Refusals),
 		})

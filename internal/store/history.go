@@ -48,11 +48,22 @@ type Sample struct {
 	State string
 	// Reason says why, for waiting, failing and stalled: cut to
 	// MaxReasonBytes like other reasons.
-	Reason    string
-	Done      int64 // items processed in the interval
-	Remaining int64 // items eligible and not done at At
-	Admitted  int64 // calls the governor admitted in the interval
-	Tokens    int64 // tokens charged in the interval
+	Reason string
+	Done   int64 // items processed in the interval
+	// DoneFrom and DoneTo, when DoneTo is above 0, are the flow's job's
+	// items done (saved and parked) at the start and at the end of the
+	// interval Done counts, as one process read them. The store then
+	// records as Done only what no sample of the job recorded before: the
+	// part of DoneFrom to DoneTo above the most any earlier one reached
+	// (the job's sampled mark, kept on its row; it never goes down, so
+	// after items were removed the progress is counted again only above
+	// it). So processes that share a job, each sampling its progress,
+	// count it once between them. A flow that is no job keeps Done as
+	// given.
+	DoneFrom, DoneTo int64
+	Remaining        int64 // items eligible and not done at At
+	Admitted         int64 // calls the governor admitted in the interval
+	Tokens           int64 // tokens charged in the interval
 	// Rejections are the provider's rejections in the interval by the
 	// limit they named ("tpm", "otpm", …), Refusals the governor's
 	// up-front refusals (a request that can never fit) by limit. A limit's

@@ -233,6 +233,45 @@ func exerciseHistory(t *testing.T, open func(t *testing.T) store.Store) {
 		}
 	})
 
+	t.Run("SamplesCountASharedJobsProgressOnce", func(t *testing.T) {
+		t.Parallel()
+		s := open(t)
+		mustStartJob(t, s, "titles", base)
+		minute := func(m int, ms int) time.Time {
+			return base.Add(time.Duration(m)*time.Minute + time.Duration(ms)*time.Millisecond)
+		}
+		// Two processes sample the job's progress, each from its own
+		// readings of the items done: a from 100 to 150, b from 120 (read
+		// before a's sample) to 160, then a to 200 and b to 190 (read just
+		// before a's second). Each records what lies above the job's mark.
+		shared := func(at time.Time, from, to int64) store.Sample {
+			smp := sample("titles", "app", at, to-from)
+			smp.DoneFrom, smp.DoneTo = from, to
+			return smp
+		}
+		recorded := func(smp store.Sample, done int64) store.Sample {
+			smp.Done, smp.DoneFrom, smp.DoneTo = done, 0, 0
+			return smp
+		}
+		a1, b1, a2, b2 := shared(minute(1, 0), 100, 150), shared(minute(1, 1), 120, 160), shared(minute(2, 0), 150, 200), shared(minute(2, 1), 160, 190)
+		// A flow that is no job, and a sample that gives no readings, keep
+		// their Done.
+		other := sample("other", "app", minute(1, 0), 5)
+		other.DoneFrom, other.DoneTo = 1, 6
+		gw := sample("titles", "gateway", minute(1, 0), 7)
+		for _, smp := range []store.Sample{a1, b1, a2, b2} {
+			mustRecordSamples(t, s, smp)
+		}
+		mustRecordSamples(t, s, other, gw)
+		assertSamples(t, mustSamples(t, s, base, minute(10, 0), "titles"),
+			recorded(a1, 50), recorded(gw, 7), recorded(b1, 10), recorded(a2, 40), recorded(b2, 0))
+		assertSamples(t, mustSamples(t, s, base, minute(10, 0), "other"), recorded(other, 5))
+		// Replacing a sample claims again only above the mark: the
+		// progress is not counted twice.
+		mustRecordSamples(t, s, shared(minute(2, 0), 150, 210))
+		assertSamples(t, mustSamples(t, s, minute(2, 0), minute(2, 1), "titles"), recorded(a2, 10))
+	})
+
 	t.Run("SamplesNilAndEmptyMapsAreTheSame", func(t *testing.T) {
 		t.Parallel()
 		s := open(t)

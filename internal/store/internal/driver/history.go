@@ -34,6 +34,8 @@ var historyStatements = []string{
 	"record_config",        // at, source, hash, code, config; affects 1 row if the source's latest hash differs, else 0
 	"config_versions",      // since; returns at, source, hash, code, config
 	"record_samples",       // samples (a JSON array of sampleRow objects)
+	"job_sampled",          // job; returns its sampled mark (NULL: none yet), its row locked until the transaction ends; no row for no job
+	"set_job_sampled",      // job, mark
 	"samples",              // since, until; returns the columns readSamples scans
 	"flow_samples",         // since, until, flow; as samples
 	"prune_samples",        // before; affects the rows deleted
@@ -137,9 +139,13 @@ type sampleRow struct {
 	Tokens     int64  `json:"tokens"`
 	Rejections string `json:"rejections"`
 	Refusals   string `json:"refusals"`
+
+	doneFrom, doneTo int64 // store.Sample's: not stored
 }
 
-// RecordSamples implements store.Store.
+// RecordSamples implements store.Store. The jobs' sampled marks are read
+// and moved, and the samples written, in one transaction: a sample's Done
+// is counted once, or not at all.
 func (h History) RecordSamples(ctx context.Context, samples []store.Sample) error {
 	const op = "record samples"
 	rows, err := sampleRows(samples)
@@ -149,14 +155,52 @@ func (h History) RecordSamples(ctx context.Context, samples []store.Sample) erro
 	if len(rows) == 0 {
 		return nil
 	}
-	list, err := json.Marshal(rows)
+	err = h.conn.InTx(ctx, func(tx store.Tx) error {
+		// In the rows' order, by flow: concurrent writers lock the jobs'
+		// rows in the same order.
+		for i := range rows {
+			if err := h.claimDone(ctx, tx, &rows[i]); err != nil {
+				return err
+			}
+		}
+		list, err := json.Marshal(rows)
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, h.sql["record_samples"], string(list))
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
-	if err := h.conn.Exec(ctx, h.sql["record_samples"], string(list)); err != nil {
-		return fmt.Errorf("%s: %w", op, err)
-	}
 	return nil
+}
+
+// claimDone lowers r's Done to what lies above its job's sampled mark, and
+// moves the mark up to r's doneTo (see store.Sample's DoneFrom and DoneTo).
+func (h History) claimDone(ctx context.Context, tx store.Tx, r *sampleRow) error {
+	if r.doneTo <= 0 {
+		return nil
+	}
+	var mark *int64
+	found := false
+	err := txQuery(tx)(ctx, h.sql["job_sampled"], []any{r.Flow}, func(row Row) error {
+		found = true
+		return row.Scan(&mark)
+	})
+	if err != nil || !found {
+		return err // no job: Done as given
+	}
+	from := r.doneFrom
+	if mark != nil {
+		from = max(from, *mark)
+	}
+	r.Done = min(r.Done, max(r.doneTo-from, 0))
+	if mark != nil && *mark >= r.doneTo {
+		return nil
+	}
+	_, err = tx.Exec(ctx, h.sql["set_job_sampled"], r.Flow, r.doneTo)
+	return err
 }
 
 // sampleRows returns samples as they are stored: the last one given for
@@ -209,7 +253,7 @@ func sampleRowOf(s store.Sample) (sampleRow, error) {
 	for _, f := range []struct {
 		name string
 		n    int64
-	}{{"Done", s.Done}, {"Remaining", s.Remaining}, {"Admitted", s.Admitted}, {"Tokens", s.Tokens}} {
+	}{{"Done", s.Done}, {"DoneFrom", s.DoneFrom}, {"DoneTo", s.DoneTo}, {"Remaining", s.Remaining}, {"Admitted", s.Admitted}, {"Tokens", s.Tokens}} {
 		if f.n < 0 {
 			return sampleRow{}, fmt.Errorf("%s %d is negative", f.name, f.n)
 		}
@@ -223,7 +267,8 @@ func sampleRowOf(s store.Sample) (sampleRow, error) {
 		return sampleRow{}, err
 	}
 	return sampleRow{Flow: s.Flow, Source: s.Source, At: s.At.UnixMilli(), State: s.State, Reason: text(s.Reason, store.MaxReasonBytes),
-		Done: s.Done, Remaining: s.Remaining, Admitted: s.Admitted, Tokens: s.Tokens, Rejections: rejections, Refusals: refusals}, nil
+		Done: s.Done, Remaining: s.Remaining, Admitted: s.Admitted, Tokens: s.Tokens, Rejections: rejections, Refusals: refusals,
+		doneFrom: s.DoneFrom, doneTo: s.DoneTo}, nil
 }
 
 // limitCounts returns counts, the field what of a sample, as stored: a

@@ -1,0 +1,1 @@
+UPDATE sluice_jobs SET sampled_done = ?2 WHERE name = ?1;
