@@ -110,7 +110,6 @@ func TestAppsOnOneDatabaseCountABackfillsProgressOnce(t *testing.T) {
 	for i := range items {
 		db.all[fmt.Sprintf("a-%03d", i)] = "an article about rivers"
 	}
-	var apps []*sluice.App
 	for _, node := range []string{"node-a", "node-b"} {
 		app := newApp(t, sluice.Config{
 			DatabaseURL: url, ExecutorID: node, Cluster: &sluice.Cluster{},
@@ -140,7 +139,6 @@ func TestAppsOnOneDatabaseCountABackfillsProgressOnce(t *testing.T) {
 		if err := app.Start(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		apps = append(apps, app)
 	}
 	st := testenv.OpenStore(t, url)
 	deadline := time.Now().Add(time.Minute)
