@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/sluice-dev/sluice/internal/clock"
 	"github.com/sluice-dev/sluice/internal/metrics"
@@ -357,6 +358,10 @@ const (
 	lockRetry = 100 * time.Millisecond
 )
 
+// migrationLockPoll is how often a process waiting for another's DBOS
+// migrations looks again.
+const migrationLockPoll = 50 * time.Millisecond
+
 // newDBOSContext makes the DBOS context, which migrates DBOS's system
 // tables. On PostgreSQL it does so under a session advisory lock, one at a
 // time across processes: DBOS's system migrations are not serialized, and
@@ -364,10 +369,6 @@ const (
 // one fail on "duplicate key value violates unique constraint
 // pg_namespace_nspname_index" as each creates the dbos schema). On SQLite
 // the database's write lock serializes them.
-// migrationLockPoll is how often a process waiting for another's DBOS
-// migrations looks again.
-const migrationLockPoll = 50 * time.Millisecond
-
 func newDBOSContext(ctx context.Context, h store.Handle, cfg dbos.Config) (dbos.Context, error) {
 	if h.Postgres == nil {
 		return dbos.NewContext(ctx, cfg)
@@ -377,25 +378,12 @@ func newDBOSContext(ctx context.Context, h store.Handle, cfg dbos.Config) (dbos.
 		return nil, fmt.Errorf("lock DBOS's migrations: %w", err)
 	}
 	defer c.Release()
-	hash := fnv.New64a()
-	_, _ = hash.Write([]byte("sluice dbos migrations"))
-	key := int64(hash.Sum64())
+	key := int64(lockKey("sluice dbos migrations"))
 	// Polled, not waited for: a session waiting in pg_advisory_lock is a
 	// transaction open all the while, and DBOS's CREATE INDEX
 	// CONCURRENTLY, under the lock, waits for every open transaction.
-	for {
-		var ok bool
-		if err := c.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, key).Scan(&ok); err != nil {
-			return nil, fmt.Errorf("lock DBOS's migrations: %w", err)
-		}
-		if ok {
-			break
-		}
-		select {
-		case <-time.After(migrationLockPoll):
-		case <-ctx.Done():
-			return nil, fmt.Errorf("lock DBOS's migrations: %w", ctx.Err())
-		}
+	if _, err := pollAdvisoryLock(ctx, c, key, 0, migrationLockPoll); err != nil {
+		return nil, fmt.Errorf("lock DBOS's migrations: %w", err)
 	}
 	defer func() {
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -408,6 +396,36 @@ func newDBOSContext(ctx context.Context, h store.Handle, cfg dbos.Config) (dbos.
 	return dbos.NewContext(ctx, cfg)
 }
 
+// lockKey is the key of a lock named name: an advisory lock's on
+// PostgreSQL, a lock file's on SQLite.
+func lockKey(name string) uint64 {
+	hash := fnv.New64a()
+	_, _ = hash.Write([]byte(name))
+	return hash.Sum64()
+}
+
+// pollAdvisoryLock tries to take the session advisory lock key on c, tries
+// times (until it does, when tries is 0) every apart, and reports whether
+// it did; ctx's end is an error.
+func pollAdvisoryLock(ctx context.Context, c interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, key int64, tries int, every time.Duration) (bool, error) {
+	for try := 1; ; try++ {
+		var ok bool
+		if err := c.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, key).Scan(&ok); err != nil {
+			return false, err
+		}
+		if ok || tries > 0 && try >= tries {
+			return ok, nil
+		}
+		select {
+		case <-time.After(every):
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+	}
+}
+
 // lockExecutor takes the lock that keeps one live engine per executor ID,
 // application and database, and returns what releases it. The lock goes
 // with the process that holds it, so a process killed without a shutdown
@@ -416,9 +434,7 @@ func newDBOSContext(ctx context.Context, h store.Handle, cfg dbos.Config) (dbos.
 // db names the database in errors.
 // It tries tries times, lockRetry apart, before calling the lock taken.
 func lockExecutor(ctx context.Context, h store.Handle, db, app, executor string, tries int) (func(), error) {
-	hash := fnv.New64a()
-	_, _ = hash.Write([]byte("sluice executor\x00" + app + "\x00" + executor))
-	key := hash.Sum64()
+	key := lockKey("sluice executor\x00" + app + "\x00" + executor)
 	busy := func(where string) error {
 		return fmt.Errorf("launch executor %q of %s on %s: %w (held through %s); give each process its own executor ID, or stop the other one first", executor, app, db, ErrExecutorRunning, where)
 	}
@@ -427,30 +443,23 @@ func lockExecutor(ctx context.Context, h store.Handle, db, app, executor string,
 		if err != nil {
 			return nil, fmt.Errorf("lock executor %q: %w", executor, err)
 		}
-		conn := c.Hijack() // a session of its own: the lock lives as long as it
 		// A session that just ended — an engine shut down or killed a
 		// moment ago — may hold the lock until the server has finished
 		// with it: try again for a short while before calling it taken.
-		var ok bool
-		for try := 0; ; try++ {
-			if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, int64(key)).Scan(&ok); err != nil {
-				_ = conn.Close(context.Background())
-				return nil, fmt.Errorf("lock executor %q: %w", executor, err)
-			}
-			if ok || try >= tries-1 {
-				break
-			}
-			select {
-			case <-time.After(lockRetry):
-			case <-ctx.Done():
-				_ = conn.Close(context.Background())
-				return nil, fmt.Errorf("lock executor %q: %w", executor, ctx.Err())
-			}
+		// The tries run on a pooled session, which goes back to the pool
+		// when the lock is taken elsewhere (adoption tries the locks of
+		// live executors often).
+		ok, err := pollAdvisoryLock(ctx, c, int64(key), tries, lockRetry)
+		if err != nil {
+			_ = c.Conn().Close(context.Background()) // a session that failed may hold the lock: the pool drops it
+			c.Release()
+			return nil, fmt.Errorf("lock executor %q: %w", executor, err)
 		}
 		if !ok {
-			_ = conn.Close(context.Background())
+			c.Release()
 			return nil, busy(fmt.Sprintf("PostgreSQL advisory lock %d", int64(key)))
 		}
+		conn := c.Hijack() // a session of its own: the lock lives as long as it
 		return func() {
 			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
