@@ -43,10 +43,22 @@ type Config struct {
 	// failures (defaults 1s and 10m; ±25% jitter).
 	RetryBase, RetryMax time.Duration
 
-	// AppVersion pins the version runs are recorded under. Runs resume
-	// after a crash only in a process of the same version; the default
-	// derives it from the binary.
+	// AppVersion is the version runs are recorded under: a process
+	// resumes and starts only the runs of its own version, so a run left
+	// by a process of another version waits, listed as other_version,
+	// until a person resumes it here (App.ResumeVersion, `sluice runs
+	// resume --from-version`) or cancels it. Set it to your app's release
+	// and change it when a function's steps change incompatibly
+	// (docs/operations.md). Default: the app's name and a hash of the IDs
+	// of its functions and their parts, the same for every build of the
+	// same code whatever its flags.
 	AppVersion string
+
+	// StopGrace is how long Stop lets the steps in flight finish (an LLM
+	// call answered) once it stopped taking work; a step still running
+	// then is cut, and runs again when its run resumes. Default 30s;
+	// negative: none.
+	StopGrace time.Duration
 
 	// ExecutorID names this process when several share a PostgreSQL
 	// database (default "local"); a restarted process with the same ID
@@ -152,6 +164,11 @@ func (c Config) validate() error {
 	}
 	if c.MaxInlineWait < 0 {
 		return fmt.Errorf("MaxInlineWait %s is negative", c.MaxInlineWait)
+	}
+	if c.AppVersion != "" {
+		if err := CheckVersion(c.AppVersion); err != nil {
+			return fmt.Errorf("AppVersion: %w", err)
+		}
 	}
 	if c.Speed < 0 || math.IsNaN(c.Speed) || math.IsInf(c.Speed, 0) || c.Speed > MaxSpeed {
 		return fmt.Errorf("speed %v: want a number between 1 and %d (0 means 1)", c.Speed, MaxSpeed)

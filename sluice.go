@@ -70,6 +70,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		Metrics:      ms,
 		Store:        st,
 		AppVersion:   cfg.AppVersion,
+		StopGrace:    cfg.StopGrace,
 		ExecutorID:   cfg.ExecutorID,
 		PollInterval: cfg.PollInterval,
 		RetryBase:    cfg.RetryBase,
@@ -190,11 +191,15 @@ func (a *App) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop stops the app. Runs in flight stop at their next step boundary and
-// resume at the next Start; a step cut off mid-way runs again then. Safe to
+// Stop stops the app as a pause: it takes no new work, lets the steps in
+// flight finish for up to Config.StopGrace, and leaves every unfinished run
+// to resume at the next Start (here or, in a cluster, on another process);
+// a step cut at the end of the grace runs again then. Nothing is cancelled.
+// ctx's deadline, if any, bounds the whole stop (the grace shortens to fit);
+// without one a stop takes at most the grace and a few seconds. Safe to
 // call twice.
 func (a *App) Stop(ctx context.Context) error {
-	timeout := 10 * time.Second
+	timeout := a.stopGrace() + 5*time.Second
 	if d, ok := ctx.Deadline(); ok {
 		timeout = max(time.Until(d), time.Millisecond)
 	}
@@ -211,12 +216,22 @@ func (a *App) Stop(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// stopGrace is Config.StopGrace with its default.
+func (a *App) stopGrace() time.Duration {
+	return max(cmp.Or(a.cfg.StopGrace, 30*time.Second), 0)
+}
+
 // shutdown stops the engine, then closes the store it ran on: DBOS has
 // closed the store's handle by then, so Close only marks the store closed,
 // or releases the handle if DBOS never took it. Both are safe to call twice.
 func (a *App) shutdown(timeout time.Duration) error {
 	return errors.Join(a.e.Shutdown(timeout), a.st.Close())
 }
+
+// CheckVersion refuses a version name (Config.AppVersion) that the API, the
+// command line and the database would not all carry the same way: it wants
+// 1 to 128 letters, digits or ._:+@/- starting with a letter or digit.
+func CheckVersion(v string) error { return engine.CheckVersion(v) }
 
 // ErrNoFunction is returned by Send when no function listens to the event.
 var ErrNoFunction = engine.ErrNoFunction

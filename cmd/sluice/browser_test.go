@@ -430,7 +430,7 @@ func serveBrowserApp(t *testing.T, app *sluice.App) string {
 	srv := guard.NewServer(serveHandler(serveParts{app: app, api: sluice.HandlerConfig{Token: browserToken, MaxEventBytes: 1 << 20, OutputLimit: 4096}, dashboard: dash}), gc)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- serveUntilDone(ctx, srv, ln) }()
+	go func() { done <- serveUntilDone(ctx, srv, ln, 10*time.Second, nil) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {

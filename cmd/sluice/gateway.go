@@ -300,7 +300,7 @@ func runGateway(ctx context.Context, env *cmdEnv, args []string) error {
 	srv := guard.NewServer(gw, gc)
 	gw.Start(ctx)
 	fmt.Fprintf(env.stdout, "listening on http://%s (upstream %s, profile %s, limits %s)\n", ln.Addr(), cfg.Upstream, cfg.Profile, cfg.Limits)
-	err = serveUntilDone(ctx, srv, ln)
+	err = serveUntilDone(ctx, srv, ln, 10*time.Second, nil)
 	// The server is down: the charges of the last requests are written
 	// now, and a failure to write them is the command's too, since the next
 	// start would spend them again.

@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -47,6 +48,9 @@ func register(c *command) {
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// The first signal stops the command gracefully; a second one, with
+	// the signals' default handling back, ends the process at once.
+	context.AfterFunc(ctx, stop)
 	env := &cmdEnv{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}
 	os.Exit(runMain(ctx, env, os.Args[1:]))
 }
@@ -147,20 +151,28 @@ func parseFlags(fs *flag.FlagSet, env *cmdEnv, args []string) error {
 	return nil
 }
 
-// serveUntilDone serves srv on ln until ctx ends, then shuts it down,
-// giving requests in flight up to ten seconds to finish.
-func serveUntilDone(ctx context.Context, srv *http.Server, ln net.Listener) error {
+// serveUntilDone serves srv on ln until ctx ends, then stops it: requests
+// in flight get up to grace to finish, after which their connections are
+// closed. also, if set, runs at the same time (an app's own graceful stop);
+// serveUntilDone returns once both are done.
+func serveUntilDone(ctx context.Context, srv *http.Server, ln net.Listener, grace time.Duration, also func()) error {
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
 	case err := <-errc:
 		return err
 	case <-ctx.Done():
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			return err
-		}
-		return nil
 	}
+	var wg sync.WaitGroup
+	if also != nil {
+		wg.Go(also)
+	}
+	defer wg.Wait()
+	sctx, cancel := context.WithTimeout(context.Background(), max(grace, time.Millisecond))
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		// The grace is over: what still runs is cut, as a kill would.
+		_ = srv.Close()
+	}
+	return nil
 }

@@ -58,6 +58,8 @@ type serveFile struct {
 	Node             string   `yaml:"node"`
 	LeaseTTL         string   `yaml:"lease_ttl"`
 	AdoptEvery       string   `yaml:"adopt_every"`
+	StopGrace        string   `yaml:"stop_grace"`
+	AppVersion       string   `yaml:"app_version"`
 	// Flows are the gateway's flows, as in the gateway's own file.
 	Flows []gatewayFlow `yaml:"flows"`
 }
@@ -92,6 +94,8 @@ func runServe(ctx context.Context, env *cmdEnv, args []string) error {
 	clientEnv := fs.String("client-keys-env", "SLUICE_GATEWAY_KEYS", "`NAME` of an environment variable holding the gateway's client keys as KEY[=FLOW],…; the API token is one too")
 	node := fs.String("node", "", "this process's `NAME` among several sluice serve on one PostgreSQL database: its DBOS executor ID (restarted with the same name, it resumes its runs) and its name in the quota leases; set, the key's limits hold in aggregate across the nodes (docs/multinode.md)")
 	leaseTTL := fs.Duration("lease-ttl", 2*time.Second, "with --node: how long a lease of the key's capacity lasts (1ms to 1h)")
+	stopGrace := fs.Duration("stop-grace", 30*time.Second, "at SIGTERM or Ctrl-C: how long the calls and requests in flight may take to finish; no new work starts, and every unfinished run resumes at the next start (0 to 1h; a second signal stops at once)")
+	appVersion := fs.String("app-version", "", "the version runs are recorded under; a process resumes only the runs of its own version (default $SLUICE_APP_VERSION, else one derived from the functions' names, the same for every build; see docs/operations.md)")
 	adopt := fs.Duration("adopt-every", sluice.DefaultAdoptEvery, "with --node: how often to look for runs left unfinished by nodes that no longer run, and resume them here or on another live node (at most 1h; negative: never, a node's runs then wait for a node of its name)")
 	var flows flowFlags
 	fs.Var(&flows, "flow", "a gateway flow as `NAME=WEIGHT[:PRIORITY[:MAX_TOKENS]]` (repeatable); the key's governor shares the key among them and the functions' flows")
@@ -132,6 +136,17 @@ func runServe(ctx context.Context, env *cmdEnv, args []string) error {
 	}
 	if *leaseTTL < time.Millisecond || *leaseTTL > time.Hour {
 		return refuse("lease-ttl", fmt.Errorf("%s: want from 1ms to 1h", *leaseTTL))
+	}
+	if *stopGrace < 0 || *stopGrace > time.Hour {
+		return refuse("stop-grace", fmt.Errorf("%s: want from 0 to 1h", *stopGrace))
+	}
+	if *appVersion == "" {
+		*appVersion = env.getenv("SLUICE_APP_VERSION")
+	}
+	if *appVersion != "" {
+		if err := sluice.CheckVersion(*appVersion); err != nil {
+			return refuse("app-version", err)
+		}
 	}
 	if *adopt == 0 || *adopt > time.Hour {
 		return refuse("adopt-every", fmt.Errorf("%s: want from 1ns to 1h, or negative for never", *adopt))
@@ -189,7 +204,8 @@ func runServe(ctx context.Context, env *cmdEnv, args []string) error {
 	appc := make(chan *sluice.App, 1)
 	go func() {
 		began := time.Now()
-		app, err := newSummarizeApp(sctx, env, summarizeOptions{db: *dbURL, providerURL: *providerURL, profile: *profile, limits: *limits, keyEnv: *keyEnv, model: *model, runTimeout: *runTimeout, timeouts: calls, logger: logger, flows: gw.governorFlows(), node: *node, leaseTTL: *leaseTTL, adoptEvery: *adopt})
+		app, err := newSummarizeApp(sctx, env, summarizeOptions{db: *dbURL, providerURL: *providerURL, profile: *profile, limits: *limits, keyEnv: *keyEnv, model: *model, runTimeout: *runTimeout, timeouts: calls, logger: logger, flows: gw.governorFlows(), node: *node, leaseTTL: *leaseTTL, adoptEvery: *adopt,
+			appVersion: *appVersion, stopGrace: stopGraceConfig(*stopGrace)})
 		parts := serveParts{app: app, api: sluice.HandlerConfig{Token: token, MaxEventBytes: *maxEvent, OutputLimit: *outputLimit}, metricsToken: metricsToken}
 		if err == nil {
 			appc <- app
@@ -210,12 +226,13 @@ func runServe(ctx context.Context, env *cmdEnv, args []string) error {
 		starting.Ready(serveHandler(parts))
 		fmt.Fprintf(env.stdout, "ready in %s\n", time.Since(began).Round(time.Millisecond))
 	}()
-	err = serveUntilDone(sctx, srv, ln)
-	select {
-	case app := <-appc:
-		_ = app.Stop(context.Background())
-	default:
-	}
+	err = serveUntilDone(sctx, srv, ln, *stopGrace, func() {
+		select {
+		case app := <-appc:
+			stopAppGracefully(env, app, *stopGrace)
+		default:
+		}
+	})
 	if cause := context.Cause(sctx); err == nil && cause != nil && !errors.Is(cause, context.Canceled) {
 		return cause // start-up failed
 	}
@@ -231,6 +248,8 @@ type summarizeOptions struct {
 	flows                                           []governor.FlowConfig
 	node                                            string        // empty: not one of a cluster
 	leaseTTL, adoptEvery                            time.Duration // with node
+	appVersion                                      string        // empty: the default
+	stopGrace                                       time.Duration // 0: the default; negative: none
 }
 
 // newSummarizeApp builds an app running the summarize pipeline.
@@ -267,6 +286,8 @@ func newSummarizeApp(ctx context.Context, env *cmdEnv, o summarizeOptions) (*slu
 		RetryBase:   o.retryBase,
 		Logger:      o.logger,
 		Flows:       o.flows,
+		AppVersion:  o.appVersion,
+		StopGrace:   o.stopGrace,
 		Providers: []sluice.Provider{{
 			Name:   o.profile,
 			LLM:    llm.Config{BaseURL: o.providerURL, APIKey: key, Profile: prof, Timeouts: o.timeouts},
@@ -300,3 +321,25 @@ func checkNodeName(name string) error {
 }
 
 var nodeName = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
+
+// stopAppGracefully stops app as a pause within grace plus two seconds (see
+// sluice.App.Stop) and says so, with what stays to resume.
+func stopAppGracefully(env *cmdEnv, app *sluice.App, grace time.Duration) {
+	fmt.Fprintf(env.stdout, "stopping: no new work; calls in flight have %s to finish, unfinished runs resume at the next start\n", grace)
+	began := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), grace+2*time.Second)
+	defer cancel()
+	if err := app.Stop(ctx); err != nil {
+		fmt.Fprintf(env.stderr, "sluice: stop: %v\n", err)
+	}
+	fmt.Fprintf(env.stdout, "stopped in %s\n", time.Since(began).Round(time.Millisecond))
+}
+
+// stopGraceConfig is --stop-grace as sluice.Config.StopGrace: 0 there is
+// the default, so none is negative.
+func stopGraceConfig(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
+}

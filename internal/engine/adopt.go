@@ -58,7 +58,7 @@ func (e *Engine) adoptOnce(ctx context.Context) error {
 	}
 	var errs []error
 	for _, ex := range executors {
-		unlock, err := lockExecutor(ctx, e.h, e.st.String(), e.cfg.AppName, ex, 1)
+		lw, err := lockExecutor(ctx, e.h, e.st.String(), e.cfg.AppName, ex, 1)
 		if errors.Is(err, ErrExecutorRunning) {
 			continue // it runs: its runs are its own
 		}
@@ -67,7 +67,7 @@ func (e *Engine) adoptOnce(ctx context.Context) error {
 			continue
 		}
 		handles, err := rt.RecoverPendingWorkflows([]string{ex})
-		unlock()
+		lw.release()
 		if err != nil {
 			errs = append(errs, fmt.Errorf("hand back the runs of executor %q: %w", ex, err))
 			continue

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
+	"github.com/dbos-inc/dbos-transact-golang/dbos/internals"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sluice-dev/sluice/internal/clock"
@@ -36,9 +37,12 @@ type Config struct {
 	Store store.Store
 	// AppName names the application in DBOS's tables (default "sluice").
 	AppName string
-	// AppVersion pins the DBOS application version. DBOS recovers only runs
-	// of the version that started them; the default derives it from the
-	// binary, so a rebuilt binary does not resume an old binary's runs.
+	// AppVersion is the version runs are recorded under. A process resumes
+	// and dequeues only the runs of its own version: runs of another one
+	// are listed as such (run.OtherVersion) until a person resumes them
+	// here (ResumeVersion) or cancels them. Default: DefaultVersion of the
+	// app name and the registered functions, which does not change with how
+	// the binary was built (docs/operations.md).
 	AppVersion string
 	// ExecutorID names this process among several on one database (default
 	// "local"). A restarted process with the same ID resumes its runs; while
@@ -67,6 +71,14 @@ type Config struct {
 	// Metrics, if set, counts the runs and step attempts this process
 	// executes (docs/metrics.md). Default: none.
 	Metrics *metrics.Set
+	// StopGrace is how long Shutdown lets the steps in flight finish (an
+	// LLM call answered, a transaction committed) after it stopped taking
+	// work; a step still running then is cut and runs again when its run
+	// resumes. Default 30s; negative: none, steps are cut at once.
+	StopGrace time.Duration
+	// LockCheckEvery is how often an engine on PostgreSQL checks the
+	// connection that holds its executor lock (default 2s; see Launch).
+	LockCheckEvery time.Duration
 	// AdoptEvery, when above 0, is how often (of Now's clock) the engine
 	// looks for runs left unfinished by other executors that no longer run
 	// (no live engine holds their executor lock) and hands them back to
@@ -81,6 +93,8 @@ func (c Config) withDefaults() Config {
 	c.PollInterval = cmp.Or(c.PollInterval, 100*time.Millisecond)
 	c.RetryBase = cmp.Or(c.RetryBase, time.Second)
 	c.RetryMax = cmp.Or(c.RetryMax, 10*time.Minute)
+	c.StopGrace = cmp.Or(c.StopGrace, 30*time.Second)
+	c.LockCheckEvery = cmp.Or(c.LockCheckEvery, 2*time.Second)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
@@ -93,9 +107,14 @@ func (c Config) withDefaults() Config {
 // Engine runs registered functions on DBOS. Register functions, then Launch;
 // Shutdown stops it. Safe for concurrent use after Launch.
 type Engine struct {
-	cfg  Config
-	st   store.Store
-	h    store.Handle // st's, shared with DBOS
+	cfg Config
+	st  store.Store
+	h   store.Handle // st's, shared with DBOS
+
+	// The DBOS context and the transaction data source exist from Launch
+	// on: the version runs are recorded under is known only once every
+	// function is registered (DefaultVersion), and DBOS takes it when the
+	// context is made. Read them through dbosContext before Launch returned.
 	dctx dbos.Context
 	ds   *dbos.DataSource
 
@@ -107,6 +126,21 @@ type Engine struct {
 	stopped     bool // DBOS has shut down: no run starts any more
 	beforeClose []func(context.Context) error
 	unlock      func() // releases the executor lock taken by Launch
+
+	// The drain of a graceful stop (see Shutdown): steps executing now,
+	// and drain, closed when the engine stops taking work; idle is closed
+	// once draining and no step executes.
+	stepsMu  sync.Mutex
+	steps    int
+	drain    chan struct{}
+	draining bool
+	idle     chan struct{}
+	// idleClosed: idle was closed (a transaction may count after it).
+	idleClosed bool
+
+	sys internals.SystemDatabase // DBOS's system database, for run owners
+
+	lock *lockWatch // the executor lock on PostgreSQL; nil on SQLite
 
 	classify Classifier // for errors the engine does not know; default ClassifyLLM
 
@@ -120,8 +154,8 @@ type Engine struct {
 	adopting  sync.WaitGroup // the adoption loop
 }
 
-// New creates a DBOS context on the store's handle. Functions are
-// registered before Launch.
+// New checks the configuration and takes the store's handle. Functions are
+// registered before Launch, which starts DBOS on the handle.
 func New(ctx context.Context, cfg Config) (*Engine, error) {
 	cfg = cfg.withDefaults()
 	if cfg.Store == nil {
@@ -133,46 +167,29 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	if cfg.Speed < 0 || math.IsNaN(cfg.Speed) || math.IsInf(cfg.Speed, 0) {
 		return nil, fmt.Errorf("engine config: speed must be a finite number ≥ 0, got %v", cfg.Speed)
 	}
+	if cfg.LockCheckEvery < 0 {
+		return nil, fmt.Errorf("engine config: lock check interval %s is negative", cfg.LockCheckEvery)
+	}
+	if err := CheckVersion(cfg.AppVersion); cfg.AppVersion != "" && err != nil {
+		return nil, fmt.Errorf("engine config: %w", err)
+	}
 	st := cfg.Store
 	h, err := st.Handle()
 	if err != nil {
 		return nil, err
 	}
-	dcfg := dbos.Config{
-		AppName:            cfg.AppName,
-		ApplicationVersion: cfg.AppVersion,
-		ExecutorID:         cfg.ExecutorID,
-		Logger:             cfg.Logger,
-		SQLiteSystemDB:     h.SQLite,
-		SystemDBPool:       h.Postgres,
-	}
-	dctx, err := newDBOSContext(ctx, h, dcfg)
-	if err != nil {
-		return nil, fmt.Errorf("start DBOS on %s: %w", st, err)
-	}
-	var ds *dbos.DataSource
-	if h.SQLite != nil {
-		ds, err = dbos.NewDataSource(dctx, h.SQLite, dbos.WithDataSourceName("sluice"))
-	} else {
-		ds, err = dbos.NewDataSource(dctx, h.Postgres, dbos.WithDataSourceName("sluice"))
-	}
-	if err != nil {
-		_ = dbos.Shutdown(dctx, time.Second)
-		return nil, fmt.Errorf("open transaction data source: %w", err)
-	}
-	e := &Engine{
+	_ = ctx // DBOS starts at Launch
+	return &Engine{
 		cfg:     cfg,
 		st:      st,
 		h:       h,
-		dctx:    dctx,
-		ds:      ds,
 		fns:     map[string]*Function{},
 		byEvent: map[string][]*Function{},
+		drain:   make(chan struct{}),
+		idle:    make(chan struct{}),
 
 		classify: ClassifyLLM,
-	}
-	dbos.RegisterWorkflow(dctx, e.cronTick, dbos.WithWorkflowName(cronWorkflow))
-	return e, nil
+	}, nil
 }
 
 // Logger is the logger the engine writes to (Config.Logger).
@@ -189,8 +206,22 @@ func (e *Engine) Real(d time.Duration) time.Duration { return clock.Real(e.cfg.S
 // (the LLM layer's). Call before Launch.
 func (e *Engine) SetClassifier(c Classifier) { e.classify = c }
 
-// Launch registers the functions' queues and schedules and starts DBOS, which
-// resumes runs a previous process left unfinished.
+// errNotLaunched is returned by the calls that need DBOS before Launch.
+var errNotLaunched = errors.New("the engine is not launched")
+
+// dbosContext returns the DBOS context once Launch has made it.
+func (e *Engine) dbosContext() (dbos.Context, error) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.dctx == nil {
+		return nil, errNotLaunched
+	}
+	return e.dctx, nil
+}
+
+// Launch starts DBOS on the store's database under the app's version,
+// registers the functions' queues and schedules, and resumes the runs of
+// this executor and version that a previous process left unfinished.
 //
 // Launch first takes the executor's lock, held until Shutdown has stopped
 // every run, and fails with ErrExecutorRunning while another engine (in this
@@ -198,26 +229,63 @@ func (e *Engine) SetClassifier(c Classifier) { e.classify = c }
 // of its executor ID without asking whether the executor that started it
 // still runs it: a second engine with a live one's ID would hand the live
 // one's runs in flight to a second execution, and their steps would run
-// twice at once.
+// twice at once. On PostgreSQL the lock is held by a connection of its
+// own, checked every Config.LockCheckEvery: when it drops, the engine stops
+// taking work, says so in its log and in Ready, and takes the lock again
+// as soon as it can.
 func (e *Engine) Launch(ctx context.Context) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.launched {
 		return errors.New("engine already launched")
 	}
-	unlock, err := lockExecutor(ctx, e.h, e.st.String(), e.cfg.AppName, e.dctx.GetExecutorID(), lockTries)
+	version := e.cfg.AppVersion
+	if version == "" {
+		version = DefaultVersion(e.cfg.AppName, e.shape())
+	}
+	dctx, err := newDBOSContext(ctx, e.h, dbos.Config{
+		AppName:            e.cfg.AppName,
+		ApplicationVersion: version,
+		ExecutorID:         e.cfg.ExecutorID,
+		Logger:             e.cfg.Logger,
+		SQLiteSystemDB:     e.h.SQLite,
+		SystemDBPool:       e.h.Postgres,
+	})
 	if err != nil {
-		return err
+		return fmt.Errorf("start DBOS on %s: %w", e.st, err)
 	}
 	launched := false
 	defer func() {
 		if !launched {
-			unlock()
+			_ = dbos.Shutdown(dctx, time.Second)
 		}
 	}()
+	var ds *dbos.DataSource
+	if e.h.SQLite != nil {
+		ds, err = dbos.NewDataSource(dctx, e.h.SQLite, dbos.WithDataSourceName("sluice"))
+	} else {
+		ds, err = dbos.NewDataSource(dctx, e.h.Postgres, dbos.WithDataSourceName("sluice"))
+	}
+	if err != nil {
+		return fmt.Errorf("open transaction data source: %w", err)
+	}
+	lw, err := lockExecutor(ctx, e.h, e.st.String(), e.cfg.AppName, dctx.GetExecutorID(), lockTries)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if !launched {
+			lw.release()
+		}
+	}()
+	dbos.RegisterWorkflow(dctx, e.cronTick, dbos.WithWorkflowName(cronWorkflow))
 	var schedules []dbos.ScheduleSpec
 	for _, fn := range e.fns {
-		q, err := dbos.RegisterQueue(e.dctx, fn.queueName(), fn.queueOptions(e.cfg.PollInterval)...)
+		dbos.RegisterWorkflow(dctx, fn.workflow, dbos.WithInstance(fn), dbos.WithWorkflowName(fn.ID))
+		for _, p := range fn.parts {
+			dbos.RegisterWorkflow(dctx, p.workflow, dbos.WithInstance(p), dbos.WithWorkflowName(p.ConfigName()))
+		}
+		q, err := dbos.RegisterQueue(dctx, fn.queueName(), fn.queueOptions(e.cfg.PollInterval)...)
 		if err != nil {
 			return fmt.Errorf("register queue of function %s: %w", fn.ID, err)
 		}
@@ -232,17 +300,26 @@ func (e *Engine) Launch(ctx context.Context) error {
 		}
 	}
 	if len(schedules) > 0 {
-		if err := dbos.ApplySchedules(e.dctx, schedules); err != nil {
+		if err := dbos.ApplySchedules(dctx, schedules); err != nil {
 			return fmt.Errorf("apply cron schedules: %w", err)
 		}
 	}
-	if err := dbos.Launch(e.dctx); err != nil {
+	if err := dbos.Launch(dctx); err != nil {
 		return fmt.Errorf("launch DBOS: %w", err)
 	}
+	rt, err := internals.RuntimeOf(dctx)
+	if err != nil {
+		return err
+	}
+	e.dctx, e.ds, e.sys = dctx, ds, rt.SystemDB()
 	e.activeMu.Lock()
-	e.unlock = unlock
+	e.unlock = lw.release
 	e.activeMu.Unlock()
 	e.launched, launched = true, true
+	if lw.conn != nil {
+		e.lock = lw
+		lw.watch(e)
+	}
 	if e.cfg.AdoptEvery > 0 {
 		actx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		e.stopAdopt = cancel
@@ -312,21 +389,48 @@ func (e *Engine) runBeforeClose() {
 	}
 }
 
-// Shutdown stops running runs at their next step boundary (they resume at
-// the next Launch), runs the BeforeClose functions once no run executes, and
-// stops DBOS, which closes the store's handle. The executor lock is released
-// once no run executes: if a run outlives the timeout, a new engine with the
-// same executor ID can launch only after that run has returned. Safe to call
-// twice.
+// Shutdown stops the engine as a pause, never as a cancel: it stops taking
+// work (no queued run starts, no step begins, a call waiting for quota
+// gives up its place), lets the steps in flight finish for up to
+// Config.StopGrace (at most timeout less 2s), then stops DBOS. Every
+// unfinished run stays pending, to be resumed by the next Launch of this
+// executor or, in a cluster, adopted by a live one; a step cut at the end
+// of the grace runs again then (for an LLM step: that call is billed
+// twice). Then it runs the BeforeClose functions once no run executes, and
+// DBOS closes the store's handle. DBOS's own stop gets what remains of
+// timeout, at least 2s: with runs that return when their context ends, a
+// stop returns within the grace plus 2s. The executor lock is released
+// once no run executes. Safe to call twice.
 func (e *Engine) Shutdown(timeout time.Duration) error {
 	var err error
 	e.stopOnce.Do(func() {
 		e.mu.RLock()
-		stopAdopt := e.stopAdopt
+		stopAdopt, dctx, lw := e.stopAdopt, e.dctx, e.lock
 		e.mu.RUnlock()
 		if stopAdopt != nil {
 			stopAdopt()
 			e.adopting.Wait()
+		}
+		began := time.Now()
+		if dctx != nil {
+			e.pause(dctx)
+			grace := min(e.cfg.StopGrace, timeout-shutdownReserve)
+			if grace > 0 {
+				t := time.NewTimer(grace)
+				select {
+				case <-e.idle:
+				case <-t.C:
+					e.stepsMu.Lock()
+					n := e.steps
+					e.stepsMu.Unlock()
+					e.cfg.Logger.Warn("sluice: steps still running at the end of the stop's grace are cut; they run again when their runs resume",
+						"steps", n, "grace", grace)
+				}
+				t.Stop()
+			}
+		}
+		if lw != nil {
+			lw.stopWatching()
 		}
 		e.activeMu.Lock()
 		e.stopping = true
@@ -336,8 +440,10 @@ func (e *Engine) Shutdown(timeout time.Duration) error {
 			e.runBeforeClose()
 		}
 		// DBOS closes the shared handle: nothing may use the store after
-		// it. The caller, who opened the store, closes it.
-		err = dbos.Shutdown(e.dctx, timeout)
+		// it. The caller, who opened the store, closes it. Runs still
+		// executing see their context end with DBOS's shutdown as its
+		// cause, which leaves them pending.
+		err = dbos.Shutdown(dctx, max(timeout-time.Since(began), shutdownReserve))
 		e.activeMu.Lock()
 		e.stopped = true
 		unlock := e.takeUnlock()
@@ -346,6 +452,76 @@ func (e *Engine) Shutdown(timeout time.Duration) error {
 	})
 	return err
 }
+
+// pause stops taking work: no queue is listened to any more (a run DBOS
+// was starting at that moment starts, and waits at its first step), and
+// no step begins.
+func (e *Engine) pause(dctx dbos.Context) {
+	dbos.ListenQueues(dctx, pausedQueue)
+	e.stepsMu.Lock()
+	defer e.stepsMu.Unlock()
+	if e.draining {
+		return
+	}
+	e.draining = true
+	close(e.drain)
+	e.checkIdle()
+}
+
+// checkIdle closes idle once draining and no step executes. The caller
+// holds stepsMu.
+func (e *Engine) checkIdle() {
+	if e.draining && e.steps == 0 && !e.idleClosed {
+		e.idleClosed = true
+		close(e.idle)
+	}
+}
+
+// isDraining reports whether the engine stopped taking work.
+func (e *Engine) isDraining() bool {
+	e.stepsMu.Lock()
+	defer e.stepsMu.Unlock()
+	return e.draining
+}
+
+// stepCount counts a step that executes, draining or not.
+func (e *Engine) stepCount() {
+	e.stepsMu.Lock()
+	defer e.stepsMu.Unlock()
+	e.steps++
+}
+
+// shutdownReserve is what Shutdown keeps of its timeout for DBOS's own
+// stop after the grace.
+const shutdownReserve = 2 * time.Second
+
+// pausedQueue names no queue: listening to it alone listens to none of
+// the functions' queues.
+const pausedQueue = "sluice:(paused)"
+
+// stepBegin counts a step that begins executing, and is false once the
+// engine drains: that step must not begin.
+func (e *Engine) stepBegin() bool {
+	e.stepsMu.Lock()
+	defer e.stepsMu.Unlock()
+	if e.draining {
+		return false
+	}
+	e.steps++
+	return true
+}
+
+// stepEnd counts a step that stopped executing.
+func (e *Engine) stepEnd() {
+	e.stepsMu.Lock()
+	defer e.stepsMu.Unlock()
+	e.steps--
+	e.checkIdle()
+}
+
+// Draining is closed when the engine stops taking work (Shutdown): a step
+// waiting for something that may take long, such as quota, gives up then.
+func (e *Engine) Draining() <-chan struct{} { return e.drain }
 
 // ErrExecutorRunning is returned by Launch while another engine with the same
 // executor ID runs on the same database.
@@ -363,7 +539,10 @@ const (
 const migrationLockPoll = 50 * time.Millisecond
 
 // newDBOSContext makes the DBOS context, which migrates DBOS's system
-// tables. On PostgreSQL it does so under a session advisory lock, one at a
+// tables. The context DBOS gets never ends with ctx: DBOS derives every
+// run's context from it, and a run whose context ends other than by DBOS's
+// own Shutdown is cancelled for good — a caller's context ended by SIGTERM
+// would cancel every run in flight instead of pausing it. On PostgreSQL it does so under a session advisory lock, one at a
 // time across processes: DBOS's system migrations are not serialized, and
 // processes that start together on a new database race in them (all but
 // one fail on "duplicate key value violates unique constraint
@@ -371,7 +550,7 @@ const migrationLockPoll = 50 * time.Millisecond
 // the database's write lock serializes them.
 func newDBOSContext(ctx context.Context, h store.Handle, cfg dbos.Config) (dbos.Context, error) {
 	if h.Postgres == nil {
-		return dbos.NewContext(ctx, cfg)
+		return dbos.NewContext(context.WithoutCancel(ctx), cfg)
 	}
 	c, err := h.Postgres.Acquire(ctx)
 	if err != nil {
@@ -393,7 +572,7 @@ func newDBOSContext(ctx context.Context, h store.Handle, cfg dbos.Config) (dbos.
 			_ = c.Conn().Close(uctx)
 		}
 	}()
-	return dbos.NewContext(ctx, cfg)
+	return dbos.NewContext(context.WithoutCancel(ctx), cfg)
 }
 
 // lockKey is the key of a lock named name: an advisory lock's on
@@ -426,65 +605,6 @@ func pollAdvisoryLock(ctx context.Context, c interface {
 	}
 }
 
-// lockExecutor takes the lock that keeps one live engine per executor ID,
-// application and database, and returns what releases it. The lock goes
-// with the process that holds it, so a process killed without a shutdown
-// leaves nothing to clean up: on PostgreSQL it is an advisory lock held by
-// a connection of its own, on SQLite an flock on a file beside the database.
-// db names the database in errors.
-// It tries tries times, lockRetry apart, before calling the lock taken.
-func lockExecutor(ctx context.Context, h store.Handle, db, app, executor string, tries int) (func(), error) {
-	key := lockKey("sluice executor\x00" + app + "\x00" + executor)
-	busy := func(where string) error {
-		return fmt.Errorf("launch executor %q of %s on %s: %w (held through %s); give each process its own executor ID, or stop the other one first", executor, app, db, ErrExecutorRunning, where)
-	}
-	if h.Postgres != nil {
-		c, err := h.Postgres.Acquire(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("lock executor %q: %w", executor, err)
-		}
-		// A session that just ended — an engine shut down or killed a
-		// moment ago — may hold the lock until the server has finished
-		// with it: try again for a short while before calling it taken.
-		// The tries run on a pooled session, which goes back to the pool
-		// when the lock is taken elsewhere (adoption tries the locks of
-		// live executors often).
-		ok, err := pollAdvisoryLock(ctx, c, int64(key), tries, lockRetry)
-		if err != nil {
-			_ = c.Conn().Close(context.Background()) // a session that failed may hold the lock: the pool drops it
-			c.Release()
-			return nil, fmt.Errorf("lock executor %q: %w", executor, err)
-		}
-		if !ok {
-			c.Release()
-			return nil, busy(fmt.Sprintf("PostgreSQL advisory lock %d", int64(key)))
-		}
-		conn := c.Hijack() // a session of its own: the lock lives as long as it
-		return func() {
-			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			// Unlock before closing: the server ends a closed session
-			// asynchronously, and an engine launched right after this one
-			// must find the lock free.
-			_, _ = conn.Exec(cctx, `SELECT pg_advisory_unlock($1)`, int64(key))
-			_ = conn.Close(cctx)
-		}, nil
-	}
-	path := fmt.Sprintf("%s.executor-%016x.lock", h.File, key)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600) // #nosec G304 -- beside the database the caller named
-	if err != nil {
-		return nil, fmt.Errorf("lock executor %q: %w", executor, err)
-	}
-	if err := flock(f); err != nil {
-		_ = f.Close()
-		if errors.Is(err, errLocked) {
-			return nil, busy(path)
-		}
-		return nil, fmt.Errorf("lock executor %q: %w", executor, err)
-	}
-	return func() { _ = f.Close() }, nil // closing the file releases the lock
-}
-
 // backoff is the wait before attempt n+1 after n transient failures.
 func (e *Engine) backoff(n int) time.Duration {
 	d := e.cfg.RetryBase
@@ -495,7 +615,3 @@ func (e *Engine) backoff(n int) time.Duration {
 	jitter := 0.75 + rand.Float64()*0.5 // #nosec G404 -- spreading retries needs no secrecy
 	return time.Duration(float64(d) * jitter)
 }
-
-// AppVersion is the version runs are recorded under: Config.AppVersion, or
-// one DBOS derives from the binary.
-func (e *Engine) AppVersion() string { return e.dctx.GetApplicationVersion() }

@@ -186,8 +186,7 @@ func (e *Engine) Register(f *Function) error {
 		f.retries = 0
 	}
 	f.e = e
-	dbos.RegisterWorkflow(e.dctx, f.workflow, dbos.WithInstance(f), dbos.WithWorkflowName(f.ID))
-	e.fns[f.ID] = f
+	e.fns[f.ID] = f // DBOS registers its workflow at Launch
 	if f.Event != "" {
 		e.byEvent[f.Event] = append(e.byEvent[f.Event], f)
 	}
@@ -224,6 +223,7 @@ func (f *Function) workflow(ctx dbos.Context, in input) (json.RawMessage, error)
 	defer f.e.leave()
 	r := &Run{dctx: ctx, fn: f, event: in.Event, started: time.Now()}
 	r.id, _ = dbos.GetWorkflowID(ctx)
+	r.owner = f.e.ownerOf(ctx, r.id)
 	f.e.cfg.Metrics.RunStarted(f.ID)
 	out, err := f.Handler(r, in.Event)
 	if err != nil {

@@ -85,15 +85,26 @@ func (p *Provider) Call(ctx context.Context, flow string, req *llm.ChatRequest) 
 	if inline <= 0 {
 		inline = 30 * time.Second
 	}
-	wctx, cancel := context.WithTimeout(ctx, clock.Real(p.Speed, inline))
+	// A wait for quota is no call in flight: a stopping engine ends it.
+	dctx, release := drainContext(ctx)
+	wctx, cancel := context.WithTimeout(dctx, clock.Real(p.Speed, inline))
 	t0 := now()
 	res, err := p.Governor.Wait(wctx, flow, cost)
 	cancel()
+	drained := errors.Is(context.Cause(dctx), errDraining)
+	release()
 	if err != nil {
 		var we *governor.WaitError
-		if errors.As(err, &we) && ctx.Err() == nil {
+		switch {
+		case drained && ctx.Err() == nil:
+			return nil, errDraining
+		case errors.As(err, &we) && ctx.Err() == nil:
 			return nil, &quotaWait{err: fmt.Errorf("waiting for quota on %s: %w", p.Name, err), d: max(we.EstimatedWait, time.Second)}
 		}
+		return nil, err
+	}
+	if err := beforeSend(ctx); err != nil {
+		res.Cancel(now()) // never sent: its room goes back
 		return nil, err
 	}
 	fm := p.Metrics.Flow(p.Name, flow)

@@ -50,8 +50,7 @@ func (e *Engine) RegisterPart(f *Function, name string, h PartHandler) error {
 	if f.parts == nil {
 		f.parts = map[string]*part{}
 	}
-	f.parts[name] = p
-	dbos.RegisterWorkflow(e.dctx, p.workflow, dbos.WithInstance(p), dbos.WithWorkflowName(p.ConfigName()))
+	f.parts[name] = p // DBOS registers its workflow at Launch
 	return nil
 }
 
@@ -65,6 +64,7 @@ func (p *part) workflow(ctx dbos.Context, in json.RawMessage) (json.RawMessage, 
 	// A part has no event of its own: its input is what the run gave it.
 	r := &Run{dctx: ctx, fn: p.fn, started: time.Now()}
 	r.id, _ = dbos.GetWorkflowID(ctx)
+	r.owner = e.ownerOf(ctx, r.id)
 	out, err := p.h(r, in)
 	if err != nil {
 		return nil, err

@@ -88,12 +88,16 @@ func (e *Engine) Runs(ctx context.Context, f RunFilter) ([]run.Summary, error) {
 	if !f.Since.IsZero() {
 		opts = append(opts, dbos.WithFilterCreatedAfter(f.Since))
 	}
+	c, err := e.client(ctx)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]run.Summary, 0, limit)
 	var failed []string
 	// DBOS records both cancelled and timed-out runs as cancelled: asked
 	// for one of them, page on until limit runs of it are found.
 	for offset := 0; len(out) < limit; offset += limit {
-		ws, err := dbos.ListWorkflows(e.client(ctx), append(opts, dbos.WithFilterOffset(offset))...)
+		ws, err := dbos.ListWorkflows(c, append(opts, dbos.WithFilterOffset(offset))...)
 		if err != nil {
 			return nil, fmt.Errorf("list runs: %w", err)
 		}
@@ -114,7 +118,7 @@ func (e *Engine) Runs(ctx context.Context, f RunFilter) ([]run.Summary, error) {
 	if len(failed) > 0 {
 		// DBOS reads a run's error only with its output; a failed run has
 		// no output, so reading only the failed ones again stays cheap.
-		errs, err := dbos.ListWorkflows(e.client(ctx), dbos.WithFilterWorkflowIDs(failed...), dbos.WithFilterLoadInput(false), dbos.WithFilterLoadOutput(true))
+		errs, err := dbos.ListWorkflows(c, dbos.WithFilterWorkflowIDs(failed...), dbos.WithFilterLoadInput(false), dbos.WithFilterLoadOutput(true))
 		if err != nil {
 			return nil, fmt.Errorf("list runs: read errors: %w", err)
 		}
@@ -220,7 +224,10 @@ func (e *Engine) RunDetail(ctx context.Context, id string, outputLimit int) (*Ru
 	if err := CheckRunID(id); err != nil {
 		return nil, err
 	}
-	c := e.client(ctx)
+	c, err := e.client(ctx)
+	if err != nil {
+		return nil, err
+	}
 	ws, err := dbos.ListWorkflows(c, dbos.WithFilterWorkflowIDs(id), dbos.WithFilterLoadInput(true), dbos.WithFilterLoadOutput(true))
 	if err != nil {
 		return nil, fmt.Errorf("get run %s: %w", id, err)
@@ -386,7 +393,11 @@ func (e *Engine) Cancel(ctx context.Context, id string) error {
 	if err := e.noteCancel(ctx, id, d.StartedAt); err != nil {
 		return err
 	}
-	if err := dbos.CancelWorkflow(e.client(ctx), id, dbos.WithCancelChildren()); err != nil {
+	c, err := e.client(ctx)
+	if err != nil {
+		return err
+	}
+	if err := dbos.CancelWorkflow(c, id, dbos.WithCancelChildren()); err != nil {
 		return fmt.Errorf("cancel run %s: %w", id, err)
 	}
 	return nil
@@ -424,7 +435,11 @@ func (e *Engine) Rerun(ctx context.Context, id string) (string, error) {
 		}
 		in.QueuePartitionKey = v
 	}
-	h, err := dbos.ForkWorkflow[json.RawMessage](e.client(ctx), in)
+	c, err := e.client(ctx)
+	if err != nil {
+		return "", err
+	}
+	h, err := dbos.ForkWorkflow[json.RawMessage](c, in)
 	if err != nil {
 		return "", fmt.Errorf("re-run %s: %w", id, err)
 	}
@@ -466,7 +481,10 @@ func (e *Engine) Wait(ctx context.Context, id string) (run.Summary, json.RawMess
 	if err := CheckRunID(id); err != nil {
 		return run.Summary{}, nil, err
 	}
-	c := e.client(ctx)
+	c, err := e.client(ctx)
+	if err != nil {
+		return run.Summary{}, nil, err
+	}
 	var timer *time.Timer
 	for {
 		ws, err := dbos.ListWorkflows(c, dbos.WithFilterWorkflowIDs(id), dbos.WithFilterLoadInput(false), dbos.WithFilterLoadOutput(true))
@@ -524,12 +542,14 @@ func (e *Engine) endRecorded(ctx context.Context, s run.Summary) (bool, error) {
 	return ok, nil
 }
 
-// client is the DBOS handle for management calls made on behalf of ctx.
-func (e *Engine) client(ctx context.Context) dbos.Context {
-	if ctx == nil {
-		return e.dctx
+// client is the DBOS handle for management calls made on behalf of ctx,
+// once the engine is launched.
+func (e *Engine) client(ctx context.Context) (dbos.Context, error) {
+	dctx, err := e.dbosContext()
+	if err != nil || ctx == nil {
+		return dctx, err
 	}
-	return dbos.WithoutCancel(e.dctx)
+	return dbos.WithoutCancel(dctx), nil
 }
 
 func cmpTime(a, b time.Time) time.Time {

@@ -24,6 +24,7 @@ type Run struct {
 	step, lastErr, done string
 	attempt             int
 	started             time.Time // when this process began the run
+	owner               *string   // DBOS's token of this execution; nil if not known
 }
 
 var _ context.Context = (*Run)(nil)
@@ -51,11 +52,37 @@ func (r *Run) Engine() *Engine { return r.fn.e }
 // error (see the package comment).
 func Step[R any](r *Run, name string, fn func(context.Context) (R, error)) (R, error) {
 	return retry(r, name, func(attempt int) (R, error) {
+		if r.fn.e.isDraining() {
+			var zero R
+			return zero, r.paused(r.dctx)
+		}
 		return dbos.RunAsStep(r.dctx, func(ctx context.Context) (R, error) {
-			v, err := fn(ctx)
+			var zero R
+			if !r.fn.e.stepBegin() {
+				return zero, r.paused(ctx)
+			}
+			v, err := fn(withGuard(ctx, r))
+			r.fn.e.stepEnd()
+			switch {
+			case errors.Is(err, errDraining):
+				return zero, r.paused(ctx)
+			case errors.Is(err, ErrNotOwner):
+				// Not an attempt of this run's: DBOS refuses to record
+				// it (the record is fenced on the owner), and the run
+				// stops here.
+				return zero, err
+			}
 			return v, r.attempted(name, attempt, err)
 		}, dbos.WithStepName(name))
 	})
+}
+
+// paused is what a step that must not run returns while the engine stops:
+// it waits for DBOS's shutdown to end the run's context, so that DBOS
+// records nothing for the step, and the run resumes with it.
+func (r *Run) paused(ctx context.Context) error {
+	<-ctx.Done()
+	return context.Cause(ctx)
 }
 
 // Transaction runs fn in a transaction on the engine's database, committed
@@ -63,8 +90,17 @@ func Step[R any](r *Run, name string, fn func(context.Context) (R, error)) (R, e
 // the process dies right after them.
 func Transaction[R any](r *Run, name string, fn func(ctx context.Context, tx dbos.Tx) (R, error)) (R, error) {
 	return retry(r, name, func(attempt int) (R, error) {
+		if r.fn.e.isDraining() {
+			// Not inside the step: its transaction would stay open.
+			var zero R
+			return zero, r.paused(r.dctx)
+		}
 		return dbos.RunAsTransaction(r.dctx, r.fn.e.ds, func(ctx context.Context, tx dbos.Tx) (R, error) {
+			// A transaction that began is short and commits with its
+			// record: a drain waits for it.
+			r.fn.e.stepCount()
 			v, err := fn(ctx, tx)
+			r.fn.e.stepEnd()
 			return v, r.attempted(name, attempt, err)
 		}, dbos.WithStepName(name))
 	})
