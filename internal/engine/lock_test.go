@@ -6,12 +6,16 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/dbos-inc/dbos-transact-golang/dbos"
+
 	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/internal/testenv"
+	"github.com/sluice-dev/sluice/run"
 )
 
 // One live engine per executor ID and database: a second is refused with
@@ -91,6 +95,88 @@ func TestEnginesStartTogetherOnANewDatabase(t *testing.T) {
 		}
 		if errs[i] != nil {
 			t.Errorf("engine %d: %v", i, errs[i])
+		}
+	}
+}
+
+// The executor lock on PostgreSQL lives in one connection. When that
+// connection drops, the engine notices at its next check, stops taking
+// work and says so (Ready and the log), and takes work again once it holds
+// the lock again — here after another session that held it meanwhile lets
+// it go. (On SQLite the lock is a file lock: nothing can drop it while the
+// process runs.)
+func TestExecutorLockLossIsDetected(t *testing.T) {
+	t.Parallel()
+	url := testenv.Postgres(t)
+	var log testenv.Buffer
+	st := testenv.OpenStore(t, url)
+	e, err := New(context.Background(), Config{Store: st, PollInterval: 20 * time.Millisecond, LockCheckEvery: 20 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{}, 1)
+	if err := e.Register(&Function{Function: run.Function{ID: "work", Event: "go"}, Handler: func(r *Run, ev Event) (any, error) {
+		return Step(r, "one", func(context.Context) (int, error) { done <- struct{}{}; return 1, nil })
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Launch(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Shutdown(5 * time.Second) })
+	if err := e.Ready(); err != nil {
+		t.Fatalf("a launched engine is not ready: %v", err)
+	}
+	h, err := st.Handle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	other, err := h.Postgres.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Release()
+	key := e.lock.key
+	// Another session queues for the lock, so that it holds it the moment
+	// the engine's connection drops, and the engine cannot take it back.
+	taken := make(chan error, 1)
+	go func() {
+		_, err := other.Exec(ctx, `SELECT pg_advisory_lock($1)`, key)
+		taken <- err
+	}()
+	var pid int
+	if err := h.Postgres.QueryRow(ctx, `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted
+		AND ((classid::bigint << 32) | objid::bigint) = $1`, key).Scan(&pid); err != nil {
+		t.Fatalf("find the session holding the executor lock: %v", err)
+	}
+	if _, err := h.Postgres.Exec(ctx, `SELECT pg_terminate_backend($1)`, pid); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-taken; err != nil {
+		t.Fatalf("the other session's lock: %v", err)
+	}
+	for e.Ready() == nil {
+		time.Sleep(10 * time.Millisecond) // poll interval: until the engine's check sees the loss (the test's timeout bounds it)
+	}
+	if err := e.Ready(); !strings.Contains(err.Error(), "executor lock") {
+		t.Fatalf("Ready after the loss: %v, want it to name the executor lock", err)
+	}
+	if q := dbos.ListenedQueues(e.dctx); len(q) != 1 || q[0] != pausedQueue {
+		t.Fatalf("queues listened to while the lock is lost: %v, want none of the functions'", q)
+	}
+	if _, err := other.Exec(ctx, `SELECT pg_advisory_unlock($1)`, key); err != nil {
+		t.Fatal(err)
+	}
+	for e.Ready() != nil {
+		time.Sleep(10 * time.Millisecond) // poll interval: until the engine takes the lock again
+	}
+	send(t, e, "go", "after", nil)
+	<-done // work is taken again
+	for _, want := range []string{"executor lock dropped", "took this process's executor lock again: taking work again"} {
+		if !strings.Contains(log.String(), want) {
+			t.Errorf("log lacks %q:\n%s", want, log.String())
 		}
 	}
 }
