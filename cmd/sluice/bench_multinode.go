@@ -15,11 +15,13 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
@@ -97,6 +99,15 @@ type multinodeReport struct {
 	SingleNodeSeconds             float64 `json:"single_node_seconds"`
 	SingleNodeAdmissionsPerSecond float64 `json:"single_node_admissions_per_second"`
 	WallSeconds                   float64 `json:"wall_seconds"`
+	// Rolled counts the nodes stopped with SIGTERM and started again as a
+	// new build of the binary (--rolling); MaxStopSeconds is the longest
+	// of those stops, from the signal to the process's exit.
+	Rolled         int     `json:"rolled,omitempty"`
+	MaxStopSeconds float64 `json:"max_stop_seconds,omitempty"`
+	// RunsAtStops counts the runs under way on the rolled nodes when each
+	// was stopped: a node is stopped once it has some, as long as any is
+	// left to run.
+	RunsAtStops int `json:"runs_at_stops,omitempty"`
 	// StuckRuns lists the runs that did not complete: ID, status, error.
 	StuckRuns []string `json:"stuck_runs,omitempty"`
 }
@@ -123,9 +134,17 @@ func runBenchMultinode(ctx context.Context, env *cmdEnv, args []string) error {
 	adoptEvery := fs.Duration("adopt-every", time.Second, "the nodes' --adopt-every: how often each looks for the runs of nodes that no longer run")
 	timeout := fs.Duration("timeout", 5*time.Minute, "deadline of each run, from its first post to the end of its last document's run")
 	seed := fs.Uint64("seed", 1, "seed of the simulator")
+	rolling := fs.Bool("rolling", false, "a rolling deploy instead of kills: once a third of the documents were posted, stop each node in turn with SIGTERM and start it again as a new build of the binary (a copy whose bytes, and so whose hash, differ), while posts go on; no single-node run")
+	stopGrace := fs.Duration("stop-grace", 5*time.Second, "the nodes' --stop-grace; with --rolling a stop must end within it plus 2s")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	if err := parseFlags(fs, env, args); err != nil {
 		return err
+	}
+	if *rolling && *kill != 0 {
+		return errors.New("--rolling stops the nodes one by one: use it with --kill 0")
+	}
+	if *stopGrace < 0 || *stopGrace > time.Hour {
+		return errors.New("--stop-grace must be between 0 and 1h")
 	}
 	limits, err := governor.ParseLimits(*limitsF)
 	switch {
@@ -161,12 +180,14 @@ func runBenchMultinode(ctx context.Context, env *cmdEnv, args []string) error {
 	b := &multinodeBench{
 		exe: exe, admin: *dbURL, tag: "multinode_" + strconv.FormatInt(time.Now().UnixNano(), 36),
 		events: *events, limits: limits, latency: *latency, leaseTTL: *leaseTTL, restartAfter: *restartAfter, adoptEvery: *adoptEvery,
-		timeout: *timeout, seed: *seed, token: hex.EncodeToString(tok[:]),
+		timeout: *timeout, seed: *seed, token: hex.EncodeToString(tok[:]), rolling: *rolling, stopGrace: *stopGrace,
 	}
 	began := time.Now()
-	single, err := b.run(ctx, "single", 1, 0)
-	if err != nil {
-		return fmt.Errorf("single node: %w", err)
+	var single multinodeRun
+	if !*rolling {
+		if single, err = b.run(ctx, "single", 1, 0); err != nil {
+			return fmt.Errorf("single node: %w", err)
+		}
 	}
 	cluster, err := b.run(ctx, "cluster", *nodes, *kill)
 	if err != nil {
@@ -183,11 +204,20 @@ func runBenchMultinode(ctx context.Context, env *cmdEnv, args []string) error {
 		SingleNodeRequests: single.requests, SingleNodeProviderRejections: single.rejections,
 		SingleNodeMaxAggregateRatio: round4(single.peak), SingleNodeSeconds: round4(single.seconds),
 		SingleNodeAdmissionsPerSecond: round4(single.admissionsPerSecond()), StuckRuns: cluster.check.StuckRuns,
-		WallSeconds: round4(time.Since(began).Seconds()),
+		WallSeconds: round4(time.Since(began).Seconds()), Rolled: cluster.rolled, MaxStopSeconds: round4(cluster.maxStop.Seconds()), RunsAtStops: cluster.atStops,
 	}
 	if *asJSON {
 		if err := json.NewEncoder(env.stdout).Encode(rep); err != nil {
 			return err
+		}
+	} else if *rolling {
+		fmt.Fprintf(env.stdout, "nodes %d  rolled %d (runs under way at the stops %d, the longest stop %.2fs)  events %d  limits %s  requests %d  provider rejections %d  lost %d  duplicates %d  stuck %d\n"+
+			"max aggregate ratio %.4f (%s)  %.1f admissions/s over %.1fs  post retries %d  re-billed in flight %d, finished %d  wall %.1fs\n",
+			rep.Nodes, rep.Rolled, rep.RunsAtStops, rep.MaxStopSeconds, rep.Events, rep.Limits, rep.Requests, rep.ProviderRejections, rep.Lost, rep.Duplicates, rep.Stuck,
+			rep.MaxAggregateRatio, rep.MaxAggregateLimit, rep.AdmissionsPerSecond, rep.Seconds, rep.PostRetries,
+			rep.RebilledInFlight, rep.RebilledFinished, rep.WallSeconds)
+		for _, r := range rep.StuckRuns {
+			fmt.Fprintln(env.stdout, "stuck:", r)
 		}
 	} else {
 		fmt.Fprintf(env.stdout, "nodes %d  killed %d  events %d  limits %s  requests %d  provider rejections %d  lost %d  duplicates %d  stuck %d\n"+
@@ -215,6 +245,12 @@ func runBenchMultinode(ctx context.Context, env *cmdEnv, args []string) error {
 		return fmt.Errorf("%d runs lost and %d documents saved twice in the cluster, %d and %d on the single node", rep.Lost, rep.Duplicates, single.lost, single.check.DuplicateSaves)
 	case rep.RebilledFinished > 0:
 		return fmt.Errorf("%d calls re-billed after their step was recorded", rep.RebilledFinished)
+	case rep.Stuck > 0:
+		return fmt.Errorf("%d runs did not complete", rep.Stuck)
+	case *rolling && rep.Rolled != *nodes:
+		return fmt.Errorf("%d of %d nodes rolled", rep.Rolled, *nodes)
+	case *rolling && cluster.maxStop > *stopGrace+2*time.Second:
+		return fmt.Errorf("a stop took %s, want at most the grace %s plus 2s", cluster.maxStop.Round(time.Millisecond), *stopGrace)
 	}
 	return nil
 }
@@ -231,6 +267,8 @@ type multinodeBench struct {
 	timeout         time.Duration
 	seed            uint64
 	token           string
+	rolling         bool          // a rolling deploy instead of kills
+	stopGrace       time.Duration // the nodes' --stop-grace
 }
 
 // multinodeRun is what one run (the single node's or the cluster's)
@@ -249,6 +287,9 @@ type multinodeRun struct {
 	adopted              int // runs of killed nodes the live ones handed back to their queues
 	check                crashReport
 	logs                 string // the end of the nodes' output, when something went wrong
+	rolled               int           // nodes stopped and started again as a new build (--rolling)
+	maxStop              time.Duration // the longest of those stops
+	atStops              int           // runs under way on them at their stops
 }
 
 func (r multinodeRun) admissionsPerSecond() float64 {
@@ -303,13 +344,24 @@ func (b *multinodeBench) run(ctx context.Context, name string, n, kill int) (mul
 	began := time.Now()
 	deadline := began.Add(b.timeout)
 	var breaks []time.Time // when each kill came
+	var rolled chan error
 	for i := range b.events {
 		if i == b.events/2 && kill > 0 {
 			breaks = append(breaks, c.kill(ctx, kill)...)
 		}
+		if i == b.events/3 && b.rolling {
+			rolled = make(chan error, 1)
+			go func() { rolled <- c.roll(ctx) }()
+		}
 		if err := c.post(ctx, i, deadline); err != nil {
 			return res, err
 		}
+	}
+	if rolled != nil {
+		if err := <-rolled; err != nil {
+			return res, err
+		}
+		res.rolled, res.maxStop, res.atStops = c.rolled, c.maxStop, c.atStops
 	}
 	if err := c.waitRestarts(); err != nil {
 		return res, err
@@ -403,6 +455,10 @@ type multinodeCluster struct {
 	provider string
 	client   *http.Client
 
+	rolled  int           // nodes rolled (roll)
+	maxStop time.Duration // the longest stop of a rolled node
+	atStops int           // runs under way on the rolled nodes when they were stopped
+
 	mu       sync.Mutex
 	live     []*multinodeNode // serving: posts go to them in turn
 	all      []*multinodeNode // every process started, killed ones included
@@ -426,7 +482,7 @@ func (c *multinodeCluster) start(ctx context.Context, n int) error {
 	nodes := make([]*multinodeNode, n)
 	var wg sync.WaitGroup
 	for i := range n {
-		wg.Go(func() { nodes[i], errs[i] = c.startNode(ctx, "n"+strconv.Itoa(i)) })
+		wg.Go(func() { nodes[i], errs[i] = c.startNode(ctx, c.b.exe, "n"+strconv.Itoa(i)) })
 	}
 	wg.Wait()
 	c.mu.Lock()
@@ -439,12 +495,13 @@ func (c *multinodeCluster) start(ctx context.Context, n int) error {
 	return errors.Join(errs...)
 }
 
-// startNode starts "serve --node name" and returns once it is ready.
-func (c *multinodeCluster) startNode(ctx context.Context, name string) (*multinodeNode, error) {
+// startNode starts "exe serve --node name" and returns once it is ready.
+func (c *multinodeCluster) startNode(ctx context.Context, exe, name string) (*multinodeNode, error) {
 	b := c.b
-	cmd := exec.CommandContext(ctx, b.exe, "serve", "--node", name, "--db", c.db, // #nosec G204 -- this binary
+	cmd := exec.CommandContext(ctx, exe, "serve", "--node", name, "--db", c.db, // #nosec G204 -- this binary, or a copy of it
 		"--provider-url", c.provider, "--profile", "groq", "--limits", b.limits.String(), "--lease-ttl", b.leaseTTL.String(),
-		"--adopt-every", b.adoptEvery.String(), "--addr", "127.0.0.1:0", "--token-env", multinodeTokenEnv)
+		"--adopt-every", b.adoptEvery.String(), "--addr", "127.0.0.1:0", "--token-env", multinodeTokenEnv,
+		"--stop-grace", b.stopGrace.String())
 	cmd.Env = append(os.Environ(), multinodeNodeEnv+"="+name, multinodeTokenEnv+"="+b.token)
 	p := &crashWorkerProc{cmd: cmd, done: make(chan error, 1), ready: make(chan struct{})}
 	nd := &multinodeNode{name: name, proc: p}
@@ -592,7 +649,7 @@ func (c *multinodeCluster) kill(ctx context.Context, k int) []time.Time {
 				return
 			case <-time.After(c.b.restartAfter):
 			}
-			again, err := c.startNode(ctx, nd.name)
+			again, err := c.startNode(ctx, c.b.exe, nd.name)
 			c.mu.Lock()
 			defer c.mu.Unlock()
 			if err != nil {
@@ -605,6 +662,72 @@ func (c *multinodeCluster) kill(ctx context.Context, k int) []time.Time {
 		})
 	}
 	return breaks
+}
+
+// roll stops each live node in turn with SIGTERM, as a deploy does, and
+// starts it again with its name as a new build of the binary, while posts
+// go to the other nodes; it fails if a node does not exit by itself with
+// status 0.
+func (c *multinodeCluster) roll(ctx context.Context) error {
+	dir, err := os.MkdirTemp("", "sluice-rolling")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	for i, nd := range c.liveNodes() {
+		exe, err := newBuild(c.b.exe, dir, i+1)
+		if err != nil {
+			return err
+		}
+		c.mu.Lock()
+		c.live = slices.DeleteFunc(c.live, func(n *multinodeNode) bool { return n == nd })
+		c.mu.Unlock()
+		// A deploy stops a node at work: wait until it has runs under
+		// way, unless none is left to run.
+		for {
+			busy := c.runsUnderWay(ctx)
+			if n := busy[nd.name]; n > 0 || c.unfinished(ctx) == 0 {
+				c.atStops += n
+				break
+			}
+			if err := nd.proc.sleep(ctx, 20*time.Millisecond); err != nil {
+				return fmt.Errorf("node %s: %w", nd.name, err)
+			}
+		}
+		began := time.Now()
+		if err := nd.proc.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			return fmt.Errorf("stop node %s: %w", nd.name, err)
+		}
+		if err := nd.proc.wait(); err != nil {
+			return fmt.Errorf("node %s after SIGTERM: %v\n%s", nd.name, err, nd.proc.output())
+		}
+		c.maxStop = max(c.maxStop, time.Since(began))
+		again, err := c.startNode(ctx, exe, nd.name)
+		if err != nil {
+			return fmt.Errorf("start node %s again: %w", nd.name, err)
+		}
+		c.mu.Lock()
+		c.live = append(c.live, again)
+		c.mu.Unlock()
+		c.rolled++
+	}
+	return nil
+}
+
+// newBuild copies the binary exe into dir as build n, with n's mark
+// appended after its end: it runs as exe does, but its bytes, and so its
+// hash, differ, as a rebuilt binary's would.
+func newBuild(exe, dir string, n int) (string, error) {
+	b, err := os.ReadFile(exe) // #nosec G304 -- this binary
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, fmt.Sprintf("sluice-build-%d", n))
+	b = append(b, fmt.Sprintf("\nsluice rolling-deploy build %d\n", n)...)
+	if err := os.WriteFile(path, b, 0o755); err != nil { // #nosec G306 -- an executable for this bench
+		return "", err
+	}
+	return path, nil
 }
 
 func (c *multinodeCluster) waitRestarts() error {
@@ -678,6 +801,20 @@ func (c *multinodeCluster) runsUnderWay(ctx context.Context) map[string]int {
 			n[ex] = k
 			return nil
 		})
+	return n
+}
+
+// unfinished counts the pipeline's runs that have not ended (-1 when the
+// database cannot say).
+func (c *multinodeCluster) unfinished(ctx context.Context) int {
+	db, err := openBenchDB(ctx, c.db)
+	if err != nil {
+		return -1
+	}
+	defer db.close()
+	n := -1
+	_ = db.each(ctx, `SELECT count(*) FROM dbos.workflow_status WHERE name = $1 AND status IN ('PENDING', 'ENQUEUED')`,
+		[]any{summarize.FunctionID}, func(scan func(...any) error) error { return scan(&n) })
 	return n
 }
 

@@ -97,3 +97,40 @@ func TestBenchMultinode(t *testing.T) {
 		t.Errorf("utilization %v, want at least 0.9 × the single node's %v", rep.Utilization, rep.SingleNodeUtilization)
 	}
 }
+
+// A rolling deploy on PostgreSQL loses nothing: two nodes, each stopped in
+// turn with SIGTERM and started again as a new build of the binary (its
+// hash differs) while documents keep arriving. Every run completes once:
+// a stop pauses the runs in flight instead of cancelling them, and the new
+// build records runs under the same version as the old one, so it resumes
+// them. Each stop ends within its grace plus 2s.
+func TestBenchMultinodeRollingDeploy(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	var out, errb bytes.Buffer
+	env := &cmdEnv{stdout: &out, stderr: &errb, getenv: os.Getenv}
+	args := []string{"bench", "multinode", "--db", db, "--nodes", "2", "--kill", "0", "--rolling", "--events", "400",
+		"--latency", "200ms", "--limits", "rpm=20000,tpm=10000000,otpm=1000000", "--stop-grace", "10s", "--timeout", "4m", "--json"}
+	code := runMain(context.Background(), env, args)
+	var rep multinodeReport
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatalf("exit %d: %s\n%s: %v", code, errb.String(), out.String(), err)
+	}
+	t.Logf("%s", bytes.TrimSpace(out.Bytes()))
+	if code != 0 {
+		t.Errorf("exit %d: %s", code, errb.String())
+	}
+	if rep.Rolled != 2 || rep.RunsAtStops < 2 {
+		t.Errorf("%d nodes rolled with %d runs under way at their stops, want 2 with some on each", rep.Rolled, rep.RunsAtStops)
+	}
+	if rep.Lost != 0 || rep.Duplicates != 0 || rep.Stuck != 0 || rep.RebilledFinished != 0 {
+		t.Errorf("lost %d, duplicates %d, stuck %d, re-billed after their record %d: want none (%v)",
+			rep.Lost, rep.Duplicates, rep.Stuck, rep.RebilledFinished, rep.StuckRuns)
+	}
+	if rep.Requests < 2*rep.Events {
+		t.Errorf("the simulator answered %d calls, want at least two per document (%d)", rep.Requests, 2*rep.Events)
+	}
+	if rep.MaxStopSeconds > 12 {
+		t.Errorf("the longest stop took %.2fs, want at most the grace (10s) plus 2s", rep.MaxStopSeconds)
+	}
+}
