@@ -31,7 +31,7 @@ type HandlerConfig struct {
 // and GET /readyz (503 naming the job while a backfill is stalled or the
 // database is unreachable).
 func (a *App) Handler(cfg HandlerConfig) http.Handler {
-	return httpapi.New(httpapi.Config{Engine: a.e, Health: a.monitor, Token: cfg.Token, MaxEventBytes: cfg.MaxEventBytes, OutputLimit: cfg.OutputLimit})
+	return httpapi.New(httpapi.Config{Engine: a.e, Health: appHealth{a.e, a.monitor}, Token: cfg.Token, MaxEventBytes: cfg.MaxEventBytes, OutputLimit: cfg.OutputLimit})
 }
 
 // DashboardConfig configures the app's dashboard (docs/dashboard.md).
