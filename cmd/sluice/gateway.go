@@ -279,6 +279,7 @@ func runGateway(ctx context.Context, env *cmdEnv, args []string) error {
 		defer st.Close()
 		cfg.Store = st
 	}
+	cfg.Stopping = ctx.Done() // at SIGTERM, waiting requests are answered at once
 	gw, err := gateway.New(ctx, cfg)
 	if err != nil {
 		return err

@@ -201,5 +201,5 @@ func (p *gatewayPlan) build(ctx context.Context, app *sluice.App, providerURL, p
 		key = env.getenv(keyEnv)
 	}
 	return gateway.New(ctx, gateway.Config{Upstream: providerURL, Profile: prof, APIKey: key, Governor: gov,
-		Flows: p.flows, ClientKeys: p.keys, Metrics: set, Logger: cmp.Or(logger, slog.Default())})
+		Flows: p.flows, ClientKeys: p.keys, Metrics: set, Logger: cmp.Or(logger, slog.Default()), Stopping: ctx.Done()})
 }

@@ -140,11 +140,17 @@ func (c *chatCall) run(start time.Time) *apiError {
 	// run faster than the wall clock.
 	wctx, cancel := context.WithTimeout(c.r.Context(), clock.Real(g.cfg.Speed, c.deadline.Sub(g.cfg.Now())))
 	defer cancel()
+	wctx, stop := g.untilStopping(wctx)
+	defer stop()
 	for {
 		c.attempts++
 		res, err := c.admit(wctx)
 		leave()
 		if err != nil {
+			if errors.Is(context.Cause(wctx), errStopping) {
+				return &apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "server_stopping",
+					message: "sluice gateway: the server is stopping; the request was not sent: send it again", retryAfter: time.Second}
+			}
 			return c.refuse(err)
 		}
 		retry, after, e := c.send(res)
@@ -159,6 +165,27 @@ func (c *chatCall) run(start time.Time) *apiError {
 			return e
 		}
 	}
+}
+
+// errStopping ends a wait for admission when the server stops.
+var errStopping = errors.New("the server is stopping")
+
+// untilStopping returns ctx, also ended with errStopping once
+// Config.Stopping closes; stop releases it.
+func (g *Gateway) untilStopping(ctx context.Context) (context.Context, func()) {
+	if g.cfg.Stopping == nil {
+		return ctx, func() {}
+	}
+	c, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-g.cfg.Stopping:
+			cancel(errStopping)
+		case <-done:
+		}
+	}()
+	return c, func() { close(done); cancel(nil) }
 }
 
 // readBody reads a request's body up to limit bytes, into a buffer of its

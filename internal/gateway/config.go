@@ -57,6 +57,13 @@ type Config struct {
 	// Limits are the key's limits (0: the limit does not apply).
 	Limits governor.Limits
 
+	// Stopping, when it closes, tells the gateway its server stops: a
+	// request still waiting for admission is answered 503 with a
+	// Retry-After at once (it was never sent, and another process may
+	// take it), while calls already sent upstream go on to their answer.
+	// Default nil: never.
+	Stopping <-chan struct{}
+
 	// Window and Accounting say how the provider counts. Defaults: rolling
 	// windows; the admission charge stands (settle for the anthropic profile,
 	// which corrects output tokens at the end of a call).

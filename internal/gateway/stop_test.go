@@ -1,0 +1,52 @@
+package gateway
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/sim"
+	"github.com/sluice-dev/sluice/llm"
+)
+
+// When the server stops, a request waiting for admission is answered 503
+// with a Retry-After at once — it was never sent, another process may take
+// it — instead of holding the stop for as long as it may wait.
+func TestStoppingAnswersWaitingRequests(t *testing.T) {
+	t.Parallel()
+	stopping := make(chan struct{})
+	b := setup(t, sim.Config{Profile: llm.OpenAI}, Config{Limits: limits("rpm=1"), Stopping: stopping, MaxWait: time.Hour, MaxWaitCap: time.Hour})
+	if resp, body := b.do(t, http.MethodPost, "/v1/chat/completions", chatBody("first", 5, ""), nil); resp == nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("first request: %v %s", resp, body)
+	}
+	type answer struct {
+		resp *http.Response
+		body []byte
+	}
+	second := make(chan answer, 1)
+	go func() {
+		resp, body := b.do(t, http.MethodPost, "/v1/chat/completions", chatBody("second", 5, ""), nil)
+		second <- answer{resp, body}
+	}()
+	for waiting(b.gw) == 0 {
+		time.Sleep(5 * time.Millisecond) // poll interval: until the second request waits in line (the test's timeout bounds it)
+	}
+	close(stopping)
+	a := <-second
+	if a.resp == nil || a.resp.StatusCode != http.StatusServiceUnavailable || a.resp.Header.Get("Retry-After") == "" ||
+		!strings.Contains(string(a.body), "server is stopping") {
+		t.Fatalf("the waiting request at the stop: %v %s, want 503 with a Retry-After saying the server stops", a.resp, a.body)
+	}
+	if n := b.model.Stats().Requests; n != 1 {
+		t.Fatalf("the provider saw %d requests, want 1: the waiting one was never sent", n)
+	}
+}
+
+func waiting(g *Gateway) int {
+	n := 0
+	for _, f := range g.Governor().Stats(time.Now()).Flows {
+		n += f.Waiting + f.Parked
+	}
+	return n
+}
