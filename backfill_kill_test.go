@@ -149,7 +149,19 @@ func TestBackfillKill(t *testing.T) {
 			snapshots = append(snapshots, snap)
 			t.Logf("kill %d at %s: %d of %d items processed before it", k+1, time.Since(began).Round(time.Millisecond), len(snap), killItems)
 		}
+		// Then a graceful stop, as a deploy's SIGTERM makes one, with a
+		// call in flight: the call finishes and is recorded, the worker
+		// exits by itself, and nothing it did is billed again.
 		w := startKillWorker(t, env(killKills))
+		more := len(snapshots[len(snapshots)-1]) + killBatch
+		w.waitFor(t, fmt.Sprintf("%d items processed", more), func() bool { return len(processed()) >= more })
+		w.waitFor(t, "a call in flight", func() bool { return provider.inFlight.Load() > 0 })
+		snapshots = append(snapshots, processed())
+		if err := w.stop(); err != nil {
+			t.Fatalf("the worker stopped gracefully: %v\n%s", err, w.out.String())
+		}
+		t.Logf("graceful stop at %s: %d of %d items processed before it", time.Since(began).Round(time.Millisecond), len(snapshots[killKills]), killItems)
+		w = startKillWorker(t, env(killKills+1))
 		w.waitFor(t, "every item processed", func() bool { return len(processed()) == killItems })
 		w.kill()
 		t.Logf("every item processed at %s", time.Since(began).Round(time.Millisecond))
@@ -157,7 +169,7 @@ func TestBackfillKill(t *testing.T) {
 
 		final := processed()
 		checkKillSaves(t, db, keys, final, snapshots)
-		checkKillCalls(t, provider.calls, final, snapshots)
+		checkKillCalls(t, provider.calls, final, snapshots, killKills)
 	})
 }
 
@@ -209,9 +221,10 @@ func checkKillSaves(t *testing.T, db *sql.DB, keys []string, final map[string]st
 // each batch's request is fixed once selected, so all its calls carry the
 // same text, and one of them is the answered call its items' records name.
 // Every other call of a batch must have been made by a worker killed before
-// that one, and each kill re-bills at most one call: the one in flight. No
-// worker calls for an item processed before it started.
-func checkKillCalls(t *testing.T, calls map[uint64]killCall, final map[string]store.Item, snapshots []map[string]store.Item) {
+// that one, and each kill re-bills at most the calls in flight; the
+// graceful stop of worker graceful re-bills none. No worker calls for an
+// item processed before it started.
+func checkKillCalls(t *testing.T, calls map[uint64]killCall, final map[string]store.Item, snapshots []map[string]store.Item, graceful int) {
 	recorded := map[string]killCall{} // request text → the call whose answer was saved
 	for key, it := range final {
 		id, err := strconv.ParseUint(strings.TrimPrefix(providerRequest(it.RequestID), "chatcmpl-sim-"), 10, 64)
@@ -254,6 +267,9 @@ func checkKillCalls(t *testing.T, calls map[uint64]killCall, final map[string]st
 		t.Errorf("calls carried %d items, want %d", len(carried), len(final))
 	}
 	for k, n := range rebilled {
+		if k == graceful && n > 0 {
+			t.Errorf("the graceful stop of worker %d re-billed %d calls, want none: its calls in flight finish", k, n)
+		}
 		if n > killInFlight {
 			t.Errorf("kill %d re-billed %d calls, want at most the %d in flight", k+1, n, killInFlight)
 		}
@@ -338,8 +354,9 @@ func (p *killProvider) finished(c sim.Call) {
 
 // killWorker is a worker process of TestBackfillKill.
 type killWorker struct {
-	cmd  *exec.Cmd
-	out  *testenv.Buffer
+	cmd   *exec.Cmd
+	stdin io.Closer // closing it stops the worker gracefully
+	out   *testenv.Buffer
 	done chan struct{} // closed when it has exited
 	err  error         // how it exited, once done
 }
@@ -352,9 +369,11 @@ func startKillWorker(t *testing.T, env []string) *killWorker {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestBackfillKillWorker$", "-test.count=1", "-test.timeout=5m") // #nosec G204 -- this test binary
 	w := &killWorker{cmd: cmd, out: &testenv.Buffer{}, done: make(chan struct{})}
 	cmd.Env, cmd.Stdout, cmd.Stderr = env, w.out, w.out
-	if _, err := cmd.StdinPipe(); err != nil {
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
 		t.Fatal(err)
 	}
+	w.stdin = stdin
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -386,6 +405,14 @@ func (w *killWorker) waitFor(t *testing.T, what string, ok func() bool) {
 			t.Fatalf("%s: not within %s\nworker output:\n%s", what, killWait, w.out.String())
 		}
 	}
+}
+
+// stop asks the worker to stop gracefully (App.Stop) and returns how it
+// exited.
+func (w *killWorker) stop() error {
+	_ = w.stdin.Close()
+	<-w.done
+	return w.err
 }
 
 // kill SIGKILLs the worker (no shutdown, no flush) and waits until it is gone.
@@ -479,6 +506,8 @@ func TestBackfillKillWorker(t *testing.T) {
 	if err := app.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	_, _ = io.Copy(io.Discard, os.Stdin) // until the parent goes
-	_ = app.Stop(ctx)
+	_, _ = io.Copy(io.Discard, os.Stdin) // until the parent goes, or stops it
+	if err := app.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
 }

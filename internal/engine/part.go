@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -78,8 +80,9 @@ func (p *part) workflow(ctx dbos.Context, in json.RawMessage) (json.RawMessage, 
 
 // Part is a part a run started, executing beside it.
 type Part struct {
-	id string
-	h  dbos.WorkflowHandle[json.RawMessage]
+	id   string
+	h    dbos.WorkflowHandle[json.RawMessage]
+	dctx dbos.Context // the run's, which started it
 }
 
 // ID is the part's DBOS workflow ID: the run's ID, a slash, and the id
@@ -108,16 +111,36 @@ func StartPart(r *Run, name, id string, in any) (*Part, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start part %s of %s: %w", id, r.id, err)
 	}
-	return &Part{id: wid, h: h}, nil
+	return &Part{id: wid, h: h, dctx: r.dctx}, nil
 }
 
 // Wait waits for the part to end and returns its output. Its outcome is
 // recorded in the run, so a replay gets it without waiting again. Call it
 // once, from the run's own goroutine.
+//
+// It waits in turns of partPoll: DBOS's wait for a part it found already
+// started (a replay after a restart) does not end with the run's context,
+// so a stopping engine would wait for the part — which is paused too —
+// until its shutdown timed out. A turn that ends with the run's context
+// returns the run's cause, and nothing is recorded.
 func (p *Part) Wait() (json.RawMessage, error) {
-	out, err := p.h.GetResult()
-	if err != nil {
+	for {
+		began := time.Now()
+		out, err := p.h.GetResult(dbos.WithHandleTimeout(partPoll))
+		if err == nil {
+			return out, nil
+		}
+		if p.dctx.Err() != nil {
+			return nil, fmt.Errorf("part %s: %w", p.id, context.Cause(p.dctx))
+		}
+		// A turn that ran out (a part's own recorded error comes back
+		// at once, whatever it says): the part still runs.
+		if de, ok := errors.AsType[*dbos.Error](err); ok && de.Code == dbos.ErrorCodeTimeout && time.Since(began) >= partPoll {
+			continue
+		}
 		return nil, fmt.Errorf("part %s: %w", p.id, err)
 	}
-	return out, nil
 }
+
+// partPoll is how long one turn of Part.Wait waits.
+const partPoll = time.Second
