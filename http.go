@@ -27,9 +27,12 @@ type HandlerConfig struct {
 // Handler returns the app's HTTP API: POST /v1/events, GET /v1/runs
 // (?function=&status=&since=&limit=), GET /v1/runs/{id}, POST
 // /v1/runs/{id}/cancel, POST /v1/runs/{id}/rerun, GET /v1/dropped, GET
-// /v1/flows (every backfill's health), GET /healthz (the process answers)
-// and GET /readyz (503 naming the job while a backfill is stalled or the
-// database is unreachable).
+// /v1/flows (every backfill's health), GET /v1/versions (the app's version
+// and the unfinished runs of others), POST /v1/versions/{version}/resume
+// and POST /v1/versions/{version}/cancel (see ResumeVersion and
+// CancelVersion), GET /healthz (the process answers) and GET /readyz (503
+// naming the job while a backfill is stalled or the database is
+// unreachable).
 func (a *App) Handler(cfg HandlerConfig) http.Handler {
 	return httpapi.New(httpapi.Config{Engine: a.e, Health: appHealth{a.e, a.monitor}, Token: cfg.Token, MaxEventBytes: cfg.MaxEventBytes, OutputLimit: cfg.OutputLimit})
 }
@@ -60,7 +63,8 @@ type DashboardLink struct{ Label, Href string }
 // Dashboard returns the app's web dashboard, to be mounted at "/" beside
 // Handler's /v1/ paths: every provider key's limits now and over the last
 // day with what waits on each, every backfill's health and latest items,
-// the runs with their steps (cancel, re-run from the failed step), the plan
+// the runs with their steps (cancel, re-run from the failed step), the
+// unfinished runs of other versions (resume here, cancel), the plan
 // of the running configuration, and a form to send a test event. Its pages
 // read only bounded, indexed pages of the database.
 func (a *App) Dashboard(cfg DashboardConfig) (http.Handler, error) {
@@ -70,6 +74,7 @@ func (a *App) Dashboard(cfg DashboardConfig) (http.Handler, error) {
 	}
 	return ui.New(ui.Config{
 		Engine:        a.e,
+		Versions:      a.e,
 		Sender:        a.e,
 		Health:        a.monitor,
 		Keys:          a.keyStats,

@@ -82,17 +82,23 @@ type RateLimit struct {
 	Key    string // optional event field: the limit holds per value
 }
 
-// State is where a run is: queued, running, or how it ended.
+// State is where a run is: queued, running, waiting for a person because
+// another version recorded it, or how it ended.
 type State string
 
 // The states of a run.
 const (
-	Queued    State = "queued"
-	Running   State = "running"
-	Completed State = "completed"
-	Failed    State = "failed"
-	Cancelled State = "cancelled"
-	TimedOut  State = "timed_out" // stopped by its function's Timeout
+	Queued  State = "queued"
+	Running State = "running"
+	// OtherVersion: the run has not ended and was recorded under a version
+	// other than the process's. The process does not execute it by itself
+	// (it is neither queued nor running there) until a person resumes it
+	// under the process's version or cancels it (see VersionReport).
+	OtherVersion State = "other_version"
+	Completed    State = "completed"
+	Failed       State = "failed"
+	Cancelled    State = "cancelled"
+	TimedOut     State = "timed_out" // stopped by its function's Timeout
 )
 
 // Ended reports whether a run in state s has ended.
@@ -118,6 +124,41 @@ type Summary struct {
 	Step       string `json:"step,omitempty"`
 	RerunOf    string `json:"rerun_of,omitempty"`   // the run this one re-runs
 	Recoveries int    `json:"recoveries,omitempty"` // times the run was resumed after its process stopped
+	// Version is the app version the run is recorded under; an unfinished
+	// run of a version other than the process's is OtherVersion.
+	Version string `json:"version"`
+}
+
+// VersionRuns counts the unfinished runs recorded under a version other
+// than the process's: they wait, OtherVersion, for a person to resume them
+// under the process's version or to cancel them.
+type VersionRuns struct {
+	Version string `json:"version"`
+	// Runs counts them by function; parts of runs are counted under
+	// "function/part".
+	Runs map[string]int64 `json:"runs"`
+	// Total is the sum of Runs.
+	Total int64 `json:"total"`
+	// Unknown lists the functions and parts among Runs that the process
+	// does not have: their runs cannot be resumed there.
+	Unknown []string `json:"unknown,omitempty"`
+}
+
+// VersionReport says what resuming or cancelling the unfinished runs of a
+// version did.
+type VersionReport struct {
+	Version string `json:"version"`
+	// Done lists the runs (and parts of runs) resumed under the process's
+	// version, or cancelled.
+	Done []string `json:"done"`
+	// Skipped lists the runs left as they were, each with why.
+	Skipped []SkippedRun `json:"skipped,omitempty"`
+}
+
+// SkippedRun is a run that resuming or cancelling a version left alone.
+type SkippedRun struct {
+	ID     string `json:"id"`
+	Reason string `json:"reason"`
 }
 
 // Sent says what an event did to one function.

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/health"
 	"github.com/sluice-dev/sluice/internal/num"
+	"github.com/sluice-dev/sluice/run"
 )
 
 func init() {
@@ -26,26 +29,22 @@ func runStatus(ctx context.Context, env *cmdEnv, args []string) error {
 	fs := newFlagSet(env, "status", "[flags]",
 		"Reads GET /v1/flows of a running \"sluice serve\" (or \"sluice gateway\") and prints each flow's\n"+
 			"state, progress, rate per hour, ETA, last progress, failures, and its last error or what\n"+
-			"it waits on. With --watch it redraws every --interval until interrupted.")
-	url := fs.String("url", "http://127.0.0.1:8288", "base URL of the sluice API")
-	token := fs.String("token", "", "the API's bearer token (visible to other users in the process list: prefer --token-env)")
-	tokenEnv := fs.String("token-env", "SLUICE_API_TOKEN", "environment variable holding the API's bearer token, used when --token is not given")
+			"it waits on; then, from GET /v1/versions, the unfinished runs of other versions that wait\n"+
+			"for \"sluice runs resume\" or \"sluice runs cancel\". With --watch it redraws every\n"+
+			"--interval until interrupted.")
+	api := addAPIFlags(fs)
 	watch := fs.Bool("watch", false, "redraw every --interval until interrupted")
 	interval := fs.Duration("interval", 2*time.Second, "time between redraws with --watch")
-	raw := fs.Bool("json", false, "print the server's answer as it is")
+	raw := fs.Bool("json", false, "print the server's answer to GET /v1/flows as it is")
 	if err := parseFlags(fs, env, args); err != nil {
 		return err
 	}
 	if *interval < 10*time.Millisecond {
 		return fmt.Errorf("--interval %s: want at least 10ms", *interval)
 	}
-	tok := *token
-	if tok == "" {
-		tok = env.getenv(*tokenEnv)
-	}
-	c := &statusClient{url: strings.TrimRight(*url, "/") + "/v1/flows", token: tok, http: &http.Client{Timeout: 10 * time.Second}}
+	c := api.client(env)
 	show := func() error {
-		body, err := c.get(ctx)
+		body, err := c.get(ctx, "/v1/flows")
 		if err != nil {
 			return err
 		}
@@ -56,9 +55,19 @@ func runStatus(ctx context.Context, env *cmdEnv, args []string) error {
 		// Read what this version knows; a newer server may answer more.
 		var v struct{ Flows []health.Flow }
 		if err := json.Unmarshal(body, &v); err != nil {
-			return fmt.Errorf("%s: the answer is not a list of flows: %w", c.url, err)
+			return fmt.Errorf("%s: the answer is not a list of flows: %w", c.url("/v1/flows"), err)
 		}
-		return renderStatus(env.stdout, v.Flows, time.Now())
+		if err := renderStatus(env.stdout, v.Flows, time.Now()); err != nil {
+			return err
+		}
+		vs, err := c.versions(ctx)
+		if isNotFound(err) {
+			return nil // a server older than the route
+		}
+		if err != nil {
+			return err
+		}
+		return renderWaiting(env.stdout, vs.Others)
 	}
 	if !*watch {
 		return show()
@@ -84,17 +93,77 @@ func runStatus(ctx context.Context, env *cmdEnv, args []string) error {
 	}
 }
 
-type statusClient struct {
-	url, token string
-	http       *http.Client
+// apiFlags are the flags of a command that talks to a running server's API.
+type apiFlags struct {
+	url, token, tokenEnv *string
 }
 
-// get returns the body of GET /v1/flows, or an error that says the
-// server's own when it refused.
-func (c *statusClient) get(ctx context.Context) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.url, nil)
+func addAPIFlags(fs *flag.FlagSet) *apiFlags {
+	return &apiFlags{
+		url:      fs.String("url", "http://127.0.0.1:8288", "base URL of the sluice API"),
+		token:    fs.String("token", "", "the API's bearer token (visible to other users in the process list: prefer --token-env)"),
+		tokenEnv: fs.String("token-env", "SLUICE_API_TOKEN", "environment variable holding the API's bearer token, used when --token is not given"),
+	}
+}
+
+// client is the API's client for the flags: --token, or else the variable
+// --token-env names.
+func (f *apiFlags) client(env *cmdEnv) *apiClient {
+	tok := *f.token
+	if tok == "" {
+		tok = env.getenv(*f.tokenEnv)
+	}
+	return &apiClient{base: strings.TrimRight(*f.url, "/"), token: tok, http: &http.Client{Timeout: 10 * time.Second}}
+}
+
+// apiClient sends requests to a running server's API.
+type apiClient struct {
+	base, token string
+	http        *http.Client
+}
+
+func (c *apiClient) url(path string) string { return c.base + path }
+
+// apiError is an answer of the API other than 200, with the server's own
+// words when it gave them.
+type apiError struct {
+	Method, URL string
+	Status      int
+	Message     string
+}
+
+func (e *apiError) Error() string {
+	if e.Message == "" {
+		return fmt.Sprintf("%s %s: HTTP %d", e.Method, e.URL, e.Status)
+	}
+	return fmt.Sprintf("%s %s: %s (HTTP %d)", e.Method, e.URL, e.Message, e.Status)
+}
+
+// isNotFound reports whether err is the API's 404: a route the server
+// does not have.
+func isNotFound(err error) bool {
+	ae, ok := errors.AsType[*apiError](err)
+	return ok && ae.Status == http.StatusNotFound
+}
+
+// get returns the body of GET path, or an *apiError.
+func (c *apiClient) get(ctx context.Context, path string) ([]byte, error) {
+	return c.do(ctx, http.MethodGet, path)
+}
+
+// post sends POST path with no body, as JSON as the API wants every POST.
+func (c *apiClient) post(ctx context.Context, path string) ([]byte, error) {
+	return c.do(ctx, http.MethodPost, path)
+}
+
+func (c *apiClient) do(ctx context.Context, method, path string) ([]byte, error) {
+	u := c.url(path)
+	req, err := http.NewRequestWithContext(ctx, method, u, nil)
 	if err != nil {
 		return nil, fmt.Errorf("--url: %w", err)
+	}
+	if method == http.MethodPost {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
@@ -106,20 +175,59 @@ func (c *statusClient) get(ctx context.Context) ([]byte, error) {
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", c.url, err)
+		return nil, fmt.Errorf("read %s: %w", u, err)
 	}
 	if resp.StatusCode != http.StatusOK {
+		ae := &apiError{Method: method, URL: u, Status: resp.StatusCode}
 		var e struct{ Error any }
 		if json.Unmarshal(body, &e) == nil && e.Error != nil {
 			// The API answers {"error": "…"}, the gateway {"error": {"message": …}}.
 			if m, ok := e.Error.(map[string]any); ok {
 				e.Error = m["message"]
 			}
-			return nil, fmt.Errorf("GET %s: %v (HTTP %d)", c.url, e.Error, resp.StatusCode)
+			ae.Message = fmt.Sprint(e.Error)
 		}
-		return nil, fmt.Errorf("GET %s: HTTP %d", c.url, resp.StatusCode)
+		return nil, ae
 	}
 	return body, nil
+}
+
+// versionsAnswer is GET /v1/versions's answer.
+type versionsAnswer struct {
+	Current string            `json:"current"`
+	Others  []run.VersionRuns `json:"others"`
+}
+
+// versions reads GET /v1/versions.
+func (c *apiClient) versions(ctx context.Context) (versionsAnswer, error) {
+	var v versionsAnswer
+	body, err := c.get(ctx, "/v1/versions")
+	if err != nil {
+		return v, err
+	}
+	if err := json.Unmarshal(body, &v); err != nil {
+		return v, fmt.Errorf("%s: the answer is not a list of versions: %w", c.url("/v1/versions"), err)
+	}
+	return v, nil
+}
+
+// renderWaiting prints a line per other version with unfinished runs,
+// saying what to run.
+func renderWaiting(w io.Writer, others []run.VersionRuns) error {
+	for _, o := range others {
+		runs, wait := "runs", "wait"
+		if o.Total == 1 {
+			runs, wait = "run", "waits"
+		}
+		line := fmt.Sprintf("%s %s of version %s %s: sluice runs resume --from-version %s (or cancel)", num.Group(o.Total), runs, o.Version, wait, o.Version)
+		if len(o.Unknown) > 0 {
+			line += "; not functions of this server, left by a resume: " + strings.Join(o.Unknown, ", ")
+		}
+		if _, err := fmt.Fprintln(w, line); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // renderStatus prints flows as a table, their times relative to now.

@@ -16,11 +16,16 @@ const statusToken = "status-token-0123456789"
 
 // flowsServer answers GET /v1/flows with body to requests that carry
 // statusToken, and 401 in the API's words to the others. Each answer is
-// signalled on served.
+// signalled on served. It has no GET /v1/versions, as a server older than
+// that route: status must do without it.
 func flowsServer(t *testing.T, body string) (srv *httptest.Server, served chan struct{}) {
 	t.Helper()
 	served = make(chan struct{}, 100)
 	srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && r.URL.Path == "/v1/versions" {
+			http.NotFound(w, r)
+			return
+		}
 		defer func() { served <- struct{}{} }()
 		if r.Method != http.MethodGet || r.URL.Path != "/v1/flows" {
 			t.Errorf("%s %s", r.Method, r.URL.Path)

@@ -15,12 +15,18 @@ import (
 	"github.com/sluice-dev/sluice/run"
 )
 
-func statusOf(s dbos.WorkflowStatusType) run.State {
-	switch s {
-	case dbos.WorkflowStatusEnqueued, dbos.WorkflowStatusDelayed:
+// stateOf is the state of DBOS's run w in a process of version current:
+// an unfinished run of another version is neither queued nor running here.
+func stateOf(w dbos.WorkflowStatus, current string) run.State {
+	switch w.Status {
+	case dbos.WorkflowStatusEnqueued, dbos.WorkflowStatusDelayed, dbos.WorkflowStatusPending:
+		switch {
+		case w.ApplicationVersion != current:
+			return run.OtherVersion
+		case w.Status == dbos.WorkflowStatusPending:
+			return run.Running
+		}
 		return run.Queued
-	case dbos.WorkflowStatusPending:
-		return run.Running
 	case dbos.WorkflowStatusSuccess:
 		return run.Completed
 	case dbos.WorkflowStatusCancelled:
@@ -28,6 +34,19 @@ func statusOf(s dbos.WorkflowStatusType) run.State {
 	default:
 		return run.Failed
 	}
+}
+
+// RunStates are the states Runs filters by, in the order the API and the
+// dashboard list them.
+var RunStates = []run.State{run.Queued, run.Running, run.OtherVersion, run.Completed, run.Failed, run.Cancelled, run.TimedOut}
+
+// StatesText lists RunStates for a message: "queued, running, …".
+func StatesText() string {
+	names := make([]string, len(RunStates))
+	for i, s := range RunStates {
+		names[i] = string(s)
+	}
+	return strings.Join(names, ", ")
 }
 
 func dbosStatuses(s run.State) ([]dbos.WorkflowStatusType, error) {
@@ -38,6 +57,8 @@ func dbosStatuses(s run.State) ([]dbos.WorkflowStatusType, error) {
 		return []dbos.WorkflowStatusType{dbos.WorkflowStatusEnqueued, dbos.WorkflowStatusDelayed}, nil
 	case run.Running:
 		return []dbos.WorkflowStatusType{dbos.WorkflowStatusPending}, nil
+	case run.OtherVersion:
+		return unfinished, nil
 	case run.Completed:
 		return []dbos.WorkflowStatusType{dbos.WorkflowStatusSuccess}, nil
 	case run.Failed:
@@ -45,7 +66,7 @@ func dbosStatuses(s run.State) ([]dbos.WorkflowStatusType, error) {
 	case run.Cancelled, run.TimedOut:
 		return []dbos.WorkflowStatusType{dbos.WorkflowStatusCancelled}, nil
 	}
-	return nil, invalid("status", "%s is not one of queued, running, completed, failed, cancelled, timed_out", quote(string(s)))
+	return nil, invalid("status", "%s is not one of %s", quote(string(s)), StatesText())
 }
 
 // RunFilter selects runs. Zero fields select everything.
@@ -92,6 +113,20 @@ func (e *Engine) Runs(ctx context.Context, f RunFilter) ([]run.Summary, error) {
 	if err != nil {
 		return nil, err
 	}
+	current := c.GetApplicationVersion()
+	switch f.Status {
+	case run.Queued, run.Running:
+		opts = append(opts, dbos.WithFilterAppVersion(current))
+	case run.OtherVersion:
+		others, err := otherVersionNames(c, names, f.Since)
+		if err != nil {
+			return nil, err
+		}
+		if len(others) == 0 {
+			return []run.Summary{}, nil
+		}
+		opts = append(opts, dbos.WithFilterAppVersion(others...))
+	}
 	out := make([]run.Summary, 0, limit)
 	var failed []string
 	// DBOS records both cancelled and timed-out runs as cancelled: asked
@@ -102,7 +137,7 @@ func (e *Engine) Runs(ctx context.Context, f RunFilter) ([]run.Summary, error) {
 			return nil, fmt.Errorf("list runs: %w", err)
 		}
 		for _, w := range ws {
-			s := summary(w)
+			s := summary(w, current)
 			if f.Status != "" && s.Status != f.Status || len(out) == limit {
 				continue
 			}
@@ -138,14 +173,39 @@ func (e *Engine) Runs(ctx context.Context, f RunFilter) ([]run.Summary, error) {
 	return out, nil
 }
 
-func summary(w dbos.WorkflowStatus) run.Summary {
+// otherVersionNames names the versions other than c's that have
+// unfinished runs of the functions names created since since: one
+// aggregate, so that a listing of them reads only their runs.
+func otherVersionNames(c dbos.Context, names []string, since time.Time) ([]string, error) {
+	rows, err := dbos.GetWorkflowAggregates(c, dbos.GetWorkflowAggregatesInput{
+		GroupByApplicationVersion: true,
+		SelectCount:               true,
+		Status:                    unfinished,
+		Name:                      names,
+		StartTime:                 since,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list runs: find other versions: %w", err)
+	}
+	var out []string
+	for _, r := range rows {
+		if v := deref(r.Group["application_version"]); v != c.GetApplicationVersion() {
+			out = append(out, v)
+		}
+	}
+	return out, nil
+}
+
+// summary is DBOS's run w as a process of version current shows it.
+func summary(w dbos.WorkflowStatus, current string) run.Summary {
 	s := run.Summary{
 		ID:        w.ID,
 		Function:  w.Name,
-		Status:    statusOf(w.Status),
+		Status:    stateOf(w, current),
 		CreatedAt: w.CreatedAt.UTC(),
 		StartedAt: w.StartedAt.UTC(),
 		RerunOf:   w.ForkedFrom,
+		Version:   w.ApplicationVersion,
 	}
 	if w.Error != nil {
 		s.Error = w.Error.Error()
@@ -239,7 +299,7 @@ func (e *Engine) RunDetail(ctx context.Context, id string, outputLimit int) (*Ru
 	if _, ok := e.function(w.Name); !ok {
 		return nil, fmt.Errorf("run %s: %w", id, ErrRunNotFound)
 	}
-	d := &RunDetail{Summary: summary(w)}
+	d := &RunDetail{Summary: summary(w, c.GetApplicationVersion())}
 	if in, ok := decodeInput(w.Input); ok {
 		d.Event = &in.Event
 	}
@@ -368,7 +428,7 @@ func foldSteps(rows []dbos.StepInfo, outputLimit int, runStatus run.State) []Ste
 		}
 	}
 	for i := range out {
-		if out[i].Status == stepRetrying && runStatus != run.Running && runStatus != run.Queued {
+		if out[i].Status == stepRetrying && runStatus.Ended() {
 			out[i].Status = stepFailed
 		}
 	}
@@ -390,11 +450,18 @@ func (e *Engine) Cancel(ctx context.Context, id string) error {
 	if d.Status.Ended() {
 		return fmt.Errorf("run %s is %s: %w", id, d.Status, ErrEnded)
 	}
-	if err := e.noteCancel(ctx, id, d.StartedAt); err != nil {
-		return err
-	}
 	c, err := e.client(ctx)
 	if err != nil {
+		return err
+	}
+	return e.cancelRun(ctx, c, id, d.StartedAt)
+}
+
+// cancelRun cancels the run id, which started at started, and its parts,
+// and records that it was cancelled on request. A run that has ended
+// stays as it was.
+func (e *Engine) cancelRun(ctx context.Context, c dbos.Context, id string, started time.Time) error {
+	if err := e.noteCancel(ctx, id, started); err != nil {
 		return err
 	}
 	if err := dbos.CancelWorkflow(c, id, dbos.WithCancelChildren()); err != nil {
@@ -494,7 +561,7 @@ func (e *Engine) Wait(ctx context.Context, id string) (run.Summary, json.RawMess
 		if len(ws) == 0 {
 			return run.Summary{}, nil, fmt.Errorf("run %s: %w", id, ErrRunNotFound)
 		}
-		if s := summary(ws[0]); s.Status.Ended() {
+		if s := summary(ws[0], c.GetApplicationVersion()); s.Status.Ended() {
 			ready, err := e.endRecorded(ctx, s)
 			if err != nil {
 				return run.Summary{}, nil, err

@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
+
+	"github.com/sluice-dev/sluice/run"
 )
 
 // Versions. A process dequeues and resumes only the runs recorded under its
@@ -71,23 +73,9 @@ func (e *Engine) AppVersion() string {
 // unfinished are the DBOS states of a run that has not ended.
 var unfinished = []dbos.WorkflowStatusType{dbos.WorkflowStatusPending, dbos.WorkflowStatusEnqueued, dbos.WorkflowStatusDelayed}
 
-// OtherVersion counts the unfinished runs recorded under a version other
-// than this process's.
-type OtherVersion struct {
-	Version string `json:"version"`
-	// Runs counts them by function; parts of runs are counted under
-	// "function/part".
-	Runs map[string]int64 `json:"runs"`
-	// Total is the sum of Runs.
-	Total int64 `json:"total"`
-	// Unknown lists the functions and parts among Runs that this process
-	// does not have: their runs cannot be resumed here.
-	Unknown []string `json:"unknown,omitempty"`
-}
-
 // OtherVersions lists the versions other than this process's that have
-// unfinished runs of this app, oldest name first.
-func (e *Engine) OtherVersions(ctx context.Context) ([]OtherVersion, error) {
+// unfinished runs of this app, by name.
+func (e *Engine) OtherVersions(ctx context.Context) ([]run.VersionRuns, error) {
 	c, err := e.client(ctx)
 	if err != nil {
 		return nil, err
@@ -102,7 +90,7 @@ func (e *Engine) OtherVersions(ctx context.Context) ([]OtherVersion, error) {
 		return nil, fmt.Errorf("count runs of other versions: %w", err)
 	}
 	current := c.GetApplicationVersion()
-	byVersion := map[string]*OtherVersion{}
+	byVersion := map[string]*run.VersionRuns{}
 	for _, r := range rows {
 		v, name := deref(r.Group["application_version"]), deref(r.Group["name"])
 		if v == current || name == cronWorkflow || r.Count == nil || strings.HasPrefix(name, "DBOS.") {
@@ -110,7 +98,7 @@ func (e *Engine) OtherVersions(ctx context.Context) ([]OtherVersion, error) {
 		}
 		o := byVersion[v]
 		if o == nil {
-			o = &OtherVersion{Version: v, Runs: map[string]int64{}}
+			o = &run.VersionRuns{Version: v, Runs: map[string]int64{}}
 			byVersion[v] = o
 		}
 		o.Runs[name] += *r.Count
@@ -119,12 +107,12 @@ func (e *Engine) OtherVersions(ctx context.Context) ([]OtherVersion, error) {
 			o.Unknown = append(o.Unknown, name)
 		}
 	}
-	out := make([]OtherVersion, 0, len(byVersion))
+	out := make([]run.VersionRuns, 0, len(byVersion))
 	for _, o := range byVersion {
 		slices.Sort(o.Unknown)
 		out = append(out, *o)
 	}
-	slices.SortFunc(out, func(a, b OtherVersion) int { return cmp.Compare(a.Version, b.Version) })
+	slices.SortFunc(out, func(a, b run.VersionRuns) int { return cmp.Compare(a.Version, b.Version) })
 	return out, nil
 }
 
@@ -150,23 +138,6 @@ func (e *Engine) registered(name string) bool {
 	return ok
 }
 
-// VersionReport says what ResumeVersion or CancelVersion did with the
-// unfinished runs of a version.
-type VersionReport struct {
-	Version string `json:"version"`
-	// Done lists the runs (and parts of runs) resumed under this process's
-	// version, or cancelled.
-	Done []string `json:"done"`
-	// Skipped lists the runs left as they were, each with why.
-	Skipped []SkippedRun `json:"skipped,omitempty"`
-}
-
-// SkippedRun is a run ResumeVersion or CancelVersion left alone.
-type SkippedRun struct {
-	ID     string `json:"id"`
-	Reason string `json:"reason"`
-}
-
 // ErrSameVersion is returned when asked to move the runs of this process's
 // own version.
 var ErrSameVersion = errors.New("that is this process's own version")
@@ -182,19 +153,20 @@ var ErrSameVersion = errors.New("that is this process's own version")
 // executor that still runs (its executor lock is held): stop that process
 // first, or let it finish them. Each run keeps every step it recorded; its
 // deadline, if its function has one, starts again.
-func (e *Engine) ResumeVersion(ctx context.Context, from string) (VersionReport, error) {
+func (e *Engine) ResumeVersion(ctx context.Context, from string) (run.VersionReport, error) {
 	return e.moveVersion(ctx, from, true)
 }
 
 // CancelVersion cancels the unfinished runs recorded under version from,
-// as a person's cancel of each would (see Cancel). Runs pending on an
-// executor that still runs are skipped.
-func (e *Engine) CancelVersion(ctx context.Context, from string) (VersionReport, error) {
+// as a person's cancel of each would (see Cancel), the runs of functions
+// this process lacks included. Runs pending on an executor that still
+// runs are skipped.
+func (e *Engine) CancelVersion(ctx context.Context, from string) (run.VersionReport, error) {
 	return e.moveVersion(ctx, from, false)
 }
 
-func (e *Engine) moveVersion(ctx context.Context, from string, resume bool) (VersionReport, error) {
-	rep := VersionReport{Version: from, Done: []string{}}
+func (e *Engine) moveVersion(ctx context.Context, from string, resume bool) (run.VersionReport, error) {
+	rep := run.VersionReport{Version: from, Done: []string{}}
 	if err := CheckVersion(from); err != nil {
 		return rep, err
 	}
@@ -230,7 +202,7 @@ func (e *Engine) moveVersion(ctx context.Context, from string, resume bool) (Ver
 			continue
 		}
 		if resume && !e.registered(w.Name) {
-			rep.Skipped = append(rep.Skipped, SkippedRun{w.ID, fmt.Sprintf("%s is not a function of this process", quote(w.Name))})
+			rep.Skipped = append(rep.Skipped, run.SkippedRun{ID: w.ID, Reason: fmt.Sprintf("%s is not a function of this process", quote(w.Name))})
 			continue
 		}
 		if w.Status == dbos.WorkflowStatusPending && w.ExecutorID != "" && w.ExecutorID != self {
@@ -248,12 +220,15 @@ func (e *Engine) moveVersion(ctx context.Context, from string, resume bool) (Ver
 				live[w.ExecutorID] = running
 			}
 			if running {
-				rep.Skipped = append(rep.Skipped, SkippedRun{w.ID, fmt.Sprintf("executor %s, which runs it, is still running: stop it first", quote(w.ExecutorID))})
+				rep.Skipped = append(rep.Skipped, run.SkippedRun{ID: w.ID, Reason: fmt.Sprintf("executor %s, which runs it, is still running: stop it first", quote(w.ExecutorID))})
 				continue
 			}
 		}
 		if !resume {
-			if err := e.Cancel(ctx, w.ID); err != nil && !errors.Is(err, ErrEnded) {
+			// Not through Cancel, which knows only the runs of this
+			// process's functions: a run of a function it lacks is
+			// cancelled too.
+			if err := e.cancelRun(ctx, c, w.ID, w.StartedAt); err != nil {
 				return rep, err
 			}
 			rep.Done = append(rep.Done, w.ID)

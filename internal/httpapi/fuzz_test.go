@@ -16,8 +16,13 @@ import (
 
 // fakeEngine records what the API passes on; its Func fields answer.
 type fakeEngine struct {
-	SendFunc func(ev engine.Event) ([]run.Sent, error)
+	SendFunc          func(ev engine.Event) ([]run.Sent, error)
+	OtherVersionsFunc func() ([]run.VersionRuns, error)
+	ResumeVersionFunc func(from string) (run.VersionReport, error)
+	CancelVersionFunc func(from string) (run.VersionReport, error)
 }
+
+var _ httpapi.Engine = (*fakeEngine)(nil)
 
 func (f *fakeEngine) Send(_ context.Context, ev engine.Event) ([]run.Sent, error) {
 	return f.SendFunc(ev)
@@ -32,6 +37,16 @@ func (f *fakeEngine) Cancel(context.Context, string) error          { return eng
 func (f *fakeEngine) Rerun(context.Context, string) (string, error) { return "", engine.ErrRunNotFound }
 func (f *fakeEngine) Dropped(context.Context, string, int) ([]engine.DroppedEvent, error) {
 	return nil, nil
+}
+func (f *fakeEngine) AppVersion() string { return "current" }
+func (f *fakeEngine) OtherVersions(context.Context) ([]run.VersionRuns, error) {
+	return f.OtherVersionsFunc()
+}
+func (f *fakeEngine) ResumeVersion(_ context.Context, from string) (run.VersionReport, error) {
+	return f.ResumeVersionFunc(from)
+}
+func (f *fakeEngine) CancelVersion(_ context.Context, from string) (run.VersionReport, error) {
+	return f.CancelVersionFunc(from)
 }
 
 // FuzzPostEvent: whatever a client posts, the API answers 202, 400 or 413,

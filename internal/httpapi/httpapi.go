@@ -7,6 +7,9 @@
 //	POST /v1/runs/{id}/rerun     a new run from the first step that did not complete
 //	GET  /v1/dropped             ?function=: events a rate limit dropped
 //	GET  /v1/flows               every job's health (see Health)
+//	GET  /v1/versions            this process's version, and the unfinished runs of others
+//	POST /v1/versions/{v}/resume resume here the unfinished runs of version v
+//	POST /v1/versions/{v}/cancel cancel the unfinished runs of version v
 //	GET  /healthz                the process answers
 //	GET  /readyz                 the app has started (see Starting) and no job is stalled
 //
@@ -49,6 +52,10 @@ type Engine interface {
 	Cancel(ctx context.Context, id string) error
 	Rerun(ctx context.Context, id string) (string, error)
 	Dropped(ctx context.Context, function string, limit int) ([]engine.DroppedEvent, error)
+	AppVersion() string
+	OtherVersions(ctx context.Context) ([]run.VersionRuns, error)
+	ResumeVersion(ctx context.Context, from string) (run.VersionReport, error)
+	CancelVersion(ctx context.Context, from string) (run.VersionReport, error)
 }
 
 var _ Engine = (*engine.Engine)(nil)
@@ -114,6 +121,9 @@ func New(cfg Config) http.Handler {
 	mux.Handle("POST /v1/runs/{id}/cancel", a.auth(a.cancel))
 	mux.Handle("POST /v1/runs/{id}/rerun", a.auth(a.rerun))
 	mux.Handle("GET /v1/dropped", a.auth(a.dropped))
+	mux.Handle("GET /v1/versions", a.auth(a.versions))
+	mux.Handle("POST /v1/versions/{version}/resume", a.auth(a.moveVersion(Engine.ResumeVersion)))
+	mux.Handle("POST /v1/versions/{version}/cancel", a.auth(a.moveVersion(Engine.CancelVersion)))
 	return mux
 }
 
@@ -166,7 +176,7 @@ func statusOf(err error) int {
 		return http.StatusBadRequest
 	case errors.Is(err, engine.ErrRunNotFound), errors.Is(err, engine.ErrNoFunction):
 		return http.StatusNotFound
-	case errors.Is(err, engine.ErrNotRerunnable), errors.Is(err, engine.ErrEnded):
+	case errors.Is(err, engine.ErrNotRerunnable), errors.Is(err, engine.ErrEnded), errors.Is(err, engine.ErrSameVersion):
 		return http.StatusConflict
 	}
 	return http.StatusInternalServerError
@@ -325,6 +335,34 @@ func (a *api) dropped(w http.ResponseWriter, r *http.Request) error {
 	}
 	httpjson.Write(w, http.StatusOK, map[string]any{"dropped": nonNil(d)})
 	return nil
+}
+
+// versionsView is GET /v1/versions's answer.
+type versionsView struct {
+	Current string            `json:"current"`
+	Others  []run.VersionRuns `json:"others"`
+}
+
+func (a *api) versions(w http.ResponseWriter, r *http.Request) error {
+	others, err := a.cfg.Engine.OtherVersions(r.Context())
+	if err != nil {
+		return err
+	}
+	httpjson.Write(w, http.StatusOK, versionsView{Current: a.cfg.Engine.AppVersion(), Others: nonNil(others)})
+	return nil
+}
+
+// moveVersion answers a resume or a cancel of the runs of the path's
+// version with what move did.
+func (a *api) moveVersion(move func(Engine, context.Context, string) (run.VersionReport, error)) func(http.ResponseWriter, *http.Request) error {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		rep, err := move(a.cfg.Engine, r.Context(), r.PathValue("version"))
+		if err != nil {
+			return err
+		}
+		httpjson.Write(w, http.StatusOK, rep)
+		return nil
+	}
 }
 
 // invalidAt is the offset of the first byte of b that is not UTF-8.

@@ -40,8 +40,18 @@ func TestUntrustedTextIsEscaped(t *testing.T) {
 			}, nil
 		},
 	}
+	report := func(_ context.Context, from string) (run.VersionReport, error) {
+		return run.VersionReport{Version: from, Done: []string{"f:" + xss}, Skipped: []run.SkippedRun{{ID: xss, Reason: xss}}}, nil
+	}
 	cfg := ui.Config{
 		Engine: e,
+		Versions: &fakeVersions{
+			OtherVersionsFunc: func(context.Context) ([]run.VersionRuns, error) {
+				return []run.VersionRuns{{Version: xss, Runs: map[string]int64{xss: 2}, Total: 2, Unknown: []string{xss}}}, nil
+			},
+			ResumeVersionFunc: report,
+			CancelVersionFunc: report,
+		},
 		Sender: &fakeSender{SendFunc: func(context.Context, engine.Event) ([]run.Sent, error) {
 			return []run.Sent{{Function: "f", RunID: "f:" + xss, Status: "dropped", Reason: xss}}, nil
 		}},
@@ -84,6 +94,8 @@ func TestUntrustedTextIsEscaped(t *testing.T) {
 		{path: "/login?next=" + url.QueryEscape("/"+xss)},
 		{method: "POST", path: "/send", form: url.Values{"csrf": {csrf}, "name": {"e"}, "data": {`{"a": "` + xss + `"}`}}},
 		{method: "POST", path: "/send", form: url.Values{"csrf": {csrf}, "name": {xss}, "id": {xss}, "data": {xss}}},
+		{method: "POST", path: "/versions/" + url.PathEscape(xss) + "/resume", form: url.Values{"csrf": {csrf}}},
+		{method: "POST", path: "/versions/" + url.PathEscape(xss) + "/cancel", form: url.Values{"csrf": {csrf}}},
 	} {
 		res, body := do(t, h, r)
 		if strings.Contains(body, xss) || strings.Contains(body, "<script>alert") {

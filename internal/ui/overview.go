@@ -26,6 +26,7 @@ const (
 )
 
 type overviewView struct {
+	Versions  []versionView // the notice of other versions' runs
 	Keys      []keyView
 	States    []stateCount // the flows by state
 	HistoryOn bool
@@ -109,6 +110,10 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) error {
 		counts[f.State]++
 	}
 	v := overviewView{HistoryOn: h.cfg.History != nil}
+	var err error
+	if v.Versions, err = h.otherVersions(r.Context()); err != nil {
+		return fmt.Errorf("count the runs of other versions: %w", err)
+	}
 	for _, s := range []health.State{health.Stalled, health.Failing, health.WaitingForQuota, health.Progressing, health.Idle, health.Done} {
 		if counts[s] > 0 {
 			v.States = append(v.States, stateCount{State: s, Count: counts[s]})

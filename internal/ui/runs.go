@@ -16,14 +16,12 @@ import (
 // maxRunsLimit bounds the runs page's limit, as GET /v1/runs does.
 const maxRunsLimit = 1000
 
-// runStates are the statuses the runs page filters by.
-var runStates = []run.State{run.Queued, run.Running, run.Completed, run.Failed, run.Cancelled, run.TimedOut}
-
 type runsView struct {
 	Function, Status, Since, Limit string // the filters as given
 	Statuses                       []run.State
 	Error                          string
 	Runs                           []runRow
+	Versions                       []versionView // the notice of other versions' runs
 }
 
 type runRow struct {
@@ -36,8 +34,8 @@ type runRow struct {
 // duration back from now) and limit (1 to 1000).
 func parseRunFilter(q url.Values, now time.Time) (engine.RunFilter, error) {
 	f := engine.RunFilter{Function: q.Get("function"), Status: run.State(q.Get("status"))}
-	if f.Status != "" && !slices.Contains(runStates, f.Status) {
-		return f, badRequest{fmt.Errorf("status %q is not one of queued, running, completed, failed, cancelled, timed_out", shorten(string(f.Status), 64))}
+	if f.Status != "" && !slices.Contains(engine.RunStates, f.Status) {
+		return f, badRequest{fmt.Errorf("status %q is not one of %s", shorten(string(f.Status), 64), engine.StatesText())}
 	}
 	if s := q.Get("since"); s != "" {
 		if t, err := time.Parse(time.RFC3339, s); err == nil {
@@ -60,7 +58,11 @@ func parseRunFilter(q url.Values, now time.Time) (engine.RunFilter, error) {
 
 func (h *Handler) runs(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
-	v := runsView{Function: q.Get("function"), Status: q.Get("status"), Since: q.Get("since"), Limit: q.Get("limit"), Statuses: runStates}
+	v := runsView{Function: q.Get("function"), Status: q.Get("status"), Since: q.Get("since"), Limit: q.Get("limit"), Statuses: engine.RunStates}
+	var err error
+	if v.Versions, err = h.otherVersions(r.Context()); err != nil {
+		return err
+	}
 	f, err := parseRunFilter(q, h.cfg.Now())
 	if err == nil {
 		var runs []run.Summary
@@ -124,7 +126,7 @@ func (h *Handler) run(w http.ResponseWriter, r *http.Request) error {
 	}
 	now := h.cfg.Now()
 	v := runView{RunDetail: d, Duration: runDuration(d.Summary, now),
-		CanCancel: d.Status == run.Queued || d.Status == run.Running,
+		CanCancel: !d.Status.Ended(),
 		CanRerun:  d.Status == run.Failed || d.Status == run.Cancelled || d.Status == run.TimedOut}
 	if d.Event != nil && len(d.Event.Data) > 0 {
 		v.EventData = fmtJSON(d.Event.Data)

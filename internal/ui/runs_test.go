@@ -28,7 +28,8 @@ func TestRunsFilters(t *testing.T) {
 			engine.RunFilter{Function: "summarize", Status: run.Failed, Since: now.Add(-2 * time.Hour), Limit: 20}},
 		{"since a time", "since=2026-03-04T08:00:00Z&limit=1000", 200, "summarize:doc-1", engine.RunFilter{Since: now.Add(-4 * time.Hour), Limit: 1000}},
 		{"timed out", "status=timed_out&limit=1", 200, "summarize:doc-1", engine.RunFilter{Status: run.TimedOut, Limit: 1}},
-		{"bad status", "status=finished", 400, `status "finished" is not one of queued, running, completed, failed, cancelled, timed_out`, engine.RunFilter{}},
+		{"other versions", "status=other_version", 200, "summarize:doc-1", engine.RunFilter{Status: run.OtherVersion}},
+		{"bad status", "status=finished", 400, `status "finished" is not one of queued, running, other_version, completed, failed, cancelled, timed_out`, engine.RunFilter{}},
 		{"bad since", "since=yesterday", 400, `since "yesterday" is neither an RFC 3339 time nor a duration like 1h`, engine.RunFilter{}},
 		{"negative since", "since=-1h", 400, `since "-1h" is neither`, engine.RunFilter{}},
 		{"limit 0", "limit=0", 400, `limit "0": want 1 to 1000`, engine.RunFilter{}},
@@ -123,6 +124,7 @@ func TestRunPageShowsStepsAndActions(t *testing.T) {
 		{run.Failed, false, true, false},
 		{run.Running, true, false, true},
 		{run.Queued, true, false, true},
+		{run.OtherVersion, true, false, true},
 		{run.Completed, false, false, false},
 		{run.TimedOut, false, true, false},
 	} {

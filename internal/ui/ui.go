@@ -10,6 +10,8 @@
 //	GET  /runs/{id}           a run: its steps, attempts, outputs and errors
 //	POST /runs/{id}/cancel    stop a queued or running run
 //	POST /runs/{id}/rerun     re-run from the first step that did not complete
+//	POST /versions/{v}/resume resume here the unfinished runs of version v
+//	POST /versions/{v}/cancel cancel the unfinished runs of version v
 //	GET  /plan                the planner's table for the running configuration
 //	GET  /send, POST /send    send a test event
 //	GET  /login, POST /login  sign in with the token; POST /logout signs out
@@ -113,6 +115,10 @@ var (
 type Config struct {
 	// Engine lists, shows, cancels and re-runs runs. Required.
 	Engine Engine
+	// Versions are the unfinished runs of versions other than the app's:
+	// the overview and the runs page show a notice per version, with
+	// buttons to resume them here or cancel them. Default nil: no notice.
+	Versions Versions
 	// Sender sends the send page's test events. Default nil: the send page
 	// says sending is not available.
 	Sender Sender
@@ -253,6 +259,8 @@ func New(cfg Config) (*Handler, error) {
 	mux.Handle("GET /runs/{id}", h.page(h.run))
 	mux.Handle("POST /runs/{id}/cancel", h.form(h.cancel))
 	mux.Handle("POST /runs/{id}/rerun", h.form(h.rerun))
+	mux.Handle("POST /versions/{version}/resume", h.form(h.moveVersion(true)))
+	mux.Handle("POST /versions/{version}/cancel", h.form(h.moveVersion(false)))
 	mux.Handle("GET /plan", h.page(h.plan))
 	mux.Handle("GET /send", h.page(h.sendForm))
 	mux.Handle("POST /send", h.form(h.send))
@@ -379,7 +387,7 @@ func statusOf(err error) int {
 		return http.StatusBadRequest
 	case errors.As(err, &nf), errors.Is(err, engine.ErrRunNotFound), errors.Is(err, engine.ErrNoFunction):
 		return http.StatusNotFound
-	case errors.Is(err, engine.ErrNotRerunnable), errors.Is(err, engine.ErrEnded):
+	case errors.Is(err, engine.ErrNotRerunnable), errors.Is(err, engine.ErrEnded), errors.Is(err, engine.ErrSameVersion):
 		return http.StatusConflict
 	}
 	return http.StatusInternalServerError
