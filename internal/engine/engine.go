@@ -135,8 +135,7 @@ type Engine struct {
 	drain    chan struct{}
 	draining bool
 	idle     chan struct{}
-	// idleClosed: idle was closed (a transaction may count after it).
-	idleClosed bool
+	idleClosed bool // idle was closed
 
 	sys internals.SystemDatabase // DBOS's system database, for run owners
 
@@ -477,19 +476,7 @@ func (e *Engine) checkIdle() {
 	}
 }
 
-// isDraining reports whether the engine stopped taking work.
-func (e *Engine) isDraining() bool {
-	e.stepsMu.Lock()
-	defer e.stepsMu.Unlock()
-	return e.draining
-}
 
-// stepCount counts a step that executes, draining or not.
-func (e *Engine) stepCount() {
-	e.stepsMu.Lock()
-	defer e.stepsMu.Unlock()
-	e.steps++
-}
 
 // shutdownReserve is what Shutdown keeps of its timeout for DBOS's own
 // stop after the grace.
@@ -500,16 +487,25 @@ const shutdownReserve = 2 * time.Second
 const pausedQueue = "sluice:(paused)"
 
 // stepBegin counts a step that begins executing, and is false once the
-// engine drains: that step must not begin.
-func (e *Engine) stepBegin() bool {
+// engine drains: that step must not begin. The token's done uncounts it.
+func (e *Engine) stepBegin() (*stepToken, bool) {
 	e.stepsMu.Lock()
 	defer e.stepsMu.Unlock()
 	if e.draining {
-		return false
+		return nil, false
 	}
 	e.steps++
-	return true
+	return &stepToken{e: e}, true
 }
+
+// stepToken is a step counted by stepBegin.
+type stepToken struct {
+	e    *Engine
+	once sync.Once
+}
+
+// done uncounts the step. Safe to call twice.
+func (t *stepToken) done() { t.once.Do(t.e.stepEnd) }
 
 // stepEnd counts a step that stopped executing.
 func (e *Engine) stepEnd() {

@@ -52,19 +52,21 @@ func (r *Run) Engine() *Engine { return r.fn.e }
 // error (see the package comment).
 func Step[R any](r *Run, name string, fn func(context.Context) (R, error)) (R, error) {
 	return retry(r, name, func(attempt int) (R, error) {
-		if r.fn.e.isDraining() {
-			var zero R
+		var zero R
+		// Counted from before DBOS looks for the step's record until after
+		// it wrote it: a stop that waited only for fn could end the run's
+		// context between fn's return and the record, and DBOS records
+		// nothing for a step whose run's context ended.
+		t, ok := r.fn.e.stepBegin()
+		if !ok {
 			return zero, r.paused(r.dctx)
 		}
+		defer t.done()
 		return dbos.RunAsStep(r.dctx, func(ctx context.Context) (R, error) {
-			var zero R
-			if !r.fn.e.stepBegin() {
-				return zero, r.paused(ctx)
-			}
 			v, err := fn(withGuard(ctx, r))
-			r.fn.e.stepEnd()
 			switch {
 			case errors.Is(err, errDraining):
+				t.done() // no call in flight: the stop need not wait for it
 				return zero, r.paused(ctx)
 			case errors.Is(err, ErrNotOwner):
 				// Not an attempt of this run's: DBOS refuses to record
@@ -90,17 +92,17 @@ func (r *Run) paused(ctx context.Context) error {
 // the process dies right after them.
 func Transaction[R any](r *Run, name string, fn func(ctx context.Context, tx dbos.Tx) (R, error)) (R, error) {
 	return retry(r, name, func(attempt int) (R, error) {
-		if r.fn.e.isDraining() {
-			// Not inside the step: its transaction would stay open.
+		// Counted until the transaction, with the step's record, has
+		// committed (see Step); one the stop refuses never begins, so no
+		// transaction stays open.
+		t, ok := r.fn.e.stepBegin()
+		if !ok {
 			var zero R
 			return zero, r.paused(r.dctx)
 		}
+		defer t.done()
 		return dbos.RunAsTransaction(r.dctx, r.fn.e.ds, func(ctx context.Context, tx dbos.Tx) (R, error) {
-			// A transaction that began is short and commits with its
-			// record: a drain waits for it.
-			r.fn.e.stepCount()
 			v, err := fn(ctx, tx)
-			r.fn.e.stepEnd()
 			return v, r.attempted(name, attempt, err)
 		}, dbos.WithStepName(name))
 	})
