@@ -146,10 +146,21 @@ func TestExecutorLockLossIsDetected(t *testing.T) {
 		_, err := other.Exec(ctx, `SELECT pg_advisory_lock($1)`, key)
 		taken <- err
 	}()
-	var pid int
-	if err := h.Postgres.QueryRow(ctx, `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted
-		AND ((classid::bigint << 32) | objid::bigint) = $1`, key).Scan(&pid); err != nil {
-		t.Fatalf("find the session holding the executor lock: %v", err)
+	lockQuery := `SELECT count(*) FILTER (WHERE NOT granted), coalesce(max(pid) FILTER (WHERE granted), 0) FROM pg_locks
+		WHERE locktype = 'advisory' AND ((classid::bigint << 32) | objid::bigint) = $1`
+	var waiters, pid int
+	for waiters == 0 {
+		// Until the other session waits in line for the lock: then the
+		// engine cannot take it back before it does.
+		if err := h.Postgres.QueryRow(ctx, lockQuery, key).Scan(&waiters, &pid); err != nil {
+			t.Fatalf("find the sessions of the executor lock: %v", err)
+		}
+		if waiters == 0 {
+			time.Sleep(5 * time.Millisecond) // poll interval (the test's timeout bounds the loop)
+		}
+	}
+	if pid == 0 {
+		t.Fatal("no session holds the executor lock")
 	}
 	if _, err := h.Postgres.Exec(ctx, `SELECT pg_terminate_backend($1)`, pid); err != nil {
 		t.Fatal(err)
