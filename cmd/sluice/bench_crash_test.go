@@ -8,10 +8,14 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,15 +23,24 @@ import (
 )
 
 // TestMain lets the crash and backfill benches re-execute this test binary
-// as their worker.
+// as their worker. The worker stops on SIGINT or SIGTERM as sluice's main
+// does.
 func TestMain(m *testing.M) {
 	env := &cmdEnv{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}
 	for variable, bench := range map[string]string{crashWorkerEnv: "crash", backfillWorkerEnv: "backfill"} {
 		if os.Getenv(variable) != "" {
-			os.Exit(runMain(context.Background(), env, []string{"bench", bench}))
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			context.AfterFunc(ctx, stop)
+			code := runMain(ctx, env, []string{"bench", bench})
+			stop()
+			os.Exit(code)
 		}
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if upgradeBuilds.dir != "" {
+		os.RemoveAll(upgradeBuilds.dir)
+	}
+	os.Exit(code)
 }
 
 func TestBenchCrashSplitsRebills(t *testing.T) {
@@ -36,47 +49,53 @@ func TestBenchCrashSplitsRebills(t *testing.T) {
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	a, b := stepKey{"doc-000001", "summarize"}, stepKey{"doc-000002", "classify"}
 	for _, tc := range []struct {
-		name                        string
-		calls                       map[stepKey][]time.Time
-		recorded                    map[stepKey]time.Time
-		breaks                      []time.Time
-		inFlight, finished, maxKill int
+		name               string
+		calls              map[stepKey][]time.Time
+		recorded           map[stepKey]time.Time
+		breaks             []time.Time
+		inFlight, finished int
+		perBreak           []int
 	}{
 		{"one call per step is no re-bill",
-			map[stepKey][]time.Time{a: {at(0)}, b: {at(5)}}, map[stepKey]time.Time{a: at(20), b: at(30)}, nil, 0, 0, 0},
+			map[stepKey][]time.Time{a: {at(0)}, b: {at(5)}}, map[stepKey]time.Time{a: at(20), b: at(30)}, nil, 0, 0, nil},
 		{"a call cut by a kill is in flight",
 			map[stepKey][]time.Time{a: {at(100), at(0)}, b: {at(10), at(120)}}, map[stepKey]time.Time{a: at(130), b: at(140)},
-			[]time.Time{at(50)}, 2, 0, 2},
+			[]time.Time{at(50)}, 2, 0, []int{2}},
 		{"cuts are charged to the kill that followed them",
 			map[stepKey][]time.Time{a: {at(0), at(100), at(200)}, b: {at(10), at(300)}}, map[stepKey]time.Time{a: at(230), b: at(330)},
-			[]time.Time{at(50), at(150)}, 3, 0, 2},
+			[]time.Time{at(50), at(150)}, 3, 0, []int{2, 1}},
+		{"a stop that cut nothing counts zero",
+			map[stepKey][]time.Time{a: {at(0), at(200)}}, map[stepKey]time.Time{a: at(230)}, []time.Time{at(50), at(100)}, 1, 0, []int{1, 0}},
 		{"a call after the record is finished",
-			map[stepKey][]time.Time{a: {at(0), at(100)}}, map[stepKey]time.Time{a: at(30)}, []time.Time{at(50)}, 0, 1, 0},
+			map[stepKey][]time.Time{a: {at(0), at(100)}}, map[stepKey]time.Time{a: at(30)}, []time.Time{at(50)}, 0, 1, []int{0}},
 		{"the record's millisecond is not after it",
-			map[stepKey][]time.Time{a: {at(0), at(30)}}, map[stepKey]time.Time{a: at(30)}, nil, 1, 0, 0},
+			map[stepKey][]time.Time{a: {at(0), at(30)}}, map[stepKey]time.Time{a: at(30)}, nil, 1, 0, nil},
 		{"an unrecorded step's calls but one are in flight",
-			map[stepKey][]time.Time{a: {at(0), at(100)}}, nil, []time.Time{at(50)}, 1, 0, 1},
+			map[stepKey][]time.Time{a: {at(0), at(100)}}, nil, []time.Time{at(50)}, 1, 0, []int{1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			in, fin, mk := splitRebills(tc.calls, tc.recorded, tc.breaks)
-			if in != tc.inFlight || fin != tc.finished || mk != tc.maxKill {
-				t.Fatalf("in flight %d, finished %d, max per kill %d; want %d, %d, %d", in, fin, mk, tc.inFlight, tc.finished, tc.maxKill)
+			in, fin, per := splitRebills(tc.calls, tc.recorded, tc.breaks)
+			if in != tc.inFlight || fin != tc.finished || !slices.Equal(per, tc.perBreak) {
+				t.Fatalf("in flight %d, finished %d, per break %v; want %d, %d, %v", in, fin, per, tc.inFlight, tc.finished, tc.perBreak)
 			}
 		})
 	}
 }
 
 // benchCrash runs the crash bench with small sizes and checks what must
-// hold whatever happens: exactly the kills asked for, every run completed,
-// nothing lost or saved twice, no step's call billed after it was recorded,
-// and no kill re-billing more calls than were in flight.
+// hold whatever happens: exactly the stops asked for, every run completed,
+// none cancelled, nothing lost or saved twice, no step's call billed after
+// it was recorded, no kill re-billing more calls than were in flight, no
+// graceful stop cutting a call or lasting longer than its grace plus 2s
+// (the bench's grace, 5s, is 250 times its calls' mean latency), and one
+// version for every run.
 func benchCrash(t *testing.T, args ...string) crashReport {
 	t.Helper()
-	const kills, concurrency = 3, 5
+	const stops, concurrency = crashTestStops, 5
 	var out, errb bytes.Buffer
 	env := &cmdEnv{stdout: &out, stderr: &errb, getenv: os.Getenv}
-	args = append([]string{"bench", "crash", "--kills", strconv.Itoa(kills), "--concurrency", strconv.Itoa(concurrency), "--json"}, args...)
+	args = append([]string{"bench", "crash", "--stops", strconv.Itoa(stops), "--concurrency", strconv.Itoa(concurrency), "--json"}, args...)
 	if code := runMain(context.Background(), env, args); code != 0 {
 		t.Fatalf("exit %d: %s\n%s", code, errb.String(), out.String())
 	}
@@ -85,11 +104,12 @@ func benchCrash(t *testing.T, args ...string) crashReport {
 		t.Fatalf("%s: %v", out.String(), err)
 	}
 	t.Logf("%+v", rep)
-	if rep.Kills != kills || rep.Concurrency != concurrency {
-		t.Errorf("kills %d at concurrency %d, want %d at %d", rep.Kills, rep.Concurrency, kills, concurrency)
+	if rep.Stops != stops || rep.Kills+rep.GracefulStops != stops || rep.Concurrency != concurrency {
+		t.Errorf("stops %d (kills %d, graceful %d) at concurrency %d, want %d at %d", rep.Stops, rep.Kills, rep.GracefulStops, rep.Concurrency, stops, concurrency)
 	}
-	if rep.Runs == 0 || rep.Completed != rep.Runs || rep.Lost != 0 || rep.DuplicateSaves != 0 || rep.Stuck != 0 {
-		t.Errorf("runs %d, completed %d, lost %d, duplicate saves %d, stuck %d: want every run completed once", rep.Runs, rep.Completed, rep.Lost, rep.DuplicateSaves, rep.Stuck)
+	if rep.Runs == 0 || rep.Completed != rep.Runs || rep.Lost != 0 || rep.DuplicateSaves != 0 || rep.Stuck != 0 || rep.Cancelled != 0 {
+		t.Errorf("runs %d, completed %d, lost %d, duplicate saves %d, stuck %d, cancelled %d: want every run completed once",
+			rep.Runs, rep.Completed, rep.Lost, rep.DuplicateSaves, rep.Stuck, rep.Cancelled)
 	}
 	if rep.RebilledFinished != 0 || rep.RebilledCalls != rep.RebilledInFlight || rep.RebilledCalls != rep.LLMCalls-2*rep.Completed {
 		t.Errorf("re-billed %d = %d in flight + %d finished, of %d calls for %d runs: want none finished, the rest two per run",
@@ -98,7 +118,43 @@ func benchCrash(t *testing.T, args ...string) crashReport {
 	if rep.MaxRebilledPerKill > concurrency {
 		t.Errorf("a kill re-billed %d calls, more than the %d runs in flight", rep.MaxRebilledPerKill, concurrency)
 	}
+	if rep.RebilledByGracefulStops != 0 {
+		t.Errorf("graceful stops cut %d calls in flight, want none: every call ends within the grace", rep.RebilledByGracefulStops)
+	}
+	if limit := rep.StopGraceSeconds + termSlack.Seconds(); rep.MaxStopSeconds > limit {
+		t.Errorf("a graceful stop took %.2fs, want at most %.2fs", rep.MaxStopSeconds, limit)
+	}
+	if len(rep.Versions) != 1 {
+		t.Errorf("runs recorded under versions %q, want one", rep.Versions)
+	}
 	return rep
+}
+
+// crashTestStops is how many times the tests stop the worker.
+const crashTestStops = 3
+
+// upgradeBuilds are the builds of sluice the upgrade tests share, made once
+// per test process and removed by TestMain.
+var upgradeBuilds struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+// sharedBuilds returns the folder of crashTestStops+1 builds of sluice,
+// each different (bench crash --builds).
+func sharedBuilds(t *testing.T) string {
+	t.Helper()
+	upgradeBuilds.once.Do(func() {
+		if upgradeBuilds.dir, upgradeBuilds.err = os.MkdirTemp("", "sluice-upgrade-test"); upgradeBuilds.err != nil {
+			return
+		}
+		upgradeBuilds.err = buildSluice(context.Background(), "", upgradeBuilds.dir, crashTestStops+1)
+	})
+	if upgradeBuilds.err != nil {
+		t.Fatal(upgradeBuilds.err)
+	}
+	return upgradeBuilds.dir
 }
 
 func TestBenchCrash(t *testing.T) {
@@ -124,6 +180,43 @@ func TestBenchCrash(t *testing.T) {
 		rep := benchCrash(t, "--db", url, "--db-restart", "--db-restart-cmd", restart)
 		if rep.DBRestarts != rep.Kills {
 			t.Errorf("%d database restarts, want one per kill (%d)", rep.DBRestarts, rep.Kills)
+		}
+	})
+	databases := []struct {
+		name string
+		url  func(t testing.TB) string
+	}{
+		{"sqlite", func(t testing.TB) string { return filepath.Join(t.TempDir(), "crash.db") }},
+		{"postgres", testenv.Postgres},
+	}
+	for _, db := range databases {
+		t.Run("graceful/"+db.name, func(t *testing.T) {
+			t.Parallel()
+			rep := benchCrash(t, "--db", db.url(t), "--stop", "term")
+			if rep.GracefulStops != crashTestStops || rep.Kills != 0 {
+				t.Errorf("%d graceful stops and %d kills, want %d and 0", rep.GracefulStops, rep.Kills, crashTestStops)
+			}
+		})
+		// Seed 4 draws a kill, a graceful stop and a kill.
+		t.Run("upgrade/"+db.name, func(t *testing.T) {
+			t.Parallel()
+			rep := benchCrash(t, "--db", db.url(t), "--stop", "mix", "--seed", "4", "--upgrade", "--builds", sharedBuilds(t))
+			if rep.Kills == 0 || rep.GracefulStops == 0 {
+				t.Errorf("%d kills and %d graceful stops, want some of each", rep.Kills, rep.GracefulStops)
+			}
+			if !rep.Upgrade || rep.Builds != crashTestStops+1 || !slices.Equal(rep.Versions, []string{"bench-upgrade"}) {
+				t.Errorf("upgrade %t, %d builds, versions %q: want every worker a build of its own, every run under bench-upgrade",
+					rep.Upgrade, rep.Builds, rep.Versions)
+			}
+		})
+	}
+	// Without a declared version, every build derives the same one from
+	// the app's functions: a run one build left, the next one resumes.
+	t.Run("upgrade/default version", func(t *testing.T) {
+		t.Parallel()
+		rep := benchCrash(t, "--db", filepath.Join(t.TempDir(), "crash.db"), "--stop", "mix", "--seed", "4", "--upgrade", "--builds", sharedBuilds(t), "--app-version", "")
+		if rep.Builds != crashTestStops+1 || rep.AppVersion != "" || len(rep.Versions) != 1 || rep.Versions[0] == "bench-upgrade" {
+			t.Errorf("%d builds, declared version %q, versions %q: want the default version, one for every build", rep.Builds, rep.AppVersion, rep.Versions)
 		}
 	})
 }
