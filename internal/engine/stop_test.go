@@ -18,21 +18,26 @@ import (
 // launched; the test shuts it down unless it did.
 func openWith(t *testing.T, url string, grace time.Duration, fns ...*Function) *Engine {
 	t.Helper()
-	return openOn(context.Background(), t, url, grace, fns...)
+	return launch(context.Background(), t, url, Config{StopGrace: grace}, fns...)
 }
 
 // openOn is openWith with ctx given to New and Launch, as a command gives
 // the context its signals end.
 func openOn(ctx context.Context, t *testing.T, url string, grace time.Duration, fns ...*Function) *Engine {
 	t.Helper()
-	e, err := New(ctx, Config{
-		Store:        testenv.OpenStore(t, url),
-		PollInterval: 20 * time.Millisecond,
-		RetryBase:    time.Millisecond,
-		RetryMax:     5 * time.Millisecond,
-		StopGrace:    grace,
-		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
+	return launch(ctx, t, url, Config{StopGrace: grace}, fns...)
+}
+
+// launch opens an engine on url with cfg — its store, fast polls and
+// millisecond backoff, a silent log filled in — registers fns and launches
+// it with ctx; the test shuts it down unless it did.
+func launch(ctx context.Context, t *testing.T, url string, cfg Config, fns ...*Function) *Engine {
+	t.Helper()
+	cfg.Store = testenv.OpenStore(t, url)
+	cfg.PollInterval = 20 * time.Millisecond
+	cfg.RetryBase, cfg.RetryMax = time.Millisecond, 5*time.Millisecond
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	e, err := New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

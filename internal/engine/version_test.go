@@ -3,8 +3,6 @@ package engine
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -19,28 +17,7 @@ import (
 // with functions fns, launched; the test shuts it down unless it did.
 func openVersion(t *testing.T, url, version string, fns ...*Function) *Engine {
 	t.Helper()
-	e, err := New(context.Background(), Config{
-		Store:        testenv.OpenStore(t, url),
-		AppVersion:   version,
-		PollInterval: 20 * time.Millisecond,
-		RetryBase:    time.Millisecond,
-		RetryMax:     5 * time.Millisecond,
-		StopGrace:    time.Hour,
-		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range fns {
-		if err := e.Register(f); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := e.Launch(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.Shutdown(5 * time.Second) })
-	return e
+	return launch(context.Background(), t, url, Config{AppVersion: version, StopGrace: time.Hour}, fns...)
 }
 
 // Runs left unfinished by a process of version a — one paused after its
