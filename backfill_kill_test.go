@@ -357,8 +357,8 @@ type killWorker struct {
 	cmd   *exec.Cmd
 	stdin io.Closer // closing it stops the worker gracefully
 	out   *testenv.Buffer
-	done chan struct{} // closed when it has exited
-	err  error         // how it exited, once done
+	done  chan struct{} // closed when it has exited
+	err   error         // how it exited, once done
 }
 
 // startKillWorker starts a worker, killed when the test ends. Its stdin is

@@ -286,7 +286,7 @@ type multinodeRun struct {
 	postRetries          int
 	adopted              int // runs of killed nodes the live ones handed back to their queues
 	check                crashReport
-	logs                 string // the end of the nodes' output, when something went wrong
+	logs                 string        // the end of the nodes' output, when something went wrong
 	rolled               int           // nodes stopped and started again as a new build (--rolling)
 	maxStop              time.Duration // the longest of those stops
 	atStops              int           // runs under way on them at their stops

@@ -130,11 +130,11 @@ type Engine struct {
 	// The drain of a graceful stop (see Shutdown): steps executing now,
 	// and drain, closed when the engine stops taking work; idle is closed
 	// once draining and no step executes.
-	stepsMu  sync.Mutex
-	steps    int
-	drain    chan struct{}
-	draining bool
-	idle     chan struct{}
+	stepsMu    sync.Mutex
+	steps      int
+	drain      chan struct{}
+	draining   bool
+	idle       chan struct{}
 	idleClosed bool // idle was closed
 
 	sys internals.SystemDatabase // DBOS's system database, for run owners
@@ -475,8 +475,6 @@ func (e *Engine) checkIdle() {
 		close(e.idle)
 	}
 }
-
-
 
 // shutdownReserve is what Shutdown keeps of its timeout for DBOS's own
 // stop after the grace.
