@@ -47,20 +47,8 @@ func TestBenchMultinode(t *testing.T) {
 	if testing.Short() {
 		t.Skip("two runs of over a minute each")
 	}
-	db := testenv.Postgres(t) // the bench makes its databases on this one's server
-	var out, errb bytes.Buffer
-	env := &cmdEnv{stdout: &out, stderr: &errb, getenv: os.Getenv}
-	args := []string{"bench", "multinode", "--db", db, "--nodes", "3", "--kill", "1", "--events", "120",
-		"--limits", "rpm=1000,tpm=1000000,otpm=15500", "--timeout", "4m", "--json"}
-	code := runMain(context.Background(), env, args)
-	var rep multinodeReport
-	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
-		t.Fatalf("exit %d: %s\n%s: %v", code, errb.String(), out.String(), err)
-	}
-	t.Logf("%s", bytes.TrimSpace(out.Bytes()))
-	if code != 0 {
-		t.Errorf("exit %d: %s", code, errb.String())
-	}
+	rep := benchMultinode(t, "--nodes", "3", "--kill", "1", "--events", "120",
+		"--limits", "rpm=1000,tpm=1000000,otpm=15500", "--timeout", "4m")
 	if rep.Nodes != 3 || rep.Killed != 1 || rep.Events != 120 {
 		t.Errorf("nodes %d, killed %d, events %d: want 3, 1, 120", rep.Nodes, rep.Killed, rep.Events)
 	}
@@ -106,20 +94,8 @@ func TestBenchMultinode(t *testing.T) {
 // them. Each stop ends within its grace plus 2s.
 func TestBenchMultinodeRollingDeploy(t *testing.T) {
 	t.Parallel()
-	db := testenv.Postgres(t)
-	var out, errb bytes.Buffer
-	env := &cmdEnv{stdout: &out, stderr: &errb, getenv: os.Getenv}
-	args := []string{"bench", "multinode", "--db", db, "--nodes", "2", "--kill", "0", "--rolling", "--events", "400",
-		"--latency", "200ms", "--limits", "rpm=20000,tpm=10000000,otpm=1000000", "--stop-grace", "10s", "--timeout", "4m", "--json"}
-	code := runMain(context.Background(), env, args)
-	var rep multinodeReport
-	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
-		t.Fatalf("exit %d: %s\n%s: %v", code, errb.String(), out.String(), err)
-	}
-	t.Logf("%s", bytes.TrimSpace(out.Bytes()))
-	if code != 0 {
-		t.Errorf("exit %d: %s", code, errb.String())
-	}
+	rep := benchMultinode(t, "--nodes", "2", "--kill", "0", "--rolling", "--events", "400",
+		"--latency", "200ms", "--limits", "rpm=20000,tpm=10000000,otpm=1000000", "--stop-grace", "10s", "--timeout", "4m")
 	if rep.Rolled != 2 || rep.RunsAtStops < 2 {
 		t.Errorf("%d nodes rolled with %d runs under way at their stops, want 2 with some on each", rep.Rolled, rep.RunsAtStops)
 	}
@@ -133,4 +109,24 @@ func TestBenchMultinodeRollingDeploy(t *testing.T) {
 	if rep.MaxStopSeconds > 12 {
 		t.Errorf("the longest stop took %.2fs, want at most the grace (10s) plus 2s", rep.MaxStopSeconds)
 	}
+}
+
+// benchMultinode runs the multinode bench with args on a fresh database
+// server's (the bench makes its databases on it) and returns its report;
+// a non-zero exit fails the test.
+func benchMultinode(t *testing.T, args ...string) multinodeReport {
+	t.Helper()
+	db := testenv.Postgres(t)
+	var out, errb bytes.Buffer
+	env := &cmdEnv{stdout: &out, stderr: &errb, getenv: os.Getenv}
+	code := runMain(context.Background(), env, append([]string{"bench", "multinode", "--db", db, "--json"}, args...))
+	var rep multinodeReport
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatalf("exit %d: %s\n%s: %v", code, errb.String(), out.String(), err)
+	}
+	t.Logf("%s", bytes.TrimSpace(out.Bytes()))
+	if code != 0 {
+		t.Errorf("exit %d: %s", code, errb.String())
+	}
+	return rep
 }

@@ -169,8 +169,10 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	if cfg.LockCheckEvery < 0 {
 		return nil, fmt.Errorf("engine config: lock check interval %s is negative", cfg.LockCheckEvery)
 	}
-	if err := CheckVersion(cfg.AppVersion); cfg.AppVersion != "" && err != nil {
-		return nil, fmt.Errorf("engine config: %w", err)
+	if cfg.AppVersion != "" {
+		if err := CheckVersion(cfg.AppVersion); err != nil {
+			return nil, fmt.Errorf("engine config: %w", err)
+		}
 	}
 	st := cfg.Store
 	h, err := st.Handle()
