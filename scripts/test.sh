@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test sluice has, on a fresh machine too: starts PostgreSQL when it
 # is down, installs the Node packages the client and browser tests use and
-# Chromium (from the distribution's packages), then runs go vet,
+# Chromium (from the distribution's packages), then runs go vet, checks that
+# every Go file is gofmt-formatted,
 # checks that go.mod and go.sum are tidy, runs staticcheck (fetched at a fixed
 # version from the Go module proxy), the Go tests with the race detector, then
 # every fuzz target briefly
@@ -58,6 +59,12 @@ fi
 
 log "go vet"
 go vet ./...
+log "gofmt -l"
+unformatted="$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './clients/*'))"
+if [ -n "$unformatted" ]; then
+  printf 'gofmt would change:\n%s\n' "$unformatted" >&2
+  exit 1
+fi
 if [ "$#" -eq 0 ]; then
   log "go mod tidy -diff"
   go mod tidy -diff
