@@ -41,6 +41,9 @@ type LeaseUse struct {
 	// Used only goes down from now on, and the lease is reported again if
 	// it does.
 	Closed bool
+	// Final reports that Used changes no more: the lease ended and every
+	// call admitted on it settled or was cancelled. It is reported no more.
+	Final bool
 }
 
 // lease is an open or closing lease of the governor.
@@ -154,11 +157,12 @@ func (g *Governor) LeaseWanted() <-chan struct{} {
 	return g.leaseWanted
 }
 
-// LeaseUses reports the closed leases whose use changed since the last
-// report, and forgets those that can change no more once reported. An open
-// lease is not reported: what its grantor holds for it must stay what was
-// granted while calls may still be admitted on it, or the calls admitted
-// after a report would be missing from the sums of every other process.
+// LeaseUses reports the closed leases whose use changed, or whose calls
+// all ended, since the last report, and forgets those that can change no
+// more once reported (Final). An open lease is not reported: what its
+// grantor holds for it must stay what was granted while calls may still be
+// admitted on it, or the calls admitted after a report would be missing
+// from the sums of every other process.
 func (g *Governor) LeaseUses(now time.Time) []LeaseUse {
 	g.mustBeNew()
 	g.mu.Lock()
@@ -168,7 +172,7 @@ func (g *Governor) LeaseUses(now time.Time) []LeaseUse {
 	keep := g.leases[:0]
 	for _, ls := range g.leases {
 		if ls.dirty && ls.closed {
-			out = append(out, LeaseUse{ID: ls.id, Used: ls.used, Last: time.Unix(0, ls.last), Closed: ls.closed})
+			out = append(out, LeaseUse{ID: ls.id, Used: ls.used, Last: time.Unix(0, ls.last), Closed: ls.closed, Final: ls.live == 0})
 			ls.dirty = false
 		}
 		if !ls.closed || ls.live > 0 {
@@ -238,10 +242,12 @@ func (r *Reservation) sentOnLease(now int64) {
 	}
 }
 
-// doneWithLease records that r's charge changes no more.
+// doneWithLease records that r's charge changes no more: the lease is
+// reported again, final once no call on it is live.
 func (r *Reservation) doneWithLease() {
 	if ls := r.lease; ls != nil {
 		ls.live--
+		ls.dirty = true
 		r.lease = nil
 	}
 }

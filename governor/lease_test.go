@@ -74,8 +74,8 @@ func TestLeasedGovernorAdmitsOnLeasesOnly(t *testing.T) {
 	end := until.Add(time.Millisecond)
 	uses := g.LeaseUses(end)
 	want := Cost{Requests: 2, Input: 200, Output: 60}
-	if len(uses) != 1 || !uses[0].Closed || uses[0].Used != want || !uses[0].Last.Equal(at) {
-		t.Fatalf("lease uses after its end %+v, want it closed, used %+v, last %v", uses, want, at)
+	if len(uses) != 1 || !uses[0].Closed || uses[0].Final || uses[0].Used != want || !uses[0].Last.Equal(at) {
+		t.Fatalf("lease uses after its end %+v, want it closed, not final (a call on it is live), used %+v, last %v", uses, want, at)
 	}
 	if again := g.LeaseUses(end); len(again) != 0 {
 		t.Errorf("lease uses reported twice: %+v", again)
@@ -83,8 +83,8 @@ func TestLeasedGovernorAdmitsOnLeasesOnly(t *testing.T) {
 	rs[2].Settle(end, Usage{Input: 100, Output: 0})
 	uses = g.LeaseUses(end)
 	want = Cost{Requests: 2, Input: 200, Output: 10}
-	if len(uses) != 1 || uses[0].Used != want || !uses[0].Closed {
-		t.Fatalf("lease uses after the last settle %+v, want used %+v", uses, want)
+	if len(uses) != 1 || uses[0].Used != want || !uses[0].Closed || !uses[0].Final {
+		t.Fatalf("lease uses after the last settle %+v, want used %+v, final", uses, want)
 	}
 	if len(g.leases) != 0 {
 		t.Errorf("%d leases kept after the last report, want none", len(g.leases))
@@ -94,6 +94,43 @@ func TestLeasedGovernorAdmitsOnLeasesOnly(t *testing.T) {
 	g.Advance(end)
 	if r.Admitted() {
 		t.Error("admitted on a closed lease")
+	}
+}
+
+// A lease is reported final once it ended and every call on it ended: a
+// lease nothing was admitted on as soon as it ends, another when its last
+// call settles, even for what it reserved.
+func TestLeaseFinalOnceItsCallsEnd(t *testing.T) {
+	t.Parallel()
+	g := mustNew(t, Config{Limits: Limits{RPM: 100, TPM: 100_000}, Leased: true, Accounting: SettleAccounting})
+	call := Cost{Requests: 1, Input: 100, Output: 50}
+	r, err := g.Reserve(t0, "a", call)
+	if err != nil {
+		t.Fatal(err)
+	}
+	until := t0.Add(time.Second)
+	g.Grant(t0, Lease{ID: "used", Cost: call, Until: until})
+	g.Advance(t0)
+	g.Grant(t0, Lease{ID: "idle", Cost: call, Until: until})
+	if !r.Admitted() {
+		t.Fatal("not admitted on the lease")
+	}
+	final := func(uses []LeaseUse) map[string]bool {
+		m := map[string]bool{}
+		for _, u := range uses {
+			m[u.ID] = u.Final
+		}
+		return m
+	}
+	if got := final(g.LeaseUses(until)); len(got) != 2 || got["used"] || !got["idle"] {
+		t.Fatalf("final of the leases reported at their end: %v, want used not (its call is live), idle final", got)
+	}
+	r.Settle(until, Usage{Input: 100, Output: 50})
+	if got := final(g.LeaseUses(until)); len(got) != 1 || !got["used"] {
+		t.Fatalf("final of the leases reported once the call settled as reserved: %v, want used final", got)
+	}
+	if again := g.LeaseUses(until); len(again) != 0 || len(g.leases) != 0 {
+		t.Fatalf("after the final reports: %+v reported, %d leases kept; want none", again, len(g.leases))
 	}
 }
 

@@ -150,7 +150,14 @@ func (ls *leaser) once(ctx context.Context) {
 	// The lease ends on this clock when the store has it end (At+TTL, to
 	// the millisecond; At was read before the transaction began), less the
 	// lag its last call may take to reach the provider.
-	ls.g.Grant(ls.now(), governor.Lease{ID: got.ID, Cost: got.Cost, Until: got.Until.Add(-ls.lag)})
+	lease := governor.Lease{ID: got.ID, Cost: got.Cost, Until: got.Until.Add(-ls.lag)}
+	if at := ls.now(); lease.Until.After(at) {
+		ls.g.Grant(at, lease)
+		return
+	}
+	// The transaction outlasted the lease: nothing can be admitted on it.
+	// Written down unused and final, it frees its room at once, and folds.
+	ls.failed(ls.st.SettleLease(ctx, ls.key, got.ID, governor.Cost{}, got.At, true), "settle a lease")
 }
 
 // settle writes what the leases were used for; what cannot be written is
@@ -166,7 +173,7 @@ func (ls *leaser) settle(ctx context.Context) {
 		ls.unsaved[u.ID] = u
 	}
 	for id, u := range ls.unsaved {
-		err := ls.st.SettleLease(ctx, ls.key, id, u.Used, u.Last.Add(ls.lag))
+		err := ls.st.SettleLease(ctx, ls.key, id, u.Used, u.Last.Add(ls.lag), u.Final)
 		if err != nil && ctx.Err() != nil {
 			return
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/clock"
 	"github.com/sluice-dev/sluice/internal/quota"
+	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/internal/testenv"
 )
 
@@ -159,4 +160,84 @@ func TestClusterHoldsTheLimitsInAggregate(t *testing.T) {
 			}
 		}
 	})
+}
+
+// A node whose calls go one at a time takes a lease for each. Its leaser
+// writes each lease down final once the lease ended and its call settled,
+// and the store folds the final leases a minute old: the key keeps about a
+// row per minute, not one per call, and its sums are the calls' settled
+// use. On both databases, on a clock the test moves.
+func TestClusterLeasesFoldOnceFinal(t *testing.T) {
+	t.Parallel()
+	testenv.Databases(t, func(t *testing.T, url string) {
+		ctx := context.Background()
+		var mu sync.Mutex
+		start := time.Date(2026, 10, 18, 7, 1, 49, 123_000_000, time.UTC)
+		now := start
+		clk := func() time.Time {
+			mu.Lock()
+			defer mu.Unlock()
+			return now
+		}
+		set := func(t time.Time) {
+			mu.Lock()
+			defer mu.Unlock()
+			now = t
+		}
+		st := testenv.OpenStore(t, url)
+		l, err := quota.Open(ctx, st, governor.Config{Key: "groq", Limits: governor.Limits{governor.RPM: 1000, governor.TPM: 1_000_000},
+			Accounting: governor.SettleAccounting, Lag: 2 * time.Second, Now: clk, DayBurst: -1},
+			quota.Config{Now: clk, Cluster: &quota.Cluster{Node: "n1", LeaseTTL: time.Second}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Start(ctx)
+		// 120 calls, one every 10 s: 20 minutes.
+		const calls, every = 120, 10 * time.Second
+		reserve := governor.Cost{Requests: 1, Input: 60, Output: 40}
+		for i := range calls {
+			set(start.Add(time.Duration(i) * every))
+			r, err := l.Wait(ctx, "a", reserve)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.Settle(clk(), governor.Usage{Input: 50, Output: 20})
+		}
+		// The last lease ends, and the leaser writes it down as it stops.
+		end := start.Add(calls * every)
+		set(end)
+		if err := l.Stop(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, day, err := st.LeaseUse(ctx, "groq", end); err != nil || day != (governor.Cost{Requests: calls, Input: 50 * calls, Output: 20 * calls}) {
+			t.Fatalf("LeaseUse of the day = %+v, %v; want the %d calls' settled use", day, err, calls)
+		}
+		// A fold for each of the 20 minutes (21 that the leases' ends fall
+		// in), and the leases of the last minute and 2 s (the lag): 7. And
+		// as many, at most, taken at one call's time but handed over after
+		// the test moved the clock on, so written down unused.
+		if rows := leaseRows(t, st, "groq"); rows > 21+7+7 {
+			t.Fatalf("%d rows of leases after %d calls taken one at a time in %s; want at most %d", rows, calls, end.Sub(start), 21+7+7)
+		}
+	})
+}
+
+// leaseRows counts the rows of key's leases, through the store's handle.
+func leaseRows(t *testing.T, st store.Store, key string) int64 {
+	t.Helper()
+	h, err := st.Handle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const q = `SELECT count(*) FROM sluice_leases WHERE key = $1`
+	var n int64
+	if h.SQLite != nil {
+		err = h.SQLite.QueryRowContext(context.Background(), q, key).Scan(&n)
+	} else {
+		err = h.Postgres.QueryRow(context.Background(), q, key).Scan(&n)
+	}
+	if err != nil {
+		t.Fatalf("count the leases of %s: %v", key, err)
+	}
+	return n
 }

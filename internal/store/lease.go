@@ -15,7 +15,9 @@ import (
 // takes leases of the key's capacity (TakeLease) and admits calls only on
 // the leases it holds; the leases that count in any window of a limit's
 // period never sum to more than the limit, so neither do the calls of all
-// the processes together.
+// the processes together. Leases whose use changes no more are folded, a
+// row per node and minute, once no minute's window sees them (see
+// Store.TakeLease): the sums only grow by it.
 
 // The bounds of a lease's TTL (LeaseRequest.TTL).
 const (
@@ -31,7 +33,7 @@ const MaxLeaseIDBytes = MaxKeyBytes + 17
 const MaxLeaseFlows = 1000
 
 // ErrNoLease is the error, wrapped, of SettleLease on a lease that is not
-// recorded: never taken, on another key, or pruned.
+// recorded: never taken, on another key, pruned, or folded once final.
 var ErrNoLease = errors.New("store: no such lease")
 
 // LeaseRequest asks for capacity on a key shared by several processes.

@@ -304,7 +304,18 @@ type Store interface {
 	// its flows when it gave them, a flow waiting on n of the nodes
 	// counting 1/n of its weight on each, req's own weight too — and a
 	// lease of the grant is inserted, ending at At+TTL. A zero grant
-	// inserts no lease and returns the zero Lease and nil. Bad input (an
+	// inserts no lease and returns the zero Lease and nil. Before it sums,
+	// it folds the key's final leases (see SettleLease) that ended a minute
+	// or more before req.At, and so count in no minute's window at req.At:
+	// those of one node that ended in one minute (of Unix time) become one
+	// row of that node and minute, or are added to it, whose use is the
+	// sum of theirs (each part at most governor.MaxCost, over any limit)
+	// and whose end is the latest of theirs. The row counts in every window
+	// that any of those leases counted in: the sums TakeLease and LeaseUse
+	// read never drop; in a day's window, a minute's use of a node may
+	// count up to a minute longer. So a key holds about one row per node
+	// and minute, beside the leases of the last minute and those not
+	// final. Bad input (an
 	// empty or too long key or node, a TTL out of range, a cost part
 	// negative or over governor.MaxCost, Min above Want, a weight NaN,
 	// infinite or negative, a bad flow name or weight, more than
@@ -314,18 +325,23 @@ type Store interface {
 
 	// SettleLease records what lease id on key was used for: its Cost
 	// becomes used and its Until last, each part only if lower (a lease
-	// never grows, never lasts longer), and Until never before its At. An
-	// unknown lease is an error wrapping ErrNoLease. A part of used
-	// negative or over governor.MaxCost, or a zero last, is an error.
-	SettleLease(ctx context.Context, key, id string, used governor.Cost, last time.Time) error
+	// never grows, never lasts longer), and Until never before its At.
+	// final says that its use changes no more, no call on it being under
+	// way: the lease is then final for good, and once it counts in no
+	// minute's window, TakeLease folds it (see there). An unknown lease —
+	// never taken, on another key, pruned or folded — is an error wrapping
+	// ErrNoLease. A part of used negative or over governor.MaxCost, or a
+	// zero last, is an error.
+	SettleLease(ctx context.Context, key, id string, used governor.Cost, last time.Time, final bool) error
 
 	// LeaseUse returns the sums of key's leases that count at at in a
 	// minute window and in a day window (as TakeLease sums them). A zero
 	// at is an error.
 	LeaseUse(ctx context.Context, key string, at time.Time) (minute, day governor.Cost, err error)
 
-	// PruneLeases deletes key's leases that ended before before, and key's
-	// nodes last seen before it, and returns how many leases it deleted.
+	// PruneLeases deletes key's leases and folds that ended before before
+	// (a fold when the last of its leases did), and key's nodes last seen
+	// before it, and returns how many rows of leases and folds it deleted.
 	PruneLeases(ctx context.Context, key string, before time.Time) (int64, error)
 
 	// Handle returns the connection pool of the store's database, for DBOS

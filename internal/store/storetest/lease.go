@@ -18,8 +18,10 @@ import (
 
 // exerciseLeases checks the leases of a provider key's capacity: what
 // TakeLease grants (store.Grant, on what the store sums), what it records,
-// how SettleLease and PruneLeases change it, and that several stores on one
-// database taking leases of one key at once never grant more than a limit.
+// how SettleLease and PruneLeases change it, that final leases are folded
+// into a row per node and minute without a sum dropping, and that several
+// stores on one database taking leases of one key at once never grant more
+// than a limit.
 func exerciseLeases(t *testing.T, newDB NewDatabase) {
 	ctx := context.Background()
 	open := func(t *testing.T) store.Store {
@@ -386,13 +388,13 @@ func exerciseLeases(t *testing.T, newDB NewDatabase) {
 				}
 			}
 		}
-		mustSettleLease(t, s, "groq", l.ID, cost(1, 400, 100), base.Add(5*time.Second))
+		mustSettleLease(t, s, "groq", l.ID, cost(1, 400, 100), base.Add(5*time.Second), false)
 		check("settled lower", cost(1, 300, 100), base.Add(5*time.Second))
-		mustSettleLease(t, s, "groq", l.ID, cost(2, 500, 500), base.Add(20*time.Second))
+		mustSettleLease(t, s, "groq", l.ID, cost(2, 500, 500), base.Add(20*time.Second), false)
 		check("settled higher", cost(1, 300, 100), base.Add(5*time.Second))
-		mustSettleLease(t, s, "groq", l.ID, cost(1, 300, 100), base.Add(-time.Hour))
+		mustSettleLease(t, s, "groq", l.ID, cost(1, 300, 100), base.Add(-time.Hour), false)
 		check("settled before its start", cost(1, 300, 100), base)
-		mustSettleLease(t, s, "groq", l.ID, governor.Cost{}, base.Add(time.Hour))
+		mustSettleLease(t, s, "groq", l.ID, governor.Cost{}, base.Add(time.Hour), true)
 		check("settled unused", governor.Cost{}, base)
 		if minute, _ := mustLeaseUse(t, s, "groq", base.Add(ttl+time.Minute-time.Millisecond)); minute != keep.Cost {
 			t.Fatalf("the lease settled beside another changed it: LeaseUse = %+v, want %+v", minute, keep.Cost)
@@ -402,7 +404,7 @@ func exerciseLeases(t *testing.T, newDB NewDatabase) {
 			{"groq", "n1/0000000000000000", "settle lease n1/0000000000000000 on groq: store: no such lease"},
 			{"openai", l.ID, "settle lease " + l.ID + " on openai: store: no such lease"},
 		} {
-			err := s.SettleLease(ctx, tc.key, tc.id, governor.Cost{}, base)
+			err := s.SettleLease(ctx, tc.key, tc.id, governor.Cost{}, base, true)
 			if !errors.Is(err, store.ErrNoLease) || err.Error() != tc.want {
 				t.Errorf("SettleLease(%q, %q) = %v, want %q wrapping ErrNoLease", tc.key, tc.id, err, tc.want)
 			}
@@ -446,6 +448,241 @@ func exerciseLeases(t *testing.T, newDB NewDatabase) {
 			t.Fatal("the test cannot tell the nodes' weights apart")
 		}
 		assertLease(t, mustTakeLease(t, s, req), "n4", store.Grant(req, minute, day, none, none, busy(4)), before, before.Add(time.Hour))
+	})
+
+	t.Run("LeaseRowsFoldedPerNodeAndMinute", func(t *testing.T) {
+		t.Parallel()
+		s := open(t)
+		// One node whose calls go one at a time takes a lease for each:
+		// 2,000 of them, one every 2 s, 67 minutes.
+		const leases, every = 2000, 2 * time.Second
+		const limits = "rpm=1000000,rpd=1000000000,tpm=1000000000,tpd=1000000000"
+		type use struct {
+			until time.Time
+			used  governor.Cost
+		}
+		var uses []use // of each lease, as settled
+		// sum sums the uses that end after from: what counts in a window
+		// that starts at from.
+		sum := func(from time.Time) governor.Cost {
+			var c governor.Cost
+			for _, u := range uses {
+				if u.until.After(from) {
+					c = add(c, u.used)
+				}
+			}
+			return c
+		}
+		// The call on every 7th lease runs for three minutes: its lease is
+		// settled when it ends, and settled again, final and for less, when
+		// the call ends.
+		type long struct {
+			i   int
+			id  string
+			end time.Time
+		}
+		var running []long
+		finish := func(r long) {
+			t.Helper()
+			u := &uses[r.i]
+			u.used = cost(u.used.Requests, u.used.Input/2, u.used.Output/2)
+			mustSettleLease(t, s, "groq", r.id, u.used, u.until, true)
+		}
+		rng := rand.New(rand.NewPCG(29, 8))
+		var at time.Time
+		for i := range leases {
+			at = base.Add(time.Duration(i) * every)
+			for len(running) > 0 && !running[0].end.After(at) {
+				finish(running[0])
+				running = running[1:]
+			}
+			req := leaseRequest("n1", at, cost(1, 100, 50), limits)
+			req.TTL = every
+			l := mustTakeLease(t, s, req)
+			assertLease(t, l, "n1", cost(1, 100, 50), at, at.Add(every))
+			u := use{until: at.Add(time.Duration(rng.Int64N(2000)) * time.Millisecond), used: cost(1, rng.Int64N(101), rng.Int64N(51))}
+			final := true
+			switch {
+			case i%50 == 0: // unused: it ends when it was granted
+				u = use{until: at}
+			case i%7 == 0:
+				final = false
+				running = append(running, long{i, l.ID, at.Add(3 * time.Minute)})
+			}
+			uses = append(uses, u)
+			mustSettleLease(t, s, "groq", l.ID, u.used, u.until, final)
+			if i%100 != 99 {
+				continue
+			}
+			// The rows: a fold for each minute the leases ended in, the
+			// leases that ended in the last minute (31 and the one just
+			// taken) and those still running. The sums are the leases'.
+			rows, _ := leaseRows(t, s, "groq")
+			if bound := int64(at.Sub(base)/time.Minute) + 2 + int64(time.Minute/every) + 2 + int64(len(running)); rows > bound {
+				t.Fatalf("after %d leases of one node in %s, %d rows of leases; want at most %d", i+1, at.Sub(base), rows, bound)
+			}
+			assertLeaseUse(t, s, "groq", at, sum(at.Add(-time.Minute)), sum(at.Add(-24*time.Hour)))
+		}
+		for _, r := range running {
+			finish(r)
+		}
+		end := at.Add(every)
+
+		// The node's next ask folds every lease, all final, that ended a
+		// minute before it: one row per minute they ended in is left.
+		minutes := map[int64]time.Time{} // the latest end of each
+		for _, u := range uses {
+			m := u.until.Truncate(time.Minute).Unix()
+			minutes[m] = latest(minutes[m], u.until)
+		}
+		if l := mustTakeLease(t, s, leaseRequest("n1", end.Add(time.Minute), governor.Cost{}, limits)); l != (store.Lease{}) {
+			t.Fatalf("TakeLease for nothing = %+v, want none", l)
+		}
+		rows, folds := leaseRows(t, s, "groq")
+		if rows != folds || folds != int64(len(minutes)) {
+			t.Fatalf("%d rows, %d of them folds, of %d leases ended in %d minutes; want a fold a minute, nothing else", rows, folds, leases, len(minutes))
+		}
+		t.Logf("%d leases of one node in %s: %d rows", leases, end.Sub(base), rows)
+
+		// Where the day's window starts, a fold counts as long as its
+		// latest lease: at most what the node's leases used in the
+		// minute before the start, ended by then, counts beyond them.
+		var beyond int
+		for day := base.Add(24*time.Hour - time.Minute); day.Before(end.Add(24*time.Hour + time.Minute)); day = day.Add(29*time.Second + 7*time.Millisecond) {
+			from := day.Add(-24 * time.Hour)
+			exact := sum(from)
+			slack := sub(sum(from.Truncate(time.Minute).Add(-time.Millisecond)), exact)
+			minute, got := mustLeaseUse(t, s, "groq", day)
+			if minute != (governor.Cost{}) || !atLeast(got, exact) || !atLeast(add(exact, slack), got) {
+				t.Fatalf("LeaseUse at %s = %+v, %+v; want nothing in the minute, and from %+v, what the leases that count used, to %+v more", showTime(day), minute, got, exact, slack)
+			}
+			if got != exact {
+				beyond++
+			}
+		}
+		if beyond == 0 {
+			t.Fatal("the test cannot tell a fold from its leases: no fold counted beyond them")
+		}
+
+		// PruneLeases deletes the folds whose latest lease ended before
+		// before: what counts from then on is as it was.
+		before := base.Add(30*time.Minute + 17*time.Second)
+		var gone int64
+		for _, last := range minutes {
+			if last.Before(before) {
+				gone++
+			}
+		}
+		kept := func() []governor.Cost {
+			var days []governor.Cost
+			for day := before.Add(24 * time.Hour); day.Before(end.Add(24 * time.Hour)); day = day.Add(3 * time.Minute) {
+				_, d := mustLeaseUse(t, s, "groq", day)
+				days = append(days, d)
+			}
+			return days
+		}
+		was := kept()
+		if n, err := s.PruneLeases(ctx, "groq", before); err != nil || n != gone {
+			t.Fatalf("PruneLeases(%s) = %d, %v; want the %d folds that ended before it", showTime(before), n, err, gone)
+		}
+		if now := kept(); !slices.Equal(now, was) {
+			t.Fatalf("LeaseUse in the days after the prune = %+v, was %+v", now, was)
+		}
+		if n, err := s.PruneLeases(ctx, "groq", end.Add(time.Minute)); err != nil || n != folds-gone {
+			t.Fatalf("PruneLeases(%s) = %d, %v; want the %d folds left", showTime(end.Add(time.Minute)), n, err, folds-gone)
+		}
+		assertLeaseUse(t, s, "groq", end, governor.Cost{}, governor.Cost{})
+	})
+
+	t.Run("LeaseFoldedOnceFinal", func(t *testing.T) {
+		t.Parallel()
+		s := open(t)
+		const limits = "rpm=100,rpd=1000"
+		take := func(node string, want governor.Cost) store.Lease {
+			t.Helper()
+			return mustTakeLease(t, s, leaseRequest(node, base, want, limits))
+		}
+		// ask has n3 ask for nothing at at: it folds, and takes nothing.
+		ask := func(at time.Time) {
+			t.Helper()
+			if l := mustTakeLease(t, s, leaseRequest("n3", at, governor.Cost{}, limits)); l != (store.Lease{}) {
+				t.Fatalf("TakeLease for nothing = %+v, want none", l)
+			}
+		}
+		assertRows := func(step string, rows, folds int64) {
+			t.Helper()
+			if r, f := leaseRows(t, s, "groq"); r != rows || f != folds {
+				t.Fatalf("%s: %d rows, %d of them folds; want %d, %d", step, r, f, rows, folds)
+			}
+		}
+		a, b, c := take("n1", cost(3, 0, 0)), take("n1", cost(2, 0, 0)), take("n2", cost(1, 0, 0))
+		ended := base.Add(time.Second)
+		mustSettleLease(t, s, "groq", a.ID, cost(2, 0, 0), ended, true)
+		mustSettleLease(t, s, "groq", b.ID, cost(2, 0, 0), ended, false) // a call on it still runs
+		mustSettleLease(t, s, "groq", c.ID, cost(1, 0, 0), ended.Add(time.Second), true)
+		// A millisecond short of a minute after they ended, a and b still
+		// count in a minute's window: nothing is folded.
+		ask(ended.Add(time.Minute - time.Millisecond))
+		assertRows("a minute after the leases ended, less a millisecond", 3, 0)
+		assertLeaseUse(t, s, "groq", ended.Add(time.Minute-time.Millisecond), cost(5, 0, 0), cost(5, 0, 0))
+		// A minute after, a is folded, alone: b is not final, c still
+		// counts in the minute.
+		ask(ended.Add(time.Minute))
+		assertRows("a minute after", 3, 1)
+		assertLeaseUse(t, s, "groq", ended.Add(time.Minute), cost(1, 0, 0), cost(5, 0, 0))
+		// Folded, a is no lease to settle; nor is the fold, by its ID.
+		want := "settle lease " + a.ID + " on groq: store: no such lease"
+		if err := s.SettleLease(ctx, "groq", a.ID, governor.Cost{}, base, true); !errors.Is(err, store.ErrNoLease) || err.Error() != want {
+			t.Fatalf("SettleLease of a folded lease = %v, want %q", err, want)
+		}
+		ids := foldIDs(t, s, "groq")
+		if len(ids) != 1 {
+			t.Fatalf("folds %q, want one", ids)
+		}
+		want = "settle lease " + ids[0] + " on groq: store: no such lease"
+		if err := s.SettleLease(ctx, "groq", ids[0], governor.Cost{}, base, true); !errors.Is(err, store.ErrNoLease) || err.Error() != want {
+			t.Fatalf("SettleLease of a fold = %v, want %q", err, want)
+		}
+		assertLeaseUse(t, s, "groq", ended.Add(time.Minute), cost(1, 0, 0), cost(5, 0, 0))
+		// b, settled final for less once its call ended, is added to n1's
+		// fold of the minute it ended in, where a is; c has a fold of its
+		// own, n2's.
+		mustSettleLease(t, s, "groq", b.ID, cost(1, 0, 0), ended, true)
+		ask(ended.Add(time.Second + time.Minute))
+		assertRows("once b is final and c counts in no minute", 2, 2)
+		assertLeaseUse(t, s, "groq", ended.Add(time.Second+time.Minute), governor.Cost{}, cost(4, 0, 0))
+		// Each counts in a day as long as its leases.
+		assertLeaseUse(t, s, "groq", ended.Add(24*time.Hour-time.Millisecond), governor.Cost{}, cost(4, 0, 0))
+		assertLeaseUse(t, s, "groq", ended.Add(24*time.Hour), governor.Cost{}, cost(1, 0, 0))
+		assertLeaseUse(t, s, "groq", ended.Add(time.Second+24*time.Hour), governor.Cost{}, governor.Cost{})
+	})
+
+	t.Run("LeaseFoldCountsAgainstItsNodesShare", func(t *testing.T) {
+		t.Parallel()
+		s := open(t)
+		take := func(node string, at time.Time, want governor.Cost, limits string) store.Lease {
+			t.Helper()
+			return mustTakeLease(t, s, leaseRequest(node, at, want, limits))
+		}
+		const limits = "rpm=100,rpd=100"
+		// As in LeaseShareLessOwnOfEachPeriod, but P's lease is used in
+		// full and final, and folded by the first ask two minutes on.
+		take("Q", base, cost(1, 0, 0), limits)
+		claimMore(t, s, leaseRequest("Q", base, governor.Cost{}, limits))
+		p := take("P", base.Add(time.Second), cost(1000, 0, 0), limits)
+		assertLease(t, p, "P", cost(50, 0, 0), base.Add(time.Second), base.Add(time.Second+ttl))
+		mustSettleLease(t, s, "groq", p.ID, p.Cost, base.Add(2*time.Second), true)
+		at := base.Add(2 * time.Minute)
+		take("Q", at, cost(1, 0, 0), limits)
+		claimMore(t, s, leaseRequest("Q", at, governor.Cost{}, limits))
+		at = at.Add(time.Second)
+		if l := take("P", at, cost(1000, 0, 0), limits); l != (store.Lease{}) {
+			t.Fatalf("TakeLease of P with its share of the day taken by its folded lease = %+v, want none", l)
+		}
+		if _, folds := leaseRows(t, s, "groq"); folds != 1 {
+			t.Fatalf("%d folds, want P's lease folded", folds)
+		}
+		assertLease(t, take("P", at, cost(1000, 0, 0), "rpm=100"), "P", cost(50, 0, 0), at, at.Add(ttl))
 	})
 
 	t.Run("LeaseRefusesBadInput", func(t *testing.T) {
@@ -529,15 +766,15 @@ func exerciseLeases(t *testing.T, newDB NewDatabase) {
 			err  error
 			want string
 		}{
-			{"SettleLease without key", s.SettleLease(ctx, "", l.ID, governor.Cost{}, base), "settle lease: empty key"},
-			{"SettleLease without ID", s.SettleLease(ctx, "groq", "", governor.Cost{}, base), "settle lease on groq: empty lease ID"},
-			{"SettleLease with a long ID", s.SettleLease(ctx, "groq", longID, governor.Cost{}, base),
+			{"SettleLease without key", s.SettleLease(ctx, "", l.ID, governor.Cost{}, base, true), "settle lease: empty key"},
+			{"SettleLease without ID", s.SettleLease(ctx, "groq", "", governor.Cost{}, base, true), "settle lease on groq: empty lease ID"},
+			{"SettleLease with a long ID", s.SettleLease(ctx, "groq", longID, governor.Cost{}, base, true),
 				fmt.Sprintf(`settle lease on groq: lease ID of 274 bytes is over the limit of 273: %q…`, longID[:48])},
-			{"SettleLease with a negative use", s.SettleLease(ctx, "groq", l.ID, cost(1, 0, -1), base),
+			{"SettleLease with a negative use", s.SettleLease(ctx, "groq", l.ID, cost(1, 0, -1), base, true),
 				"settle lease " + l.ID + " on groq: used.Output -1 is negative"},
-			{"SettleLease with a use over MaxCost", s.SettleLease(ctx, "groq", l.ID, cost(governor.MaxCost+1, 0, 0), base),
+			{"SettleLease with a use over MaxCost", s.SettleLease(ctx, "groq", l.ID, cost(governor.MaxCost+1, 0, 0), base, true),
 				"settle lease " + l.ID + " on groq: used.Requests 1099511627777 is over the bound of 1099511627776 (governor.MaxCost)"},
-			{"SettleLease at the zero time", s.SettleLease(ctx, "groq", l.ID, governor.Cost{}, time.Time{}), "settle lease " + l.ID + " on groq: zero time"},
+			{"SettleLease at the zero time", s.SettleLease(ctx, "groq", l.ID, governor.Cost{}, time.Time{}, true), "settle lease " + l.ID + " on groq: zero time"},
 			{"LeaseUse without key", third(s.LeaseUse(ctx, "", base)), "read lease use: empty key"},
 			{"LeaseUse at the zero time", third(s.LeaseUse(ctx, "groq", time.Time{})), "read lease use of groq: zero time"},
 			{"PruneLeases without key", second(s.PruneLeases(ctx, "", base)), "prune leases: empty key"},
@@ -666,7 +903,7 @@ func leaseCalls(ctx context.Context, s store.Store) iter.Seq2[string, error] {
 			err error
 		}{
 			{"take lease on groq", second(s.TakeLease(ctx, leaseRequest("n1", base, cost(1, 1, 1), "rpm=10")))},
-			{"settle lease n1/0000000000000000 on groq", s.SettleLease(ctx, "groq", "n1/0000000000000000", cost(1, 1, 1), base)},
+			{"settle lease n1/0000000000000000 on groq", s.SettleLease(ctx, "groq", "n1/0000000000000000", cost(1, 1, 1), base, true)},
 			{"read lease use of groq", third(s.LeaseUse(ctx, "groq", base))},
 			{"prune leases of groq", second(s.PruneLeases(ctx, "groq", base))},
 		} {
@@ -715,9 +952,9 @@ func mustTakeLease(t *testing.T, s store.Store, req store.LeaseRequest) store.Le
 	return l
 }
 
-func mustSettleLease(t *testing.T, s store.Store, key, id string, used governor.Cost, last time.Time) {
+func mustSettleLease(t *testing.T, s store.Store, key, id string, used governor.Cost, last time.Time, final bool) {
 	t.Helper()
-	if err := s.SettleLease(context.Background(), key, id, used, last); err != nil {
+	if err := s.SettleLease(context.Background(), key, id, used, last, final); err != nil {
 		t.Fatalf("SettleLease(%s, %s): %v", key, id, err)
 	}
 }
@@ -749,4 +986,76 @@ func assertLease(t *testing.T, l store.Lease, node string, c governor.Cost, at, 
 	if !strings.HasPrefix(l.ID, node+"/") || len(l.ID) > store.MaxLeaseIDBytes {
 		t.Fatalf("lease ID %q: want %s/ and a suffix, at most %d bytes", l.ID, node, store.MaxLeaseIDBytes)
 	}
+}
+
+// leaseRows counts key's rows of leases and, of them, the folds, through
+// the store's handle.
+func leaseRows(t *testing.T, s store.Store, key string) (rows, folds int64) {
+	t.Helper()
+	const q = `SELECT count(*), coalesce(sum(CASE WHEN state = 2 THEN 1 ELSE 0 END), 0) FROM sluice_leases WHERE key = $1`
+	ctx := context.Background()
+	h := mustHandle(t, s)
+	var err error
+	if h.SQLite != nil {
+		err = h.SQLite.QueryRowContext(ctx, q, key).Scan(&rows, &folds)
+	} else {
+		err = h.Postgres.QueryRow(ctx, q, key).Scan(&rows, &folds)
+	}
+	if err != nil {
+		t.Fatalf("count the leases of %s: %v", key, err)
+	}
+	return rows, folds
+}
+
+// foldIDs returns the IDs of key's folds, through the store's handle.
+func foldIDs(t *testing.T, s store.Store, key string) []string {
+	t.Helper()
+	const q = `SELECT id FROM sluice_leases WHERE key = $1 AND state = 2 ORDER BY id`
+	ctx := context.Background()
+	h := mustHandle(t, s)
+	var ids []string
+	scan := func(next func() bool, sc func(...any) error, errf func() error) {
+		for next() {
+			var id string
+			if err := sc(&id); err != nil {
+				t.Fatalf("read the folds of %s: %v", key, err)
+			}
+			ids = append(ids, id)
+		}
+		if err := errf(); err != nil {
+			t.Fatalf("read the folds of %s: %v", key, err)
+		}
+	}
+	if h.SQLite != nil {
+		rows, err := h.SQLite.QueryContext(ctx, q, key)
+		if err != nil {
+			t.Fatalf("read the folds of %s: %v", key, err)
+		}
+		defer rows.Close()
+		scan(rows.Next, rows.Scan, rows.Err)
+	} else {
+		rows, err := h.Postgres.Query(ctx, q, key)
+		if err != nil {
+			t.Fatalf("read the folds of %s: %v", key, err)
+		}
+		defer rows.Close()
+		scan(rows.Next, rows.Scan, rows.Err)
+	}
+	return ids
+}
+
+func sub(a, b governor.Cost) governor.Cost {
+	return cost(a.Requests-b.Requests, a.Input-b.Input, a.Output-b.Output)
+}
+
+// atLeast reports whether every part of a is at least b's.
+func atLeast(a, b governor.Cost) bool {
+	return a.Requests >= b.Requests && a.Input >= b.Input && a.Output >= b.Output
+}
+
+func latest(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

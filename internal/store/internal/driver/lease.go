@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"math"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
@@ -33,8 +34,10 @@ var leaseStatements = []string{
 	"record_lease_node", // key, node, weight, flows (JSON), seen at, what it asked for: requests, input, output
 	"lease_others",      // key, node, seen from (inclusive; a node seen later counts too: its clock, or its turn at the lock, was ahead); returns the node, weight, flows and wanted requests, input, output of each other node with a weight
 	"lease_use_by_node", // key, minute's start, day's start (both exclusive); returns of each node with leases in the day: the node, requests, input, output of the minute, then of the day
+	"take_final_leases", // key, ended by (inclusive); deletes the final leases that ended by then and returns the node, end, grant time, requests, input, output of each
+	"add_lease_fold",    // key, ID, node, at, until, requests, input, output, the most of each sum; adds to the fold of that ID, made if there is none
 	"insert_lease",      // key, ID, node, at, until, requests, input, output
-	"settle_lease",      // key, ID, requests, input, output, last; affects 1 row, or 0 for an unknown lease
+	"settle_lease",      // key, ID, requests, input, output, last, 1 if final else 0; affects 1 row, or 0 for an unknown lease or a fold
 	"prune_leases",      // key, before; affects the rows deleted
 	"prune_lease_nodes", // key, before
 }
@@ -85,6 +88,9 @@ func (l Leases) TakeLease(ctx context.Context, req store.LeaseRequest) (store.Le
 	var lease store.Lease
 	err = l.conn.InTx(ctx, func(tx store.Tx) error {
 		if _, err := tx.Exec(ctx, l.sql["lock_lease_key"], req.Key); err != nil {
+			return err
+		}
+		if err := l.fold(ctx, tx, req.Key, at-minuteMillis); err != nil {
 			return err
 		}
 		var nodes []nodeWeight
@@ -140,6 +146,72 @@ func (l Leases) TakeLease(ctx context.Context, req store.LeaseRequest) (store.Le
 		return store.Lease{}, fmt.Errorf("%s: %w", op, err)
 	}
 	return lease, nil
+}
+
+// foldMillis is the span of the ends of the leases one fold takes: a
+// minute, the shortest window, so that a fold counts in a day's window at
+// most a minute longer than its earliest lease would have.
+var foldMillis = minuteMillis
+
+// fold folds key's final leases that ended by endedBy (see
+// store.Store.TakeLease): those of one node whose ends fall in one minute of
+// Unix time are added to that node's fold of the minute, a row whose use is
+// their sum (each part at most governor.MaxCost) and whose end is the latest
+// of theirs. A fold counts in every window that any of its leases counted
+// in, so the sums never drop.
+func (l Leases) fold(ctx context.Context, tx store.Tx, key string, endedBy int64) error {
+	type fold struct {
+		id, node  string
+		at, until int64
+		use       governor.Cost
+	}
+	var folds []*fold
+	byID := map[string]*fold{}
+	err := txQuery(tx)(ctx, l.sql["take_final_leases"], []any{key, endedBy}, func(r Row) error {
+		var node string
+		var until, at int64
+		var use governor.Cost
+		if err := r.Scan(&node, &until, &at, &use.Requests, &use.Input, &use.Output); err != nil {
+			return err
+		}
+		minute := until / foldMillis
+		if until%foldMillis < 0 {
+			minute-- // the minute that holds until, before 1970 too
+		}
+		id := foldID(node, minute)
+		f := byID[id]
+		if f == nil {
+			f = &fold{id: id, node: node, at: at, until: until}
+			byID[id] = f
+			folds = append(folds, f)
+		}
+		f.at, f.until = min(f.at, at), max(f.until, until)
+		f.use = atMost(saturatingAdd(f.use, use), governor.MaxCost)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, f := range folds {
+		_, err := tx.Exec(ctx, l.sql["add_lease_fold"], key, f.id, f.node, f.at, f.until,
+			f.use.Requests, f.use.Input, f.use.Output, int64(governor.MaxCost))
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// foldID is the ID of node's fold of a minute: the node, "/m" and the
+// minute's number since 1970. No lease has it: a lease's ID ends in "/" and
+// hex digits, without "m".
+func foldID(node string, minute int64) string {
+	return node + "/m" + strconv.FormatInt(minute, 10)
+}
+
+// atMost returns c with each part at most most.
+func atMost(c governor.Cost, most int64) governor.Cost {
+	return governor.Cost{Requests: min(c.Requests, most), Input: min(c.Input, most), Output: min(c.Output, most)}
 }
 
 // checkLease returns an error naming what of req, whose Key is checked,
@@ -236,7 +308,7 @@ func leaseID(node string) string {
 }
 
 // SettleLease implements store.Store.
-func (l Leases) SettleLease(ctx context.Context, key, id string, used governor.Cost, last time.Time) error {
+func (l Leases) SettleLease(ctx context.Context, key, id string, used governor.Cost, last time.Time, final bool) error {
 	op, err := named("settle lease", " on ", "key", key, store.MaxKeyBytes)
 	if err != nil {
 		return err
@@ -253,7 +325,11 @@ func (l Leases) SettleLease(ctx context.Context, key, id string, used governor.C
 	}
 	var n int64
 	err = l.conn.InTx(ctx, func(tx store.Tx) error {
-		res, err := tx.Exec(ctx, l.sql["settle_lease"], key, id, used.Requests, used.Input, used.Output, last.UnixMilli())
+		state := 0 // as it was: open, or final if it was
+		if final {
+			state = 1
+		}
+		res, err := tx.Exec(ctx, l.sql["settle_lease"], key, id, used.Requests, used.Input, used.Output, last.UnixMilli(), state)
 		if err != nil {
 			return err
 		}
