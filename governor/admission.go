@@ -15,6 +15,7 @@ func (g *Governor) Reserve(now time.Time, flow string, c Cost) (*Reservation, er
 	g.mustBeNew()
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.relearn(now.UnixNano())
 	if err := g.check(c); err != nil {
 		var tl *TooLargeError
 		if errors.As(err, &tl) {
@@ -165,6 +166,10 @@ func (g *Governor) advance(now int64) int64 {
 	}
 	if admitted {
 		g.broadcast()
+	}
+	if next != 0 {
+		// An allowance the provider lowered comes back by itself.
+		next = min(next, g.relearnAt)
 	}
 	return next
 }

@@ -273,16 +273,20 @@ func TestSettleBoundsUsage(t *testing.T) {
 }
 
 // Numbers from the provider's headers and retry times cannot wrap time or
-// room into admitting.
+// room into admitting, nor hold a limit past its period plus lag.
 func TestFeedbackSaturates(t *testing.T) {
 	t.Parallel()
-	g := mustNew(t, Config{Limits: Limits{TPM: 1000}})
+	const lag = 2 * time.Second
+	g := mustNew(t, Config{Limits: Limits{TPM: 1000}, Lag: lag, Logger: quiet})
 	g.Rejected(at(0), TPM, time.Duration(math.MaxInt64))
 	r := mustReserve(t, g, at(0), "f", Cost{Requests: 1, Input: 10})
-	if next := g.Advance(at(time.Hour)); r.Admitted() {
-		t.Fatalf("admitted during a rejection that lasts forever (next %v)", next)
+	if next := g.Advance(at(0)); r.Admitted() || !next.Equal(at(time.Minute+lag)) {
+		t.Fatalf("after a rejection asking to wait forever: admitted %v, next %v, want held until a minute plus lag", r.Admitted(), next.Sub(t0))
 	}
-	g2 := mustNew(t, Config{Limits: Limits{TPM: math.MaxInt64}})
+	if g.Advance(at(time.Minute + lag)); !r.Admitted() {
+		t.Fatal("still held after a minute plus lag")
+	}
+	g2 := mustNew(t, Config{Limits: Limits{TPM: math.MaxInt64}, Logger: quiet})
 	var s Snapshot
 	s[TPM] = Observed{Known: true, Limit: math.MaxInt64, Remaining: math.MinInt64, Reset: time.Duration(math.MaxInt64)}
 	g2.Observe(at(0), s)
@@ -292,11 +296,14 @@ func TestFeedbackSaturates(t *testing.T) {
 		t.Fatalf("stats wrapped: %+v", st)
 	}
 	r2 := mustReserve(t, g2, at(0), "f", Cost{Requests: 1, Input: 10})
-	if g2.Advance(at(time.Hour)); r2.Admitted() {
-		t.Fatal("admitted while the provider said nothing is left until far in the future")
+	if next := g2.Advance(at(0)); r2.Admitted() || !next.Equal(at(time.Minute)) {
+		t.Fatalf("while the provider said nothing is left until far in the future: admitted %v, next %v, want held a minute", r2.Admitted(), next.Sub(t0))
 	}
-	if w := g2.EstimateWait(at(time.Hour), r2); w <= 0 {
-		t.Fatalf("EstimateWait = %v", w)
+	if w := g2.EstimateWait(at(0), r2); w <= 0 || w > time.Minute {
+		t.Fatalf("EstimateWait = %v, want within the minute", w)
+	}
+	if g2.Advance(at(time.Minute)); !r2.Admitted() {
+		t.Fatal("still held after the minute")
 	}
 }
 

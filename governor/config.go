@@ -2,6 +2,7 @@ package governor
 
 import (
 	"fmt"
+	"log/slog"
 	"math"
 	"time"
 
@@ -117,15 +118,14 @@ const (
 // across the priority range stays finite (see MinPriority).
 const maxPriorityFactor = 16
 
-// maxLag bounds Config.Lag: transit takes seconds, and a lag of a period or
-// more would count every charge in two windows.
-const maxLag = time.Minute
-
 // Config configures a Governor. The zero value of every field is a useful default.
 type Config struct {
 	// Key names the provider key (and model) in errors and stats. Never the secret itself.
 	Key string
-	// Limits is the allowance of each limit; 0 means the limit does not apply.
+	// Limits is the allowance of each limit; 0 means the limit does not
+	// apply (until a provider announces one). A configured allowance is a
+	// ceiling: the provider can lower it, within a floor and for a while
+	// (LearnFor, LearnFloor), never raise it.
 	Limits Limits
 	// Window is how the provider counts periods. Default Rolling.
 	Window Window
@@ -156,7 +156,8 @@ type Config struct {
 	// still counts there. Default 0, right for an explicit clock shared
 	// with the provider (the bench); on the wall clock use the request's
 	// transit time with some margin (sluice's engine uses 2s, its gateway 1s).
-	// At most a minute.
+	// At most MaxLag, a minute. A limit a provider's 429 names is held for
+	// at most its period plus Lag, whatever retry-after came with it.
 	Lag time.Duration
 	// PromoteAfter bounds how long a flow can go without a call admitted
 	// while it has one waiting: a flow whose first waiting call has waited
@@ -177,6 +178,12 @@ type Config struct {
 	// with Blocker "lease" until a lease has room; LeaseWanted, Demand and
 	// LeaseUses tell the grantor what is needed and what was used.
 	Leased bool
+	// Logger receives a line for each value a provider announced that the
+	// governor did not take as said — an allowance above the configured
+	// one or below its floor, a reset or a wait longer than its limit's
+	// period plus Lag (see Notice) — at most once per limit, kind and
+	// source every NoticeEvery. Default: slog.Default().
+	Logger *slog.Logger
 	// Journal, if set, is told every charge and every correction of one, so
 	// the day's usage can be persisted and given back to Restore after a restart.
 	Journal Journal
@@ -228,6 +235,9 @@ func (c *Config) withDefaults() Config {
 	if out.Now == nil {
 		out.Now = time.Now
 	}
+	if out.Logger == nil {
+		out.Logger = slog.Default()
+	}
 	if out.After == nil {
 		speed := out.Speed
 		out.After = func(d time.Duration) <-chan time.Time {
@@ -254,8 +264,8 @@ func (c *Config) validate() error {
 	if c.Speed < 0 || math.IsNaN(c.Speed) || math.IsInf(c.Speed, 0) {
 		return fmt.Errorf("%sSpeed must be a finite number ≥ 0, got %v", c.prefix(), c.Speed)
 	}
-	if c.Lag < 0 || c.Lag > maxLag {
-		return fmt.Errorf("%sLag must be between 0 and %v, got %v", c.prefix(), maxLag, c.Lag)
+	if c.Lag < 0 || c.Lag > MaxLag {
+		return fmt.Errorf("%sLag must be between 0 and %v, got %v", c.prefix(), MaxLag, c.Lag)
 	}
 	if c.DayBurst > 24*time.Hour {
 		return fmt.Errorf("%sDayBurst must be at most 24h, got %v", c.prefix(), c.DayBurst)

@@ -20,4 +20,32 @@
 // headers a provider reports are held to what a call can use. Sums of these
 // numbers saturate instead of wrapping, so no cost, however large, can turn
 // a full limit into an empty one.
+//
+// # What a provider announces
+//
+// The provider is the source of truth about a key, within bounds: its
+// headers and error bodies (Observe, Reservation.Observe, Rejected, and
+// llm.Feedback, which calls them) adjust the governor, but no value it sends
+// can lift a configured allowance, stop the key for longer than a limit's
+// period, or stay in force once it stops saying it.
+//
+//   - A configured allowance is a ceiling: an announced one above it is
+//     ignored. One below it is taken down to a floor — 1/LearnFloor (a
+//     tenth) of the configured allowance, or the largest charge on the limit
+//     of one call the provider accepted (settled as a success) in the last
+//     LearnFor, whichever is more — and for LearnFor (10 minutes) after the
+//     provider last said it; then the configured allowance is back.
+//   - An allowance for a limit none configures is taken at most MaxCost,
+//     floored by the largest call the provider accepted on it, and lapses
+//     LearnFor after the provider last said it.
+//   - A reset, and a rejection's retry-after, hold a limit for at most its
+//     period plus Config.Lag (a minute limit a minute plus lag, a day limit
+//     a day plus lag); package llm bounds the waits it reads to the period
+//     plus MaxLag, or MaxWait (a day plus MaxLag) for a wait that names no
+//     limit.
+//
+// Every value not taken as said is logged through Config.Logger with the
+// number and where the provider said it (a header's name, "429 body"), at
+// most once per limit, kind and source every NoticeEvery; Stats shows each
+// limit's configured allowance beside the one in force and until when.
 package governor

@@ -7,16 +7,20 @@ import (
 
 // Observe adjusts the governor to what the provider reported in the headers
 // of a response that belongs to no reservation of this governor: the
-// provider is the source of truth. A different allowance replaces the
-// configured one (so Check and pacing follow it); a remaining count below
-// what the governor believes is left means someone else uses the key, and
-// that much room is held until the provider's reset. Prefer
-// Reservation.Observe for the response to an admitted call: it compares
-// with the state the provider saw, not the state now.
+// provider is the source of truth, within bounds. An allowance below the
+// configured one lowers it (so Check and pacing follow it), to no less than
+// its floor and for LearnFor after the provider last said it; one above it
+// is ignored; one for a limit none configures is taken, at most MaxCost, for
+// as long. A remaining count below what the governor believes is left means
+// someone else uses the key, and that much room is held until the
+// provider's reset, at most the limit's period plus Lag. Every value not
+// taken as said is logged (Notice). Prefer Reservation.Observe for the
+// response to an admitted call: it compares with the state the provider
+// saw, not the state now.
 func (g *Governor) Observe(now time.Time, s Snapshot) {
 	g.mustBeNew()
 	g.mu.Lock()
-	defer g.mu.Unlock()
+	defer g.unlockAndLog()
 	n := now.UnixNano()
 	g.expire(n)
 	used := g.usedNow()
@@ -44,7 +48,7 @@ func (g *Governor) usedNow() [NumLimits]int64 {
 func (r *Reservation) Observe(now time.Time, s Snapshot) {
 	g := r.g
 	g.mu.Lock()
-	defer g.mu.Unlock()
+	defer g.unlockAndLog()
 	if r.state != admitted && r.state != settled {
 		return
 	}
@@ -56,19 +60,29 @@ func (r *Reservation) Observe(now time.Time, s Snapshot) {
 // observe applies snapshot s, taken by the provider at about time at, when
 // the governor had charged usedAt; it has charged usedNow at now.
 func (g *Governor) observe(now, at int64, usedAt, usedNow [NumLimits]int64, s Snapshot) {
-	changedLimits := false
+	announced := false
+	for _, l := range AllLimits {
+		if o := s[l]; o.Known && o.Limit > 0 {
+			g.announce(now, l, o.Limit, o.Source)
+			announced = true
+		}
+	}
+	if announced {
+		g.relimit(now)
+	}
 	for _, l := range AllLimits {
 		o := s[l]
-		if !o.Known {
+		lim := g.limits[l]
+		if !o.Known || lim == 0 || o.Reset <= 0 {
 			continue
 		}
-		if o.Limit > 0 && o.Limit != g.limits[l] {
-			g.limits[l] = o.Limit
-			changedLimits = true
+		reset := o.Reset
+		if most := l.Period() + g.cfg.Lag; reset > most {
+			g.notice(now, Notice{Limit: l, LimitKnown: true, Kind: "reset", Source: o.Source, Said: int64(reset), Used: int64(most)})
+			reset = most
 		}
-		lim := g.limits[l]
-		until := addSat(at, int64(o.Reset))
-		if lim == 0 || o.Reset <= 0 || until <= now {
+		until := addSat(at, int64(reset))
+		if until <= now {
 			continue
 		}
 		room := subSat(lim, max(usedAt[l], usedNow[l]))
@@ -87,24 +101,29 @@ func (g *Governor) observe(now, at int64, usedAt, usedNow [NumLimits]int64, s Sn
 			g.phantom[l] = addPhantom(g.phantom[l], phantom{until: until, amount: gap})
 		}
 	}
-	if changedLimits {
-		g.setPacers()
-		g.setScales()
-		g.broadcast()
-	}
 }
 
 // Rejected records that the provider refused a call naming limit l: that
 // limit is taken as full until retryAfter has passed (or, with no retry time,
-// until a whole period of it has). Other limits, and other keys, go on.
+// until a whole period of it has). Other limits, and other keys, go on. A
+// retryAfter longer than l's period plus Lag is cut to that, and logged
+// (Notice): no provider's answer holds a limit longer than its window takes
+// to empty.
 func (g *Governor) Rejected(now time.Time, l Limit, retryAfter time.Duration) {
 	g.mustBeNew()
 	g.mu.Lock()
-	defer g.mu.Unlock()
+	defer g.unlockAndLog()
+	if int(l) >= NumLimits {
+		return
+	}
 	n := now.UnixNano()
 	g.expire(n)
 	if retryAfter <= 0 {
 		retryAfter = l.Period()
+	}
+	if most := l.Period() + g.cfg.Lag; retryAfter > most {
+		g.notice(n, Notice{Limit: l, LimitKnown: true, Kind: "retry-after", Source: "retry-after", Said: int64(retryAfter), Used: int64(most)})
+		retryAfter = most
 	}
 	lim := g.limits[l]
 	if lim == 0 {
@@ -168,10 +187,16 @@ type Stats struct {
 
 // LimitStats is one limit's state.
 type LimitStats struct {
-	Limit    Limit
-	Max      int64 // allowance in force (0: the limit does not apply)
-	Used     int64 // charged in the current window, including others' use seen in headers
-	Capacity int64 // what is left now
+	Limit Limit
+	Max   int64 // allowance in force (0: the limit does not apply)
+	// Configured is the configured allowance (0: none). Max differs from
+	// it while an allowance the provider announced is in force.
+	Configured int64
+	// LearnedUntil is when the allowance the provider announced lapses
+	// unless it says it again (zero when none is in force).
+	LearnedUntil time.Time
+	Used         int64 // charged in the current window, including others' use seen in headers
+	Capacity     int64 // what is left now
 	// ResetAt is when everything the window counts now will have aged out
 	// of it (now when it counts nothing).
 	ResetAt time.Time
@@ -225,8 +250,12 @@ func (g *Governor) limitStats(now int64, l Limit) LimitStats {
 	for _, p := range g.phantom[l] {
 		used = addSat(used, p.amount)
 	}
-	return LimitStats{Limit: l, Max: g.limits[l], Used: used, Capacity: max(subSat(g.limits[l], used), 0),
+	st := LimitStats{Limit: l, Max: g.limits[l], Configured: g.cfg.Limits[l], Used: used, Capacity: max(subSat(g.limits[l], used), 0),
 		ResetAt: time.Unix(0, g.ledgerOf(l).resetAt(now, l))}
+	if lr := &g.learned[l]; lr.allowance > 0 {
+		st.LearnedUntil = time.Unix(0, lr.until)
+	}
+	return st
 }
 
 // Stats returns the governor's state at now.

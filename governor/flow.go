@@ -143,7 +143,7 @@ func (f *flow) addRate(now int64, size float64) {
 // A zero or negative within returns LargestBatch.
 func (g *Governor) BatchSize(now time.Time, flow string, base, item Cost, maxItems int, within time.Duration) int {
 	g.mustBeNew()
-	n := g.LargestBatch(base, item, maxItems)
+	n := g.largestBatch(now, base, item, maxItems)
 	if within <= 0 || n <= 1 {
 		return n
 	}

@@ -25,12 +25,17 @@ type Governor struct {
 	mu  sync.Mutex
 	cfg Config
 
-	limits  Limits
+	limits  Limits // in force: the configured ones, as the provider lowered them (announce.go)
 	minute  ledger
 	day     ledger
 	phantom [NumLimits][]phantom
 	pace    [NumLimits]pacer
 	scale   [NumLimits]float64 // seconds of a limit's capacity per unit
+
+	learned   [NumLimits]learned
+	relearnAt int64               // when an allowance in force may next change by itself (never: none will)
+	noticed   map[noticeKey]int64 // when each kind of notice was last logged
+	notices   []Notice            // made while g.mu is held, logged once it is released
 
 	pauseUntil int64 // an unclassified rejection pauses the key until then
 	pauseLevel int
@@ -74,6 +79,9 @@ func New(cfg Config) (*Governor, error) {
 		epoch:   math.MinInt64,
 		lapseAt: math.MaxInt64,
 
+		relearnAt: never,
+		noticed:   map[noticeKey]int64{},
+
 		leaseWanted: make(chan struct{}, 1),
 	}
 	for _, fc := range cfg.Flows {
@@ -93,7 +101,9 @@ func (g *Governor) mustBeNew() {
 	}
 }
 
-// Limits returns the limits in force: the configured ones, as corrected by what the provider reported.
+// Limits returns the limits in force: the configured ones, as lowered, within
+// bounds and for a while, by what the provider announced (see Config.Limits
+// and LearnFor), and those the provider announced that none configures.
 func (g *Governor) Limits() Limits {
 	g.mustBeNew()
 	g.mu.Lock()
@@ -112,10 +122,14 @@ func (g *Governor) ledgerOf(l Limit) *ledger {
 // *TooLargeError naming the limit, the numbers, and the largest max_tokens
 // that would fit with the same input — or, for a cost with a part negative
 // or over MaxCost, an error wrapping ErrInvalidCost that names the part.
+// It checks against the limits in force at Config.Now: an allowance the
+// provider lowered for a while (LearnFor) may have come back meanwhile.
 func (g *Governor) Check(c Cost) error {
 	g.mustBeNew()
+	now := g.cfg.Now().UnixNano()
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.relearn(now)
 	return g.check(c)
 }
 
@@ -160,14 +174,21 @@ func (g *Governor) maxOutput(input int64) int64 {
 // LargestBatch returns the largest n ≤ maxItems such that a call costing
 // base + n×item fits every limit and MaxCost (0 if even one item does not
 // fit, or base or item is not a valid Cost). Use it to size batches before
-// calling instead of learning from rejections.
+// calling instead of learning from rejections. Like Check, it reads the
+// limits in force at Config.Now.
 func (g *Governor) LargestBatch(base, item Cost, maxItems int) int {
 	g.mustBeNew()
+	return g.largestBatch(g.cfg.Now(), base, item, maxItems)
+}
+
+// largestBatch is LargestBatch with the limits in force at now.
+func (g *Governor) largestBatch(now time.Time, base, item Cost, maxItems int) int {
 	if maxItems <= 0 || base.validate() != nil || item.validate() != nil {
 		return 0
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.relearn(now.UnixNano())
 	n := maxItems
 	for _, part := range [...][2]int64{{base.Requests, item.Requests}, {base.Input, item.Input}, {base.Output, item.Output}} {
 		if part[1] > 0 {
@@ -206,6 +227,7 @@ func (g *Governor) setScales() {
 
 // expire drops what no longer counts at now.
 func (g *Governor) expire(now int64) {
+	g.relearn(now)
 	g.minute.expire(now)
 	g.day.expire(now)
 	for l := range g.phantom {

@@ -674,6 +674,7 @@ func TestZeroGovernorPanicsSayingUseNew(t *testing.T) {
 		"EstimateFor":          func(g *Governor) { g.EstimateFor(t0, "a", one) },
 		"Outlook":              func(g *Governor) { g.Outlook(t0, "a", one) },
 		"Observe":              func(g *Governor) { g.Observe(t0, Snapshot{}) },
+		"Note":                 func(g *Governor) { g.Note(t0, Notice{}) },
 		"Rejected":             func(g *Governor) { g.Rejected(t0, TPM, time.Second) },
 		"RejectedUnclassified": func(g *Governor) { g.RejectedUnclassified(t0) },
 		"RejectedFlow":         func(g *Governor) { g.RejectedFlow("a", TPM) },

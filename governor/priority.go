@@ -90,14 +90,17 @@ func (g *Governor) refill(f *flow, now int64) {
 }
 
 // creditTime returns when f will have credit for a call of the given size
-// (never if it cannot), assuming refill(f, now) ran.
+// (never if it cannot), assuming refill(f, now) ran. A flow with calls
+// waiting earns none (see refill): without the credit now, it will not have
+// it while they wait — counting on it anyway woke the governor again and
+// again, a few nanoseconds apart, for a credit that never came.
 func (g *Governor) creditTime(f *flow, now int64, size float64) int64 {
 	p := f.prio
 	if p.credit >= size {
 		return now
 	}
 	rate := g.creditRate(f)
-	if rate <= 0 || size > g.creditCap(f) {
+	if rate <= 0 || size > g.creditCap(f) || len(f.queue) > 0 {
 		return never
 	}
 	return addSat(now, nanos((size-p.credit)/rate)+1)

@@ -188,3 +188,36 @@ func TestFaultRetryGoesAheadOfThePacer(t *testing.T) {
 		t.Fatalf("the call after the retry is admitted %v, waiting on %v; want it paced: a fault buys one call", again.Admitted(), b)
 	}
 }
+
+// A priority flow with calls waiting earns no credit: a call its credit
+// falls just short of waits for the day pacer, and the governor says so —
+// it does not wake again and again, microseconds apart, for a credit that
+// never comes (as it did once a learned day limit lapsed and came back).
+func TestShortCreditWaitsForThePacer(t *testing.T) {
+	t.Parallel()
+	g := mustNew(t, Config{
+		Limits: Limits{TPD: 200000},
+		Flows:  []FlowConfig{{Name: "analysis", Priority: 1}, {Name: "backfill"}},
+	})
+	now := t0
+	for {
+		back := mustReserve(t, g, now, "backfill", Cost{Requests: 1, Input: 300, Output: 250})
+		if g.Advance(now); !back.Admitted() {
+			break
+		}
+	}
+	now = now.Add(time.Second)
+	c := Cost{Requests: 1, Input: 500, Output: 500}
+	r := mustReserve(t, g, now, "analysis", c)
+	g.mu.Lock()
+	g.flows["analysis"].prio.credit = g.size(c) - 1e-6
+	g.mu.Unlock()
+	wakes := 0
+	for g.Advance(now); !r.Admitted(); g.Advance(now) {
+		b := g.Blocker(now, r)
+		if wakes++; b.Until.IsZero() || wakes > 3 {
+			t.Fatalf("after %d wakes the call waits on %v until %v", wakes, b, b.Until.Sub(now))
+		}
+		now = b.Until
+	}
+}

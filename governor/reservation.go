@@ -101,14 +101,21 @@ func (r *Reservation) Cost() Cost {
 // ReserveAccounting. A zero Usage (the provider reported none) keeps the
 // charge as reserved. Settling twice, or a reservation that was not
 // admitted, does nothing.
-func (r *Reservation) Settle(now time.Time, used Usage) {
+//
+// Settle says the provider accepted the call: an allowance it announces
+// for a limit is not taken below the call's charge on it for LearnFor.
+func (r *Reservation) Settle(now time.Time, used Usage) { r.settle(now, used, true) }
+
+// settle is Settle; accepted says the provider answered the call with a success.
+func (r *Reservation) settle(now time.Time, used Usage, accepted bool) {
 	g := r.g
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if r.state != admitted {
 		return
 	}
-	g.expire(now.UnixNano())
+	n := now.UnixNano()
+	g.expire(n)
 	c := r.cost
 	if used.Input > 0 {
 		c.Input = min(used.Input, MaxCost)
@@ -120,6 +127,9 @@ func (r *Reservation) Settle(now time.Time, used Usage) {
 	r.doneWithLease()
 	r.state = settled
 	g.pauseLevel = 0
+	if accepted {
+		g.accept(n, c)
+	}
 	g.broadcast()
 }
 
@@ -137,7 +147,7 @@ func (r *Reservation) Fault(now time.Time, used Usage) {
 		r.f.retry = max(r.f.retry, r.size)
 	}
 	g.mu.Unlock()
-	r.Settle(now, used)
+	r.settle(now, used, false)
 }
 
 // Sent tells the governor when the admitted call actually left for the

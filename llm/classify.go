@@ -3,6 +3,8 @@ package llm
 import (
 	"bytes"
 	"encoding/json"
+	"math"
+	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
@@ -187,6 +189,57 @@ var (
 	// Older OpenAI: "Please retry after 20 seconds".
 	reRetryAfterSeconds = regexp.MustCompile(`(?i)retry after ([0-9]+(?:\.[0-9]+)?) ?s(?:ec(?:ond)?s?)?\b`)
 )
+
+// headerRetryAfter reads retry-after-ms (OpenAI's and Anthropic's precise
+// form) and retry-after (seconds, possibly fractional, or an HTTP date), and
+// returns the longer. It is what the provider asked for, in full: a wait too
+// long for a Duration is the longest one (292 years), and boundWait bounds
+// it after, so that a log can still name what was asked.
+func headerRetryAfter(h http.Header, now time.Time) time.Duration {
+	var d time.Duration
+	if v, ok := askedSeconds(h.Get("Retry-After-Ms"), time.Millisecond); ok {
+		d = v
+	}
+	if v := strings.TrimSpace(h.Get("Retry-After")); v != "" {
+		if s, ok := askedSeconds(v, time.Second); ok {
+			d = max(d, s)
+		} else if t, err := http.ParseTime(v); err == nil {
+			d = max(d, t.Sub(now)) // saturates; a date in the past is no wait
+		}
+	}
+	return d
+}
+
+// askedSeconds reads a non-negative decimal number of units, saturating at
+// the longest Duration; NaN, negative values and text are not a wait.
+func askedSeconds(v string, unit time.Duration) (time.Duration, bool) {
+	f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+	switch {
+	case math.IsInf(f, 1): // "Inf", or more than a float holds
+		return math.MaxInt64, true
+	case err != nil || math.IsNaN(f) || f < 0:
+		return 0, false
+	case f*float64(unit) >= math.MaxInt64:
+		return math.MaxInt64, true
+	}
+	return time.Duration(math.Ceil(f * float64(unit))), true
+}
+
+// boundWait bounds a wait the provider asked for before calling again:
+// limit l's period plus governor.MaxLag when the answer names l (known),
+// governor.MaxWait (a day plus that) when it names none. It returns the
+// wait to keep, and what was asked when that was longer (0 otherwise), for
+// Feedback to pass on to the governor, which logs it.
+func boundWait(asked time.Duration, l governor.Limit, known bool) (wait, over time.Duration) {
+	most := governor.MaxWait
+	if known {
+		most = l.MaxWait()
+	}
+	if asked > most {
+		return most, asked
+	}
+	return max(asked, 0), 0
+}
 
 // messageRetryAfter reads the wait a message names; 0 when it names none.
 func messageRetryAfter(text string) time.Duration {

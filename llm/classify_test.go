@@ -2,6 +2,7 @@ package llm
 
 import (
 	"errors"
+	"math"
 	"net/http"
 	"os"
 	"reflect"
@@ -349,7 +350,14 @@ func TestHeaderRetryAfter(t *testing.T) {
 		{"http date in the past", header("retry-after", now.Add(-time.Hour).Format(http.TimeFormat)), 0},
 		{"negative", header("retry-after", "-5"), 0},
 		{"garbage", header("retry-after", "soon", "retry-after-ms", "NaN"), 0},
-		{"huge", header("retry-after", "1e300"), maxWait},
+		// What was asked, in full, for the log; boundWait bounds it after.
+		{"huge", header("retry-after", "1e300"), math.MaxInt64},
+		{"10^9 seconds", header("retry-after", "999999999"), 999999999 * time.Second},
+		{"infinite", header("retry-after", "Inf"), math.MaxInt64},
+		{"more than a float holds", header("retry-after", "1e400"), math.MaxInt64},
+		{"milliseconds, huge", header("retry-after-ms", "1e300"), math.MaxInt64},
+		{"http date in 2099", header("retry-after", "Thu, 01 Jan 2099 00:00:00 GMT"), time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC).Sub(now)},
+		{"http date past the year 2262", header("retry-after", "Fri, 01 Jan 9999 00:00:00 GMT"), math.MaxInt64},
 		{"none", nil, 0},
 	}
 	for _, tt := range tests {

@@ -15,7 +15,8 @@ import (
 // never fit is refused before it is sent.
 func ExampleFeedback() {
 	now := time.Date(2026, 10, 19, 4, 0, 0, 0, time.UTC)
-	g, _ := governor.New(governor.Config{Key: "groq/qwen3", Limits: governor.Limits{governor.TPM: 8000}})
+	g, _ := governor.New(governor.Config{Key: "groq/qwen3", Limits: governor.Limits{governor.TPM: 8000},
+		Now: func() time.Time { return now }})
 	r, _ := g.Reserve(now, "summary", governor.Cost{Requests: 1, Input: 300, Output: 1252})
 	g.Advance(now)
 

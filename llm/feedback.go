@@ -1,8 +1,10 @@
 package llm
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
@@ -16,16 +18,23 @@ import (
 // provider reported (zero: none), s what the response's headers said about
 // the key (zero: no headers), err the call's error.
 //
-// The headers are observed first, whatever the outcome, against what the
-// governor had charged when it admitted the call. Then:
+// The headers are observed, whatever the outcome, against what the governor
+// had charged when it admitted the call; after the call is settled when it
+// succeeded, before anything else otherwise. Then:
 //
-//   - nil: the call is settled with used. A stream that began and then
-//     failed was counted: pass nil with whatever usage it reported.
+//   - nil: the call is settled with used, then the headers observed: the
+//     call the provider just accepted floors what they may say about the
+//     limits ([governor.LearnFloor]). A stream that began and then failed
+//     was counted: pass nil with whatever usage it reported.
 //   - *RateLimitError: the provider refused the call and counted nothing;
 //     the charge is given back. A named limit is taken as full for
 //     RetryAfter ([governor.Governor.Rejected]) and the rejection is
 //     counted in r's flow; a 429 that names none pauses the key briefly
-//     ([governor.Governor.RejectedUnclassified]).
+//     ([governor.Governor.RejectedUnclassified]). A wait the provider asked
+//     for beyond its bound (see RateLimitError.RetryAfter) is given to the
+//     governor as asked, which holds the limit for at most its period plus
+//     its lag and logs the number; one that named no limit is logged
+//     through [governor.Governor.Note].
 //   - *TooLargeError: given back and counted in r's flow, never paused:
 //     waiting never helps, whatever retry-after came with it.
 //   - *QuotaError, a 4xx *StatusError other than 408, [ErrNoMaxTokens]: the
@@ -48,12 +57,17 @@ import (
 // A limit whose allowance an error names ("Limit 1000, Requested 1252") is
 // learnt as that limit's allowance: Groq reveals RPM, TPD, ITPM and OTPM
 // nowhere else, and once learnt, Check refuses a call that can never fit
-// before it is sent.
+// before it is sent. Like an allowance in the headers, it is bounded by
+// the configured one and lapses unless said again (see the governor's
+// "What a provider announces").
 //
 // Whether and when to call again is the caller's decision: [Retryable] and
 // [RetryAfter] answer it. After a rate limit the governor holds the limit
 // (or the key) for the wait, so waiting for admission again is the backoff.
 func Feedback(now time.Time, g *governor.Governor, r *governor.Reservation, used governor.Usage, s governor.Snapshot, err error) {
+	if err == nil {
+		r.Settle(now, used)
+	}
 	if s.Any() {
 		// Compared with what the governor had charged when it admitted the
 		// call, which is what the provider counted it against: compared with
@@ -62,17 +76,17 @@ func Feedback(now time.Time, g *governor.Governor, r *governor.Reservation, used
 		r.Observe(now, s)
 	}
 	if err == nil {
-		r.Settle(now, used)
 		return
 	}
 	var (
 		rl *RateLimitError
 		tl *TooLargeError
+		ov *OverloadedError
 	)
 	switch {
 	case errors.As(err, &tl):
 		if tl.LimitKnown {
-			learn(now, r, tl.Limit, tl.Max)
+			learn(now, r, tl.Limit, tl.Max, tl.Status)
 		}
 		r.Cancel(now)
 		if tl.LimitKnown {
@@ -80,19 +94,33 @@ func Feedback(now time.Time, g *governor.Governor, r *governor.Reservation, used
 		}
 	case errors.As(err, &rl):
 		if rl.LimitKnown {
-			learn(now, r, rl.Limit, rl.Max)
+			learn(now, r, rl.Limit, rl.Max, rl.Status)
 		}
 		r.Cancel(now)
 		if rl.LimitKnown {
-			g.Rejected(now, rl.Limit, rl.RetryAfter)
+			// As asked: the governor bounds it to the limit's period
+			// plus its own lag, and logs what the provider asked for.
+			g.Rejected(now, rl.Limit, cmp.Or(rl.asked, rl.RetryAfter))
 			g.RejectedFlow(r.Flow(), rl.Limit)
 		} else {
+			noteWait(now, g, rl.asked, rl.RetryAfter)
 			g.RejectedUnclassified(now)
 		}
 	case refused(err):
 		r.Cancel(now)
 	default:
+		if errors.As(err, &ov) {
+			noteWait(now, g, ov.asked, ov.RetryAfter)
+		}
 		r.Fault(now, used)
+	}
+}
+
+// noteWait has g log a wait that named no limit, which the provider asked
+// for (asked, 0 when within bounds) and the error bounds to wait.
+func noteWait(now time.Time, g *governor.Governor, asked, wait time.Duration) {
+	if asked > 0 {
+		g.Note(now, governor.Notice{Kind: "retry-after", Source: "retry-after", Said: int64(asked), Used: int64(wait)})
 	}
 }
 
@@ -117,14 +145,19 @@ func refused(err error) bool {
 }
 
 // learn gives the governor a limit's allowance the provider named in an
-// error. The error gives no reset, so no remaining count is read into it.
-// It must come before the reservation is cancelled: a cancelled
-// reservation observes nothing.
-func learn(now time.Time, r *governor.Reservation, l governor.Limit, allowance int64) {
+// error answered with status (0: inside a 2xx answer or a stream). The
+// error gives no reset, so no remaining count is read into it. It must come
+// before the reservation is cancelled: a cancelled reservation observes
+// nothing.
+func learn(now time.Time, r *governor.Reservation, l governor.Limit, allowance int64, status int) {
 	if allowance <= 0 {
 		return
 	}
+	source := "error event"
+	if status > 0 {
+		source = strconv.Itoa(status) + " body"
+	}
 	var s governor.Snapshot
-	s[l] = governor.Observed{Known: true, Limit: allowance, Remaining: allowance}
+	s[l] = governor.Observed{Known: true, Limit: allowance, Remaining: allowance, Source: source}
 	r.Observe(now, s)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"testing"
 	"time"
@@ -49,7 +50,7 @@ func feedbackProfiles(now time.Time) []feedbackProfile {
 	// Pacing is off: it would hold a second call of a fresh governor, which
 	// is not what these cases are about.
 	cfg := func(acc governor.Accounting, limits governor.Limits) governor.Config {
-		return governor.Config{Key: "k", Limits: limits, Accounting: acc, DayBurst: -1}
+		return governor.Config{Key: "k", Limits: limits, Accounting: acc, DayBurst: -1, Logger: slog.New(slog.DiscardHandler)}
 	}
 	const (
 		openaiShape4xx  = `{"error":{"message":"'messages' must contain at least one message","type":"invalid_request_error","param":null,"code":null}}`
@@ -93,7 +94,7 @@ func feedbackProfiles(now time.Time) []feedbackProfile {
 				{name: "success", ok: true, header: header(
 					"x-ratelimit-limit-requests", "600", "x-ratelimit-remaining-requests", "599", "x-ratelimit-reset-requests", "100ms",
 					"x-ratelimit-limit-tokens", "40000", "x-ratelimit-remaining-tokens", "39800", "x-ratelimit-reset-tokens", "300ms"),
-					kept: true, learned: map[governor.Limit]int64{governor.RPM: 600}},
+					kept: true}, // RPM 600 is above the configured 500: ignored
 				{name: "429 naming TPM", status: 429, body: openaiTPMBody,
 					kind: "*llm.RateLimitError", paused: 1400 * time.Millisecond,
 					learned: map[governor.Limit]int64{governor.TPM: 30000}, flowRej: governor.TPM, counted: true},
@@ -118,7 +119,7 @@ func feedbackProfiles(now time.Time) []feedbackProfile {
 					"anthropic-ratelimit-requests-limit", "60", "anthropic-ratelimit-requests-remaining", "59", "anthropic-ratelimit-requests-reset", anthropicReset,
 					"anthropic-ratelimit-input-tokens-limit", "40000", "anthropic-ratelimit-input-tokens-remaining", "39000", "anthropic-ratelimit-input-tokens-reset", anthropicReset,
 					"anthropic-ratelimit-output-tokens-limit", "8000", "anthropic-ratelimit-output-tokens-remaining", "7000", "anthropic-ratelimit-output-tokens-reset", anthropicReset),
-					kept: true, learned: map[governor.Limit]int64{governor.RPM: 60}},
+					kept: true}, // RPM 60 is above the configured 50: ignored
 				{name: "429 naming ITPM", status: 429, header: header("retry-after", "3"), body: anthropicITPMBody,
 					kind: "*llm.RateLimitError", paused: 3 * time.Second,
 					learned: map[governor.Limit]int64{governor.ITPM: 30000}, flowRej: governor.ITPM, counted: true},

@@ -58,6 +58,38 @@ func (p Profile) orDefault() Profile {
 	return p
 }
 
+// CompletionTokensName reports whether a maximum given to a request for
+// model that names none is sent as max_completion_tokens rather than
+// max_tokens. OpenAI's reasoning models (the o-series and the gpt-5 family)
+// refuse max_tokens with a 400 unsupported_parameter; OpenAI and Groq take
+// max_completion_tokens on every chat model (max_tokens is deprecated for
+// it), so on those profiles it is always the newer name. On Anthropic's
+// profile, whose API names it max_tokens, it is max_tokens, unless the
+// model is one of OpenAI's reasoning models, which refuse it wherever
+// they are served.
+func (p Profile) CompletionTokensName(model string) bool {
+	switch p.orDefault() {
+	case OpenAI, Groq:
+		return true
+	}
+	return openaiReasoningModel(model)
+}
+
+// openaiReasoningModel reports whether model, with or without a vendor
+// prefix ("openai/o3"), is of the o1, o3, o4 or gpt-5 families.
+func openaiReasoningModel(model string) bool {
+	m := strings.ToLower(model)
+	if i := strings.LastIndexByte(m, '/'); i >= 0 {
+		m = m[i+1:]
+	}
+	for _, family := range []string{"o1", "o3", "o4", "gpt-5"} {
+		if rest, ok := strings.CutPrefix(m, family); ok && (rest == "" || rest[0] == '-' || rest[0] == '.') {
+			return true
+		}
+	}
+	return false
+}
+
 // RateLimitHeader names the response headers that report one limit: its
 // allowance, what remains of it, and when it resets. The names are
 // canonical (http.CanonicalHeaderKey), so they may index an http.Header
@@ -107,6 +139,7 @@ func (p Profile) Snapshot(h http.Header, now time.Time) governor.Snapshot {
 		if n, ok := parseCount(h.Get(m.RemainingKey)); ok {
 			o.Known = true
 			o.Remaining = n
+			o.Source = m.LimitKey // for the governor's log (governor.Notice)
 		}
 		if n, ok := parseCount(h.Get(m.LimitKey)); ok {
 			o.Limit = n
@@ -190,33 +223,16 @@ func clampWait(d time.Duration) time.Duration {
 	return d
 }
 
-// headerRetryAfter reads retry-after-ms (OpenAI's and Anthropic's precise
-// form) and retry-after (seconds, possibly fractional, or an HTTP date), and
-// returns the longer.
-func headerRetryAfter(h http.Header, now time.Time) time.Duration {
-	var d time.Duration
-	if v, ok := parseSeconds(h.Get("Retry-After-Ms"), time.Millisecond); ok {
-		d = v
-	}
-	if v := strings.TrimSpace(h.Get("Retry-After")); v != "" {
-		if s, ok := parseSeconds(v, time.Second); ok {
-			d = max(d, s)
-		} else if t, err := http.ParseTime(v); err == nil {
-			d = max(d, clampWait(t.Sub(now)))
-		}
-	}
-	return d
-}
-
 // Classify turns an HTTP answer into nil (2xx) or one of the typed errors:
 // *TooLargeError, *QuotaError, *RateLimitError, *OverloadedError or
 // *StatusError. It reads the message whatever the status, because a
 // request that can never fit may come as 413 or as 429 with a long
 // retry-after, and waiting must not be the answer to it. Bodies that are
 // empty or not JSON still classify by status. HTTP-date retry-after values
-// are measured from time.Now; Client uses its own clock.
+// are measured from time.Now; Client uses its own clock. The error's text
+// is cleaned and bounded as a Client's is (Scrubber.Error, without a key).
 func (p Profile) Classify(status int, h http.Header, body []byte) error {
-	return p.classify(status, h, body, time.Now())
+	return (*Scrubber)(nil).Error(p.classify(status, h, body, time.Now()))
 }
 
 func (p Profile) classify(status int, h http.Header, body []byte, now time.Time) error {
@@ -261,13 +277,17 @@ func (p Profile) classifyBody(status int, h http.Header, eb errorBody, now time.
 		if !limitKnown {
 			limit, limitKnown = p.exhaustedLimit(h, now)
 		}
-		return &RateLimitError{Limit: limit, LimitKnown: limitKnown, Max: nums.max, Used: nums.used,
-			Requested: nums.requested, RetryAfter: wait, Status: status, Message: msg}
+		rl := &RateLimitError{Limit: limit, LimitKnown: limitKnown, Max: nums.max, Used: nums.used,
+			Requested: nums.requested, Status: status, Message: msg}
+		rl.RetryAfter, rl.asked = boundWait(wait, limit, limitKnown)
+		return rl
 	}
 
 	if status == 529 || status == http.StatusServiceUnavailable || typ == "overloaded_error" ||
 		(p == Groq && status == 498) {
-		return &OverloadedError{Status: status, RetryAfter: wait, Message: msg}
+		ov := &OverloadedError{Status: status, Message: msg}
+		ov.RetryAfter, ov.asked = boundWait(wait, 0, false)
+		return ov
 	}
 
 	return &StatusError{Status: status, Type: eb.Type, Code: eb.Code, Message: msg}

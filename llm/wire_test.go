@@ -200,7 +200,7 @@ func TestRateLimitHeaders(t *testing.T) {
 			h[rh.LimitKey] = []string{fmt.Sprint(1000 * (i + 1))}
 			h[rh.RemainingKey] = []string{fmt.Sprint(i)}
 			h[rh.ResetKey] = []string{fmt.Sprintf("%ds", i+1)}
-			want[rh.Limit] = governor.Observed{Known: true, Limit: int64(1000 * (i + 1)), Remaining: int64(i), Reset: time.Duration(i+1) * time.Second}
+			want[rh.Limit] = governor.Observed{Known: true, Limit: int64(1000 * (i + 1)), Remaining: int64(i), Reset: time.Duration(i+1) * time.Second, Source: rh.LimitKey}
 		}
 		if got := p.Snapshot(h, now); got != want {
 			t.Errorf("%s: Snapshot = %+v, want %+v", p, got, want)

@@ -1,0 +1,284 @@
+package governor
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+	"time"
+)
+
+// The bounds on what a provider announces about a key (see the package
+// documentation, "What a provider announces"). Its headers and error bodies
+// adjust the governor — another client may share the key, a tier may change
+// — but they are input like a client's: no value a provider sends can lift
+// a configured allowance, stop the key for longer than a limit's period, or
+// stay in force after the provider stops saying it.
+const (
+	// LearnFor is how long an allowance a provider announced stays in force
+	// after it last said it. Then the configured allowance (none, for a
+	// limit not configured) is back, until an answer says otherwise.
+	LearnFor = 10 * time.Minute
+	// LearnFloor: an announced allowance lowers a configured one to no less
+	// than 1/LearnFloor of it, nor, configured or not, below the largest
+	// charge of one call the provider accepted on that limit in the last
+	// LearnFor. A provider that just accepted a 500-token call cannot have
+	// a TPM of 1.
+	LearnFloor = 10
+	// MaxLag bounds Config.Lag: transit takes seconds, and a lag of a
+	// period or more would count every charge in two windows.
+	MaxLag = time.Minute
+	// MaxWait bounds a wait a provider asks for that names no limit: the
+	// longest period, a day, plus MaxLag. Limit.MaxWait bounds one that
+	// names a limit.
+	MaxWait = 24*time.Hour + MaxLag
+	// NoticeEvery is how often at most a value bounded on the same limit,
+	// of the same kind, from the same source, is logged (see Notice).
+	NoticeEvery = 10 * time.Minute
+)
+
+// MaxWait is the longest a provider can make a call wait on limit l,
+// whatever it asks for: l's period plus MaxLag. Package llm bounds the
+// waits it reads with it; a Governor holds l for at most l's period plus
+// its own Config.Lag.
+func (l Limit) MaxWait() time.Duration { return l.Period() + MaxLag }
+
+// learned is what a provider said about one limit's allowance, and the
+// largest call it accepted on it.
+type learned struct {
+	allowance int64 // announced, at most the ceiling (0: none in force)
+	until     int64 // when it lapses unless the provider says it again
+	// accepted is the charge on the limit of the largest call the provider
+	// accepted (settled as a success) lately, at acceptedAt; it floors an
+	// announced allowance until LearnFor after that.
+	accepted, acceptedAt int64
+}
+
+// ceiling is the most l's allowance can be: the configured allowance, or
+// MaxCost for a limit not configured.
+func (g *Governor) ceiling(l Limit) int64 {
+	if c := g.cfg.Limits[l]; c > 0 {
+		return c
+	}
+	return MaxCost
+}
+
+// floor is the least an announced allowance can lower l's to at now:
+// 1/LearnFloor of the configured allowance (rounded up), and the largest
+// call the provider accepted on l within LearnFor, whichever is more.
+func (g *Governor) floor(l Limit, now int64) int64 {
+	conf := g.cfg.Limits[l]
+	f := conf / LearnFloor
+	if conf%LearnFloor != 0 {
+		f++
+	}
+	if lr := &g.learned[l]; lr.accepted > 0 && now < addSat(lr.acceptedAt, int64(LearnFor)) {
+		f = max(f, lr.accepted)
+	}
+	return min(f, g.ceiling(l))
+}
+
+// allowance is l's allowance in force at now: the one the provider last
+// announced, raised to its floor, while it is in force; else the configured one.
+func (g *Governor) allowance(l Limit, now int64) int64 {
+	lr := &g.learned[l]
+	if lr.allowance == 0 || now >= lr.until {
+		return g.cfg.Limits[l]
+	}
+	return max(lr.allowance, g.floor(l, now))
+}
+
+// announce takes allowance v, which the provider announced for l at now in
+// source. relimit must follow.
+func (g *Governor) announce(now int64, l Limit, v int64, source string) {
+	lr := &g.learned[l]
+	conf := g.cfg.Limits[l]
+	if conf > 0 && v >= conf {
+		// The configured allowance is a ceiling: the provider may lower
+		// it, never raise it. Saying it (or more) ends a lower one.
+		if v > conf {
+			g.notice(now, Notice{Limit: l, LimitKnown: true, Kind: "limit", Source: source, Said: v, Used: conf})
+		}
+		lr.allowance = 0
+		return
+	}
+	if v > MaxCost {
+		g.notice(now, Notice{Limit: l, LimitKnown: true, Kind: "limit", Source: source, Said: v, Used: MaxCost})
+		v = MaxCost
+	}
+	if f := g.floor(l, now); v < f {
+		g.notice(now, Notice{Limit: l, LimitKnown: true, Kind: "limit", Source: source, Said: v, Used: f})
+	}
+	lr.allowance, lr.until = v, addSat(now, int64(LearnFor))
+}
+
+// accept records that the provider accepted a call charged c at now, which
+// may raise the floor of an announced allowance.
+func (g *Governor) accept(now int64, c Cost) {
+	for _, l := range AllLimits {
+		v, lr := c.On(l), &g.learned[l]
+		if v > 0 && (v >= lr.accepted || now >= addSat(lr.acceptedAt, int64(LearnFor))) {
+			lr.accepted, lr.acceptedAt = v, now
+		}
+	}
+	if g.relearnAt != never {
+		g.relimit(now)
+	}
+}
+
+// relearn applies, at now, what changed by itself since: an announced
+// allowance that lapsed, the call flooring one that aged out.
+func (g *Governor) relearn(now int64) {
+	if now >= g.relearnAt {
+		g.relimit(now)
+	}
+}
+
+// relimit puts the allowances in force at now into g.limits, and sets
+// relearnAt to the next time one of them may change by itself: an
+// announced allowance lapses, or the call that floors it ages out.
+func (g *Governor) relimit(now int64) {
+	next := int64(never)
+	changed := false
+	for _, l := range AllLimits {
+		lr := &g.learned[l]
+		if lr.allowance > 0 && now >= lr.until {
+			lr.allowance = 0
+		}
+		if lr.allowance > 0 {
+			next = min(next, lr.until)
+			if end := addSat(lr.acceptedAt, int64(LearnFor)); lr.accepted > 0 && end > now {
+				next = min(next, end)
+			}
+		}
+		if a := g.allowance(l, now); a != g.limits[l] {
+			g.limits[l] = a
+			changed = true
+		}
+	}
+	g.relearnAt = next
+	if changed {
+		g.setPacers()
+		g.setScales()
+		g.broadcast()
+	}
+}
+
+// Notice is a value a provider announced that sluice did not take as said:
+// an allowance above the configured one, over MaxCost or below its floor
+// (see LearnFloor), or a reset or a wait longer than its limit's period
+// plus lag. A Governor logs each it makes through Config.Logger, and those
+// given to Note, at most once per limit, kind and source every NoticeEvery
+// (a value above its bound and one below it count as two kinds).
+type Notice struct {
+	Limit      Limit
+	LimitKnown bool // false: a wait that named no limit
+	// Kind is what the value was: "limit" (an allowance), "reset" (when
+	// a window frees) or "retry-after" (a wait before calling again).
+	Kind string
+	// Source says where the provider said it: a header's name,
+	// "429 body", "retry-after".
+	Source string
+	// Said is what the provider said, Used what was used instead: for
+	// "limit" an allowance, for a reset or a wait nanoseconds.
+	Said, Used int64
+}
+
+// noticeKey is what makes two notices the same for logging: a value above
+// its bound and one below it are two kinds.
+type noticeKey struct {
+	limit  Limit
+	known  bool
+	kind   string
+	source string
+	above  bool
+}
+
+// maxNoticed bounds how many kinds of notice the governor remembers having
+// logged: there are a few dozen (limits × kinds × a profile's headers),
+// unless a caller makes up sources.
+const maxNoticed = 256
+
+// Note logs n, a value a provider announced that was bounded before it
+// reached the governor (package llm bounds the waits it reads from a
+// provider, and llm.Feedback notes those the governor does not hold), as
+// the governor logs the values it bounds itself: at most once per limit,
+// kind and source every NoticeEvery.
+func (g *Governor) Note(now time.Time, n Notice) {
+	g.mustBeNew()
+	g.mu.Lock()
+	defer g.unlockAndLog()
+	g.notice(now.UnixNano(), n)
+}
+
+// notice queues n for logging when g.mu is released, unless one like it
+// was logged within NoticeEvery. g.mu is held.
+func (g *Governor) notice(now int64, n Notice) {
+	if n.Source == "" {
+		n.Source = "headers"
+	}
+	k := noticeKey{n.Limit, n.LimitKnown, n.Kind, n.Source, n.Said > n.Used}
+	if last, ok := g.noticed[k]; ok && now < addSat(last, int64(NoticeEvery)) {
+		return
+	}
+	if len(g.noticed) >= maxNoticed {
+		for k, last := range g.noticed {
+			if now >= addSat(last, int64(NoticeEvery)) {
+				delete(g.noticed, k)
+			}
+		}
+		if len(g.noticed) >= maxNoticed {
+			return
+		}
+	}
+	g.noticed[k] = now
+	g.notices = append(g.notices, n)
+}
+
+// unlockAndLog releases g.mu, then logs the notices made while it was
+// held: a slow log never holds the governor.
+func (g *Governor) unlockAndLog() {
+	ns := g.notices
+	g.notices = nil
+	g.mu.Unlock()
+	for _, n := range ns {
+		g.log(n)
+	}
+}
+
+// log writes notice n to Config.Logger. An allowance above the configured
+// one is an Info (configuring less than the key allows is common, to keep
+// room for other users); every other bound is a Warn.
+func (g *Governor) log(n Notice) {
+	level, msg := slog.LevelWarn, ""
+	limit := "none"
+	if n.LimitKnown {
+		limit = n.Limit.String()
+	}
+	attrs := []slog.Attr{slog.String("key", g.cfg.Key), slog.String("limit", limit), slog.String("source", n.Source)}
+	if n.Kind == "limit" {
+		conf := g.cfg.Limits[n.Limit]
+		switch {
+		case n.Said > n.Used && conf > 0:
+			level, msg = slog.LevelInfo, "governor: ignored an allowance the provider announced above the configured one"
+		case n.Said > n.Used:
+			msg = "governor: capped an allowance the provider announced at governor.MaxCost"
+		default:
+			msg = "governor: raised an allowance the provider announced to its floor"
+		}
+		attrs = append(attrs, slog.Int64("said", n.Said), slog.Int64("used", n.Used), slog.Int64("configured", conf),
+			slog.Duration("for", LearnFor))
+	} else {
+		msg = "governor: cut a " + n.Kind + " the provider announced to its limit's period plus lag"
+		if !n.LimitKnown {
+			msg = "governor: cut a " + n.Kind + " the provider announced, naming no limit, to a day plus lag"
+		}
+		attrs = append(attrs, slog.String("said", seconds(n.Said)), slog.String("used", seconds(n.Used)))
+	}
+	g.cfg.Logger.LogAttrs(context.Background(), level, msg, attrs...)
+}
+
+// seconds writes a duration in nanoseconds as seconds, in full: a
+// provider's "999999999" reads back as 999999999s, not as hours.
+func seconds(ns int64) string {
+	return strconv.FormatFloat(time.Duration(ns).Seconds(), 'f', -1, 64) + "s"
+}
