@@ -75,12 +75,9 @@ type Config struct {
 // String describes the configuration with the key redacted, so a Config
 // can be logged.
 func (c Config) String() string {
-	key, base := "none", c.BaseURL
+	key, base := "none", NewScrubber(c.APIKey).String(c.BaseURL)
 	if c.APIKey != "" {
 		key = redact.KeyMark
-		if len(c.APIKey) >= redact.MinKeyLen {
-			base = redact.String(base, redact.KeyMark, c.APIKey)
-		}
 	}
 	return fmt.Sprintf("llm.Config{BaseURL: %q, Profile: %q, APIKey: %s, DefaultMaxTokens: %d, ModelMaxTokens: %v}",
 		base, c.Profile, key, c.DefaultMaxTokens, c.ModelMaxTokens)
@@ -156,10 +153,13 @@ func defaultHTTPClient(idle int) *http.Client {
 
 // Client calls an OpenAI-compatible chat completions API. It never retries:
 // every failure is returned classified (see Retryable, RetryAfter, LimitOf)
-// so the caller makes the one retry decision. A Client is safe for
+// so the caller makes the one retry decision. What the provider sends is
+// scrubbed of the key before the client returns it, and the text of its
+// errors cleaned and bounded (see Scrubber). A Client is safe for
 // simultaneous use by multiple goroutines.
 type Client struct {
-	cfg Config
+	cfg   Config
+	scrub *Scrubber // of cfg.APIKey; nil without one
 }
 
 // NewClient checks cfg, fills its defaults and returns a Client.
@@ -176,7 +176,7 @@ func NewClient(cfg Config) (*Client, error) {
 		cfg.ModelMaxTokens = m
 	}
 	cfg.Header = cfg.Header.Clone()
-	return &Client{cfg: cfg}, nil
+	return &Client{cfg: cfg, scrub: NewScrubber(cfg.APIKey)}, nil
 }
 
 // String describes the client without its key.
@@ -186,7 +186,9 @@ func (c *Client) String() string { return "llm.Client{" + c.cfg.String() + "}" }
 func (c *Client) Profile() Profile { return c.cfg.Profile }
 
 // ApplyDefaults returns req with max_tokens filled from the configured
-// defaults, or ErrNoMaxTokens. req itself is not changed. Use it before
+// defaults, or ErrNoMaxTokens. The maximum is named as the profile takes it
+// for the model (ChatRequest.SetDefaultMaxTokens): max_completion_tokens
+// on OpenAI and Groq. req itself is not changed. Use it before
 // estimating a request's cost, so the output reservation is the max_tokens
 // that will really be sent.
 func (c *Client) ApplyDefaults(req *ChatRequest) (*ChatRequest, error) {
@@ -204,7 +206,7 @@ func (c *Client) ApplyDefaults(req *ChatRequest) (*ChatRequest, error) {
 		return nil, ErrNoMaxTokens
 	}
 	r := req.clone()
-	r.MaxTokens = n
+	r.SetDefaultMaxTokens(c.cfg.Profile, n)
 	return r, nil
 }
 
@@ -233,26 +235,30 @@ func (c *Client) Chat(ctx context.Context, req *ChatRequest) (*ChatResponse, err
 	if out.Choices == nil {
 		return nil, c.noChoices(resp.Header, data)
 	}
+	out.ID, out.Model = c.scrub.Text(out.ID, MaxFieldBytes), c.scrub.Text(out.Model, MaxFieldBytes)
 	out.Header = resp.Header
 	out.Snapshot = c.cfg.Profile.Snapshot(resp.Header, c.cfg.Now())
 	out.Body = data
 	return &out, nil
 }
 
-// RawResponse is a non-streamed completion as the provider sent it.
+// RawResponse is a non-streamed completion as the provider sent it, but
+// for the key, should the provider echo it, which is scrubbed from the
+// header and the body (see Scrubber).
 type RawResponse struct {
 	Header   http.Header
 	Snapshot governor.Snapshot // the limits the headers report
-	Body     []byte            // unchanged
+	Body     []byte            // unchanged but for the key
 	Usage    *Usage            // nil if the provider reported none
 }
 
 // ChatRaw sends body, a chat completions request the caller encoded, as it
-// is, and returns the provider's answer with its body unchanged: for proxies
-// that pass requests and answers on byte for byte. Only the answer's usage is
-// decoded. ChatRaw does not read the request, so it cannot see whether it
-// sets max_tokens: the caller must have checked (DecodeChatRequest). Failures
-// are classified as Chat's are, and it never retries.
+// is, and returns the provider's answer with its body unchanged (but for
+// the key): for proxies that pass requests and answers on byte for byte.
+// Only the answer's usage is decoded. ChatRaw does not read the request, so
+// it cannot see whether it sets max_tokens: the caller must have checked
+// (DecodeChatRequest). Failures are classified as Chat's are, and it never
+// retries.
 func (c *Client) ChatRaw(ctx context.Context, body []byte) (*RawResponse, error) {
 	resp, data, err := c.plain(ctx, body)
 	if err != nil {
@@ -283,6 +289,7 @@ func (c *Client) plain(ctx context.Context, body []byte) (*http.Response, []byte
 	if err != nil {
 		return nil, nil, c.transportError(ctx, err)
 	}
+	data = c.scrub.Bytes(data)
 	if err := c.classify(resp.StatusCode, resp.Header, data); err != nil {
 		return nil, nil, err
 	}
@@ -293,7 +300,7 @@ func (c *Client) plain(ctx context.Context, body []byte) (*http.Response, []byte
 // object it carries (some proxies answer errors so), or a malformed answer.
 func (c *Client) noChoices(h http.Header, body []byte) error {
 	if eb := parseErrorBody(body); eb.Message != "" {
-		return c.redact(c.cfg.Profile.classifyBody(0, h, eb, c.cfg.Now()))
+		return c.scrub.Error(c.cfg.Profile.classifyBody(0, h, eb, c.cfg.Now()))
 	}
 	return &TransportError{Kind: Malformed, Err: errors.New("chat completion body has no choices")}
 }
@@ -310,10 +317,12 @@ func (c *Client) Models(ctx context.Context) ([]Model, error) {
 		return nil, err
 	}
 	defer resp.Body.Close()
+	c.scrub.Header(resp.Header)
 	body, err := readBody(resp.Body)
 	if err != nil {
 		return nil, c.transportError(ctx, err)
 	}
+	body = c.scrub.Bytes(body)
 	if err := c.classify(resp.StatusCode, resp.Header, body); err != nil {
 		return nil, err
 	}
@@ -345,7 +354,8 @@ func (c *Client) post(ctx context.Context, r *ChatRequest) (*http.Response, erro
 	return c.postBody(ctx, body, r.Stream)
 }
 
-// postBody sends an encoded chat request.
+// postBody sends an encoded chat request. The response's header comes
+// back without the key.
 func (c *Client) postBody(ctx context.Context, body []byte, stream bool) (*http.Response, error) {
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.cfg.BaseURL+"/chat/completions", bytes.NewReader(body))
 	if err != nil {
@@ -358,7 +368,12 @@ func (c *Client) postBody(ctx context.Context, body []byte, stream bool) (*http.
 	} else {
 		hreq.Header.Set("Accept", "application/json")
 	}
-	return c.do(hreq)
+	resp, err := c.do(hreq)
+	if err != nil {
+		return nil, err
+	}
+	c.scrub.Header(resp.Header)
+	return resp, nil
 }
 
 func (c *Client) setHeaders(hreq *http.Request) {
@@ -387,10 +402,12 @@ func readBody(r io.Reader) ([]byte, error) {
 	return body, nil
 }
 
-// classify turns an HTTP answer into a typed error with the client's clock
-// and the key scrubbed from the provider's message.
+// classify turns an HTTP answer into a typed error with the client's clock,
+// the provider's text scrubbed: the key is removed from the body before it
+// is read (so a cut of a long plain-text body cannot leave part of it) and
+// from the error's fields after.
 func (c *Client) classify(status int, h http.Header, body []byte) error {
-	return c.redact(c.cfg.Profile.classify(status, h, body, c.cfg.Now()))
+	return c.scrub.Error(c.cfg.Profile.classify(status, h, c.scrub.Bytes(body), c.cfg.Now()))
 }
 
 // transportError classifies a failure below HTTP. A cancelled context is
@@ -399,7 +416,7 @@ func (c *Client) transportError(ctx context.Context, err error) error {
 	if ctx.Err() == context.Canceled {
 		return fmt.Errorf("llm: %w", context.Canceled)
 	}
-	return c.redact(&TransportError{Kind: transportKind(err), Err: err})
+	return c.scrub.Error(&TransportError{Kind: transportKind(err), Err: err})
 }
 
 func transportKind(err error) TransportKind {
@@ -412,29 +429,4 @@ func transportKind(err error) TransportKind {
 		return Reset
 	}
 	return Other
-}
-
-// redact scrubs the API key from an error's messages. Providers mask keys
-// in their messages, but a proxy or a misconfigured server might echo one.
-func (c *Client) redact(err error) error {
-	key := c.cfg.APIKey
-	if err == nil || len(key) < redact.MinKeyLen {
-		return err
-	}
-	scrub := func(s string) string { return redact.String(s, redact.KeyMark, key) }
-	switch e := err.(type) {
-	case *RateLimitError:
-		e.Message = scrub(e.Message)
-	case *TooLargeError:
-		e.Message = scrub(e.Message)
-	case *QuotaError:
-		e.Message = scrub(e.Message)
-	case *OverloadedError:
-		e.Message = scrub(e.Message)
-	case *StatusError:
-		e.Message = scrub(e.Message)
-	case *TransportError:
-		e.Err = redact.Error(e.Err, redact.KeyMark, key)
-	}
-	return err
 }

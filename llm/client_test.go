@@ -135,8 +135,8 @@ func TestChat(t *testing.T) {
 		t.Errorf("governor usage = %+v", u)
 	}
 	wantSnap := governor.Snapshot{
-		governor.RPD: {Known: true, Limit: 14400, Remaining: 14399, Reset: 6 * time.Second},
-		governor.TPM: {Known: true, Limit: 8000, Remaining: 7985, Reset: 112500 * time.Microsecond},
+		governor.RPD: {Known: true, Limit: 14400, Remaining: 14399, Reset: 6 * time.Second, Source: "X-Ratelimit-Limit-Requests"},
+		governor.TPM: {Known: true, Limit: 8000, Remaining: 7985, Reset: 112500 * time.Microsecond, Source: "X-Ratelimit-Limit-Tokens"},
 	}
 	if resp.Snapshot != wantSnap {
 		t.Errorf("snapshot = %+v", resp.Snapshot)
@@ -193,8 +193,12 @@ func TestChatMaxTokens(t *testing.T) {
 				}
 				return
 			}
-			if got := rec.last(t).body["max_tokens"]; got != tt.wantMax {
-				t.Errorf("max_tokens sent = %v, want %v", got, tt.wantMax)
+			name := "max_completion_tokens" // a default, named as OpenAI takes it
+			if tt.req.MaxTokens != 0 {
+				name = "max_tokens" // the caller's, named as it was
+			}
+			if got := rec.last(t).body[name]; got != tt.wantMax {
+				t.Errorf("%s sent = %v, want %v", name, got, tt.wantMax)
 			}
 			if tt.req.MaxTokens != 0 && tt.req.MaxTokens != int(tt.wantMax) {
 				t.Error("the caller's request was changed")

@@ -15,7 +15,10 @@
 // Config.DefaultMaxTokens, and with neither the call fails with
 // [ErrNoMaxTokens] before anything is sent. Providers reserve their own
 // default output allowance for such a request, which is how a request
-// becomes too large to ever fit an output-tokens-per-minute limit.
+// becomes too large to ever fit an output-tokens-per-minute limit. A
+// maximum the client gives is named as the profile takes it for the model
+// ([Profile.CompletionTokensName]): max_completion_tokens on OpenAI, whose
+// reasoning models refuse max_tokens, and on Groq; max_tokens on Anthropic.
 //
 // Every call has deadlines, whatever the http.Client ([Timeouts]): getting
 // a connection (Connect, default 10 s), the wait from the request written
@@ -42,6 +45,36 @@
 //
 // [Retryable], [RetryAfter] and [LimitOf] answer the questions a retry
 // policy asks without type switches.
+//
+// # What a provider sends
+//
+// A provider's answers are input, like a client's: a provider, or a proxy
+// before it, may echo the key it received, and its text reaches logs,
+// terminals, pages, API answers and databases. A Client scrubs everything
+// it returns with a [Scrubber] made once from Config.APIKey:
+//
+//   - the key, in each form it can take (as sent, JSON-escaped with or
+//     without "/" escaped, URL query- and path-escaped; a key shorter than
+//     6 bytes only after "Bearer "), becomes "[redacted]" in every response
+//     header value, every body (a completion's, [RawResponse.Body], a model
+//     list's), every stream event ([ChatChunk.Raw] and what is decoded from
+//     it) and the text of every error. Nothing else of a completion, a
+//     header or an event is changed, so it can be passed on as sent;
+//   - an error's Message, Type and Code, and a completion's or a stream
+//     chunk's ID and Model, are also cleaned for a person: control
+//     characters, terminal escape sequences (CSI, OSC and the other control
+//     strings) and bidirectional overrides are dropped, tabs and line breaks
+//     become spaces, invalid UTF-8 becomes U+FFFD; and bounded:
+//     [MaxMessageBytes] (1 KiB) for a message, [MaxFieldBytes] (128 bytes)
+//     for the others, cut at a character boundary with [TruncatedMark]. The
+//     key is removed before the cut, so no part of it is left at the edge.
+//     An error's param is not kept.
+//
+// The error is classified from the provider's whole text first, so the
+// limit, the numbers and the wait it names are read before the text is
+// bounded. [Profile.Classify], which has no key, cleans and bounds the same
+// way. A server that passes a provider's bytes on (sluice's gateway) puts
+// what it writes through the same Scrubber.
 //
 // # Governor feedback
 //
@@ -76,6 +109,35 @@
 // top, and output tokens = max_tokens. The correction is learned from the
 // prompt_tokens providers report ([Estimator.Observe]), so an estimate made
 // with one tokenizer still covers a provider that counts with another.
+//
+// Content parts that are not text are priced as the profile set in
+// EstimatorConfig.Profile documents it (pass the client's [Client.Profile]):
+//
+//   - OpenAI, an image_url part: 85 tokens at detail "low"; at "high" or
+//     "auto", 85 + 170 per 512-px tile of the image fitted in 2048×2048 and
+//     brought down to 768 px on its short side (at most 1,445). GPT-4o mini
+//     prices the same tiles at 2,833 + 5,667 each; GPT-4.1 and GPT-5 mini
+//     and nano and o4-mini count 32-px patches (at most 1,536) times 1.62,
+//     2.46 or 1.72, whatever the detail. A model that is not OpenAI's
+//     (another server behind the same wire format) is priced as with no
+//     profile.
+//   - Anthropic: width×height/750, or a token per 28-px square if more,
+//     after the image is fitted within 1,568 px (at most 1,600 tokens), or
+//     within 2,576 px (at most 5,000) from Claude Opus 4.7 on.
+//   - Groq, which documents no price, and no profile: the most of the
+//     formulas above but GPT-4o mini's — 5,000 tokens an image at most.
+//
+// An image's size is read from the header of a base64 data: URL (PNG,
+// JPEG, GIF or WebP; at most 256 KiB of it is decoded); an image given by
+// URL, or whose header does not read, is priced at the most an image costs
+// at its detail. Audio (input_audio) costs 20 tokens a second, its duration
+// read from a WAV header or taken at 8 kbit/s, the lowest MP3 bitrate. A
+// PDF (a file part) costs, per page, 3,000 tokens of text and the model's
+// largest image; its pages are counted in its bytes and in its Flate
+// streams (at most 32 MiB inflated a request); a PDF whose pages cannot be
+// counted, or a file sent by file_id, costs 100 pages, the most either
+// provider reads. Another file costs its text's tokens, or a token a byte.
+// A part of another type costs the largest image. Sums saturate.
 //
 // # Forwarding
 //

@@ -31,9 +31,14 @@ type RateLimitError struct {
 	Max, Used, Requested int64
 	// RetryAfter is the longer of the retry-after headers and the wait the
 	// message names ("Please try again in 5.289s"); 0 when neither was given.
+	// It is at most the named limit's period plus governor.MaxLag
+	// (governor.MaxWait, a day plus that, when no limit is named), whatever
+	// the provider asked for.
 	RetryAfter time.Duration
 	Status     int
-	Message    string // the provider's message, as sent
+	Message    string // the provider's message, scrubbed (see Scrubber.Error)
+
+	asked time.Duration // what the provider asked for, when RetryAfter bounds it (for Feedback's log)
 }
 
 func (e *RateLimitError) Error() string {
@@ -66,7 +71,7 @@ type TooLargeError struct {
 	// when the provider did not say.
 	Max, Requested int64
 	Status         int
-	Message        string // the provider's message, as sent
+	Message        string // the provider's message, scrubbed (see Scrubber.Error)
 }
 
 func (e *TooLargeError) Error() string {
@@ -103,8 +108,8 @@ func (e *TooLargeError) Error() string {
 // Retrying never helps until someone pays.
 type QuotaError struct {
 	Status     int
-	Type, Code string
-	Message    string
+	Type, Code string // the provider's, scrubbed (see Scrubber.Error)
+	Message    string // the provider's, scrubbed
 }
 
 func (e *QuotaError) Error() string {
@@ -120,8 +125,10 @@ func (e *QuotaError) Error() string {
 // when it is set.
 type OverloadedError struct {
 	Status     int
-	RetryAfter time.Duration
-	Message    string
+	RetryAfter time.Duration // at most governor.MaxWait, whatever the provider asked for
+	Message    string        // the provider's, scrubbed (see Scrubber.Error)
+
+	asked time.Duration // what the provider asked for, when RetryAfter bounds it (for Feedback's log)
 }
 
 func (e *OverloadedError) Error() string {
@@ -143,8 +150,8 @@ func (e *OverloadedError) Error() string {
 // body), which is treated like a 5xx.
 type StatusError struct {
 	Status     int
-	Type, Code string
-	Message    string
+	Type, Code string // the provider's, scrubbed (see Scrubber.Error)
+	Message    string // the provider's, scrubbed
 }
 
 func (e *StatusError) Error() string {

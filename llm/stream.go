@@ -25,7 +25,8 @@ type ChatChunk struct {
 	// Usage is set on the final chunk when usage was asked for
 	// (ChatStream always asks).
 	Usage *Usage `json:"usage"`
-	// Raw is the event's data as received, for forwarding unchanged.
+	// Raw is the event's data as received (but for the key, see
+	// Scrubber), for forwarding unchanged.
 	Raw json.RawMessage `json:"-"`
 }
 
@@ -51,7 +52,10 @@ func (c *ChatChunk) Text() string {
 //	}
 //	if err := s.Err(); err != nil { ... }
 //
-// Header and Snapshot are available at once, before the first Next. A
+// Header and Snapshot are available at once, before the first Next. The
+// key, should the provider echo it, is scrubbed from the header and from
+// every event before it is read (see Scrubber); an error event's text is
+// also cleaned and bounded, as every error's is. A
 // Stream is not safe for concurrent use, except Close, which may be called
 // from another goroutine to abandon it.
 type Stream struct {
@@ -110,8 +114,8 @@ func (c *Client) ChatStream(ctx context.Context, req *ChatRequest) (*Stream, err
 		if rerr != nil {
 			return nil, c.transportError(ctx, rerr)
 		}
-		if eb := parseErrorBody(body); eb.Message != "" {
-			return nil, c.redact(c.cfg.Profile.classifyBody(0, resp.Header, eb, c.cfg.Now()))
+		if eb := parseErrorBody(c.scrub.Bytes(body)); eb.Message != "" {
+			return nil, c.scrub.Error(c.cfg.Profile.classifyBody(0, resp.Header, eb, c.cfg.Now()))
 		}
 		return nil, &TransportError{Kind: Malformed, Err: errors.New("expected an event stream, got a JSON body")}
 	}
@@ -188,7 +192,7 @@ func (s *Stream) Next() bool {
 			}
 			return s.end(s.client.transportError(s.ctx, fmt.Errorf("read stream: %w", err)))
 		}
-		data = bytes.TrimSpace(data)
+		data = s.client.scrub.Bytes(bytes.TrimSpace(data))
 		if len(data) == 0 {
 			continue // comments, keep-alives, events without data
 		}
@@ -213,6 +217,7 @@ func (s *Stream) Next() bool {
 		}
 		chunk := c.ChatChunk
 		chunk.Raw = data
+		chunk.ID, chunk.Model = s.client.scrub.Text(chunk.ID, MaxFieldBytes), s.client.scrub.Text(chunk.Model, MaxFieldBytes)
 		if chunk.Usage == nil && c.XGroq != nil && c.XGroq.Usage != nil {
 			// Groq has reported the final usage inside its own x_groq object.
 			chunk.Usage = c.XGroq.Usage
@@ -233,7 +238,7 @@ func (s *Stream) Next() bool {
 }
 
 func (s *Stream) streamError(eb errorBody) error {
-	return s.client.redact(s.client.cfg.Profile.classifyBody(0, s.header, eb, s.client.cfg.Now()))
+	return s.client.scrub.Error(s.client.cfg.Profile.classifyBody(0, s.header, eb, s.client.cfg.Now()))
 }
 
 func (s *Stream) end(err error) bool {

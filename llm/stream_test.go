@@ -74,8 +74,8 @@ func TestChatStream(t *testing.T) {
 	if opts["include_usage"] != true || opts["foo"] != "bar" {
 		t.Errorf("stream_options = %v", body["stream_options"])
 	}
-	if body["max_tokens"] != 100.0 {
-		t.Errorf("max_tokens = %v", body["max_tokens"])
+	if body["max_completion_tokens"] != 100.0 || body["max_tokens"] != nil { // as OpenAI takes the default
+		t.Errorf("max_completion_tokens = %v, max_tokens = %v", body["max_completion_tokens"], body["max_tokens"])
 	}
 	if _, ok := req.Extra["stream_options"].(map[string]any)["include_usage"]; ok || req.Stream {
 		t.Error("ChatStream changed the caller's request")

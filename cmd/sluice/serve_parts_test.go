@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bufio"
-	"context"
 	"io"
 	"net/http"
 	"path/filepath"
@@ -11,7 +9,6 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/examples/summarize"
-	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/sim"
 )
 
@@ -19,54 +16,13 @@ import (
 // base URL once it is ready.
 func startServe(t *testing.T, getenv func(string) string, args ...string) string {
 	t.Helper()
-	pr, pw := io.Pipe()
-	env := &cmdEnv{stdout: pw, stderr: io.Discard, getenv: getenv}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan int, 1)
-	go func() {
-		done <- runMain(ctx, env, append([]string{"serve", "--addr", "127.0.0.1:0"}, args...))
-		pw.Close()
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if code := <-done; code != 0 {
-			t.Errorf("serve exited %d after its context ended", code)
-		}
-	})
-	lines := bufio.NewScanner(pr)
-	if !lines.Scan() {
-		t.Fatal("serve printed nothing")
-	}
-	base, ok := strings.CutPrefix(lines.Text(), "listening on ")
-	if !ok {
-		t.Fatalf("first line %q, want the address", lines.Text())
-	}
-	if !lines.Scan() || !strings.HasPrefix(lines.Text(), "ready in") {
-		t.Fatalf("second line %q, want ready", lines.Text())
-	}
-	go func() {
-		for lines.Scan() {
-		}
-	}()
+	base, _ := startServeLogged(t, getenv, args...)
 	return base
 }
 
 func startSim(t *testing.T, limits string) (*sim.Model, string) {
 	t.Helper()
-	ls, err := governor.ParseLimits(limits)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := sim.NewModel(sim.Config{Profile: "groq", Limits: ls, Wire: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := sim.NewServer(m, sim.ServerConfig{})
-	if err := s.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Stop(context.Background()) })
-	return m, "http://" + s.Addr() + "/v1"
+	return startSimProfile(t, "groq", limits)
 }
 
 // One serve process answers for the functions' API, the gateway and

@@ -5,16 +5,21 @@
 // # Requests
 //
 // POST /v1/chat/completions is priced (prompt tokens estimated offline,
-// output = max_tokens, a flow's default when the request sets none), then
+// output = max_tokens, a flow's default when the request sets none, sent
+// under the name the profile takes for the model), then
 // waits for admission in its flow's line: X-Sluice-Flow (or the flow of the
 // caller's client key) names the flow, unknown flows count as "default".
 // A request that can never fit any limit is answered at once with 413 and
 // the provider's own "request too large" wording, naming the limit and the
 // numbers. A request not admitted within its max wait (Config.MaxWait, or
 // X-Sluice-Max-Wait) gets 429 with the governor's estimate of the further
-// wait as retry-after. Streams are passed through event by event; the
+// wait as retry-after, typed after the kind of limit that holds it, and
+// keeps its place in line for the same request sent again, within
+// Config.MaxFlowParked places per caller and flow. Streams are passed through event by event; the
 // gateway asks the provider for usage in the stream, settles the charge with
-// it, and drops that chunk when the caller did not ask for it.
+// it, and drops that chunk when the caller did not ask for it. Any other
+// method on a route is answered 405 with Allow, any other URL 404, both in
+// the profile's error format.
 //
 // # Feedback
 //
@@ -27,9 +32,10 @@
 // # Secrets
 //
 // The provider key is sent upstream and nowhere else: errors from upstream
-// are re-written from their classified message (which the llm client scrubs
-// of the key), never forwarded raw, and neither /v1/flows nor /metrics nor
-// the logs carry it.
+// are re-written from their classified fields (which the llm client has
+// scrubbed of the key, cleaned and bounded), never forwarded raw; every
+// byte and header the gateway answers passes the key's llm.Scrubber; and
+// neither /v1/flows nor /metrics nor the logs carry it.
 //
 // docs/gateway.md describes the command, the endpoints and the metrics.
 package gateway

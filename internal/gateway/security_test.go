@@ -115,22 +115,6 @@ func TestEchoedKeyScrubbedEverywhere(t *testing.T) {
 	assertNoKey(t, "log", log.String())
 }
 
-func TestScrubberForms(t *testing.T) {
-	t.Parallel()
-	s := newScrubber(`k3y/with"quote+&`)
-	for _, in := range []string{`k3y/with"quote+&`, `k3y/with\"quote+\u0026`, `k3y%2Fwith%22quote%2B%26`} {
-		if out := s.string("x " + in + " y"); out != "x "+redact.KeyMark+" y" {
-			t.Errorf("scrub(%q) = %q", in, out)
-		}
-	}
-	if newScrubber("abc") != nil {
-		t.Error("a key shorter than redact.MinKeyLen would redact ordinary text")
-	}
-	if got := (*scrubber)(nil).string("as is"); got != "as is" {
-		t.Errorf("nil scrubber changed text: %q", got)
-	}
-}
-
 // TestWaitLineBounded: a key saturated for long holds at most the line's
 // bounds of waiting requests; one more gets 429 naming the bound, with a
 // retry-after, and other flows keep their places.

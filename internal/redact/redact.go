@@ -1,6 +1,9 @@
 // Package redact hides secrets in the text sluice writes — error messages,
 // logs, answers — so that a provider key or a database password quoted by
-// a library, a proxy or a provider goes no further.
+// a library, a proxy or a provider goes no further. It is the low-level
+// helper: what a provider sends is scrubbed by llm.Scrubber, which builds
+// the forms a key takes in a body, a header or a URL and replaces them
+// with KeyMark.
 package redact
 
 import "strings"
@@ -8,8 +11,9 @@ import "strings"
 // KeyMark stands for a provider key wherever one would be written.
 const KeyMark = "[redacted]"
 
-// MinKeyLen is the shortest provider key hidden: replacing a shorter string
-// everywhere would corrupt ordinary text, and no provider issues one.
+// MinKeyLen is the shortest provider key hidden wherever it appears:
+// replacing a shorter string everywhere would corrupt ordinary text, and no
+// provider issues one (llm.Scrubber hides a shorter key after "Bearer ").
 const MinKeyLen = 6
 
 // String returns s with every secret replaced by mark. Empty secrets are
