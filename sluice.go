@@ -130,6 +130,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 			Flows:      cfg.Flows,
 			Now:        now,
 			Speed:      cfg.Speed,
+			Logger:     e.Logger(),
 		}, quota.Config{Now: now, Cluster: cluster(cfg, e.Logger())})
 		if err != nil {
 			_ = a.shutdown(time.Second)
@@ -142,7 +143,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 			}
 			a.clusters[name] = ledger
 		}
-		est, err := llm.NewEstimator(llm.EstimatorConfig{})
+		est, err := llm.NewEstimator(llm.EstimatorConfig{Profile: client.Profile()})
 		if err != nil {
 			_ = a.shutdown(time.Second)
 			return nil, fmt.Errorf("provider %s: %w", name, err)

@@ -43,7 +43,8 @@ const DefaultDecay = 0.01
 
 // maxRatio bounds what one observation can teach: a provider count more than
 // this many times the estimate means the request carried something the
-// estimator cannot see (images, say), not that the tokenizer is that wrong.
+// estimator priced too low (a PDF whose pages it miscounted, say), not that
+// the tokenizer is that wrong.
 const maxRatio = 8
 
 // EstimatorConfig configures an Estimator. The zero value uses every default.
@@ -65,6 +66,12 @@ type EstimatorConfig struct {
 	// every observation, so one odd request does not inflate estimates
 	// forever. Default: DefaultDecay (1 %). Must be in [0, 1).
 	Decay float64
+
+	// Profile is the provider whose prices apply to the content parts that
+	// are not text — images, audio and files (see the package doc, "Cost
+	// estimates"): pass the client's Client.Profile. Default: none, which
+	// prices each such part at the most any profile charges for it.
+	Profile Profile
 }
 
 func (c EstimatorConfig) withDefaults() EstimatorConfig {
@@ -93,13 +100,17 @@ func (c EstimatorConfig) validate() error {
 	if c.Decay < 0 || c.Decay >= 1 || math.IsNaN(c.Decay) {
 		return fmt.Errorf("llm: estimator decay %v: want a fraction in [0, 1)", c.Decay)
 	}
+	if c.Profile != "" && !slices.Contains(Profiles(), c.Profile) {
+		return fmt.Errorf("llm: estimator profile %q: want groq, openai, anthropic or none", c.Profile)
+	}
 	return nil
 }
 
 // Estimator prices a request before it is sent, as a governor.Cost: one
 // request; input tokens counted with an offline tokenizer, plus the chat
-// format's overhead, times a per-model correction; output tokens = the
-// request's max_tokens. The correction is (learned ratio) × (1+Margin); the
+// format's overhead and what the profile charges for images, audio and
+// files, times a per-model correction; output tokens = the request's
+// max_tokens. The correction is (learned ratio) × (1+Margin); the
 // ratio starts at 1 and is learned from the prompt_tokens providers report
 // (Observe), so estimates cover the provider's count with high probability
 // even when its tokenizer is not OpenAI's.
@@ -218,8 +229,10 @@ func (e *Estimator) Observe(model string, estimated, actual int64) {
 
 // PromptTokens returns the raw input estimate of req: tokens of every
 // message's text and extra fields (tool calls...), the per-message and
-// reply overheads, and the request's tool and format definitions. No
-// margin or correction is applied.
+// reply overheads, the request's tool and format definitions, and its
+// content parts that are not text (image_url, input_audio, file) at the
+// prices of the configured profile. No margin or correction is applied.
+// The sum saturates at math.MaxInt64.
 //
 // The count of a request priced recently is remembered (the last 256
 // requests'), so pricing the same request again, as a backfill does when it
@@ -227,7 +240,7 @@ func (e *Estimator) Observe(model string, estimated, actual int64) {
 // tokenizer is most of what pricing a call allocates.
 func (e *Estimator) PromptTokens(req *ChatRequest) int64 {
 	e.init()
-	key := promptKey(req)
+	key := promptKey(e.cfg.Profile, req)
 	if n, ok := e.counts.get(key); ok {
 		return n
 	}
@@ -239,8 +252,10 @@ func (e *Estimator) PromptTokens(req *ChatRequest) int64 {
 // promptTokens is PromptTokens without the cache.
 func (e *Estimator) promptTokens(req *ChatRequest) int64 {
 	model := req.Model
+	pricer, media := newMediaPricer(e.cfg.Profile, model), int64(0)
 	n := int64(e.cfg.TokensPerReply)
 	for _, m := range req.Messages {
+		media = addTokens(media, pricer.tokens(m.RawContent))
 		n += int64(e.cfg.TokensPerMessage)
 		n += int64(CountTokens(model, m.Role))
 		n += int64(CountTokens(model, m.Content))
@@ -263,7 +278,9 @@ func (e *Estimator) promptTokens(req *ChatRequest) int64 {
 			}
 		}
 	}
-	return n
+	// The text's count is bounded by its length; what the parts that are
+	// not text cost is not.
+	return addTokens(n, media)
 }
 
 // promptExtras are request fields the provider turns into prompt tokens.
@@ -310,18 +327,21 @@ func (c *countCache) put(key [sha256.Size]byte, n int64) {
 }
 
 // promptKey is a SHA-256 of everything promptTokens reads: the model's
-// encoding, each message's role, content and extra fields, and the
-// request's prompt-bearing fields, each written with its length so that
-// no two requests that count differently write the same bytes. Fields that
-// are not counted (max_tokens, temperature...) are left out, so a request
-// that differs only in them shares its count.
-func promptKey(req *ChatRequest) [sha256.Size]byte {
+// encoding and image price on profile p, each message's role, content (its
+// parts as sent too) and extra fields, and the request's prompt-bearing
+// fields, each written with its length so that no two requests that count
+// differently write the same bytes. Fields that are not counted
+// (max_tokens, temperature...) are left out, so a request that differs only
+// in them shares its count.
+func promptKey(p Profile, req *ChatRequest) [sha256.Size]byte {
 	k := keyWriter{h: sha256.New(), buf: make([]byte, 0, 512)}
 	k.string(Encoding(req.Model))
+	k.string(imagePriceOf(p, req.Model).name)
 	k.int(len(req.Messages))
 	for _, m := range req.Messages {
 		k.string(m.Role)
 		k.string(m.Content)
+		k.string(string(m.RawContent))
 		k.int(len(m.Extra))
 		for _, name := range slices.Sorted(maps.Keys(m.Extra)) {
 			k.string(name)

@@ -338,19 +338,19 @@ func TestPromptTokensCache(t *testing.T) {
 		}
 	}
 	// The same content in another request value shares the count.
-	if a, b := promptKey(base()), promptKey(base()); a != b {
+	if a, b := promptKey("", base()), promptKey("", base()); a != b {
 		t.Error("equal requests have different keys")
 	}
 	// Lengths are part of the key: "ab"+"c" is not "a"+"bc".
 	ab := &ChatRequest{Messages: []Message{{Role: "ab", Content: "c"}}}
 	bc := &ChatRequest{Messages: []Message{{Role: "a", Content: "bc"}}}
-	if promptKey(ab) == promptKey(bc) {
+	if promptKey("", ab) == promptKey("", bc) {
 		t.Error("fields that split the same text differently have one key")
 	}
 	// A text longer than the key's buffer is hashed whole: two long texts
 	// that differ only in their last byte have different keys.
 	long := strings.Repeat("lorem ipsum ", 400)
-	if promptKey(userRequest("m", long+"a")) == promptKey(userRequest("m", long+"b")) {
+	if promptKey("", userRequest("m", long+"a")) == promptKey("", userRequest("m", long+"b")) {
 		t.Error("long texts differing at the end have one key")
 	}
 }
@@ -367,10 +367,10 @@ func TestPromptTokensCacheBounded(t *testing.T) {
 			t.Fatalf("after %d requests the cache holds %d counts, want at most %d", i+1, n, countCacheSize)
 		}
 	}
-	if _, ok := e.counts.get(promptKey(req(0))); ok {
+	if _, ok := e.counts.get(promptKey("", req(0))); ok {
 		t.Error("the oldest request is still cached")
 	}
-	if _, ok := e.counts.get(promptKey(req(3*countCacheSize - 1))); !ok {
+	if _, ok := e.counts.get(promptKey("", req(3*countCacheSize-1))); !ok {
 		t.Error("the newest request is not cached")
 	}
 	if got, want := e.PromptTokens(req(0)), int64(3+3+CountTokens("gpt-4o", "user")+CountTokens("gpt-4o", "item 0")); got != want {
