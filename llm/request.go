@@ -139,7 +139,8 @@ type ChatRequest struct {
 	MaxTokens int
 	// CompletionTokensName sends MaxTokens as max_completion_tokens, the
 	// newer OpenAI name its reasoning models require, instead of max_tokens.
-	// DecodeChatRequest sets it when the client used that name.
+	// DecodeChatRequest sets it when the client used that name, and
+	// SetDefaultMaxTokens as the profile takes it.
 	CompletionTokensName bool
 	Temperature          *float64
 	Stop                 []string
@@ -152,6 +153,28 @@ type ChatRequest struct {
 	// numbers keep their precision. A key that names a modelled field
 	// above is ignored.
 	Extra map[string]any
+}
+
+// SetDefaultMaxTokens gives r, a request that names no maximum, one of n
+// output tokens under the name profile p takes for r's model
+// (Profile.CompletionTokensName), or max_completion_tokens when r asks for
+// that name (CompletionTokensName): a maximum the client did not ask for
+// must not be one the provider refuses, as OpenAI's reasoning models
+// refuse max_tokens. A request that names its own maximum keeps the name
+// it used: change only its MaxTokens.
+func (r *ChatRequest) SetDefaultMaxTokens(p Profile, n int) {
+	r.MaxTokens = n
+	r.CompletionTokensName = r.CompletionTokensName || p.CompletionTokensName(r.Model)
+}
+
+// MaxTokensName is the name MaxTokens is sent under: "max_completion_tokens"
+// or "max_tokens". Messages about the maximum name it so, as the client
+// wrote it.
+func (r *ChatRequest) MaxTokensName() string {
+	if r.CompletionTokensName {
+		return "max_completion_tokens"
+	}
+	return "max_tokens"
 }
 
 // modelledFields are written from ChatRequest's own fields, never Extra.
@@ -193,11 +216,7 @@ func (r ChatRequest) MarshalJSON() ([]byte, error) {
 		return nil, err
 	}
 	if r.MaxTokens > 0 {
-		name := "max_tokens"
-		if r.CompletionTokensName {
-			name = "max_completion_tokens"
-		}
-		if err := put(name, r.MaxTokens); err != nil {
+		if err := put(r.MaxTokensName(), r.MaxTokens); err != nil {
 			return nil, err
 		}
 	}
@@ -349,13 +368,9 @@ func (r *ChatRequest) Validate() error {
 			return fmt.Errorf("llm: request field \"messages[%d]\": %w", i, err)
 		}
 	}
-	name := "max_tokens"
-	if r.CompletionTokensName {
-		name = "max_completion_tokens"
-	}
 	if r.MaxTokens != 0 {
 		if err := checkCount(float64(r.MaxTokens), strconv.Itoa(r.MaxTokens), MaxOutputTokens); err != nil {
-			return fmt.Errorf("llm: request field %q: %w", name, err)
+			return fmt.Errorf("llm: request field %q: %w", r.MaxTokensName(), err)
 		}
 	}
 	if v, ok := r.Extra["n"]; ok {

@@ -1,7 +1,10 @@
 package llm
 
 import (
+	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"reflect"
 	"strings"
 	"testing"
@@ -295,5 +298,107 @@ func TestValidate(t *testing.T) {
 	req.Extra = map[string]any{"n": 3}
 	if err := req.Validate(); err != nil {
 		t.Errorf("Validate() = %v", err)
+	}
+}
+
+// The maximum sluice gives a request that names none is named as the
+// profile and model take it: max_completion_tokens on OpenAI (whose
+// reasoning models refuse max_tokens) and Groq, max_tokens on Anthropic
+// but for OpenAI's reasoning models, which refuse it wherever they are.
+func TestCompletionTokensName(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		profile Profile
+		model   string
+		want    string
+	}{
+		{OpenAI, "gpt-5", "max_completion_tokens"},
+		{OpenAI, "gpt-5-mini", "max_completion_tokens"},
+		{OpenAI, "o3", "max_completion_tokens"},
+		{OpenAI, "gpt-4o-mini", "max_completion_tokens"},
+		{"", "o4-mini", "max_completion_tokens"},
+		{Groq, "llama-3.1-8b-instant", "max_completion_tokens"},
+		{Groq, "openai/gpt-oss-120b", "max_completion_tokens"},
+		{Anthropic, "claude-sonnet-4-5", "max_tokens"},
+		{Anthropic, "claude-o3-lookalike", "max_tokens"},
+		{Anthropic, "openai/o1-preview", "max_completion_tokens"},
+		{Anthropic, "gpt-5.1", "max_completion_tokens"},
+		{Anthropic, "gpt-50", "max_tokens"},
+		{Anthropic, "o10", "max_tokens"},
+		{Anthropic, "asks for max_completion_tokens", "max_completion_tokens"},
+	} {
+		t.Run(string(tc.profile)+"/"+tc.model, func(t *testing.T) {
+			t.Parallel()
+			req := &ChatRequest{Model: tc.model, Messages: []Message{{Role: "user", Content: "hi"}}}
+			req.CompletionTokensName = strings.HasPrefix(tc.model, "asks for")
+			req.SetDefaultMaxTokens(tc.profile, 300)
+			if got := req.MaxTokensName(); got != tc.want {
+				t.Errorf("named %s, want %s", got, tc.want)
+			}
+			out, err := json.Marshal(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var fields map[string]any
+			if err := json.Unmarshal(out, &fields); err != nil {
+				t.Fatal(err)
+			}
+			other := "max_tokens"
+			if tc.want == other {
+				other = "max_completion_tokens"
+			}
+			if fields[tc.want] != 300.0 || fields[other] != nil {
+				t.Errorf("sent %s, want %s: 300 alone", out, tc.want)
+			}
+		})
+	}
+}
+
+// Acceptance: a request with no maximum to a gpt-5-style model reaches the
+// provider with max_completion_tokens, never max_tokens, plain or streamed;
+// one that names its own maximum keeps the name it used.
+func TestClientAddsTheMaximumTheModelTakes(t *testing.T) {
+	t.Parallel()
+	srv, rec := newServer(t, func(w http.ResponseWriter, r *http.Request, body map[string]any) {
+		if body["stream"] == true {
+			w.Header().Set("Content-Type", "text/event-stream")
+			io.WriteString(w, `data: {"choices":[{"index":0,"delta":{"content":"Hi."},"finish_reason":"stop"}]}`+"\n\ndata: [DONE]\n\n")
+			return
+		}
+		io.WriteString(w, completionBody)
+	})
+	c := newTestClient(t, Config{BaseURL: srv.URL, DefaultMaxTokens: 2000})
+	for _, tc := range []struct {
+		name   string
+		req    *ChatRequest
+		stream bool
+		field  string
+		want   float64
+	}{
+		{"plain", userRequest("gpt-5-mini", "hi"), false, "max_completion_tokens", 2000},
+		{"stream", userRequest("gpt-5", "hi"), true, "max_completion_tokens", 2000},
+		{"its own max_tokens", &ChatRequest{Model: "gpt-4o", MaxTokens: 50, Messages: []Message{{Role: "user", Content: "hi"}}}, false, "max_tokens", 50},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.stream {
+				s, err := c.ChatStream(context.Background(), tc.req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for s.Next() {
+				}
+				s.Close()
+			} else if _, err := c.Chat(context.Background(), tc.req); err != nil {
+				t.Fatal(err)
+			}
+			body := rec.last(t).body
+			other := "max_tokens"
+			if tc.field == other {
+				other = "max_completion_tokens"
+			}
+			if body[tc.field] != tc.want || body[other] != nil {
+				t.Errorf("the provider got %v; want %s %v and no %s", body, tc.field, tc.want, other)
+			}
+		})
 	}
 }

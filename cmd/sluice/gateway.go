@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"runtime/debug"
@@ -44,6 +45,7 @@ type gatewayFile struct {
 	Accounting       string           `yaml:"accounting"`
 	MaxWait          string           `yaml:"max_wait"`
 	KeepPlace        string           `yaml:"keep_place"`
+	MaxFlowParked    string           `yaml:"max_flow_parked"`
 	DefaultMaxTokens string           `yaml:"default_max_tokens"`
 	MaxBodyBytes     string           `yaml:"max_body_bytes"`
 	MaxWaiting       string           `yaml:"max_waiting"`
@@ -130,6 +132,21 @@ func newFlow(name, weight, priority, maxTokens string) (gateway.Flow, error) {
 	return fl, nil
 }
 
+// maxFlowParkedFlag adds --max-flow-parked, which sluice gateway and sluice
+// serve --gateway share (gateway.Config.MaxFlowParked); the value is
+// checked with checkMaxFlowParked.
+func maxFlowParkedFlag(fs *flag.FlagSet) *int {
+	return fs.Int("max-flow-parked", gateway.DefaultMaxFlowParked, "most places in line kept for one caller (client key) in one flow for requests answered 429; one more gets its 429 without a place, and no other caller's place is given up for it (at most --max-waiting)")
+}
+
+// checkMaxFlowParked bounds --max-flow-parked as every bound of the line is.
+func checkMaxFlowParked(n int) error {
+	if n < 1 || n > 1<<20 {
+		return fmt.Errorf("%d is not between 1 and %d", n, 1<<20)
+	}
+	return nil
+}
+
 // parseClientKeys reads "KEY[=FLOW],KEY[=FLOW]".
 func parseClientKeys(s string) []gateway.ClientKey {
 	var keys []gateway.ClientKey
@@ -165,7 +182,8 @@ func runGateway(ctx context.Context, env *cmdEnv, args []string) error {
 		accounting = fs.String("accounting", "", "what the provider keeps of a charge: reserve or settle (default: settle for anthropic, else reserve)")
 		maxWait    = fs.Duration("max-wait", 4*time.Minute, "longest a request waits for admission before 429 (a request may set X-Sluice-Max-Wait); under common client timeouts (aiohttp's 300s)")
 		keepPlace  = fs.Duration("keep-place", 2*time.Minute, "how long after its estimated admission a request answered 429 keeps its place in line for the same request sent again (0: keep none)")
-		defMax     = fs.Int("default-max-tokens", 1024, "max_tokens given to a request that sets none, when its flow has no default")
+		maxParked  = maxFlowParkedFlag(fs)
+		defMax     = fs.Int("default-max-tokens", 1024, "maximum output given to a request that sets none, when its flow has no default (sent as max_completion_tokens on openai and groq, max_tokens on anthropic)")
 		maxBody    = fs.Int64("max-body-bytes", 4<<20, "largest request body accepted; larger ones get 413")
 		lag        = fs.Duration("lag", time.Second, "how much later than its admission the provider may count a call; charges are held that much longer (negative: off)")
 		retryBase  = fs.Duration("retry-base", 250*time.Millisecond, "first backoff after a 5xx, overload, timeout or reset; doubles per attempt, within the request's max wait")
@@ -207,6 +225,10 @@ func runGateway(ctx context.Context, env *cmdEnv, args []string) error {
 		}
 	}
 	cfg.DefaultMaxTokens, cfg.MaxBodyBytes, cfg.MaxWaiting, cfg.MaxFlowWaiting, cfg.MaxWaitingBytes = *defMax, *maxBody, *maxWaiting, *maxFlowW, *maxWBytes
+	if err := checkMaxFlowParked(*maxParked); err != nil {
+		return refuse("max-flow-parked", err)
+	}
+	cfg.MaxFlowParked = *maxParked
 	if !set["allowed-hosts"] && len(file.AllowedHosts) > 0 {
 		sf.hosts = strings.Join(file.AllowedHosts, ",")
 	}

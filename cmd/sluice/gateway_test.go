@@ -347,6 +347,8 @@ func TestGatewayFileAndFlagsAgree(t *testing.T) {
 		{"zero default max tokens", []string{"--default-max-tokens", "0"}, "default_max_tokens: 0\n", "0 is not between 1", "default_max_tokens", 2},
 		{"absurd default max tokens", []string{"--default-max-tokens", "9223372036854775807"}, "default_max_tokens: 9223372036854775807\n", "9223372036854775807 is not between", "default_max_tokens", 2},
 		{"zero max waiting", []string{"--max-waiting", "0"}, "max_waiting: 0\n", "0 is not between 1 and 1048576", "max_waiting", 2},
+		{"zero max flow parked", []string{"--max-flow-parked", "0"}, "max_flow_parked: 0\n", "0 is not between 1 and 1048576", "max_flow_parked", 2},
+		{"absurd max flow parked", []string{"--max-flow-parked", "99999999999"}, "max_flow_parked: 99999999999\n", "99999999999 is not between 1 and 1048576", "max_flow_parked", 2},
 		{"fractional max waiting", []string{"--max-waiting", "1.5"}, "max_waiting: 1.5\n", `invalid value "1.5"`, "max_waiting", 2},
 		{"max waiting in exponent form", []string{"--max-waiting", "1e3"}, "max_waiting: 1e3\n", `invalid value "1e3"`, "max_waiting", 2},
 		{"negative body timeout", []string{"--body-timeout", "-1s"}, "body_timeout: -1s\n", "-1s is not positive", "body_timeout", 2},

@@ -235,3 +235,28 @@ func TestServeConfigFile(t *testing.T) {
 		})
 	}
 }
+
+// A bound of the gateway's line given to serve without the gateway does
+// nothing, so it is refused, as gateway flows are, and the bound is
+// checked when the gateway is on.
+func TestServeMaxFlowParkedNeedsTheGateway(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"without --gateway", []string{"--max-flow-parked", "8"}, "--max-flow-parked: a bound of the gateway's line without the gateway"},
+		{"out of bounds", []string{"--gateway", "--max-flow-parked", "0"}, "--max-flow-parked: 0 is not between 1 and"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var stderr bytes.Buffer
+			env := &cmdEnv{stdout: io.Discard, stderr: &stderr, getenv: func(string) string { return "" }}
+			args := append([]string{"serve", "--addr", "127.0.0.1:0", "--db", filepath.Join(t.TempDir(), "s.db")}, tc.args...)
+			if code := runMain(context.Background(), env, args); code == 0 || !strings.Contains(stderr.String(), tc.want) {
+				t.Fatalf("exit %d, stderr %q, want it to say %q", code, stderr.String(), tc.want)
+			}
+		})
+	}
+}

@@ -214,8 +214,10 @@ func TestTooLargeHintCountsChoices(t *testing.T) {
 	}
 }
 
-// At most max places are kept: the oldest is given up for a new one, and
-// a lapsed one is never handed out.
+// At most perCaller places are kept for one caller in one flow, and at most
+// max in all; a place beyond either bound is refused, never given another
+// caller's place. A place taken back makes room, and a lapsed one is never
+// handed out.
 func TestPlacesBound(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
@@ -227,9 +229,8 @@ func TestPlacesBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	gov.Advance(now)
-	p := newPlaces(2)
-	var res []*governor.Reservation
-	for i := range 3 {
+	wait := func() (*governor.Reservation, time.Time) {
+		t.Helper()
 		r, err := gov.Reserve(now, "a", governor.Cost{Requests: 1})
 		if err != nil {
 			t.Fatal(err)
@@ -238,17 +239,40 @@ func TestPlacesBound(t *testing.T) {
 		if !ok {
 			t.Fatal("Await with a done context did not end the wait")
 		}
-		p.keep(placeKey{byte(i)}, r, we.KeptUntil, now)
-		res = append(res, r)
+		return r, we.KeptUntil
 	}
-	if p.n != 2 || p.take(placeKey{0}, now) != nil || res[0].Rejoin(now) {
-		t.Fatalf("%d places kept, the oldest still taken back; want 2 and the oldest given up", p.n)
+	p := newPlaces(3, 2)
+	a, b, c := caller{client: 1, flow: "a"}, caller{client: 2, flow: "a"}, caller{client: 3, flow: "a"}
+	res := map[byte]*governor.Reservation{}
+	for i, tc := range []struct {
+		who    caller
+		refuse string // what a refusal names; "" for a place kept
+	}{
+		{a, ""}, {a, ""},
+		{a, `this caller keeps 2 places in line in flow "a" already`},
+		{caller{client: 1, flow: "b"}, ""}, // the same key in another flow is another caller
+		{b, "the gateway keeps 3 places in line already"},
+		{c, "the gateway keeps 3 places in line already"},
+	} {
+		r, until := wait()
+		got := p.keep(placeKey{byte(i)}, tc.who, r, until, now)
+		if tc.refuse == "" && got != "" || tc.refuse != "" && !strings.Contains(got, tc.refuse) {
+			t.Fatalf("place %d for %+v: refused with %q, want %q", i, tc.who, got, tc.refuse)
+		}
+		res[byte(i)] = r
+	}
+	if p.n != 3 || p.take(placeKey{0}, now) != res[0] || !res[0].Rejoin(now) {
+		t.Fatalf("%d places kept, the oldest not taken back; want 3 and the oldest kept", p.n)
+	}
+	// Taken back, a place frees its caller's room.
+	if r, until := wait(); p.keep(placeKey{9}, a, r, until, now) != "" {
+		t.Fatal("no room for a caller that took a place back")
 	}
 	if p.take(placeKey{1}, now.Add(time.Hour)) != nil {
 		t.Fatal("a lapsed place was handed out")
 	}
-	if r := p.take(placeKey{2}, now); r != res[2] || !r.Rejoin(now) || p.n != 0 {
-		t.Fatalf("the newest place: %v, %d left", r, p.n)
+	if r := p.take(placeKey{3}, now); r != res[3] || !r.Rejoin(now) || p.n != 1 || p.held[a] != 1 {
+		t.Fatalf("the other flow's place: %v, %d left, %d of a's", r, p.n, p.held[a])
 	}
 }
 

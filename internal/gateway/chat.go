@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -29,7 +30,8 @@ type chatCall struct {
 	g    *Gateway
 	w    http.ResponseWriter
 	r    *http.Request
-	flow string
+	who  caller
+	flow string // who.flow
 
 	req       *llm.ChatRequest
 	body      []byte // what is sent upstream for a plain request
@@ -40,7 +42,8 @@ type chatCall struct {
 
 	key       placeKey // names the request for its kept place in line (places.go), once keyed
 	keyed     bool
-	rejoined  bool // it took back a place an earlier attempt kept
+	rejoined  bool   // it took back a place an earlier attempt kept
+	unkept    string // why the place its wait left was not kept: a bound of places.keep
 	waited    time.Duration
 	waitingOn string // what held it back when its max wait ended
 	attempts  int
@@ -48,9 +51,10 @@ type chatCall struct {
 	wrote     bool // the answer has started
 }
 
-func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, flow string) {
+func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, who caller) {
 	start := g.cfg.Now()
-	c := &chatCall{g: g, w: w, r: r, flow: flow}
+	flow := who.flow
+	c := &chatCall{g: g, w: w, r: r, who: who, flow: flow}
 	if e := c.run(start); e != nil && !c.wrote {
 		// A body cut off by its deadline ends the request's context too;
 		// the client is still there to be told.
@@ -75,6 +79,9 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, flow string) {
 		"stream", c.req != nil && c.req.Stream, "attempts", c.attempts, "waited", c.waited, "took", g.cfg.Now().Sub(start), "rejoined", c.rejoined}
 	if c.waitingOn != "" {
 		attrs = append(attrs, "waiting_on", c.waitingOn)
+	}
+	if c.unkept != "" {
+		attrs = append(attrs, "place_not_kept", c.unkept)
 	}
 	g.cfg.Logger.Info("chat", attrs...)
 }
@@ -129,7 +136,7 @@ func (c *chatCall) run(start time.Time) *apiError {
 		}
 		// The body goes upstream; the decoded messages, as large again,
 		// need not wait with it.
-		c.req = &llm.ChatRequest{Model: c.req.Model, MaxTokens: c.req.MaxTokens}
+		c.req = &llm.ChatRequest{Model: c.req.Model, MaxTokens: c.req.MaxTokens, CompletionTokensName: c.req.CompletionTokensName}
 	}
 	if err := g.gov.Check(c.cost); err != nil {
 		return c.refuse(err)
@@ -210,11 +217,11 @@ func (c *chatCall) refuse(err error) *apiError {
 		if c.req.MaxTokens > 0 {
 			n = max(c.cost.Output/int64(c.req.MaxTokens), 1)
 		}
-		return tooLarge(c.g.cfg.Profile, c.req.Model, n, tl)
+		return tooLarge(c.g.cfg.Profile, c.req.Model, c.req.MaxTokensName(), n, tl)
 	}
 	if we, ok := errors.AsType[*governor.WaitError](err); ok {
 		c.waitingOn = we.On.String()
-		return notAdmitted(c.g.cfg.Profile, c.flow, c.maxWait, we.EstimatedWait, we.On)
+		return notAdmitted(c.g.cfg.Profile, c.flow, c.maxWait, we.EstimatedWait, we.On, c.unkept)
 	}
 	return &apiError{status: http.StatusInternalServerError, typ: "server_error", message: "sluice gateway: " + err.Error()}
 }
@@ -249,7 +256,9 @@ func (c *chatCall) admit(ctx context.Context) (*governor.Reservation, error) {
 	c.waited += now.Sub(t0)
 	if err != nil {
 		if we, ok := errors.AsType[*governor.WaitError](err); ok && !we.KeptUntil.IsZero() {
-			g.places.keep(c.placeKey(), res, we.KeptUntil, now)
+			if c.unkept = g.places.keep(c.placeKey(), c.who, res, we.KeptUntil, now); c.unkept != "" {
+				res.Cancel(now) // over a bound of places: it counts ahead of no one
+			}
 		}
 		return nil, err
 	}
@@ -347,8 +356,8 @@ func (c *chatCall) failed(res *governor.Reservation, err error) (bool, time.Dura
 	if c.r.Context().Err() != nil {
 		return false, 0, nil // the caller left during the call
 	}
-	g.cfg.Logger.Warn("upstream call failed", "key", g.cfg.Key, "flow", c.flow, "attempt", c.attempts, "err", g.scrub.string(err.Error()))
-	e := upstreamError(err)
+	g.cfg.Logger.Warn("upstream call failed", "key", g.cfg.Key, "flow", c.flow, "attempt", c.attempts, "err", g.scrub.String(err.Error()))
+	e := upstreamError(g.cfg.Profile, err)
 	if rl, ok := errors.AsType[*llm.RateLimitError](err); ok {
 		g.m.rejected(rl.Limit, rl.LimitKnown, rl.Status)
 		// The governor now holds the limit: waiting for admission again is
@@ -409,8 +418,8 @@ func (c *chatCall) stream(res *governor.Reservation, s *llm.Stream) {
 		return
 	}
 	if err := s.Err(); err != nil {
-		c.g.cfg.Logger.Warn("upstream stream failed", "key", c.g.cfg.Key, "flow", c.flow, "err", c.g.scrub.string(err.Error()))
-		e := upstreamError(err)
+		c.g.cfg.Logger.Warn("upstream stream failed", "key", c.g.cfg.Key, "flow", c.flow, "err", c.g.scrub.String(err.Error()))
+		e := upstreamError(c.g.cfg.Profile, err)
 		writeEvent(w, flusher, c.g.cfg.Profile.ErrorBody(e.typ, e.code, e.message, ""))
 		return
 	}
@@ -487,17 +496,16 @@ func ptrOr(p *int) int {
 	return *p
 }
 
-// withMaxTokens gives a request without max_tokens its flow's default —
+// withMaxTokens gives a request without a maximum its flow's default —
 // lowered to what fits the limits with its prompt — and prices it.
 func (g *Gateway) withMaxTokens(req *llm.ChatRequest, flow string) (*llm.ChatRequest, governor.Cost) {
 	if req.MaxTokens > 0 {
 		return req, g.est.Cost(req)
 	}
 	out := *req
-	out.MaxTokens = g.flows[flow].DefaultMaxTokens
-	if out.MaxTokens == 0 {
-		out.MaxTokens = g.cfg.DefaultMaxTokens
-	}
+	// Named as the profile takes it for the model: OpenAI's reasoning
+	// models refuse max_tokens.
+	out.SetDefaultMaxTokens(g.cfg.Profile, cmp.Or(g.flows[flow].DefaultMaxTokens, g.cfg.DefaultMaxTokens))
 	cost := g.est.Cost(&out)
 	if tl, ok := errors.AsType[*governor.TooLargeError](g.gov.Check(cost)); ok && tl.MaxOutput >= 1 {
 		n := cost.Output / int64(out.MaxTokens) // choices

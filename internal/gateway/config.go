@@ -29,6 +29,9 @@ const FlowHeader = "X-Sluice-Flow"
 // ("45s", "1m30s") or a number of seconds.
 const MaxWaitHeader = "X-Sluice-Max-Wait"
 
+// DefaultMaxFlowParked is Config.MaxFlowParked's default.
+const DefaultMaxFlowParked = 64
+
 // WaitingOnHeader, on a 429 for a request not admitted within its max
 // wait, names what held it back: a limit ("tpm"), a day pacer ("tpd
 // pacing"), "a provider pause" or "its turn".
@@ -102,6 +105,19 @@ type Config struct {
 	// where it was instead of to the back of the line. Default 2m;
 	// negative keeps no place.
 	KeepPlace time.Duration
+
+	// MaxFlowParked bounds the places in line kept for one caller in one
+	// flow (see KeepPlace): a kept place counts ahead of the requests of
+	// its flow that come after it, so a caller sending request after
+	// request it does not wait for would otherwise push every other
+	// caller's retry-after back, and take their places. A caller is a
+	// client key (ClientKeys); without client keys every caller is one.
+	// A request whose wait ends while its caller keeps this many places in
+	// its flow, or while MaxWaiting places are kept in all, gets its 429
+	// without a place kept, and no other place is given up for it. Default
+	// 64, more than a batch client usually has in flight; at most
+	// MaxWaiting.
+	MaxFlowParked int
 
 	// ProgressWindow is how recently a flow must have had a call admitted
 	// to be progressing in /v1/flows; after that it is waiting-for-quota
@@ -242,6 +258,7 @@ func (c Config) withDefaults() Config {
 	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, 4<<20)
 	c.MaxWaiting = cmp.Or(c.MaxWaiting, 1024)
 	c.MaxFlowWaiting = min(cmp.Or(c.MaxFlowWaiting, 512), c.MaxWaiting)
+	c.MaxFlowParked = min(cmp.Or(c.MaxFlowParked, DefaultMaxFlowParked), c.MaxWaiting)
 	c.MaxWaitingBytes = cmp.Or(c.MaxWaitingBytes, 256<<20)
 	c.Lag = cmp.Or(c.Lag, time.Second)
 	c.RetryBase = cmp.Or(c.RetryBase, 250*time.Millisecond)
@@ -271,8 +288,8 @@ func (c Config) validate() error {
 	if c.MaxWait < 0 || c.MaxBodyBytes < 0 || c.RetryBase < 0 {
 		return errors.New("gateway: max wait, max body size and retry base must not be negative")
 	}
-	if c.MaxWaiting < 0 || c.MaxFlowWaiting < 0 || c.MaxWaitingBytes < 0 {
-		return errors.New("gateway: max waiting, max flow waiting and max waiting bytes must not be negative")
+	if c.MaxWaiting < 0 || c.MaxFlowWaiting < 0 || c.MaxWaitingBytes < 0 || c.MaxFlowParked < 0 {
+		return errors.New("gateway: max waiting, max flow waiting, max waiting bytes and max flow parked must not be negative")
 	}
 	seen := map[string]bool{}
 	for _, f := range c.Flows {

@@ -5,6 +5,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
@@ -38,6 +39,21 @@ func (e *apiError) write(w http.ResponseWriter, p llm.Profile) {
 	_, _ = w.Write(p.ErrorBody(e.typ, e.code, e.message, ""))
 }
 
+// WriteRefusal writes a refusal made in front of the gateway (a server's
+// Host, Origin and Content-Type checks, a server still starting) in profile
+// p's error format, as the gateway writes its own answers: typed
+// invalid_request_error (server_error for a 5xx), with a code named after
+// the status (415: unsupported_media_type), so an OpenAI client reads it as
+// an API error and shows its message.
+func WriteRefusal(w http.ResponseWriter, p llm.Profile, status int, message string) {
+	typ := "invalid_request_error"
+	if status >= 500 {
+		typ = "server_error"
+	}
+	code := strings.ToLower(strings.NewReplacer(" ", "_", "-", "_").Replace(http.StatusText(status)))
+	(&apiError{status: status, typ: typ, code: code, message: "sluice gateway: " + message}).write(w, p)
+}
+
 func badRequest(msg string) *apiError {
 	return &apiError{status: http.StatusBadRequest, typ: "invalid_request_error", message: msg}
 }
@@ -46,16 +62,19 @@ func badRequest(msg string) *apiError {
 // the profile's provider words it, so clients that recognise "request too
 // large" (llm.Classify among them) never wait for it. The status is 413 for
 // every profile: a 429, which OpenAI uses, makes clients retry in vain.
-// n is the request's choices: each may produce max_tokens.
-func tooLarge(p llm.Profile, model string, n int64, e *governor.TooLargeError) *apiError {
-	msg := p.TooLargeMessage("", model, e.Limit, e.Need, e.Max) + ". " + hint(e, n) +
+// field is the name of the request's maximum, as the client sent it
+// (llm.ChatRequest.MaxTokensName), and n its choices: each may produce
+// that many tokens.
+func tooLarge(p llm.Profile, model, field string, n int64, e *governor.TooLargeError) *apiError {
+	msg := p.TooLargeMessage("", model, e.Limit, e.Need, e.Max) + ". " + hint(e, field, n) +
 		" (sluice gateway: waiting never helps; the request was not sent)"
 	typ, code := p.TooLargeType(e.Limit)
 	return &apiError{status: http.StatusRequestEntityTooLarge, typ: typ, code: code, message: msg}
 }
 
-// hint says what would make the request fit; n is its choices.
-func hint(e *governor.TooLargeError, n int64) string {
+// hint says what would make the request fit, naming its maximum field as
+// the client did; n is its choices.
+func hint(e *governor.TooLargeError, field string, n int64) string {
 	switch e.Limit {
 	case governor.RPM, governor.RPD:
 		return "The key allows no request at all."
@@ -64,20 +83,23 @@ func hint(e *governor.TooLargeError, n int64) string {
 	}
 	if fit := e.MaxOutput / max(n, 1); fit >= 1 {
 		if n > 1 {
-			return fmt.Sprintf("Lower max_tokens or n: with n = %d, max_tokens ≤ %s fits.", n, num.Group(fit))
+			return fmt.Sprintf("Lower %[1]s or n: with n = %[2]d, %[1]s ≤ %[3]s fits.", field, n, num.Group(fit))
 		}
-		return fmt.Sprintf("Lower max_tokens: max_tokens ≤ %s fits.", num.Group(fit))
+		return fmt.Sprintf("Lower %[1]s: %[1]s ≤ %[2]s fits.", field, num.Group(fit))
 	}
 	if e.MaxOutput >= 1 {
-		return fmt.Sprintf("Lower n: even max_tokens 1 does not fit %d choices.", n)
+		return fmt.Sprintf("Lower n: even %s 1 does not fit %d choices.", field, n)
 	}
 	return "Shorten the prompt: it alone does not fit."
 }
 
 // notAdmitted is the answer to a request whose max wait ended before it was
 // admitted. retryAfter is the governor's estimate of the further wait.
-// on is what held it back.
-func notAdmitted(p llm.Profile, flow string, maxWait, retryAfter time.Duration, on governor.Blocker) *apiError {
+// on is what held it back; unkept, when the request's place in line was
+// not kept, the bound that refused it (places.keep). The body is typed
+// after on's limit, when it names one: "tokens" while a token limit holds
+// the request, as the provider types its own refusal.
+func notAdmitted(p llm.Profile, flow string, maxWait, retryAfter time.Duration, on governor.Blocker, unkept string) *apiError {
 	retryAfter = max(retryAfter, time.Millisecond)
 	waits := ""
 	if on.Kind != "" {
@@ -87,7 +109,14 @@ func notAdmitted(p llm.Profile, flow string, maxWait, retryAfter time.Duration, 
 		}
 		waits += "."
 	}
-	e := rateLimited(p, fmt.Sprintf("Rate limit reached: sluice gateway could not admit this request of flow %q within its max wait of %s.%s Please try again in %s.",
+	if unkept != "" {
+		waits += " Its place in line was not kept: " + unkept + "."
+	}
+	limit := governor.RPM // what holds it is its turn, a pause or a lease: the gateway's line of requests
+	if on.Kind == "limit" || on.Kind == "pacing" {
+		limit = on.Limit
+	}
+	e := rateLimited(p, limit, fmt.Sprintf("Rate limit reached: sluice gateway could not admit this request of flow %q within its max wait of %s.%s Please try again in %s.",
 		flow, maxWait, waits, retryAfter.Round(time.Millisecond)), retryAfter)
 	e.waitingOn = on.String()
 	return e
@@ -100,32 +129,41 @@ const lineFullRetry = time.Second
 // lineFull is the answer to a request that finds the wait line full; full
 // names the bound.
 func lineFull(p llm.Profile, full string) *apiError {
-	return rateLimited(p, "Rate limit reached: sluice gateway: "+full+". Please try again in 1s.", lineFullRetry)
+	return rateLimited(p, governor.RPM, "Rate limit reached: sluice gateway: "+full+". Please try again in 1s.", lineFullRetry)
 }
 
-// rateLimited is a 429 in the profile's words for a rate limit. What held
-// the request back is the gateway's, not one of the provider's limits: the
-// body is typed as a refusal of requests.
-func rateLimited(p llm.Profile, msg string, retryAfter time.Duration) *apiError {
-	typ, code := p.RateLimitType(governor.RPM)
+// rateLimited is a 429 in the profile's words for a request held back by
+// limit l: Groq's and OpenAI's type "requests" or "tokens" after what l
+// counts, Anthropic's rate_limit_error (llm.Profile.RateLimitType). What
+// the gateway's own line holds back — its bounds, its fair order — is
+// typed as a limit of requests (governor.RPM).
+func rateLimited(p llm.Profile, l governor.Limit, msg string, retryAfter time.Duration) *apiError {
+	typ, code := p.RateLimitType(l)
 	return &apiError{status: http.StatusTooManyRequests, typ: typ, code: code, message: msg, retryAfter: retryAfter}
 }
 
 // upstreamError is the answer for an upstream failure the gateway gives up
-// on: the provider's status, type, code and message, re-written in its own
-// format. The provider's raw body is not forwarded; the key, should the
-// provider echo it in any field, is scrubbed as every answer is
-// (Gateway.ServeHTTP).
-func upstreamError(err error) *apiError {
+// on: the provider's status, type, code and message, re-written in profile
+// p's format. A rate limit or a request too large is typed as the profile
+// types the limit it names ("tokens" when it names none). The provider's
+// raw body is not forwarded; the key, should the provider echo it in any
+// field, is scrubbed as every answer is (Gateway.ServeHTTP).
+func upstreamError(p llm.Profile, err error) *apiError {
 	switch e := err.(type) {
 	case *llm.RateLimitError:
-		return &apiError{status: http.StatusTooManyRequests, typ: "tokens", code: "rate_limit_exceeded", message: e.Message, retryAfter: e.RetryAfter}
+		typ, code := p.RateLimitType(limitOr(e.Limit, e.LimitKnown))
+		return &apiError{status: http.StatusTooManyRequests, typ: typ, code: code, message: e.Message, retryAfter: e.RetryAfter}
 	case *llm.TooLargeError:
-		return &apiError{status: http.StatusRequestEntityTooLarge, typ: "tokens", code: "rate_limit_exceeded", message: e.Message}
+		typ, code := p.TooLargeType(limitOr(e.Limit, e.LimitKnown))
+		return &apiError{status: http.StatusRequestEntityTooLarge, typ: typ, code: code, message: e.Message}
 	case *llm.QuotaError:
 		return &apiError{status: cmpStatus(e.Status, http.StatusTooManyRequests), typ: e.Type, code: e.Code, message: e.Message}
 	case *llm.OverloadedError:
-		return &apiError{status: cmpStatus(e.Status, http.StatusServiceUnavailable), typ: "server_error", message: cmpMsg(e.Message, "provider overloaded"), retryAfter: e.RetryAfter}
+		typ := "server_error"
+		if p == llm.Anthropic {
+			typ = "overloaded_error" // its 529's type, which its clients read
+		}
+		return &apiError{status: cmpStatus(e.Status, http.StatusServiceUnavailable), typ: typ, message: cmpMsg(e.Message, "provider overloaded"), retryAfter: e.RetryAfter}
 	case *llm.StatusError:
 		return &apiError{status: cmpStatus(e.Status, http.StatusBadGateway), typ: cmpMsg(e.Type, "server_error"), code: e.Code, message: cmpMsg(e.Message, http.StatusText(e.Status))}
 	case *llm.TransportError:
@@ -133,6 +171,14 @@ func upstreamError(err error) *apiError {
 			message: "sluice gateway: the upstream gave no usable answer (" + e.Kind.String() + ")"}
 	}
 	return &apiError{status: http.StatusBadGateway, typ: "server_error", message: "sluice gateway: upstream call failed"}
+}
+
+// limitOr is l when known, else TPM: a limit of tokens.
+func limitOr(l governor.Limit, known bool) governor.Limit {
+	if !known {
+		return governor.TPM
+	}
+	return l
 }
 
 func cmpStatus(s, def int) int {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"path"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -37,7 +38,7 @@ type Gateway struct {
 	fm     map[string]*flowMetrics // by flow name; read-only after New
 	mux    *http.ServeMux
 	seq    atomic.Uint64
-	scrub  *scrubber // nil without a provider key
+	scrub  *llm.Scrubber // nil without a provider key
 	line   *line
 	places *places
 }
@@ -84,13 +85,13 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 	if cfg.Governor != nil {
 		cfg.Key = gov.Stats(cfg.Now()).Key
 	}
-	est, err := llm.NewEstimator(llm.EstimatorConfig{})
+	est, err := llm.NewEstimator(llm.EstimatorConfig{Profile: cfg.Profile})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	g := &Gateway{cfg: cfg, client: client, gov: gov, ledger: ledger, est: est, flows: byName, keys: cfg.ClientKeys,
-		mux: http.NewServeMux(), scrub: newScrubber(cfg.APIKey), line: newLine(cfg),
-		places: newPlaces(cfg.MaxWaiting)}
+		mux: http.NewServeMux(), scrub: llm.NewScrubber(cfg.APIKey), line: newLine(cfg),
+		places: newPlaces(cfg.MaxWaiting, cfg.MaxFlowParked)}
 	if cfg.Limits == (governor.Limits{}) && cfg.Governor == nil {
 		cfg.Logger.Warn("no limits configured: the gateway governs nothing and every request goes upstream at once", "key", cfg.Key)
 	}
@@ -101,14 +102,19 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 	for name := range byName {
 		g.fm[name] = g.m.flow(name)
 	}
-	g.mux.HandleFunc("POST /v1/chat/completions", g.auth(g.chat))
-	g.mux.HandleFunc("GET /v1/models", g.auth(g.models))
-	g.mux.HandleFunc("GET /v1/flows", g.auth(g.flowsJSON))
-	g.mux.Handle("GET /metrics", g.m.set.Handler(cfg.Logger))
-	g.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		(&apiError{status: http.StatusNotFound, typ: "invalid_request_error", code: "unknown_url",
-			message: fmt.Sprintf("sluice gateway: unknown request URL: %s %s", r.Method, r.URL.Path)}).write(w, g.cfg.Profile)
-	})
+	for _, rt := range []struct {
+		method, path string
+		h            http.Handler
+	}{
+		{http.MethodPost, "/v1/chat/completions", g.auth(g.chat)},
+		{http.MethodGet, "/v1/models", g.auth(g.models)},
+		{http.MethodGet, "/v1/flows", g.auth(g.flowsJSON)},
+		{http.MethodGet, "/metrics", g.m.set.Handler(cfg.Logger)},
+	} {
+		g.mux.Handle(rt.method+" "+rt.path, rt.h)
+		g.mux.Handle(rt.path, g.wrongMethod(rt.method))
+	}
+	g.mux.HandleFunc("/", g.unknownURL)
 	return g, nil
 }
 
@@ -133,7 +139,7 @@ func governorOf(ctx context.Context, cfg Config, flows []governor.FlowConfig) (*
 		return gov, nil, nil
 	}
 	gcfg := governor.Config{Key: cfg.Key, Limits: cfg.Limits, Window: cfg.Window,
-		Accounting: cfg.Accounting, Flows: flows, Now: cfg.Now, Speed: cfg.Speed, Journal: cfg.journal, Lag: max(cfg.Lag, 0)}
+		Accounting: cfg.Accounting, Flows: flows, Now: cfg.Now, Speed: cfg.Speed, Journal: cfg.journal, Lag: max(cfg.Lag, 0), Logger: cfg.Logger}
 	if cfg.Store == nil {
 		gov, err := governor.New(gcfg)
 		if err != nil {
@@ -178,45 +184,85 @@ func (g *Gateway) Governor() *governor.Governor { return g.gov }
 // scrubber, so the provider key never reaches a client, whatever part of
 // an answer the provider echoed it in.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if g.scrub == nil {
-		g.mux.ServeHTTP(w, r)
+	if g.scrub != nil {
+		w = &scrubWriter{ResponseWriter: w, s: g.scrub}
+	}
+	if r.Method != http.MethodConnect && !cleanPath(r.URL.Path) {
+		// Not the mux's redirect, an HTML page a client would follow to a
+		// GET: the profile's 404, as for any other URL the gateway lacks.
+		g.unknownURL(w, r)
 		return
 	}
-	g.mux.ServeHTTP(&scrubWriter{ResponseWriter: w, s: g.scrub}, r)
+	g.mux.ServeHTTP(w, r)
+}
+
+// cleanPath reports whether p is a path as http.ServeMux routes it without
+// a redirect: rooted, with no empty, "." or ".." segment.
+func cleanPath(p string) bool {
+	c := path.Clean("/" + p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	return c == p
+}
+
+// unknownURL answers a request for a URL the gateway does not serve: 404
+// in the profile's error format, with OpenAI's code unknown_url.
+func (g *Gateway) unknownURL(w http.ResponseWriter, r *http.Request) {
+	(&apiError{status: http.StatusNotFound, typ: "invalid_request_error", code: "unknown_url",
+		message: fmt.Sprintf("sluice gateway: unknown request URL: %s %s", r.Method, r.URL.Path)}).write(w, g.cfg.Profile)
+}
+
+// wrongMethod answers a request to one of the gateway's URLs with a method
+// it does not serve there: 405 with Allow, as OpenAI answers GET
+// /v1/chat/completions, in the profile's error format. A GET route serves
+// HEAD too.
+func (g *Gateway) wrongMethod(method string) http.HandlerFunc {
+	allow := method
+	if method == http.MethodGet {
+		allow += ", " + http.MethodHead
+	}
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", allow)
+		WriteRefusal(w, g.cfg.Profile, http.StatusMethodNotAllowed,
+			fmt.Sprintf("method %s is not allowed for %s: use %s", r.Method, r.URL.Path, method))
+	}
 }
 
 // WriteError writes a refusal in the profile's error format, for checks a
 // server puts in front of the gateway (its Host and Content-Type checks).
 func (g *Gateway) WriteError(w http.ResponseWriter, status int, message string) {
-	(&apiError{status: status, typ: "invalid_request_error", message: "sluice gateway: " + message}).write(w, g.cfg.Profile)
+	WriteRefusal(w, g.cfg.Profile, status, message)
 }
 
-// auth checks the caller's client key when keys are configured, and picks
-// the request's flow: the key's, else X-Sluice-Flow, else default.
-func (g *Gateway) auth(next func(http.ResponseWriter, *http.Request, string)) http.HandlerFunc {
+// auth checks the caller's client key when keys are configured, and names
+// the caller: its key, and the request's flow — the key's, else
+// X-Sluice-Flow, else default.
+func (g *Gateway) auth(next func(http.ResponseWriter, *http.Request, caller)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		flow := g.flowOf(r.Header.Get(FlowHeader))
+		who := caller{flow: g.flowOf(r.Header.Get(FlowHeader))}
 		if len(g.keys) > 0 {
 			got, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			var match *ClientKey
+			match := -1
 			for i := range g.keys {
 				// Compare with every key so timing says nothing of which matched.
 				if subtle.ConstantTimeCompare([]byte(got), []byte(g.keys[i].Key)) == 1 {
-					match = &g.keys[i]
+					match = i
 				}
 			}
-			if match == nil {
+			if match < 0 {
 				// The key sent is never echoed: it may be a real one sent by mistake.
 				(&apiError{status: http.StatusUnauthorized, typ: "invalid_request_error", code: "invalid_api_key",
 					message: "sluice gateway: missing or unknown client key (send Authorization: Bearer KEY)"}).write(w, g.cfg.Profile)
-				g.m.requests.WithLabelValues(flow, "401").Inc()
+				g.m.requests.WithLabelValues(who.flow, "401").Inc()
 				return
 			}
-			if match.Flow != "" {
-				flow = match.Flow
+			who.client = match + 1
+			if f := g.keys[match].Flow; f != "" {
+				who.flow = f
 			}
 		}
-		next(w, r, flow)
+		next(w, r, who)
 	}
 }
 
@@ -229,11 +275,11 @@ func (g *Gateway) flowOf(name string) string {
 }
 
 // models lists the upstream's models.
-func (g *Gateway) models(w http.ResponseWriter, r *http.Request, _ string) {
+func (g *Gateway) models(w http.ResponseWriter, r *http.Request, _ caller) {
 	list, err := g.client.Models(r.Context())
 	if err != nil {
-		g.cfg.Logger.Warn("list models", "key", g.cfg.Key, "err", g.scrub.string(err.Error()))
-		upstreamError(err).write(w, g.cfg.Profile)
+		g.cfg.Logger.Warn("list models", "key", g.cfg.Key, "err", g.scrub.String(err.Error()))
+		upstreamError(g.cfg.Profile, err).write(w, g.cfg.Profile)
 		return
 	}
 	data := make([]json.RawMessage, len(list))
@@ -335,6 +381,6 @@ func flowState(now, lastAdmit time.Time, window time.Duration, waiting int) heal
 	return health.Idle
 }
 
-func (g *Gateway) flowsJSON(w http.ResponseWriter, _ *http.Request, _ string) {
+func (g *Gateway) flowsJSON(w http.ResponseWriter, _ *http.Request, _ caller) {
 	httpjson.Write(w, http.StatusOK, g.Flows())
 }

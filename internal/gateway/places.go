@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"crypto/sha256"
+	"fmt"
 	"net/http"
 	"sync"
 	"time"
@@ -19,27 +20,48 @@ const IdempotencyKeyHeader = "Idempotency-Key"
 // max wait ended, so that the same request sent again within
 // Config.KeepPlace of its estimated admission goes back where it was instead
 // of to the back of the line. A place is a parked governor reservation
-// (governor.Governor.Await): it holds no body and no connection. At most
-// max places are kept; the oldest is given up for a new one.
+// (governor.Governor.Await): it holds no body and no connection.
+//
+// A kept place counts ahead of the requests of its flow that came after it,
+// so places are bounded per caller — a client key in a flow — as well as
+// in all: at most perCaller for one caller, at most max in all.
+// A place beyond either bound is not kept, and no kept place is given up
+// for it: a caller that sends request after request it does not wait for
+// neither takes another caller's place nor counts ahead of another caller
+// by more than perCaller places. Its newest request is the one refused, not
+// its oldest place: the oldest is the nearest to admission, and the
+// refused request, sent again, goes to the back of the line behind the
+// caller's kept ones, in the order it sent them.
 type places struct {
-	mu    sync.Mutex
-	max   int
-	n     int // places kept
-	byKey map[placeKey][]*place
-	order []*place // in the order kept, for eviction; given-up entries are skipped
+	mu        sync.Mutex
+	max       int
+	perCaller int
+	n         int // places kept
+	byKey     map[placeKey][]*place
+	held      map[caller]int // places kept by each caller
+	order     []*place       // in the order kept, for pruning; given-up entries are skipped
 }
 
 type placeKey [sha256.Size]byte
 
-type place struct {
-	key   placeKey
-	res   *governor.Reservation
-	until time.Time
-	gone  bool // taken back, lapsed or evicted
+// caller is who sends a request, and keeps its place: a client key, by its
+// number (1 for Config.ClientKeys[0]; 0 for every caller when no keys are
+// configured), in a flow.
+type caller struct {
+	client int
+	flow   string
 }
 
-func newPlaces(max int) *places {
-	return &places{max: max, byKey: map[placeKey][]*place{}}
+type place struct {
+	key    placeKey
+	caller caller
+	res    *governor.Reservation
+	until  time.Time
+	gone   bool // taken back, lapsed or given up
+}
+
+func newPlaces(max, perCaller int) *places {
+	return &places{max: max, perCaller: perCaller, byKey: map[placeKey][]*place{}, held: map[caller]int{}}
 }
 
 // keyOf names a request: its caller (the Authorization header, hashed with
@@ -69,18 +91,26 @@ func (p *places) empty() bool {
 	return len(p.byKey) == 0
 }
 
-// keep keeps res's place for key until until.
-func (p *places) keep(key placeKey, res *governor.Reservation, until time.Time, now time.Time) {
+// keep keeps res's place for key, held by who, until until. When who keeps
+// perCaller places already, or max are kept in all, it keeps nothing and
+// returns the bound that refused it, in words for the caller; res is then
+// the caller's to cancel.
+func (p *places) keep(key placeKey, who caller, res *governor.Reservation, until time.Time, now time.Time) string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.prune(now)
-	for p.n > 0 && p.n >= p.max {
-		p.evictOldest(now)
+	switch {
+	case p.held[who] >= p.perCaller:
+		return fmt.Sprintf("this caller keeps %d places in line in flow %q already, the most one caller may", p.held[who], who.flow)
+	case p.n >= p.max:
+		return fmt.Sprintf("the gateway keeps %d places in line already, the most it may", p.n)
 	}
-	pl := &place{key: key, res: res, until: until}
+	pl := &place{key: key, caller: who, res: res, until: until}
 	p.byKey[key] = append(p.byKey[key], pl)
 	p.order = append(p.order, pl)
 	p.n++
+	p.held[who]++
+	return ""
 }
 
 // take returns the oldest place kept for key, if any is still kept, and
@@ -92,8 +122,7 @@ func (p *places) take(key placeKey, now time.Time) *governor.Reservation {
 	for len(list) > 0 {
 		pl := list[0]
 		list = list[1:]
-		pl.gone = true
-		p.n--
+		p.forget(pl)
 		if now.Before(pl.until) {
 			p.set(key, list)
 			return pl.res
@@ -126,22 +155,9 @@ func (p *places) prune(now time.Time) {
 	p.order = live
 }
 
-// evictOldest gives up the oldest place kept. p.mu is held.
-func (p *places) evictOldest(now time.Time) {
-	for len(p.order) > 0 {
-		pl := p.order[0]
-		p.order = p.order[1:]
-		if !pl.gone {
-			p.drop(pl, now)
-			return
-		}
-	}
-}
-
 // drop forgets pl and gives its place in line up. p.mu is held.
 func (p *places) drop(pl *place, now time.Time) {
-	pl.gone = true
-	p.n--
+	p.forget(pl)
 	pl.res.Cancel(now)
 	list := p.byKey[pl.key]
 	for i, q := range list {
@@ -151,4 +167,13 @@ func (p *places) drop(pl *place, now time.Time) {
 		}
 	}
 	p.set(pl.key, list)
+}
+
+// forget counts pl as no longer kept. p.mu is held.
+func (p *places) forget(pl *place) {
+	pl.gone = true
+	p.n--
+	if p.held[pl.caller]--; p.held[pl.caller] <= 0 {
+		delete(p.held, pl.caller)
+	}
 }
