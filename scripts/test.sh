@@ -38,8 +38,15 @@ psql "$SLUICE_TEST_POSTGRES" -qtAc 'select 1' >/dev/null || { echo "PostgreSQL a
 # and the browser test of the dashboard (playwright-core driving the
 # distribution's Chromium: no browser download).
 if command -v npm >/dev/null 2>&1; then
-  if [ ! -d clients/node/node_modules/openai ] || [ ! -d clients/node/node_modules/playwright-core ]; then
-    log "installing Node packages (clients/node)"
+  # Every package of package.json (each at an exact version) installed at
+  # that version, else a clean install from package-lock.json.
+  stale="$(cd clients/node && node -e '
+    const fs = require("fs");
+    const deps = require("./package.json").dependencies;
+    const have = (p) => { try { return JSON.parse(fs.readFileSync("node_modules/" + p + "/package.json", "utf8")).version; } catch { return null; } };
+    console.log(Object.keys(deps).filter((p) => have(p) !== deps[p]).join(" "));')"
+  if [ -n "$stale" ]; then
+    log "installing Node packages (clients/node: $stale)"
     (cd clients/node && npm ci --no-audit --no-fund --loglevel=error)
   fi
   export SLUICE_TEST_NODE_MODULES="$PWD/clients/node/node_modules"

@@ -11,10 +11,13 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/sluice-dev/sluice"
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/gateway"
+	"github.com/sluice-dev/sluice/internal/guard"
+	"github.com/sluice-dev/sluice/internal/httpapi"
 	"github.com/sluice-dev/sluice/internal/httpjson"
 	"github.com/sluice-dev/sluice/internal/metrics"
 	"github.com/sluice-dev/sluice/llm"
@@ -33,27 +36,128 @@ type serveParts struct {
 }
 
 // serveHandler routes the parts: the event and run API under /v1, /healthz
-// and /readyz; /metrics; the gateway's /v1/chat/completions and /v1/models,
-// with its flows added to GET /v1/flows; the dashboard for the rest.
+// and /readyz; /metrics; with the gateway, every other /v1 path (its
+// /v1/chat/completions and /v1/models, and the profile's JSON 404 or 405
+// for the rest), with its flows added to GET /v1/flows; the dashboard for
+// the rest.
 func serveHandler(p serveParts) http.Handler {
 	mux := http.NewServeMux()
 	api := p.app.Handler(p.api)
-	mux.Handle("/v1/", api)
 	mux.Handle("/healthz", api)
 	mux.Handle("/readyz", api)
 	mux.Handle("GET /metrics", bearer(cmpToken(p.metricsToken, p.api.Token), p.app.MetricsHandler()))
-	if p.gateway != nil {
-		mux.Handle("/v1/chat/completions", p.gateway)
-		mux.Handle("/v1/models", p.gateway)
-		mux.Handle("GET /v1/flows", withGatewayFlows(api, p.gateway))
-	}
 	if p.dashboard != nil {
 		mux.Handle("/", p.dashboard)
 	} else {
 		mux.Handle("/", api)
 	}
-	return mux
+	if p.gateway == nil {
+		mux.Handle("/v1/", api)
+		return mux
+	}
+	for _, path := range apiPaths {
+		mux.Handle(path, api)
+	}
+	mux.Handle("GET /v1/flows", withGatewayFlows(api, p.gateway))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if gatewayPath(r.URL.Path) {
+			// As it came: the mux would answer a path to clean with a
+			// redirect, an HTML page.
+			p.gateway.ServeHTTP(w, r)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
 }
+
+// apiPaths are the paths of sluice's own API under /v1 (internal/httpapi),
+// as patterns of any method: with the gateway, every other /v1 path is the
+// gateway's, and these answer as they do without it.
+var apiPaths = []string{"/v1/events", "/v1/runs", "/v1/runs/", "/v1/dropped", "/v1/flows", "/v1/versions", "/v1/versions/"}
+
+// gatewayPath reports whether path is the gateway's under serve --gateway:
+// under /v1 and none of apiPaths.
+func gatewayPath(path string) bool {
+	if !strings.HasPrefix(path, "/v1/") {
+		return false
+	}
+	for _, p := range apiPaths {
+		if path == p || strings.HasSuffix(p, "/") && strings.HasPrefix(path, p) {
+			return false
+		}
+	}
+	return true
+}
+
+// serveFront is what serve's server answers with: start-up's answers
+// (httpapi.Starting), then those of the handler given to Ready. With the
+// gateway, what is refused on the gateway's paths before the gateway sees
+// it (the guard's Host, Origin and Content-Type checks, and start-up's 503)
+// is written in the profile's error format, as the gateway writes its own:
+// an OpenAI client then shows the refusal's message.
+type serveFront struct {
+	*httpapi.Starting
+	profile llm.Profile
+	gateway bool
+	ready   atomic.Bool
+}
+
+// newServeFront returns a front starting in phase; profile is the
+// gateway's, when withGateway.
+func newServeFront(phase string, withGateway bool, profile string) (*serveFront, error) {
+	f := &serveFront{Starting: httpapi.NewStarting(phase), gateway: withGateway}
+	if withGateway {
+		var err error
+		if f.profile, err = llm.ParseProfile(profile); err != nil {
+			return nil, fmt.Errorf("--profile: %w", err)
+		}
+	}
+	return f, nil
+}
+
+// Ready hands every request from now on to h.
+func (f *serveFront) Ready(h http.Handler) {
+	f.Starting.Ready(h)
+	f.ready.Store(true)
+}
+
+// server returns serve's server: f behind the guard configured by gc.
+func (f *serveFront) server(gc guard.Config) *http.Server {
+	if !f.gateway {
+		return guard.NewServer(f.Starting, gc)
+	}
+	// The guard's refusals name no request: a request to a gateway path
+	// reaches the guard with its writer marked as one.
+	gc.Error = func(w http.ResponseWriter, status int, message string) {
+		if _, ok := w.(*gatewayWriter); ok {
+			gateway.WriteRefusal(w, f.profile, status, message)
+			return
+		}
+		httpjson.Write(w, status, map[string]string{"error": message})
+	}
+	srv := guard.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !f.ready.Load() && gatewayPath(r.URL.Path) {
+			w.Header().Set("Retry-After", "1")
+			gateway.WriteRefusal(w, f.profile, http.StatusServiceUnavailable, "sluice is starting; retry shortly")
+			return
+		}
+		f.Starting.ServeHTTP(w, r)
+	}), gc)
+	guarded := srv.Handler
+	srv.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if gatewayPath(r.URL.Path) {
+			w = &gatewayWriter{w}
+		}
+		guarded.ServeHTTP(w, r)
+	})
+	return srv
+}
+
+// gatewayWriter marks the writer of a request to a gateway path.
+type gatewayWriter struct{ http.ResponseWriter }
+
+// Unwrap lets http.ResponseController reach the connection.
+func (w *gatewayWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // dashboardForm reports whether r goes to the dashboard, whose forms carry
 // a CSRF token it checks: everything but the API, /metrics and the probes.
@@ -137,8 +241,9 @@ func (b *buffered) Write(p []byte) (int, error) { return b.body.Write(p) }
 // gatewayPlan is the gateway serve was asked for (--gateway), checked
 // before anything listens.
 type gatewayPlan struct {
-	flows []gateway.Flow
-	keys  []gateway.ClientKey
+	flows         []gateway.Flow
+	keys          []gateway.ClientKey
+	maxFlowParked int // --max-flow-parked
 }
 
 // planServeGateway reads the gateway's flows (--flow, or flows: in the
@@ -201,5 +306,5 @@ func (p *gatewayPlan) build(ctx context.Context, app *sluice.App, providerURL, p
 		key = env.getenv(keyEnv)
 	}
 	return gateway.New(ctx, gateway.Config{Upstream: providerURL, Profile: prof, APIKey: key, Governor: gov,
-		Flows: p.flows, ClientKeys: p.keys, Metrics: set, Logger: cmp.Or(logger, slog.Default()), Stopping: ctx.Done()})
+		Flows: p.flows, ClientKeys: p.keys, MaxFlowParked: p.maxFlowParked, Metrics: set, Logger: cmp.Or(logger, slog.Default()), Stopping: ctx.Done()})
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/gateway"
 	"github.com/sluice-dev/sluice/internal/sim"
 	"github.com/sluice-dev/sluice/internal/testenv"
+	"github.com/sluice-dev/sluice/internal/testenv/cookbook"
 	"github.com/sluice-dev/sluice/llm"
 )
 
@@ -255,11 +256,11 @@ func batchPrompts(n int) []string {
 	out := make([]string, n)
 	for i := range out {
 		head := fmt.Sprintf("Item %d of the batch. Summarise this note in two sentences:", i+1)
-		h, _ := cl100kCodec().Count(head)
+		h, _ := cookbook.Codec().Count(head)
 		words := want - h
 		for {
 			text := head + " " + sim.Words(int64(words), uint64(i))
-			c, _ := cl100kCodec().Count(text)
+			c, _ := cookbook.Codec().Count(text)
 			if c == want || words <= 1 {
 				out[i] = text
 				break
@@ -354,7 +355,7 @@ func runBatchCookbook(t *testing.T, rep *batchReport, prompts []string, nodeRead
 		})
 	}
 	t.Logf("cookbook: told rpm %d and tpm %d, it estimates each request at %d tokens (prompt and max_tokens)",
-		batchRPM, batchTPM, cookbookTokens(bodies[0]))
+		batchRPM, batchTPM, cookbook.Tokens(bodies[0]))
 
 	select {
 	case <-nodeReady:
@@ -363,7 +364,7 @@ func runBatchCookbook(t *testing.T, rep *batchReport, prompts []string, nodeRead
 		t.Log("the npm client's node processes were not ready after a minute; starting without them")
 	}
 	worlds := []*batchWorld{newBatchWorld(t, false, nil), newBatchWorld(t, true, nil)}
-	runs := make([]*cookbookRun, len(worlds))
+	runs := make([]*cookbook.Outcome, len(worlds))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	rep.started()
@@ -372,7 +373,7 @@ func runBatchCookbook(t *testing.T, rep *batchReport, prompts []string, nodeRead
 		w := worlds[i]
 		time.Sleep(batchStagger)
 		url, key := w.baseURL()
-		c := &cookbookClient{
+		c := &cookbook.Client{
 			URL: url + "/chat/completions", APIKey: key,
 			MaxRequestsPerMinute: batchRPM, MaxTokensPerMinute: batchTPM, MaxAttempts: 5,
 			Minute:  clock.Real(batchSpeed, time.Minute),

@@ -1,4 +1,9 @@
-package gateway_test
+// Package cookbook is OpenAI's cookbook script
+// api_request_parallel_processor.py in Go, for tests that drive sluice's
+// gateway with it as an outside client would: the script's dependencies
+// (aiohttp, tiktoken) are not installed where the tests run, so its logic
+// is kept here, faithfully. Only tests import this package.
+package cookbook
 
 import (
 	"bytes"
@@ -13,27 +18,26 @@ import (
 	"github.com/tiktoken-go/tokenizer"
 )
 
-// cookbookClient is OpenAI's cookbook script api_request_parallel_processor.py
-// in Go, kept to its logic: two capacity buckets, available requests and
-// available tokens, that start full and refill continuously at
-// max_requests_per_minute and max_tokens_per_minute; a request is sent when
-// the buckets hold 1 request and its token estimate, which it takes from
-// them; requests to retry are served before new ones; a request has
+// Client is the script, kept to its logic: two capacity buckets, available
+// requests and available tokens, that start full and refill continuously
+// at max_requests_per_minute and max_tokens_per_minute; a request is sent
+// when the buckets hold 1 request and its token estimate, which it takes
+// from them; requests to retry are served before new ones; a request has
 // max_attempts attempts, one taken at each send; any answer whose error
-// message contains "Rate limit" stamps the time of the last rate-limit error,
-// and the main loop sends nothing until 15 s have passed since it; other
-// error answers and exceptions (a timeout, a body that is not JSON) are other
-// errors; a failed request goes back to the retry queue while it has
-// attempts left, and fails for good after. Every request has aiohttp's
+// message contains "Rate limit" stamps the time of the last rate-limit
+// error, and the main loop sends nothing until 15 s have passed since it;
+// other error answers and exceptions (a timeout, a body that is not JSON)
+// are other errors; a failed request goes back to the retry queue while it
+// has attempts left, and fails for good after. Every request has aiohttp's
 // ClientSession default total timeout of 300 s, and at most 100 are on the
 // wire at once (aiohttp's default connection limit).
 //
-// The client lives in wall time while the provider and the gateway run on a
-// fast clock, so every duration it has is the real one divided by the
-// clock's speed: its minute (the buckets' refill period), its pause after a
-// rate-limit error and its timeout. It reads no retry-after header, as the
-// script reads none.
-type cookbookClient struct {
+// Every duration is set by the caller, none has a default: against a
+// provider and a gateway on a fast clock, while the client lives in wall
+// time, each is the real one divided by the clock's speed: its minute (the
+// buckets' refill period), its pause after a rate-limit error and its
+// timeout. It reads no retry-after header, as the script reads none.
+type Client struct {
 	URL    string // the chat completions endpoint
 	APIKey string // sent as "Authorization: Bearer KEY"
 
@@ -47,8 +51,8 @@ type cookbookClient struct {
 	Tick    time.Duration // seconds_to_sleep_each_loop (1 ms), in wall time
 }
 
-// cookbookResult is what the client recorded of one request.
-type cookbookResult struct {
+// Result is what the client recorded of one request.
+type Result struct {
 	OK       bool
 	Attempts int           // sends it took
 	Span     time.Duration // from its first send to its last answer, wall time
@@ -56,17 +60,17 @@ type cookbookResult struct {
 	Errors   []string      // what each failed attempt got, in order
 }
 
-// cookbookRun is the outcome of one run: the script's status tracker, the
+// Outcome is the outcome of one run: the script's status tracker, the
 // per-request results in file order, and the run's wall time.
-type cookbookRun struct {
+type Outcome struct {
 	Started, Succeeded, Failed         int
 	RateLimitErrors, APIErrors, Others int
-	Results                            []cookbookResult
+	Results                            []Result
 	Wall                               time.Duration
 }
 
-// cookbookRequest is the script's APIRequest.
-type cookbookRequest struct {
+// request is the script's APIRequest.
+type request struct {
 	id           int
 	body         []byte
 	tokens       int // token_consumption
@@ -75,7 +79,11 @@ type cookbookRequest struct {
 	errs         []string
 }
 
-var cl100kCodec = sync.OnceValue(func() tokenizer.Codec {
+// Codec returns the cl100k_base tokenizer, the script's (tiktoken's)
+// encoding for the chat models, which Tokens counts with.
+func Codec() tokenizer.Codec { return cl100k() }
+
+var cl100k = sync.OnceValue(func() tokenizer.Codec {
 	c, err := tokenizer.Get(tokenizer.Cl100kBase)
 	if err != nil {
 		panic(err) // compiled in: cannot fail
@@ -83,11 +91,11 @@ var cl100kCodec = sync.OnceValue(func() tokenizer.Codec {
 	return c
 })
 
-// cookbookTokens is the script's num_tokens_consumed_from_request for a chat
+// Tokens is the script's num_tokens_consumed_from_request for a chat
 // completion: for each message 4 tokens plus the tokens of each of its
 // values (one less for a name, as the role is then omitted), 2 for the
 // reply's priming, and max_tokens (15 when unset) times n for the answer.
-func cookbookTokens(body []byte) int {
+func Tokens(body []byte) int {
 	var req struct {
 		Messages  []map[string]string `json:"messages"`
 		MaxTokens *int                `json:"max_tokens"`
@@ -107,7 +115,7 @@ func cookbookTokens(body []byte) int {
 	for _, m := range req.Messages {
 		tokens += 4
 		for k, v := range m {
-			c, _ := cl100kCodec().Count(v)
+			c, _ := Codec().Count(v)
 			tokens += c
 			if k == "name" {
 				tokens--
@@ -120,7 +128,7 @@ func cookbookTokens(body []byte) int {
 // Run processes bodies, as the script processes the lines of its requests
 // file, and returns when every request has succeeded or failed for good (or
 // ctx ends, which the script does not have: it only stops a test gone wrong).
-func (c *cookbookClient) Run(ctx context.Context, bodies [][]byte) *cookbookRun {
+func (c *Client) Run(ctx context.Context, bodies [][]byte) *Outcome {
 	hc := &http.Client{
 		Timeout: c.Timeout,
 		Transport: &http.Transport{
@@ -133,15 +141,15 @@ func (c *cookbookClient) Run(ctx context.Context, bodies [][]byte) *cookbookRun 
 
 	var (
 		mu            sync.Mutex
-		retryQueue    []*cookbookRequest
+		retryQueue    []*request
 		inProgress    int
 		lastRateLimit time.Time
-		run           = &cookbookRun{Results: make([]cookbookResult, len(bodies))}
+		run           = &Outcome{Results: make([]Result, len(bodies))}
 		ended         = make(chan struct{}, 1) // a call ended: the loop looks again at once
 		start         = time.Now()
 	)
-	finish := func(r *cookbookRequest, ok bool) {
-		run.Results[r.id] = cookbookResult{OK: ok, Attempts: c.MaxAttempts - r.attemptsLeft,
+	finish := func(r *request, ok bool) {
+		run.Results[r.id] = Result{OK: ok, Attempts: c.MaxAttempts - r.attemptsLeft,
 			Span: r.last.Sub(r.first), Done: r.last.Sub(start), Errors: r.errs}
 		inProgress--
 		if ok {
@@ -150,7 +158,7 @@ func (c *cookbookClient) Run(ctx context.Context, bodies [][]byte) *cookbookRun 
 			run.Failed++
 		}
 	}
-	call := func(r *cookbookRequest) {
+	call := func(r *request) {
 		kind, msg := c.call(ctx, hc, r.body)
 		mu.Lock()
 		defer mu.Unlock()
@@ -183,7 +191,7 @@ func (c *cookbookClient) Run(ctx context.Context, bodies [][]byte) *cookbookRun 
 
 	requestCapacity, tokenCapacity := c.MaxRequestsPerMinute, c.MaxTokensPerMinute
 	lastUpdate := start
-	var next *cookbookRequest
+	var next *request
 	file := 0
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -195,7 +203,7 @@ func (c *cookbookClient) Run(ctx context.Context, bodies [][]byte) *cookbookRun 
 			if len(retryQueue) > 0 {
 				next, retryQueue = retryQueue[0], retryQueue[1:]
 			} else if file < len(bodies) {
-				next = &cookbookRequest{id: file, body: bodies[file], tokens: cookbookTokens(bodies[file]), attemptsLeft: c.MaxAttempts}
+				next = &request{id: file, body: bodies[file], tokens: Tokens(bodies[file]), attemptsLeft: c.MaxAttempts}
 				file++
 				run.Started++
 				inProgress++
@@ -276,7 +284,7 @@ const (
 
 // call is the script's APIRequest.call_api: the answer's JSON is read
 // whatever its status, and it failed when it has an "error".
-func (c *cookbookClient) call(ctx context.Context, hc *http.Client, body []byte) (callKind, string) {
+func (c *Client) call(ctx context.Context, hc *http.Client, body []byte) (callKind, string) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.URL, bytes.NewReader(body))
 	if err != nil {
 		return callException, err.Error()
