@@ -43,6 +43,12 @@ type DashboardConfig struct {
 	// login page (a session cookie), or as "Authorization: Bearer TOKEN".
 	// Serve the dashboard off loopback only with a token.
 	Token string
+	// PublicURL is the URL people open the dashboard at, when a proxy in
+	// front of it terminates TLS (https://sluice.example.com): an https URL
+	// marks the session cookie Secure although the proxy speaks plain HTTP
+	// to sluice. An absolute http or https URL; default "": Secure when the
+	// request came over TLS.
+	PublicURL string
 	// OutputLimit bounds each step output a run's page shows (default 4096
 	// bytes); the cut says so.
 	OutputLimit int
@@ -82,6 +88,7 @@ func (a *App) Dashboard(cfg DashboardConfig) (http.Handler, error) {
 		Items:         a.st,
 		Plan:          a.plan,
 		Token:         cfg.Token,
+		PublicURL:     cfg.PublicURL,
 		OutputLimit:   cfg.OutputLimit,
 		MaxEventBytes: cfg.MaxEventBytes,
 		Refresh:       cfg.Refresh,

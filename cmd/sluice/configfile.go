@@ -19,11 +19,7 @@ import (
 // file and the flags accept and refuse the same values, and flags win. It
 // returns the file's lines, to place errors about the values afterwards.
 func readConfigFile(fs *flag.FlagSet, set map[string]bool, path string, file any) (yamlfile.Lines, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	lines, err := yamlfile.Decode(data, file)
+	lines, err := decodeConfigFile(path, file)
 	if err != nil {
 		return nil, err
 	}
@@ -36,8 +32,23 @@ func readConfigFile(fs *flag.FlagSet, set map[string]bool, path string, file any
 			continue
 		}
 		if err := fs.Set(name, text); err != nil {
-			return nil, &yamlfile.Error{Path: key, Line: lines[key], Err: fmt.Errorf("invalid value %q: %w", text, err)}
+			return nil, fmt.Errorf("--config %s: %w", path, &yamlfile.Error{Path: key, Line: lines[key], Err: fmt.Errorf("invalid value %q: %w", text, err)})
 		}
+	}
+	return lines, nil
+}
+
+// decodeConfigFile reads the config file at path, a regular file of at
+// most yamlfile.MaxFileBytes, and decodes it into file. Its errors start
+// with --config and the path.
+func decodeConfigFile(path string, file any) (yamlfile.Lines, error) {
+	data, err := yamlfile.ReadFile(path, yamlfile.MaxFileBytes)
+	if err != nil {
+		return nil, fmt.Errorf("--config: %w", err) // the error names the path
+	}
+	lines, err := yamlfile.Decode(data, file)
+	if err != nil {
+		return nil, fmt.Errorf("--config %s: %w", path, err)
 	}
 	return lines, nil
 }
@@ -51,7 +62,7 @@ func loadConfig(fs *flag.FlagSet, path string, file any) (set map[string]bool, r
 	var lines yamlfile.Lines
 	if path != "" {
 		if lines, err = readConfigFile(fs, set, path, file); err != nil {
-			return nil, nil, fmt.Errorf("--config %s: %w", path, err)
+			return nil, nil, err
 		}
 	}
 	return set, configRefusal(path, set, lines), nil

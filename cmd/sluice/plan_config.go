@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"fmt"
-	"os"
 	"strconv"
 
 	"github.com/sluice-dev/sluice/governor"
@@ -16,14 +15,10 @@ import (
 // gatewayKey reads a gateway config file as `sluice gateway --config`
 // does: the key, its limits and its flows, and the database it records in.
 func gatewayKey(path string) (plan.Key, string, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return plan.Key{}, "", fmt.Errorf("--config: %w", err)
-	}
 	var f gatewayFile
-	lines, err := yamlfile.Decode(data, &f)
+	lines, err := decodeConfigFile(path, &f)
 	if err != nil {
-		return plan.Key{}, "", fmt.Errorf("--config %s: %w", path, err)
+		return plan.Key{}, "", err
 	}
 	fail := func(key string, err error) error {
 		return fmt.Errorf("--config %s: %w", path, &yamlfile.Error{Path: key, Line: lines.Line(key), Err: err})

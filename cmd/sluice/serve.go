@@ -14,7 +14,7 @@ import (
 	"github.com/sluice-dev/sluice/examples/summarize"
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/guard"
-	"github.com/sluice-dev/sluice/internal/httpapi"
+	"github.com/sluice-dev/sluice/internal/ui"
 	"github.com/sluice-dev/sluice/llm"
 )
 
@@ -34,6 +34,7 @@ type serveFile struct {
 	Addr             string   `yaml:"addr"`
 	DB               string   `yaml:"db"`
 	TokenEnv         string   `yaml:"token_env"`
+	PublicURL        string   `yaml:"public_url"`
 	MaxEventBytes    string   `yaml:"max_event_bytes"`
 	OutputLimit      string   `yaml:"output_limit"`
 	ProviderURL      string   `yaml:"provider_url"`
@@ -55,6 +56,7 @@ type serveFile struct {
 	MetricsTokenEnv  string   `yaml:"metrics_token_env"`
 	Gateway          string   `yaml:"gateway"`
 	ClientKeysEnv    string   `yaml:"client_keys_env"`
+	MaxFlowParked    string   `yaml:"max_flow_parked"`
 	Node             string   `yaml:"node"`
 	LeaseTTL         string   `yaml:"lease_ttl"`
 	AdoptEvery       string   `yaml:"adopt_every"`
@@ -77,6 +79,7 @@ func runServe(ctx context.Context, env *cmdEnv, args []string) error {
 	addr := fs.String("addr", "127.0.0.1:8288", "address to listen on")
 	dbURL := fs.String("db", "", "database: an SQLite path or postgres://… URL (default $SLUICE_DB or sluice.db)")
 	tokenEnv := fs.String("token-env", "SLUICE_API_TOKEN", "environment variable holding the bearer token of the API and the dashboard (required off loopback)")
+	publicURL := fs.String("public-url", "", "the `URL` people open the dashboard at, behind a proxy (https://sluice.example.com); https marks the session cookie Secure although the proxy speaks plain HTTP to sluice")
 	maxEvent := fs.Int64("max-event-bytes", 1<<20, "largest event body accepted; larger ones get 413")
 	outputLimit := fs.Int("output-limit", 4096, "bytes of each step output shown by GET /v1/runs/{id}")
 	providerURL := fs.String("provider-url", "http://127.0.0.1:8089/v1", "OpenAI-compatible base URL the pipeline's LLM calls go to")
@@ -92,6 +95,7 @@ func runServe(ctx context.Context, env *cmdEnv, args []string) error {
 	metricsTokenEnv := fs.String("metrics-token-env", "", "environment variable holding a bearer token for /metrics alone (default: /metrics takes the API's token)")
 	withGateway := fs.Bool("gateway", false, "also serve the OpenAI-compatible gateway (POST /v1/chat/completions, GET /v1/models) on this address, governed by the pipeline's key: apps in any language share the key with the functions")
 	clientEnv := fs.String("client-keys-env", "SLUICE_GATEWAY_KEYS", "`NAME` of an environment variable holding the gateway's client keys as KEY[=FLOW],…; the API token is one too")
+	maxParked := maxFlowParkedFlag(fs)
 	node := fs.String("node", "", "this process's `NAME` among several sluice serve on one PostgreSQL database: its DBOS executor ID (restarted with the same name, it resumes its runs) and its name in the quota leases; set, the key's limits hold in aggregate across the nodes (docs/multinode.md)")
 	leaseTTL := fs.Duration("lease-ttl", 2*time.Second, "with --node: how long a lease of the key's capacity lasts (1ms to 1h)")
 	stopGrace := fs.Duration("stop-grace", 30*time.Second, "at SIGTERM or Ctrl-C: how long the calls and requests in flight may take to finish; no new work starts, and every unfinished run resumes at the next start (0 to 1h; a second signal stops at once)")
@@ -133,6 +137,11 @@ func runServe(ctx context.Context, env *cmdEnv, args []string) error {
 	gc.Forms = dashboardForm // the dashboard checks a CSRF token on each of its forms
 	if *runTimeout <= 0 {
 		return refuse("run-timeout", fmt.Errorf("%s: want a positive duration", *runTimeout))
+	}
+	if *publicURL != "" {
+		if err := ui.CheckPublicURL(*publicURL); err != nil {
+			return refuse("public-url", err)
+		}
 	}
 	if *leaseTTL < time.Millisecond || *leaseTTL > time.Hour {
 		return refuse("lease-ttl", fmt.Errorf("%s: want from 1ms to 1h", *leaseTTL))
@@ -187,8 +196,18 @@ func runServe(ctx context.Context, env *cmdEnv, args []string) error {
 		if gw, err = planServeGateway(env, file, refuse, flows, *clientEnv, token); err != nil {
 			return err
 		}
+		if err := checkMaxFlowParked(*maxParked); err != nil {
+			return refuse("max-flow-parked", err)
+		}
+		gw.maxFlowParked = *maxParked
 	} else if len(flows) > 0 || len(file.Flows) > 0 {
 		return refuse("flow", errors.New("gateway flows without the gateway: add --gateway (gateway: true)"))
+	} else if flagsGiven(fs)["max-flow-parked"] {
+		return refuse("max-flow-parked", errors.New("a bound of the gateway's line without the gateway: add --gateway (gateway: true)"))
+	}
+	starting, err := newServeFront("opening the database", *withGateway, *profile)
+	if err != nil {
+		return err
 	}
 	// Listen first: a restart is reachable within moments, and /readyz
 	// says when the database is open and unfinished runs are resumed.
@@ -196,8 +215,7 @@ func runServe(ctx context.Context, env *cmdEnv, args []string) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", *addr, err)
 	}
-	starting := httpapi.NewStarting("opening the database")
-	srv := guard.NewServer(starting, gc)
+	srv := starting.server(gc)
 	fmt.Fprintf(env.stdout, "listening on http://%s\n", ln.Addr())
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -212,7 +230,7 @@ func runServe(ctx context.Context, env *cmdEnv, args []string) error {
 			parts.gateway, err = gw.build(sctx, app, *providerURL, *profile, *keyEnv, env, logger)
 		}
 		if err == nil {
-			parts.dashboard, err = app.Dashboard(sluice.DashboardConfig{Token: token, OutputLimit: *outputLimit, MaxEventBytes: *maxEvent})
+			parts.dashboard, err = app.Dashboard(sluice.DashboardConfig{Token: token, PublicURL: *publicURL, OutputLimit: *outputLimit, MaxEventBytes: *maxEvent})
 		}
 		if err == nil {
 			starting.Phase("resuming unfinished runs")

@@ -13,9 +13,7 @@ package scenario
 
 import (
 	"fmt"
-	"io"
 	"math"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,6 +21,7 @@ import (
 
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/num"
+	"github.com/sluice-dev/sluice/internal/yamlfile"
 	"github.com/sluice-dev/sluice/llm"
 )
 
@@ -110,8 +109,8 @@ const DefaultMaxTokens = 1000
 // the key's line. Together they keep the largest scenario that loads within about 2 GB of
 // memory in the bench (docs/bench.md).
 const (
-	// MaxFileBytes bounds a scenario file.
-	MaxFileBytes = 1 << 20
+	// MaxFileBytes bounds a scenario file, as every YAML file sluice reads.
+	MaxFileBytes = yamlfile.MaxFileBytes
 	// MaxDuration bounds the simulated time: 366 days.
 	MaxDuration = 366 * 24 * time.Hour
 	// MaxFlows bounds the number of flows.
@@ -202,17 +201,14 @@ func Load(path string) (*Scenario, error) {
 	return s, nil
 }
 
-// Read reads the scenario file at path, up to one byte more than
-// MaxFileBytes, so that Parse sees a file that is too large.
+// Read reads the scenario file at path: a regular file (or a link to
+// one) of at most MaxFileBytes. A pipe, a device or a directory is
+// refused without waiting, and a larger file after MaxFileBytes+1 bytes,
+// each with an error naming the path (yamlfile.ReadFile).
 func Read(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	data, err := yamlfile.ReadFile(path, MaxFileBytes)
 	if err != nil {
-		return nil, fmt.Errorf("read scenario: %w", err)
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("read scenario: %w", err)
+		return nil, fmt.Errorf("scenario: %w", err)
 	}
 	return data, nil
 }

@@ -1,13 +1,17 @@
 package scenario
 
 import (
+	"errors"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/yamlfile"
 )
 
 func TestLoadDevpick(t *testing.T) {
@@ -216,6 +220,20 @@ func TestLoadNamesFile(t *testing.T) {
 	_, err := Load("testdata/missing.yaml")
 	if err == nil || !strings.Contains(err.Error(), "missing.yaml") {
 		t.Fatalf("error = %v, want one naming the file", err)
+	}
+}
+
+func TestLoadReadsOnlyBoundedRegularFiles(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	big := filepath.Join(dir, "big.yaml")
+	if err := os.WriteFile(big, make([]byte, MaxFileBytes+1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]error{dir: yamlfile.ErrNotRegular, big: yamlfile.ErrTooLarge} {
+		if _, err := Load(path); !errors.Is(err, want) || !strings.Contains(err.Error(), path) {
+			t.Errorf("Load(%s) = %v, want %v naming the path", path, err, want)
+		}
 	}
 }
 

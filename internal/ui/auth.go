@@ -10,23 +10,26 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
 // Sign-in, sessions and CSRF.
 //
-// A session is a cookie holding when it was issued and an HMAC-SHA256 of
-// that time under a key derived from the token: it names no one and holds
-// nothing secret, lasts SessionTTL, and stops working when the token
-// changes, since the key does. Every form carries a CSRF token, an HMAC of
-// the session's cookie under the same key (of "bearer" for a request
-// signed with the token itself); without a token, of a fixed text under a
-// key drawn at random when the process starts. A POST is refused with 403
-// when its token is missing or wrong, and when it comes from another site
-// (an Origin header naming another host, or a Sec-Fetch-Site of
-// cross-site or same-site).
+// A session is a sign-in the handler keeps in memory, at most maxSessions
+// of them, each lasting SessionTTL. Its cookie holds the session's random
+// ID and an HMAC-SHA256 of it under a key derived from the token: it names
+// no one and holds nothing secret. A cookie works only while its session
+// is live: signing out ends it on the server, so the same cookie sent again
+// is refused; a restart ends every session, and so does a new token, since
+// the key changes. Every form carries a CSRF token, an HMAC of the
+// session's cookie under the same key (of "bearer" for a request signed
+// with the token itself); without a token, of a fixed text under a key
+// drawn at random when the process starts. A POST is refused with 403 when
+// its token is missing or wrong, and when it comes from another site (an
+// Origin header naming another host, or a Sec-Fetch-Site of cross-site or
+// same-site). Wrong tokens are throttled per client address (throttle.go).
 
 // sessionCookie is the name of the session's cookie.
 const sessionCookie = "sluice_session"
@@ -34,14 +37,19 @@ const sessionCookie = "sluice_session"
 // maxLoginBytes bounds the sign-in form.
 const maxLoginBytes = 64 << 10
 
+// maxSessions bounds the live sessions: a sign-in beyond it ends the
+// session that would end first.
+const maxSessions = 1000
+
 type auth struct {
-	token string
-	key   []byte // the MAC key of sessions and CSRF tokens
-	ttl   time.Duration
+	token    string
+	key      []byte // the MAC key of sessions and CSRF tokens
+	ttl      time.Duration
+	sessions *sessions
 }
 
 func newAuth(token string, ttl time.Duration) (auth, error) {
-	a := auth{token: token, ttl: ttl}
+	a := auth{token: token, ttl: ttl, sessions: &sessions{live: map[string]time.Time{}, max: maxSessions}}
 	if token != "" {
 		m := hmac.New(sha256.New, []byte(token))
 		m.Write([]byte("sluice dashboard key v1"))
@@ -53,6 +61,50 @@ func newAuth(token string, ttl time.Duration) (auth, error) {
 		return auth{}, fmt.Errorf("ui: draw the CSRF key: %w", err)
 	}
 	return a, nil
+}
+
+// sessions are the live sign-ins, by ID, with when each was issued. Safe
+// for simultaneous use.
+type sessions struct {
+	mu   sync.Mutex
+	live map[string]time.Time
+	max  int
+}
+
+// add records a session issued at now, first dropping those over at now
+// and, at the bound, the one issued first.
+func (s *sessions) add(id string, now time.Time, ttl time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.live) >= s.max {
+		oldest, at := "", time.Time{}
+		for k, issued := range s.live {
+			if !now.Before(issued.Add(ttl)) {
+				delete(s.live, k)
+			} else if oldest == "" || issued.Before(at) {
+				oldest, at = k, issued
+			}
+		}
+		if len(s.live) >= s.max {
+			delete(s.live, oldest)
+		}
+	}
+	s.live[id] = now
+}
+
+// issued returns when the live session id was issued.
+func (s *sessions) issued(id string) (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	at, ok := s.live[id]
+	return at, ok
+}
+
+// end ends the session id.
+func (s *sessions) end(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.live, id)
 }
 
 func (a auth) mac(parts ...string) string {
@@ -67,44 +119,75 @@ func (a auth) bearer(r *http.Request) bool {
 	return ok && a.token != "" && subtle.ConstantTimeCompare([]byte(got), []byte(a.token)) == 1
 }
 
-// newSession returns a session cookie's value issued at now.
-func (a auth) newSession(now time.Time) string {
-	issued := strconv.FormatInt(now.Unix(), 10)
-	return issued + "." + a.mac("session", issued)
+// newSession starts a session at now and returns its cookie's value.
+func (a auth) newSession(now time.Time) (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("ui: draw a session ID: %w", err)
+	}
+	id := hex.EncodeToString(b[:])
+	a.sessions.add(id, now, a.ttl)
+	return id + "." + a.mac("session", id), nil
 }
 
-// session returns r's session cookie's value, if it is valid at now.
-func (a auth) session(r *http.Request, now time.Time) (string, bool) {
+// session returns r's session cookie's value and its session's ID, if the
+// session is live at now.
+func (a auth) session(r *http.Request, now time.Time) (value, id string, ok bool) {
 	if a.token == "" {
-		return "", false
+		return "", "", false
 	}
 	c, err := r.Cookie(sessionCookie)
 	if err != nil {
-		return "", false
+		return "", "", false
 	}
-	issued, mac, ok := strings.Cut(c.Value, ".")
-	if !ok || !hmac.Equal([]byte(mac), []byte(a.mac("session", issued))) {
-		return "", false
+	id, mac, ok := strings.Cut(c.Value, ".")
+	if !ok || !hmac.Equal([]byte(mac), []byte(a.mac("session", id))) {
+		return "", "", false
 	}
-	sec, err := strconv.ParseInt(issued, 10, 64)
-	if err != nil {
-		return "", false
+	at, ok := a.sessions.issued(id)
+	if !ok || now.Before(at.Add(-time.Minute)) || !now.Before(at.Add(a.ttl)) {
+		return "", "", false
 	}
-	at := time.Unix(sec, 0)
-	if now.Before(at.Add(-time.Minute)) || !now.Before(at.Add(a.ttl)) {
-		return "", false
-	}
-	return c.Value, true
+	return c.Value, id, true
 }
 
-// allowed reports whether r may see the pages: no token is set, or r is
+// admit reports whether r may see the pages — no token is set, or r is
+// signed in, by session or bearer token — and otherwise answers it: with
+// 429 when r carries a bearer token from a throttled address, else by
+// sending it to the sign-in page. A wrong bearer token counts as a wrong
+// sign-in, so the pages are no way around the throttle.
+func (h *Handler) admit(w http.ResponseWriter, r *http.Request) bool {
+	a := h.auth
+	if a.token == "" {
+		return true
+	}
+	now := h.cfg.Now()
+	if strings.HasPrefix(r.Header.Get("Authorization"), "Bearer ") {
+		addr := clientAddr(r)
+		if wait := h.throttle.wait(addr, now); wait > 0 {
+			h.tooMany(w, r, wait, "/")
+			return false
+		}
+		if a.bearer(r) {
+			return true
+		}
+		h.throttle.fail(addr, now)
+	}
+	if _, _, ok := a.session(r, now); ok {
+		return true
+	}
+	h.toLogin(w, r)
+	return false
+}
+
+// allowedAt reports whether r may see the pages: no token is set, or r is
 // signed in, by session or bearer token.
 func (h *Handler) allowedAt(r *http.Request) bool {
 	a := h.auth
 	if a.token == "" || a.bearer(r) {
 		return true
 	}
-	_, ok := a.session(r, h.cfg.Now())
+	_, _, ok := a.session(r, h.cfg.Now())
 	return ok
 }
 
@@ -118,7 +201,7 @@ func (h *Handler) csrf(r *http.Request) string {
 	case a.bearer(r):
 		return a.mac("csrf", "bearer")
 	}
-	if s, ok := a.session(r, h.cfg.Now()); ok {
+	if s, _, ok := a.session(r, h.cfg.Now()); ok {
 		return a.mac("csrf", "session", s)
 	}
 	return ""
@@ -126,7 +209,7 @@ func (h *Handler) csrf(r *http.Request) string {
 
 // hasSession reports whether r is signed in with a session cookie.
 func (h *Handler) hasSession(r *http.Request) bool {
-	_, ok := h.auth.session(r, h.cfg.Now())
+	_, _, ok := h.auth.session(r, h.cfg.Now())
 	return ok
 }
 
@@ -214,8 +297,9 @@ func (h *Handler) loginForm(w http.ResponseWriter, r *http.Request) {
 	h.render(w, r, http.StatusOK, "login", "Sign in", "", loginView{Next: next, TokenOn: h.auth.token != ""})
 }
 
-// login checks the token in constant time and, when it is right, sets the
-// session's cookie and goes where the form says.
+// login checks the token in constant time and, when it is right, starts
+// a session, sets its cookie and goes where the form says. An address
+// that sent too many wrong tokens gets 429 and its token is not checked.
 func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 	if err := crossSite(r); err != nil {
 		h.fail(w, r, err)
@@ -231,23 +315,71 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, next, http.StatusSeeOther)
 		return
 	}
+	now, addr := h.cfg.Now(), clientAddr(r)
+	if wait := h.throttle.wait(addr, now); wait > 0 {
+		h.tooMany(w, r, wait, next)
+		return
+	}
 	got := r.PostForm.Get("token")
 	if subtle.ConstantTimeCompare([]byte(got), []byte(h.auth.token)) != 1 {
-		h.cfg.Logger.Warn("sluice: dashboard sign-in with a wrong token", "remote", r.RemoteAddr)
+		h.throttle.fail(addr, now)
 		h.render(w, r, http.StatusUnauthorized, "login", "Sign in", "", loginView{Next: next, TokenOn: true, Error: "That is not the token. Try again."})
 		return
 	}
+	h.throttle.succeed(addr)
+	value, err := h.auth.newSession(now)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
 	http.SetCookie(w, &http.Cookie{
-		Name: sessionCookie, Value: h.auth.newSession(h.cfg.Now()), Path: "/",
-		MaxAge: int(h.auth.ttl / time.Second), HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode,
+		Name: sessionCookie, Value: value, Path: "/",
+		MaxAge: int(h.auth.ttl / time.Second), HttpOnly: true, Secure: h.secure(r), SameSite: http.SameSiteStrictMode,
 	})
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
+// logout ends r's session on the server, so its cookie no longer works
+// wherever a copy of it is kept, and clears the cookie.
 func (h *Handler) logout(w http.ResponseWriter, r *http.Request) error {
+	if _, id, ok := h.auth.session(r, h.cfg.Now()); ok {
+		h.auth.sessions.end(id)
+	}
 	http.SetCookie(w, &http.Cookie{
-		Name: sessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode,
+		Name: sessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, Secure: h.secure(r), SameSite: http.SameSiteStrictMode,
 	})
 	http.Redirect(w, r, "/login", http.StatusSeeOther)
+	return nil
+}
+
+// secure reports whether the session's cookie is marked Secure: r came
+// over TLS, or the dashboard's public URL is https.
+func (h *Handler) secure(r *http.Request) bool {
+	return r.TLS != nil || strings.HasPrefix(strings.ToLower(h.cfg.PublicURL), "https://")
+}
+
+// maxPublicURL bounds a public URL's length.
+const maxPublicURL = 2048
+
+// CheckPublicURL returns an error naming what is wrong unless s is an
+// absolute http or https URL with a host, and no user, query or fragment:
+// the URL people open the dashboard at (Config.PublicURL).
+func CheckPublicURL(s string) error {
+	if len(s) > maxPublicURL {
+		return fmt.Errorf("is %d bytes long: at most %d", len(s), maxPublicURL)
+	}
+	u, err := url.Parse(s)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%q is not a URL", s)
+	case u.Scheme != "http" && u.Scheme != "https":
+		return fmt.Errorf("%q: want an absolute http:// or https:// URL", s)
+	case u.Host == "" || u.Hostname() == "":
+		return fmt.Errorf("%q: want a host after %s://", s, u.Scheme)
+	case u.User != nil:
+		return fmt.Errorf("%q: want no user or password in the URL", s)
+	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
+		return fmt.Errorf("%q: want no query or fragment", s)
+	}
 	return nil
 }

@@ -143,6 +143,12 @@ type Config struct {
 	Token string
 	// SessionTTL is how long a sign-in lasts (default 12 h).
 	SessionTTL time.Duration
+	// PublicURL is the URL people open the dashboard at, when a proxy in
+	// front of it terminates TLS (https://sluice.example.com): an https
+	// URL marks the session cookie Secure although the proxy speaks plain
+	// HTTP to the dashboard. Default "": Secure when the request came over
+	// TLS. See CheckPublicURL.
+	PublicURL string
 	// OutputLimit bounds each step output and run output a run's page
 	// shows (default 4096 bytes); a longer one is cut and the cut says so.
 	OutputLimit int
@@ -191,6 +197,11 @@ func (c *Config) validate() error {
 	case strings.TrimSpace(c.Token) != c.Token:
 		return errors.New("ui: Token begins or ends with white space")
 	}
+	if c.PublicURL != "" {
+		if err := CheckPublicURL(c.PublicURL); err != nil {
+			return fmt.Errorf("ui: PublicURL %w", err)
+		}
+	}
 	for _, l := range c.Links {
 		if l.Label == "" || !strings.HasPrefix(l.Href, "/") || strings.HasPrefix(l.Href, "//") {
 			return fmt.Errorf("ui: link %q to %q: want a label and a path on this server", l.Label, l.Href)
@@ -225,6 +236,8 @@ type Handler struct {
 	pages  map[string]*template.Template // by page name
 	assets map[string]asset              // by file name
 	auth   auth
+	// throttle counts wrong tokens per client address.
+	throttle *throttle
 }
 
 // asset is an embedded file with its content type and version.
@@ -245,6 +258,7 @@ func New(cfg Config) (*Handler, error) {
 	if h.auth, err = newAuth(cfg.Token, cfg.SessionTTL); err != nil {
 		return nil, err
 	}
+	h.throttle = newThrottle(cfg.Logger, cfg.Now)
 	if err := h.loadAssets(); err != nil {
 		return nil, err
 	}
@@ -340,8 +354,7 @@ type pageFunc func(w http.ResponseWriter, r *http.Request) error
 // page serves a page that needs a sign-in when a token is set.
 func (h *Handler) page(fn pageFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !h.allowedAt(r) {
-			h.toLogin(w, r)
+		if !h.admit(w, r) {
 			return
 		}
 		if err := fn(w, r); err != nil {

@@ -176,6 +176,7 @@ type req struct {
 	header       map[string]string
 	cookies      []*http.Cookie
 	tls          bool
+	remote       string // the client's address (default httptest's 192.0.2.1:1234)
 }
 
 // do serves r and returns the response and its body.
@@ -201,6 +202,9 @@ func do(t *testing.T, h http.Handler, r req) (*http.Response, string) {
 	}
 	for _, c := range r.cookies {
 		hr.AddCookie(c)
+	}
+	if r.remote != "" {
+		hr.RemoteAddr = r.remote
 	}
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, hr)

@@ -1,6 +1,7 @@
-// Package yamlfile decodes the YAML files sluice reads — quota scenarios,
-// the gateway's configuration — with go.yaml.in/yaml/v3, strictly, and
-// places every problem by its key path and line:
+// Package yamlfile reads the YAML files sluice reads — quota scenarios,
+// the configs of serve and the gateway — bounded, and only when they are
+// regular files (ReadFile), and decodes them with go.yaml.in/yaml/v3,
+// strictly, placing every problem by its key path and line:
 // "flows[2].batchmax: unknown key (line 31)".
 package yamlfile
 
