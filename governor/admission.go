@@ -16,7 +16,7 @@ func (g *Governor) Reserve(now time.Time, flow string, c Cost) (*Reservation, er
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.relearn(now.UnixNano())
-	if err := g.check(c); err != nil {
+	if err := g.check(now.UnixNano(), c); err != nil {
 		var tl *TooLargeError
 		if errors.As(err, &tl) {
 			g.flow(flow).refusals[tl.Limit]++
@@ -146,7 +146,7 @@ func (g *Governor) advance(now int64) int64 {
 			continue
 		}
 		if at == never {
-			if err := g.check(r.cost); err != nil {
+			if err := g.check(now, r.cost); err != nil {
 				// A limit learned lower than when the call was queued: it
 				// can never fit now, so it fails at once instead of holding
 				// the line.
@@ -237,7 +237,7 @@ func (g *Governor) backfill(now int64, head *Reservation, at int64) (int, int64)
 		r := f.queue[0]
 		t := g.fitAt(now, f, r.cost)
 		if t == never {
-			if err := g.check(r.cost); err != nil {
+			if err := g.check(now, r.cost); err != nil {
 				g.refuse(r, err)
 				count++ // a change: the caller looks at the line again
 				continue

@@ -14,9 +14,13 @@ import (
 // a configured allowance, stop the key for longer than a limit's period, or
 // stay in force after the provider stops saying it.
 const (
-	// LearnFor is how long an allowance a provider announced stays in force
-	// after it last said it. Then the configured allowance (none, for a
-	// limit not configured) is back, until an answer says otherwise.
+	// LearnFor is how long an allowance a provider announced lowers a
+	// configured one after the provider last said it; then the configured
+	// allowance is back, until an answer says otherwise. An allowance
+	// announced for a limit nobody configured stays in force until the
+	// provider says another, or until, LearnFor after it last said it, a
+	// call that can never fit it comes: then it is dropped and the call
+	// goes, so the provider's answer to it says the allowance again.
 	LearnFor = 10 * time.Minute
 	// LearnFloor: an announced allowance lowers a configured one to no less
 	// than 1/LearnFloor of it, nor, configured or not, below the largest
@@ -78,10 +82,11 @@ func (g *Governor) floor(l Limit, now int64) int64 {
 }
 
 // allowance is l's allowance in force at now: the one the provider last
-// announced, raised to its floor, while it is in force; else the configured one.
+// announced, raised to its floor, while it is in force (see LearnFor);
+// else the configured one.
 func (g *Governor) allowance(l Limit, now int64) int64 {
 	lr := &g.learned[l]
-	if lr.allowance == 0 || now >= lr.until {
+	if lr.allowance == 0 || g.cfg.Limits[l] > 0 && now >= lr.until {
 		return g.cfg.Limits[l]
 	}
 	return max(lr.allowance, g.floor(l, now))
@@ -141,11 +146,14 @@ func (g *Governor) relimit(now int64) {
 	changed := false
 	for _, l := range AllLimits {
 		lr := &g.learned[l]
-		if lr.allowance > 0 && now >= lr.until {
+		conf := g.cfg.Limits[l]
+		if lr.allowance > 0 && conf > 0 && now >= lr.until {
 			lr.allowance = 0
 		}
 		if lr.allowance > 0 {
-			next = min(next, lr.until)
+			if conf > 0 {
+				next = min(next, lr.until)
+			}
 			if end := addSat(lr.acceptedAt, int64(LearnFor)); lr.accepted > 0 && end > now {
 				next = min(next, end)
 			}
@@ -161,6 +169,21 @@ func (g *Governor) relimit(now int64) {
 		g.setScales()
 		g.broadcast()
 	}
+}
+
+// recheck drops, at now, the allowance a provider announced for l when
+// nobody configured l and the provider last said it LearnFor ago or more:
+// a call that can never fit it is on its way to being refused, and the
+// provider's answer to that call is the check. It reports whether it
+// dropped one; relimit has then put the allowance in force into g.limits.
+func (g *Governor) recheck(now int64, l Limit) bool {
+	lr := &g.learned[l]
+	if lr.allowance == 0 || g.cfg.Limits[l] > 0 || now < lr.until {
+		return false
+	}
+	lr.allowance = 0
+	g.relimit(now)
+	return true
 }
 
 // Notice is a value a provider announced that sluice did not take as said:

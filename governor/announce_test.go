@@ -218,14 +218,32 @@ func TestAnnouncedAllowanceLapsesUnlessRenewed(t *testing.T) {
 		t.Errorf("TPD in force %d after the lapse, want the configured 10000", got)
 	}
 
-	// A limit none configures, learned the same way, lapses to none.
+	// A limit none configures, learned the same way, stays: the key is
+	// known to have it, and dropping it would cost a refusal from the
+	// provider every LearnFor. It is re-checked only when it is what
+	// stands in the way: LearnFor after the provider last said it, a
+	// call that can never fit it is sent instead of refused.
 	g2 := mustNew(t, Config{Logger: quiet})
-	g2.Observe(t0, announced(RPM, 30, "429 body"))
-	if got := g2.Limits()[RPM]; got != 30 {
-		t.Fatalf("RPM %d, want 30", got)
+	g2.Observe(t0, announced(TPM, 1, "429 body"))
+	if got := g2.Limits()[TPM]; got != 1 {
+		t.Fatalf("TPM %d, want 1", got)
 	}
-	if got := g2.Stats(t0.Add(LearnFor)).Limits[RPM]; got.Max != 0 {
-		t.Fatalf("RPM %d after LearnFor, want none", got.Max)
+	if got := g2.Stats(t0.Add(2 * LearnFor)).Limits[TPM]; got.Max != 1 {
+		t.Fatalf("TPM %d after 2×LearnFor with nothing refused, want the announced 1 still", got.Max)
+	}
+	var tl *TooLargeError
+	if _, err := g2.Reserve(t0.Add(LearnFor-time.Second), "f", Cost{Requests: 1, Input: 100}); !errors.As(err, &tl) {
+		t.Fatalf("a 100-token call before LearnFor: %v, want it refused as never fitting TPM 1", err)
+	}
+	r, err := g2.Reserve(t0.Add(LearnFor), "f", Cost{Requests: 1, Input: 100})
+	if err != nil {
+		t.Fatalf("a 100-token call LearnFor after TPM 1 was said: %v, want it sent to re-check the allowance", err)
+	}
+	if g2.Advance(t0.Add(LearnFor)); !r.Admitted() {
+		t.Fatal("the re-checking call not admitted")
+	}
+	if got := g2.Limits()[TPM]; got != 0 {
+		t.Fatalf("TPM %d once re-checked, want none until the provider says one again", got)
 	}
 }
 

@@ -36,8 +36,10 @@
 //     LearnFor, whichever is more — and for LearnFor (10 minutes) after the
 //     provider last said it; then the configured allowance is back.
 //   - An allowance for a limit none configures is taken at most MaxCost,
-//     floored by the largest call the provider accepted on it, and lapses
-//     LearnFor after the provider last said it.
+//     floored by the largest call the provider accepted on it. It stays
+//     until the provider says another, or until a call that can never fit
+//     it comes LearnFor or more after the provider last said it: then it is
+//     dropped and that call goes, and the provider's answer is the check.
 //   - A reset, and a rejection's retry-after, hold a limit for at most its
 //     period plus Config.Lag (a minute limit a minute plus lag, a day limit
 //     a day plus lag); package llm bounds the waits it reads to the period

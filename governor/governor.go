@@ -130,15 +130,18 @@ func (g *Governor) Check(c Cost) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.relearn(now)
-	return g.check(c)
+	return g.check(now, c)
 }
 
-func (g *Governor) check(c Cost) error {
+func (g *Governor) check(now int64, c Cost) error {
 	if err := c.validate(); err != nil {
 		return fmt.Errorf("%s%w", g.cfg.prefix(), err)
 	}
 	for _, l := range AllLimits {
 		lim := g.limits[l]
+		if lim > 0 && c.On(l) > lim && g.recheck(now, l) {
+			lim = g.limits[l]
+		}
 		if lim > 0 && c.On(l) > lim {
 			return &TooLargeError{Key: g.cfg.Key, Limit: l, Need: c.On(l), Max: lim, MaxOutput: g.maxOutput(c.Input)}
 		}
