@@ -51,12 +51,9 @@ func serveHandler(p serveParts) http.Handler {
 	} else {
 		mux.Handle("/", api)
 	}
+	mux.Handle("/v1/", api)
 	if p.gateway == nil {
-		mux.Handle("/v1/", api)
 		return mux
-	}
-	for _, path := range apiPaths {
-		mux.Handle(path, api)
 	}
 	mux.Handle("GET /v1/flows", withGatewayFlows(api, p.gateway))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -70,23 +67,10 @@ func serveHandler(p serveParts) http.Handler {
 	})
 }
 
-// apiPaths are the paths of sluice's own API under /v1 (internal/httpapi),
-// as patterns of any method: with the gateway, every other /v1 path is the
-// gateway's, and these answer as they do without it.
-var apiPaths = []string{"/v1/events", "/v1/runs", "/v1/runs/", "/v1/dropped", "/v1/flows", "/v1/versions", "/v1/versions/"}
-
 // gatewayPath reports whether path is the gateway's under serve --gateway:
-// under /v1 and none of apiPaths.
+// under /v1 and not sluice's own API's (httpapi.OwnsPath).
 func gatewayPath(path string) bool {
-	if !strings.HasPrefix(path, "/v1/") {
-		return false
-	}
-	for _, p := range apiPaths {
-		if path == p || strings.HasSuffix(p, "/") && strings.HasPrefix(path, p) {
-			return false
-		}
-	}
-	return true
+	return strings.HasPrefix(path, "/v1/") && !httpapi.OwnsPath(path)
 }
 
 // serveFront is what serve's server answers with: start-up's answers

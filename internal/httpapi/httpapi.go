@@ -33,6 +33,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -110,21 +111,52 @@ func New(cfg Config) http.Handler {
 	}
 	a := &api{cfg: cfg}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		httpjson.Write(w, http.StatusOK, map[string]string{"status": "ok"})
-	})
-	mux.HandleFunc("GET /readyz", a.readyz)
-	mux.Handle("GET /v1/flows", a.auth(a.flows))
-	mux.Handle("POST /v1/events", a.auth(a.postEvent))
-	mux.Handle("GET /v1/runs", a.auth(a.listRuns))
-	mux.Handle("GET /v1/runs/{id}", a.auth(a.getRun))
-	mux.Handle("POST /v1/runs/{id}/cancel", a.auth(a.cancel))
-	mux.Handle("POST /v1/runs/{id}/rerun", a.auth(a.rerun))
-	mux.Handle("GET /v1/dropped", a.auth(a.dropped))
-	mux.Handle("GET /v1/versions", a.auth(a.versions))
-	mux.Handle("POST /v1/versions/{version}/resume", a.auth(a.moveVersion(Engine.ResumeVersion)))
-	mux.Handle("POST /v1/versions/{version}/cancel", a.auth(a.moveVersion(Engine.CancelVersion)))
+	for _, r := range a.routes() {
+		mux.Handle(r.pattern, r.h)
+	}
 	return mux
+}
+
+// route is one pattern of the API and its handler.
+type route struct {
+	pattern string
+	h       http.Handler
+}
+
+// routes are the API's patterns. Every one under /v1 is in one of
+// v1Resources, so that OwnsPath can tell them from a gateway's.
+func (a *api) routes() []route {
+	return []route{
+		{"GET /healthz", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			httpjson.Write(w, http.StatusOK, map[string]string{"status": "ok"})
+		})},
+		{"GET /readyz", http.HandlerFunc(a.readyz)},
+		{"GET /v1/flows", a.auth(a.flows)},
+		{"POST /v1/events", a.auth(a.postEvent)},
+		{"GET /v1/runs", a.auth(a.listRuns)},
+		{"GET /v1/runs/{id}", a.auth(a.getRun)},
+		{"POST /v1/runs/{id}/cancel", a.auth(a.cancel)},
+		{"POST /v1/runs/{id}/rerun", a.auth(a.rerun)},
+		{"GET /v1/dropped", a.auth(a.dropped)},
+		{"GET /v1/versions", a.auth(a.versions)},
+		{"POST /v1/versions/{version}/resume", a.auth(a.moveVersion(Engine.ResumeVersion))},
+		{"POST /v1/versions/{version}/cancel", a.auth(a.moveVersion(Engine.CancelVersion))},
+	}
+}
+
+// v1Resources are the first segments of the API's paths under /v1.
+var v1Resources = []string{"flows", "events", "runs", "dropped", "versions"}
+
+// OwnsPath reports whether path, under /v1, is the API's: one of its
+// resources or below one. Under sluice serve --gateway every other /v1
+// path is the gateway's.
+func OwnsPath(path string) bool {
+	rest, ok := strings.CutPrefix(path, "/v1/")
+	if !ok {
+		return false
+	}
+	first, _, _ := strings.Cut(rest, "/")
+	return slices.Contains(v1Resources, first)
 }
 
 func (a *api) auth(h func(w http.ResponseWriter, r *http.Request) error) http.Handler {
