@@ -146,6 +146,9 @@ func (g *Governor) advance(now int64) int64 {
 			continue
 		}
 		if at == never {
+			if g.recheck(now, r.cost) {
+				continue // an allowance the provider announced was dropped: where does it fit now?
+			}
 			if err := g.check(now, r.cost); err != nil {
 				// A limit learned lower than when the call was queued: it
 				// can never fit now, so it fails at once instead of holding
@@ -236,6 +239,9 @@ func (g *Governor) backfill(now int64, head *Reservation, at int64) (int, int64)
 	for _, f := range cand[:n] {
 		r := f.queue[0]
 		t := g.fitAt(now, f, r.cost)
+		if t == never && g.recheck(now, r.cost) {
+			t = g.fitAt(now, f, r.cost)
+		}
 		if t == never {
 			if err := g.check(now, r.cost); err != nil {
 				g.refuse(r, err)

@@ -171,19 +171,25 @@ func (g *Governor) relimit(now int64) {
 	}
 }
 
-// recheck drops, at now, the allowance a provider announced for l when
-// nobody configured l and the provider last said it LearnFor ago or more:
-// a call that can never fit it is on its way to being refused, and the
-// provider's answer to that call is the check. It reports whether it
-// dropped one; relimit has then put the allowance in force into g.limits.
-func (g *Governor) recheck(now int64, l Limit) bool {
-	lr := &g.learned[l]
-	if lr.allowance == 0 || g.cfg.Limits[l] > 0 || now < lr.until {
-		return false
+// recheck drops, at now, each allowance a provider announced that a call
+// costing c can never fit, for a limit nobody configured, when the provider
+// last said it LearnFor ago or more: the call goes instead of being
+// refused, and the provider's answer to it is the check. It reports
+// whether it dropped one; relimit has then put the allowances in force
+// into g.limits, and where c fits must be looked at again.
+func (g *Governor) recheck(now int64, c Cost) bool {
+	dropped := false
+	for _, l := range AllLimits {
+		lr := &g.learned[l]
+		if lr.allowance > 0 && g.cfg.Limits[l] == 0 && now >= lr.until && c.On(l) > g.limits[l] {
+			lr.allowance = 0
+			dropped = true
+		}
 	}
-	lr.allowance = 0
-	g.relimit(now)
-	return true
+	if dropped {
+		g.relimit(now)
+	}
+	return dropped
 }
 
 // Notice is a value a provider announced that sluice did not take as said:

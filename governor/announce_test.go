@@ -247,6 +247,30 @@ func TestAnnouncedAllowanceLapsesUnlessRenewed(t *testing.T) {
 	}
 }
 
+// A call already in line when the provider announced an allowance it can
+// never fit, for a limit nobody configured, and still in line LearnFor
+// later, is sent as the re-check rather than left waiting for ever.
+func TestQueuedCallRechecksAnAnnouncedAllowance(t *testing.T) {
+	t.Parallel()
+	g := mustNew(t, Config{Logger: quiet})
+	g.Observe(t0, announced(TPM, 1000, "x-ratelimit-limit-tokens"))
+	first := mustReserve(t, g, t0, "f", Cost{Requests: 1, Input: 1000})
+	g.Advance(t0)
+	if !first.Admitted() {
+		t.Fatal("the first call, which fits TPM 1,000, not admitted")
+	}
+	queued := mustReserve(t, g, t0, "f", Cost{Requests: 1, Input: 500})
+	g.Advance(t0)
+	if queued.Admitted() {
+		t.Fatal("the second call admitted while TPM 1,000 is full")
+	}
+	g.Observe(t0, announced(TPM, 100, "x-ratelimit-limit-tokens"))
+	g.Advance(at(LearnFor))
+	if !queued.Admitted() {
+		t.Fatalf("the queued 500-token call not admitted LearnFor after TPM 100 was said (limits %v)", g.Limits())
+	}
+}
+
 // A wait the provider asks for holds the limit it names for at most its
 // period plus Lag, and a limit none configures (the key) as long; the
 // value it asked for is logged.

@@ -10,8 +10,9 @@ import (
 // provider is the source of truth, within bounds. An allowance below the
 // configured one lowers it (so Check and pacing follow it), to no less than
 // its floor and for LearnFor after the provider last said it; one above it
-// is ignored; one for a limit none configures is taken, at most MaxCost, for
-// as long. A remaining count below what the governor believes is left means
+// is ignored; one for a limit none configures is taken, at most MaxCost,
+// until the provider says another or a call that can never fit it comes
+// LearnFor after it was last said (see LearnFor). A remaining count below what the governor believes is left means
 // someone else uses the key, and that much room is held until the
 // provider's reset, at most the limit's period plus Lag. Every value not
 // taken as said is logged (Notice). Prefer Reservation.Observe for the
@@ -193,7 +194,9 @@ type LimitStats struct {
 	// it while an allowance the provider announced is in force.
 	Configured int64
 	// LearnedUntil is when the allowance the provider announced lapses
-	// unless it says it again (zero when none is in force).
+	// unless it says it again, for a configured limit; for one nobody
+	// configured, from when a call that can never fit it drops it (see
+	// LearnFor). Zero when none is in force.
 	LearnedUntil time.Time
 	Used         int64 // charged in the current window, including others' use seen in headers
 	Capacity     int64 // what is left now

@@ -137,11 +137,9 @@ func (g *Governor) check(now int64, c Cost) error {
 	if err := c.validate(); err != nil {
 		return fmt.Errorf("%s%w", g.cfg.prefix(), err)
 	}
+	g.recheck(now, c)
 	for _, l := range AllLimits {
 		lim := g.limits[l]
-		if lim > 0 && c.On(l) > lim && g.recheck(now, l) {
-			lim = g.limits[l]
-		}
 		if lim > 0 && c.On(l) > lim {
 			return &TooLargeError{Key: g.cfg.Key, Limit: l, Need: c.On(l), Max: lim, MaxOutput: g.maxOutput(c.Input)}
 		}
