@@ -94,15 +94,7 @@ func plainText(body []byte) string {
 	if !utf8.Valid(body) {
 		body = bytes.ToValidUTF8(body, []byte("\uFFFD"))
 	}
-	s := string(body) // already trimmed of surrounding space
-	if len(s) > maxPlainMessage {
-		cut := maxPlainMessage
-		for cut > 0 && !utf8.RuneStart(s[cut]) {
-			cut--
-		}
-		s = s[:cut]
-	}
-	return s
+	return cutAt(string(body), maxPlainMessage) // already trimmed of surrounding space
 }
 
 // normalize collapses whitespace so messages that were wrapped or logged

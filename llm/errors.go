@@ -303,14 +303,8 @@ func writeProviderMessage(b *strings.Builder, msg string) {
 		return
 	}
 	if len(msg) > maxMessageInError {
-		cut := maxMessageInError
-		for cut > 0 && !isRuneStart(msg[cut]) {
-			cut--
-		}
-		msg = msg[:cut] + "…"
+		msg = cutAt(msg, maxMessageInError) + "…"
 	}
 	b.WriteString(": ")
 	b.WriteString(msg)
 }
-
-func isRuneStart(c byte) bool { return c&0xC0 != 0x80 }

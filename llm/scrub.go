@@ -263,9 +263,17 @@ func truncate(v string, limit int) string {
 	if limit < 2*len(mark) {
 		mark = "" // a bound this tight keeps the text rather than the mark
 	}
-	cut := limit - len(mark)
-	for cut > 0 && !utf8.RuneStart(v[cut]) {
-		cut--
+	return cutAt(v, limit-len(mark)) + mark
+}
+
+// cutAt returns v's longest prefix of at most n bytes that ends at a
+// character boundary.
+func cutAt(v string, n int) string {
+	if len(v) <= n {
+		return v
 	}
-	return v[:cut] + mark
+	for n > 0 && !utf8.RuneStart(v[n]) {
+		n--
+	}
+	return v[:n]
 }
