@@ -341,7 +341,7 @@ func promptKey(p Profile, req *ChatRequest) [sha256.Size]byte {
 	for _, m := range req.Messages {
 		k.string(m.Role)
 		k.string(m.Content)
-		k.string(string(m.RawContent))
+		k.bytes(m.RawContent)
 		k.int(len(m.Extra))
 		for _, name := range slices.Sorted(maps.Keys(m.Extra)) {
 			k.string(name)
@@ -389,6 +389,14 @@ func (k *keyWriter) string(s string) {
 
 // flush writes the buffer to the hash once it is full, or always when all
 // is true.
+// bytes writes b's length, then b itself straight to the hash: a
+// message's parts may hold megabytes of images, not worth a copy.
+func (k *keyWriter) bytes(b []byte) {
+	k.int(len(b))
+	k.flush(true)
+	k.h.Write(b)
+}
+
 func (k *keyWriter) flush(all bool) {
 	if all || len(k.buf) > cap(k.buf)-binary.MaxVarintLen64 {
 		k.h.Write(k.buf)
