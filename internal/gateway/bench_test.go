@@ -83,7 +83,7 @@ func BenchmarkAnswerHeaders(b *testing.B) {
 	}
 	start(b, g)
 	w := httptest.NewRecorder()
-	c := &chatCall{g: g, w: w, flow: "a", cost: governor.Cost{Requests: 1, Input: 400, Output: 200}}
+	c := &chatCall{g: g, w: w, who: caller{flow: "a"}, cost: governor.Cost{Requests: 1, Input: 400, Output: 200}}
 	b.ReportAllocs()
 	for b.Loop() {
 		clear(w.Header())

@@ -27,11 +27,10 @@ const maxAttempts = 8
 
 // chatCall is one POST /v1/chat/completions on its way through the gateway.
 type chatCall struct {
-	g    *Gateway
-	w    http.ResponseWriter
-	r    *http.Request
-	who  caller
-	flow string // who.flow
+	g   *Gateway
+	w   http.ResponseWriter
+	r   *http.Request
+	who caller
 
 	req       *llm.ChatRequest
 	body      []byte // what is sent upstream for a plain request
@@ -54,7 +53,7 @@ type chatCall struct {
 func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, who caller) {
 	start := g.cfg.Now()
 	flow := who.flow
-	c := &chatCall{g: g, w: w, r: r, who: who, flow: flow}
+	c := &chatCall{g: g, w: w, r: r, who: who}
 	if e := c.run(start); e != nil && !c.wrote {
 		// A body cut off by its deadline ends the request's context too;
 		// the client is still there to be told.
@@ -104,14 +103,14 @@ func (c *chatCall) run(start time.Time) *apiError {
 	// A place in line before any pricing: a prompt costs CPU to price and
 	// memory while it waits, so both stop at the line's bounds.
 	size := int64(len(body))
-	if full := g.line.enter(c.flow, size); full != "" {
+	if full := g.line.enter(c.who.flow, size); full != "" {
 		return lineFull(g.cfg.Profile, full)
 	}
 	inLine := true
 	leave := func() {
 		if inLine {
 			inLine = false
-			g.line.leave(c.flow, size)
+			g.line.leave(c.who.flow, size)
 		}
 	}
 	defer leave()
@@ -124,7 +123,7 @@ func (c *chatCall) run(start time.Time) *apiError {
 	}
 	c.deadline = start.Add(c.maxWait)
 	c.wantUsage = req.Stream && includeUsage(req.Extra["stream_options"])
-	c.req, c.cost = g.withMaxTokens(req, c.flow)
+	c.req, c.cost = g.withMaxTokens(req, c.who.flow)
 	if !req.Stream {
 		// A request goes upstream as the caller wrote it, every byte kept,
 		// unless it was given a max_tokens (never one read in part by
@@ -221,7 +220,7 @@ func (c *chatCall) refuse(err error) *apiError {
 	}
 	if we, ok := errors.AsType[*governor.WaitError](err); ok {
 		c.waitingOn = we.On.String()
-		return notAdmitted(c.g.cfg.Profile, c.flow, c.maxWait, we.EstimatedWait, we.On, c.unkept)
+		return notAdmitted(c.g.cfg.Profile, c.who.flow, c.maxWait, we.EstimatedWait, we.On, c.unkept)
 	}
 	return &apiError{status: http.StatusInternalServerError, typ: "server_error", message: "sluice gateway: " + err.Error()}
 }
@@ -247,7 +246,7 @@ func (c *chatCall) admit(ctx context.Context) (*governor.Reservation, error) {
 	}
 	if res == nil {
 		var err error
-		if res, err = g.gov.Reserve(t0, c.flow, c.cost); err != nil {
+		if res, err = g.gov.Reserve(t0, c.who.flow, c.cost); err != nil {
 			return nil, err
 		}
 	}
@@ -262,7 +261,7 @@ func (c *chatCall) admit(ctx context.Context) (*governor.Reservation, error) {
 		}
 		return nil, err
 	}
-	fm := g.fm[c.flow]
+	fm := g.fm[c.who.flow]
 	fm.admissions.Inc()
 	fm.lastAdmit.Store(now.UnixNano())
 	fm.wait.Observe(seconds(now.Sub(t0)))
@@ -279,7 +278,7 @@ func (c *chatCall) placeKey() placeKey {
 		if c.req.Stream {
 			body, _ = json.Marshal(c.req) // decoded from JSON: encodes
 		}
-		c.key, c.keyed = keyOf(c.r, c.flow, body), true
+		c.key, c.keyed = keyOf(c.r, c.who.flow, body), true
 	}
 	return c.key
 }
@@ -342,7 +341,7 @@ func (c *chatCall) settle(res *governor.Reservation, snap governor.Snapshot, u *
 	}
 	llm.Feedback(g.cfg.Now(), g.gov, res, used, snap, nil)
 	final := res.Cost()
-	fm := g.fm[c.flow]
+	fm := g.fm[c.who.flow]
 	fm.tokensIn.Add(float64(final.Input))
 	fm.tokensOut.Add(float64(final.Output))
 }
@@ -356,7 +355,7 @@ func (c *chatCall) failed(res *governor.Reservation, err error) (bool, time.Dura
 	if c.r.Context().Err() != nil {
 		return false, 0, nil // the caller left during the call
 	}
-	g.cfg.Logger.Warn("upstream call failed", "key", g.cfg.Key, "flow", c.flow, "attempt", c.attempts, "err", g.scrub.String(err.Error()))
+	g.cfg.Logger.Warn("upstream call failed", "key", g.cfg.Key, "flow", c.who.flow, "attempt", c.attempts, "err", g.scrub.String(err.Error()))
 	e := upstreamError(g.cfg.Profile, err)
 	if rl, ok := errors.AsType[*llm.RateLimitError](err); ok {
 		g.m.rejected(rl.Limit, rl.LimitKnown, rl.Status)
@@ -418,7 +417,7 @@ func (c *chatCall) stream(res *governor.Reservation, s *llm.Stream) {
 		return
 	}
 	if err := s.Err(); err != nil {
-		c.g.cfg.Logger.Warn("upstream stream failed", "key", c.g.cfg.Key, "flow", c.flow, "err", c.g.scrub.String(err.Error()))
+		c.g.cfg.Logger.Warn("upstream stream failed", "key", c.g.cfg.Key, "flow", c.who.flow, "err", c.g.scrub.String(err.Error()))
 		e := upstreamError(c.g.cfg.Profile, err)
 		writeEvent(w, flusher, c.g.cfg.Profile.ErrorBody(e.typ, e.code, e.message, ""))
 		return

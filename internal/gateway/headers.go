@@ -39,7 +39,7 @@ func (c *chatCall) limitHeaders() {
 	h := c.w.Header()
 	now := g.cfg.Now()
 	h[WaitHeader] = []string{millis(c.waited)}
-	o := g.gov.Outlook(now, c.flow, c.cost)
+	o := g.gov.Outlook(now, c.who.flow, c.cost)
 	for _, ls := range o.Limits {
 		if ls.Max <= 0 {
 			continue
