@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Runs every test sluice has, on a fresh machine too: starts PostgreSQL when it
 # is down, installs the Node packages the client and browser tests use and
-# Chromium (from the distribution's packages), then runs go vet, checks that
-# every Go file is gofmt-formatted,
-# checks that go.mod and go.sum are tidy, runs staticcheck (fetched at a fixed
-# version from the Go module proxy), the Go tests with the race detector, then
-# every fuzz target briefly
-# (FUZZTIME, default 10s each; SLUICE_FUZZ=0 skips them). Extra arguments go
-# to "go test" and skip the fuzzing (e.g. scripts/test.sh -run TestGovernor ./governor).
+# Chromium (from the distribution's packages), then runs each stage: go vet,
+# gofmt (every Go file formatted), go mod tidy -diff, staticcheck (fetched at
+# a fixed version from the Go module proxy), the Go tests with the race
+# detector, and every fuzz target briefly (FUZZTIME, default 10s each;
+# SLUICE_FUZZ=0 skips them). A stage that fails does not stop the others: the
+# end prints one line per stage, the tests that failed, the 10 slowest tests
+# and the wall time, and the script fails if any stage did. Extra arguments
+# go to "go test" and run only go vet, gofmt and the tests (e.g.
+# scripts/test.sh -run TestGovernor ./governor).
 set -euo pipefail
+began=$SECONDS
 cd "$(dirname "$0")/.."
 
 log() { printf '== %s\n' "$*"; }
@@ -64,24 +67,57 @@ if [ -z "${SLUICE_TEST_CHROMIUM:-}" ]; then
   export SLUICE_TEST_CHROMIUM
 fi
 
-log "go vet"
-go vet ./...
-log "gofmt -l"
-unformatted="$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './clients/*'))"
-if [ -n "$unformatted" ]; then
-  printf 'gofmt would change:\n%s\n' "$unformatted" >&2
-  exit 1
-fi
-if [ "$#" -eq 0 ]; then
-  log "go mod tidy -diff"
-  go mod tidy -diff
-  log "staticcheck"
-  go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
-fi
-log "go test -race"
-go test -race -count=1 -timeout 30m "${@:-./...}"
+# Each stage runs to its end whatever the others did; the summary says which
+# failed.
+stages=()
+failed=0
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+stage() {
+  local name="$1" t0=$SECONDS status=ok
+  shift
+  log "$name"
+  if ! "$@"; then
+    status=FAIL
+    failed=$((failed + 1))
+  fi
+  stages+=("$(printf '%-4s  %-22s %5ds' "$status" "$name" $((SECONDS - t0)))")
+}
+gofmt_check() {
+  local unformatted
+  unformatted="$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './clients/*'))"
+  if [ -n "$unformatted" ]; then
+    printf 'gofmt would change:\n%s\n' "$unformatted" >&2
+    return 1
+  fi
+}
+# The tests report through scripts/testreport: each package's result as it
+# ends, the output of the tests that failed, and at the end the failures and
+# the slowest tests (from go test -json).
+go_test() {
+  go build -o "$work/testreport" ./scripts/testreport || return 1
+  go test -race -count=1 -timeout 30m -json "$@" 2>&1 | "$work/testreport" -slowest 10 -report "$work/tests"
+}
 
+stage "go vet" go vet ./...
+stage "gofmt -l" gofmt_check
+if [ "$#" -eq 0 ]; then
+  stage "go mod tidy -diff" go mod tidy -diff
+  stage "staticcheck" go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+fi
+stage "go test -race" go_test "${@:-./...}"
 if [ "$#" -eq 0 ] && [ "${SLUICE_FUZZ:-1}" != 0 ]; then
-  log "fuzz targets (scripts/fuzz.sh)"
-  FUZZTIME="${FUZZTIME:-10s}" scripts/fuzz.sh
+  stage "fuzz (scripts/fuzz.sh)" env FUZZTIME="${FUZZTIME:-10s}" scripts/fuzz.sh
+fi
+
+log "summary"
+printf '  %s\n' "${stages[@]}"
+if [ -s "$work/tests" ]; then
+  sed 's/^/  /' "$work/tests"
+fi
+wall=$((SECONDS - began))
+printf '  wall time %dm%02ds\n' $((wall / 60)) $((wall % 60))
+if [ "$failed" -gt 0 ]; then
+  printf '  %d of %d stages failed\n' "$failed" "${#stages[@]}"
+  exit 1
 fi
