@@ -145,9 +145,7 @@ func TestWaitReturnsRefusal(t *testing.T) {
 		_, err := g.Wait(context.Background(), "a", Cost{Requests: 1, Output: 3000})
 		errc <- err
 	}()
-	for g.Stats(now).Flows[0].Waiting == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	waitUntil(t, "the second call waits", func() bool { return waitingIn(g, now, "a") > 0 })
 	var s Snapshot
 	s[OTPM] = Observed{Known: true, Limit: 1000, Remaining: 1000}
 	first.Observe(now, s)
@@ -157,7 +155,7 @@ func TestWaitReturnsRefusal(t *testing.T) {
 		if !errors.As(err, &tl) {
 			t.Fatalf("Wait returned %v, want a *TooLargeError", err)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(budget):
 		t.Fatal("Wait still waits for a call that can never fit")
 	}
 }

@@ -242,11 +242,15 @@ func (c *Config) withDefaults() Config {
 		speed := out.Speed
 		out.After = func(d time.Duration) <-chan time.Time {
 			// The governor's clock may run faster than the wall clock.
-			return time.After(clock.Real(speed, d))
+			return wallAfter(clock.Real(speed, d))
 		}
 	}
 	return out
 }
+
+// wallAfter is the wall clock's timer the default After sleeps on; a test
+// replaces it to see what it is asked for.
+var wallAfter = time.After
 
 func (c *Config) prefix() string {
 	if c.Key == "" {

@@ -121,23 +121,42 @@ func TestLapsedPlaceMovesTheLineUp(t *testing.T) {
 }
 
 // On a clock that runs fast, Wait sleeps for the wall time the simulated
-// wait takes, not the simulated time.
+// wait takes, not the simulated time: the default After asks the wall
+// clock for what it sleeps divided by Speed. Not parallel: it watches the
+// wall-clock timer every governor sleeps on.
 func TestWaitOnAFastClock(t *testing.T) {
-	t.Parallel()
-	c := clock.New(600)
+	const speed = 600
+	var mu sync.Mutex
+	var asked []time.Duration
+	wallAfter = func(d time.Duration) <-chan time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		asked = append(asked, d)
+		return time.After(d)
+	}
+	t.Cleanup(func() { wallAfter = time.After })
+	c := clock.New(speed)
 	g := mustNew(t, Config{Limits: Limits{RPM: 1}, Now: c.Now, Speed: c.Speed()})
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // a minute of wall time would not do
-	defer cancel()
-	first, err := g.Wait(ctx, "a", Cost{Requests: 1})
+	first, err := g.Wait(context.Background(), "a", Cost{Requests: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	second, err := g.Wait(ctx, "a", Cost{Requests: 1})
+	second, err := g.Wait(context.Background(), "a", Cost{Requests: 1})
 	if err != nil {
-		t.Fatalf("the second call of a one-a-minute key was not admitted within 20 s of wall time at speed 600: %v", err)
+		t.Fatal(err)
 	}
 	if gap := second.AdmittedAt().Sub(first.AdmittedAt()); gap < time.Minute {
 		t.Fatalf("admitted %v apart on the fast clock, want a minute at least", gap)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(asked) == 0 {
+		t.Fatal("the second call of a one-a-minute key did not sleep")
+	}
+	for _, d := range asked {
+		if d > time.Minute/speed {
+			t.Fatalf("Wait slept %v of wall time (%v in all), want at most the minute divided by the speed, %v", d, asked, time.Minute/speed)
+		}
 	}
 }
 
@@ -219,7 +238,7 @@ func TestWaitOnAFakeClock(t *testing.T) {
 		done <- result{r, err}
 	}()
 	// Bounds the test should Wait ignore the fake clock; never reached otherwise.
-	guard := time.After(10 * time.Second)
+	guard := time.After(budget)
 	// The second call sleeps until the first one's minute is over.
 	select {
 	case d := <-fc.asked:

@@ -350,9 +350,9 @@ func TestDeadlinesLeaveNoGoroutine(t *testing.T) {
 			io.WriteString(w, firstEvent+"data: [DONE]\n\n")
 		}
 	})
-	// Total outlasts the wait below: only releasing a call ends it in time.
+	// Total outlasts the waits below: only releasing a call ends it in time.
 	c := newTestClient(t, Config{BaseURL: srv.URL, DefaultMaxTokens: 10,
-		Timeouts: Timeouts{FirstByte: 100 * time.Millisecond, Total: time.Minute}})
+		Timeouts: Timeouts{FirstByte: 100 * time.Millisecond, Total: time.Hour}})
 	ctx := context.Background()
 	if _, err := c.Chat(ctx, userRequest("hang", "hi")); err == nil {
 		t.Fatal("a call that hangs succeeded")
@@ -375,11 +375,11 @@ func TestDeadlinesLeaveNoGoroutine(t *testing.T) {
 	}
 	s.Close()
 
-	// The connections' goroutines end on their own once closed: wait a
-	// while for it, far less than Total.
+	// The connections' goroutines end on their own once closed: wait for
+	// it, as long as the test may take, far less than Total.
 	settle := func(done func() bool) {
-		for wait := time.Now().Add(10 * time.Second); !done() && time.Now().Before(wait); {
-			time.Sleep(10 * time.Millisecond)
+		for wait := time.Now().Add(2 * time.Minute); !done() && time.Now().Before(wait); {
+			time.Sleep(10 * time.Millisecond) // poll interval: until done holds (the loop's deadline bounds it)
 		}
 	}
 	settle(func() bool { return active.Load() == 0 })

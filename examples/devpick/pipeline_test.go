@@ -51,19 +51,24 @@ func startApp(t *testing.T, path, baseURL string, limits governor.Limits, db *sq
 	return app
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() (bool, string)) {
+// budget bounds a test's wait for an event: as long as a whole test may
+// take, so that no load on the machine reaches it before the event comes.
+const budget = 2 * time.Minute
+
+// waitFor polls cond until it holds, failing the test with what cond last
+// said if it does not within budget.
+func waitFor(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(within)
+	deadline := time.Now().Add(budget)
 	for {
 		ok, state := cond()
 		if ok {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after %s: not yet %s: %s", within, what, state)
+			t.Fatalf("after %s: not yet %s: %s", budget, what, state)
 		}
-		time.Sleep(25 * time.Millisecond)
+		time.Sleep(25 * time.Millisecond) // poll interval: until cond holds (the loop's deadline bounds it)
 	}
 }
 
@@ -108,7 +113,7 @@ func TestPipelineProgresses(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 40*time.Second, "every new article analysed and summaries and titles saved", func() (bool, string) {
+	waitFor(t, "every new article analysed and summaries and titles saved", func() (bool, string) {
 		p, err := Progress(ctx, db, SluicePipeline)
 		if err != nil {
 			t.Fatal(err)
@@ -201,7 +206,7 @@ func TestTitlesOnlyAfterSavedSummaries(t *testing.T) {
 	}
 	const maxRejects = 2
 	startApp(t, path, srv.URL, governor.Limits{governor.RPM: 100_000}, db, Config{Strict: true, RetryAfter: 20 * time.Millisecond, MaxRejects: maxRejects})
-	waitFor(t, 40*time.Second, "even articles titled and odd summaries tried twice", func() (bool, string) {
+	waitFor(t, "even articles titled and odd summaries tried twice", func() (bool, string) {
 		p, err := Progress(ctx, db, SluicePipeline)
 		if err != nil {
 			t.Fatal(err)

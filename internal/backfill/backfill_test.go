@@ -175,20 +175,36 @@ func (b *bench) config(id string, reject func(key string) string) Config {
 	}
 }
 
+// budget bounds a test's wait for an event: as long as a whole test may
+// take, so that no load on the machine reaches it before the event comes.
+const budget = 2 * time.Minute
+
+// waitUntil polls cond until it holds, failing the test with what cond
+// last said if it does not within budget.
+func waitUntil(t *testing.T, cond func() (bool, string)) {
+	t.Helper()
+	for deadline := time.Now().Add(budget); ; {
+		ok, what := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %s", budget, what)
+		}
+		time.Sleep(20 * time.Millisecond) // poll interval: until cond holds (the loop's deadline bounds it)
+	}
+}
+
 // waitJob waits until done says the job's record is as wanted.
 func (b *bench) waitJob(t *testing.T, name string, done func(store.Job) bool) store.Job {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		j, err := b.st.Job(context.Background(), name)
-		if err == nil && done(j) {
-			return j
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job %s: %+v (%v): not there within a minute", name, j, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	var j store.Job
+	waitUntil(t, func() (bool, string) {
+		var err error
+		j, err = b.st.Job(context.Background(), name)
+		return err == nil && done(j), fmt.Sprintf("job %s: %+v (%v)", name, j, err)
+	})
+	return j
 }
 
 // writes reads bf_out: writes by item of backfill.
@@ -289,7 +305,7 @@ func TestBackfillSavesEachItemOnce(t *testing.T) {
 		// run records itself after its last save: wait for it.
 		var runs []store.BackfillRun
 		var saved, parked, rejected, retried int
-		for deadline := time.Now().Add(time.Minute); ; {
+		waitUntil(t, func() (bool, string) {
 			runs, err = b.st.BackfillRuns(context.Background(), "titles", 1000)
 			if err != nil {
 				t.Fatal(err)
@@ -304,11 +320,8 @@ func TestBackfillSavesEachItemOnce(t *testing.T) {
 					t.Fatalf("run %+v selected more than 3 calls of 5 items", r)
 				}
 			}
-			if saved == 22 && parked == 1 || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return saved == 22 && parked == 1, fmt.Sprintf("%d runs recorded saved %d, parked %d", len(runs), saved, parked)
+		})
 		if saved != 22 || parked != 1 || rejected != 2 || retried != 1 || len(runs) < 2 {
 			t.Fatalf("%d runs recorded saved %d, parked %d, rejected %d, retried %d: want 22, 1, 2, 1 over several runs", len(runs), saved, parked, rejected, retried)
 		}
@@ -431,15 +444,13 @@ func TestBackfillOfManyRuns(t *testing.T) {
 		}
 		// The last run records itself after its last save: wait for it.
 		var runs []store.BackfillRun
-		for deadline := time.Now().Add(time.Minute); len(runs) < n; time.Sleep(20 * time.Millisecond) {
+		waitUntil(t, func() (bool, string) {
 			var err error
 			if runs, err = b.st.BackfillRuns(context.Background(), "titles", 1000); err != nil {
 				t.Fatal(err)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%d runs recorded, want at least %d (one call each)", len(runs), n)
-			}
-		}
+			return len(runs) >= n, fmt.Sprintf("%d runs recorded, want at least %d (one call each)", len(runs), n)
+		})
 		for _, r := range runs {
 			if len(r.RunID) > 64 {
 				t.Fatalf("run ID %q is %d bytes: it grows with each run", r.RunID, len(r.RunID))
@@ -460,10 +471,11 @@ type inflightProvider struct {
 	active  map[int]bool      // calls in flight, by index in carried
 	shared  []string          // items two calls in flight at once both carried
 	// wave is how many calls the first ones wait for before they are
-	// answered (for at most 10 s): a backfill that has its calls going
-	// at once gets them all in flight whatever the machine's load; one
-	// that makes them one after another does not.
+	// answered: a backfill that has its calls going at once gets them all
+	// in flight whatever the machine's load; one that makes them one after
+	// another does not, and its first call gives up waiting after budget.
 	wave int
+	all  chan struct{} // closed once wave calls were in flight at once
 }
 
 func (p *inflightProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -488,14 +500,16 @@ func (p *inflightProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	p.active[id] = true
 	p.now++
+	if p.now == p.wave && p.most < p.wave {
+		close(p.all)
+	}
 	p.most = max(p.most, p.now)
 	p.mu.Unlock()
-	for deadline := time.Now().Add(10 * time.Second); id < p.wave && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		p.mu.Lock()
-		all := p.most >= p.wave
-		p.mu.Unlock()
-		if all {
-			break
+	if id < p.wave {
+		select {
+		case <-p.all:
+		case <-r.Context().Done():
+		case <-time.After(budget):
 		}
 	}
 	defer func() {
@@ -520,7 +534,7 @@ func TestBackfillCallsInFlight(t *testing.T) {
 			t.Fatal(err)
 		}
 		const n, inFlight = 60, 4
-		p := &inflightProvider{sim: sim.NewServer(model, sim.ServerConfig{}), active: map[int]bool{}, wave: inFlight}
+		p := &inflightProvider{sim: sim.NewServer(model, sim.ServerConfig{}), active: map[int]bool{}, wave: inFlight, all: make(chan struct{})}
 		srv := httptest.NewServer(p)
 		t.Cleanup(srv.Close)
 		if b.p.Client, err = llm.NewClient(llm.Config{BaseURL: srv.URL + "/v1", Profile: llm.Groq}); err != nil {

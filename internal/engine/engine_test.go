@@ -63,9 +63,25 @@ func send(t *testing.T, e *Engine, name, id string, data any) run.Sent {
 	return s[0]
 }
 
+// budget bounds a test's wait for an event: as long as a whole test may
+// take, so that no load on the machine reaches it before the event comes.
+const budget = 2 * time.Minute
+
+// waitUntil polls cond until it holds, failing the test if it does not
+// within budget; what says what is awaited.
+func waitUntil(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(budget); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %s", budget, what)
+		}
+		time.Sleep(5 * time.Millisecond) // poll interval: until cond holds (the loop's deadline bounds it)
+	}
+}
+
 func wait(t *testing.T, e *Engine, id string) run.Summary {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), budget)
 	defer cancel()
 	s, _, err := e.Wait(ctx, id)
 	if err != nil {

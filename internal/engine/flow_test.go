@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -78,11 +79,20 @@ func TestRateLimitDropsExcess(t *testing.T) {
 	})
 }
 
+// A concurrency limit is reached and never passed: each run's step waits
+// until the limit's worth of runs are in it, so as many run at once as the
+// limit allows while the others are queued, wave after wave.
 func TestConcurrencyLimit(t *testing.T) {
 	t.Parallel()
 	testenv.Databases(t, func(t *testing.T, url string) {
-		var active, most atomic.Int32
-		fn := &Function{Function: run.Function{ID: "one-at-a-time", Event: "go", Concurrency: []run.Concurrency{{Limit: 1}}}, Handler: func(r *Run, ev Event) (any, error) {
+		const limit, waves = 2, 3
+		var active, most, entered atomic.Int32
+		in := make(chan struct{}, limit*waves)
+		gates := make([]chan struct{}, waves) // gates[w] lets the w-th limit's worth of runs finish
+		for w := range gates {
+			gates[w] = make(chan struct{})
+		}
+		fn := &Function{Function: run.Function{ID: "two-at-a-time", Event: "go", Concurrency: []run.Concurrency{{Limit: limit}}}, Handler: func(r *Run, ev Event) (any, error) {
 			return Step(r, "work", func(context.Context) (int32, error) {
 				n := active.Add(1)
 				defer active.Add(-1)
@@ -92,22 +102,53 @@ func TestConcurrencyLimit(t *testing.T) {
 						break
 					}
 				}
-				time.Sleep(30 * time.Millisecond) // the work itself: long enough to overlap if allowed
+				wave := min(int(entered.Add(1)-1)/limit, waves-1) // a step run twice (a bug) waits at the last gate
+				in <- struct{}{}
+				<-gates[wave]
 				return n, nil
 			})
 		}}
 		e := newEngine(t, url, fn)
+		opened := 0
+		t.Cleanup(func() { // after a failure, the runs end before the engine stops
+			for _, g := range gates[opened:] {
+				close(g)
+			}
+		})
 		var ids []string
-		for _, id := range []string{"a", "b", "c", "d"} {
-			ids = append(ids, send(t, e, "go", id, nil).RunID)
+		for i := range limit * waves {
+			ids = append(ids, send(t, e, "go", fmt.Sprint(i), nil).RunID)
+		}
+		for w := range waves {
+			for i := range limit {
+				select {
+				case <-in:
+				case <-time.After(budget):
+					t.Fatalf("wave %d: %d runs started, want the limit of %d at once", w, i, limit)
+				}
+			}
+			// The wave before has finished: the runs in are this wave's,
+			// and DBOS started no other.
+			if n := active.Load(); n != limit {
+				t.Fatalf("wave %d: %d runs at once, want the limit of %d", w, n, limit)
+			}
+			running, err := e.Runs(context.Background(), RunFilter{Function: fn.ID, Status: run.Running})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(running) != limit {
+				t.Fatalf("wave %d: %d runs running, want the limit of %d", w, len(running), limit)
+			}
+			close(gates[w])
+			opened++
 		}
 		for _, id := range ids {
 			if s := wait(t, e, id); s.Status != run.Completed {
 				t.Fatalf("run %s: %s", id, s.Status)
 			}
 		}
-		if most.Load() != 1 {
-			t.Fatalf("%d runs overlapped, limit is 1", most.Load())
+		if n := most.Load(); n != limit {
+			t.Fatalf("at most %d runs at once, want the limit of %d", n, limit)
 		}
 	})
 }
@@ -207,7 +248,7 @@ func TestCronTrigger(t *testing.T) {
 			if name != "sluice/cron" {
 				t.Fatalf("event %q", name)
 			}
-		case <-time.After(30 * time.Second):
+		case <-time.After(budget):
 			t.Fatal("cron run did not start")
 		}
 	})

@@ -60,9 +60,7 @@ func TestNoCallForARunAnotherProcessOwns(t *testing.T) {
 			t.Fatal(err)
 		}
 		s := send(t, e, "go", "moved", nil)
-		for waitingIn(gov, "fence") == 0 {
-			time.Sleep(5 * time.Millisecond) // poll interval: until the call waits for quota (the test's timeout bounds it)
-		}
+		waitUntil(t, "the call waits for quota", func() bool { return waitingIn(gov, "fence") > 0 })
 		// Another execution takes the run, as DBOS records it.
 		if h.Postgres != nil {
 			_, err = h.Postgres.Exec(context.Background(), `UPDATE dbos.workflow_status SET owner_xid = 'another-execution' WHERE workflow_uuid = $1`, s.RunID)

@@ -194,7 +194,7 @@ func TestLoadNoStepRunsTwiceAtOnce(t *testing.T) {
 				}
 				for i := range tc.restarts {
 					savedAt(runs / (tc.restarts + 1))
-					if err := e.Shutdown(5 * time.Second); err != nil {
+					if err := e.Shutdown(budget); err != nil {
 						t.Fatalf("shutdown %d: %v", i+1, err)
 					}
 					if e, err = launch(); err != nil {

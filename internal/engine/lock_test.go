@@ -48,7 +48,7 @@ func TestExecutorLock(t *testing.T) {
 		}
 		e := first
 		for i := range 10 {
-			if err := e.Shutdown(5 * time.Second); err != nil {
+			if err := e.Shutdown(budget); err != nil {
 				t.Fatalf("shutdown %d: %v", i, err)
 			}
 			if e, err = launch(); err != nil {
@@ -68,11 +68,13 @@ func TestEnginesStartTogetherOnANewDatabase(t *testing.T) {
 	const n = 6
 	errs := make([]error, n)
 	engines := make([]*Engine, n)
-	var wg sync.WaitGroup
+	var wg, opened sync.WaitGroup
 	start := make(chan struct{})
 	for i := range n {
+		opened.Add(1)
 		wg.Go(func() {
 			st, err := store.Open(context.Background(), url)
+			opened.Done()
 			if err != nil {
 				errs[i] = err
 				return
@@ -86,7 +88,7 @@ func TestEnginesStartTogetherOnANewDatabase(t *testing.T) {
 			}
 		})
 	}
-	time.Sleep(100 * time.Millisecond) // the stores open, then all start at once
+	opened.Wait() // the stores open, then all start at once
 	close(start)
 	wg.Wait()
 	for i, e := range engines {
@@ -149,16 +151,14 @@ func TestExecutorLockLossIsDetected(t *testing.T) {
 	lockQuery := `SELECT count(*) FILTER (WHERE NOT granted), coalesce(max(pid) FILTER (WHERE granted), 0) FROM pg_locks
 		WHERE locktype = 'advisory' AND ((classid::bigint << 32) | objid::bigint) = $1`
 	var waiters, pid int
-	for waiters == 0 {
-		// Until the other session waits in line for the lock: then the
-		// engine cannot take it back before it does.
+	// Until the other session waits in line for the lock: then the engine
+	// cannot take it back before it does.
+	waitUntil(t, "the other session waits for the executor lock", func() bool {
 		if err := h.Postgres.QueryRow(ctx, lockQuery, key).Scan(&waiters, &pid); err != nil {
 			t.Fatalf("find the sessions of the executor lock: %v", err)
 		}
-		if waiters == 0 {
-			time.Sleep(5 * time.Millisecond) // poll interval (the test's timeout bounds the loop)
-		}
-	}
+		return waiters > 0
+	})
 	if pid == 0 {
 		t.Fatal("no session holds the executor lock")
 	}
@@ -168,9 +168,7 @@ func TestExecutorLockLossIsDetected(t *testing.T) {
 	if err := <-taken; err != nil {
 		t.Fatalf("the other session's lock: %v", err)
 	}
-	for e.Ready() == nil {
-		time.Sleep(10 * time.Millisecond) // poll interval: until the engine's check sees the loss (the test's timeout bounds it)
-	}
+	waitUntil(t, "the engine's check sees the loss of its lock", func() bool { return e.Ready() != nil })
 	if err := e.Ready(); !strings.Contains(err.Error(), "executor lock") {
 		t.Fatalf("Ready after the loss: %v, want it to name the executor lock", err)
 	}
@@ -180,9 +178,7 @@ func TestExecutorLockLossIsDetected(t *testing.T) {
 	if _, err := other.Exec(ctx, `SELECT pg_advisory_unlock($1)`, key); err != nil {
 		t.Fatal(err)
 	}
-	for e.Ready() != nil {
-		time.Sleep(10 * time.Millisecond) // poll interval: until the engine takes the lock again
-	}
+	waitUntil(t, "the engine takes its lock again", func() bool { return e.Ready() == nil })
 	send(t, e, "go", "after", nil)
 	<-done // work is taken again
 	for _, want := range []string{"executor lock dropped", "took this process's executor lock again: taking work again"} {

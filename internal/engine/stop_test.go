@@ -146,7 +146,7 @@ func TestStopGraceCutsAStep(t *testing.T) {
 		e1 := openWith(t, url, 50*time.Millisecond, fn())
 		s := send(t, e1, "go", "a", nil)
 		<-entered
-		if err := e1.Shutdown(10 * time.Second); err != nil {
+		if err := e1.Shutdown(budget); err != nil {
 			t.Fatalf("shutdown: %v", err)
 		}
 		hold.Store(false)
@@ -193,9 +193,7 @@ func TestStopEndsAWaitForQuota(t *testing.T) {
 		e := openWith(t, url, time.Hour, fn)
 		s := send(t, e, "go", "a", nil)
 		<-waiting
-		for waitingIn(gov, "quota") == 0 {
-			time.Sleep(5 * time.Millisecond) // poll interval: until the call waits in the governor's line (the test's timeout bounds it)
-		}
+		waitUntil(t, "the call waits in the governor's line", func() bool { return waitingIn(gov, "quota") > 0 })
 		if err := e.Shutdown(2 * time.Hour); err != nil {
 			t.Fatalf("shutdown: %v", err)
 		}

@@ -42,7 +42,9 @@ func TestNewRefusesStore(t *testing.T) {
 func TestOneDatabaseAndFlushBeforeClose(t *testing.T) {
 	t.Parallel()
 	testenv.Databases(t, func(t *testing.T, url string) {
-		e, err := New(context.Background(), Config{Store: testenv.OpenStore(t, url), PollInterval: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		// The step ends only when DBOS stops: a short grace ends it soon.
+		e, err := New(context.Background(), Config{Store: testenv.OpenStore(t, url), PollInterval: 20 * time.Millisecond, StopGrace: 50 * time.Millisecond,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -74,7 +76,7 @@ func TestOneDatabaseAndFlushBeforeClose(t *testing.T) {
 		}
 		send(t, e, "go", "a", nil)
 		<-inStep
-		if err := e.Shutdown(10 * time.Second); err != nil {
+		if err := e.Shutdown(budget); err != nil {
 			t.Fatal(err)
 		}
 		if flushes.Load() == 0 || sawRunning.Load() {
