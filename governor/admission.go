@@ -136,7 +136,7 @@ func (g *Governor) advance(now int64) int64 {
 			f, how = promoted, aheadOfTurn
 		}
 		r := f.queue[0]
-		at := g.fitAt(now, r.f, r.cost)
+		at := g.admitAt(now, r.f, r.cost)
 		if at <= now {
 			g.admit(now, r, how)
 			admitted = true
@@ -238,9 +238,9 @@ func (g *Governor) backfill(now int64, head *Reservation, at int64) (int, int64)
 	wake, count := int64(never), 0
 	for _, f := range cand[:n] {
 		r := f.queue[0]
-		t := g.fitAt(now, f, r.cost)
+		t := g.admitAt(now, f, r.cost)
 		if t == never && g.recheck(now, r.cost) {
-			t = g.fitAt(now, f, r.cost)
+			t = g.admitAt(now, f, r.cost)
 		}
 		if t == never {
 			if err := g.check(now, r.cost); err != nil {
@@ -370,10 +370,23 @@ func (g *Governor) fit(now int64, f *flow, c Cost) (int64, Blocker) {
 	if g.cfg.Leased && at == now && g.leaseFor(now, c) == nil {
 		// It fits every limit as this process sees it, but the key is
 		// shared: it needs room on a lease of this process's.
-		g.wantLease()
 		b, at = Blocker{Kind: "lease"}, now+int64(leaseRetry)
 	}
 	return at, b
+}
+
+// admitAt is fitAt for an attempt to admit the call: a call that waits
+// only for room on a lease tells the grant loop (see LeaseWanted). fit
+// itself tells no one, as what only looks calls it too — Demand, which
+// the grant loop calls when told, and Stats, Blocker, EstimateWait: told
+// by Demand, the grant loop would wake itself and take lease after lease
+// while nothing waits for the store's room any more than it did.
+func (g *Governor) admitAt(now int64, f *flow, c Cost) int64 {
+	at, b := g.fit(now, f, c)
+	if b.Kind == "lease" {
+		g.wantLease()
+	}
+	return at
 }
 
 // admission says how a call is admitted.

@@ -149,9 +149,13 @@ func (g *Governor) Demand(now time.Time, within time.Duration) LeaseDemand {
 	return d
 }
 
-// LeaseWanted receives when a call has waited for room on a lease since it
-// last received: a grant loop selects on it to take a lease at once rather
-// than at its next tick. The governor never blocks on it.
+// LeaseWanted receives when an attempt to admit calls (Advance, or a look
+// of Wait or Await at its call) found one waiting only for room on a lease
+// since it last received: a grant loop selects on it to take a lease at
+// once rather than at its next tick. What only looks at the calls —
+// Demand, Stats, Blocker, EstimateWait — never makes it receive, so a
+// grant loop that calls Demand does not wake itself. The governor never
+// blocks on it.
 func (g *Governor) LeaseWanted() <-chan struct{} {
 	g.mustBeNew()
 	return g.leaseWanted
