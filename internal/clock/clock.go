@@ -4,6 +4,7 @@
 package clock
 
 import (
+	"math"
 	"sync"
 	"time"
 )
@@ -64,10 +65,15 @@ func (c *Clock) Now() time.Time {
 func (c *Clock) Real(d time.Duration) time.Duration { return Real(c.speed, d) }
 
 // Real converts a duration on a clock of the given speed into wall time; a
-// speed of 0 or 1 leaves it as it is.
+// speed of 0 or 1 leaves it as it is. It rounds up: a positive wait stays
+// positive, so a loop that waits until its clock reaches a time less than
+// Speed nanoseconds away waits a nanosecond, after which the clock has
+// reached it, rather than not at all — on a clock that moves only when
+// every goroutine waits (testing/synctest), a wait of zero never lets it
+// move, and such a loop would spin for good.
 func Real(speed float64, d time.Duration) time.Duration {
 	if speed <= 1 || d <= 0 {
 		return d
 	}
-	return time.Duration(float64(d) / speed)
+	return time.Duration(math.Ceil(float64(d) / speed))
 }

@@ -59,6 +59,22 @@ func TestSlowSpeedsAreOne(t *testing.T) {
 	}
 }
 
+// A wait shorter than Speed nanoseconds of the clock is still a wait: the
+// governor's loop, woken after a wait of zero, would find its clock where
+// it was on a virtual clock and wait zero again.
+func TestRealKeepsAPositiveWait(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		speed float64
+		d     time.Duration
+		want  time.Duration
+	}{{720, 51, 1}, {720, 720, 1}, {720, 721, 2}, {1000, time.Minute, 60 * time.Millisecond}} {
+		if got := Real(c.speed, c.d); got != c.want {
+			t.Errorf("Real(%v, %v) = %v, want %v", c.speed, c.d, got, c.want)
+		}
+	}
+}
+
 func TestAtStartsAtItsOrigin(t *testing.T) {
 	t.Parallel()
 	before := time.Now()
