@@ -37,7 +37,9 @@ type ConfigVersion struct {
 
 // Sample is what one flow (a backfill, a function's flow, a gateway
 // flow) did in one interval, as the health monitor records it every
-// minute. Names are at most MaxKeyBytes of UTF-8 without NUL.
+// minute. Names are at most MaxKeyBytes of UTF-8 without NUL. Each
+// process of a source records its own; two that end an interval in the
+// same millisecond make one sample of what both did (see RecordSamples).
 type Sample struct {
 	At     time.Time // end of the interval: UTC at millisecond precision
 	Flow   string    // required

@@ -271,11 +271,16 @@ type Store interface {
 	ConfigVersions(ctx context.Context, since time.Time) ([]ConfigVersion, error)
 
 	// RecordSamples records samples in one transaction. A sample with the
-	// same (Flow, Source, At) as one recorded replaces it, and within one
-	// call the last sample given for a (Flow, Source, At) wins. No samples
-	// is a no-op. A negative count, an empty Flow or Source, a zero At, an
-	// empty limit name in Rejections or Refusals, or a name the bounds
-	// above refuse is an error that writes nothing.
+	// same (Flow, Source, At) as one recorded — another process's of the
+	// same source, in the same millisecond — is added to it: Done,
+	// Admitted, Tokens and each limit's Rejections and Refusals are the
+	// sums of both (at most the largest int64), as what the processes did
+	// adds up; State, Reason and Remaining, how things stood at At, are
+	// the later one's. Within one call, samples of one (Flow, Source, At)
+	// are added up so in the order given, as if recorded one by one. No
+	// samples is a no-op. A negative count, an empty Flow or Source, a zero
+	// At, an empty limit name in Rejections or Refusals, or a name the
+	// bounds above refuse is an error that writes nothing.
 	RecordSamples(ctx context.Context, samples []Sample) error
 
 	// Samples returns the samples with since <= At < until, of flow only

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"iter"
+	"math"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -207,24 +208,34 @@ func exerciseHistory(t *testing.T, open func(t *testing.T) store.Store) {
 		assertSamples(t, mustSamples(t, s, minute(3), minute(1), "")) // an empty window
 	})
 
-	t.Run("SamplesReplaceOnTheSameKey", func(t *testing.T) {
+	t.Run("SamplesAddUpOnTheSameKey", func(t *testing.T) {
 		t.Parallel()
 		s := open(t)
 		first := sample("titles", "app", base, 10)
-		first.State, first.Reason, first.Rejections, first.Refusals = "failing", "provider down", map[string]int64{"tpm": 1}, map[string]int64{"tpd": 2}
+		first.State, first.Reason, first.Remaining, first.Admitted = "failing", "provider down", 9, 1
+		first.Rejections, first.Refusals = map[string]int64{"tpm": 1, "rpm": 0}, map[string]int64{"tpd": 2}
 		other := sample("titles", "gateway", base, 7)
 		mustRecordSamples(t, s, first, other)
-		// Every field of the same (flow, source, at) is replaced, the
-		// maps by none.
+		// Another process's sample of the same (flow, source, at): the
+		// counts add up, limit by limit; the state, its reason and what
+		// remains are the later one's. Another source's stays its own.
 		again := sample("titles", "app", base, 12)
 		again.State, again.Remaining, again.Admitted, again.Tokens = "progressing", 3, 4, 5
+		again.Rejections = map[string]int64{"tpm": 2, "otpm": 1}
 		mustRecordSamples(t, s, again)
-		assertSamples(t, mustSamples(t, s, base, base.Add(time.Minute), ""), again, other)
-		// Within one call, the last of a key wins.
+		both := again
+		both.Done, both.Admitted = 22, 5
+		both.Rejections, both.Refusals = map[string]int64{"tpm": 3, "otpm": 1, "rpm": 0}, map[string]int64{"tpd": 2}
+		assertSamples(t, mustSamples(t, s, base, base.Add(time.Minute), ""), both, other)
+		// Within one call, the samples of a key add up in the order given.
 		x, y := sample("titles", "app", base, 1), sample("titles", "app", base, 2)
-		y.State = "idle"
-		mustRecordSamples(t, s, x, sample("a", "app", base, 3), y)
-		assertSamples(t, mustSamples(t, s, base, base.Add(time.Minute), ""), sample("a", "app", base, 3), y, other)
+		y.State, y.Tokens = "idle", 1<<62
+		z := sample("titles", "app", base, 0)
+		z.State, z.Tokens = "done", 1<<62 // the sum saturates
+		mustRecordSamples(t, s, x, sample("a", "app", base, 3), y, z)
+		all := both
+		all.Done, all.State, all.Remaining, all.Tokens = 25, "done", 0, math.MaxInt64
+		assertSamples(t, mustSamples(t, s, base, base.Add(time.Minute), ""), sample("a", "app", base, 3), all, other)
 		// No samples is nothing to do.
 		for _, none := range [][]store.Sample{nil, {}} {
 			if err := s.RecordSamples(ctx, none); err != nil {
@@ -266,10 +277,21 @@ func exerciseHistory(t *testing.T, open func(t *testing.T) store.Store) {
 		assertSamples(t, mustSamples(t, s, base, minute(10, 0), "titles"),
 			recorded(a1, 50), recorded(gw, 7), recorded(b1, 10), recorded(a2, 40), recorded(b2, 0))
 		assertSamples(t, mustSamples(t, s, base, minute(10, 0), "other"), recorded(other, 5))
-		// Replacing a sample claims again only above the mark: the
-		// progress is not counted twice.
+		// A second sample of a's key, as another process of the same
+		// source records in the same millisecond, claims only above the
+		// mark and adds to the first: the samples count the job's
+		// progress from 100 to 210 once, 110 in all.
 		mustRecordSamples(t, s, shared(minute(2, 0), 150, 210))
-		assertSamples(t, mustSamples(t, s, minute(2, 0), minute(2, 1), "titles"), recorded(a2, 10))
+		assertSamples(t, mustSamples(t, s, minute(2, 0), minute(2, 1), "titles"), recorded(a2, 50))
+		var done int64
+		for _, smp := range mustSamples(t, s, base, minute(10, 0), "titles") {
+			if smp.Source == "app" {
+				done += smp.Done
+			}
+		}
+		if done != 110 {
+			t.Fatalf("the samples of the job count %d items done, want 110: from 100 to 210, once", done)
+		}
 	})
 
 	t.Run("SamplesNilAndEmptyMapsAreTheSame", func(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -33,10 +34,12 @@ var historyStatements = []string{
 	"lock_config_versions", // none; keeps other recorders of versions out until the transaction ends
 	"record_config",        // at, source, hash, code, config; affects 1 row if the source's latest hash differs, else 0
 	"config_versions",      // since; returns at, source, hash, code, config
-	"record_samples",       // samples (a JSON array of sampleRow objects)
+	"record_samples",       // samples (a JSON array of sampleRow objects); inserts those of a key not stored, returns their flow, at, source
+	"stored_samples",       // samples (as record_samples); returns the stored ones of their keys as samples does, locked until the transaction ends
+	"update_samples",       // samples (as record_samples); sets every column of the stored ones of their keys
 	"job_sampled",          // job; returns its sampled mark (NULL: none yet), its row locked until the transaction ends; no row for no job
 	"set_job_sampled",      // job, mark
-	"samples",              // since, until; returns the columns readSamples scans
+	"samples",              // since, until; returns the columns scanSample reads
 	"flow_samples",         // since, until, flow; as samples
 	"prune_samples",        // before; affects the rows deleted
 }
@@ -140,12 +143,25 @@ type sampleRow struct {
 	Rejections string `json:"rejections"`
 	Refusals   string `json:"refusals"`
 
-	doneFrom, doneTo int64 // store.Sample's: not stored
+	doneFrom, doneTo     int64            // store.Sample's: not stored
+	rejections, refusals map[string]int64 // Rejections and Refusals as maps
 }
+
+// sampleKey is a sample's primary key.
+type sampleKey struct {
+	flow, source string
+	at           int64
+}
+
+func (r *sampleRow) key() sampleKey { return sampleKey{r.Flow, r.Source, r.At} }
 
 // RecordSamples implements store.Store. The jobs' sampled marks are read
 // and moved, and the samples written, in one transaction: a sample's Done
-// is counted once, or not at all.
+// is counted once, or not at all. A sample of a key already stored, as
+// another process of the same source records in the same millisecond, is
+// added to it (see addSample): each process's counts are its own, and
+// each Done counts only what no other sample did, so the stored sample
+// counts what both did, as readers sum them.
 func (h History) RecordSamples(ctx context.Context, samples []store.Sample) error {
 	const op = "record samples"
 	rows, err := sampleRows(samples)
@@ -157,23 +173,143 @@ func (h History) RecordSamples(ctx context.Context, samples []store.Sample) erro
 	}
 	err = h.conn.InTx(ctx, func(tx store.Tx) error {
 		// In the rows' order, by flow: concurrent writers lock the jobs'
-		// rows in the same order.
+		// rows in the same order. Samples of one key claim one after the
+		// other, in the order given, as if recorded by calls of their own.
 		for i := range rows {
 			if err := h.claimDone(ctx, tx, &rows[i]); err != nil {
 				return err
 			}
 		}
+		rows, err := foldSamples(rows)
+		if err != nil {
+			return err
+		}
 		list, err := json.Marshal(rows)
 		if err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, h.sql["record_samples"], string(list))
-		return err
+		inserted := make(map[sampleKey]bool, len(rows))
+		err = txQuery(tx)(ctx, h.sql["record_samples"], []any{string(list)}, func(r Row) error {
+			var k sampleKey
+			if err := r.Scan(&k.flow, &k.at, &k.source); err != nil {
+				return err
+			}
+			inserted[k] = true
+			return nil
+		})
+		if err != nil || len(inserted) == len(rows) {
+			return err
+		}
+		return h.addToStored(ctx, tx, slices.DeleteFunc(rows, func(r sampleRow) bool { return inserted[r.key()] }))
 	})
 	if err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	return nil
+}
+
+// addToStored adds rows, each of a key stored, to the stored samples. A
+// key deleted since record_samples found it (by PruneHistory, which would
+// have deleted the sample too) is left out.
+func (h History) addToStored(ctx context.Context, tx store.Tx, rows []sampleRow) error {
+	list, err := json.Marshal(rows)
+	if err != nil {
+		return err
+	}
+	stored := make(map[sampleKey]sampleRow, len(rows))
+	err = txQuery(tx)(ctx, h.sql["stored_samples"], []any{string(list)}, func(r Row) error {
+		s, err := scanSample(r)
+		if err != nil {
+			return err
+		}
+		row := sampleRow{Flow: s.Flow, Source: s.Source, At: s.At.UnixMilli(), State: s.State, Reason: s.Reason,
+			Done: s.Done, Remaining: s.Remaining, Admitted: s.Admitted, Tokens: s.Tokens, rejections: s.Rejections, refusals: s.Refusals}
+		stored[row.key()] = row
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	merged := rows[:0]
+	for _, r := range rows {
+		if old, ok := stored[r.key()]; ok {
+			merged = append(merged, addSample(old, r))
+		}
+	}
+	for i := range merged {
+		if err := merged[i].encodeCounts(); err != nil {
+			return err
+		}
+	}
+	if list, err = json.Marshal(merged); err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, h.sql["update_samples"], string(list))
+	return err
+}
+
+// addSample returns r, recorded after old of the same key, added to it:
+// Done, Admitted, Tokens and each limit's Rejections and Refusals are
+// summed (at most the largest int64); State, Reason and Remaining, which
+// say how things stood at At, are r's. Its Rejections and Refusals are to
+// be encoded (see encodeCounts).
+func addSample(old, r sampleRow) sampleRow {
+	r.Done = saturatingSum(old.Done, r.Done)
+	r.Admitted = saturatingSum(old.Admitted, r.Admitted)
+	r.Tokens = saturatingSum(old.Tokens, r.Tokens)
+	r.rejections = addCounts(old.rejections, r.rejections)
+	r.refusals = addCounts(old.refusals, r.refusals)
+	r.doneFrom, r.doneTo = 0, 0
+	return r
+}
+
+// addCounts returns the sum of a and b by limit name, in a new map.
+func addCounts(a, b map[string]int64) map[string]int64 {
+	out := make(map[string]int64, len(a)+len(b))
+	for _, m := range []map[string]int64{a, b} {
+		for name, n := range m {
+			out[name] = saturatingSum(out[name], n)
+		}
+	}
+	return out
+}
+
+// saturatingSum returns x+y, at most the largest int64; both are at
+// least 0.
+func saturatingSum(x, y int64) int64 {
+	if x > math.MaxInt64-y {
+		return math.MaxInt64
+	}
+	return x + y
+}
+
+// encodeCounts sets r's Rejections and Refusals from its maps.
+func (r *sampleRow) encodeCounts() error {
+	var err error
+	if r.Rejections, err = limitCounts("Rejections", r.rejections); err != nil {
+		return err
+	}
+	r.Refusals, err = limitCounts("Refusals", r.refusals)
+	return err
+}
+
+// foldSamples returns rows, sorted by key with those of one key in the
+// order given, with each key's rows added up in that order (see
+// addSample), in the same slice.
+func foldSamples(rows []sampleRow) ([]sampleRow, error) {
+	out := rows[:0]
+	for _, r := range rows {
+		n := len(out)
+		if n == 0 || out[n-1].key() != r.key() {
+			out = append(out, r)
+			continue
+		}
+		out[n-1] = addSample(out[n-1], r)
+		if err := out[n-1].encodeCounts(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // claimDone lowers r's Done to what lies above its job's sampled mark, and
@@ -203,31 +339,20 @@ func (h History) claimDone(ctx context.Context, tx store.Tx, r *sampleRow) error
 	return err
 }
 
-// sampleRows returns samples as they are stored: the last one given for
-// each (Flow, Source, At), in the primary key's order (flow, at, source),
-// in which every writer then touches rows, so that concurrent ones cannot
-// deadlock. The error names the first sample that must not be stored.
+// sampleRows returns samples as they are stored, in the primary key's
+// order (flow, at, source), in which every writer then touches rows, so
+// that concurrent ones cannot deadlock; samples of one key stay in the
+// order given. The error names the first sample that must not be stored.
 func sampleRows(samples []store.Sample) ([]sampleRow, error) {
-	type key struct {
-		flow, source string
-		at           int64
-	}
-	last := make(map[key]int, len(samples))
 	rows := make([]sampleRow, 0, len(samples))
 	for i, s := range samples {
 		r, err := sampleRowOf(s)
 		if err != nil {
 			return nil, fmt.Errorf("sample %d: %w", i, err)
 		}
-		k := key{r.Flow, r.Source, r.At}
-		if j, ok := last[k]; ok {
-			rows[j] = r
-			continue
-		}
-		last[k] = len(rows)
 		rows = append(rows, r)
 	}
-	slices.SortFunc(rows, func(a, b sampleRow) int {
+	slices.SortStableFunc(rows, func(a, b sampleRow) int {
 		return cmp.Or(strings.Compare(a.Flow, b.Flow), cmp.Compare(a.At, b.At), strings.Compare(a.Source, b.Source))
 	})
 	return rows, nil
@@ -268,7 +393,7 @@ func sampleRowOf(s store.Sample) (sampleRow, error) {
 	}
 	return sampleRow{Flow: s.Flow, Source: s.Source, At: s.At.UnixMilli(), State: s.State, Reason: text(s.Reason, store.MaxReasonBytes),
 		Done: s.Done, Remaining: s.Remaining, Admitted: s.Admitted, Tokens: s.Tokens, Rejections: rejections, Refusals: refusals,
-		doneFrom: s.DoneFrom, doneTo: s.DoneTo}, nil
+		doneFrom: s.DoneFrom, doneTo: s.DoneTo, rejections: s.Rejections, refusals: s.Refusals}, nil
 }
 
 // limitCounts returns counts, the field what of a sample, as stored: a
@@ -300,19 +425,9 @@ func (h History) Samples(ctx context.Context, since, until time.Time, flow strin
 	}
 	out := []store.Sample{}
 	err := h.conn.Query(ctx, q, args, func(r Row) error {
-		var s store.Sample
-		var at int64
-		var rejections, refusals string
-		if err := r.Scan(&s.Flow, &s.Source, &at, &s.State, &s.Reason, &s.Done, &s.Remaining, &s.Admitted, &s.Tokens, &rejections, &refusals); err != nil {
+		s, err := scanSample(r)
+		if err != nil {
 			return err
-		}
-		s.At = time.UnixMilli(at).UTC()
-		var err error
-		if s.Rejections, err = readCounts(rejections); err != nil {
-			return fmt.Errorf("sample of %s at %d: rejections: %w", s.Flow, at, err)
-		}
-		if s.Refusals, err = readCounts(refusals); err != nil {
-			return fmt.Errorf("sample of %s at %d: refusals: %w", s.Flow, at, err)
 		}
 		out = append(out, s)
 		return nil
@@ -321,6 +436,25 @@ func (h History) Samples(ctx context.Context, since, until time.Time, flow strin
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	return out, nil
+}
+
+// scanSample reads a sample of the columns the samples statement returns.
+func scanSample(r Row) (store.Sample, error) {
+	var s store.Sample
+	var at int64
+	var rejections, refusals string
+	if err := r.Scan(&s.Flow, &s.Source, &at, &s.State, &s.Reason, &s.Done, &s.Remaining, &s.Admitted, &s.Tokens, &rejections, &refusals); err != nil {
+		return s, err
+	}
+	s.At = time.UnixMilli(at).UTC()
+	var err error
+	if s.Rejections, err = readCounts(rejections); err != nil {
+		return s, fmt.Errorf("sample of %s at %d: rejections: %w", s.Flow, at, err)
+	}
+	if s.Refusals, err = readCounts(refusals); err != nil {
+		return s, fmt.Errorf("sample of %s at %d: refusals: %w", s.Flow, at, err)
+	}
+	return s, nil
 }
 
 // readCounts returns a stored JSON object of limit names to counts; nil

@@ -1,18 +1,13 @@
--- The samples come as one JSON array of objects, each key once, in the
--- primary key's order. The WHERE true tells SQLite's parser that ON
--- CONFLICT starts the upsert clause, not a join constraint.
+-- Inserts the samples of a key not stored yet and returns their keys; the
+-- others are added to the stored ones (see stored_samples and
+-- update_samples). The samples come as one JSON array of objects, each
+-- key once, in the primary key's order. The WHERE true tells SQLite's
+-- parser that ON CONFLICT starts the upsert clause, not a join constraint.
 INSERT INTO sluice_flow_samples (flow, source, at, state, reason, done, remaining, admitted, tokens, rejections, refusals)
 SELECT u.value ->> 'flow', u.value ->> 'source', u.value ->> 'at', u.value ->> 'state', u.value ->> 'reason',
        u.value ->> 'done', u.value ->> 'remaining', u.value ->> 'admitted', u.value ->> 'tokens',
        u.value ->> 'rejections', u.value ->> 'refusals'
 FROM json_each(?1) AS u
 WHERE true
-ON CONFLICT (flow, at, source) DO UPDATE SET
-    state      = excluded.state,
-    reason     = excluded.reason,
-    done       = excluded.done,
-    remaining  = excluded.remaining,
-    admitted   = excluded.admitted,
-    tokens     = excluded.tokens,
-    rejections = excluded.rejections,
-    refusals   = excluded.refusals;
+ON CONFLICT (flow, at, source) DO NOTHING
+RETURNING flow, at, source;
