@@ -3,68 +3,82 @@ package sluice_test
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sluice-dev/sluice"
 	"github.com/sluice-dev/sluice/governor"
-	"github.com/sluice-dev/sluice/internal/clock"
+	"github.com/sluice-dev/sluice/internal/sim"
+	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/internal/testenv"
 	"github.com/sluice-dev/sluice/llm"
 	"github.com/sluice-dev/sluice/run"
 )
 
-// Two apps on one PostgreSQL database, each with a governor of its own on
-// one key of 6 requests a minute, share the key through leases: the
-// provider never refuses a call, though each alone would spend the whole
-// minute.
+// Two apps on one database, each with a governor of its own on one key of
+// 6 requests a minute, share the key through leases: the provider never
+// refuses a call, though each alone would spend the whole minute. The
+// apps and the provider share the bubble's clock (see inBubble): the
+// minutes the twelve calls take pass only while every party waits, so no
+// delay of the machine's can make the provider count a call later than
+// the governors did.
 func TestAppsOnOneDatabaseShareTheKey(t *testing.T) {
 	t.Parallel()
-	url := testenv.Postgres(t)
-	const speed = 60
-	clk := clock.New(speed)
-	limits := governor.Limits{governor.RPM: 6}
-	model, srv := simOn(t, clk, limits)
-	var apps []*sluice.App
-	for _, node := range []string{"node-a", "node-b"} {
-		app := newApp(t, sluice.Config{
-			DatabaseURL: url, ExecutorID: node, Cluster: &sluice.Cluster{},
-			Now: clk.Now, Speed: speed,
-			Providers: []sluice.Provider{{Name: "groq", Limits: limits, Lag: time.Minute,
-				LLM: llm.Config{BaseURL: "http://" + srv.Addr() + "/v1", Profile: llm.Groq}}},
-		})
-		registerAsk(t, app, run.Function{ID: "ask", Event: "ask"})
-		if err := app.Start(context.Background()); err != nil {
-			t.Fatal(err)
+	url := "sqlite:" + t.TempDir() + "/cluster.db"
+	inBubble(t, func(t *testing.T) {
+		limits := governor.Limits{governor.RPM: 6}
+		const calls = 12
+		answered := make(chan sim.Call, calls)
+		model, pc := simInBubble(t, limits, sim.ServerConfig{OnFinish: func(c sim.Call) { answered <- c }})
+		var apps []*sluice.App
+		for _, node := range []string{"node-a", "node-b"} {
+			app := newApp(t, sluice.Config{
+				DatabaseURL: url, ExecutorID: node, Cluster: &sluice.Cluster{},
+				PollInterval: time.Second, // each read of the queue takes real time while the clock waits
+				Providers:    []sluice.Provider{{Name: "groq", Limits: limits, LLM: pc}},
+			})
+			registerAsk(t, app, run.Function{ID: "ask", Event: "ask"})
+			if err := app.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			apps = append(apps, app)
 		}
-		apps = append(apps, app)
-	}
-	var ids []string
-	for i := range 12 {
-		sent, err := apps[i%2].Send(context.Background(), "ask", fmt.Sprint("call-", i), ask{MaxTokens: 10})
-		if err != nil {
-			t.Fatal(err)
+		began := time.Now()
+		var ids []string
+		for i := range calls {
+			sent, err := apps[i%2].Send(context.Background(), "ask", fmt.Sprint("call-", i), ask{MaxTokens: 10})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, sent[0].RunID)
 		}
-		ids = append(ids, sent[0].RunID)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	for _, id := range ids {
-		st, err := apps[0].Wait(ctx, id)
-		if err != nil || st.Status != "completed" {
-			t.Fatalf("run %s: %+v, %v", id, st, err)
+		// Wait for the calls at the provider first: App.Wait reads the
+		// run's row every 20 ms of the clock, which over the minutes the
+		// governors wait is thousands of reads.
+		for range calls {
+			<-answered
 		}
-	}
-	st := model.Stats()
-	if st.Succeeded != 12 || st.Rejected != 0 {
-		t.Fatalf("the provider answered %d and refused %d, want 12 and 0", st.Succeeded, st.Rejected)
-	}
-	// Each app's statistics show the cluster's use of the key, not its own.
-	// (Read a few times: a lease may age out between the two reads.)
-	var used []int64
-	for range 5 {
-		used = used[:0]
+		if took := time.Since(began); took < time.Minute {
+			t.Fatalf("%d calls at 6 a minute took %v of the clock, want more than a minute", calls, took)
+		}
+		for _, id := range ids {
+			st, err := apps[0].Wait(context.Background(), id)
+			if err != nil || st.Status != "completed" {
+				t.Fatalf("run %s: %+v, %v", id, st, err)
+			}
+		}
+		st := model.Stats()
+		if st.Succeeded != calls || st.Rejected != 0 {
+			t.Fatalf("the provider answered %d and refused %d, want %d and 0", st.Succeeded, st.Rejected, calls)
+		}
+		// Each app's statistics show the cluster's use of the key, not
+		// its own. The clock stands still while this goroutine reads, so
+		// no lease ages out between the two reads.
+		var used []int64
 		for _, app := range apps {
 			s, err := app.Stats("groq")
 			if err != nil {
@@ -72,13 +86,10 @@ func TestAppsOnOneDatabaseShareTheKey(t *testing.T) {
 			}
 			used = append(used, s.Limits[governor.RPM].Used)
 		}
-		if used[0] == used[1] {
-			break
+		if used[0] != used[1] || used[0] == 0 {
+			t.Errorf("the apps see %v of rpm used, want the same cluster-wide figure", used)
 		}
-	}
-	if used[0] != used[1] || used[0] == 0 {
-		t.Errorf("the apps see %v of rpm used, want the same cluster-wide figure", used)
-	}
+	})
 }
 
 func TestClusterLeaseTTLIsBounded(t *testing.T) {
@@ -99,7 +110,9 @@ func TestClusterAdoptEveryIsBounded(t *testing.T) {
 
 // Two apps on one PostgreSQL database run one backfill: each samples the
 // job's progress for the history, and the samples count each item once
-// between them, not once per app.
+// between them, not once per app. The backfill starts once both apps have
+// taken the count their samples start from, so the samples must count
+// exactly every item.
 func TestAppsOnOneDatabaseCountABackfillsProgressOnce(t *testing.T) {
 	t.Parallel()
 	url := testenv.Postgres(t)
@@ -110,6 +123,9 @@ func TestAppsOnOneDatabaseCountABackfillsProgressOnce(t *testing.T) {
 	for i := range items {
 		db.all[fmt.Sprintf("a-%03d", i)] = "an article about rivers"
 	}
+	var open atomic.Bool // no item is pending until both apps have sampled
+	pending := db.pending("notes")
+	var apps []*sluice.App
 	for _, node := range []string{"node-a", "node-b"} {
 		app := newApp(t, sluice.Config{
 			DatabaseURL: url, ExecutorID: node, Cluster: &sluice.Cluster{},
@@ -118,8 +134,13 @@ func TestAppsOnOneDatabaseCountABackfillsProgressOnce(t *testing.T) {
 		})
 		err := sluice.RegisterBackfill(app, sluice.Backfill[article]{
 			Backfill: run.Backfill{ID: "notes", MaxBatch: 1, Poll: 50 * time.Millisecond, BatchesPerRun: 4, InFlight: 1},
-			Pending:  db.pending("notes"),
-			Load:     db.load,
+			Pending: func(ctx context.Context, after string, limit int) ([]string, error) {
+				if !open.Load() {
+					return nil, nil
+				}
+				return pending(ctx, after, limit)
+			},
+			Load: db.load,
 			Request: func(its []sluice.Item[article]) (*llm.ChatRequest, error) {
 				return &llm.ChatRequest{Model: "llama-3.1-8b-instant", MaxTokens: 10, Messages: []llm.Message{{Role: "user", Content: its[0].Data.Text}}}, nil
 			},
@@ -139,35 +160,56 @@ func TestAppsOnOneDatabaseCountABackfillsProgressOnce(t *testing.T) {
 		if err := app.Start(context.Background()); err != nil {
 			t.Fatal(err)
 		}
+		apps = append(apps, app)
 	}
+	// An app's first health poll takes the count its samples start
+	// from; GET /v1/flows names the job once that poll is done.
+	for _, app := range apps {
+		h := app.Handler(sluice.HandlerConfig{})
+		waitUntil(t, "both apps' first health poll", func() bool {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/flows", nil))
+			return strings.Contains(rec.Body.String(), `"name":"notes"`)
+		})
+	}
+	open.Store(true)
 	st := testenv.OpenStore(t, url)
-	deadline := time.Now().Add(time.Minute)
-	for {
-		db.mu.Lock()
-		n := len(db.saved["notes"])
-		db.mu.Unlock()
-		if n == items {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d items saved after a minute", n, items)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	time.Sleep(500 * time.Millisecond) // every app samples the end
-	samples, err := st.Samples(context.Background(), time.Now().Add(-time.Hour), time.Now().Add(time.Hour), "notes")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var done int64
-	for _, s := range samples {
-		done += s.Done
-	}
-	// What was done before an app's first sample is not counted (the
-	// first only takes the count to start from): at 10 calls a second,
-	// a few items at most.
-	if done > items || done < items-10 {
+	var samples []store.Sample
+	// Until a sample finds nothing remaining: it counted up to the last
+	// item, and no later one counts more.
+	waitUntil(t, "a sample of the end", func() bool {
+		var err error
+		samples, err = st.Samples(context.Background(), time.Now().Add(-time.Hour), time.Now().Add(time.Hour), "notes")
+		if err != nil {
+			t.Fatal(err)
+		}
+		done = 0
+		end := false
+		for _, s := range samples {
+			done += s.Done
+			end = end || s.Remaining == 0 && s.State == "done"
+		}
+		return end
+	})
+	if done != items {
 		t.Fatalf("the samples of both apps count %d items done of %d, want each item once (%d samples)", done, items, len(samples))
 	}
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	if n := len(db.saved["notes"]); n != items {
+		t.Fatalf("%d of %d items saved", n, items)
+	}
 	t.Logf("%d samples count %d items done of %d", len(samples), done, items)
+}
+
+// waitUntil polls ok until it holds, failing the test if it does not
+// within a minute: a budget for the whole test, not a measure of it.
+func waitUntil(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); !ok(); time.Sleep(20 * time.Millisecond) { // poll interval: until ok (the loop's deadline bounds it)
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within a minute", what)
+		}
+	}
 }

@@ -1,6 +1,7 @@
 package sluice_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -18,7 +19,7 @@ import (
 
 func newApp(t *testing.T, cfg sluice.Config) *sluice.App {
 	t.Helper()
-	cfg.PollInterval = 20 * time.Millisecond
+	cfg.PollInterval = cmp.Or(cfg.PollInterval, 20*time.Millisecond)
 	cfg.RetryBase, cfg.RetryMax = time.Millisecond, 5*time.Millisecond
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	app, err := sluice.New(context.Background(), cfg)
