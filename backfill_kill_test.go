@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -142,8 +141,9 @@ func TestBackfillKill(t *testing.T) {
 			case 0: // in a call: its answer is lost, and the call made again
 				w.waitFor(t, "a call in flight", func() bool { return provider.inFlight.Load() > 0 })
 			case 1: // right after a save
-			case 2: // anywhere in a batch
-				time.Sleep(time.Duration(rand.IntN(150)) * time.Millisecond) // #nosec G404 -- a kill point needs no secrecy
+			case 2: // right after an answer, which the worker may not have recorded yet
+				ended := provider.ended.Load()
+				w.waitFor(t, "a call answered", func() bool { return provider.ended.Load() > ended })
 			}
 			w.kill()
 			snapshots = append(snapshots, snap)
@@ -296,6 +296,7 @@ func providerRequest(requestID string) string {
 type killProvider struct {
 	sim      http.Handler
 	inFlight atomic.Int32 // requests being served
+	ended    atomic.Int64 // requests served to their end
 
 	mu    sync.Mutex
 	calls map[uint64]killCall // by the simulator's ID
@@ -322,6 +323,7 @@ func (p *killProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r2.URL = &u
 	p.inFlight.Add(1)
 	defer p.inFlight.Add(-1)
+	defer p.ended.Add(1)
 	defer func() { // also when the simulator aborts a call cut short
 		id, err := strconv.ParseUint(strings.TrimPrefix(w.Header().Get("X-Request-Id"), "req_sim_"), 10, 64)
 		if err != nil {

@@ -146,7 +146,7 @@ func TestHostileUpstreamNeverShowsTheKey(t *testing.T) {
 			if ctx.Err() != nil {
 				t.Fatal("no run of the backfill failed")
 			}
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond) // poll interval: until a run of the backfill has failed (ctx's two minutes bound it)
 		}
 		runs := get(api, "/v1/runs?limit=1000")
 		seen.WriteString(runs)
