@@ -60,6 +60,21 @@ const (
 )
 
 func runDemo(ctx context.Context, env *cmdEnv, args []string) error {
+	return runDemoOn(ctx, env, args, demoNet{})
+}
+
+// demoNet stands in for the network when its fields are set: listen
+// serves the demo's server, and transport carries the calls of both sides
+// to the simulators. A test runs the demo on the virtual clock of a
+// testing/synctest bubble this way, over an in-memory network: a goroutine
+// reading a socket never lets that clock move.
+type demoNet struct {
+	listen    func(addr string) (net.Listener, error)
+	transport http.RoundTripper
+}
+
+// runDemoOn runs the demo command with args, on n.
+func runDemoOn(ctx context.Context, env *cmdEnv, args []string, n demoNet) error {
 	fs := newFlagSet(env, "demo", "[flags]",
 		"Runs DevPick's English backfill (see docs/demo.md): the analysis of new articles, the English\n"+
 			"summaries of "+fmt.Sprint(demoArticles)+" old ones and the English titles of those with a summary ("+fmt.Sprint(demoSummarised)+" at the start),\n"+
@@ -87,7 +102,7 @@ func runDemo(ctx context.Context, env *cmdEnv, args []string) error {
 	if err := parseFlags(fs, env, args); err != nil {
 		return err
 	}
-	o := demoOptions{addr: *addr, speed: *speed, dur: *dur, articles: *articles, every: *every, upstream: *upstream, model: *model}
+	o := demoOptions{addr: *addr, speed: *speed, dur: *dur, articles: *articles, every: *every, upstream: *upstream, model: *model, net: n}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if err := o.check(set); err != nil {
@@ -134,6 +149,7 @@ type demoOptions struct {
 	limitsText                string
 	profile                   llm.Profile
 	apiKey                    string
+	net                       demoNet
 }
 
 // check bounds the flags; set says which were given.
@@ -202,7 +218,15 @@ func runDemoWith(ctx context.Context, env *cmdEnv, o demoOptions) error {
 		return err
 	}
 
-	ln, err := net.Listen("tcp", o.addr)
+	listen := func(addr string) (net.Listener, error) { return net.Listen("tcp", addr) }
+	if o.net.listen != nil {
+		listen = o.net.listen
+	}
+	var client *http.Client // nil: llm's default
+	if o.net.transport != nil {
+		client = &http.Client{Transport: o.net.transport}
+	}
+	ln, err := listen(o.addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w (pick another with --addr, or 127.0.0.1:0 for a free port)", o.addr, err)
 	}
@@ -241,7 +265,7 @@ func runDemoWith(ctx context.Context, env *cmdEnv, o demoOptions) error {
 	d.app, err = sluice.New(appCtx, sluice.Config{
 		DatabaseURL: o.db,
 		Providers: []sluice.Provider{{Name: demoProvider, Limits: o.limits,
-			LLM: llm.Config{BaseURL: providerURL, APIKey: key, Profile: profile}}},
+			LLM: llm.Config{BaseURL: providerURL, APIKey: key, Profile: profile, HTTPClient: client}}},
 		Flows:        devpick.Flows(),
 		Now:          d.clk.Now,
 		Speed:        o.speed,
@@ -267,7 +291,7 @@ func runDemoWith(ctx context.Context, env *cmdEnv, o demoOptions) error {
 	}
 	if o.upstream == "" {
 		d.naive, err = devpick.NewNaive(devpick.NaiveConfig{DB: db, BaseURL: base + "/sim/" + sideNaive + "/v1", Model: o.model,
-			Now: d.clk.Now, Sleep: func(ctx context.Context, dd time.Duration) error { return sleepCtx(ctx, d.clk.Real(dd)) }})
+			Transport: o.net.transport, Now: d.clk.Now, Sleep: func(ctx context.Context, dd time.Duration) error { return sleepCtx(ctx, d.clk.Real(dd)) }})
 		if err != nil {
 			return err
 		}

@@ -45,6 +45,9 @@ type NaiveConfig struct {
 	// default llm.Groq). No governor stands in between.
 	BaseURL, APIKey string
 	Profile         llm.Profile
+	// Transport carries the requests (default http.DefaultTransport): a
+	// test on a virtual clock gives one over an in-memory network.
+	Transport http.RoundTripper
 	// Model is the model every request names (default "sim-model").
 	Model string
 	// Every is the period of the scheduled job (default 30 min).
@@ -120,6 +123,9 @@ func NewNaive(cfg NaiveConfig) (*Naive, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.Transport == nil {
+		cfg.Transport = http.DefaultTransport
+	}
 	if cfg.Sleep == nil {
 		cfg.Sleep = sleep
 	}
@@ -150,7 +156,7 @@ func NewNaive(cfg NaiveConfig) (*Naive, error) {
 	// which llm's error for it does not carry (waiting never helps it).
 	client, err := llm.NewClient(llm.Config{
 		BaseURL: cfg.BaseURL, APIKey: cfg.APIKey, Profile: cfg.Profile, Now: cfg.Now,
-		HTTPClient: &http.Client{Transport: retryAfterRecorder{http.DefaultTransport}},
+		HTTPClient: &http.Client{Transport: retryAfterRecorder{cfg.Transport}},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("devpick: %w", err)
