@@ -57,7 +57,7 @@ func TestHostileUpstreamNeverShowsTheKey(t *testing.T) {
 					if time.Now().After(deadline) {
 						t.Fatalf("run %s did not end %s: %s", id, want, body)
 					}
-					time.Sleep(20 * time.Millisecond)
+					time.Sleep(20 * time.Millisecond) // poll interval: until the run has ended (the loop's deadline bounds it)
 				}
 				_, page := call(t, "GET", base+"/runs/"+id, "", auth)
 				seen.WriteString(page)

@@ -131,7 +131,7 @@ func TestRunsOfOtherVersions(t *testing.T) {
 				t.Errorf("runs resume does not say %q:\n%s", w, out)
 			}
 		}
-		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		wctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
 		for _, id := range []string{first[0].RunID, queued[0].RunID} {
 			if s, err := b.Wait(wctx, id); err != nil || s.Status != run.Completed || s.Version != "b" {

@@ -67,7 +67,7 @@ func TestServeRunsEverythingInOneProcess(t *testing.T) {
 	if code, body := do("POST", "/v1/events", apiToken, `{"name":"`+summarize.Event+`","data":{"documentId":"d1"}}`); code != 202 {
 		t.Fatalf("event: %d %s", code, body)
 	}
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for {
 		_, runs := do("GET", "/v1/runs?status=completed", apiToken, "")
 		if strings.Contains(runs, "summarize-doc:key:d1") {
@@ -76,7 +76,7 @@ func TestServeRunsEverythingInOneProcess(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the summarize run did not complete: %s", runs)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // poll interval: until the run has completed (the loop's deadline bounds it)
 	}
 
 	if code, body := do("GET", "/v1/flows", apiToken, ""); code != 200 || !strings.Contains(body, `"name":"web"`) || !strings.Contains(body, `"key":"groq"`) {

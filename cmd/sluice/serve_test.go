@@ -141,7 +141,7 @@ func TestServeListensThenStarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	conn.Close()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for {
 		code, body := get("/readyz")
 		if code == 200 {
@@ -150,7 +150,7 @@ func TestServeListensThenStarts(t *testing.T) {
 		if code != 503 || !strings.Contains(body, `"starting"`) || time.Now().After(deadline) {
 			t.Fatalf("/readyz while starting: %d %s", code, body)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // poll interval: until ready (the loop's deadline bounds it)
 	}
 	resp, err := http.Post(base+"/v1/events", "application/json", strings.NewReader(`{"name":"`+summarize.Event+`","data":{"documentId":"d1"}}`))
 	if err != nil {

@@ -36,7 +36,7 @@ func startSimProvider(t *testing.T, getenv func(string) string, args ...string) 
 			if code != 0 {
 				t.Errorf("sim-provider exited %d: %s", code, stderr.String())
 			}
-		case <-time.After(15 * time.Second):
+		case <-time.After(time.Minute):
 			t.Error("sim-provider did not stop after its context ended")
 		}
 	})
@@ -49,7 +49,7 @@ func startSimProvider(t *testing.T, getenv func(string) string, args ...string) 
 	}()
 	select {
 	case line = <-lines:
-	case <-time.After(15 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("sim-provider printed nothing")
 	}
 	addr, ok := strings.CutPrefix(line, "listening on http://")
