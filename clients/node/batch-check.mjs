@@ -1,27 +1,22 @@
 // A batch job as users write it with the official openai npm client: each
 // flow's requests go through a pool of concurrent workers, with the SDK's
-// default retries (maxRetries 2) and timeout (600 s), the base URL and key
-// from the environment, and the flow named in a default header
-// (X-Sluice-Flow; a provider ignores it). The flows run side by side.
+// defaults (maxRetries 2, timeout 600 s, retry-after honoured as sent), the
+// base URL and key from the environment, and the flow named in a default
+// header (X-Sluice-Flow; a provider ignores it). The flows run side by side.
 // Prints one JSON document of what the client saw; internal/gateway's
 // TestBatchClients runs it against the simulator directly and through the
 // gateway, and compares the two.
 //
 // Environment: BATCH_BASE_URL (e.g. http://127.0.0.1:8080/v1),
 // BATCH_API_KEY, BATCH_PLAN_FILE (a JSON file: {"model", "max_tokens",
-// "workers", "speed", "flows": [{"name", "prompts": [...]}]}), and optionally
+// "flows": [{"name", "workers", "prompts": [...]}]}), and optionally
 // BATCH_NODE_MODULES, the node_modules folder holding openai, and
 // BATCH_WAIT_FOR_START: when set, the job writes "ready" on stderr once
 // loaded and starts when a line comes on stdin, so that several runs can
 // start together.
 //
-// The provider (or the gateway) may run on a clock "speed" times as fast as
-// the wall clock, to play a long batch in a short test. The client then
-// lives in wall time: its timeout is the SDK's default divided by speed, and
-// the retry-after and retry-after-ms headers it reads, which are in the
-// fast clock's seconds, are divided by speed on their way in (see
-// clockFetch). That models the clock and nothing else: the SDK's own retry
-// logic runs untouched on what it reads.
+// Everything runs on the wall clock: the SDK is used as it ships, with no
+// option but its base URL, key and default headers.
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -36,39 +31,12 @@ async function loadOpenAI() {
 
 const OpenAI = await loadOpenAI();
 const plan = JSON.parse(readFileSync(process.env.BATCH_PLAN_FILE, 'utf8'));
-const speed = plan.speed > 1 ? plan.speed : 1;
-
-// The SDK's defaults, which the job does not change.
-const sdkMaxRetries = 2;
-const sdkTimeoutMs = 600_000;
-
-// clockFetch is global fetch with the retry-after and retry-after-ms headers
-// of each response converted from the fast clock's time to wall time
-// (divided by speed). Only this conversion happens here: it models the
-// clock, nothing else. A retry-after that is an HTTP date is left as it is
-// (neither the simulator nor the gateway sends one).
-async function clockFetch(url, init) {
-  const res = await fetch(url, init);
-  if (speed === 1) return res;
-  const ms = res.headers.get('retry-after-ms');
-  const s = res.headers.get('retry-after');
-  const msNum = ms === null ? NaN : Number(ms);
-  const sNum = s === null ? NaN : Number(s);
-  if (Number.isNaN(msNum) && Number.isNaN(sNum)) return res;
-  const headers = new Headers(res.headers);
-  if (!Number.isNaN(msNum)) headers.set('retry-after-ms', String(msNum / speed));
-  if (!Number.isNaN(sNum)) headers.set('retry-after', String(sNum / speed));
-  return new Response(res.body, { status: res.status, statusText: res.statusText, headers });
-}
 
 function makeClient(headers) {
   return new OpenAI({
     baseURL: process.env.BATCH_BASE_URL,
     apiKey: process.env.BATCH_API_KEY,
     defaultHeaders: headers,
-    maxRetries: sdkMaxRetries,
-    timeout: sdkTimeoutMs / speed,
-    fetch: clockFetch,
   });
 }
 
@@ -111,7 +79,7 @@ async function runFlow(flow) {
       }
     }
   }
-  await Promise.all(Array.from({ length: Math.min(plan.workers, flow.prompts.length) }, worker));
+  await Promise.all(Array.from({ length: Math.min(flow.workers, flow.prompts.length) }, worker));
   const failures = results.filter((r) => !r.ok);
   const byStatus = {};
   for (const f of failures) byStatus[f.status ?? f.name] = (byStatus[f.status ?? f.name] ?? 0) + 1;
@@ -129,7 +97,9 @@ async function runFlow(flow) {
 }
 
 const flows = await Promise.all(plan.flows.map(runFlow));
-const out = { ok: 0, failed: 0, wall_ms: Date.now() - start, flows: {} };
+// start_ms is the job's start in Unix milliseconds, so that the caller can
+// place every done_ms on its own clock.
+const out = { ok: 0, failed: 0, start_ms: start, wall_ms: Date.now() - start, flows: {} };
 for (const f of flows) {
   out.ok += f.ok;
   out.failed += f.failed;

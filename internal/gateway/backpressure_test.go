@@ -7,23 +7,49 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
-	"github.com/sluice-dev/sluice/internal/clock"
 	"github.com/sluice-dev/sluice/internal/sim"
 )
 
-// fastKey is a simulator and a gateway on a clock 30 times as fast as
-// the wall clock, with one request a minute: a simulated minute is two
-// seconds, room enough for a loaded test machine's stalls between the
-// steps of a test. The lag is 5 simulated seconds (167 ms of wall time),
-// the transit such a machine may take.
-func fastKey(t *testing.T) *bundle {
-	c := clock.New(30)
+// manualClock is a clock that moves only when the test moves it: every
+// estimate is exact, no place lapses and no window turns while a test's
+// steps run, however slowly a busy machine runs them.
+type manualClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newManualClock() *manualClock {
+	return &manualClock{now: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)}
+}
+
+func (c *manualClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// advance moves the clock of b on by d and has its governor admit what
+// then fits: a request waiting in line hears of it at once.
+func (c *manualClock) advance(b *bundle, d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	now := c.now
+	c.mu.Unlock()
+	b.gw.Governor().Advance(now)
+}
+
+// manualKey is a simulator and a gateway on a manual clock, with one
+// request a minute. A max wait is wall time on it (the clock does not
+// move while a request waits), the retry-after of a 429 the clock's.
+func manualKey(t *testing.T) (*bundle, *manualClock) {
+	c := newManualClock()
 	return setup(t, sim.Config{Profile: "openai", Limits: limits("rpm=1")},
-		Config{Limits: limits("rpm=1"), Now: c.Now, Speed: c.Speed(), Lag: 5 * time.Second})
+		Config{Limits: limits("rpm=1"), Now: c.Now}), c
 }
 
 func retryAfter(t *testing.T, resp *http.Response) time.Duration {
@@ -53,7 +79,7 @@ func TestRetryTakesItsPlaceBack(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			b := fastKey(t)
+			b, clk := manualKey(t)
 			if resp, body := b.do(t, "POST", "/v1/chat/completions", chatBody("first", 5, ""), nil); status(resp) != 200 {
 				t.Fatalf("first request: %d %s", status(resp), body)
 			}
@@ -84,7 +110,25 @@ func TestRetryTakesItsPlaceBack(t *testing.T) {
 				resp, body := b.do(t, "POST", "/v1/chat/completions", tc.second, hdr("10m"))
 				done <- fmt.Sprintf("again %d %s", status(resp), body)
 			}()
-			first, second := <-done, <-done
+			waitFor(t, "the request sent again in line", func() bool {
+				return flowView(t, b, DefaultFlow).Waiting == 2 && parked(b) == 0
+			})
+			// Each minute of the key admits one of the two: the first is
+			// answered before the clock moves on to the next.
+			ctx := testBudget(t)
+			answer := func() string {
+				select {
+				case a := <-done:
+					return a
+				case <-ctx.Done():
+					t.Fatal("no answer once the rpm window had room")
+					return ""
+				}
+			}
+			clk.advance(b, 90*time.Second)
+			first := answer()
+			clk.advance(b, 90*time.Second)
+			second := answer()
 			if !strings.HasPrefix(first, "again 200") || !strings.HasPrefix(second, "later 200") {
 				t.Fatalf("answered in the order\n%.200s\n%.200s\nwant the request sent again first, in the place it kept", first, second)
 			}
@@ -108,7 +152,7 @@ func status(resp *http.Response) int {
 // their places, and will be admitted first.
 func TestRetryAfterCountsThePlacesAhead(t *testing.T) {
 	t.Parallel()
-	b := fastKey(t)
+	b, _ := manualKey(t)
 	if resp, _ := b.do(t, "POST", "/v1/chat/completions", chatBody("first", 5, ""), nil); status(resp) != 200 {
 		t.Fatalf("first request: %d", status(resp))
 	}
@@ -116,7 +160,7 @@ func TestRetryAfterCountsThePlacesAhead(t *testing.T) {
 	got := make(chan [2]int64, n)
 	for k := 1; k <= n; k++ {
 		go func() {
-			resp, _ := b.do(t, "POST", "/v1/chat/completions", chatBody(fmt.Sprint("request ", k), 5, ""), map[string]string{MaxWaitHeader: "20s"})
+			resp, _ := b.do(t, "POST", "/v1/chat/completions", chatBody(fmt.Sprint("request ", k), 5, ""), map[string]string{MaxWaitHeader: "1s"})
 			if status(resp) != 429 {
 				got <- [2]int64{int64(k), -1}
 				return
@@ -152,8 +196,11 @@ func parked(b *bundle) int {
 // ASCII numbers, and a 200 the provider's own rate-limit headers.
 func TestAnswerHeaders(t *testing.T) {
 	t.Parallel()
+	// The clock stands still: resets and estimates are exact, however
+	// long the steps take.
 	b := setup(t, sim.Config{Profile: "groq", Limits: limits("rpm=30,tpm=6000,otpm=1000")},
-		Config{Limits: limits("rpm=30,tpm=6000,otpm=1000"), Flows: []Flow{{Name: "a", Weight: 1}, {Name: "b", Weight: 3}}})
+		Config{Limits: limits("rpm=30,tpm=6000,otpm=1000"), Flows: []Flow{{Name: "a", Weight: 1}, {Name: "b", Weight: 3}},
+			Now: newManualClock().Now})
 	ok, _ := b.do(t, "POST", "/v1/chat/completions", chatBody("hello", 900, ""), map[string]string{FlowHeader: "b"})
 	refused, _ := b.do(t, "POST", "/v1/chat/completions", chatBody("again", 900, ""), map[string]string{FlowHeader: "b", MaxWaitHeader: "10ms"})
 	tooLarge, _ := b.do(t, "POST", "/v1/chat/completions", chatBody("huge", 2000, ""), map[string]string{FlowHeader: "a"})

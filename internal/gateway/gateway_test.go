@@ -324,7 +324,9 @@ func TestTooLarge(t *testing.T) {
 
 func TestNotAdmittedInTime(t *testing.T) {
 	t.Parallel()
-	b := setup(t, sim.Config{Profile: "groq", Limits: limits("rpm=1")}, Config{Limits: limits("rpm=1")})
+	// The clock stands still: the retry-after is exactly the minute's
+	// end, however long the steps take.
+	b := setup(t, sim.Config{Profile: "groq", Limits: limits("rpm=1")}, Config{Limits: limits("rpm=1"), Now: newManualClock().Now})
 	if resp, body := b.do(t, "POST", "/v1/chat/completions", chatBody("one", 10, ""), nil); resp.StatusCode != 200 {
 		t.Fatalf("first: %d %s", resp.StatusCode, body)
 	}
@@ -427,15 +429,30 @@ func TestClientKeys(t *testing.T) {
 	}
 }
 
-// waitFor polls cond until it holds or a deadline passes.
+// testBudget is a context that ends when the test's own budget does: at
+// its deadline, less the time to report what went wrong. What it bounds
+// (a client process, a run) is never cut shorter than the test is.
+func testBudget(t *testing.T) context.Context {
+	ctx := t.Context()
+	if d, ok := t.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, d.Add(-30*time.Second))
+		t.Cleanup(cancel)
+	}
+	return ctx
+}
+
+// waitFor polls cond until it holds or two minutes pass: what it waits for
+// is a state the test has set in motion, which a busy machine may make slow
+// but not stop.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
-		time.Sleep(time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // poll interval: until cond holds (the loop's deadline bounds it)
 	}
 }
 
@@ -477,8 +494,10 @@ func TestUpstreamRejectionFeedsBack(t *testing.T) {
 	t.Parallel()
 	// The provider enforces an RPM the gateway was not told of, and Groq's
 	// headers never report RPM: the 429's text is the only way to learn it.
+	// The clock stands still: the provider's retry-after, and the
+	// gateway's, are exactly the minute's end.
 	b := setup(t, sim.Config{Profile: "groq", Limits: limits("rpm=1,tpm=50000")}, Config{Limits: limits("tpm=50000"),
-		Flows: []Flow{{Name: "summary"}}})
+		Flows: []Flow{{Name: "summary"}}, Now: newManualClock().Now})
 	h := map[string]string{FlowHeader: "summary", MaxWaitHeader: "100ms"}
 	if resp, _ := b.do(t, "POST", "/v1/chat/completions", chatBody("one", 10, ""), h); resp.StatusCode != 200 {
 		t.Fatalf("first: %d", resp.StatusCode)
@@ -509,8 +528,10 @@ func TestUpstreamRejectionFeedsBack(t *testing.T) {
 
 func TestTransientFailuresRetried(t *testing.T) {
 	t.Parallel()
+	// Retries happen within the max wait: two minutes, so that a busy
+	// machine's slow attempts do not use it up before the eight attempts.
 	b := setup(t, sim.Config{Profile: "openai", Seed: 3, Faults: scenario.Faults{Error5xx: 0.5, Reset: 0.2}},
-		Config{RetryBase: time.Millisecond, MaxWait: 5 * time.Second})
+		Config{RetryBase: time.Millisecond, MaxWait: 2 * time.Minute})
 	for i := range 10 {
 		resp, body := b.do(t, "POST", "/v1/chat/completions", chatBody("try "+strconv.Itoa(i), 10, ""), nil)
 		if resp.StatusCode != 200 {

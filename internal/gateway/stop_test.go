@@ -29,9 +29,7 @@ func TestStoppingAnswersWaitingRequests(t *testing.T) {
 		resp, body := b.do(t, http.MethodPost, "/v1/chat/completions", chatBody("second", 5, ""), nil)
 		second <- answer{resp, body}
 	}()
-	for waiting(b.gw) == 0 {
-		time.Sleep(5 * time.Millisecond) // poll interval: until the second request waits in line (the test's timeout bounds it)
-	}
+	waitFor(t, "the second request to wait in line", func() bool { return waiting(b.gw) > 0 })
 	close(stopping)
 	a := <-second
 	if a.resp == nil || a.resp.StatusCode != http.StatusServiceUnavailable || a.resp.Header.Get("Retry-After") == "" ||

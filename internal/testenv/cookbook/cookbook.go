@@ -32,11 +32,10 @@ import (
 // ClientSession default total timeout of 300 s, and at most 100 are on the
 // wire at once (aiohttp's default connection limit).
 //
-// Every duration is set by the caller, none has a default: against a
-// provider and a gateway on a fast clock, while the client lives in wall
-// time, each is the real one divided by the clock's speed: its minute (the
-// buckets' refill period), its pause after a rate-limit error and its
-// timeout. It reads no retry-after header, as the script reads none.
+// Every duration is set by the caller, none has a default: the script's
+// own are a minute (the buckets' refill period), a 15 s pause after a
+// rate-limit error, a 300 s timeout and a 1 ms tick. It reads no
+// retry-after header, as the script reads none.
 type Client struct {
 	URL    string // the chat completions endpoint
 	APIKey string // sent as "Authorization: Bearer KEY"
@@ -66,6 +65,7 @@ type Outcome struct {
 	Started, Succeeded, Failed         int
 	RateLimitErrors, APIErrors, Others int
 	Results                            []Result
+	Start                              time.Time // when the run began: Result.Done counts from it
 	Wall                               time.Duration
 }
 
@@ -148,6 +148,7 @@ func (c *Client) Run(ctx context.Context, bodies [][]byte) *Outcome {
 		ended         = make(chan struct{}, 1) // a call ended: the loop looks again at once
 		start         = time.Now()
 	)
+	run.Start = start
 	finish := func(r *request, ok bool) {
 		run.Results[r.id] = Result{OK: ok, Attempts: c.MaxAttempts - r.attemptsLeft,
 			Span: r.last.Sub(r.first), Done: r.last.Sub(start), Errors: r.errs}
