@@ -19,6 +19,7 @@ import (
 	"github.com/sluice-dev/sluice"
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/sim"
+	"github.com/sluice-dev/sluice/internal/testenv"
 	"github.com/sluice-dev/sluice/llm"
 )
 
@@ -51,25 +52,17 @@ func startApp(t *testing.T, path, baseURL string, limits governor.Limits, db *sq
 	return app
 }
 
-// budget bounds a test's wait for an event: as long as a whole test may
-// take, so that no load on the machine reaches it before the event comes.
-const budget = 2 * time.Minute
+// budget bounds a test's wait for an event (see testenv.Budget).
+const budget = testenv.Budget
 
 // waitFor polls cond until it holds, failing the test with what cond last
 // said if it does not within budget.
 func waitFor(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(budget)
-	for {
+	testenv.WaitUntil(t, 25*time.Millisecond, func() (bool, string) {
 		ok, state := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: not yet %s: %s", budget, what, state)
-		}
-		time.Sleep(25 * time.Millisecond) // poll interval: until cond holds (the loop's deadline bounds it)
-	}
+		return ok, "not yet " + what + ": " + state
+	})
 }
 
 // checkSavedOnce checks that no output column was written twice and that

@@ -175,24 +175,14 @@ func (b *bench) config(id string, reject func(key string) string) Config {
 	}
 }
 
-// budget bounds a test's wait for an event: as long as a whole test may
-// take, so that no load on the machine reaches it before the event comes.
-const budget = 2 * time.Minute
+// budget bounds a test's wait for an event (see testenv.Budget).
+const budget = testenv.Budget
 
 // waitUntil polls cond until it holds, failing the test with what cond
 // last said if it does not within budget.
 func waitUntil(t *testing.T, cond func() (bool, string)) {
 	t.Helper()
-	for deadline := time.Now().Add(budget); ; {
-		ok, what := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", budget, what)
-		}
-		time.Sleep(20 * time.Millisecond) // poll interval: until cond holds (the loop's deadline bounds it)
-	}
+	testenv.WaitUntil(t, 20*time.Millisecond, cond)
 }
 
 // waitJob waits until done says the job's record is as wanted.

@@ -63,20 +63,14 @@ func send(t *testing.T, e *Engine, name, id string, data any) run.Sent {
 	return s[0]
 }
 
-// budget bounds a test's wait for an event: as long as a whole test may
-// take, so that no load on the machine reaches it before the event comes.
-const budget = 2 * time.Minute
+// budget bounds a test's wait for an event (see testenv.Budget).
+const budget = testenv.Budget
 
 // waitUntil polls cond until it holds, failing the test if it does not
 // within budget; what says what is awaited.
 func waitUntil(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(budget); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", budget, what)
-		}
-		time.Sleep(5 * time.Millisecond) // poll interval: until cond holds (the loop's deadline bounds it)
-	}
+	testenv.WaitUntil(t, 5*time.Millisecond, func() (bool, string) { return cond(), what })
 }
 
 func wait(t *testing.T, e *Engine, id string) run.Summary {

@@ -442,18 +442,12 @@ func testBudget(t *testing.T) context.Context {
 	return ctx
 }
 
-// waitFor polls cond until it holds or two minutes pass: what it waits for
-// is a state the test has set in motion, which a busy machine may make slow
-// but not stop.
+// waitFor polls cond until it holds or testenv.Budget passes: what it
+// waits for is a state the test has set in motion, which a busy machine may
+// make slow but not stop.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond) // poll interval: until cond holds (the loop's deadline bounds it)
-	}
+	testenv.WaitUntil(t, 5*time.Millisecond, func() (bool, string) { return cond(), "waiting for " + what })
 }
 
 func TestDisconnectLeavesTheLine(t *testing.T) {
