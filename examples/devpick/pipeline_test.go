@@ -52,11 +52,8 @@ func startApp(t *testing.T, path, baseURL string, limits governor.Limits, db *sq
 	return app
 }
 
-// budget bounds a test's wait for an event (see testenv.Budget).
-const budget = testenv.Budget
-
 // waitFor polls cond until it holds, failing the test with what cond last
-// said if it does not within budget.
+// said if it does not within testenv.Budget.
 func waitFor(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
 	testenv.WaitUntil(t, 25*time.Millisecond, func() (bool, string) {

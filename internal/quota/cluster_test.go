@@ -331,11 +331,8 @@ func waitingOf(l *quota.Ledger, now time.Time) int {
 	return n
 }
 
-// budget bounds a test's wait for an event (see testenv.Budget).
-const budget = testenv.Budget
-
 // waitUntil polls cond until it holds, failing the test with what cond
-// last said if it does not within budget.
+// last said if it does not within testenv.Budget.
 func waitUntil(t *testing.T, cond func() (bool, string)) {
 	t.Helper()
 	testenv.WaitUntil(t, time.Millisecond, cond)
