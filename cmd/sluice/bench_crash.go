@@ -137,7 +137,14 @@ type crashReport struct {
 }
 
 // A break is an interruption of the work that in-flight calls are charged
-// to: a worker's stop, or a database restart.
+// to: a worker's stop, or a database restart while a worker runs.
+type crashBreak struct {
+	at     time.Time
+	worker int // the index of the worker it interrupted
+	kind   string
+}
+
+// The kinds of break.
 const (
 	breakKill      = "kill"
 	breakGraceful  = "graceful"
@@ -260,16 +267,28 @@ func runBenchCrash(ctx context.Context, env *cmdEnv, args []string) error {
 		return err
 	}
 	var calls callLog
-	// A hung call must end by the client's deadline, never the simulator's.
-	provider := sim.NewServer(model, sim.ServerConfig{HangTimeout: time.Hour, OnFinish: calls.add})
-	if err := provider.Start(ctx); err != nil {
-		return err
+	var providers []*sim.Server
+	// Each worker talks to a server of its own on the one model, so each
+	// call is known to be the worker's: a call a worker wrote just before
+	// it was killed may be read by the simulator after the kill, and it is
+	// still that worker's. The servers stay up to the end for such calls.
+	providerFor := func(worker int) (string, error) {
+		// A hung call must end by the client's deadline, never the simulator's.
+		p := sim.NewServer(model, sim.ServerConfig{HangTimeout: time.Hour, OnFinish: func(c sim.Call) { calls.add(worker, c) }})
+		if err := p.Start(ctx); err != nil {
+			return "", err
+		}
+		providers = append(providers, p)
+		return "http://" + p.Addr() + "/v1", nil
 	}
-	defer provider.Stop(context.Background())
+	defer func() {
+		for _, p := range providers {
+			_ = p.Stop(context.Background())
+		}
+	}()
 
 	workerEnv := append(os.Environ(),
 		crashDBEnv+"="+db,
-		crashProviderEnv+"=http://"+provider.Addr()+"/v1",
 		crashEventsEnv+"="+strconv.Itoa(*events),
 		crashConcurrencyEnv+"="+strconv.Itoa(*concurrency),
 		crashRetriesEnv+"="+strconv.Itoa(*retries),
@@ -279,13 +298,16 @@ func runBenchCrash(ctx context.Context, env *cmdEnv, args []string) error {
 	rng := rand.New(rand.NewPCG(*seed, 7)) // #nosec G404 -- stop times need no secrecy
 	rep := crashReport{StopMode: *stopMode, StopGraceSeconds: stopGrace.Seconds(), Upgrade: *upgrade, AppVersion: *appVersion,
 		Concurrency: *concurrency, Faults: *faults}
-	var breaks []time.Time // when each stop and restart came
-	var kinds []string     // and what it was
+	var breaks []crashBreak // each stop and restart, in order
 	var stopped time.Duration
 	builds := map[string]bool{} // the stamps the workers printed
 	sent := 0                   // documents the workers said they had sent
 	start := func(i int, mode string) (*crashWorkerProc, error) {
-		w, err := startCrashWorker(ctx, exes[i], append(workerEnv, crashWorkerEnv+"="+mode))
+		url, err := providerFor(i)
+		if err != nil {
+			return nil, err
+		}
+		w, err := startCrashWorker(ctx, exes[i], append(workerEnv, crashWorkerEnv+"="+mode, crashProviderEnv+"="+url))
 		if err != nil {
 			return nil, err
 		}
@@ -316,7 +338,7 @@ func runBenchCrash(ctx context.Context, env *cmdEnv, args []string) error {
 			if err := w.sleep(ctx, time.Duration(rng.Int64N(int64(300*time.Millisecond)))); err != nil {
 				return fail(err)
 			}
-			breaks, kinds = append(breaks, time.Now()), append(kinds, breakDBRestart)
+			breaks = append(breaks, crashBreak{at: time.Now(), worker: rep.Stops, kind: breakDBRestart})
 			if out, err := exec.CommandContext(ctx, "sh", "-c", *restartCmd).CombinedOutput(); err != nil { // #nosec G204 -- the operator's own command
 				return fail(fmt.Errorf("--db-restart-cmd: %v\n%s", err, out))
 			}
@@ -347,15 +369,12 @@ func runBenchCrash(ctx context.Context, env *cmdEnv, args []string) error {
 			stopped += took
 			rep.MaxStopSeconds = max(rep.MaxStopSeconds, took.Seconds())
 			rep.GracefulStops++
-			kinds = append(kinds, breakGraceful)
+			breaks = append(breaks, crashBreak{at: time.Now(), worker: rep.Stops, kind: breakGraceful})
 		} else {
 			w.kill() // SIGKILL: no shutdown, no flush
 			rep.Kills++
-			kinds = append(kinds, breakKill)
+			breaks = append(breaks, crashBreak{at: time.Now(), worker: rep.Stops, kind: breakKill})
 		}
-		// After the worker is gone: a call it sent just before the stop
-		// may reach the simulator a moment later, and is still this stop's.
-		breaks = append(breaks, time.Now())
 		rep.Stops++
 		sent = max(sent, w.sentCount())
 	}
@@ -377,7 +396,7 @@ func runBenchCrash(ctx context.Context, env *cmdEnv, args []string) error {
 		return err
 	}
 	for i, n := range rep.perBreak {
-		switch kinds[i] {
+		switch breaks[i].kind {
 		case breakKill:
 			rep.RebilledByKills += n
 		case breakGraceful:
@@ -693,6 +712,7 @@ func (w *crashWorkerProc) wait() error {
 // the step it was for (both read from its prompt).
 type crashCall struct {
 	doc, step string
+	worker    int  // the index of the worker that sent it
 	ok        bool // answered without a fault: the calls Stats counts as Succeeded
 	start     time.Time
 }
@@ -712,7 +732,7 @@ var crashSteps = map[string]string{
 	"Answer with one word: the article's category.": "classify",
 }
 
-func (l *callLog) add(c sim.Call) {
+func (l *callLog) add(worker int, c sim.Call) {
 	var step, doc string
 	if len(c.Messages) == 2 {
 		step = crashSteps[c.Messages[0]]
@@ -729,7 +749,7 @@ func (l *callLog) add(c sim.Call) {
 		}
 		return
 	}
-	l.calls = append(l.calls, crashCall{doc: doc, step: step, ok: c.Fault == sim.NoFault, start: c.Start})
+	l.calls = append(l.calls, crashCall{doc: doc, step: step, worker: worker, ok: c.Fault == sim.NoFault, start: c.Start})
 }
 
 func (l *callLog) answered() int {
@@ -752,7 +772,7 @@ const stepGrace = time.Millisecond
 // crashCheck fills rep from what the database holds once every worker has
 // stopped, and from the simulator's log: runs and their status, documents
 // saved, and each LLM step's record against the calls made for it.
-func crashCheck(ctx context.Context, dbURL string, rep *crashReport, sent int, log *callLog, breaks []time.Time) error {
+func crashCheck(ctx context.Context, dbURL string, rep *crashReport, sent int, log *callLog, breaks []crashBreak) error {
 	if log.bad > 0 {
 		// The prompts changed in examples/summarize: crashSteps must follow.
 		return fmt.Errorf("%d calls name no document and step, e.g. %s", log.bad, log.eg)
@@ -827,11 +847,11 @@ func crashCheck(ctx context.Context, dbURL string, rep *crashReport, sent int, l
 	if want := 2 * rep.Completed; len(recorded) < want {
 		return fmt.Errorf("%d LLM steps recorded, want at least %d for %d completed runs", len(recorded), want, rep.Completed)
 	}
-	byKey := map[stepKey][]time.Time{}
+	byKey := map[stepKey][]sentCall{}
 	for _, c := range log.calls {
 		if c.ok {
 			k := stepKey{c.doc, c.step}
-			byKey[k] = append(byKey[k], c.start)
+			byKey[k] = append(byKey[k], sentCall{c.start, c.worker})
 		}
 	}
 	rep.RebilledInFlight, rep.RebilledFinished, rep.perBreak = splitRebills(byKey, recorded, breaks)
@@ -846,35 +866,53 @@ func crashCheck(ctx context.Context, dbURL string, rep *crashReport, sent int, l
 // stepKey names an LLM step of one document's run.
 type stepKey struct{ doc, step string }
 
+// sentCall is when a call of a step began, and which worker sent it.
+type sentCall struct {
+	start  time.Time
+	worker int
+}
+
 // splitRebills sorts the re-billed calls: all but one of the calls each
-// step made. calls holds the start times of each step's calls; recorded,
-// when the database recorded the step (absent: its run did not complete);
-// breaks, the times of the stops and restarts, in order. A call begun after
-// its step was recorded (by more than stepGrace) made the step again: it is
-// finished. Of the calls begun before, the last is the one recorded; the
-// others were cut before their answer was recorded: in flight, each charged
-// to the first break after it began. perBreak counts those each break cut.
-func splitRebills(calls map[stepKey][]time.Time, recorded map[stepKey]time.Time, breaks []time.Time) (inFlight, finished int, perBreak []int) {
-	perBreak = make([]int, len(breaks)+1) // the last counts cuts after every break: none expected
-	for k, starts := range calls {
-		starts = slices.SortedFunc(slices.Values(starts), time.Time.Compare)
-		before := len(starts) // calls begun before the step was recorded
+// step made. calls holds each step's calls; recorded, when the database
+// recorded the step (absent: its run did not complete); breaks, the stops
+// and restarts in order, each worker's last being its stop. A call begun
+// after its step was recorded (by more than stepGrace) made the step again:
+// it is finished. Of the calls begun before, the last is the one recorded;
+// the others were cut before their answer was recorded: in flight, each
+// charged to the first break of the worker that sent it after it began, or
+// else to that worker's stop (a call written just before a kill can reach
+// the simulator after it). perBreak counts those each break cut; a cut call
+// of a worker that was never stopped is counted in flight only.
+func splitRebills(calls map[stepKey][]sentCall, recorded map[stepKey]time.Time, breaks []crashBreak) (inFlight, finished int, perBreak []int) {
+	perBreak = make([]int, len(breaks))
+	for k, sent := range calls {
+		sent = slices.SortedFunc(slices.Values(sent), func(a, b sentCall) int { return a.start.Compare(b.start) })
+		before := len(sent) // calls begun before the step was recorded
 		if rec, ok := recorded[k]; ok {
-			before, _ = slices.BinarySearchFunc(starts, rec.Add(stepGrace), func(s, t time.Time) int {
-				if s.After(t) {
-					return 1
-				}
-				return -1
-			})
+			before = slices.IndexFunc(sent, func(c sentCall) bool { return c.start.After(rec.Add(stepGrace)) })
+			if before < 0 {
+				before = len(sent)
+			}
 		}
-		finished += len(starts) - before
-		for _, s := range starts[:max(before-1, 0)] {
+		finished += len(sent) - before
+		for _, c := range sent[:max(before-1, 0)] {
 			inFlight++
-			j, _ := slices.BinarySearchFunc(breaks, s, time.Time.Compare)
-			perBreak[j]++
+			charged := -1
+			for j, b := range breaks {
+				if b.worker != c.worker {
+					continue
+				}
+				charged = j
+				if !b.at.Before(c.start) {
+					break
+				}
+			}
+			if charged >= 0 {
+				perBreak[charged]++
+			}
 		}
 	}
-	return inFlight, finished, perBreak[:len(breaks)]
+	return inFlight, finished, perBreak
 }
 
 // crashWorker is the child. In "send" mode it sends new documents, keeping

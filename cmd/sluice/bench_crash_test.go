@@ -47,31 +47,53 @@ func TestBenchCrashSplitsRebills(t *testing.T) {
 	t.Parallel()
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	// by(w, ms...) are calls worker w began at those milliseconds.
+	by := func(w int, ms ...int) []sentCall {
+		var cs []sentCall
+		for _, m := range ms {
+			cs = append(cs, sentCall{at(m), w})
+		}
+		return cs
+	}
+	stop := func(ms, w int, kind string) crashBreak { return crashBreak{at(ms), w, kind} }
 	a, b := stepKey{"doc-000001", "summarize"}, stepKey{"doc-000002", "classify"}
 	for _, tc := range []struct {
 		name               string
-		calls              map[stepKey][]time.Time
+		calls              map[stepKey][]sentCall
 		recorded           map[stepKey]time.Time
-		breaks             []time.Time
+		breaks             []crashBreak
 		inFlight, finished int
 		perBreak           []int
 	}{
 		{"one call per step is no re-bill",
-			map[stepKey][]time.Time{a: {at(0)}, b: {at(5)}}, map[stepKey]time.Time{a: at(20), b: at(30)}, nil, 0, 0, nil},
+			map[stepKey][]sentCall{a: by(0, 0), b: by(0, 5)}, map[stepKey]time.Time{a: at(20), b: at(30)}, nil, 0, 0, []int{}},
 		{"a call cut by a kill is in flight",
-			map[stepKey][]time.Time{a: {at(100), at(0)}, b: {at(10), at(120)}}, map[stepKey]time.Time{a: at(130), b: at(140)},
-			[]time.Time{at(50)}, 2, 0, []int{2}},
-		{"cuts are charged to the kill that followed them",
-			map[stepKey][]time.Time{a: {at(0), at(100), at(200)}, b: {at(10), at(300)}}, map[stepKey]time.Time{a: at(230), b: at(330)},
-			[]time.Time{at(50), at(150)}, 3, 0, []int{2, 1}},
+			map[stepKey][]sentCall{a: append(by(1, 100), by(0, 0)...), b: append(by(0, 10), by(1, 120)...)}, map[stepKey]time.Time{a: at(130), b: at(140)},
+			[]crashBreak{stop(50, 0, breakKill)}, 2, 0, []int{2}},
+		{"cuts are charged to the stop of the worker that sent them",
+			map[stepKey][]sentCall{a: slices.Concat(by(0, 0), by(1, 100), by(2, 200)), b: slices.Concat(by(0, 10), by(2, 300))},
+			map[stepKey]time.Time{a: at(230), b: at(330)},
+			[]crashBreak{stop(50, 0, breakKill), stop(150, 1, breakGraceful)}, 3, 0, []int{2, 1}},
+		{"a call read after its worker's kill is still that kill's",
+			// Worker 0's call reached the simulator at 60, after the kill
+			// at 50 and while worker 1 ran; worker 1's stop cut nothing.
+			map[stepKey][]sentCall{a: slices.Concat(by(0, 60), by(2, 200))}, map[stepKey]time.Time{a: at(230)},
+			[]crashBreak{stop(50, 0, breakKill), stop(150, 1, breakGraceful)}, 1, 0, []int{1, 0}},
+		{"a database restart cuts the calls begun before it",
+			map[stepKey][]sentCall{a: by(0, 10, 100), b: by(0, 40, 150)}, map[stepKey]time.Time{a: at(130), b: at(160)},
+			[]crashBreak{stop(30, 0, breakDBRestart), stop(200, 0, breakKill)}, 2, 0, []int{1, 1}},
 		{"a stop that cut nothing counts zero",
-			map[stepKey][]time.Time{a: {at(0), at(200)}}, map[stepKey]time.Time{a: at(230)}, []time.Time{at(50), at(100)}, 1, 0, []int{1, 0}},
+			map[stepKey][]sentCall{a: slices.Concat(by(0, 0), by(2, 200))}, map[stepKey]time.Time{a: at(230)},
+			[]crashBreak{stop(50, 0, breakKill), stop(100, 1, breakKill)}, 1, 0, []int{1, 0}},
 		{"a call after the record is finished",
-			map[stepKey][]time.Time{a: {at(0), at(100)}}, map[stepKey]time.Time{a: at(30)}, []time.Time{at(50)}, 0, 1, []int{0}},
+			map[stepKey][]sentCall{a: slices.Concat(by(0, 0), by(1, 100))}, map[stepKey]time.Time{a: at(30)},
+			[]crashBreak{stop(50, 0, breakKill)}, 0, 1, []int{0}},
 		{"the record's millisecond is not after it",
-			map[stepKey][]time.Time{a: {at(0), at(30)}}, map[stepKey]time.Time{a: at(30)}, nil, 1, 0, nil},
+			map[stepKey][]sentCall{a: by(0, 0, 30)}, map[stepKey]time.Time{a: at(30)}, nil, 1, 0, []int{}},
 		{"an unrecorded step's calls but one are in flight",
-			map[stepKey][]time.Time{a: {at(0), at(100)}}, nil, []time.Time{at(50)}, 1, 0, []int{1}},
+			map[stepKey][]sentCall{a: slices.Concat(by(0, 0), by(1, 100))}, nil, []crashBreak{stop(50, 0, breakKill)}, 1, 0, []int{1}},
+		{"a cut call of a worker never stopped is in flight only",
+			map[stepKey][]sentCall{a: by(1, 100, 110)}, map[stepKey]time.Time{a: at(130)}, []crashBreak{stop(50, 0, breakKill)}, 1, 0, []int{0}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
