@@ -310,7 +310,7 @@ func runDemoWith(ctx context.Context, env *cmdEnv, o demoOptions) error {
 	mux.HandleFunc("GET /demo.json", func(w http.ResponseWriter, r *http.Request) {
 		snap, err := d.snapshot(r.Context())
 		if err != nil {
-			httpjson.Write(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
+			httpjson.Error(w, http.StatusServiceUnavailable, err.Error())
 			return
 		}
 		httpjson.Write(w, http.StatusOK, snap)

@@ -117,7 +117,7 @@ func (f *serveFront) server(gc guard.Config) *http.Server {
 			gateway.WriteRefusal(w, f.profile, status, message)
 			return
 		}
-		httpjson.Write(w, status, map[string]string{"error": message})
+		httpjson.Error(w, status, message)
 	}
 	srv := guard.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !f.ready.Load() && gatewayPath(r.URL.Path) {
@@ -166,7 +166,7 @@ func bearer(token string, h http.Handler) http.Handler {
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
-			httpjson.Write(w, http.StatusUnauthorized, map[string]string{"error": "missing or wrong bearer token"})
+			httpjson.Error(w, http.StatusUnauthorized, "missing or wrong bearer token")
 			return
 		}
 		h.ServeHTTP(w, r)
@@ -198,7 +198,7 @@ func withGatewayFlows(api http.Handler, gw *gateway.Gateway) http.Handler {
 		for _, f := range v.Flows {
 			raw, err := json.Marshal(f)
 			if err != nil {
-				httpjson.Write(w, http.StatusInternalServerError, map[string]string{"error": "encode the gateway's flows"})
+				httpjson.Error(w, http.StatusInternalServerError, "encode the gateway's flows")
 				return
 			}
 			flows = append(flows, bytes.TrimSpace(raw))

@@ -89,7 +89,7 @@ func (c Config) withDefaults() Config {
 	c.IdleTimeout = cmp.Or(c.IdleTimeout, DefaultIdleTimeout)
 	c.MaxHeaderBytes = cmp.Or(c.MaxHeaderBytes, DefaultMaxHeaderBytes)
 	if c.Error == nil {
-		c.Error = plainError
+		c.Error = httpjson.Error
 	}
 	return c
 }
@@ -325,8 +325,4 @@ func clip(s string) string {
 		return s[:n] + "…"
 	}
 	return s
-}
-
-func plainError(w http.ResponseWriter, status int, message string) {
-	httpjson.Write(w, status, map[string]string{"error": message})
 }

@@ -13,8 +13,8 @@
 //	GET  /healthz                the process answers
 //	GET  /readyz                 the app has started (see Starting) and no job is stalled
 //
-// Errors are JSON {"error": "..."} with the status from one table (see
-// statusOf). Input is checked before the database sees it, so SQLite and
+// Errors are JSON {"error": "..."} (httpjson.Error) with the status from
+// the one table the dashboard shares (httperr.Status). Input is checked before the database sees it, so SQLite and
 // PostgreSQL answer it alike; a 500 never carries the database's text: it
 // gives a reference to the server's log line. When a token is set, every
 // /v1 request must carry it as a bearer token.
@@ -41,6 +41,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/engine"
 	"github.com/sluice-dev/sluice/internal/health"
+	"github.com/sluice-dev/sluice/internal/httperr"
 	"github.com/sluice-dev/sluice/internal/httpjson"
 	"github.com/sluice-dev/sluice/run"
 )
@@ -165,16 +166,16 @@ func (a *api) auth(h func(w http.ResponseWriter, r *http.Request) error) http.Ha
 			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(a.cfg.Token)) != 1 {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
-				writeError(w, http.StatusUnauthorized, errors.New("missing or wrong bearer token"))
+				httpjson.Error(w, http.StatusUnauthorized, "missing or wrong bearer token")
 				return
 			}
 		}
 		if err := h(w, r); err != nil {
-			status := statusOf(err)
+			status := httperr.Status(err)
 			if status == http.StatusInternalServerError {
 				err = a.internal(r, err)
 			}
-			writeError(w, status, err)
+			httpjson.Error(w, status, err.Error())
 		}
 	})
 }
@@ -188,30 +189,6 @@ func (a *api) internal(r *http.Request, err error) error {
 	ref := hex.EncodeToString(b[:])
 	a.cfg.Logger.Error("sluice: API request failed", "ref", ref, "method", r.Method, "path", r.URL.Path, "err", err)
 	return fmt.Errorf("internal error (reference %s in the server's log)", ref)
-}
-
-// badRequest marks an error in what the client sent.
-type badRequest struct{ error }
-
-// tooLarge is an event over MaxEventBytes.
-type tooLarge struct{ error }
-
-// statusOf maps errors to HTTP statuses: the one table.
-func statusOf(err error) int {
-	var br badRequest
-	var tl tooLarge
-	var inv *engine.InvalidError
-	switch {
-	case errors.As(err, &tl):
-		return http.StatusRequestEntityTooLarge
-	case errors.As(err, &br), errors.As(err, &inv):
-		return http.StatusBadRequest
-	case errors.Is(err, engine.ErrRunNotFound), errors.Is(err, engine.ErrNoFunction):
-		return http.StatusNotFound
-	case errors.Is(err, engine.ErrNotRerunnable), errors.Is(err, engine.ErrEnded), errors.Is(err, engine.ErrSameVersion):
-		return http.StatusConflict
-	}
-	return http.StatusInternalServerError
 }
 
 type eventBody struct {
@@ -271,26 +248,26 @@ func (a *api) postEvent(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return tooLarge{fmt.Errorf("event is larger than the limit of %d bytes (max event size)", a.cfg.MaxEventBytes)}
+			return httperr.TooLarge(fmt.Errorf("event is larger than the limit of %d bytes (max event size)", a.cfg.MaxEventBytes))
 		}
-		return badRequest{fmt.Errorf("read event: %w", err)}
+		return httperr.BadRequest(fmt.Errorf("read event: %w", err))
 	}
 	// encoding/json would read invalid bytes as U+FFFD and store a name or
 	// ID the client never sent.
 	if !utf8.Valid(raw) {
-		return badRequest{fmt.Errorf("event is not valid UTF-8 (at byte %d)", invalidAt(raw))}
+		return httperr.BadRequest(fmt.Errorf("event is not valid UTF-8 (at byte %d)", invalidAt(raw)))
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	var ev eventBody
 	if err := dec.Decode(&ev); err != nil {
 		var ute *json.UnmarshalTypeError
 		if errors.As(err, &ute) && ute.Field != "" {
-			return badRequest{fmt.Errorf("event %q must be %s, not a JSON %s", ute.Field, jsonType(ute.Type.String()), ute.Value)}
+			return httperr.BadRequest(fmt.Errorf("event %q must be %s, not a JSON %s", ute.Field, jsonType(ute.Type.String()), ute.Value))
 		}
-		return badRequest{fmt.Errorf("event is not valid JSON: %w", err)}
+		return httperr.BadRequest(fmt.Errorf("event is not valid JSON: %w", err))
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return badRequest{errors.New("event: trailing data after the JSON object: send one event per request")}
+		return httperr.BadRequest(errors.New("event: trailing data after the JSON object: send one event per request"))
 	}
 	// The engine checks the fields each function reads before it stores
 	// anything; what every event needs is checked here.
@@ -315,13 +292,13 @@ func (a *api) listRuns(w http.ResponseWriter, r *http.Request) error {
 		} else if d, err := time.ParseDuration(s); err == nil && d > 0 {
 			f.Since = a.cfg.Now().Add(-d)
 		} else {
-			return badRequest{fmt.Errorf("since %q is neither an RFC 3339 time nor a duration like 1h", s)}
+			return httperr.BadRequest(fmt.Errorf("since %q is neither an RFC 3339 time nor a duration like 1h", s))
 		}
 	}
 	if s := q.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > 1000 {
-			return badRequest{fmt.Errorf("limit %q: want 1 to 1000", s)}
+			return httperr.BadRequest(fmt.Errorf("limit %q: want 1 to 1000", s))
 		}
 		f.Limit = n
 	}
@@ -425,8 +402,4 @@ func nonNil[T any](s []T) []T {
 		return []T{}
 	}
 	return s
-}
-
-func writeError(w http.ResponseWriter, status int, err error) {
-	httpjson.Write(w, status, map[string]string{"error": err.Error()})
 }

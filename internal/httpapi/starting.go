@@ -60,5 +60,5 @@ func (s *Starting) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		httpjson.Write(w, http.StatusServiceUnavailable, map[string]string{"status": status, "phase": *s.phase.Load(), "detail": msg})
 		return
 	}
-	httpjson.Write(w, http.StatusServiceUnavailable, map[string]string{"error": msg})
+	httpjson.Error(w, http.StatusServiceUnavailable, msg)
 }

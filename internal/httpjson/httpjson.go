@@ -18,3 +18,11 @@ func Write(w http.ResponseWriter, status int, v any) {
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
 }
+
+// Error answers with status and message in sluice's JSON error shape,
+// {"error": message}: the one every sluice server but the gateway (which
+// speaks its provider's shape) and the simulator (which speaks the
+// simulated provider's) uses.
+func Error(w http.ResponseWriter, status int, message string) {
+	Write(w, status, map[string]string{"error": message})
+}

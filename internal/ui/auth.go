@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sluice-dev/sluice/internal/httperr"
 )
 
 // Sign-in, sessions and CSRF.
@@ -218,12 +220,12 @@ func crossSite(r *http.Request) error {
 	if o := r.Header.Get("Origin"); o != "" {
 		u, err := url.Parse(o)
 		if err != nil || u.Host == "" || !strings.EqualFold(u.Host, r.Host) {
-			return forbidden{fmt.Errorf("refused: the form was sent from another site (%s), not %s", o, r.Host)}
+			return httperr.Forbidden(fmt.Errorf("refused: the form was sent from another site (%s), not %s", o, r.Host))
 		}
 	}
 	switch r.Header.Get("Sec-Fetch-Site") {
 	case "cross-site", "same-site":
-		return forbidden{errors.New("refused: the form was sent from another site")}
+		return httperr.Forbidden(errors.New("refused: the form was sent from another site"))
 	}
 	return nil
 }
@@ -239,14 +241,14 @@ func (h *Handler) checkPost(w http.ResponseWriter, r *http.Request) error {
 	r.Body = http.MaxBytesReader(w, r.Body, limit)
 	if err := r.ParseForm(); err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			return tooLarge{fmt.Errorf("the form is larger than the limit of %d bytes", limit)}
+			return httperr.TooLarge(fmt.Errorf("the form is larger than the limit of %d bytes", limit))
 		}
-		return badRequest{fmt.Errorf("the form cannot be read: %w", err)}
+		return httperr.BadRequest(fmt.Errorf("the form cannot be read: %w", err))
 	}
 	want := h.csrf(r)
 	got := r.PostForm.Get("csrf")
 	if got == "" || want == "" || subtle.ConstantTimeCompare([]byte(got), []byte(want)) != 1 {
-		return forbidden{errors.New("refused: the form's CSRF token is missing or wrong (reload the page and send it again)")}
+		return httperr.Forbidden(errors.New("refused: the form's CSRF token is missing or wrong (reload the page and send it again)"))
 	}
 	return nil
 }
@@ -307,7 +309,7 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxLoginBytes)
 	if err := r.ParseForm(); err != nil {
-		h.fail(w, r, badRequest{errors.New("the sign-in form cannot be read")})
+		h.fail(w, r, httperr.BadRequest(errors.New("the sign-in form cannot be read")))
 		return
 	}
 	next := safeNext(r.PostForm.Get("next"))

@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sluice-dev/sluice/internal/health"
+	"github.com/sluice-dev/sluice/internal/httperr"
 	"github.com/sluice-dev/sluice/internal/store"
 )
 
@@ -100,7 +101,7 @@ func (h *Handler) flow(w http.ResponseWriter, r *http.Request) error {
 	name := r.PathValue("name")
 	// A name no flow can have is refused here, as the store would refuse it.
 	if len(name) > store.MaxKeyBytes || !utf8.ValidString(name) || strings.ContainsFunc(name, unicode.IsControl) {
-		return badRequest{fmt.Errorf("flow name %s is not a name: at most %d bytes of UTF-8 without control characters", quoteName(name), store.MaxKeyBytes)}
+		return httperr.BadRequest(fmt.Errorf("flow name %s is not a name: at most %d bytes of UTF-8 without control characters", quoteName(name), store.MaxKeyBytes))
 	}
 	p := flowPage{Name: name, ItemsOn: h.cfg.Items != nil}
 	if h.cfg.Health != nil {
@@ -141,7 +142,7 @@ func (h *Handler) flow(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	if !p.Known && !p.Backfill {
-		return notFound{fmt.Errorf("there is no flow named %q", name)}
+		return httperr.NotFound(fmt.Errorf("there is no flow named %q", name))
 	}
 	h.renderLive(w, r, "flow", name, "flows", p)
 	return nil
@@ -154,16 +155,16 @@ func parseCursor(q url.Values) (store.RecentCursor, error) {
 	at, key := q.Get("before_at"), q.Get("before_key")
 	if at == "" {
 		if key != "" {
-			return c, badRequest{errors.New("before_key needs before_at, the time of the item it names")}
+			return c, httperr.BadRequest(errors.New("before_key needs before_at, the time of the item it names"))
 		}
 		return c, nil
 	}
 	t, err := time.Parse(time.RFC3339Nano, at)
 	if err != nil {
-		return c, badRequest{fmt.Errorf("before_at %q is not an RFC 3339 time", shorten(at, 64))}
+		return c, httperr.BadRequest(fmt.Errorf("before_at %q is not an RFC 3339 time", shorten(at, 64)))
 	}
 	if len(key) > store.MaxKeyBytes || !utf8.ValidString(key) || strings.IndexByte(key, 0) >= 0 {
-		return c, badRequest{fmt.Errorf("before_key is not an item key (at most %d bytes of UTF-8 without NUL)", store.MaxKeyBytes)}
+		return c, httperr.BadRequest(fmt.Errorf("before_key is not an item key (at most %d bytes of UTF-8 without NUL)", store.MaxKeyBytes))
 	}
 	return store.RecentCursor{At: t, Key: key}, nil
 }

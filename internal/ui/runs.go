@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/engine"
+	"github.com/sluice-dev/sluice/internal/httperr"
 	"github.com/sluice-dev/sluice/run"
 )
 
@@ -35,7 +36,7 @@ type runRow struct {
 func parseRunFilter(q url.Values, now time.Time) (engine.RunFilter, error) {
 	f := engine.RunFilter{Function: q.Get("function"), Status: run.State(q.Get("status"))}
 	if f.Status != "" && !slices.Contains(engine.RunStates, f.Status) {
-		return f, badRequest{fmt.Errorf("status %q is not one of %s", shorten(string(f.Status), 64), engine.StatesText())}
+		return f, httperr.BadRequest(fmt.Errorf("status %q is not one of %s", shorten(string(f.Status), 64), engine.StatesText()))
 	}
 	if s := q.Get("since"); s != "" {
 		if t, err := time.Parse(time.RFC3339, s); err == nil {
@@ -43,13 +44,13 @@ func parseRunFilter(q url.Values, now time.Time) (engine.RunFilter, error) {
 		} else if d, err := time.ParseDuration(s); err == nil && d > 0 {
 			f.Since = now.Add(-d)
 		} else {
-			return f, badRequest{fmt.Errorf("since %q is neither an RFC 3339 time nor a duration like 1h", shorten(s, 64))}
+			return f, httperr.BadRequest(fmt.Errorf("since %q is neither an RFC 3339 time nor a duration like 1h", shorten(s, 64)))
 		}
 	}
 	if s := q.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > maxRunsLimit {
-			return f, badRequest{fmt.Errorf("limit %q: want 1 to %d", shorten(s, 64), maxRunsLimit)}
+			return f, httperr.BadRequest(fmt.Errorf("limit %q: want 1 to %d", shorten(s, 64), maxRunsLimit))
 		}
 		f.Limit = n
 	}
@@ -74,7 +75,7 @@ func (h *Handler) runs(w http.ResponseWriter, r *http.Request) error {
 	}
 	if err != nil {
 		// A filter the engine refuses is shown with the form, to fix.
-		if statusOf(err) != http.StatusBadRequest {
+		if httperr.Status(err) != http.StatusBadRequest {
 			return err
 		}
 		v.Error = err.Error()

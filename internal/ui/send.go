@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sluice-dev/sluice/internal/engine"
+	"github.com/sluice-dev/sluice/internal/httperr"
 	"github.com/sluice-dev/sluice/run"
 )
 
@@ -34,7 +35,7 @@ func (h *Handler) send(w http.ResponseWriter, r *http.Request) error {
 	v := sendView{SendOn: h.cfg.Sender != nil, Name: f.Get("name"), ID: f.Get("id"), Data: f.Get("data"), MaxDataBytes: h.cfg.MaxEventBytes}
 	sent, err := h.sendEvent(r, v)
 	if err != nil {
-		status := statusOf(err)
+		status := httperr.Status(err)
 		if status == http.StatusInternalServerError {
 			return err
 		}
@@ -49,20 +50,20 @@ func (h *Handler) send(w http.ResponseWriter, r *http.Request) error {
 
 func (h *Handler) sendEvent(r *http.Request, v sendView) ([]run.Sent, error) {
 	if h.cfg.Sender == nil {
-		return nil, notFound{errors.New("sending events is not available on this dashboard")}
+		return nil, httperr.NotFound(errors.New("sending events is not available on this dashboard"))
 	}
 	for _, field := range []struct{ name, value string }{{"name", v.Name}, {"id", v.ID}, {"data", v.Data}} {
 		if !utf8.ValidString(field.value) {
-			return nil, badRequest{fmt.Errorf("event %q is not valid UTF-8", field.name)}
+			return nil, httperr.BadRequest(fmt.Errorf("event %q is not valid UTF-8", field.name))
 		}
 	}
 	if n := int64(len(v.Data)); n > h.cfg.MaxEventBytes {
-		return nil, tooLarge{fmt.Errorf("event \"data\" is %d bytes, over the limit of %d bytes (max event size)", n, h.cfg.MaxEventBytes)}
+		return nil, httperr.TooLarge(fmt.Errorf("event \"data\" is %d bytes, over the limit of %d bytes (max event size)", n, h.cfg.MaxEventBytes))
 	}
 	ev := engine.Event{Name: v.Name, ID: v.ID}
 	if data := bytes.TrimSpace([]byte(v.Data)); len(data) > 0 {
 		if !json.Valid(data) {
-			return nil, badRequest{fmt.Errorf("event \"data\" is not valid JSON: %s", jsonProblem(data))}
+			return nil, httperr.BadRequest(fmt.Errorf("event \"data\" is not valid JSON: %s", jsonProblem(data)))
 		}
 		ev.Data = data
 	}

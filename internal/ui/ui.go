@@ -51,6 +51,7 @@ import (
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/engine"
 	"github.com/sluice-dev/sluice/internal/health"
+	"github.com/sluice-dev/sluice/internal/httperr"
 	"github.com/sluice-dev/sluice/internal/plan"
 	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/run"
@@ -283,7 +284,7 @@ func New(cfg Config) (*Handler, error) {
 	mux.Handle("POST /logout", h.form(h.logout))
 	mux.HandleFunc("GET /assets/{file}", h.asset)
 	mux.Handle("/", h.page(func(w http.ResponseWriter, r *http.Request) error {
-		return notFound{fmt.Errorf("there is no page at %s", r.URL.Path)}
+		return httperr.NotFound(fmt.Errorf("there is no page at %s", r.URL.Path))
 	}))
 	h.mux = mux
 	return h, nil
@@ -335,7 +336,7 @@ func (h *Handler) assetURL(name string) string {
 func (h *Handler) asset(w http.ResponseWriter, r *http.Request) {
 	a, ok := h.assets[r.PathValue("file")]
 	if !ok {
-		h.fail(w, r, notFound{fmt.Errorf("there is no asset %s", r.PathValue("file"))})
+		h.fail(w, r, httperr.NotFound(fmt.Errorf("there is no asset %s", r.PathValue("file"))))
 		return
 	}
 	w.Header().Set("Content-Type", a.contentType)
@@ -374,38 +375,6 @@ func (h *Handler) form(fn pageFunc) http.Handler {
 	})
 }
 
-// Errors a handler returns, by the status they answer with (see statusOf).
-type (
-	badRequest struct{ error }
-	notFound   struct{ error }
-	forbidden  struct{ error }
-	tooLarge   struct{ error }
-)
-
-// statusOf maps an error to the status of the page that shows it.
-func statusOf(err error) int {
-	var (
-		br  badRequest
-		nf  notFound
-		fb  forbidden
-		tl  tooLarge
-		inv *engine.InvalidError
-	)
-	switch {
-	case errors.As(err, &tl):
-		return http.StatusRequestEntityTooLarge
-	case errors.As(err, &fb):
-		return http.StatusForbidden
-	case errors.As(err, &br), errors.As(err, &inv):
-		return http.StatusBadRequest
-	case errors.As(err, &nf), errors.Is(err, engine.ErrRunNotFound), errors.Is(err, engine.ErrNoFunction):
-		return http.StatusNotFound
-	case errors.Is(err, engine.ErrNotRerunnable), errors.Is(err, engine.ErrEnded), errors.Is(err, engine.ErrSameVersion):
-		return http.StatusConflict
-	}
-	return http.StatusInternalServerError
-}
-
 // errorView is the error page's content.
 type errorView struct {
 	Status  int
@@ -418,7 +387,7 @@ type errorView struct {
 // that holds the error, never its text, which may quote SQL or the
 // database's own words.
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
-	status := statusOf(err)
+	status := httperr.Status(err)
 	v := errorView{Status: status, Heading: http.StatusText(status), Message: err.Error()}
 	if status == http.StatusInternalServerError {
 		v.Ref = newRef()

@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/sluice-dev/sluice/internal/engine"
+	"github.com/sluice-dev/sluice/internal/httperr"
 	"github.com/sluice-dev/sluice/run"
 )
 
@@ -71,7 +72,7 @@ type versionResult struct {
 }
 
 // errNoVersions answers the buttons of a dashboard built without Versions.
-var errNoVersions = notFound{errors.New("this dashboard does not manage the runs of other versions")}
+var errNoVersions = httperr.NotFound(errors.New("this dashboard does not manage the runs of other versions"))
 
 // moveVersion resumes (or cancels) the runs of the path's version and
 // shows what it did with each.
