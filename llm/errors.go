@@ -210,43 +210,61 @@ func (e *TransportError) Error() string {
 
 func (e *TransportError) Unwrap() error { return e.Err }
 
-// Retryable reports whether the call that returned err may succeed if made
-// again unchanged (after RetryAfter, when that reports a wait): rate limits,
-// overload, 5xx, 408 and transport failures. Too-large requests, quota, other
-// 4xx, ErrNoMaxTokens and a cancelled context are not.
-func Retryable(err error) bool {
-	if err == nil || errors.Is(err, context.Canceled) {
-		return false
-	}
+// Advice is what a caller should do about a call's error: the one reading
+// of the client's errors that Retryable, RetryAfter, the engine's step
+// classes and the gateway's retries share.
+type Advice struct {
+	// Known: err is, or wraps, one of this package's errors (or
+	// ErrNoMaxTokens). Nothing else below holds for other errors.
+	Known bool
+	// Retry: the call may succeed if made again unchanged: rate limits,
+	// overload, 5xx, 408 and transport failures. Too-large requests, quota,
+	// other 4xx and ErrNoMaxTokens may not.
+	Retry bool
+	// After is how long the provider asked to wait before the next attempt
+	// (a rate limit's or overload's retry-after), zero when it said nothing.
+	After time.Duration
+}
+
+// Advise reads err, an error a call returned.
+func Advise(err error) Advice {
 	var (
 		rl *RateLimitError
 		ov *OverloadedError
 		st *StatusError
 		tr *TransportError
+		tl *TooLargeError
+		q  *QuotaError
 	)
 	switch {
-	case errors.As(err, &rl), errors.As(err, &ov), errors.As(err, &tr):
-		return true
+	case err == nil:
+		return Advice{}
+	case errors.As(err, &rl):
+		return Advice{Known: true, Retry: true, After: rl.RetryAfter}
+	case errors.As(err, &ov):
+		return Advice{Known: true, Retry: true, After: ov.RetryAfter}
+	case errors.As(err, &tr):
+		return Advice{Known: true, Retry: true}
 	case errors.As(err, &st):
-		return st.Status == 0 || st.Status >= 500 || st.Status == 408
+		return Advice{Known: true, Retry: st.Status == 0 || st.Status >= 500 || st.Status == 408}
+	case errors.As(err, &tl), errors.As(err, &q), errors.Is(err, ErrNoMaxTokens):
+		return Advice{Known: true}
 	}
-	return false
+	return Advice{}
+}
+
+// Retryable reports whether the call that returned err may succeed if made
+// again unchanged (after RetryAfter, when that reports a wait): Advise's
+// Retry, but never for a cancelled context.
+func Retryable(err error) bool {
+	return !errors.Is(err, context.Canceled) && Advise(err).Retry
 }
 
 // RetryAfter returns how long the provider asked to wait before the next
 // attempt, if err is a rate limit or overload that carried a wait.
 func RetryAfter(err error) (time.Duration, bool) {
-	var (
-		rl *RateLimitError
-		ov *OverloadedError
-	)
-	switch {
-	case errors.As(err, &rl):
-		return rl.RetryAfter, rl.RetryAfter > 0
-	case errors.As(err, &ov):
-		return ov.RetryAfter, ov.RetryAfter > 0
-	}
-	return 0, false
+	a := Advise(err)
+	return a.After, a.After > 0
 }
 
 // LimitOf returns the limit err names: the one a rate limit exhausted, or

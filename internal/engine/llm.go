@@ -154,40 +154,23 @@ func limitName(l governor.Limit, known bool) string {
 	return l.String()
 }
 
-// ClassifyLLM classes the errors of the llm client and the governor: a
-// request that can never fit, an exhausted quota and other 4xx are fatal; a
-// rate limit waits what the provider said; overload, 5xx, timeouts and
-// resets back off.
+// ClassifyLLM classes the errors of the llm client (as llm.Advise reads
+// them) and the governor: a request that can never fit, an exhausted quota
+// and other 4xx are fatal; a rate limit waits what the provider said;
+// overload, 5xx, timeouts and resets back off. A call cut by a cancelled
+// context is left to the engine, which retries it.
 func ClassifyLLM(err error) (run.Class, time.Duration, bool) {
-	var (
-		gtl *governor.TooLargeError
-		tl  *llm.TooLargeError
-		q   *llm.QuotaError
-		rl  *llm.RateLimitError
-		ov  *llm.OverloadedError
-		st  *llm.StatusError
-		tr  *llm.TransportError
-	)
-	switch {
-	case errors.As(err, &gtl), errors.As(err, &tl), errors.As(err, &q), errors.Is(err, llm.ErrNoMaxTokens):
+	if _, ok := errors.AsType[*governor.TooLargeError](err); ok {
 		return run.Fatal, 0, true
-	case errors.As(err, &rl):
-		if rl.RetryAfter > 0 {
-			return run.RetryAfter, rl.RetryAfter, true
-		}
-		return run.Retry, 0, true
-	case errors.As(err, &ov):
-		if ov.RetryAfter > 0 {
-			return run.RetryAfter, ov.RetryAfter, true
-		}
-		return run.Retry, 0, true
-	case errors.As(err, &st):
-		if llm.Retryable(err) {
-			return run.Retry, 0, true
-		}
-		return run.Fatal, 0, true
-	case errors.As(err, &tr):
-		return run.Retry, 0, true
 	}
-	return 0, 0, false
+	a := llm.Advise(err)
+	switch {
+	case !a.Known || errors.Is(err, context.Canceled):
+		return 0, 0, false
+	case !a.Retry:
+		return run.Fatal, 0, true
+	case a.After > 0:
+		return run.RetryAfter, a.After, true
+	}
+	return run.Retry, 0, true
 }
