@@ -1,6 +1,7 @@
 package governor
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 
@@ -15,23 +16,49 @@ type TooLargeError struct {
 	Need  int64
 	Max   int64
 	// MaxOutput is the largest max_tokens that would fit with the same
-	// input, or -1 if the input alone does not fit.
+	// input, -1 if the input alone does not fit, or UnknownMaxOutput.
 	MaxOutput int64
 }
 
+// UnknownMaxOutput is TooLargeError.MaxOutput when what would fit is not
+// known, as when a provider refused the call.
+const UnknownMaxOutput = -2
+
 func (e *TooLargeError) Error() string {
-	hint := "lower max_tokens or the batch"
-	switch e.Limit {
-	case RPM, RPD:
-		hint = "this key allows no request at all"
-	case ITPM:
-		hint = "shorten the prompt or the batch"
+	return fmt.Sprintf("request can never fit: needs %s %s, %s limit is %s; %s",
+		num.Group(e.Need), e.Limit.Unit(), upper(e.Limit), num.Group(e.Max), e.Hint("", 1))
+}
+
+// Hint says, as a clause, what would make the call fit: nothing for a
+// limit of requests, a shorter prompt for ITPM, otherwise a lower maximum
+// or fewer choices, with the largest maximum that fits when MaxOutput
+// knows it. field names the maximum as the caller sent it ("" is
+// max_tokens); n is the call's choices (below 1: one). This is the one
+// wording of the hint: the governor's, the llm client's and the gateway's
+// refusals all give it.
+func (e *TooLargeError) Hint(field string, n int64) string {
+	field = cmp.Or(field, "max_tokens")
+	n = max(n, 1)
+	switch {
+	case e.Limit == RPM || e.Limit == RPD:
+		return "the key allows no request at all"
+	case e.Limit == ITPM:
+		return "shorten the prompt"
+	case e.MaxOutput < -1 && e.Limit == OTPM:
+		return "lower " + field
+	case e.MaxOutput < -1:
+		return "shorten the prompt or lower " + field
+	case e.MaxOutput < 1:
+		return "shorten the prompt: it alone does not fit"
 	}
-	if e.MaxOutput >= 0 && e.Limit != ITPM && e.Limit != RPM && e.Limit != RPD {
-		hint += fmt.Sprintf(" (max_tokens ≤ %s fits)", num.Group(e.MaxOutput))
+	fit := e.MaxOutput / n
+	switch {
+	case fit < 1:
+		return fmt.Sprintf("lower n: even %s 1 does not fit %d choices", field, n)
+	case n > 1:
+		return fmt.Sprintf("lower %[1]s or n: with n = %[2]d, %[1]s ≤ %[3]s fits", field, n, num.Group(fit))
 	}
-	return fmt.Sprintf("request can never fit: needs %s %s, %s limit is %s: %s",
-		num.Group(e.Need), e.Limit.Unit(), upper(e.Limit), num.Group(e.Max), hint)
+	return fmt.Sprintf("lower %[1]s: %[1]s ≤ %[2]s fits", field, num.Group(fit))
 }
 
 // WaitError reports a wait for admission that ended before the call was admitted.

@@ -19,7 +19,7 @@ func ExampleGovernor_Check() {
 	}
 	// Output:
 	// otpm 1252 1000
-	// request can never fit: needs 1,252 output tokens, OTPM limit is 1,000: lower max_tokens or the batch (max_tokens ≤ 1,000 fits)
+	// request can never fit: needs 1,252 output tokens, OTPM limit is 1,000; lower max_tokens: max_tokens ≤ 1,000 fits
 }
 
 // Two flows share a key by weight, in tokens; the explicit clock makes it

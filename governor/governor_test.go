@@ -120,7 +120,7 @@ func TestTooLargeNamesLimitAndNumbers(t *testing.T) {
 	if tl.Limit != OTPM || tl.Need != 1252 || tl.Max != 1000 || tl.MaxOutput != 1000 {
 		t.Fatalf("TooLargeError = %+v", tl)
 	}
-	want := "needs 1,252 output tokens, OTPM limit is 1,000: lower max_tokens or the batch (max_tokens ≤ 1,000 fits)"
+	want := "needs 1,252 output tokens, OTPM limit is 1,000; lower max_tokens: max_tokens ≤ 1,000 fits"
 	if !strings.Contains(err.Error(), want) {
 		t.Fatalf("message %q does not contain %q", err, want)
 	}

@@ -239,9 +239,9 @@ func TestErrorMessages(t *testing.T) {
 		want string
 	}{
 		{Groq.Classify(429, header("retry-after", "900"), []byte(groqOTPMSeedBody)),
-			"llm: request too large for output tokens per minute (OTPM): needs 1,252 output tokens, limit is 1,000; lower max_tokens or the batch (retrying never helps; HTTP 429)"},
+			"llm: request too large for output tokens per minute (OTPM): needs 1,252 output tokens, limit is 1,000; lower max_tokens (retrying never helps; HTTP 429)"},
 		{Groq.Classify(413, nil, []byte(groqTooLarge413Body)),
-			"llm: request too large for tokens per minute (TPM): needs 11,387 tokens, limit is 8,000; shorten the prompt, lower max_tokens or the batch (retrying never helps; HTTP 413)"},
+			"llm: request too large for tokens per minute (TPM): needs 11,387 tokens, limit is 8,000; shorten the prompt or lower max_tokens (retrying never helps; HTTP 413)"},
 		{Groq.Classify(429, header("retry-after", "6"), []byte(groqTPMBody)),
 			"llm: rate limited on tokens per minute (TPM): limit 8,000, used 7,972, requested 1,351; retry after 6s (HTTP 429)"},
 		{OpenAI.Classify(429, nil, nil), "llm: rate limited (the provider named no limit) (HTTP 429)"},

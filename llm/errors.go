@@ -83,15 +83,8 @@ func (e *TooLargeError) Error() string {
 		if e.Requested > 0 && e.Max > 0 {
 			fmt.Fprintf(&b, ": needs %s %s, limit is %s", num.Group(e.Requested), e.Limit.Unit(), num.Group(e.Max))
 		}
-		switch e.Limit {
-		case governor.OTPM:
-			b.WriteString("; lower max_tokens or the batch")
-		case governor.ITPM:
-			b.WriteString("; shorten the prompt or the batch")
-		case governor.RPM, governor.RPD:
-		default:
-			b.WriteString("; shorten the prompt, lower max_tokens or the batch")
-		}
+		b.WriteString("; ")
+		b.WriteString((&governor.TooLargeError{Limit: e.Limit, MaxOutput: governor.UnknownMaxOutput}).Hint("", 1))
 	} else {
 		b.WriteString("; make it smaller")
 	}

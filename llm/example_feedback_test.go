@@ -36,6 +36,6 @@ func ExampleFeedback() {
 	// Output:
 	// tokens charged: 0
 	// limits: tpm=8000,otpm=1000
-	// request can never fit: needs 1,252 output tokens, OTPM limit is 1,000: lower max_tokens or the batch (max_tokens ≤ 1,000 fits)
+	// request can never fit: needs 1,252 output tokens, OTPM limit is 1,000; lower max_tokens: max_tokens ≤ 1,000 fits
 	// next call admitted at once: true
 }

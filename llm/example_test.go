@@ -28,7 +28,7 @@ func ExampleProfile_Classify() {
 	fmt.Println(err)
 	fmt.Println("limit:", limit, "retryable:", llm.Retryable(err))
 	// Output:
-	// llm: request too large for output tokens per minute (OTPM): needs 1,252 output tokens, limit is 1,000; lower max_tokens or the batch (retrying never helps; HTTP 429)
+	// llm: request too large for output tokens per minute (OTPM): needs 1,252 output tokens, limit is 1,000; lower max_tokens (retrying never helps; HTTP 429)
 	// limit: otpm retryable: false
 }
 

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
-	"github.com/sluice-dev/sluice/internal/num"
 	"github.com/sluice-dev/sluice/llm"
 )
 
@@ -72,25 +71,11 @@ func tooLarge(p llm.Profile, model, field string, n int64, e *governor.TooLargeE
 	return &apiError{status: http.StatusRequestEntityTooLarge, typ: typ, code: code, message: msg}
 }
 
-// hint says what would make the request fit, naming its maximum field as
-// the client did; n is its choices.
+// hint says what would make the request fit, as a sentence, naming its
+// maximum field as the client did; n is its choices.
 func hint(e *governor.TooLargeError, field string, n int64) string {
-	switch e.Limit {
-	case governor.RPM, governor.RPD:
-		return "The key allows no request at all."
-	case governor.ITPM:
-		return "Shorten the prompt."
-	}
-	if fit := e.MaxOutput / max(n, 1); fit >= 1 {
-		if n > 1 {
-			return fmt.Sprintf("Lower %[1]s or n: with n = %[2]d, %[1]s ≤ %[3]s fits.", field, n, num.Group(fit))
-		}
-		return fmt.Sprintf("Lower %[1]s: %[1]s ≤ %[2]s fits.", field, num.Group(fit))
-	}
-	if e.MaxOutput >= 1 {
-		return fmt.Sprintf("Lower n: even %s 1 does not fit %d choices.", field, n)
-	}
-	return "Shorten the prompt: it alone does not fit."
+	h := e.Hint(field, n)
+	return strings.ToUpper(h[:1]) + h[1:] + "."
 }
 
 // notAdmitted is the answer to a request whose max wait ended before it was
