@@ -73,14 +73,6 @@ func (p *Provider) Call(ctx context.Context, flow string, req *llm.ChatRequest) 
 		return nil, NonRetriable(err)
 	}
 	cost := p.Estimator.Cost(req)
-	if err := p.Governor.Check(cost); err != nil {
-		if tl, ok := errors.AsType[*governor.TooLargeError](err); ok {
-			p.Governor.RefusedFlow(flow, tl.Limit) // as Reserve counts the refusals it makes
-			p.log().Warn("sluice: refused a call that can never fit", "key", p.Name, "flow", flow, "limit", tl.Limit.String(),
-				"needs", tl.Need, "allowance", tl.Max, "err", err)
-		}
-		return nil, NonRetriable(err) // can never fit: refuse before any call
-	}
 	inline := p.MaxInlineWait
 	if inline <= 0 {
 		inline = 30 * time.Second
@@ -95,6 +87,13 @@ func (p *Provider) Call(ctx context.Context, flow string, req *llm.ChatRequest) 
 	release()
 	if err != nil {
 		var we *governor.WaitError
+		if tl, ok := errors.AsType[*governor.TooLargeError](err); ok {
+			// Refused at once, before any wait (the governor counts it for
+			// the flow): waiting never helps.
+			p.log().Warn("sluice: refused a call that can never fit", "key", p.Name, "flow", flow, "limit", tl.Limit.String(),
+				"needs", tl.Need, "allowance", tl.Max, "err", err)
+			return nil, NonRetriable(err)
+		}
 		switch {
 		case drained && ctx.Err() == nil:
 			return nil, errDraining

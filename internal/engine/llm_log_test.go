@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/engine"
@@ -53,6 +54,10 @@ func TestProviderLogsRefusalsAndRejections(t *testing.T) {
 	ctx := context.Background()
 	if _, err := p.Call(ctx, "titles", req(500)); err == nil {
 		t.Fatal("a call needing 500 output tokens under OTPM 100 was not refused")
+	}
+	// The refusal counts once under its flow.
+	if st := gov.Stats(time.Now()); len(st.Flows) != 1 || st.Flows[0].Refusals[governor.OTPM] != 1 {
+		t.Errorf("flows after one refusal: %+v, want titles with one OTPM refusal", st.Flows)
 	}
 	if _, err := p.Call(ctx, "titles", req(20)); err != nil {
 		t.Fatalf("first call: %v", err)

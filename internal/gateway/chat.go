@@ -137,10 +137,6 @@ func (c *chatCall) run(start time.Time) *apiError {
 		// need not wait with it.
 		c.req = &llm.ChatRequest{Model: c.req.Model, MaxTokens: c.req.MaxTokens, CompletionTokensName: c.req.CompletionTokensName}
 	}
-	if err := g.gov.Check(c.cost); err != nil {
-		return c.refuse(err)
-	}
-
 	// Waiting ends at the max wait or when the caller leaves; the upstream
 	// call itself is bounded only by the caller. The gateway's clock may
 	// run faster than the wall clock.
@@ -237,7 +233,9 @@ func (c *chatCall) admit(ctx context.Context) (*governor.Reservation, error) {
 		if kept := g.places.take(c.placeKey(), t0); kept != nil {
 			// The same request: the same cost, unless the estimator has
 			// learned since, or an Idempotency-Key named another body.
-			if kept.Cost() == c.cost && kept.Rejoin(t0) {
+			// A limit learned since may have made it a call that can
+			// never fit: then Reserve refuses it below.
+			if kept.Cost() == c.cost && g.gov.Check(c.cost) == nil && kept.Rejoin(t0) {
 				res, c.rejoined = kept, true
 			} else {
 				kept.Cancel(t0)

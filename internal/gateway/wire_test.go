@@ -133,6 +133,15 @@ func TestTooLargeNamesTheFieldSent(t *testing.T) {
 			if status(resp) != 413 || !strings.Contains(string(body), tc.want) || strings.Contains(string(body), tc.wantNot) {
 				t.Errorf("%d %s\nwant 413 saying %q, never %q", status(resp), body, tc.want, tc.wantNot)
 			}
+			// The refusal counts once under its flow, as every refusal
+			// the governor makes up front does.
+			var refused int64
+			for _, f := range b.gw.Governor().Stats(b.gw.cfg.Now()).Flows {
+				refused += f.Refusals[governor.OTPM]
+			}
+			if refused != 1 {
+				t.Errorf("OTPM refusals counted: %d, want 1", refused)
+			}
 		})
 	}
 }
