@@ -2,6 +2,7 @@ package sluice_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -80,7 +81,7 @@ func TestAppsOnOneDatabaseShareTheKey(t *testing.T) {
 		// no lease ages out between the two reads.
 		var used []int64
 		for _, app := range apps {
-			s, err := app.Stats("groq")
+			s, err := app.Stats(context.Background(), "groq")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -88,6 +89,14 @@ func TestAppsOnOneDatabaseShareTheKey(t *testing.T) {
 		}
 		if used[0] != used[1] || used[0] == 0 {
 			t.Errorf("the apps see %v of rpm used, want the same cluster-wide figure", used)
+		}
+		// When the cluster's use cannot be read, Stats says so and gives
+		// the process's own figures.
+		cancelled, cancel := context.WithCancel(context.Background())
+		cancel()
+		own, err := apps[0].Stats(cancelled, "groq")
+		if !errors.Is(err, context.Canceled) || own.Limits[governor.RPM].Max == 0 {
+			t.Errorf("Stats under a cancelled context: %v, rpm %+v; want context.Canceled and the process's own figures", err, own.Limits[governor.RPM])
 		}
 	})
 }

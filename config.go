@@ -4,10 +4,12 @@ import (
 	"cmp"
 	"fmt"
 	"log/slog"
-	"math"
+	"os"
+	"slices"
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/clock"
 	"github.com/sluice-dev/sluice/llm"
 )
 
@@ -156,28 +158,39 @@ type Provider struct {
 func (c Config) validate() error {
 	seen := map[string]bool{}
 	for i, p := range c.Providers {
-		name := cmp.Or(p.Name, "default")
+		name := cmp.Or(p.Name, defaultProviderName)
 		if seen[name] {
 			return fmt.Errorf("providers[%d]: name %q used twice", i, name)
 		}
 		seen[name] = true
 	}
-	if c.MaxInlineWait < 0 {
-		return fmt.Errorf("MaxInlineWait %s is negative", c.MaxInlineWait)
+	for _, d := range []struct {
+		name string
+		d    time.Duration
+	}{
+		{"MaxInlineWait", c.MaxInlineWait}, {"PollInterval", c.PollInterval}, {"RetryBase", c.RetryBase}, {"RetryMax", c.RetryMax},
+		{"HealthEvery", c.HealthEvery}, {"HistoryEvery", c.HistoryEvery},
+	} {
+		if d.d < 0 {
+			return fmt.Errorf("%s %s is negative (0 means the default)", d.name, d.d)
+		}
+	}
+	if c.RetryBase > 0 && c.RetryMax > 0 && c.RetryBase > c.RetryMax {
+		return fmt.Errorf("RetryBase %s is above RetryMax %s", c.RetryBase, c.RetryMax)
 	}
 	if c.AppVersion != "" {
 		if err := CheckVersion(c.AppVersion); err != nil {
 			return fmt.Errorf("AppVersion: %w", err)
 		}
 	}
-	if c.Speed < 0 || math.IsNaN(c.Speed) || math.IsInf(c.Speed, 0) || c.Speed > MaxSpeed {
+	if c.Speed != 0 && !(c.Speed >= 1 && c.Speed <= MaxSpeed) { // NaN fails both
 		return fmt.Errorf("speed %v: want a number between 1 and %d (0 means 1)", c.Speed, MaxSpeed)
 	}
 	if c.Cluster != nil && c.Cluster.LeaseTTL != 0 && (c.Cluster.LeaseTTL < time.Millisecond || c.Cluster.LeaseTTL > time.Hour) {
-		return fmt.Errorf("cluster lease TTL %v: want from 1ms to 1h (0 means 2s)", c.Cluster.LeaseTTL)
+		return fmt.Errorf("cluster lease TTL %v: want from 1ms to 1h (0 means %s)", c.Cluster.LeaseTTL, defaultLeaseTTL)
 	}
 	if c.Cluster != nil && c.Cluster.AdoptEvery > time.Hour {
-		return fmt.Errorf("cluster adoption period %v: want at most 1h (0 means 10s, negative never)", c.Cluster.AdoptEvery)
+		return fmt.Errorf("cluster adoption period %v: want at most 1h (0 means %s, negative never)", c.Cluster.AdoptEvery, DefaultAdoptEvery)
 	}
 	return nil
 }
@@ -185,3 +198,59 @@ func (c Config) validate() error {
 // MaxSpeed bounds Config.Speed: a simulated day in under a minute and a
 // half leaves the engine's steps, not the key's limits, the bottleneck.
 const MaxSpeed = 1000
+
+// The defaults of Config, as its fields document them.
+const (
+	defaultDatabaseURL   = "sluice.db"
+	defaultMaxInlineWait = 30 * time.Second
+	defaultPollInterval  = 100 * time.Millisecond
+	defaultRetryBase     = time.Second
+	defaultRetryMax      = 10 * time.Minute
+	defaultStopGrace     = 30 * time.Second
+	defaultExecutorID    = "local"
+	defaultHealthEvery   = 30 * time.Second
+	defaultHistoryEvery  = time.Minute
+	defaultProviderName  = "default"
+	defaultLeaseTTL      = 2 * time.Second
+)
+
+// withDefaults is c with every default of its fields filled in (a
+// negative StopGrace stays: none). A provider's DayBurst, Window and
+// Accounting are the governor's (governor.Config). It runs after validate.
+func (c Config) withDefaults() Config {
+	c.DatabaseURL = cmp.Or(c.DatabaseURL, defaultDatabaseURL)
+	c.MaxInlineWait = cmp.Or(c.MaxInlineWait, defaultMaxInlineWait)
+	c.PollInterval = cmp.Or(c.PollInterval, defaultPollInterval)
+	c.RetryBase = cmp.Or(c.RetryBase, defaultRetryBase)
+	c.RetryMax = cmp.Or(c.RetryMax, defaultRetryMax)
+	c.StopGrace = cmp.Or(c.StopGrace, defaultStopGrace)
+	c.ExecutorID = cmp.Or(c.ExecutorID, defaultExecutorID)
+	c.HealthEvery = cmp.Or(c.HealthEvery, defaultHealthEvery)
+	c.HistoryEvery = cmp.Or(c.HistoryEvery, defaultHistoryEvery)
+	c.Speed = cmp.Or(c.Speed, 1)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	if c.Now == nil {
+		c.Now = clock.New(c.Speed).Now
+	}
+	c.Providers = slices.Clone(c.Providers)
+	for i := range c.Providers {
+		p := &c.Providers[i]
+		p.Name = cmp.Or(p.Name, defaultProviderName)
+		p.Lag = cmp.Or(p.Lag, defaultLag(c.Speed))
+	}
+	if c.Cluster != nil {
+		cl := *c.Cluster
+		cl.LeaseTTL = cmp.Or(cl.LeaseTTL, defaultLeaseTTL)
+		cl.AdoptEvery = cmp.Or(cl.AdoptEvery, DefaultAdoptEvery)
+		c.Cluster = &cl
+	}
+	return c
+}
+
+// defaultLag is a provider's Lag when none is given: 2 s, or 40 ms of the
+// wall clock at speed when that is longer, at most a minute.
+func defaultLag(speed float64) time.Duration {
+	return min(max(2*time.Second, time.Duration(max(speed, 1)*float64(40*time.Millisecond))), time.Minute)
+}

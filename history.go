@@ -1,7 +1,6 @@
 package sluice
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"slices"
@@ -36,7 +35,7 @@ type providerConfig struct {
 func (a *App) effectiveConfig() effectiveConfig {
 	c := effectiveConfig{Flows: slices.Clone(a.cfg.Flows), Functions: []run.Function{}, Backfills: a.backfills.Settings()}
 	for _, p := range a.cfg.Providers {
-		pc := providerConfig{Name: cmp.Or(p.Name, "default"), Profile: string(p.LLM.Profile), Limits: map[string]int64{},
+		pc := providerConfig{Name: p.Name, Profile: string(p.LLM.Profile), Limits: map[string]int64{},
 			Window: p.Window.String(), Accounting: p.Accounting.String(), DefaultMaxTokens: p.LLM.DefaultMaxTokens, DayBurst: p.DayBurst}
 		for _, l := range governor.AllLimits {
 			if p.Limits[l] > 0 {

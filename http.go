@@ -1,6 +1,7 @@
 package sluice
 
 import (
+	"context"
 	"maps"
 	"net/http"
 	"slices"
@@ -98,12 +99,18 @@ func (a *App) Dashboard(cfg DashboardConfig) (http.Handler, error) {
 	})
 }
 
-// keyStats is every provider key's governor statistics, by provider name.
-func (a *App) keyStats(now time.Time) []governor.Stats {
+// keyStats is every provider key's governor statistics, by provider name,
+// for the dashboard: a key whose cluster use cannot be read shows this
+// process's own, and the error is logged.
+func (a *App) keyStats(ctx context.Context, now time.Time) []governor.Stats {
 	names := slices.Sorted(maps.Keys(a.providers))
 	out := make([]governor.Stats, 0, len(names))
 	for _, n := range names {
-		out = append(out, a.statsOf(n, now))
+		st, err := a.statsOf(ctx, n, now)
+		if err != nil {
+			a.e.Logger().Warn("sluice: dashboard", "err", err)
+		}
+		out = append(out, st)
 	}
 	return out
 }

@@ -30,7 +30,7 @@ func TestTooLargeTeachesTheLimit(t *testing.T) {
 		if model.Stats().TooLarge != 1 {
 			t.Fatalf("provider saw %d too-large calls, want 1", model.Stats().TooLarge)
 		}
-		stats, err := app.Stats("groq")
+		stats, err := app.Stats(context.Background(), "groq")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -70,7 +70,7 @@ func TestRateLimitTeachesTheLimit(t *testing.T) {
 		if model.Stats().RejectedByLimit[governor.RPM] != 1 {
 			t.Fatalf("provider rejections by RPM: %d, want 1", model.Stats().RejectedByLimit[governor.RPM])
 		}
-		stats, err := app.Stats("groq")
+		stats, err := app.Stats(context.Background(), "groq")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -93,7 +93,7 @@ func TestDayUsageSurvivesRestart(t *testing.T) {
 				t.Fatalf("run %s: %s %s", id, st.Status, st.Error)
 			}
 		}
-		stats, err := first.Stats("groq")
+		stats, err := first.Stats(context.Background(), "groq")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -110,7 +110,7 @@ func TestDayUsageSurvivesRestart(t *testing.T) {
 		if err := second.Start(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		stats, err = second.Stats("groq")
+		stats, err = second.Stats(context.Background(), "groq")
 		if err != nil {
 			t.Fatal(err)
 		}

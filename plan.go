@@ -37,16 +37,23 @@ func (a *App) plan(ctx context.Context) (*plan.Plan, error) {
 		return p, err
 	}
 	p, err := c.p, c.err
-	if time.Since(c.made) >= cmp.Or(c.every, planEvery) && !c.making {
+	if time.Since(c.made) >= cmp.Or(c.every, planEvery) && !c.making && !c.closed {
 		c.making = true
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		life := c.life()
+		c.wg.Go(func() {
+			ctx, cancel := context.WithTimeout(life, time.Minute)
 			defer cancel()
+			if c.hold != nil {
+				c.hold(ctx)
+			}
 			p, err := a.makePlan(ctx)
 			c.mu.Lock()
-			c.p, c.err, c.made, c.making = p, err, time.Now(), false
+			if ctx.Err() == nil {
+				c.p, c.err, c.made = p, err, time.Now()
+			}
+			c.making = false
 			c.mu.Unlock()
-		}()
+		})
 	}
 	c.mu.Unlock()
 	return p, err
@@ -62,7 +69,34 @@ type planCache struct {
 	err    error
 	made   time.Time // zero: none yet
 	making bool
-	every  time.Duration // 0: planEvery
+	every  time.Duration         // 0: planEvery
+	hold   func(context.Context) // tests: called before a plan is made in the background
+	// The plan made in the background ends with the app: close cancels it
+	// and waits for it, and none starts after.
+	closed bool
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// life is the context background plans are made under. c.mu is held.
+func (c *planCache) life() context.Context {
+	if c.ctx == nil {
+		c.ctx, c.cancel = context.WithCancel(context.Background())
+	}
+	return c.ctx
+}
+
+// close ends the plan being made in the background, if one is, and waits
+// for it; no other starts after. Safe to call twice.
+func (c *planCache) close() {
+	c.mu.Lock()
+	c.closed = true
+	if c.cancel != nil {
+		c.cancel()
+	}
+	c.mu.Unlock()
+	c.wg.Wait()
 }
 
 // makePlan plans the running configuration now (see plan).

@@ -181,6 +181,29 @@ func TestDashboardPlan(t *testing.T) {
 	if strings.Contains(html.UnescapeString(page), "ask: no call of it was recorded") {
 		t.Errorf("the plan still says ask made no call:\n%s", page)
 	}
+
+	// A plan made in the background ends with the app: none is being
+	// made once Stop returns, and a visit after it starts none. The next
+	// one is held until its context ends, which only Stop can do.
+	sluice.HoldPlans(app)
+	for !sluice.PlanMaking(app) {
+		planPage(t, srv)
+		select {
+		case <-tick.C: // poll interval; the loop above has the deadline
+		case <-deadline:
+			t.Fatal("no plan is made in the background within a minute")
+		}
+	}
+	if err := app.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if sluice.PlanMaking(app) {
+		t.Error("a plan is still being made after Stop returned")
+	}
+	planPage(t, srv)
+	if sluice.PlanMaking(app) {
+		t.Error("a visit after Stop started a plan in the background")
+	}
 }
 
 // TestDashboardPlanNothing: an app with nothing on its first key, or no

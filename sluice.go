@@ -11,7 +11,6 @@ import (
 
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/backfill"
-	"github.com/sluice-dev/sluice/internal/clock"
 	"github.com/sluice-dev/sluice/internal/engine"
 	"github.com/sluice-dev/sluice/internal/health"
 	"github.com/sluice-dev/sluice/internal/metrics"
@@ -55,15 +54,13 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("sluice config: %w", err)
 	}
-	st, err := store.Open(ctx, cmp.Or(cfg.DatabaseURL, "sluice.db"))
+	cfg = cfg.withDefaults()
+	st, err := store.Open(ctx, cfg.DatabaseURL)
 	if err != nil {
 		return nil, err
 	}
 	ms := newMetrics()
 	now := cfg.Now
-	if now == nil {
-		now = clock.New(cfg.Speed).Now
-	}
 	e, err := engine.New(ctx, engine.Config{
 		Now:          now,
 		Speed:        cfg.Speed,
@@ -114,7 +111,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		return nil, fmt.Errorf("sluice config: %w", err)
 	}
 	for i, p := range cfg.Providers {
-		name := cmp.Or(p.Name, "default")
+		name := p.Name
 		client, err := llm.NewClient(p.LLM)
 		if err != nil {
 			_ = a.shutdown(time.Second)
@@ -126,7 +123,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 			Window:     p.Window,
 			Accounting: p.Accounting,
 			DayBurst:   p.DayBurst,
-			Lag:        cmp.Or(p.Lag, defaultLag(cfg.Speed)),
+			Lag:        p.Lag,
 			Flows:      cfg.Flows,
 			Now:        now,
 			Speed:      cfg.Speed,
@@ -208,6 +205,7 @@ func (a *App) Stop(ctx context.Context) error {
 	// database closes; the charges of runs still in flight are flushed by
 	// the engine once they have returned (see New).
 	a.backfills.Stop()
+	a.plans.close()
 	var errs []error
 	errs = append(errs, a.monitor.Stop(ctx))
 	for _, l := range a.ledgers {
@@ -217,9 +215,9 @@ func (a *App) Stop(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// stopGrace is Config.StopGrace with its default.
+// stopGrace is Config.StopGrace, none when negative.
 func (a *App) stopGrace() time.Duration {
-	return max(cmp.Or(a.cfg.StopGrace, 30*time.Second), 0)
+	return max(a.cfg.StopGrace, 0)
 }
 
 // shutdown stops the engine, then closes the store it ran on: DBOS has
@@ -234,8 +232,18 @@ func (a *App) shutdown(timeout time.Duration) error {
 // 1 to 128 letters, digits or ._:+@/- starting with a letter or digit.
 func CheckVersion(v string) error { return engine.CheckVersion(v) }
 
-// ErrNoFunction is returned by Send when no function listens to the event.
-var ErrNoFunction = engine.ErrNoFunction
+// The errors the App's methods return that a caller can name with
+// errors.Is (and ErrSameVersion, beside the versions).
+var (
+	// ErrNoFunction is returned by Send when no function listens to the
+	// event.
+	ErrNoFunction = engine.ErrNoFunction
+	// ErrRunNotFound is returned by Wait and Result for a run ID no run has.
+	ErrRunNotFound = engine.ErrRunNotFound
+	// ErrExecutorRunning is returned by Start while another process (or
+	// App) with the same executor ID runs on the database.
+	ErrExecutorRunning = engine.ErrExecutorRunning
+)
 
 // Send sends an event: every function it triggers starts a run. id
 // deduplicates (empty: a random one); data is encoded as JSON.
@@ -295,29 +303,29 @@ func (e *RunError) Error() string {
 // Stats returns the governor statistics of a provider (flows waiting,
 // admitted, tokens; usage of every limit). With Config.Cluster, each
 // limit's use is the whole cluster's, as the leases of every process take
-// it (see docs/multinode.md); the flows are this process's.
-func (a *App) Stats(provider string) (governor.Stats, error) {
+// it (see docs/multinode.md), read from the database under ctx; the flows
+// are this process's. When the cluster's use cannot be read, Stats returns
+// the process's own statistics with an error saying so.
+func (a *App) Stats(ctx context.Context, provider string) (governor.Stats, error) {
 	name := cmp.Or(provider, a.first)
 	if _, ok := a.providers[name]; !ok {
 		return governor.Stats{}, fmt.Errorf("unknown provider %q", provider)
 	}
-	return a.statsOf(name, a.e.Now()), nil
+	return a.statsOf(ctx, name, a.e.Now())
 }
 
 // statsOf is provider name's governor statistics at now, with the
 // cluster's use of each limit when it is one of a cluster. When the store
-// cannot be read, the process's own use stands.
-func (a *App) statsOf(name string, now time.Time) governor.Stats {
+// cannot be read, the process's own use stands, with the error.
+func (a *App) statsOf(ctx context.Context, name string, now time.Time) (governor.Stats, error) {
 	st := a.providers[name].Governor.Stats(now)
 	l := a.clusters[name]
 	if l == nil {
-		return st
+		return st, nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
 	minute, day, _, err := l.ClusterUse(ctx, now)
 	if err != nil {
-		return st
+		return st, fmt.Errorf("read the cluster's use of %s (these are this process's own figures): %w", name, err)
 	}
 	for _, lim := range governor.AllLimits {
 		ls := &st.Limits[lim]
@@ -330,7 +338,7 @@ func (a *App) statsOf(name string, now time.Time) governor.Stats {
 			ls.Capacity = max(ls.Max-used, 0)
 		}
 	}
-	return st
+	return st, nil
 }
 
 // Governor returns the governor of a provider's key (the first provider's
@@ -348,21 +356,13 @@ func (a *App) Governor(provider string) (*governor.Governor, error) {
 
 var errNoProvider = errors.New("no LLM provider is configured (Config.Providers)")
 
-// defaultLag is a provider's Lag when none is given: 2 s, or 40 ms of the
-// wall clock at speed when that is longer, at most a minute.
-func defaultLag(speed float64) time.Duration {
-	return min(max(2*time.Second, time.Duration(max(speed, 1)*float64(40*time.Millisecond))), time.Minute)
-}
-
-// adoptEvery is the engine's AdoptEvery for c: none without a cluster.
+// adoptEvery is the engine's AdoptEvery for c: none without a cluster, or
+// when negative.
 func adoptEvery(c *Cluster) time.Duration {
-	switch {
-	case c == nil || c.AdoptEvery < 0:
+	if c == nil {
 		return 0
-	case c.AdoptEvery == 0:
-		return DefaultAdoptEvery
 	}
-	return c.AdoptEvery
+	return max(c.AdoptEvery, 0)
 }
 
 // cluster is the quota leases' configuration of cfg's process, nil when it
@@ -371,5 +371,5 @@ func cluster(cfg Config, logger *slog.Logger) *quota.Cluster {
 	if cfg.Cluster == nil {
 		return nil
 	}
-	return &quota.Cluster{Node: cmp.Or(cfg.ExecutorID, "local"), LeaseTTL: cfg.Cluster.LeaseTTL, Speed: cfg.Speed, Logger: logger}
+	return &quota.Cluster{Node: cfg.ExecutorID, LeaseTTL: cfg.Cluster.LeaseTTL, Speed: cfg.Speed, Logger: logger}
 }

@@ -144,8 +144,42 @@ func TestResult(t *testing.T) {
 	if se == nil || se.Step != "count" || se.Class != run.Fatal || !se.Final || se.Attempt != 1 || se.Class.String() != "fatal" {
 		t.Fatalf("step error %+v: want step count, fatal, final at attempt 1", se)
 	}
-	if _, err := sluice.Result[out](ctx, app, "count:nope"); err == nil {
-		t.Fatal("result of an unknown run: no error")
+	if _, err := sluice.Result[out](ctx, app, "count:nope"); !errors.Is(err, sluice.ErrRunNotFound) {
+		t.Fatalf("result of an unknown run: %v, want ErrRunNotFound", err)
+	}
+}
+
+// The errors a caller meets are the root's, named with errors.Is.
+func TestErrorsCallersMeet(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := filepath.Join(t.TempDir(), "s.db")
+	app := newApp(t, sluice.Config{DatabaseURL: db})
+	if err := sluice.Register(app, run.Function{ID: "f", Event: "e"}, func(*sluice.Context, sluice.Event[doc]) (int, error) { return 0, nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := app.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := app.Send(ctx, "nobody.listens", "", nil); !errors.Is(err, sluice.ErrNoFunction) {
+		t.Errorf("Send to no function: %v, want ErrNoFunction", err)
+	}
+	if _, err := app.Wait(ctx, "f:missing"); !errors.Is(err, sluice.ErrRunNotFound) {
+		t.Errorf("Wait for no run: %v, want ErrRunNotFound", err)
+	}
+	if _, err := app.ResumeVersion(ctx, app.AppVersion()); !errors.Is(err, sluice.ErrSameVersion) {
+		t.Errorf("ResumeVersion of the app's own version: %v, want ErrSameVersion", err)
+	}
+	if _, err := app.CancelVersion(ctx, app.AppVersion()); !errors.Is(err, sluice.ErrSameVersion) {
+		t.Errorf("CancelVersion of the app's own version: %v, want ErrSameVersion", err)
+	}
+	// A second app with the same (default) executor on the same database.
+	twin := newApp(t, sluice.Config{DatabaseURL: db})
+	if err := sluice.Register(twin, run.Function{ID: "f", Event: "e"}, func(*sluice.Context, sluice.Event[doc]) (int, error) { return 0, nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := twin.Start(ctx); !errors.Is(err, sluice.ErrExecutorRunning) {
+		t.Errorf("Start of a second app with the same executor: %v, want ErrExecutorRunning", err)
 	}
 }
 
@@ -166,7 +200,7 @@ func TestRegisterRejectsBadConfig(t *testing.T) {
 			t.Errorf("%s: registered, want an error", tc.name)
 		}
 	}
-	if _, err := app.Stats(""); err == nil {
+	if _, err := app.Stats(context.Background(), ""); err == nil {
 		t.Error("stats of an app without providers: want an error")
 	}
 }

@@ -3,6 +3,9 @@ package sluice_test
 import (
 	"context"
 	"fmt"
+	"math"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,9 +77,38 @@ func TestSpeedCompressesQuotaWaits(t *testing.T) {
 
 func TestSpeedIsBounded(t *testing.T) {
 	t.Parallel()
-	for _, s := range []float64{-1, sluice.MaxSpeed + 1} {
-		if _, err := sluice.New(context.Background(), sluice.Config{DatabaseURL: "sqlite:" + t.TempDir() + "/x.db", Speed: s}); err == nil {
-			t.Errorf("speed %v accepted", s)
+	for _, s := range []float64{-1, 0.5, math.NaN(), math.Inf(1), sluice.MaxSpeed + 1} {
+		_, err := sluice.New(context.Background(), sluice.Config{DatabaseURL: "sqlite:" + t.TempDir() + "/x.db", Speed: s})
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("want a number between 1 and %d (0 means 1)", sluice.MaxSpeed)) {
+			t.Errorf("speed %v: %v, want the bounds named", s, err)
+		}
+	}
+}
+
+// TestConfigIsChecked: every duration a Config takes is refused negative,
+// naming the field, before anything opens.
+func TestConfigIsChecked(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		cfg  sluice.Config
+		want string
+	}{
+		{sluice.Config{MaxInlineWait: -time.Second}, "MaxInlineWait -1s is negative"},
+		{sluice.Config{PollInterval: -time.Second}, "PollInterval -1s is negative"},
+		{sluice.Config{RetryBase: -time.Second}, "RetryBase -1s is negative"},
+		{sluice.Config{RetryMax: -time.Second}, "RetryMax -1s is negative"},
+		{sluice.Config{HealthEvery: -time.Second}, "HealthEvery -1s is negative"},
+		{sluice.Config{HistoryEvery: -time.Second}, "HistoryEvery -1s is negative"},
+		{sluice.Config{RetryBase: time.Minute, RetryMax: time.Second}, "RetryBase 1m0s is above RetryMax 1s"},
+	} {
+		dir := t.TempDir()
+		tc.cfg.DatabaseURL = "sqlite:" + dir + "/x.db"
+		_, err := sluice.New(context.Background(), tc.cfg)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want %q", tc.cfg, err, tc.want)
+		}
+		if _, statErr := os.Stat(dir + "/x.db"); statErr == nil {
+			t.Errorf("%q: the database was created", tc.want)
 		}
 	}
 }

@@ -98,7 +98,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	app, flaky := newBrowserApp(t, provider, &logs)
 	t.Cleanup(func() {
 		if t.Failed() {
-			gs, _ := app.Stats(browserKey)
+			gs, _ := app.Stats(context.Background(), browserKey)
 			t.Logf("the provider saw %+v; the key's governor: %+v\nthe app's log:\n%s", sim.Stats(), gs, logs.String())
 		}
 	})

@@ -186,7 +186,7 @@ type Set struct {
 	now     func() time.Time
 	byID    map[string]*backfill
 	order   []*backfill
-	stop    chan struct{}
+	stop    context.CancelFunc // ends the ticker's context, and the kick it is in
 	stopped chan struct{}
 }
 
@@ -284,35 +284,32 @@ func (s *Set) Start(ctx context.Context) error {
 	if len(s.order) == 0 {
 		return nil
 	}
-	s.stop, s.stopped = make(chan struct{}), make(chan struct{})
-	go s.tick()
+	life, stop := context.WithCancel(context.Background())
+	s.stop, s.stopped = stop, make(chan struct{})
+	go s.tick(life)
 	return nil
 }
 
-// Stop stops starting runs; runs in progress end with the engine. Safe to
-// call twice.
+// Stop stops starting runs, ending a start under way; runs in progress end
+// with the engine. Safe to call twice.
 func (s *Set) Stop() {
 	if s.stop == nil {
 		return
 	}
-	select {
-	case <-s.stop:
-	default:
-		close(s.stop)
-	}
+	s.stop()
 	<-s.stopped
 }
 
 // tick starts a run of each backfill every Poll. The event's ID is the
 // Poll period it falls in, so the processes of one app start one run.
-func (s *Set) tick() {
+func (s *Set) tick(ctx context.Context) {
 	defer close(s.stopped)
 	next := map[string]time.Time{}
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
 		select {
-		case <-s.stop:
+		case <-ctx.Done():
 			return
 		case <-timer.C:
 		}
@@ -320,7 +317,7 @@ func (s *Set) tick() {
 		wake := now.Add(time.Hour)
 		for _, b := range s.order {
 			if at := next[b.ID]; !now.Before(at) {
-				s.kick(b, fmt.Sprintf("%s@%d", b.ID, now.Truncate(b.Poll).UnixMilli()))
+				s.kick(ctx, b, fmt.Sprintf("%s@%d", b.ID, now.Truncate(b.Poll).UnixMilli()))
 				next[b.ID] = now.Truncate(b.Poll).Add(b.Poll)
 			}
 			if next[b.ID].Before(wake) {
@@ -331,8 +328,8 @@ func (s *Set) tick() {
 	}
 }
 
-func (s *Set) kick(b *backfill, id string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+func (s *Set) kick(life context.Context, b *backfill, id string) {
+	ctx, cancel := context.WithTimeout(life, 10*time.Second)
 	defer cancel()
 	// A run in progress or in line will pick up what there is (and hands
 	// on to the next itself): another would only wait behind it.
@@ -341,7 +338,7 @@ func (s *Set) kick(b *backfill, id string) {
 			return
 		}
 	}
-	if _, err := s.e.Send(ctx, engine.Event{Name: EventName(b.ID), ID: id}); err != nil {
+	if _, err := s.e.Send(ctx, engine.Event{Name: EventName(b.ID), ID: id}); err != nil && life.Err() == nil { // not cut by Stop
 		s.log.Warn("sluice: start a backfill run", "backfill", b.ID, "err", err)
 	}
 }

@@ -29,7 +29,7 @@ func TestFailingSourcesShowAReference(t *testing.T) {
 		cfg        ui.Config
 	}{
 		{"samples", "/", ui.Config{
-			Keys: func(time.Time) []governor.Stats {
+			Keys: func(context.Context, time.Time) []governor.Stats {
 				return []governor.Stats{keyStats("groq", map[governor.Limit][2]int64{governor.RPM: {1, 0}}, governor.FlowStats{Name: "f"})}
 			},
 			History: &fakeHistory{SamplesFunc: func(context.Context, time.Time, time.Time, string) ([]store.Sample, error) { return nil, errDatabase }},

@@ -66,7 +66,7 @@ func TestUntrustedTextIsEscaped(t *testing.T) {
 				return []store.BackfillRun{{RunID: xss, Backfill: "titles", EndedAt: now, Rejected: map[string]int{xss: 1}, Stopped: "aborted=" + xss}}, nil
 			},
 		},
-		Keys: func(time.Time) []governor.Stats {
+		Keys: func(context.Context, time.Time) []governor.Stats {
 			return []governor.Stats{keyStats(xss, map[governor.Limit][2]int64{governor.TPM: {100, 10}},
 				governor.FlowStats{Name: xss, Waiting: 1, WaitingOn: governor.Blocker{Kind: "limit", Limit: governor.TPM}})}
 		},

@@ -121,7 +121,7 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) error {
 	}
 	var keys []governor.Stats
 	if h.cfg.Keys != nil {
-		keys = slices.Clone(h.cfg.Keys(now))
+		keys = slices.Clone(h.cfg.Keys(r.Context(), now))
 	}
 	slices.SortFunc(keys, func(a, b governor.Stats) int { return strings.Compare(a.Key, b.Key) })
 	for i, k := range keys {

@@ -32,7 +32,7 @@ func overviewUI(t *testing.T, asked *[]string) http.Handler {
 	openai := keyStats("openai", map[governor.Limit][2]int64{governor.RPM: {500, 500}},
 		governor.FlowStats{Name: "chat", Weight: 1, Share: 1, Waiting: 3, WaitingOn: governor.Blocker{Kind: "pause", Until: now.Add(time.Second)}})
 	return newUI(t, ui.Config{
-		Keys: func(at time.Time) []governor.Stats {
+		Keys: func(_ context.Context, at time.Time) []governor.Stats {
 			if !at.Equal(now) {
 				t.Errorf("Keys at %s, want the clock's %s", at, now)
 			}
@@ -198,7 +198,7 @@ func TestOverviewWithoutSources(t *testing.T) {
 	hasText(t, "overview", page, "No provider key is configured")
 	// A key without samples has no chart, and says why.
 	h = newUI(t, ui.Config{
-		Keys: func(time.Time) []governor.Stats {
+		Keys: func(context.Context, time.Time) []governor.Stats {
 			return []governor.Stats{keyStats("groq", map[governor.Limit][2]int64{governor.RPM: {30, 1}}, governor.FlowStats{Name: "f"})}
 		},
 		History: &fakeHistory{SamplesFunc: func(context.Context, time.Time, time.Time, string) ([]store.Sample, error) { return nil, nil }},

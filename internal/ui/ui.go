@@ -126,8 +126,9 @@ type Config struct {
 	// Health is every flow's health. Default nil: no flows.
 	Health Health
 	// Keys returns every provider key's governor statistics at now, for
-	// the overview's gauges. Default nil: no keys.
-	Keys func(now time.Time) []governor.Stats
+	// the overview's gauges, reading what it needs under ctx (the page's
+	// request). Default nil: no keys.
+	Keys func(ctx context.Context, now time.Time) []governor.Stats
 	// History reads the samples behind the overview's 24 h charts and
 	// rates. Default nil: no charts and no rates.
 	History History
