@@ -22,6 +22,7 @@ import (
 
 	"github.com/sluice-dev/sluice"
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/forecast"
 	"github.com/sluice-dev/sluice/internal/sim"
 	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/internal/testenv"
@@ -79,7 +80,7 @@ func TestBackfillKill(t *testing.T) {
 	t.Parallel()
 	testenv.Databases(t, func(t *testing.T, url string) {
 		ctx := context.Background()
-		model, err := sim.NewModel(sim.Config{Profile: "groq", Latency: 30 * time.Millisecond, Wire: true, Seed: 1})
+		model, err := forecast.NewModel(forecast.ModelConfig{Profile: "groq", Latency: 30 * time.Millisecond, Wire: true, Seed: 1})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluice-dev/sluice"
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/forecast"
 	"github.com/sluice-dev/sluice/internal/sim"
 	"github.com/sluice-dev/sluice/internal/testenv"
 	"github.com/sluice-dev/sluice/llm"
@@ -19,9 +20,9 @@ import (
 )
 
 // simProvider serves a provider model over HTTP for the test's lifetime.
-func simProvider(t *testing.T, limits governor.Limits) (*sim.Model, llm.Config) {
+func simProvider(t *testing.T, limits governor.Limits) (*forecast.Model, llm.Config) {
 	t.Helper()
-	model, err := sim.NewModel(sim.Config{Profile: "groq", Limits: limits, Wire: true})
+	model, err := forecast.NewModel(forecast.ModelConfig{Profile: "groq", Limits: limits, Wire: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/forecast"
 	"github.com/sluice-dev/sluice/internal/sim"
 	"github.com/sluice-dev/sluice/internal/testenv"
 	"github.com/sluice-dev/sluice/llm"
@@ -34,9 +35,9 @@ func inBubble(t *testing.T, f func(t *testing.T)) {
 // (cfg's Now and Speed, when set), over a PipeNet, until t ends; it
 // returns the model and the llm.Config that reaches it. Call it inside
 // the bubble.
-func simInBubble(t *testing.T, limits governor.Limits, cfg sim.ServerConfig) (*sim.Model, llm.Config) {
+func simInBubble(t *testing.T, limits governor.Limits, cfg sim.ServerConfig) (*forecast.Model, llm.Config) {
 	t.Helper()
-	model, err := sim.NewModel(sim.Config{Profile: "groq", Limits: limits, Wire: true})
+	model, err := forecast.NewModel(forecast.ModelConfig{Profile: "groq", Limits: limits, Wire: true})
 	if err != nil {
 		t.Fatal(err)
 	}

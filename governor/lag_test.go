@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
-	"github.com/sluice-dev/sluice/internal/sim"
+	"github.com/sluice-dev/sluice/internal/forecast"
 )
 
 // TestLagCoversTransit: calls reach the provider up to a second after the
@@ -31,7 +31,7 @@ func TestLagCoversTransit(t *testing.T) {
 
 type arrival struct {
 	at  time.Time
-	req sim.Request
+	req forecast.Request
 }
 
 type arrivals []arrival
@@ -49,7 +49,7 @@ func (a *arrivals) Pop() any {
 
 func transitRejections(t *testing.T, window governor.Window, lag time.Duration) int64 {
 	limits := governor.Limits{governor.RPM: 40, governor.TPM: 20000}
-	prov, err := sim.NewModel(sim.Config{Window: window, Limits: limits, Seed: 3})
+	prov, err := forecast.NewModel(forecast.ModelConfig{Window: window, Limits: limits, Seed: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func transitRejections(t *testing.T, window governor.Window, lag time.Duration) 
 			c := line[0].Cost()
 			line = line[1:]
 			transit := time.Duration(rng.Float64() * float64(time.Second))
-			heap.Push(&inbound, arrival{at: now.Add(transit), req: sim.Request{Input: c.Input, MaxTokens: c.Output, Output: 50}})
+			heap.Push(&inbound, arrival{at: now.Add(transit), req: forecast.Request{Input: c.Input, MaxTokens: c.Output, Output: 50}})
 		}
 	}
 	return prov.Stats().Rejected

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
-	"github.com/sluice-dev/sluice/internal/sim"
+	"github.com/sluice-dev/sluice/internal/forecast"
 )
 
 // TestPropertyExactProvider drives the governor against the provider model
@@ -74,7 +74,7 @@ func runProperty(t *testing.T, seed uint64) {
 		accounting = governor.SettleAccounting
 	}
 	latency := time.Duration(rng.IntN(3000)) * time.Millisecond
-	prov, err := sim.NewModel(sim.Config{Window: window, Accounting: accounting, Limits: limits, Latency: latency, Seed: int64(seed)})
+	prov, err := forecast.NewModel(forecast.ModelConfig{Window: window, Accounting: accounting, Limits: limits, Latency: latency, Seed: int64(seed)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +114,7 @@ func runProperty(t *testing.T, seed uint64) {
 	type completion struct {
 		at   time.Time
 		r    *governor.Reservation
-		resp sim.Response
+		resp forecast.Response
 		out  int64
 	}
 	var inflight []completion
@@ -150,7 +150,7 @@ func runProperty(t *testing.T, seed uint64) {
 					f.queued = f.queued[1:]
 					c := r.Cost()
 					out := int64(float64(c.Output) * (0.3 + 0.7*rng.Float64()))
-					resp := prov.Submit(now, sim.Request{Flow: f.name, Input: c.Input, MaxTokens: c.Output, Output: out})
+					resp := prov.Submit(now, forecast.Request{Flow: f.name, Input: c.Input, MaxTokens: c.Output, Output: out})
 					if resp.Status != 200 {
 						t.Fatalf("limits %v %v/%v: the governor admitted %+v for %s at %v but the provider answered %d naming %s",
 							limits, window, accounting, c, f.name, now.Sub(start), resp.Status, resp.Limit)

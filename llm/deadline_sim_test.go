@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-dev/sluice/internal/scenario"
+	"github.com/sluice-dev/sluice/internal/forecast"
 	"github.com/sluice-dev/sluice/internal/sim"
 	"github.com/sluice-dev/sluice/llm"
 )
@@ -19,7 +19,7 @@ import (
 // simulator's timeout fault holds (for 10 min) with a retryable Timeout.
 func TestSimulatorTimeoutFault(t *testing.T) {
 	t.Parallel()
-	model, err := sim.NewModel(sim.Config{Profile: "groq", Wire: true, Faults: scenario.Faults{Timeout: 1}})
+	model, err := forecast.NewModel(forecast.ModelConfig{Profile: "groq", Wire: true, Faults: forecast.Faults{Timeout: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}

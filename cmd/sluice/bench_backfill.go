@@ -25,6 +25,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sluice-dev/sluice"
+	"github.com/sluice-dev/sluice/internal/forecast"
 	"github.com/sluice-dev/sluice/internal/health"
 	"github.com/sluice-dev/sluice/internal/sim"
 	"github.com/sluice-dev/sluice/internal/store"
@@ -182,7 +183,7 @@ func runBenchBackfill(ctx context.Context, env *cmdEnv, args []string) error {
 		return err
 	}
 	// No limits and no latency: what is measured is each side's own cost.
-	model, err := sim.NewModel(sim.Config{Wire: true, Seed: 1})
+	model, err := forecast.NewModel(forecast.ModelConfig{Wire: true, Seed: 1})
 	if err != nil {
 		return err
 	}

@@ -26,7 +26,7 @@ import (
 
 	"github.com/sluice-dev/sluice"
 	"github.com/sluice-dev/sluice/examples/summarize"
-	"github.com/sluice-dev/sluice/internal/scenario"
+	"github.com/sluice-dev/sluice/internal/forecast"
 	"github.com/sluice-dev/sluice/internal/sim"
 	"github.com/sluice-dev/sluice/llm"
 )
@@ -67,7 +67,7 @@ const (
 const termSlack = 2 * time.Second
 
 // crashFaults are the provider faults of --faults: fractions of admitted calls.
-var crashFaults = scenario.Faults{Error5xx: 0.10, Timeout: 0.05, Reset: 0.02, BadJSON: 0.02}
+var crashFaults = forecast.Faults{Error5xx: 0.10, Timeout: 0.05, Reset: 0.02, BadJSON: 0.02}
 
 func init() {
 	registerBench(&command{
@@ -258,11 +258,11 @@ func runBenchCrash(ctx context.Context, env *cmdEnv, args []string) error {
 			return err
 		}
 	}
-	simCfg := sim.Config{Profile: "groq", Latency: *latency, Seed: int64(*seed), Wire: true}
+	simCfg := forecast.ModelConfig{Profile: "groq", Latency: *latency, Seed: int64(*seed), Wire: true}
 	if *faults {
 		simCfg.Faults = crashFaults
 	}
-	model, err := sim.NewModel(simCfg)
+	model, err := forecast.NewModel(simCfg)
 	if err != nil {
 		return err
 	}
@@ -749,7 +749,7 @@ func (l *callLog) add(worker int, c sim.Call) {
 		}
 		return
 	}
-	l.calls = append(l.calls, crashCall{doc: doc, step: step, worker: worker, ok: c.Fault == sim.NoFault, start: c.Start})
+	l.calls = append(l.calls, crashCall{doc: doc, step: step, worker: worker, ok: c.Fault == forecast.NoFault, start: c.Start})
 }
 
 func (l *callLog) answered() int {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/sluice-dev/sluice"
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/forecast"
 	"github.com/sluice-dev/sluice/internal/guard"
 	"github.com/sluice-dev/sluice/internal/health"
 	"github.com/sluice-dev/sluice/internal/sim"
@@ -165,7 +166,7 @@ func runBenchDashboard(ctx context.Context, env *cmdEnv, args []string) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	model, err := sim.NewModel(sim.Config{Wire: true, Seed: 1})
+	model, err := forecast.NewModel(forecast.ModelConfig{Wire: true, Seed: 1})
 	if err != nil {
 		return err
 	}

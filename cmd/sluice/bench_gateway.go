@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/forecast"
 	"github.com/sluice-dev/sluice/internal/gateway"
 	"github.com/sluice-dev/sluice/internal/guard"
 	"github.com/sluice-dev/sluice/internal/sim"
@@ -77,7 +78,7 @@ func runBenchGateway(ctx context.Context, env *cmdEnv, args []string) error {
 		return errors.New("--rate, --duration, --concurrency, --throughput-duration and --rounds must be positive")
 	}
 
-	m, err := sim.NewModel(sim.Config{Profile: "openai", Wire: true})
+	m, err := forecast.NewModel(forecast.ModelConfig{Profile: "openai", Wire: true})
 	if err != nil {
 		return err
 	}

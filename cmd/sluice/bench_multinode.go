@@ -27,6 +27,7 @@ import (
 
 	"github.com/sluice-dev/sluice/examples/summarize"
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/forecast"
 	"github.com/sluice-dev/sluice/internal/sim"
 )
 
@@ -58,7 +59,7 @@ type multinodeReport struct {
 	Duplicates         int `json:"duplicates"`
 	// MaxAggregateRatio is the simulator's highest ratio, over every limit
 	// and every admission, of the window's charges (all nodes together) to
-	// the limit: sim.Stats.Peak.
+	// the limit: forecast.Stats.Peak.
 	MaxAggregateRatio float64 `json:"max_aggregate_ratio"`
 	// Utilization is the cluster run's use of its bottleneck limit, and
 	// SingleNodeUtilization the single node's on the same workload (see
@@ -320,7 +321,7 @@ func (b *multinodeBench) run(ctx context.Context, name string, n, kill int) (mul
 	if err != nil {
 		return res, fmt.Errorf("create %s: %w", summarize.Table, err)
 	}
-	model, err := sim.NewModel(sim.Config{Profile: "groq", Limits: b.limits, Latency: b.latency, Seed: int64(b.seed), Wire: true})
+	model, err := forecast.NewModel(forecast.ModelConfig{Profile: "groq", Limits: b.limits, Latency: b.latency, Seed: int64(b.seed), Wire: true})
 	if err != nil {
 		return res, err
 	}

@@ -13,7 +13,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/sluice-dev/sluice/internal/bench"
-	"github.com/sluice-dev/sluice/internal/scenario"
+	"github.com/sluice-dev/sluice/internal/forecast"
 )
 
 func init() {
@@ -41,7 +41,7 @@ func runBenchQuota(ctx context.Context, env *cmdEnv, args []string) error {
 		fmt.Fprintln(env.stderr, "sluice bench quota: --scenario is required")
 		return errUsage
 	}
-	sc, err := scenario.Load(*scenarioPath)
+	sc, err := forecast.Load(*scenarioPath)
 	if err != nil {
 		return err
 	}

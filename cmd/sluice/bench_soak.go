@@ -20,6 +20,7 @@ import (
 	"github.com/sluice-dev/sluice"
 	"github.com/sluice-dev/sluice/examples/summarize"
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/forecast"
 	"github.com/sluice-dev/sluice/internal/sim"
 	"github.com/sluice-dev/sluice/llm"
 )
@@ -194,7 +195,7 @@ func runBenchSoak(ctx context.Context, env *cmdEnv, args []string) error {
 	}
 	defer closeConns()
 
-	model, err := sim.NewModel(sim.Config{Profile: "groq", Latency: scale(*latency), Faults: faults, Limits: limits, Seed: *seed, Wire: true})
+	model, err := forecast.NewModel(forecast.ModelConfig{Profile: "groq", Latency: scale(*latency), Faults: faults, Limits: limits, Seed: *seed, Wire: true})
 	if err != nil {
 		return err
 	}
@@ -268,7 +269,7 @@ func runBenchSoak(ctx context.Context, env *cmdEnv, args []string) error {
 	st := model.Stats()
 	rep.LLMRequests, rep.LLMOK, rep.LLMRejected = st.Requests, st.Succeeded, st.Rejected
 	rep.LLMFaults = map[string]int64{}
-	for f := sim.Fault5xx; f < sim.NumFaults; f++ {
+	for f := forecast.Fault5xx; f < forecast.NumFaults; f++ {
 		rep.LLMFaults[f.String()] = st.Faults[f]
 	}
 	rep.Series, rep.Flat = soakVerdict(rep.Samples)
@@ -406,7 +407,7 @@ func printSoak(w io.Writer, rep soakReport) {
 	fmt.Fprintf(w, "%s: %s of pipeline time at %g× (%s wall), %g documents a minute\n", rep.Driver, rep.Duration, rep.Speed, rep.Wall, rep.RatePerMin)
 	fmt.Fprintf(w, "runs: sent %d  completed %d  failed %d  late sends %d\n", rep.Sent, rep.Completed, rep.Failed, rep.LateSends)
 	fmt.Fprintf(w, "LLM calls: %d  succeeded %d  rate-limited %d  faults", rep.LLMRequests, rep.LLMOK, rep.LLMRejected)
-	for f := sim.Fault5xx; f < sim.NumFaults; f++ {
+	for f := forecast.Fault5xx; f < forecast.NumFaults; f++ {
 		fmt.Fprintf(w, " %s %d", f, rep.LLMFaults[f.String()])
 	}
 	fmt.Fprintf(w, "\n\n")

@@ -21,6 +21,7 @@ import (
 	"github.com/sluice-dev/sluice/examples/devpick"
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/clock"
+	"github.com/sluice-dev/sluice/internal/forecast"
 	"github.com/sluice-dev/sluice/internal/guard"
 	"github.com/sluice-dev/sluice/internal/httpjson"
 	"github.com/sluice-dev/sluice/internal/sim"
@@ -188,9 +189,9 @@ type demo struct {
 	db     *sql.DB
 	app    *sluice.App
 	api    http.Handler
-	naive  *devpick.Naive        // nil with --upstream
-	models map[string]*sim.Model // by side; none with --upstream
-	began  time.Time             // the simulated time the demo started at
+	naive  *devpick.Naive             // nil with --upstream
+	models map[string]*forecast.Model // by side; none with --upstream
+	began  time.Time                  // the simulated time the demo started at
 	base   map[string]map[string]int
 
 	mu   sync.Mutex
@@ -208,7 +209,7 @@ func runDemoWith(ctx context.Context, env *cmdEnv, o demoOptions) error {
 	if err != nil {
 		return err
 	}
-	d := &demo{o: o, clk: clock.At(o.speed, origin), db: db, models: map[string]*sim.Model{},
+	d := &demo{o: o, clk: clock.At(o.speed, origin), db: db, models: map[string]*forecast.Model{},
 		last: map[string]map[string]time.Time{}, seen: map[string]map[string]int{}}
 	d.began = d.clk.Now()
 	if _, err := devpick.Seed(ctx, db, o.articles); err != nil {
@@ -237,7 +238,7 @@ func runDemoWith(ctx context.Context, env *cmdEnv, o demoOptions) error {
 		for i, side := range []string{sideNaive, sideSluice} {
 			// Groq's answer to a request without max_tokens: it expects
 			// up to 2,048 output tokens of it.
-			m, err := sim.NewModel(sim.Config{Profile: "groq", Limits: o.limits, Latency: 2 * time.Second, DefaultMaxTokens: 2048, DefaultMaxTokensMin: 300, Seed: int64(i + 1), Wire: true})
+			m, err := forecast.NewModel(forecast.ModelConfig{Profile: "groq", Limits: o.limits, Latency: 2 * time.Second, DefaultMaxTokens: 2048, DefaultMaxTokensMin: 300, Seed: int64(i + 1), Wire: true})
 			if err != nil {
 				return err
 			}
@@ -247,7 +248,7 @@ func runDemoWith(ctx context.Context, env *cmdEnv, o demoOptions) error {
 			mux.Handle("/sim/"+side+"/", http.StripPrefix("/sim/"+side, s))
 		}
 		mux.HandleFunc("GET /sim/stats", func(w http.ResponseWriter, _ *http.Request) {
-			httpjson.Write(w, http.StatusOK, map[string]sim.Stats{sideNaive: d.models[sideNaive].Stats(), sideSluice: d.models[sideSluice].Stats()})
+			httpjson.Write(w, http.StatusOK, map[string]forecast.Stats{sideNaive: d.models[sideNaive].Stats(), sideSluice: d.models[sideSluice].Stats()})
 		})
 	}
 

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/forecast"
 	"github.com/sluice-dev/sluice/internal/sim"
 	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/internal/testenv"
@@ -26,13 +27,13 @@ import (
 const gatewayTestKey = "gsk-test-upstream-5c81d2e9"
 
 // startGatewaySim serves a simulator that requires gatewayTestKey.
-func startGatewaySim(t *testing.T, limits string) (*sim.Model, string) {
+func startGatewaySim(t *testing.T, limits string) (*forecast.Model, string) {
 	t.Helper()
 	ls, err := governor.ParseLimits(limits)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := sim.NewModel(sim.Config{Profile: "groq", Limits: ls, Wire: true})
+	m, err := forecast.NewModel(forecast.ModelConfig{Profile: "groq", Limits: ls, Wire: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,9 +15,9 @@ import (
 	"text/tabwriter"
 
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/forecast"
 	"github.com/sluice-dev/sluice/internal/num"
 	"github.com/sluice-dev/sluice/internal/plan"
-	"github.com/sluice-dev/sluice/internal/scenario"
 )
 
 func init() {
@@ -29,13 +29,13 @@ func init() {
 }
 
 // changes collects --set and --drop-flow in the order given.
-type changes []scenario.Change
+type changes []forecast.Change
 
 type setFlag struct{ c *changes }
 
 func (f setFlag) String() string { return "" }
 func (f setFlag) Set(s string) error {
-	ch, err := scenario.ParseSet(s)
+	ch, err := forecast.ParseSet(s)
 	if err != nil {
 		return err
 	}
@@ -50,7 +50,7 @@ func (f dropFlag) Set(s string) error {
 	if strings.TrimSpace(s) == "" {
 		return errors.New("want a flow's name")
 	}
-	*f.c = append(*f.c, scenario.Change{DropFlow: strings.TrimSpace(s)})
+	*f.c = append(*f.c, forecast.Change{DropFlow: strings.TrimSpace(s)})
 	return nil
 }
 
@@ -101,7 +101,7 @@ func runPlan(ctx context.Context, env *cmdEnv, args []string) error {
 		fmt.Fprintln(env.stderr, "sluice plan: give --scenario, or --config and/or --db, not both")
 		return errUsage
 	case *scenarioPath != "":
-		if data, err = scenario.Read(*scenarioPath); err != nil {
+		if data, err = forecast.Read(*scenarioPath); err != nil {
 			return err
 		}
 	case *configPath != "" || *dbURL != "":
@@ -116,7 +116,7 @@ func runPlan(ctx context.Context, env *cmdEnv, args []string) error {
 		fmt.Fprintln(env.stderr, "sluice plan: --scenario, or --config and/or --db, is required")
 		return errUsage
 	}
-	base, err := scenario.Parse(data)
+	base, err := forecast.Parse(data)
 	if err != nil {
 		return fmt.Errorf("%s: %w", cmp.Or(*scenarioPath, "the derived scenario"), err)
 	}
@@ -138,7 +138,7 @@ func runPlan(ctx context.Context, env *cmdEnv, args []string) error {
 		writePlan(env.stdout, bp, nil)
 		return nil
 	}
-	changed, err := scenario.Edit(data, chs)
+	changed, err := forecast.Edit(data, chs)
 	if err != nil {
 		return err
 	}
@@ -195,7 +195,7 @@ func observedData(ctx context.Context, env *cmdEnv, configPath, dbURL, keyName s
 	if err != nil {
 		return nil, nil, err
 	}
-	data, err := scenario.Format(sc)
+	data, err := forecast.Format(sc)
 	return data, notes, err
 }
 

@@ -6,8 +6,8 @@ import (
 	"strconv"
 
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/forecast"
 	"github.com/sluice-dev/sluice/internal/plan"
-	"github.com/sluice-dev/sluice/internal/scenario"
 	"github.com/sluice-dev/sluice/internal/yamlfile"
 	"github.com/sluice-dev/sluice/llm"
 )
@@ -23,7 +23,7 @@ func gatewayKey(path string) (plan.Key, string, error) {
 	fail := func(key string, err error) error {
 		return fmt.Errorf("--config %s: %w", path, &yamlfile.Error{Path: key, Line: lines.Line(key), Err: err})
 	}
-	k := plan.Key{Source: "gateway", Provider: scenario.Provider{Profile: llm.OpenAI, DefaultMaxTokens: 1024}}
+	k := plan.Key{Source: "gateway", Provider: forecast.Provider{Profile: llm.OpenAI, DefaultMaxTokens: 1024}}
 	if f.Profile != "" {
 		if k.Provider.Profile, err = llm.ParseProfile(f.Profile); err != nil {
 			return k, "", fail("profile", err)
@@ -46,8 +46,8 @@ func gatewayKey(path string) (plan.Key, string, error) {
 	}
 	if f.DefaultMaxTokens != "" {
 		n, err := strconv.Atoi(f.DefaultMaxTokens)
-		if err != nil || n < 1 || n > scenario.MaxOutputTokens {
-			return k, "", fail("default_max_tokens", fmt.Errorf("%q is not a whole number from 1 to %d", f.DefaultMaxTokens, scenario.MaxOutputTokens))
+		if err != nil || n < 1 || n > forecast.MaxOutputTokens {
+			return k, "", fail("default_max_tokens", fmt.Errorf("%q is not a whole number from 1 to %d", f.DefaultMaxTokens, forecast.MaxOutputTokens))
 		}
 		k.Provider.DefaultMaxTokens = int64(n)
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/forecast"
 	"github.com/sluice-dev/sluice/internal/guard"
 	"github.com/sluice-dev/sluice/internal/sim"
 	"github.com/sluice-dev/sluice/internal/testenv"
@@ -25,20 +26,20 @@ import (
 
 // startOpenAISim starts the provider simulator with the openai profile, so
 // that serve's gateway speaks OpenAI's own error format to its callers.
-func startOpenAISim(t *testing.T, limits string) (*sim.Model, string) {
+func startOpenAISim(t *testing.T, limits string) (*forecast.Model, string) {
 	t.Helper()
 	return startSimProfile(t, "openai", limits)
 }
 
 // startSimProfile starts the provider simulator with profile and limits
 // until the test ends.
-func startSimProfile(t *testing.T, profile llm.Profile, limits string) (*sim.Model, string) {
+func startSimProfile(t *testing.T, profile llm.Profile, limits string) (*forecast.Model, string) {
 	t.Helper()
 	ls, err := governor.ParseLimits(limits)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := sim.NewModel(sim.Config{Profile: profile, Limits: ls, Wire: true})
+	m, err := forecast.NewModel(forecast.ModelConfig{Profile: profile, Limits: ls, Wire: true})
 	if err != nil {
 		t.Fatal(err)
 	}

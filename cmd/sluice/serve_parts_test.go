@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/examples/summarize"
-	"github.com/sluice-dev/sluice/internal/sim"
+	"github.com/sluice-dev/sluice/internal/forecast"
 )
 
 // startServe runs "sluice serve args…" until the test ends and returns its
@@ -20,7 +20,7 @@ func startServe(t *testing.T, getenv func(string) string, args ...string) string
 	return base
 }
 
-func startSim(t *testing.T, limits string) (*sim.Model, string) {
+func startSim(t *testing.T, limits string) (*forecast.Model, string) {
 	t.Helper()
 	return startSimProfile(t, "groq", limits)
 }

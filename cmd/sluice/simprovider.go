@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/forecast"
 	"github.com/sluice-dev/sluice/internal/guard"
-	"github.com/sluice-dev/sluice/internal/scenario"
 	"github.com/sluice-dev/sluice/internal/sim"
 	"github.com/sluice-dev/sluice/llm"
 )
@@ -40,8 +40,8 @@ func runSimProvider(ctx context.Context, env *cmdEnv, args []string) error {
 		window     = fs.String("window", "rolling", "rolling (a charge counts for exactly one period) or fixed (windows on whole minutes and days)")
 		accounting = fs.String("accounting", "reserve", "reserve (the input + max_tokens charge stands) or settle (output corrected to the real output at the end)")
 		latency    = fs.Duration("latency", 0, "mean response time; each response takes it ±50% (0 answers at once)")
-		defMax     = fs.Int64("default-max-tokens", scenario.DefaultMaxTokens, "output tokens reserved for a request that sets no max_tokens")
-		maxOut     = fs.Int64("max-output-tokens", scenario.MaxOutputTokens, "the simulated model's max output tokens: a request asking more max_tokens gets a 400")
+		defMax     = fs.Int64("default-max-tokens", forecast.DefaultMaxTokens, "output tokens reserved for a request that sets no max_tokens")
+		maxOut     = fs.Int64("max-output-tokens", forecast.MaxOutputTokens, "the simulated model's max output tokens: a request asking more max_tokens gets a 400")
 		faultsF    = fs.String("faults", "", "`LIST` of fractions of admitted requests that fail, e.g. error_5xx=0.1,timeout=0.05,reset=0.01,bad_json=0.01")
 		seed       = fs.Int64("seed", 1, "seed for faults, latency and output lengths")
 		model      = fs.String("model", "sim-model", "model name listed by /v1/models and used when a request names none")
@@ -56,10 +56,10 @@ func runSimProvider(ctx context.Context, env *cmdEnv, args []string) error {
 		return err
 	}
 
-	p := scenario.Provider{Profile: llm.OpenAI, DefaultMaxTokens: scenario.DefaultMaxTokens}
+	p := forecast.Provider{Profile: llm.OpenAI, DefaultMaxTokens: forecast.DefaultMaxTokens}
 	seedV := *seed
 	if *scenarioF != "" {
-		sc, err := scenario.Load(*scenarioF)
+		sc, err := forecast.Load(*scenarioF)
 		if err != nil {
 			return err
 		}
@@ -101,9 +101,9 @@ func runSimProvider(ctx context.Context, env *cmdEnv, args []string) error {
 			return fmt.Errorf("--faults: %w", err)
 		}
 	}
-	cfg := sim.ConfigFrom(p, seedV)
+	cfg := p.ModelConfig(seedV)
 	cfg.Model, cfg.Wire, cfg.MaxOutputTokens = *model, true, *maxOut
-	m, err := sim.NewModel(cfg)
+	m, err := forecast.NewModel(cfg)
 	if err != nil {
 		return err
 	}
@@ -135,8 +135,8 @@ func runSimProvider(ctx context.Context, env *cmdEnv, args []string) error {
 }
 
 // parseFaults reads "error_5xx=0.1,timeout=0.05".
-func parseFaults(s string) (scenario.Faults, error) {
-	var f scenario.Faults
+func parseFaults(s string) (forecast.Faults, error) {
+	var f forecast.Faults
 	for _, part := range strings.Split(s, ",") {
 		part = strings.TrimSpace(part)
 		if part == "" {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/forecast"
 	"github.com/sluice-dev/sluice/internal/sim"
 )
 
@@ -63,10 +64,10 @@ func seedLimits(t *testing.T) governor.Limits {
 
 // simServer starts the provider simulator (Groq's profile) on clock now
 // (nil: the wall clock).
-func simServer(t *testing.T, cfg sim.Config, now func() time.Time) (*sim.Model, string) {
+func simServer(t *testing.T, cfg forecast.ModelConfig, now func() time.Time) (*forecast.Model, string) {
 	t.Helper()
 	cfg.Profile, cfg.Wire = "groq", true
-	model, err := sim.NewModel(cfg)
+	model, err := forecast.NewModel(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-dev/sluice/internal/sim"
+	"github.com/sluice-dev/sluice/internal/forecast"
 )
 
 // logBuffer is a Log safe to read while the scheduler writes.
@@ -31,10 +31,10 @@ func (l *logBuffer) String() string {
 // naiveOn returns the seed's scheduler on a new database of n articles
 // and a simulator with the seed's limits that reserves defaultMax output
 // tokens for a request without max_tokens, on one virtual clock.
-func naiveOn(t *testing.T, n int, defaultMax int64, order []string) (*Naive, *vclock, *sim.Model, *logBuffer) {
+func naiveOn(t *testing.T, n int, defaultMax int64, order []string) (*Naive, *vclock, *forecast.Model, *logBuffer) {
 	t.Helper()
 	clk := newClock()
-	model, url := simServer(t, sim.Config{Limits: seedLimits(t), DefaultMaxTokens: defaultMax, Seed: 7}, clk.Now)
+	model, url := simServer(t, forecast.ModelConfig{Limits: seedLimits(t), DefaultMaxTokens: defaultMax, Seed: 7}, clk.Now)
 	db, _ := tempDB(t)
 	if _, err := Seed(context.Background(), db, n); err != nil {
 		t.Fatal(err)

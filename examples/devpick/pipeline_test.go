@@ -18,7 +18,7 @@ import (
 
 	"github.com/sluice-dev/sluice"
 	"github.com/sluice-dev/sluice/governor"
-	"github.com/sluice-dev/sluice/internal/sim"
+	"github.com/sluice-dev/sluice/internal/forecast"
 	"github.com/sluice-dev/sluice/internal/testenv"
 	"github.com/sluice-dev/sluice/llm"
 )
@@ -86,7 +86,7 @@ func checkSavedOnce(t *testing.T, db *sql.DB) {
 func TestPipelineProgresses(t *testing.T) {
 	t.Parallel()
 	limits := governor.Limits{governor.RPM: 100_000, governor.TPM: 10_000_000, governor.OTPM: 1_000_000}
-	model, url := simServer(t, sim.Config{Limits: limits, Seed: 3}, nil)
+	model, url := simServer(t, forecast.ModelConfig{Limits: limits, Seed: 3}, nil)
 	db, path := tempDB(t)
 	ctx := context.Background()
 	if _, err := Seed(ctx, db, 30); err != nil {

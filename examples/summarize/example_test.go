@@ -11,6 +11,7 @@ import (
 	"github.com/sluice-dev/sluice"
 	"github.com/sluice-dev/sluice/examples/summarize"
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/forecast"
 	"github.com/sluice-dev/sluice/internal/sim"
 	"github.com/sluice-dev/sluice/llm"
 )
@@ -19,7 +20,7 @@ import (
 func Example() {
 	ctx := context.Background()
 	limits, _ := governor.ParseLimits("rpm=30,tpm=8000,otpm=1000")
-	model, err := sim.NewModel(sim.Config{Profile: "groq", Limits: limits, Wire: true})
+	model, err := forecast.NewModel(forecast.ModelConfig{Profile: "groq", Limits: limits, Wire: true})
 	if err != nil {
 		log.Fatal(err)
 	}

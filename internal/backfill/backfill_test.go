@@ -21,6 +21,7 @@ import (
 
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/engine"
+	"github.com/sluice-dev/sluice/internal/forecast"
 	"github.com/sluice-dev/sluice/internal/sim"
 	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/internal/testenv"
@@ -49,7 +50,7 @@ func setup(t *testing.T, url string, limits governor.Limits) *bench {
 	if err != nil {
 		t.Fatal(err)
 	}
-	model, err := sim.NewModel(sim.Config{Profile: "groq", Limits: limits, Wire: true})
+	model, err := forecast.NewModel(forecast.ModelConfig{Profile: "groq", Limits: limits, Wire: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -519,7 +520,7 @@ func TestBackfillCallsInFlight(t *testing.T) {
 	t.Parallel()
 	testenv.Databases(t, func(t *testing.T, url string) {
 		b := setup(t, url, governor.Limits{})
-		model, err := sim.NewModel(sim.Config{Profile: "groq", Latency: 60 * time.Millisecond, Wire: true, Seed: 1})
+		model, err := forecast.NewModel(forecast.ModelConfig{Profile: "groq", Latency: 60 * time.Millisecond, Wire: true, Seed: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -613,7 +614,7 @@ func TestBackfillCountsRejectionsWhateverTheProviderID(t *testing.T) {
 	t.Parallel()
 	testenv.Databases(t, func(t *testing.T, url string) {
 		b := setup(t, url, governor.Limits{})
-		model, err := sim.NewModel(sim.Config{Profile: "groq", Wire: true, Seed: 1})
+		model, err := forecast.NewModel(forecast.ModelConfig{Profile: "groq", Wire: true, Seed: 1})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -19,25 +19,25 @@ import (
 
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/chart/charttest"
-	"github.com/sluice-dev/sluice/internal/scenario"
+	"github.com/sluice-dev/sluice/internal/forecast"
 )
 
-func load(t *testing.T, name string) *scenario.Scenario {
+func load(t *testing.T, name string) *forecast.Scenario {
 	t.Helper()
-	sc, err := scenario.Load(filepath.Join("testdata", name))
+	sc, err := forecast.Load(filepath.Join("testdata", name))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return sc
 }
 
-func run(t *testing.T, sc *scenario.Scenario, opts Options) map[string]Result {
+func run(t *testing.T, sc *forecast.Scenario, opts Options) map[string]forecast.Result {
 	t.Helper()
 	rep, err := Run(context.Background(), sc, Policies, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]Result{}
+	out := map[string]forecast.Result{}
 	for _, r := range rep.Results {
 		out[r.Policy] = r
 	}
@@ -127,7 +127,7 @@ func TestDevPickTargets(t *testing.T) {
 
 // servesEveryFlow reports whether r left no flow with eligible work stalled
 // past two hours, the seed's own stall alert (scenarios README).
-func servesEveryFlow(r Result) bool {
+func servesEveryFlow(r forecast.Result) bool {
 	for _, f := range r.Flows {
 		if f.MaxStallMinutes > 120 && f.Remaining > 0 {
 			return false
@@ -170,7 +170,7 @@ func TestVariedScenarios(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			res := map[string]Result{}
+			res := map[string]forecast.Result{}
 			for _, r := range rep.Results {
 				res[r.Policy] = r
 			}
@@ -233,17 +233,17 @@ func TestVariedScenarios(t *testing.T) {
 // call the provider admitted, as the governor schedules it: the largest, over
 // the limits the provider enforces, of the call's admission cost (input +
 // max_tokens) in seconds of that limit's capacity.
-func dominantShares(t *testing.T, sc *scenario.Scenario, trace []byte, policy string) map[string]float64 {
+func dominantShares(t *testing.T, sc *forecast.Scenario, trace []byte, policy string) map[string]float64 {
 	t.Helper()
 	out := map[string]float64{}
 	sc2 := bufio.NewScanner(bytes.NewReader(trace))
 	sc2.Buffer(make([]byte, 1<<20), 1<<26)
 	for sc2.Scan() {
-		var r TraceRecord
+		var r forecast.TraceRecord
 		if err := json.Unmarshal(sc2.Bytes(), &r); err != nil {
 			t.Fatal(err)
 		}
-		if r.Policy != policy || r.Kind != KindRequest || r.Limit != "" {
+		if r.Policy != policy || r.Kind != forecast.KindRequest || r.Limit != "" {
 			continue
 		}
 		c := governor.Cost{Requests: 1, Input: r.Input, Output: r.MaxTokens}
@@ -271,7 +271,7 @@ func TestTraceRecomputesReport(t *testing.T) {
 	var mu sync.Mutex
 	t.Cleanup(func() {
 		// Every kind of line the recomputation relies on was there.
-		for _, k := range []string{KindRequest, KindNeverFit, KindInFlight, KindWaiting, "fault", "429"} {
+		for _, k := range []string{forecast.KindRequest, forecast.KindNeverFit, forecast.KindInFlight, forecast.KindWaiting, "fault", "429"} {
 			if seen[k] == 0 {
 				t.Errorf("no %s in any trace: the test does not exercise it", k)
 			}
@@ -290,11 +290,11 @@ func TestTraceRecomputesReport(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			byPolicy := map[string][]TraceRecord{}
+			byPolicy := map[string][]forecast.TraceRecord{}
 			lines := bufio.NewScanner(&buf)
 			lines.Buffer(make([]byte, 1<<20), 1<<20)
 			for lines.Scan() {
-				var rec TraceRecord
+				var rec forecast.TraceRecord
 				if err := json.Unmarshal(lines.Bytes(), &rec); err != nil {
 					t.Fatalf("trace line %q: %v", lines.Text(), err)
 				}
@@ -315,9 +315,9 @@ func TestTraceRecomputesReport(t *testing.T) {
 			if err := lines.Err(); err != nil {
 				t.Fatal(err)
 			}
-			want := map[string]Result{}
+			want := map[string]forecast.Result{}
 			for _, r := range rep.Results {
-				r.WallSeconds, r.series = 0, nil
+				r.WallSeconds, r.Series = 0, nil
 				for name, f := range r.Flows {
 					f.DoneByHour = nil // the chart's, as series
 					r.Flows[name] = f
@@ -330,7 +330,7 @@ func TestTraceRecomputesReport(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, r := range untraced.Results {
-				r.WallSeconds, r.series = 0, nil
+				r.WallSeconds, r.Series = 0, nil
 				for name, f := range r.Flows {
 					f.DoneByHour = nil
 					r.Flows[name] = f
@@ -339,7 +339,7 @@ func TestTraceRecomputesReport(t *testing.T) {
 					t.Errorf("%s: the report of a run with --trace differs from one without", r.Policy)
 				}
 			}
-			got := map[string]Result{}
+			got := map[string]forecast.Result{}
 			for _, name := range policies {
 				got[name] = resultFromTrace(t, sc, name, byPolicy[name])
 			}
@@ -361,15 +361,15 @@ func TestTraceRecomputesReport(t *testing.T) {
 	}
 }
 
-// resultFromTrace computes a policy's Result, but for its wall time and
+// resultFromTrace computes a policy's forecast.Result, but for its wall time and
 // utilization_vs_greedy, from its trace lines and the scenario, following the
 // definitions of the scenarios README.
-func resultFromTrace(t *testing.T, sc *scenario.Scenario, policy string, recs []TraceRecord) Result {
+func resultFromTrace(t *testing.T, sc *forecast.Scenario, policy string, recs []forecast.TraceRecord) forecast.Result {
 	t.Helper()
 	end := sc.Duration.Seconds()
-	r := Result{
-		Policy: policy, SimulatedHours: sc.Duration.Hours(), Limits: map[string]LimitResult{},
-		ProviderRejections: map[string]int64{"429": 0, "413": 0}, Flows: map[string]FlowResult{},
+	r := forecast.Result{
+		Policy: policy, SimulatedHours: sc.Duration.Hours(), Limits: map[string]forecast.LimitResult{},
+		ProviderRejections: map[string]int64{"429": 0, "413": 0}, Flows: map[string]forecast.FlowResult{},
 	}
 	var used, useful [governor.NumLimits]int64
 	// What happened to each item: an event list per flow for the stalls.
@@ -382,8 +382,8 @@ func resultFromTrace(t *testing.T, sc *scenario.Scenario, policy string, recs []
 	fate := map[itemKey]string{}
 	events := map[string][]event{}
 	waits := map[string][]float64{}
-	flows := map[string]FlowResult{}
-	note := func(rec TraceRecord) {
+	flows := map[string]forecast.FlowResult{}
+	note := func(rec forecast.TraceRecord) {
 		for i, id := range rec.IDs {
 			k := itemKey{rec.Flow, id}
 			if e, ok := eligible[k]; ok && e != rec.Eligible[i] {
@@ -392,7 +392,7 @@ func resultFromTrace(t *testing.T, sc *scenario.Scenario, policy string, recs []
 			eligible[k] = rec.Eligible[i]
 		}
 	}
-	settle := func(rec TraceRecord, how string) {
+	settle := func(rec forecast.TraceRecord, how string) {
 		for _, id := range rec.IDs {
 			k := itemKey{rec.Flow, id}
 			if fate[k] != "" {
@@ -405,7 +405,7 @@ func resultFromTrace(t *testing.T, sc *scenario.Scenario, policy string, recs []
 		note(rec)
 		f := flows[rec.Flow]
 		switch rec.Kind {
-		case KindRequest:
+		case forecast.KindRequest:
 			switch {
 			case rec.Status == 200 && rec.Fault == "":
 				for _, l := range governor.AllLimits {
@@ -430,14 +430,14 @@ func resultFromTrace(t *testing.T, sc *scenario.Scenario, policy string, recs []
 					t.Errorf("a faulted request was charged %+v, want its charge", rec.Charged)
 				}
 			}
-		case KindNeverFit:
+		case forecast.KindNeverFit:
 			if rec.Limit == "" {
 				t.Errorf("%s: %d items refused naming no limit", rec.Flow, rec.Items)
 			}
 			f.NeverFit += rec.Items
 			settle(rec, "refused")
 			events[rec.Flow] = append(events[rec.Flow], event{at: rec.Time, change: -rec.Items})
-		case KindInFlight, KindWaiting:
+		case forecast.KindInFlight, forecast.KindWaiting:
 			settle(rec, "left")
 		default:
 			t.Fatalf("trace line of kind %q", rec.Kind)
@@ -461,7 +461,7 @@ func resultFromTrace(t *testing.T, sc *scenario.Scenario, policy string, recs []
 			continue
 		}
 		capacity := int64(math.Round(float64(lim) * float64(sc.Duration) / float64(l.Period())))
-		lr := LimitResult{Limit: lim, Capacity: capacity, Used: used[l], Useful: useful[l], Utilization: round4(float64(used[l]) / float64(capacity))}
+		lr := forecast.LimitResult{Limit: lim, Capacity: capacity, Used: used[l], Useful: useful[l], Utilization: round4(float64(used[l]) / float64(capacity))}
 		r.Limits[l.String()] = lr
 		if lr.Utilization > r.BottleneckUtilization || r.Bottleneck == "" {
 			r.Bottleneck, r.BottleneckUtilization = l.String(), lr.Utilization
@@ -513,6 +513,18 @@ func resultFromTrace(t *testing.T, sc *scenario.Scenario, policy string, recs []
 	return r
 }
 
+// percentile is the p-quantile of xs by the nearest rank: the smallest of
+// them that at least a fraction p of them are at or below.
+func percentile(xs []float64, p float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(xs))
+	return s[max(int(math.Ceil(p*float64(len(s))))-1, 0)]
+}
+
+func round1(x float64) float64 { return math.Round(x*10) / 10 }
+
 // traceEvent is what happened to items of a flow at a moment.
 type traceEvent struct {
 	at     float64
@@ -523,9 +535,9 @@ type traceEvent struct {
 // clearedFromTrace is when fc's work and that of every flow it is after
 // were first all done, at a completion or refusal, in hours; nil if never
 // or fc has nothing to clear.
-func clearedFromTrace(sc *scenario.Scenario, fc scenario.Flow, events map[string][]traceEvent) *float64 {
+func clearedFromTrace(sc *forecast.Scenario, fc forecast.Flow, events map[string][]traceEvent) *float64 {
 	chain := []string{fc.Name}
-	byName := map[string]scenario.Flow{}
+	byName := map[string]forecast.Flow{}
 	for _, f := range sc.Flows {
 		byName[f.Name] = f
 	}
@@ -571,21 +583,10 @@ func TestUnannounced(t *testing.T) {
 	if !sc.Provider.Unannounced[governor.OTPM] || sc.Provider.Limits[governor.OTPM] != 1000 {
 		t.Fatalf("scenario provider %+v, want otpm 1000 unannounced", sc.Provider)
 	}
-	for _, name := range append(append([]string(nil), Policies...), ExtraPolicies...) {
-		pol, err := newPolicy(name, sc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		w, err := newWorld(sc, pol, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if w.sc.Provider.Limits[governor.OTPM] != 0 || w.limits[governor.OTPM] != 1000 || w.prov.Config().Limits[governor.OTPM] != 1000 {
-			t.Errorf("%s: policies see otpm %d, the provider enforces %d and the report measures %d, want 0, 1000, 1000",
-				name, w.sc.Provider.Limits[governor.OTPM], w.prov.Config().Limits[governor.OTPM], w.limits[governor.OTPM])
-		}
-	}
-	if k := newCookbook(announced(sc), false).known; k[governor.OTPM] != 0 || k[governor.TPD] != 200000 {
+	// A replay hands a policy the announced view of the scenario, and its
+	// provider model every limit (forecast's TestReplayUnannounced);
+	// newPolicy makes every policy from that view.
+	if k := newCookbook(sc.Announced(), false).known; k[governor.OTPM] != 0 || k[governor.TPD] != 200000 {
 		t.Errorf("the cookbook told every announced limit knows %v", k)
 	}
 	res := run(t, sc, Options{})
@@ -612,7 +613,7 @@ func TestUnannounced(t *testing.T) {
 func TestAllUnannounced(t *testing.T) {
 	t.Parallel()
 	sc := load(t, "devpick-all-unannounced.yaml")
-	if got := announced(sc).Provider.Limits; got != (governor.Limits{}) {
+	if got := sc.Announced().Provider.Limits; got != (governor.Limits{}) {
 		t.Fatalf("policies are told %v, want nothing", got)
 	}
 	rep, err := Run(context.Background(), sc, []string{"sluice"}, Options{})
@@ -629,7 +630,7 @@ func TestAllUnannounced(t *testing.T) {
 // checkLearns checks a run of sluice on a key with unannounced limits
 // against a run told every limit: at least frac of its work tokens, no item
 // refused as never fitting, and at most max429 provider 429s (-1: any).
-func checkLearns(t *testing.T, s, told Result, frac float64, max429 int64) {
+func checkLearns(t *testing.T, s, told forecast.Result, frac float64, max429 int64) {
 	t.Helper()
 	if float64(s.WorkTokens) < frac*float64(told.WorkTokens) {
 		t.Errorf("sluice did %d work tokens, want ≥ %.2f × the %d it does when told every limit", s.WorkTokens, frac, told.WorkTokens)
@@ -688,7 +689,7 @@ func TestSameSeedSameReport(t *testing.T) {
 	}
 	for i := range a.Results {
 		a.Results[i].WallSeconds, b.Results[i].WallSeconds = 0, 0
-		a.Results[i].series, b.Results[i].series = nil, nil
+		a.Results[i].Series, b.Results[i].Series = nil, nil
 	}
 	if !reflect.DeepEqual(a, b) {
 		t.Fatal("two runs of the same scenario and seed differ")
@@ -769,12 +770,12 @@ func TestSVG(t *testing.T) {
 
 // largeScenario takes far longer than a test may to run to its end: a year
 // of steady arrivals besides a large backlog.
-func largeScenario(t *testing.T) *scenario.Scenario {
+func largeScenario(t *testing.T) *forecast.Scenario {
 	t.Helper()
-	sc := &scenario.Scenario{Name: "large", Duration: scenario.MaxDuration, Seed: 1,
-		Provider: scenario.Provider{Profile: "openai", Latency: time.Second, DefaultMaxTokens: 1000,
+	sc := &forecast.Scenario{Name: "large", Duration: forecast.MaxDuration, Seed: 1,
+		Provider: forecast.Provider{Profile: "openai", Latency: time.Second, DefaultMaxTokens: 1000,
 			Limits: governor.Limits{governor.RPM: 100_000, governor.TPM: 100_000_000}},
-		Flows: []scenario.Flow{
+		Flows: []forecast.Flow{
 			{Name: "backlog", Weight: 1, BatchMax: 1, Backlog: 300_000, ItemInputTokens: 10, ItemOutputTokens: 10, ItemMaxTokens: 10},
 			{Name: "steady", Weight: 1, BatchMax: 2, ArrivalsPerDay: 1500, ItemInputTokens: 10, ItemOutputTokens: 10, ItemMaxTokens: 10},
 		}}
@@ -801,6 +802,10 @@ func (c *cancelAfter) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
+
+// eventsPerCheck is how many events a replay runs between two looks at its
+// context (forecast's checkEvery).
+const eventsPerCheck = 4096
 
 // TestBenchCancelled: every policy's run stops soon after its context ends,
 // on a scenario far too large to finish in a test, and the error is
@@ -829,7 +834,7 @@ func TestBenchCancelled(t *testing.T) {
 			// A run checks its context every few thousand events, so only a
 			// few thousand requests can follow the cancel; the whole run has
 			// hundreds of thousands.
-			if w.after > 4*checkEvery {
+			if w.after > 4*eventsPerCheck {
 				t.Errorf("%d requests after the cancel", w.after)
 			}
 		})
@@ -854,7 +859,7 @@ func TestBenchSeriesFromTrace(t *testing.T) {
 	got := map[string]*want{}
 	lines := bufio.NewScanner(&buf)
 	for lines.Scan() {
-		var rec TraceRecord
+		var rec forecast.TraceRecord
 		if err := json.Unmarshal(lines.Bytes(), &rec); err != nil {
 			t.Fatal(err)
 		}
@@ -884,17 +889,17 @@ func TestBenchSeriesFromTrace(t *testing.T) {
 	}
 	for _, r := range rep.Results {
 		wt := got[r.Policy]
-		for _, fs := range r.series.flows {
-			for h, v := range fs.done {
-				if w := wt.done[fs.name]; w != nil && w[h] != v || w == nil && v != 0 {
-					t.Fatalf("%s %s hour %d: done %v, trace says %v", r.Policy, fs.name, h, v, w)
+		for _, fs := range r.Series.Flows {
+			for h, v := range fs.Done {
+				if w := wt.done[fs.Name]; w != nil && w[h] != v || w == nil && v != 0 {
+					t.Fatalf("%s %s hour %d: done %v, trace says %v", r.Policy, fs.Name, h, v, w)
 				}
 			}
 		}
-		for _, ls := range r.series.limits {
-			for h, v := range ls.use {
-				if w := wt.use[ls.name]; math.Abs(w[h]-v) > 1e-9 {
-					t.Fatalf("%s %s hour %d: use %v, trace says %v", r.Policy, ls.name, h, v, w[h])
+		for _, ls := range r.Series.Limits {
+			for h, v := range ls.Use {
+				if w := wt.use[ls.Name]; math.Abs(w[h]-v) > 1e-9 {
+					t.Fatalf("%s %s hour %d: use %v, trace says %v", r.Policy, ls.Name, h, v, w[h])
 				}
 			}
 		}

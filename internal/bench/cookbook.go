@@ -5,8 +5,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
-	"github.com/sluice-dev/sluice/internal/scenario"
-	"github.com/sluice-dev/sluice/internal/sim"
+	"github.com/sluice-dev/sluice/internal/forecast"
 )
 
 // cookbookPolicy models the OpenAI cookbook's api_request_parallel_processor.py:
@@ -36,14 +35,14 @@ type cookbookPolicy struct {
 	last          time.Time
 	lastRateLimit time.Time
 	retries       []*cookbookReq
-	batch         map[*flowState]int
+	batch         map[*forecast.FlowState]int
 	turn          int // where the search for the oldest item starts
 	wakeAt        time.Time
 }
 
 type cookbookReq struct {
-	f        *flowState
-	items    []item
+	f        *forecast.FlowState
+	items    []forecast.Item
 	attempts int
 }
 
@@ -59,8 +58,8 @@ const (
 
 // newCookbook models the script told every limit sc announces, or with
 // rpmTPMOnly only RPM and TPM, its two command-line limits.
-func newCookbook(sc *scenario.Scenario, rpmTPMOnly bool) *cookbookPolicy {
-	p := &cookbookPolicy{known: sc.Provider.Limits, batch: map[*flowState]int{}}
+func newCookbook(sc *forecast.Scenario, rpmTPMOnly bool) *cookbookPolicy {
+	p := &cookbookPolicy{known: sc.Provider.Limits, batch: map[*forecast.FlowState]int{}}
 	if rpmTPMOnly {
 		p.known = governor.Limits{}
 		p.known[governor.RPM], p.known[governor.TPM] = sc.Provider.Limits[governor.RPM], sc.Provider.Limits[governor.TPM]
@@ -89,55 +88,56 @@ func (p *cookbookPolicy) informed() bool {
 	return false
 }
 
-func (p *cookbookPolicy) start(w *world) {
-	p.last = w.now
-	for _, f := range w.flows {
-		p.batch[f] = userBatch(w.sc, p.known, f)
+func (p *cookbookPolicy) Start(w *forecast.World) {
+	p.last = w.Now()
+	for _, f := range w.Flows() {
+		p.batch[f] = userBatch(w.Scenario(), p.known, f)
 	}
 }
 
-func (p *cookbookPolicy) wake(w *world) { p.pump(w) }
+func (p *cookbookPolicy) Wake(w *forecast.World) { p.pump(w) }
 
 // next picks the next request: a retry first, else the oldest eligible item's flow.
-func (p *cookbookPolicy) next(w *world) *cookbookReq {
+func (p *cookbookPolicy) next(w *forecast.World) *cookbookReq {
 	if len(p.retries) > 0 {
 		return p.retries[0]
 	}
 	// Items that became eligible at the same moment (a backlog) are taken
 	// from their flows in turn, as a request file listing them would.
-	var oldest *flowState
-	for i := range w.flows {
-		f := w.flows[(p.turn+i)%len(w.flows)]
-		if len(f.queue) > 0 && (oldest == nil || f.queue[0].eligible.Before(oldest.queue[0].eligible)) {
+	var oldest *forecast.FlowState
+	flows := w.Flows()
+	for i := range flows {
+		f := flows[(p.turn+i)%len(flows)]
+		if f.Queued() > 0 && (oldest == nil || f.Oldest().Before(oldest.Oldest())) {
 			oldest = f
 		}
 	}
 	if oldest == nil {
 		return nil
 	}
-	p.turn = (oldest.idx + 1) % len(w.flows)
+	p.turn = (oldest.Index() + 1) % len(flows)
 	return &cookbookReq{f: oldest}
 }
 
 // estimate is the script's count of a request of n items of f.
-func (p *cookbookPolicy) estimate(f *flowState, n int) governor.Cost {
-	out := int64(n) * f.cfg.ItemMaxTokens
+func (p *cookbookPolicy) estimate(f *forecast.FlowState, n int) governor.Cost {
+	out := int64(n) * f.Flow().ItemMaxTokens
 	if out == 0 {
 		out = cookbookDefaultMax
 	}
-	return governor.Cost{Requests: 1, Input: f.cfg.PromptTokens + int64(n)*f.cfg.ItemInputTokens, Output: out}
+	return governor.Cost{Requests: 1, Input: f.Flow().PromptTokens + int64(n)*f.Flow().ItemInputTokens, Output: out}
 }
 
-func (p *cookbookPolicy) pump(w *world) {
+func (p *cookbookPolicy) pump(w *forecast.World) {
 	for {
-		elapsed := w.now.Sub(p.last)
+		elapsed := w.Now().Sub(p.last)
 		for _, l := range governor.AllLimits {
 			if lim := float64(p.known[l]); lim > 0 {
 				p.avail[l] = min(p.avail[l]+lim*float64(elapsed)/float64(l.Period()), lim)
 			}
 		}
-		p.last = w.now
-		if pauseEnd := p.lastRateLimit.Add(cookbookPause); w.now.Before(pauseEnd) {
+		p.last = w.Now()
+		if pauseEnd := p.lastRateLimit.Add(cookbookPause); w.Now().Before(pauseEnd) {
 			p.wakeLater(w, pauseEnd)
 			return
 		}
@@ -147,14 +147,14 @@ func (p *cookbookPolicy) pump(w *world) {
 		}
 		n := len(r.items)
 		if r.items == nil {
-			n = min(p.batch[r.f], len(r.f.queue))
+			n = min(p.batch[r.f], r.f.Queued())
 			if n == 0 && p.informed() {
 				// Not even one item fits a limit it knows: left out of the file.
-				w.refuse(r.f, w.take(r.f, 1))
+				w.Refuse(r.f, w.Take(r.f, 1))
 				continue
 			}
 			if n == 0 {
-				n = min(max(r.f.cfg.BatchMax, 1), len(r.f.queue))
+				n = min(max(r.f.Flow().BatchMax, 1), r.f.Queued())
 			}
 		}
 		c := p.estimate(r.f, n)
@@ -165,7 +165,7 @@ func (p *cookbookPolicy) pump(w *world) {
 			}
 		}
 		if need > 0 {
-			p.wakeLater(w, w.now.Add(need+time.Millisecond))
+			p.wakeLater(w, w.Now().Add(need+time.Millisecond))
 			return
 		}
 		for _, l := range governor.AllLimits {
@@ -174,50 +174,50 @@ func (p *cookbookPolicy) pump(w *world) {
 			}
 		}
 		if r.items == nil {
-			r.items = w.take(r.f, n)
+			r.items = w.Take(r.f, n)
 		} else {
 			p.retries = p.retries[1:]
 		}
 		r.attempts++
-		maxTok := int64(len(r.items)) * r.f.cfg.ItemMaxTokens
-		w.send(r.f, r.items, maxTok, func(o outcome) {
-			if o.resp.Status == 200 && o.resp.Fault == sim.NoFault {
+		maxTok := int64(len(r.items)) * r.f.Flow().ItemMaxTokens
+		w.Send(r.f, r.items, maxTok, func(o forecast.Outcome) {
+			if o.Response.Status == 200 && o.Response.Fault == forecast.NoFault {
 				return
 			}
-			if bytes.Contains(bytes.ToLower(o.resp.Body), []byte("rate limit")) || o.resp.Status == 429 && len(o.resp.Body) == 0 {
-				p.lastRateLimit = w.now
+			if bytes.Contains(bytes.ToLower(o.Response.Body), []byte("rate limit")) || o.Response.Status == 429 && len(o.Response.Body) == 0 {
+				p.lastRateLimit = w.Now()
 			}
 			if r.attempts < cookbookMaxAttempts {
 				p.retries = append(p.retries, r)
 			} else {
 				// failed for good: the user re-runs these items later
-				w.requeue(r.f, r.items)
+				w.Requeue(r.f, r.items)
 			}
-			if o.resp.Rejected {
-				w.at(w.now, func() { p.pump(w) })
+			if o.Response.Rejected {
+				w.At(w.Now(), func() { p.pump(w) })
 			}
 		})
 	}
 }
 
-func (p *cookbookPolicy) wakeLater(w *world, t time.Time) {
-	if !p.wakeAt.After(w.now) || t.Before(p.wakeAt) {
+func (p *cookbookPolicy) wakeLater(w *forecast.World, t time.Time) {
+	if !p.wakeAt.After(w.Now()) || t.Before(p.wakeAt) {
 		p.wakeAt = t
-		w.at(t, func() { p.pump(w) })
+		w.At(t, func() { p.pump(w) })
 	}
 }
 
 // userBatch is the batch a user would configure for a flow knowing the
 // limits ls: the most items, up to batch_max, whose request fits each of
 // them in one go (0 if not even one does).
-func userBatch(sc *scenario.Scenario, ls governor.Limits, f *flowState) int {
+func userBatch(sc *forecast.Scenario, ls governor.Limits, f *forecast.FlowState) int {
 	g, err := governor.New(governor.Config{Limits: ls, DayBurst: -1})
 	if err != nil {
 		return 1
 	}
-	base := governor.Cost{Requests: 1, Input: f.cfg.PromptTokens}
-	if f.cfg.ItemMaxTokens == 0 {
+	base := governor.Cost{Requests: 1, Input: f.Flow().PromptTokens}
+	if f.Flow().ItemMaxTokens == 0 {
 		base.Output = sc.Provider.DefaultMaxTokens
 	}
-	return g.LargestBatch(base, governor.Cost{Input: f.cfg.ItemInputTokens, Output: f.cfg.ItemMaxTokens}, max(f.cfg.BatchMax, 1))
+	return g.LargestBatch(base, governor.Cost{Input: f.Flow().ItemInputTokens, Output: f.Flow().ItemMaxTokens}, max(f.Flow().BatchMax, 1))
 }

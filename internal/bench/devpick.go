@@ -4,8 +4,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/sluice-dev/sluice/internal/scenario"
-	"github.com/sluice-dev/sluice/internal/sim"
+	"github.com/sluice-dev/sluice/internal/forecast"
 )
 
 // devpickPolicy models DevPick's scheduler from seed 000, before its fixes
@@ -22,7 +21,7 @@ type devpickPolicy struct {
 }
 
 type devpickJob struct {
-	f          *flowState
+	f          *forecast.FlowState
 	perRun     int
 	perRequest int
 	gap        time.Duration
@@ -52,20 +51,20 @@ var (
 
 const devpickEvery = 30 * time.Minute
 
-func newDevpick(_ *scenario.Scenario, fixed bool) (policy, error) {
+func newDevpick(_ *forecast.Scenario, fixed bool) (forecast.Policy, error) {
 	return &devpickStarter{p: &devpickPolicy{}, fixed: fixed}, nil
 }
 
-func (p *devpickPolicy) init(w *world, fixed bool) {
+func (p *devpickPolicy) init(w *forecast.World, fixed bool) {
 	shapes := naiveShapes
 	if fixed {
 		shapes = fixedShapes
 	}
-	for _, f := range w.flows {
-		s, ok := shapes[f.cfg.Name]
+	for _, f := range w.Flows() {
+		s, ok := shapes[f.Flow().Name]
 		if !ok {
 			// A flow the seed does not name: three requests of up to five items a run.
-			n := min(max(f.cfg.BatchMax, 1), 5)
+			n := min(max(f.Flow().BatchMax, 1), 5)
 			s = devpickShape{3 * n, n, 10 * time.Second}
 		}
 		p.jobs = append(p.jobs, devpickJob{f: f, perRun: s.perRun, perRequest: s.perRequest, gap: s.gap})
@@ -74,7 +73,7 @@ func (p *devpickPolicy) init(w *world, fixed bool) {
 		// The fix runs the lighter backfill before the heavier one; flows with
 		// arrivals (the analysis of new articles) keep running first.
 		sort.SliceStable(p.jobs, func(i, j int) bool {
-			a, b := p.jobs[i].f.cfg, p.jobs[j].f.cfg
+			a, b := p.jobs[i].f.Flow(), p.jobs[j].f.Flow()
 			if (a.ArrivalsPerDay > 0) != (b.ArrivalsPerDay > 0) {
 				return a.ArrivalsPerDay > 0
 			}
@@ -91,54 +90,54 @@ type devpickStarter struct {
 	fixed bool
 }
 
-func (s *devpickStarter) start(w *world) {
+func (s *devpickStarter) Start(w *forecast.World) {
 	s.p.init(w, s.fixed)
 	var tick func()
 	tick = func() {
 		s.p.runJob(w, 0)
-		w.at(w.now.Add(devpickEvery), tick)
+		w.At(w.Now().Add(devpickEvery), tick)
 	}
-	w.at(w.now.Add(time.Minute), tick)
+	w.At(w.Now().Add(time.Minute), tick)
 }
 
-func (s *devpickStarter) wake(*world) {}
+func (s *devpickStarter) Wake(*forecast.World) {}
 
 // runJob runs job i of the scheduled job, then the ones after it.
-func (p *devpickPolicy) runJob(w *world, i int) {
+func (p *devpickPolicy) runJob(w *forecast.World, i int) {
 	if i >= len(p.jobs) {
 		return
 	}
 	next := func() { p.runJob(w, i+1) }
-	if w.now.Before(p.until) {
+	if w.Now().Before(p.until) {
 		next() // aborted=rate_limit_backoff
 		return
 	}
 	j := p.jobs[i]
-	selected := min(j.perRun, len(j.f.queue))
+	selected := min(j.perRun, j.f.Queued())
 	p.sendBatch(w, j, selected, next)
 }
 
 // sendBatch sends the job's next request of up to perRequest of the left
 // selected items, waits for its answer, then the gap, then goes on.
-func (p *devpickPolicy) sendBatch(w *world, j devpickJob, left int, next func()) {
-	n := min(j.perRequest, left, len(j.f.queue))
+func (p *devpickPolicy) sendBatch(w *forecast.World, j devpickJob, left int, next func()) {
+	n := min(j.perRequest, left, j.f.Queued())
 	if n == 0 {
 		next()
 		return
 	}
-	sentAt := w.now
-	w.send(j.f, w.take(j.f, n), 0, func(o outcome) {
-		if o.resp.Status != 200 || o.resp.Fault != sim.NoFault {
-			w.putBack(j.f, o.items)
+	sentAt := w.Now()
+	w.Send(j.f, w.Take(j.f, n), 0, func(o forecast.Outcome) {
+		if o.Response.Status != 200 || o.Response.Fault != forecast.NoFault {
+			w.PutBack(j.f, o.Items)
 		}
 		switch {
-		case o.resp.Status == 429:
-			p.until = w.now.Add(o.resp.RetryAfter)
-			w.at(w.now, next) // aborted=rate_limited
-		case o.resp.Status != 200 || o.resp.Rejected || o.resp.Fault != sim.NoFault:
-			w.at(w.now, next) // the job raised
+		case o.Response.Status == 429:
+			p.until = w.Now().Add(o.Response.RetryAfter)
+			w.At(w.Now(), next) // aborted=rate_limited
+		case o.Response.Status != 200 || o.Response.Rejected || o.Response.Fault != forecast.NoFault:
+			w.At(w.Now(), next) // the job raised
 		default:
-			w.at(sentAt.Add(j.gap), func() { p.sendBatch(w, j, left-n, next) })
+			w.At(sentAt.Add(j.gap), func() { p.sendBatch(w, j, left-n, next) })
 		}
 	})
 }

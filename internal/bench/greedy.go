@@ -4,8 +4,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
-	"github.com/sluice-dev/sluice/internal/scenario"
-	"github.com/sluice-dev/sluice/internal/sim"
+	"github.com/sluice-dev/sluice/internal/forecast"
 )
 
 // greedyPolicy is the reference for utilization, not a model of anyone's
@@ -26,14 +25,14 @@ type greedyPolicy struct {
 	defaultMax int64
 	minute     *greedyLedger // nil when no minute limit is known
 	day        *greedyLedger // nil when no day limit is known
-	batch      map[*flowState]int
+	batch      map[*forecast.FlowState]int
 	paused     time.Time // after a refusal: no call before
 	wakeAt     time.Time
 }
 
-func newGreedy(sc *scenario.Scenario) *greedyPolicy {
+func newGreedy(sc *forecast.Scenario) *greedyPolicy {
 	p := &greedyPolicy{known: sc.Provider.Limits, settle: sc.Provider.Accounting == governor.SettleAccounting,
-		defaultMax: sc.Provider.DefaultMaxTokens, batch: map[*flowState]int{}}
+		defaultMax: sc.Provider.DefaultMaxTokens, batch: map[*forecast.FlowState]int{}}
 	fixed := sc.Provider.Window == governor.Fixed
 	for _, l := range governor.AllLimits {
 		if p.known[l] == 0 {
@@ -49,9 +48,9 @@ func newGreedy(sc *scenario.Scenario) *greedyPolicy {
 	return p
 }
 
-func (p *greedyPolicy) start(w *world) {
-	for _, f := range w.flows {
-		p.batch[f] = userBatch(w.sc, p.known, f)
+func (p *greedyPolicy) Start(w *forecast.World) {
+	for _, f := range w.Flows() {
+		p.batch[f] = userBatch(w.Scenario(), p.known, f)
 	}
 }
 
@@ -63,12 +62,12 @@ func (p *greedyPolicy) ledger(l governor.Limit) *greedyLedger {
 }
 
 // cost is what the provider charges a call of n items of f at admission.
-func (p *greedyPolicy) cost(f *flowState, n int) governor.Cost {
-	out := int64(n) * f.cfg.ItemMaxTokens
+func (p *greedyPolicy) cost(f *forecast.FlowState, n int) governor.Cost {
+	out := int64(n) * f.Flow().ItemMaxTokens
 	if out == 0 {
 		out = p.defaultMax
 	}
-	return governor.Cost{Requests: 1, Input: f.cfg.PromptTokens + int64(n)*f.cfg.ItemInputTokens, Output: out}
+	return governor.Cost{Requests: 1, Input: f.Flow().PromptTokens + int64(n)*f.Flow().ItemInputTokens, Output: out}
 }
 
 // fitsAt returns the earliest time, not before now, at which c fits every
@@ -89,33 +88,33 @@ func (p *greedyPolicy) fitsAt(now time.Time, c governor.Cost) time.Time {
 	return at
 }
 
-func (p *greedyPolicy) wake(w *world) {
-	if w.now.Before(p.paused) {
+func (p *greedyPolicy) Wake(w *forecast.World) {
+	if w.Now().Before(p.paused) {
 		p.wakeLater(w, p.paused)
 		return
 	}
 	for {
 		for _, lg := range []*greedyLedger{p.minute, p.day} {
 			if lg != nil {
-				lg.expire(w.now)
+				lg.expire(w.Now())
 			}
 		}
 		// The oldest next call that fits now; else when the first will fit.
-		var pick *flowState
+		var pick *forecast.FlowState
 		var next time.Time
-		for _, f := range w.flows {
-			if len(f.queue) == 0 {
+		for _, f := range w.Flows() {
+			if f.Queued() == 0 {
 				continue
 			}
 			if p.batch[f] == 0 {
-				w.refuse(f, w.take(f, len(f.queue)))
+				w.Refuse(f, w.Take(f, f.Queued()))
 				continue
 			}
-			at := p.fitsAt(w.now, p.cost(f, min(p.batch[f], len(f.queue))))
+			at := p.fitsAt(w.Now(), p.cost(f, min(p.batch[f], f.Queued())))
 			switch {
 			case at.IsZero():
-			case at.Equal(w.now):
-				if pick == nil || f.queue[0].eligible.Before(pick.queue[0].eligible) {
+			case at.Equal(w.Now()):
+				if pick == nil || f.Oldest().Before(pick.Oldest()) {
 					pick = f
 				}
 			case next.IsZero() || at.Before(next):
@@ -129,26 +128,26 @@ func (p *greedyPolicy) wake(w *world) {
 			return
 		}
 		p.send(w, pick)
-		if w.now.Before(p.paused) {
+		if w.Now().Before(p.paused) {
 			p.wakeLater(w, p.paused)
 			return
 		}
 	}
 }
 
-func (p *greedyPolicy) send(w *world, f *flowState) {
-	items := w.take(f, p.batch[f])
+func (p *greedyPolicy) send(w *forecast.World, f *forecast.FlowState) {
+	items := w.Take(f, p.batch[f])
 	c := p.cost(f, len(items))
 	// The call's charge in each ledger, minute then day.
 	var charges [2]*greedyCharge
 	ledgers := [2]*greedyLedger{p.minute, p.day}
 	for i, lg := range ledgers {
 		if lg != nil {
-			charges[i] = lg.add(w.now, c)
+			charges[i] = lg.add(w.Now(), c)
 		}
 	}
-	w.send(f, items, int64(len(items))*f.cfg.ItemMaxTokens, func(o outcome) {
-		resp := o.resp
+	w.Send(f, items, int64(len(items))*f.Flow().ItemMaxTokens, func(o forecast.Outcome) {
+		resp := o.Response
 		switch {
 		case resp.Rejected:
 			// Not charged: the refusal came at once, so its charges are
@@ -160,19 +159,19 @@ func (p *greedyPolicy) send(w *world, f *flowState) {
 			}
 			switch {
 			case resp.TooLarge && len(items) == 1:
-				w.refuse(f, items)
+				w.Refuse(f, items)
 			case resp.TooLarge:
 				p.batch[f] = len(items) / 2
-				w.putBack(f, items)
+				w.PutBack(f, items)
 			default:
-				w.putBack(f, items)
-				p.paused = w.now.Add(max(resp.RetryAfter, time.Millisecond))
+				w.PutBack(f, items)
+				p.paused = w.Now().Add(max(resp.RetryAfter, time.Millisecond))
 			}
-		case resp.Fault != sim.NoFault:
+		case resp.Fault != forecast.NoFault:
 			// Charged, not done: the items go again when a call fits. The
 			// provider may have charged less output; the ledger keeps the
 			// reservation, which is safe.
-			w.putBack(f, items)
+			w.PutBack(f, items)
 		case p.settle:
 			for i, lg := range ledgers {
 				if lg != nil {
@@ -181,15 +180,15 @@ func (p *greedyPolicy) send(w *world, f *flowState) {
 			}
 		}
 		if resp.Rejected {
-			w.at(w.now, func() { p.wake(w) })
+			w.At(w.Now(), func() { p.Wake(w) })
 		}
 	})
 }
 
-func (p *greedyPolicy) wakeLater(w *world, t time.Time) {
-	if !p.wakeAt.After(w.now) || t.Before(p.wakeAt) {
+func (p *greedyPolicy) wakeLater(w *forecast.World, t time.Time) {
+	if !p.wakeAt.After(w.Now()) || t.Before(p.wakeAt) {
 		p.wakeAt = t
-		w.at(t, func() { p.wake(w) })
+		w.At(t, func() { p.Wake(w) })
 	}
 }
 

@@ -5,8 +5,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
-	"github.com/sluice-dev/sluice/internal/scenario"
-	"github.com/sluice-dev/sluice/internal/sim"
+	"github.com/sluice-dev/sluice/internal/forecast"
 )
 
 // inngestPolicy models each flow as an Inngest function with a throttle, as
@@ -22,12 +21,12 @@ import (
 // need (with 20 % headroom); the rest of every limit's daily allowance is
 // split among the other flows by weight. Runs are counted, not tokens.
 type inngestPolicy struct {
-	sc    *scenario.Scenario
+	sc    *forecast.Scenario
 	flows []*inngestFlow
 }
 
 type inngestFlow struct {
-	f        *flowState
+	f        *forecast.FlowState
 	batch    int
 	interval time.Duration // throttle: one run start per interval
 	tat      time.Time
@@ -39,20 +38,20 @@ const (
 	inngestBaseBackoff = 10 * time.Second
 )
 
-func newInngest(sc *scenario.Scenario) *inngestPolicy { return &inngestPolicy{sc: sc} }
+func newInngest(sc *forecast.Scenario) *inngestPolicy { return &inngestPolicy{sc: sc} }
 
-func (p *inngestPolicy) start(w *world) {
+func (p *inngestPolicy) Start(w *forecast.World) {
 	sc := p.sc
 	// What one run of each flow costs, and each limit's daily allowance.
-	costs := make([]governor.Cost, len(w.flows))
-	for i, f := range w.flows {
+	costs := make([]governor.Cost, len(w.Flows()))
+	for i, f := range w.Flows() {
 		k := max(userBatch(sc, sc.Provider.Limits, f), 1)
-		out := int64(k) * f.cfg.ItemMaxTokens
+		out := int64(k) * f.Flow().ItemMaxTokens
 		if out == 0 {
 			out = sc.Provider.DefaultMaxTokens
 		}
-		costs[i] = governor.Cost{Requests: 1, Input: f.cfg.PromptTokens + int64(k)*f.cfg.ItemInputTokens, Output: out}
-		p.flows = append(p.flows, &inngestFlow{f: f, batch: k, tat: w.now})
+		costs[i] = governor.Cost{Requests: 1, Input: f.Flow().PromptTokens + int64(k)*f.Flow().ItemInputTokens, Output: out}
+		p.flows = append(p.flows, &inngestFlow{f: f, batch: k, tat: w.Now()})
 	}
 	var left [governor.NumLimits]float64
 	for _, l := range governor.AllLimits {
@@ -60,23 +59,23 @@ func (p *inngestPolicy) start(w *world) {
 			left[l] = float64(lim) * float64(24*time.Hour) / float64(l.Period())
 		}
 	}
-	runs := make([]float64, len(w.flows))
+	runs := make([]float64, len(w.Flows()))
 	var weights float64
-	for i, f := range w.flows {
-		if f.cfg.ArrivalsPerDay > 0 {
-			runs[i] = 1.2 * f.cfg.ArrivalsPerDay / float64(p.flows[i].batch)
+	for i, f := range w.Flows() {
+		if f.Flow().ArrivalsPerDay > 0 {
+			runs[i] = 1.2 * f.Flow().ArrivalsPerDay / float64(p.flows[i].batch)
 			for _, l := range governor.AllLimits {
 				left[l] -= runs[i] * float64(costs[i].On(l))
 			}
 		} else {
-			weights += f.cfg.Weight
+			weights += f.Flow().Weight
 		}
 	}
-	for i, f := range w.flows {
-		if f.cfg.ArrivalsPerDay > 0 {
+	for i, f := range w.Flows() {
+		if f.Flow().ArrivalsPerDay > 0 {
 			continue
 		}
-		share := f.cfg.Weight / weights
+		share := f.Flow().Weight / weights
 		runs[i] = math.Inf(1)
 		for _, l := range governor.AllLimits {
 			if sc.Provider.Limits[l] > 0 && costs[i].On(l) > 0 {
@@ -92,46 +91,46 @@ func (p *inngestPolicy) start(w *world) {
 	}
 }
 
-func (p *inngestPolicy) wake(w *world) {
+func (p *inngestPolicy) Wake(w *forecast.World) {
 	for _, fl := range p.flows {
 		f := fl.f
-		if len(f.queue) == 0 {
+		if f.Queued() == 0 {
 			continue
 		}
-		if w.now.Before(fl.tat) {
-			if !fl.wakeAt.After(w.now) {
+		if w.Now().Before(fl.tat) {
+			if !fl.wakeAt.After(w.Now()) {
 				fl.wakeAt = fl.tat
-				w.at(fl.tat, func() { p.wake(w) })
+				w.At(fl.tat, func() { p.Wake(w) })
 			}
 			continue
 		}
 		fl.tat = fl.tat.Add(fl.interval)
-		if fl.tat.Before(w.now) {
-			fl.tat = w.now.Add(fl.interval)
+		if fl.tat.Before(w.Now()) {
+			fl.tat = w.Now().Add(fl.interval)
 		}
-		p.step(w, fl, w.take(f, fl.batch), 0)
-		if len(f.queue) > 0 && !fl.wakeAt.After(w.now) {
+		p.step(w, fl, w.Take(f, fl.batch), 0)
+		if f.Queued() > 0 && !fl.wakeAt.After(w.Now()) {
 			fl.wakeAt = fl.tat
-			w.at(fl.tat, func() { p.wake(w) })
+			w.At(fl.tat, func() { p.Wake(w) })
 		}
 	}
 }
 
 // step makes the run's LLM call, attempt n.
-func (p *inngestPolicy) step(w *world, fl *inngestFlow, items []item, n int) {
+func (p *inngestPolicy) step(w *forecast.World, fl *inngestFlow, items []forecast.Item, n int) {
 	f := fl.f
-	w.send(f, items, int64(len(items))*f.cfg.ItemMaxTokens, func(o outcome) {
-		if o.resp.Status == 200 && o.resp.Fault == sim.NoFault {
+	w.Send(f, items, int64(len(items))*f.Flow().ItemMaxTokens, func(o forecast.Outcome) {
+		if o.Response.Status == 200 && o.Response.Fault == forecast.NoFault {
 			return
 		}
-		if o.resp.TooLarge || n >= inngestRetries {
-			w.requeue(f, items) // the run failed
+		if o.Response.TooLarge || n >= inngestRetries {
+			w.Requeue(f, items) // the run failed
 			return
 		}
 		wait := inngestBaseBackoff << n
-		if o.resp.Status == 429 && o.resp.RetryAfter > 0 {
-			wait = o.resp.RetryAfter
+		if o.Response.Status == 429 && o.Response.RetryAfter > 0 {
+			wait = o.Response.RetryAfter
 		}
-		w.at(w.now.Add(wait), func() { p.step(w, fl, items, n+1) })
+		w.At(w.Now().Add(wait), func() { p.step(w, fl, items, n+1) })
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/forecast"
 	"github.com/sluice-dev/sluice/internal/sim"
 	"github.com/sluice-dev/sluice/internal/testenv"
 	"github.com/sluice-dev/sluice/llm"
@@ -20,7 +21,7 @@ import (
 func TestNoCallForARunAnotherProcessOwns(t *testing.T) {
 	t.Parallel()
 	testenv.Databases(t, func(t *testing.T, url string) {
-		model, err := sim.NewModel(sim.Config{Profile: "groq", Wire: true})
+		model, err := forecast.NewModel(forecast.ModelConfig{Profile: "groq", Wire: true})
 		if err != nil {
 			t.Fatal(err)
 		}

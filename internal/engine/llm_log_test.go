@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/engine"
+	"github.com/sluice-dev/sluice/internal/forecast"
 	"github.com/sluice-dev/sluice/internal/sim"
 	"github.com/sluice-dev/sluice/internal/testenv"
 	"github.com/sluice-dev/sluice/llm"
@@ -23,7 +24,7 @@ func TestProviderLogsRefusalsAndRejections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	model, err := sim.NewModel(sim.Config{Profile: "groq", Limits: provLimits, Wire: true})
+	model, err := forecast.NewModel(forecast.ModelConfig{Profile: "groq", Limits: provLimits, Wire: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
-	"github.com/sluice-dev/sluice/internal/sim"
+	"github.com/sluice-dev/sluice/internal/forecast"
 )
 
 // manualClock is a clock that moves only when the test moves it: every
@@ -48,7 +48,7 @@ func (c *manualClock) advance(b *bundle, d time.Duration) {
 // move while a request waits), the retry-after of a 429 the clock's.
 func manualKey(t *testing.T) (*bundle, *manualClock) {
 	c := newManualClock()
-	return setup(t, sim.Config{Profile: "openai", Limits: limits("rpm=1")},
+	return setup(t, forecast.ModelConfig{Profile: "openai", Limits: limits("rpm=1")},
 		Config{Limits: limits("rpm=1"), Now: c.Now}), c
 }
 
@@ -198,7 +198,7 @@ func TestAnswerHeaders(t *testing.T) {
 	t.Parallel()
 	// The clock stands still: resets and estimates are exact, however
 	// long the steps take.
-	b := setup(t, sim.Config{Profile: "groq", Limits: limits("rpm=30,tpm=6000,otpm=1000")},
+	b := setup(t, forecast.ModelConfig{Profile: "groq", Limits: limits("rpm=30,tpm=6000,otpm=1000")},
 		Config{Limits: limits("rpm=30,tpm=6000,otpm=1000"), Flows: []Flow{{Name: "a", Weight: 1}, {Name: "b", Weight: 3}},
 			Now: newManualClock().Now})
 	ok, _ := b.do(t, "POST", "/v1/chat/completions", chatBody("hello", 900, ""), map[string]string{FlowHeader: "b"})
@@ -254,7 +254,7 @@ func TestAnswerHeaders(t *testing.T) {
 // 6,000 output tokens, and under OTPM 5,000 max_tokens ≤ 1,666 fits.
 func TestTooLargeHintCountsChoices(t *testing.T) {
 	t.Parallel()
-	b := setup(t, sim.Config{Profile: "openai", Limits: limits("otpm=5000")}, Config{Limits: limits("otpm=5000")})
+	b := setup(t, forecast.ModelConfig{Profile: "openai", Limits: limits("otpm=5000")}, Config{Limits: limits("otpm=5000")})
 	resp, body := b.do(t, "POST", "/v1/chat/completions", chatBody("three answers", 2000, `,"n":3`), nil)
 	if status(resp) != 413 || !strings.Contains(string(body), "with n = 3, max_tokens ≤ 1,666 fits") {
 		t.Fatalf("%d %s\nwant 413 saying max_tokens ≤ 1,666 fits with n = 3", status(resp), body)

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/forecast"
 	"github.com/sluice-dev/sluice/internal/sim"
 	"github.com/sluice-dev/sluice/internal/testenv"
 	"github.com/sluice-dev/sluice/internal/testenv/cookbook"
@@ -157,7 +158,7 @@ var batchWarm sync.Once
 
 func warmUp(t *testing.T) {
 	batchWarm.Do(func() {
-		m, err := sim.NewModel(sim.Config{Profile: "groq", Model: batchModel, Wire: true})
+		m, err := forecast.NewModel(forecast.ModelConfig{Profile: "groq", Model: batchModel, Wire: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -209,7 +210,7 @@ func batchPrompts(n int) []string {
 // batchWorld is a simulator with a gateway in front of it or not: the
 // provider a run sends its requests to.
 type batchWorld struct {
-	model *sim.Model
+	model *forecast.Model
 	sim   *httptest.Server
 	gw    *Gateway         // nil for a direct run
 	front *httptest.Server // the gateway's server (nil for a direct run)
@@ -228,7 +229,7 @@ func newBatchWorld(t *testing.T, throughGateway bool, flows []Flow) *batchWorld 
 		t.Fatal(err)
 	}
 	w := &batchWorld{log: &testenv.Buffer{}, journal: &chargeLog{}, arrivals: &arrivalLog{}}
-	w.model, err = sim.NewModel(sim.Config{Profile: "groq", Limits: lim, Latency: batchLatency,
+	w.model, err = forecast.NewModel(forecast.ModelConfig{Profile: "groq", Limits: lim, Latency: batchLatency,
 		Model: batchModel, Seed: 7, Wire: true})
 	if err != nil {
 		t.Fatal(err)

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
-	"github.com/sluice-dev/sluice/internal/sim"
+	"github.com/sluice-dev/sluice/internal/forecast"
 )
 
 // BenchmarkWaitingRequestMemory measures what one request holds while it
@@ -31,7 +31,7 @@ func BenchmarkWaitingRequestMemory(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			var per float64
 			for range b.N {
-				bd := setup(b, sim.Config{Profile: "openai", Limits: limits("rpm=1")},
+				bd := setup(b, forecast.ModelConfig{Profile: "openai", Limits: limits("rpm=1")},
 					Config{Limits: limits("rpm=1"), MaxWait: time.Hour, MaxWaitingBytes: 1 << 30})
 				if resp, _ := bd.do(b, "POST", "/v1/chat/completions", chatBody("fill the minute", 5, ""), nil); resp.StatusCode != 200 {
 					b.Fatalf("first: %d", resp.StatusCode)

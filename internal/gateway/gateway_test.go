@@ -20,8 +20,8 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/forecast"
 	"github.com/sluice-dev/sluice/internal/health"
-	"github.com/sluice-dev/sluice/internal/scenario"
 	"github.com/sluice-dev/sluice/internal/sim"
 	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/internal/store/sqlite"
@@ -43,7 +43,7 @@ func limits(s string) governor.Limits {
 
 // bundle is a simulator with a gateway in front of it.
 type bundle struct {
-	model *sim.Model
+	model *forecast.Model
 	sim   *httptest.Server
 	gw    *Gateway
 	srv   *httptest.Server
@@ -55,10 +55,10 @@ type bundle struct {
 
 // setup starts the simulator (wire format on, the upstream key required)
 // and a gateway in front of it; cfg's Upstream, APIKey and Logger are filled in.
-func setup(t testing.TB, sc sim.Config, cfg Config, before ...func(*Gateway)) *bundle {
+func setup(t testing.TB, sc forecast.ModelConfig, cfg Config, before ...func(*Gateway)) *bundle {
 	t.Helper()
 	sc.Wire = true
-	m, err := sim.NewModel(sc)
+	m, err := forecast.NewModel(sc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +155,7 @@ func flowView(t testing.TB, b *bundle, name string) FlowView {
 
 func TestChatPlain(t *testing.T) {
 	t.Parallel()
-	b := setup(t, sim.Config{Profile: "groq", Limits: limits("rpm=30,tpm=6000")},
+	b := setup(t, forecast.ModelConfig{Profile: "groq", Limits: limits("rpm=30,tpm=6000")},
 		Config{Limits: limits("rpm=30,tpm=6000"), Flows: []Flow{{Name: "summary", Weight: 2}}})
 	resp, body := b.do(t, "POST", "/v1/chat/completions", chatBody("Say hello.", 40, `,"seed":7`),
 		map[string]string{FlowHeader: "summary"})
@@ -203,7 +203,7 @@ func events(t *testing.T, body []byte) []string {
 
 func TestStream(t *testing.T) {
 	t.Parallel()
-	b := setup(t, sim.Config{Profile: "openai", Limits: limits("rpm=30,tpm=6000")}, Config{Limits: limits("rpm=30,tpm=6000")})
+	b := setup(t, forecast.ModelConfig{Profile: "openai", Limits: limits("rpm=30,tpm=6000")}, Config{Limits: limits("rpm=30,tpm=6000")})
 	for _, tc := range []struct {
 		name  string
 		extra string
@@ -251,7 +251,7 @@ func TestStream(t *testing.T) {
 
 func TestDefaultMaxTokens(t *testing.T) {
 	t.Parallel()
-	b := setup(t, sim.Config{Profile: "groq", Limits: limits("rpm=30,tpm=20000,otpm=1000")},
+	b := setup(t, forecast.ModelConfig{Profile: "groq", Limits: limits("rpm=30,tpm=20000,otpm=1000")},
 		Config{Limits: limits("rpm=30,tpm=20000,otpm=1000"), DefaultMaxTokens: 300,
 			Flows: []Flow{{Name: "title", DefaultMaxTokens: 50}, {Name: "analysis"}}})
 	for _, tc := range []struct {
@@ -275,7 +275,7 @@ func TestDefaultMaxTokens(t *testing.T) {
 
 	// A default larger than the output limit is lowered to what fits: the
 	// provider's own default would make the call too large forever.
-	b2 := setup(t, sim.Config{Profile: "groq", Limits: limits("otpm=1000")}, Config{Limits: limits("otpm=1000")})
+	b2 := setup(t, forecast.ModelConfig{Profile: "groq", Limits: limits("otpm=1000")}, Config{Limits: limits("otpm=1000")})
 	resp, body := b2.do(t, "POST", "/v1/chat/completions", chatBody("Analyse this.", 0, ""), nil)
 	if resp.StatusCode != 200 {
 		t.Fatalf("status %d: %s", resp.StatusCode, body)
@@ -299,7 +299,7 @@ func TestTooLarge(t *testing.T) {
 	} {
 		t.Run(tc.profile+"/"+tc.limits, func(t *testing.T) {
 			t.Parallel()
-			b := setup(t, sim.Config{Profile: llm.Profile(tc.profile), Limits: limits(tc.limits)}, Config{Limits: limits(tc.limits)})
+			b := setup(t, forecast.ModelConfig{Profile: llm.Profile(tc.profile), Limits: limits(tc.limits)}, Config{Limits: limits(tc.limits)})
 			resp, body := b.do(t, "POST", "/v1/chat/completions", chatBody("Write a long essay.", tc.maxTokens, ""), nil)
 			if resp.StatusCode != 413 || resp.Header.Get("Retry-After") != "" {
 				t.Fatalf("status %d retry-after %q: %s", resp.StatusCode, resp.Header.Get("Retry-After"), body)
@@ -326,7 +326,7 @@ func TestNotAdmittedInTime(t *testing.T) {
 	t.Parallel()
 	// The clock stands still: the retry-after is exactly the minute's
 	// end, however long the steps take.
-	b := setup(t, sim.Config{Profile: "groq", Limits: limits("rpm=1")}, Config{Limits: limits("rpm=1"), Now: newManualClock().Now})
+	b := setup(t, forecast.ModelConfig{Profile: "groq", Limits: limits("rpm=1")}, Config{Limits: limits("rpm=1"), Now: newManualClock().Now})
 	if resp, body := b.do(t, "POST", "/v1/chat/completions", chatBody("one", 10, ""), nil); resp.StatusCode != 200 {
 		t.Fatalf("first: %d %s", resp.StatusCode, body)
 	}
@@ -357,7 +357,7 @@ func TestNotAdmittedInTime(t *testing.T) {
 
 func TestBadRequests(t *testing.T) {
 	t.Parallel()
-	b := setup(t, sim.Config{Profile: "openai"}, Config{MaxBodyBytes: 2000})
+	b := setup(t, forecast.ModelConfig{Profile: "openai"}, Config{MaxBodyBytes: 2000})
 	for _, tc := range []struct {
 		name, body string
 		header     map[string]string
@@ -396,7 +396,7 @@ func TestBadRequests(t *testing.T) {
 
 func TestClientKeys(t *testing.T) {
 	t.Parallel()
-	b := setup(t, sim.Config{Profile: "groq"}, Config{
+	b := setup(t, forecast.ModelConfig{Profile: "groq"}, Config{
 		Flows:      []Flow{{Name: "summary"}, {Name: "title"}},
 		ClientKeys: []ClientKey{{Key: "gw-title-key-0123456", Flow: "title"}, {Key: "gw-any-key-0123456789"}},
 	})
@@ -452,7 +452,7 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 
 func TestDisconnectLeavesTheLine(t *testing.T) {
 	t.Parallel()
-	b := setup(t, sim.Config{Profile: "groq", Limits: limits("rpm=1")}, Config{Limits: limits("rpm=1")})
+	b := setup(t, forecast.ModelConfig{Profile: "groq", Limits: limits("rpm=1")}, Config{Limits: limits("rpm=1")})
 	if resp, _ := b.do(t, "POST", "/v1/chat/completions", chatBody("one", 10, ""), nil); resp.StatusCode != 200 {
 		t.Fatalf("first: %d", resp.StatusCode)
 	}
@@ -490,7 +490,7 @@ func TestUpstreamRejectionFeedsBack(t *testing.T) {
 	// headers never report RPM: the 429's text is the only way to learn it.
 	// The clock stands still: the provider's retry-after, and the
 	// gateway's, are exactly the minute's end.
-	b := setup(t, sim.Config{Profile: "groq", Limits: limits("rpm=1,tpm=50000")}, Config{Limits: limits("tpm=50000"),
+	b := setup(t, forecast.ModelConfig{Profile: "groq", Limits: limits("rpm=1,tpm=50000")}, Config{Limits: limits("tpm=50000"),
 		Flows: []Flow{{Name: "summary"}}, Now: newManualClock().Now})
 	h := map[string]string{FlowHeader: "summary", MaxWaitHeader: "100ms"}
 	if resp, _ := b.do(t, "POST", "/v1/chat/completions", chatBody("one", 10, ""), h); resp.StatusCode != 200 {
@@ -524,7 +524,7 @@ func TestTransientFailuresRetried(t *testing.T) {
 	t.Parallel()
 	// Retries happen within the max wait: two minutes, so that a busy
 	// machine's slow attempts do not use it up before the eight attempts.
-	b := setup(t, sim.Config{Profile: "openai", Seed: 3, Faults: scenario.Faults{Error5xx: 0.5, Reset: 0.2}},
+	b := setup(t, forecast.ModelConfig{Profile: "openai", Seed: 3, Faults: forecast.Faults{Error5xx: 0.5, Reset: 0.2}},
 		Config{RetryBase: time.Millisecond, MaxWait: 2 * time.Minute})
 	for i := range 10 {
 		resp, body := b.do(t, "POST", "/v1/chat/completions", chatBody("try "+strconv.Itoa(i), 10, ""), nil)
@@ -544,7 +544,7 @@ func TestTransientFailuresRetried(t *testing.T) {
 
 func TestModelsAndMetrics(t *testing.T) {
 	t.Parallel()
-	b := setup(t, sim.Config{Profile: "groq", Limits: limits("rpm=30,tpm=6000")}, Config{Limits: limits("rpm=30,tpm=6000")})
+	b := setup(t, forecast.ModelConfig{Profile: "groq", Limits: limits("rpm=30,tpm=6000")}, Config{Limits: limits("rpm=30,tpm=6000")})
 	resp, body := b.do(t, "GET", "/v1/models", "", nil)
 	if resp.StatusCode != 200 || !strings.Contains(string(body), `"id":"sim-model"`) {
 		t.Fatalf("models: %d %s", resp.StatusCode, body)
@@ -577,7 +577,7 @@ func TestModelsAndMetrics(t *testing.T) {
 func TestUpstreamKeyNeverLeaks(t *testing.T) {
 	t.Parallel()
 	// The gateway holds a key the provider refuses: its 401 travels back.
-	b := setup(t, sim.Config{Profile: "openai"}, Config{APIKey: "sk-wrong-" + upstreamKey})
+	b := setup(t, forecast.ModelConfig{Profile: "openai"}, Config{APIKey: "sk-wrong-" + upstreamKey})
 	resp, body := b.do(t, "POST", "/v1/chat/completions", chatBody("hi", 10, ""), nil)
 	if resp.StatusCode != 401 {
 		t.Fatalf("status %d: %s", resp.StatusCode, body)
@@ -604,7 +604,7 @@ func TestEchoedKeyScrubbed(t *testing.T) {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(status)
-		_, _ = w.Write(sim.ErrorBody("openai", "invalid_request_error", "invalid_api_key", "Incorrect API key provided: "+key+".", 0))
+		_, _ = w.Write(forecast.ErrorBody("openai", "invalid_request_error", "invalid_api_key", "Incorrect API key provided: "+key+".", 0))
 	}))
 	defer echo.Close()
 	log := &testenv.Buffer{}
@@ -687,7 +687,7 @@ func TestRestartRemembersTheDay(t *testing.T) {
 	// under half a second for the next.
 	lim := limits("tpd=100000000")
 	st := open()
-	b := setup(t, sim.Config{Profile: "groq", Limits: lim}, Config{Key: "groq-day", Limits: lim, Store: st})
+	b := setup(t, forecast.ModelConfig{Profile: "groq", Limits: lim}, Config{Key: "groq-day", Limits: lim, Store: st})
 	for i := range 3 {
 		resp, body := b.do(t, "POST", "/v1/chat/completions",
 			fmt.Sprintf(`{"model":"m","max_tokens":500,"messages":[{"role":"user","content":"item %d"}]}`, i), nil)
@@ -733,7 +733,7 @@ func TestStopEndsTheWriter(t *testing.T) {
 	t.Cleanup(func() { st.Close() })
 	held := &heldStore{Store: st, entered: make(chan struct{}), release: make(chan struct{})}
 	lim := limits("tpd=100000000")
-	b := setup(t, sim.Config{Profile: "groq", Limits: lim}, Config{Key: "groq-stop", Limits: lim, Store: held}, func(*Gateway) {
+	b := setup(t, forecast.ModelConfig{Profile: "groq", Limits: lim}, Config{Key: "groq-stop", Limits: lim, Store: held}, func(*Gateway) {
 		if n := writersStartedHere(); n != 0 {
 			t.Errorf("New started %d background writers, want none before Start", n)
 		}
@@ -830,7 +830,7 @@ func TestFlowsHealth(t *testing.T) {
 	t.Parallel()
 	// A window of a nanosecond: a flow is progressing only at the moment
 	// of an admission, so the test sees it wait and go idle.
-	b := setup(t, sim.Config{Profile: "groq", Limits: limits("rpm=1")},
+	b := setup(t, forecast.ModelConfig{Profile: "groq", Limits: limits("rpm=1")},
 		Config{Limits: limits("rpm=1"), ProgressWindow: time.Nanosecond, Flows: []Flow{{Name: "titles"}}})
 	get := func() map[string]map[string]any {
 		t.Helper()
@@ -917,7 +917,7 @@ func TestSharedGovernor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := setup(t, sim.Config{Profile: "groq", Limits: limits("rpm=30,tpm=6000")},
+	b := setup(t, forecast.ModelConfig{Profile: "groq", Limits: limits("rpm=30,tpm=6000")},
 		Config{Governor: gov, Flows: []Flow{{Name: "summary", Weight: 2}}})
 	resp, body := b.do(t, "POST", "/v1/chat/completions", chatBody("Say hello.", 40, ""), map[string]string{FlowHeader: "summary"})
 	if resp.StatusCode != 200 {

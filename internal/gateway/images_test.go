@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/sluice-dev/sluice/governor"
-	"github.com/sluice-dev/sluice/internal/sim"
+	"github.com/sluice-dev/sluice/internal/forecast"
 	"github.com/sluice-dev/sluice/llm"
 )
 
@@ -28,7 +28,7 @@ func imagesBody(n int) string {
 // the request; one image goes through.
 func TestImagesArePriced(t *testing.T) {
 	t.Parallel()
-	b := setup(t, sim.Config{Profile: llm.OpenAI, Limits: limits("tpm=30000")}, Config{Limits: limits("tpm=30000")})
+	b := setup(t, forecast.ModelConfig{Profile: llm.OpenAI, Limits: limits("tpm=30000")}, Config{Limits: limits("tpm=30000")})
 
 	resp, body := b.do(t, "POST", "/v1/chat/completions", imagesBody(1), nil)
 	if resp == nil || resp.StatusCode != 200 {

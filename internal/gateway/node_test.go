@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
-	"github.com/sluice-dev/sluice/internal/sim"
+	"github.com/sluice-dev/sluice/internal/forecast"
 	"github.com/sluice-dev/sluice/internal/testenv"
 )
 
@@ -43,7 +43,7 @@ func TestOpenAINodeClientBursts(t *testing.T) {
 	weights := map[string]float64{"summary": 1, "title": 2, "analysis": 3}
 
 	journal := &chargeLog{}
-	b := setup(t, sim.Config{Profile: "groq", Limits: lim}, Config{
+	b := setup(t, forecast.ModelConfig{Profile: "groq", Limits: lim}, Config{
 		Limits:     lim,
 		Flows:      []Flow{{Name: "summary", Weight: 1}, {Name: "title", Weight: 2}, {Name: "analysis", Weight: 3}},
 		ClientKeys: []ClientKey{{Key: clientKey}},

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-dev/sluice/internal/sim"
+	"github.com/sluice-dev/sluice/internal/forecast"
 )
 
 // One caller that sends 1,100 distinct requests with X-Sluice-Max-Wait: 1ms
@@ -32,7 +32,7 @@ func TestOneCallerCannotSpendThePlaces(t *testing.T) {
 			t.Parallel()
 			// The clock stands still: every estimate is exact, and no place lapses.
 			now := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
-			b := setup(t, sim.Config{Profile: "openai", Limits: limits("rpm=1")},
+			b := setup(t, forecast.ModelConfig{Profile: "openai", Limits: limits("rpm=1")},
 				Config{Limits: limits("rpm=1"), ClientKeys: tc.keys, Now: func() time.Time { return now }})
 			patient := map[string]string{"Authorization": "Bearer gw-client-patient-2", MaxWaitHeader: "1ms"}
 			post := func(content string, h map[string]string) (int, time.Duration, string) {

@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/forecast"
 	"github.com/sluice-dev/sluice/internal/guard"
 	"github.com/sluice-dev/sluice/internal/redact"
-	"github.com/sluice-dev/sluice/internal/sim"
 	"github.com/sluice-dev/sluice/internal/testenv"
 	"github.com/sluice-dev/sluice/llm"
 )
@@ -120,7 +120,7 @@ func TestEchoedKeyScrubbedEverywhere(t *testing.T) {
 // retry-after, and other flows keep their places.
 func TestWaitLineBounded(t *testing.T) {
 	t.Parallel()
-	b := setup(t, sim.Config{Profile: "openai", Limits: limits("rpm=1")},
+	b := setup(t, forecast.ModelConfig{Profile: "openai", Limits: limits("rpm=1")},
 		Config{Limits: limits("rpm=1"), MaxWait: time.Minute, MaxWaiting: 5, MaxFlowWaiting: 3,
 			Flows: []Flow{{Name: "a"}, {Name: "b"}}})
 	if resp, _ := b.do(t, "POST", "/v1/chat/completions", chatBody("fill the minute", 5, ""), nil); resp.StatusCode != 200 {
@@ -188,7 +188,7 @@ func TestWaitLineBytes(t *testing.T) {
 // key's TPM for everyone: max_tokens 2^63−1 wrapped the cost negative.
 func TestHugeNumbersCannotDisableALimit(t *testing.T) {
 	t.Parallel()
-	b := setup(t, sim.Config{Profile: "openai", Limits: limits("rpm=600,tpm=1000")},
+	b := setup(t, forecast.ModelConfig{Profile: "openai", Limits: limits("rpm=600,tpm=1000")},
 		Config{Limits: limits("rpm=600,tpm=1000"), MaxWait: 300 * time.Millisecond})
 	for _, tc := range []struct{ extra, field string }{
 		{`,"max_tokens":9223372036854775807`, `max_tokens`},

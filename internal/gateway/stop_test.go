@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-dev/sluice/internal/sim"
+	"github.com/sluice-dev/sluice/internal/forecast"
 	"github.com/sluice-dev/sluice/llm"
 )
 
@@ -16,7 +16,7 @@ import (
 func TestStoppingAnswersWaitingRequests(t *testing.T) {
 	t.Parallel()
 	stopping := make(chan struct{})
-	b := setup(t, sim.Config{Profile: llm.OpenAI}, Config{Limits: limits("rpm=1"), Stopping: stopping, MaxWait: time.Hour, MaxWaitCap: time.Hour})
+	b := setup(t, forecast.ModelConfig{Profile: llm.OpenAI}, Config{Limits: limits("rpm=1"), Stopping: stopping, MaxWait: time.Hour, MaxWaitCap: time.Hour})
 	if resp, body := b.do(t, http.MethodPost, "/v1/chat/completions", chatBody("first", 5, ""), nil); resp == nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("first request: %v %s", resp, body)
 	}

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
-	"github.com/sluice-dev/sluice/internal/sim"
+	"github.com/sluice-dev/sluice/internal/forecast"
 	"github.com/sluice-dev/sluice/llm"
 )
 
@@ -127,7 +127,7 @@ func TestTooLargeNamesTheFieldSent(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			b := setup(t, sim.Config{Profile: "openai", Limits: limits("otpm=1000")}, Config{Limits: limits("otpm=1000")})
+			b := setup(t, forecast.ModelConfig{Profile: "openai", Limits: limits("otpm=1000")}, Config{Limits: limits("otpm=1000")})
 			resp, body := b.do(t, "POST", "/v1/chat/completions",
 				`{"model":"gpt-5","messages":[{"role":"user","content":"Write a long essay."}]`+tc.extra+`}`, nil)
 			if status(resp) != 413 || !strings.Contains(string(body), tc.want) || strings.Contains(string(body), tc.wantNot) {
@@ -166,7 +166,7 @@ func TestOwnRateLimitTypeNamesTheLimit(t *testing.T) {
 		t.Run(string(tc.profile)+"/"+tc.limits, func(t *testing.T) {
 			t.Parallel()
 			now := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
-			b := setup(t, sim.Config{Profile: tc.profile, Limits: limits(tc.limits)},
+			b := setup(t, forecast.ModelConfig{Profile: tc.profile, Limits: limits(tc.limits)},
 				Config{Limits: limits(tc.limits), Now: func() time.Time { return now }})
 			if resp, body := b.do(t, "POST", "/v1/chat/completions", chatBody("first", 900, ""), nil); status(resp) != 200 {
 				t.Fatalf("first: %d %s", status(resp), body)
@@ -281,7 +281,7 @@ func TestEveryRouteAnswersTheProfilesJSON(t *testing.T) {
 	for _, p := range llm.Profiles() {
 		t.Run(string(p), func(t *testing.T) {
 			t.Parallel()
-			b := setup(t, sim.Config{Profile: p}, Config{})
+			b := setup(t, forecast.ModelConfig{Profile: p}, Config{})
 			client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 			for _, c := range calls {
 				req, err := http.NewRequest(c.method, b.srv.URL, strings.NewReader(`{}`))

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
-	"github.com/sluice-dev/sluice/internal/scenario"
+	"github.com/sluice-dev/sluice/internal/forecast"
 	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/llm"
 	"github.com/sluice-dev/sluice/run"
@@ -33,7 +33,7 @@ type Key struct {
 	Source string
 	// Name is the key's name in the store's charges.
 	Name     string
-	Provider scenario.Provider
+	Provider forecast.Provider
 	Flows    []KeyFlow
 }
 
@@ -110,7 +110,7 @@ func (c *appConfig) key(name string) (Key, error) {
 		}
 		found = true
 		k.Name = p.Name
-		k.Provider = scenario.Provider{DefaultMaxTokens: int64(cmp.Or(p.DefaultMaxTokens, 1000))}
+		k.Provider = forecast.Provider{DefaultMaxTokens: int64(cmp.Or(p.DefaultMaxTokens, 1000))}
 		if k.Provider.Profile, err = llm.ParseProfile(cmp.Or(p.Profile, "openai")); err != nil {
 			return k, err
 		}
@@ -163,7 +163,7 @@ func (c *appConfig) key(name string) (Key, error) {
 // items); a flow the configuration does not name but that called the key
 // is planned too. A flow without calls in that day has no sizes to go by:
 // notes say so. With no flow at all, its error is a *NothingError.
-func Observed(ctx context.Context, st store.Store, k Key, now time.Time) (*scenario.Scenario, []string, error) {
+func Observed(ctx context.Context, st store.Store, k Key, now time.Time) (*forecast.Scenario, []string, error) {
 	since := now.Add(-24 * time.Hour)
 	charges, err := st.Charges(ctx, k.Name, since)
 	if err != nil {
@@ -207,15 +207,15 @@ func Observed(ctx context.Context, st store.Store, k Key, now time.Time) (*scena
 			unnamed = append(unnamed, KeyFlow{Name: name, Weight: 1, BatchMax: 1})
 		}
 	}
-	// By name, so the same records always make the same scenario.
+	// By name, so the same records always make the same forecast.
 	slices.SortFunc(unnamed, func(a, b KeyFlow) int { return strings.Compare(a.Name, b.Name) })
 	flows = append(flows, unnamed...)
-	sc := &scenario.Scenario{Name: k.Source + " " + k.Name + " as of " + now.UTC().Format(time.RFC3339), Duration: 7 * 24 * time.Hour, Seed: 1, Provider: k.Provider}
+	sc := &forecast.Scenario{Name: k.Source + " " + k.Name + " as of " + now.UTC().Format(time.RFC3339), Duration: 7 * 24 * time.Hour, Seed: 1, Provider: k.Provider}
 	var notes []string
 	for _, f := range flows {
 		s := get(f.Name)
-		fl := scenario.Flow{Name: f.Name, Weight: f.Weight, Priority: f.Priority, BatchMax: min(max(f.BatchMax, 1), scenario.MaxBatch), After: f.After,
-			Backlog: int(min(backlog[f.Name], scenario.MaxBacklog))}
+		fl := forecast.Flow{Name: f.Name, Weight: f.Weight, Priority: f.Priority, BatchMax: min(max(f.BatchMax, 1), forecast.MaxBatch), After: f.After,
+			Backlog: int(min(backlog[f.Name], forecast.MaxBacklog))}
 		perCall := 1.0
 		if s.done > 0 && s.admitted > 0 {
 			perCall = min(float64(s.done)/float64(s.admitted), float64(fl.BatchMax))
@@ -225,8 +225,8 @@ func Observed(ctx context.Context, st store.Store, k Key, now time.Time) (*scena
 		} else {
 			items := float64(s.requests) * perCall
 			fl.ItemInputTokens = int64(math.Round(float64(s.input) / items))
-			fl.ItemOutputTokens = min(int64(math.Round(float64(s.output)/items)), scenario.MaxOutputTokens)
-			fl.ItemMaxTokens = min(fl.ItemOutputTokens, scenario.MaxOutputTokens/int64(fl.BatchMax))
+			fl.ItemOutputTokens = min(int64(math.Round(float64(s.output)/items)), forecast.MaxOutputTokens)
+			fl.ItemMaxTokens = min(fl.ItemOutputTokens, forecast.MaxOutputTokens/int64(fl.BatchMax))
 			if backlog[f.Name] == 0 && f.After == "" {
 				fl.ArrivalsPerDay = items
 			}

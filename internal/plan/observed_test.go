@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
-	"github.com/sluice-dev/sluice/internal/scenario"
+	"github.com/sluice-dev/sluice/internal/forecast"
 	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/internal/testenv"
 	"github.com/sluice-dev/sluice/llm"
@@ -64,7 +64,7 @@ func TestObserved(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var want scenario.Provider
+		var want forecast.Provider
 		want.Profile, want.Window, want.Accounting, want.DefaultMaxTokens = llm.Groq, governor.Fixed, governor.SettleAccounting, 512
 		want.Limits[governor.RPM], want.Limits[governor.TPD] = 30, 200_000
 		if k.Name != "groq" || k.Source != "app" || k.Provider != want {
@@ -99,11 +99,11 @@ func TestObserved(t *testing.T) {
 		if !strings.HasPrefix(sc.Name, "app groq as of ") {
 			t.Errorf("scenario %q", sc.Name)
 		}
-		data, err := scenario.Format(sc)
+		data, err := forecast.Format(sc)
 		if err != nil {
 			t.Fatal(err)
 		}
-		back, err := scenario.Parse(data)
+		back, err := forecast.Parse(data)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -190,7 +190,7 @@ func TestNothingToPlan(t *testing.T) {
 		t.Fatal(err)
 	}
 	sc, _, err := Observed(ctx, st, k, now)
-	if err != nil || !slices.ContainsFunc(sc.Flows, func(f scenario.Flow) bool { return f.Name == "ask" }) {
+	if err != nil || !slices.ContainsFunc(sc.Flows, func(f forecast.Flow) bool { return f.Name == "ask" }) {
 		t.Errorf("Observed with a call of ask: %v, %v", sc, err)
 	}
 }

@@ -10,13 +10,14 @@
 // its input plus its max_tokens (or, when it sets none, the provider's
 // default reservation), so a plan whose demand fits can still be refused.
 //
-// A flow either paces itself, as a scheduled job does (scenario.Flow.Every,
+// A flow either paces itself, as a scheduled job does (forecast.Flow.Every,
 // PerRun, Gap) — its demand per day and in its busiest minute follow from
 // its schedule — or is paced by the governor: its arrivals count towards the
 // demand per day, its backlog is what is left over, and its per-minute use is
 // whatever the governor admits, never more than a limit. The ETAs come from
-// the bench's simulation of the governor over the scenario (bench.Run with
-// the sluice policy), which paces every flow itself.
+// a replay of the scenario in virtual time under sluice's governor
+// (forecast.Replay with forecast.NewSluice, the run `sluice bench quota`
+// reports as its sluice policy), which paces every flow itself.
 //
 // Instead of a scenario written by hand, Observed derives one from what a
 // store recorded: the key and flows a configuration gives (RecordedKey,
@@ -35,9 +36,8 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
-	"github.com/sluice-dev/sluice/internal/bench"
+	"github.com/sluice-dev/sluice/internal/forecast"
 	"github.com/sluice-dev/sluice/internal/num"
-	"github.com/sluice-dev/sluice/internal/scenario"
 )
 
 // DefaultStallAfter is the stall threshold the stall risk is judged by when
@@ -67,7 +67,7 @@ type Plan struct {
 	// Warnings say, in words, what the figures mean for the user.
 	Warnings []string `json:"warnings"`
 
-	sim *bench.Report // the simulation the ETAs come from, for the chart
+	replay forecast.Result // the simulation the ETAs come from, for the chart
 }
 
 // Limit is the demand on one limit.
@@ -163,18 +163,21 @@ const day = 24 * time.Hour
 
 // Make plans sc: the demand from its flows' shapes, the ETAs from a
 // simulation of sluice's governor over sc.Duration.
-func Make(ctx context.Context, sc *scenario.Scenario, opts Options) (*Plan, error) {
+func Make(ctx context.Context, sc *forecast.Scenario, opts Options) (*Plan, error) {
 	if err := sc.Validate(); err != nil {
 		return nil, err
 	}
 	opts.StallAfter = cmp.Or(opts.StallAfter, DefaultStallAfter)
-	rep, err := bench.Run(ctx, sc, []string{bench.Sluice}, bench.Options{})
+	pol, err := forecast.NewSluice(sc)
 	if err != nil {
 		return nil, err
 	}
-	res := rep.Results[0]
-	p := &Plan{Scenario: sc.Name, SimulatedHours: res.SimulatedHours, Limits: map[string]Limit{}, Flows: map[string]Flow{}, Fit: []Fit{}, Warnings: []string{}, sim: rep}
-	byName := map[string]*scenario.Flow{}
+	res, err := forecast.Replay(ctx, sc, forecast.Sluice, pol, forecast.Options{})
+	if err != nil {
+		return nil, err
+	}
+	p := &Plan{Scenario: sc.Name, SimulatedHours: res.SimulatedHours, Limits: map[string]Limit{}, Flows: map[string]Flow{}, Fit: []Fit{}, Warnings: []string{}, replay: res}
+	byName := map[string]*forecast.Flow{}
 	for i := range sc.Flows {
 		byName[sc.Flows[i].Name] = &sc.Flows[i]
 	}
@@ -262,7 +265,7 @@ type shape struct {
 
 // request is one request carrying n items of f (n may be fractional: an
 // average): real, and as the provider charges it.
-func request(sc *scenario.Scenario, f *scenario.Flow, n float64) use {
+func request(sc *forecast.Scenario, f *forecast.Flow, n float64) use {
 	input := float64(f.PromptTokens) + n*float64(f.ItemInputTokens)
 	out := n * float64(f.ItemOutputTokens)
 	maxTokens := n * float64(f.ItemMaxTokens)
@@ -278,7 +281,7 @@ func request(sc *scenario.Scenario, f *scenario.Flow, n float64) use {
 
 // requests is n items of f sent batch items at a time: full batches and
 // the rest.
-func requests(sc *scenario.Scenario, f *scenario.Flow, n float64, batch int) use {
+func requests(sc *forecast.Scenario, f *forecast.Flow, n float64, batch int) use {
 	if n <= 0 || batch < 1 {
 		return use{}
 	}
@@ -291,7 +294,7 @@ func requests(sc *scenario.Scenario, f *scenario.Flow, n float64, batch int) use
 	return u
 }
 
-func shapeOf(sc *scenario.Scenario, f *scenario.Flow, fr bench.FlowResult, byName map[string]*scenario.Flow) shape {
+func shapeOf(sc *forecast.Scenario, f *forecast.Flow, fr forecast.FlowResult, byName map[string]*forecast.Flow) shape {
 	s := shape{backlogItems: f.Backlog}
 	for u := byName[f.After]; u != nil; u = byName[u.After] {
 		s.fed += u.Backlog
@@ -339,7 +342,7 @@ func shapeOf(sc *scenario.Scenario, f *scenario.Flow, fr bench.FlowResult, byNam
 }
 
 // fit lists f's requests that exceed a limit on their own.
-func (p *Plan) fit(sc *scenario.Scenario, f *scenario.Flow) {
+func (p *Plan) fit(sc *forecast.Scenario, f *forecast.Flow) {
 	largest := largestFit(sc, f)
 	for _, l := range governor.AllLimits {
 		lim := sc.Provider.Limits[l]
@@ -361,14 +364,14 @@ func (p *Plan) fit(sc *scenario.Scenario, f *scenario.Flow) {
 // size is what one request of n items of f counts on l: its charge, or its
 // real use when that is more (a request without max_tokens may answer more
 // than the provider reserved for it).
-func size(sc *scenario.Scenario, f *scenario.Flow, n int, l governor.Limit) float64 {
+func size(sc *forecast.Scenario, f *forecast.Flow, n int, l governor.Limit) float64 {
 	u := request(sc, f, float64(n))
 	return max(u.charged.on(l), u.real.on(l))
 }
 
 // largestFit is the largest batch of f, up to BatchMax, whose request fits
 // every limit; 0 when not even one item does.
-func largestFit(sc *scenario.Scenario, f *scenario.Flow) int {
+func largestFit(sc *forecast.Scenario, f *forecast.Flow) int {
 	return sort0(f.BatchMax, func(n int) bool {
 		for _, l := range governor.AllLimits {
 			if lim := sc.Provider.Limits[l]; lim > 0 && size(sc, f, n, l) > float64(lim) {
@@ -394,7 +397,7 @@ func sort0(hi int, ok func(int) bool) int {
 	return lo
 }
 
-func (p *Plan) flow(f *scenario.Flow, s shape, res bench.Result, opts Options) Flow {
+func (p *Plan) flow(f *forecast.Flow, s shape, res forecast.Result, opts Options) Flow {
 	fr := res.Flows[f.Name]
 	pf := Flow{
 		Paced: f.Paced(), ItemsPerDay: round(s.itemsPerDay), RequestsPerDay: round(s.perDay.real.requests),
@@ -445,7 +448,7 @@ func (p *Plan) flow(f *scenario.Flow, s shape, res bench.Result, opts Options) F
 // waitForUpstream makes a flow's ETA no earlier than that of the flows it
 // is after: they feed it its last items. A flow after one that never
 // clears never clears either.
-func (p *Plan) waitForUpstream(sc *scenario.Scenario, shapes []shape) {
+func (p *Plan) waitForUpstream(sc *forecast.Scenario, shapes []shape) {
 	for i, f := range sc.Flows {
 		pf := p.Flows[f.Name]
 		for _, u := range shapes[i].upstream {
@@ -496,7 +499,7 @@ func (p *Plan) warnLimit(l governor.Limit, pl Limit) {
 	}
 }
 
-func (p *Plan) money(sc *scenario.Scenario, shapes []shape) {
+func (p *Plan) money(sc *forecast.Scenario, shapes []shape) {
 	if len(sc.Prices) == 0 {
 		return
 	}
@@ -539,14 +542,14 @@ func roundCents(x float64) float64 { return math.Round(x*10000) / 10000 }
 // each limit's use per hour against the limit, the provider's rejections
 // marked.
 func WriteSVG(w io.Writer, plans []*Plan, labels []string) error {
-	rep := &bench.Report{}
+	var title string
+	results := make([]forecast.Result, len(plans))
 	for i, p := range plans {
-		res := p.sim.Results[0]
-		res.Policy = labels[i]
-		rep.Results = append(rep.Results, res)
-		if rep.Title == "" {
-			rep.Scenario, rep.Title = p.Scenario, "sluice plan: "+p.Scenario+", the governor simulated"
-		}
+		results[i] = p.replay
+		results[i].Policy = labels[i]
 	}
-	return bench.WriteSVG(w, rep)
+	if len(plans) > 0 {
+		title = "sluice plan: " + plans[0].Scenario + ", the governor simulated"
+	}
+	return forecast.WriteSVG(w, title, results)
 }

@@ -6,19 +6,19 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluice-dev/sluice/internal/scenario"
+	"github.com/sluice-dev/sluice/internal/forecast"
 )
 
-func load(t *testing.T, path string) *scenario.Scenario {
+func load(t *testing.T, path string) *forecast.Scenario {
 	t.Helper()
-	sc, err := scenario.Load(path)
+	sc, err := forecast.Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return sc
 }
 
-func make_(t *testing.T, sc *scenario.Scenario) *Plan {
+func make_(t *testing.T, sc *forecast.Scenario) *Plan {
 	t.Helper()
 	p, err := Make(context.Background(), sc, Options{})
 	if err != nil {
@@ -105,7 +105,7 @@ func TestFitAndETAs(t *testing.T) {
 // A backlog the simulation clears has a simulated ETA; a flow whose every
 // request is too large never does its work and is a high risk.
 func TestClearedAndNever(t *testing.T) {
-	sc, err := scenario.Parse([]byte(`
+	sc, err := forecast.Parse([]byte(`
 name: small
 duration: 24h
 provider: {limits: {tpm: 10000, otpm: 500}}

@@ -43,7 +43,7 @@ type completion struct {
 	created   int64
 	input     int64
 	choices   []choiceText // one per n
-	broken    bool         // FaultBadJSON: cut the body short
+	broken    bool         // forecast.FaultBadJSON: cut the body short
 }
 
 // choiceText is one choice of an answer.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/forecast"
 	"github.com/sluice-dev/sluice/llm"
 )
 
@@ -43,9 +44,9 @@ func FuzzSimChat(f *testing.F) {
 		f.Add([]byte(s.body), s.output, s.flow, s.profile)
 	}
 	f.Fuzz(func(t *testing.T, body []byte, output, flow string, profile byte) {
-		cfg := Config{Profile: llm.Profiles()[int(profile)%len(llm.Profiles())], Wire: true,
+		cfg := forecast.ModelConfig{Profile: llm.Profiles()[int(profile)%len(llm.Profiles())], Wire: true,
 			Limits: limits("rpm=1000,tpm=200000,otpm=30000")}
-		m, err := NewModel(cfg)
+		m, err := forecast.NewModel(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}

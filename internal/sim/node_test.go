@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/forecast"
 	"github.com/sluice-dev/sluice/internal/testenv"
 )
 
@@ -27,7 +28,7 @@ func TestOpenAINodeClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	const key = "sk-sim-node-test"
-	m := newModel(t, Config{Profile: "groq", Wire: true, Limits: limits("rpm=50,tpm=2000,otpm=1000")})
+	m := servedModel(t, forecast.ModelConfig{Profile: "groq", Limits: limits("rpm=50,tpm=2000,otpm=1000")})
 	ts := httptest.NewServer(NewServer(m, ServerConfig{APIKey: key}))
 	defer ts.Close()
 
@@ -132,7 +133,7 @@ func TestOpenAINodeChoices(t *testing.T) {
 		t.Fatal(err)
 	}
 	const key = "sk-sim-node-test"
-	m := newModel(t, Config{Profile: "openai", Wire: true, Limits: limits("rpm=50,tpm=20000")})
+	m := servedModel(t, forecast.ModelConfig{Profile: "openai", Limits: limits("rpm=50,tpm=20000")})
 	ts := httptest.NewServer(NewServer(m, ServerConfig{APIKey: key}))
 	defer ts.Close()
 

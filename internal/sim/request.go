@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sluice-dev/sluice/internal/forecast"
 	"github.com/sluice-dev/sluice/llm"
 )
 
@@ -19,7 +20,7 @@ const MaxChoices = 128
 // together (n × max_tokens): a request asking more gets a 400, so that no
 // answer is longer than about 7 MB of text, whatever n asks. It is the
 // simulator's own bound, not a provider's.
-const MaxAnswerTokens = MaxOutputTokensCap
+const MaxAnswerTokens = forecast.MaxOutputTokensCap
 
 // chatRequest is the part of a chat completion request the simulator reads.
 type chatRequest struct {

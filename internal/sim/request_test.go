@@ -15,7 +15,7 @@ import (
 
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/clock"
-	"github.com/sluice-dev/sluice/internal/scenario"
+	"github.com/sluice-dev/sluice/internal/forecast"
 	"github.com/sluice-dev/sluice/llm"
 )
 
@@ -51,7 +51,7 @@ func TestSimModelRequired(t *testing.T) {
 	for _, profile := range llm.Profiles() {
 		t.Run(string(profile), func(t *testing.T) {
 			t.Parallel()
-			f := serve(t, Config{Profile: profile}, ServerConfig{Models: []string{"default-model"}})
+			f := serve(t, forecast.ModelConfig{Profile: profile}, ServerConfig{Models: []string{"default-model"}})
 			for _, body := range []string{`{` + msgs + `}`, `{"model":null,` + msgs + `}`, `{"model":"",` + msgs + `}`, `{"model":""}`, `{}`} {
 				r := f.post(t, body)
 				e := r.errorReply(t)
@@ -145,7 +145,7 @@ func TestSimBadBodiesInProviderWords(t *testing.T) {
 	for _, profile := range llm.Profiles() {
 		t.Run(string(profile), func(t *testing.T) {
 			t.Parallel()
-			f := serve(t, Config{Profile: profile}, ServerConfig{})
+			f := serve(t, forecast.ModelConfig{Profile: profile}, ServerConfig{})
 			for _, tc := range cases {
 				r := f.post(t, tc.body)
 				e := r.errorReply(t)
@@ -172,7 +172,7 @@ func TestSimChoices(t *testing.T) {
 	t.Parallel()
 	t.Run("plain", func(t *testing.T) {
 		t.Parallel()
-		f := serve(t, Config{Profile: "openai", Limits: limits("rpm=100,tpm=10000")}, ServerConfig{})
+		f := serve(t, forecast.ModelConfig{Profile: "openai", Limits: limits("rpm=100,tpm=10000")}, ServerConfig{})
 		r := f.post(t, `{"model":"gpt-4o","n":3,"max_tokens":40,"messages":[{"role":"user","content":"go"}]}`)
 		if r.status != 200 {
 			t.Fatalf("status %d: %s", r.status, r.body)
@@ -215,14 +215,14 @@ func TestSimChoices(t *testing.T) {
 			t.Errorf("stats %+v, want 120 output tokens charged", st)
 		}
 		// The same request to a server of the same seed gets the same answer.
-		g := serve(t, Config{Profile: "openai", Limits: limits("rpm=100,tpm=10000")}, ServerConfig{})
+		g := serve(t, forecast.ModelConfig{Profile: "openai", Limits: limits("rpm=100,tpm=10000")}, ServerConfig{})
 		if r2 := g.post(t, `{"model":"gpt-4o","n":3,"max_tokens":40,"messages":[{"role":"user","content":"go"}]}`); !bytes.Equal(r2.body, r.body) {
 			t.Errorf("not deterministic:\n%s\n%s", r.body, r2.body)
 		}
 	})
 	t.Run("settled", func(t *testing.T) {
 		t.Parallel()
-		f := serve(t, Config{Profile: "openai", Accounting: governor.SettleAccounting, Limits: limits("tpm=100000")}, ServerConfig{})
+		f := serve(t, forecast.ModelConfig{Profile: "openai", Accounting: governor.SettleAccounting, Limits: limits("tpm=100000")}, ServerConfig{})
 		r := f.post(t, `{"model":"m","n":4,"max_completion_tokens":50,"messages":[{"role":"user","content":"go"}]}`, OutputTokensHeader, "10")
 		var c completionJSON
 		if err := json.Unmarshal(r.body, &c); err != nil || len(c.Choices) != 4 || c.Usage.CompletionTokens != 40 {
@@ -234,7 +234,7 @@ func TestSimChoices(t *testing.T) {
 	})
 	t.Run("limits count every choice", func(t *testing.T) {
 		t.Parallel()
-		f := serve(t, Config{Profile: "openai", Limits: limits("tpm=1000")}, ServerConfig{})
+		f := serve(t, forecast.ModelConfig{Profile: "openai", Limits: limits("tpm=1000")}, ServerConfig{})
 		r := f.post(t, `{"model":"gpt-4o","n":5,"max_tokens":300,"messages":[{"role":"user","content":"go"}]}`)
 		want := fmt.Sprintf("Request too large for gpt-4o in organization org-sim on tokens per min (TPM): Limit 1000, Requested %d.", prompt("go")+1500)
 		if r.status != 429 || !strings.HasPrefix(r.errorMessage(t), want) {
@@ -250,7 +250,7 @@ func TestSimChoices(t *testing.T) {
 	})
 	t.Run("stream", func(t *testing.T) {
 		t.Parallel()
-		f := serve(t, Config{Profile: "openai"}, ServerConfig{})
+		f := serve(t, forecast.ModelConfig{Profile: "openai"}, ServerConfig{})
 		r := f.post(t, `{"model":"m","n":2,"max_tokens":30,"stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"go"}]}`,
 			OutputTokensHeader, "13")
 		chunks, done := readStream(t, r.body)
@@ -315,7 +315,7 @@ func TestSimChoicesBounds(t *testing.T) {
 		{"anthropic", `{"model":"m","n":0,` + msgs + `}`, 400, "n: must be exactly 1"},
 		{"anthropic", `{"model":"m","n":1,` + msgs + `}`, 200, ""},
 	} {
-		f := serve(t, Config{Profile: llm.Profile(tc.profile)}, ServerConfig{})
+		f := serve(t, forecast.ModelConfig{Profile: llm.Profile(tc.profile)}, ServerConfig{})
 		r := f.post(t, tc.body, OutputTokensHeader, "1")
 		if r.status != tc.status {
 			t.Errorf("%s %s: %d %.300s, want %d", tc.profile, tc.body, r.status, r.body, tc.status)
@@ -348,34 +348,6 @@ func TestSimChoicesBounds(t *testing.T) {
 	}
 }
 
-// TestSubmitChoices: the model reserves N × max and settles to the output of
-// all the choices; N of 0 is one choice.
-func TestSubmitChoices(t *testing.T) {
-	t.Parallel()
-	m := newModel(t, Config{Accounting: governor.SettleAccounting, Limits: limits("otpm=1000")})
-	if r := m.Submit(t0, Request{Input: 10, MaxTokens: 100, N: 3, Output: 250}); r.Rejected || r.Charged.Output != 300 || r.Output != 250 {
-		t.Fatalf("n=3: %+v", r)
-	} else if final := m.Finish(t0, r); final.Output != 250 {
-		t.Errorf("settled %+v, want 250", final)
-	}
-	if r := m.Submit(t0, Request{Input: 10, MaxTokens: 100, N: 0, Output: 500}); r.Charged.Output != 100 || r.Output != 100 {
-		t.Errorf("n=0: %+v", r)
-	}
-	if r := m.Submit(t0, Request{Input: 10, MaxTokens: 100, N: 11}); !r.Rejected || !r.TooLarge {
-		t.Errorf("11 × 100 over an otpm of 1000: %+v", r)
-	}
-	if r := m.Submit(t0, Request{MaxTokens: math.MaxInt64 / 2, N: 3}); !r.Rejected || !r.TooLarge || r.Charged.Output != 0 {
-		t.Errorf("an overflowing reservation: %+v", r)
-	}
-	// Without max_tokens each choice reserves the default.
-	if r := newModel(t, Config{Limits: limits("otpm=5000")}).Submit(t0, Request{Input: 5, N: 5, Output: 100}); r.Rejected || r.Charged.Output != 5*1000 {
-		t.Errorf("n=5 without max: %+v", r)
-	}
-	if got := reserveOutput(math.MaxInt64/2, 3); got != math.MaxInt64 {
-		t.Errorf("reserveOutput saturates at %d", got)
-	}
-}
-
 // finishedCall waits for the server's OnFinish.
 func finishedCall(t *testing.T, calls <-chan Call) Call {
 	t.Helper()
@@ -397,7 +369,7 @@ func TestSimSpeed(t *testing.T) {
 		t.Parallel()
 		ck := clock.New(50)
 		calls := make(chan Call, 1)
-		m := newModel(t, Config{Profile: "openai", Latency: 5 * time.Second, Wire: true, Limits: limits("rpm=10")})
+		m := servedModel(t, forecast.ModelConfig{Profile: "openai", Latency: 5 * time.Second, Limits: limits("rpm=10")})
 		ts := httptest.NewServer(NewServer(m, ServerConfig{Now: ck.Now, Speed: ck.Speed(), OnFinish: func(c Call) { calls <- c }}))
 		t.Cleanup(ts.Close)
 		start := time.Now()
@@ -423,7 +395,7 @@ func TestSimSpeed(t *testing.T) {
 		t.Parallel()
 		ck := clock.New(6000) // the 10 minutes of a timeout fault's hang are 100 ms
 		calls := make(chan Call, 1)
-		m := newModel(t, Config{Profile: "openai", Faults: scenario.Faults{Timeout: 1}, Wire: true})
+		m := servedModel(t, forecast.ModelConfig{Profile: "openai", Faults: forecast.Faults{Timeout: 1}})
 		ts := httptest.NewServer(NewServer(m, ServerConfig{Now: ck.Now, Speed: ck.Speed(), OnFinish: func(c Call) { calls <- c }}))
 		t.Cleanup(ts.Close)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -444,7 +416,7 @@ func TestSimSpeed(t *testing.T) {
 	t.Run("default", func(t *testing.T) {
 		t.Parallel()
 		for _, speed := range []float64{0, -3, 0.5, math.NaN()} {
-			if s := NewServer(newModel(t, Config{}), ServerConfig{Speed: speed}); s.cfg.Speed != 1 {
+			if s := NewServer(servedModel(t, forecast.ModelConfig{}), ServerConfig{Speed: speed}); s.cfg.Speed != 1 {
 				t.Errorf("speed %v taken as %v, want 1", speed, s.cfg.Speed)
 			}
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/tiktoken-go/tokenizer"
 
 	"github.com/sluice-dev/sluice/internal/clock"
+	"github.com/sluice-dev/sluice/internal/forecast"
 	"github.com/sluice-dev/sluice/internal/guard"
 	"github.com/sluice-dev/sluice/internal/httpjson"
 )
@@ -57,13 +58,13 @@ type ServerConfig struct {
 
 // Call is an admitted request as it ended, for ServerConfig.OnFinish.
 type Call struct {
-	ID       uint64    // the request's number, as Response.ID
-	Flow     string    // the flow it counted for
-	Messages []string  // the text of each message of the request, in order
-	Fault    Fault     // how it failed, NoFault for an answer
-	Answered bool      // the whole response was written (false: the client or the server gave up first, or a timeout or reset fault)
-	Start    time.Time // when it was admitted
-	End      time.Time // when it ended
+	ID       uint64         // the request's number, as forecast.Response.ID
+	Flow     string         // the flow it counted for
+	Messages []string       // the text of each message of the request, in order
+	Fault    forecast.Fault // how it failed, forecast.NoFault for an answer
+	Answered bool           // the whole response was written (false: the client or the server gave up first, or a timeout or reset fault)
+	Start    time.Time      // when it was admitted
+	End      time.Time      // when it ended
 }
 
 // MaxRequestBytes bounds a request body; a larger one gets a 413. It holds
@@ -100,12 +101,13 @@ var cl100k = sync.OnceValue(func() tokenizer.Codec {
 	return c
 })
 
-// Server serves a Model as an OpenAI-compatible HTTP API on ServerConfig.Now
+// Server serves a forecast.Model as an OpenAI-compatible HTTP API on ServerConfig.Now
 // (the wall clock, or a faster one with ServerConfig.Speed):
 // POST /v1/chat/completions (plain and streaming), GET /v1/models and
 // GET /sim/stats. It is an http.Handler; Start and Stop run it on a listener.
 type Server struct {
-	m   *Model
+	m   *forecast.Model
+	mc  forecast.ModelConfig // m's, which never changes
 	cfg ServerConfig
 	mux *http.ServeMux
 
@@ -122,15 +124,16 @@ type Server struct {
 var _ http.Handler = (*Server)(nil)
 
 // NewServer returns a Server for m.
-func NewServer(m *Model, cfg ServerConfig) *Server {
+func NewServer(m *forecast.Model, cfg ServerConfig) *Server {
+	mc := m.Config()
 	if cfg.Addr == "" {
 		cfg.Addr = "127.0.0.1:0"
 	}
 	if len(cfg.Models) == 0 {
-		cfg.Models = []string{m.cfg.Model}
+		cfg.Models = []string{mc.Model}
 	}
 	if cfg.Seed == 0 {
-		cfg.Seed = m.cfg.Seed
+		cfg.Seed = mc.Seed
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -141,7 +144,7 @@ func NewServer(m *Model, cfg ServerConfig) *Server {
 	if !(cfg.Speed > 1) { // NaN too
 		cfg.Speed = 1
 	}
-	s := &Server{m: m, cfg: cfg, mux: http.NewServeMux(), done: make(chan struct{}),
+	s := &Server{m: m, mc: mc, cfg: cfg, mux: http.NewServeMux(), done: make(chan struct{}),
 		rng: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x0071_7e27))}
 	s.mux.HandleFunc("POST /v1/chat/completions", s.auth(s.chat))
 	s.mux.HandleFunc("GET /v1/models", s.auth(s.models))
@@ -154,7 +157,7 @@ func NewServer(m *Model, cfg ServerConfig) *Server {
 }
 
 // Model returns the model the server serves.
-func (s *Server) Model() *Model { return s.m }
+func (s *Server) Model() *forecast.Model { return s.m }
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
 
@@ -212,7 +215,7 @@ func (s *Server) auth(next http.HandlerFunc) http.HandlerFunc {
 	}
 	return func(w http.ResponseWriter, r *http.Request) {
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok && s.m.cfg.Profile == "anthropic" {
+		if !ok && s.mc.Profile == "anthropic" {
 			got, ok = r.Header.Get("X-Api-Key"), true
 		}
 		if ok && subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.APIKey)) == 1 {
@@ -220,7 +223,7 @@ func (s *Server) auth(next http.HandlerFunc) http.HandlerFunc {
 			return
 		}
 		// The key sent is never echoed: it may be a real one sent by mistake.
-		switch s.m.cfg.Profile {
+		switch s.mc.Profile {
 		case "anthropic":
 			s.writeError(w, http.StatusUnauthorized, "authentication_error", "", "invalid x-api-key")
 		case "groq":
@@ -236,7 +239,7 @@ func (s *Server) auth(next http.HandlerFunc) http.HandlerFunc {
 func (s *Server) writeError(w http.ResponseWriter, status int, typ, code, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_, _ = w.Write(s.m.cfg.Profile.ErrorBody(typ, code, msg, ""))
+	_, _ = w.Write(s.mc.Profile.ErrorBody(typ, code, msg, ""))
 }
 
 func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
@@ -298,7 +301,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		if errors.As(err, new(*http.MaxBytesError)) {
 			typ := "invalid_request_error"
-			if s.m.cfg.Profile == "anthropic" {
+			if s.mc.Profile == "anthropic" {
 				typ = "request_too_large"
 			}
 			s.writeError(w, http.StatusRequestEntityTooLarge, typ, "",
@@ -314,21 +317,21 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case msg != "":
 	case req.Model == "":
-		msg = missingModel(s.m.cfg.Profile)
+		msg = missingModel(s.mc.Profile)
 	case req.Messages == nil:
 		msg = "Missing required parameter: 'messages'."
 	case len(req.Messages) == 0:
 		msg = "'messages' must contain at least one message."
 	}
 	if msg == "" {
-		maxTok, msg = maxTokens(&req, s.m.cfg.MaxOutputTokens)
+		maxTok, msg = maxTokens(&req, s.mc.MaxOutputTokens)
 	}
 	if msg == "" {
-		n, msg = choices(s.m.cfg.Profile, req.N)
+		n, msg = choices(s.mc.Profile, req.N)
 	}
 	limit := maxTok // each choice's max
 	if limit == 0 {
-		limit = s.m.cfg.DefaultMaxTokens
+		limit = s.mc.DefaultMaxTokens
 	}
 	if msg == "" && n*limit > MaxAnswerTokens {
 		msg = fmt.Sprintf("Invalid 'n': the simulator answers at most %d output tokens in all the choices of a request, and %d choices of %d tokens would be %d.",
@@ -356,13 +359,13 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		flow = req.User
 	}
 
-	resp := s.m.Submit(s.cfg.Now(), Request{Flow: flow, Input: input, MaxTokens: maxTok, N: n, Output: output, Model: req.Model})
+	resp := s.m.Submit(s.cfg.Now(), forecast.Request{Flow: flow, Input: input, MaxTokens: maxTok, N: n, Output: output, Model: req.Model})
 	h := w.Header()
 	for k, v := range resp.Header {
 		h[k] = v
 	}
 	id := fmt.Sprintf("req_sim_%06d", resp.ID())
-	if s.m.cfg.Profile == "anthropic" {
+	if s.mc.Profile == "anthropic" {
 		h.Set("Request-Id", id)
 	} else {
 		h.Set("X-Request-Id", id)
@@ -383,11 +386,11 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	}()
 
 	switch resp.Fault {
-	case FaultTimeout:
+	case forecast.FaultTimeout:
 		s.hang(r.Context())
 		abort(w, false)
 		return
-	case FaultReset:
+	case forecast.FaultReset:
 		abort(w, true)
 		return
 	}
@@ -396,7 +399,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	answered = true
-	if resp.Fault == Fault5xx {
+	if resp.Fault == forecast.Fault5xx {
 		h.Set("Content-Type", "application/json")
 		w.WriteHeader(resp.Status)
 		_, _ = w.Write(resp.Body)
@@ -405,7 +408,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	// The texts are the drawn lengths: resp.Output is zero for a cut-short
 	// body, whose text still exists.
 	c := completion{id: fmt.Sprintf("chatcmpl-sim-%06d", resp.ID()), created: s.cfg.Now().Unix(), model: req.Model,
-		input: input, broken: resp.Fault == FaultBadJSON, choices: make([]choiceText, len(outs))}
+		input: input, broken: resp.Fault == forecast.FaultBadJSON, choices: make([]choiceText, len(outs))}
 	for i, out := range outs {
 		c.choices[i] = choiceText{text: Words(out, resp.ID()+uint64(i)), finish: "stop"}
 		if out == limit {

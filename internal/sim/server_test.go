@@ -13,10 +13,9 @@ import (
 	"sync"
 	"testing"
 	"time"
-	"unicode/utf8"
 
 	"github.com/sluice-dev/sluice/governor"
-	"github.com/sluice-dev/sluice/internal/scenario"
+	"github.com/sluice-dev/sluice/internal/forecast"
 	"github.com/sluice-dev/sluice/llm"
 )
 
@@ -40,14 +39,13 @@ func (c *setClock) Set(t time.Time) {
 
 type fixture struct {
 	url   string
-	model *Model
+	model *forecast.Model
 	clock *setClock
 }
 
-func serve(t *testing.T, cfg Config, scfg ServerConfig) *fixture {
+func serve(t *testing.T, cfg forecast.ModelConfig, scfg ServerConfig) *fixture {
 	t.Helper()
-	cfg.Wire = true
-	m := newModel(t, cfg)
+	m := servedModel(t, cfg)
 	ck := &setClock{t: t0.Add(30 * time.Second)}
 	if scfg.Now == nil {
 		scfg.Now = ck.Now
@@ -147,7 +145,7 @@ func TestWords(t *testing.T) {
 
 func TestGroqWire(t *testing.T) {
 	t.Parallel()
-	f := serve(t, Config{Profile: "groq", Limits: limits("rpd=100,tpm=1000,otpm=600")}, ServerConfig{})
+	f := serve(t, forecast.ModelConfig{Profile: "groq", Limits: limits("rpd=100,tpm=1000,otpm=600")}, ServerConfig{})
 	hello := "Say hello to the simulator"
 	r := f.post(t, chatBody(hello, 100), OutputTokensHeader, "37")
 	if r.status != 200 {
@@ -228,7 +226,7 @@ func TestGroqWire(t *testing.T) {
 
 func TestOpenAIWire(t *testing.T) {
 	t.Parallel()
-	f := serve(t, Config{Profile: "openai", Limits: limits("rpm=2,tpm=30000")}, ServerConfig{})
+	f := serve(t, forecast.ModelConfig{Profile: "openai", Limits: limits("rpm=2,tpm=30000")}, ServerConfig{})
 	r := f.post(t, chatBodyModel("gpt-4o", "a", 50))
 	if r.status != 200 {
 		t.Fatalf("status %d: %s", r.status, r.body)
@@ -265,7 +263,7 @@ func TestOpenAIWire(t *testing.T) {
 
 func TestAnthropicWire(t *testing.T) {
 	t.Parallel()
-	f := serve(t, Config{Profile: "anthropic", Accounting: governor.SettleAccounting, Limits: limits("rpm=50,itpm=30000,otpm=8000")}, ServerConfig{})
+	f := serve(t, forecast.ModelConfig{Profile: "anthropic", Accounting: governor.SettleAccounting, Limits: limits("rpm=50,itpm=30000,otpm=8000")}, ServerConfig{})
 	r := f.post(t, chatBody("hello", 2500), OutputTokensHeader, "10")
 	if r.status != 200 {
 		t.Fatalf("status %d: %s", r.status, r.body)
@@ -371,7 +369,7 @@ func readStream(t *testing.T, body []byte) (chunks []streamChunk, done bool) {
 // before the usage chunk carries "usage": null, as OpenAI's do.
 func TestStreaming(t *testing.T) {
 	t.Parallel()
-	f := serve(t, Config{Profile: "groq", Limits: limits("tpm=10000")}, ServerConfig{})
+	f := serve(t, forecast.ModelConfig{Profile: "groq", Limits: limits("tpm=10000")}, ServerConfig{})
 	for _, includeUsage := range []bool{true, false} {
 		body := `{"model":"m","stream":true,"stream_options":{"include_usage":` + strconv.FormatBool(includeUsage) +
 			`},"max_tokens":40,"messages":[{"role":"system","content":"be brief"},{"role":"user","content":[{"type":"text","text":"tell me"}]}]}`
@@ -426,7 +424,7 @@ func TestStreaming(t *testing.T) {
 
 func TestDefaultMaxAndFinishReason(t *testing.T) {
 	t.Parallel()
-	f := serve(t, Config{Profile: "openai", DefaultMaxTokens: 30, Limits: limits("otpm=1000")}, ServerConfig{})
+	f := serve(t, forecast.ModelConfig{Profile: "openai", DefaultMaxTokens: 30, Limits: limits("otpm=1000")}, ServerConfig{})
 	// No max_tokens: the default is reserved and output is drawn within [15, 30].
 	for range 20 {
 		r := f.post(t, `{"model":"m","messages":[{"role":"user","content":"go"}]}`)
@@ -452,7 +450,7 @@ func TestDefaultMaxAndFinishReason(t *testing.T) {
 
 func TestBadRequests(t *testing.T) {
 	t.Parallel()
-	f := serve(t, Config{Profile: "groq"}, ServerConfig{})
+	f := serve(t, forecast.ModelConfig{Profile: "groq"}, ServerConfig{})
 	for _, tc := range []struct {
 		name, body string
 		header     []string
@@ -480,7 +478,7 @@ func TestAuth(t *testing.T) {
 	for _, profile := range llm.Profiles() {
 		t.Run(string(profile), func(t *testing.T) {
 			t.Parallel()
-			f := serve(t, Config{Profile: profile}, ServerConfig{APIKey: key})
+			f := serve(t, forecast.ModelConfig{Profile: profile}, ServerConfig{APIKey: key})
 			for _, h := range [][]string{nil, {"Authorization", "Bearer sk-wrong-9876"}, {"Authorization", key}} {
 				r := f.post(t, chatBody("x", 5), h...)
 				if r.status != 401 {
@@ -511,7 +509,7 @@ func TestAuth(t *testing.T) {
 
 func TestModelsAndStats(t *testing.T) {
 	t.Parallel()
-	f := serve(t, Config{Profile: "groq", Model: "qwen/qwen3-32b", Limits: limits("rpm=1,tpm=9000")}, ServerConfig{Models: []string{"a", "b"}})
+	f := serve(t, forecast.ModelConfig{Profile: "groq", Model: "qwen/qwen3-32b", Limits: limits("rpm=1,tpm=9000")}, ServerConfig{Models: []string{"a", "b"}})
 	resp, err := http.Get(f.url + "/v1/models")
 	if err != nil {
 		t.Fatal(err)
@@ -568,10 +566,10 @@ func TestFaultsOverHTTP(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name   string
-		faults scenario.Faults
+		faults forecast.Faults
 		check  func(t *testing.T, resp *http.Response, err error)
 	}{
-		{"5xx", scenario.Faults{Error5xx: 1}, func(t *testing.T, resp *http.Response, err error) {
+		{"5xx", forecast.Faults{Error5xx: 1}, func(t *testing.T, resp *http.Response, err error) {
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -580,7 +578,7 @@ func TestFaultsOverHTTP(t *testing.T) {
 				t.Fatalf("%d %s", resp.StatusCode, b)
 			}
 		}},
-		{"bad json", scenario.Faults{BadJSON: 1}, func(t *testing.T, resp *http.Response, err error) {
+		{"bad json", forecast.Faults{BadJSON: 1}, func(t *testing.T, resp *http.Response, err error) {
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -590,13 +588,13 @@ func TestFaultsOverHTTP(t *testing.T) {
 				t.Fatalf("%d %s", resp.StatusCode, b)
 			}
 		}},
-		{"reset", scenario.Faults{Reset: 1}, func(t *testing.T, resp *http.Response, err error) {
+		{"reset", forecast.Faults{Reset: 1}, func(t *testing.T, resp *http.Response, err error) {
 			if err == nil {
 				resp.Body.Close()
 				t.Fatalf("got a response %d, want a connection error", resp.StatusCode)
 			}
 		}},
-		{"timeout", scenario.Faults{Timeout: 1}, func(t *testing.T, resp *http.Response, err error) {
+		{"timeout", forecast.Faults{Timeout: 1}, func(t *testing.T, resp *http.Response, err error) {
 			if err == nil {
 				resp.Body.Close()
 				t.Fatalf("got a response %d, want none", resp.StatusCode)
@@ -605,7 +603,7 @@ func TestFaultsOverHTTP(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			f := serve(t, Config{Profile: "openai", Faults: tc.faults, Accounting: governor.SettleAccounting, Limits: limits("tpm=100000")},
+			f := serve(t, forecast.ModelConfig{Profile: "openai", Faults: tc.faults, Accounting: governor.SettleAccounting, Limits: limits("tpm=100000")},
 				ServerConfig{HangTimeout: 20 * time.Millisecond})
 			client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 			resp, err := client.Post(f.url+"/v1/chat/completions", "application/json", strings.NewReader(chatBody("x", 100)))
@@ -623,7 +621,7 @@ func TestFaultsOverHTTP(t *testing.T) {
 
 func TestStartStop(t *testing.T) {
 	t.Parallel()
-	m := newModel(t, Config{Profile: "groq", Latency: time.Hour, Wire: true})
+	m := servedModel(t, forecast.ModelConfig{Profile: "groq", Latency: time.Hour})
 	arrived := make(chan struct{}, 1)
 	s := NewServer(m, ServerConfig{Now: func() time.Time {
 		select {
@@ -669,10 +667,10 @@ func TestStartStop(t *testing.T) {
 
 func TestErrorBodyWithoutRequest(t *testing.T) {
 	t.Parallel()
-	if b := string(ErrorBody("anthropic", "rate_limit_error", "", "m", 0)); strings.Contains(b, "request_id") {
+	if b := string(forecast.ErrorBody("anthropic", "rate_limit_error", "", "m", 0)); strings.Contains(b, "request_id") {
 		t.Errorf("anthropic body for no request carries a request_id: %s", b)
 	}
-	if b := string(ErrorBody("anthropic", "rate_limit_error", "", "m", 7)); !strings.Contains(b, `"request_id":"req_sim_000007"`) {
+	if b := string(forecast.ErrorBody("anthropic", "rate_limit_error", "", "m", 7)); !strings.Contains(b, `"request_id":"req_sim_000007"`) {
 		t.Errorf("anthropic body lost its request_id: %s", b)
 	}
 }
@@ -688,7 +686,7 @@ func TestSimRequestBounds(t *testing.T) {
 	for _, profile := range llm.Profiles() {
 		t.Run(string(profile), func(t *testing.T) {
 			t.Parallel()
-			f := serve(t, Config{Profile: profile}, ServerConfig{})
+			f := serve(t, forecast.ModelConfig{Profile: profile}, ServerConfig{})
 			for _, tc := range []struct {
 				name, body string
 				status     int
@@ -737,19 +735,19 @@ func TestSimRequestBounds(t *testing.T) {
 // is enforced the same way.
 func TestSimLongestAnswer(t *testing.T) {
 	t.Parallel()
-	f := serve(t, Config{Profile: "groq"}, ServerConfig{})
-	r := f.post(t, chatBody("x", scenario.MaxOutputTokens), OutputTokensHeader, "1000000000")
+	f := serve(t, forecast.ModelConfig{Profile: "groq"}, ServerConfig{})
+	r := f.post(t, chatBody("x", forecast.MaxOutputTokens), OutputTokensHeader, "1000000000")
 	var c completionJSON
 	if err := json.Unmarshal(r.body, &c); err != nil || r.status != 200 {
 		t.Fatalf("%d %v", r.status, err)
 	}
-	if c.Usage.CompletionTokens != scenario.MaxOutputTokens || c.Choices[0].FinishReason != "length" {
+	if c.Usage.CompletionTokens != forecast.MaxOutputTokens || c.Choices[0].FinishReason != "length" {
 		t.Errorf("usage %+v finish %q", c.Usage, c.Choices[0].FinishReason)
 	}
-	if len(r.body) > 12*scenario.MaxOutputTokens {
+	if len(r.body) > 12*forecast.MaxOutputTokens {
 		t.Errorf("answer of %d bytes", len(r.body))
 	}
-	small := serve(t, Config{Profile: "openai", MaxOutputTokens: 100, DefaultMaxTokens: 50}, ServerConfig{})
+	small := serve(t, forecast.ModelConfig{Profile: "openai", MaxOutputTokens: 100, DefaultMaxTokens: 50}, ServerConfig{})
 	if r := small.post(t, chatBody("x", 101)); r.status != 400 || !strings.Contains(r.errorMessage(t), "at most 100 completion tokens") {
 		t.Errorf("over a configured bound: %d %s", r.status, r.body)
 	}
@@ -758,32 +756,12 @@ func TestSimLongestAnswer(t *testing.T) {
 	}
 }
 
-// TestSimFlowStatsBounded: flow names come from clients; the stats keep a
-// bounded number of them, each of bounded length.
-func TestSimFlowStatsBounded(t *testing.T) {
-	t.Parallel()
-	m := newModel(t, Config{})
-	long := strings.Repeat("é", 500)
-	for i := range maxFlowStats + 50 {
-		m.Submit(t0, Request{Flow: strconv.Itoa(i) + long, Input: 1, MaxTokens: 1})
-	}
-	st := m.Stats()
-	if len(st.Flows) != maxFlowStats+1 || st.Flows[OtherFlows].Requests != 50 {
-		t.Fatalf("%d flows, %d under %s", len(st.Flows), st.Flows[OtherFlows].Requests, OtherFlows)
-	}
-	for name := range st.Flows {
-		if len(name) > maxFlowName || !utf8.ValidString(name) {
-			t.Fatalf("flow name of %d bytes: %q…", len(name), name[:20])
-		}
-	}
-}
-
 // TestSimStartGuarded: the listening server has the guard in front: a request
 // naming a foreign host (DNS rebinding) is refused in the profile's shape,
 // and a reset fault still resets the connection through the guard's writer.
 func TestSimStartGuarded(t *testing.T) {
 	t.Parallel()
-	m := newModel(t, Config{Profile: "anthropic", Faults: scenario.Faults{Reset: 1}, Wire: true})
+	m := servedModel(t, forecast.ModelConfig{Profile: "anthropic", Faults: forecast.Faults{Reset: 1}})
 	s := NewServer(m, ServerConfig{})
 	if err := s.Start(context.Background()); err != nil {
 		t.Fatal(err)
@@ -828,12 +806,12 @@ func TestOnFinish(t *testing.T) {
 	t.Run("an answer is logged with its prompt", func(t *testing.T) {
 		t.Parallel()
 		calls := make(chan Call, 2)
-		f := serve(t, Config{Profile: "groq", Limits: limits("rpm=1")}, ServerConfig{OnFinish: func(c Call) { calls <- c }})
+		f := serve(t, forecast.ModelConfig{Profile: "groq", Limits: limits("rpm=1")}, ServerConfig{OnFinish: func(c Call) { calls <- c }})
 		if r := f.post(t, chatBody("hello there", 10), FlowHeader, "docs"); r.status != 200 {
 			t.Fatalf("status %d: %s", r.status, r.body)
 		}
 		c := finished(t, calls)
-		if !c.Answered || c.Fault != NoFault || c.ID != 1 || c.Flow != "docs" || len(c.Messages) != 1 || c.Messages[0] != "hello there" || c.End.Before(c.Start) {
+		if !c.Answered || c.Fault != forecast.NoFault || c.ID != 1 || c.Flow != "docs" || len(c.Messages) != 1 || c.Messages[0] != "hello there" || c.End.Before(c.Start) {
 			t.Fatalf("call %+v", c)
 		}
 		// A rejection charged nothing: it is no call.
@@ -849,7 +827,7 @@ func TestOnFinish(t *testing.T) {
 	t.Run("a call the client gave up is not answered", func(t *testing.T) {
 		t.Parallel()
 		calls := make(chan Call, 1)
-		m := newModel(t, Config{Profile: "groq", Latency: time.Hour, Wire: true})
+		m := servedModel(t, forecast.ModelConfig{Profile: "groq", Latency: time.Hour})
 		ts := httptest.NewServer(NewServer(m, ServerConfig{OnFinish: func(c Call) { calls <- c }}))
 		t.Cleanup(ts.Close)
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
@@ -859,20 +837,20 @@ func TestOnFinish(t *testing.T) {
 			resp.Body.Close()
 			t.Fatalf("got %d, want the client's deadline", resp.StatusCode)
 		}
-		if c := finished(t, calls); c.Answered || c.Fault != NoFault {
+		if c := finished(t, calls); c.Answered || c.Fault != forecast.NoFault {
 			t.Fatalf("call %+v: want an admitted call without answer", c)
 		}
 	})
 	t.Run("a reset is logged with its fault", func(t *testing.T) {
 		t.Parallel()
 		calls := make(chan Call, 1)
-		f := serve(t, Config{Profile: "openai", Faults: scenario.Faults{Reset: 1}}, ServerConfig{OnFinish: func(c Call) { calls <- c }})
+		f := serve(t, forecast.ModelConfig{Profile: "openai", Faults: forecast.Faults{Reset: 1}}, ServerConfig{OnFinish: func(c Call) { calls <- c }})
 		client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 		if resp, err := client.Post(f.url+"/v1/chat/completions", "application/json", strings.NewReader(chatBody("x", 10))); err == nil {
 			resp.Body.Close()
 			t.Fatalf("got %d, want a reset", resp.StatusCode)
 		}
-		if c := finished(t, calls); c.Answered || c.Fault != FaultReset {
+		if c := finished(t, calls); c.Answered || c.Fault != forecast.FaultReset {
 			t.Fatalf("call %+v", c)
 		}
 	})

@@ -1,4 +1,4 @@
-package sim
+package forecast
 
 import (
 	"encoding/json"

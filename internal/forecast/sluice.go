@@ -1,12 +1,10 @@
-package bench
+package forecast
 
 import (
 	"errors"
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
-	"github.com/sluice-dev/sluice/internal/scenario"
-	"github.com/sluice-dev/sluice/internal/sim"
 	"github.com/sluice-dev/sluice/llm"
 )
 
@@ -29,8 +27,10 @@ type sluicePolicy struct {
 	defaultMax int64
 }
 
+var _ Policy = (*sluicePolicy)(nil)
+
 type sluiceFlow struct {
-	f        *flowState
+	f        *FlowState
 	pending  []pendingCall // reservations waiting, oldest first
 	inflight int
 	retryAt  time.Time // after a fault, back off before the next call
@@ -58,11 +58,11 @@ type pendingCall struct {
 // backlogged, and must not lose its place in the fair order.
 const maxQueued = 32
 
-func newSluicePolicy(sc *scenario.Scenario) (*sluicePolicy, error) {
-	return newSluicePolicyWith(sc, func(*governor.Config) {})
-}
-
-func newSluicePolicyWith(sc *scenario.Scenario, tune func(*governor.Config)) (*sluicePolicy, error) {
+// NewSluice returns the policy of sluice's governor for sc, which sees only
+// the limits sc announces: one governor for the key, every flow a governor
+// flow with the scenario's weight and priority.
+func NewSluice(sc *Scenario) (Policy, error) {
+	sc = sc.Announced()
 	cfg := governor.Config{
 		Key:        sc.Name,
 		Limits:     sc.Provider.Limits,
@@ -72,7 +72,6 @@ func newSluicePolicyWith(sc *scenario.Scenario, tune func(*governor.Config)) (*s
 	for _, f := range sc.Flows {
 		cfg.Flows = append(cfg.Flows, governor.FlowConfig{Name: f.Name, Weight: f.Weight, Priority: f.Priority})
 	}
-	tune(&cfg)
 	g, err := governor.New(cfg)
 	if err != nil {
 		return nil, err
@@ -80,24 +79,24 @@ func newSluicePolicyWith(sc *scenario.Scenario, tune func(*governor.Config)) (*s
 	return &sluicePolicy{g: g, progressEvery: defaultProgressEvery, profile: sc.Provider.Profile, defaultMax: sc.Provider.DefaultMaxTokens}, nil
 }
 
-func (p *sluicePolicy) start(w *world) {
+func (p *sluicePolicy) Start(w *World) {
 	for _, f := range w.flows {
 		p.flows = append(p.flows, &sluiceFlow{f: f})
 	}
 }
 
-func (p *sluicePolicy) cost(f *flowState, n int) governor.Cost {
+func (p *sluicePolicy) cost(f *FlowState, n int) governor.Cost {
 	return governor.Cost{Requests: 1, Input: f.cfg.PromptTokens + int64(n)*f.cfg.ItemInputTokens, Output: p.maxTokens(f, n)}
 }
 
-func (p *sluicePolicy) maxTokens(f *flowState, n int) int64 {
+func (p *sluicePolicy) maxTokens(f *FlowState, n int) int64 {
 	if f.cfg.ItemMaxTokens == 0 {
 		return p.defaultMax
 	}
 	return int64(n) * f.cfg.ItemMaxTokens
 }
 
-func (p *sluicePolicy) wake(w *world) {
+func (p *sluicePolicy) Wake(w *World) {
 	for {
 		p.reserve(w)
 		next := p.g.Advance(w.now)
@@ -125,7 +124,7 @@ func (p *sluicePolicy) wake(w *world) {
 		}
 		if !next.IsZero() && (next.Before(p.wakeAt) || !p.wakeAt.After(w.now)) {
 			p.wakeAt = next
-			w.at(next, func() { p.wake(w) })
+			w.At(next, func() { p.Wake(w) })
 		}
 		return
 	}
@@ -134,7 +133,7 @@ func (p *sluicePolicy) wake(w *world) {
 // reserve keeps every flow with work in line: reservations for its eligible
 // items, up to maxQueued of them, so a backlogged flow always has a
 // reservation waiting when room frees.
-func (p *sluicePolicy) reserve(w *world) {
+func (p *sluicePolicy) reserve(w *World) {
 	for _, sf := range p.flows {
 		f := sf.f
 		if w.now.Before(sf.retryAt) {
@@ -160,7 +159,7 @@ func (p *sluicePolicy) reserve(w *world) {
 			n = min(n, len(f.queue)-covered)
 			if n == 0 {
 				// No call carrying even one item can ever fit: refuse, don't wait.
-				w.refuse(f, w.take(f, len(f.queue)-covered))
+				w.Refuse(f, w.Take(f, len(f.queue)-covered))
 				break
 			}
 			// Reserve for a full batch; the items are taken when the call is
@@ -168,7 +167,7 @@ func (p *sluicePolicy) reserve(w *world) {
 			// what is not used is given back then.
 			r, err := p.g.Reserve(w.now, f.cfg.Name, p.cost(f, n))
 			if err != nil {
-				w.refuse(f, w.take(f, len(f.queue)-covered))
+				w.Refuse(f, w.Take(f, len(f.queue)-covered))
 				break
 			}
 			sf.pending = append(sf.pending, pendingCall{r: r, batch: n})
@@ -177,12 +176,12 @@ func (p *sluicePolicy) reserve(w *world) {
 	}
 }
 
-func (p *sluicePolicy) call(w *world, sf *sluiceFlow) {
+func (p *sluicePolicy) call(w *World, sf *sluiceFlow) {
 	pc, f := sf.pending[0], sf.f
 	r := pc.r
 	sf.pending = sf.pending[1:]
 	sf.inflight++
-	items := w.take(f, pc.batch)
+	items := w.Take(f, pc.batch)
 	if len(items) == 0 {
 		// Earlier calls took what this one was reserved for.
 		sf.inflight--
@@ -192,7 +191,7 @@ func (p *sluicePolicy) call(w *world, sf *sluiceFlow) {
 	if len(items) < pc.batch {
 		r.Shrink(w.now, p.cost(f, len(items)))
 	}
-	w.send(f, items, r.Cost().Output, func(o outcome) {
+	w.Send(f, items, r.Cost().Output, func(o Outcome) {
 		sf.inflight--
 		// The governor learns from the provider's answer exactly as the
 		// engine and the gateway do: read as a client would read it, and fed
@@ -212,19 +211,19 @@ func (p *sluicePolicy) call(w *world, sf *sluiceFlow) {
 			// governor has learnt the limit if the answer named it, and
 			// sizes the next batches to it.
 			sf.split = len(items) / 2
-			w.putBack(f, items)
-			w.at(w.now, func() { p.wake(w) })
+			w.PutBack(f, items)
+			w.At(w.now, func() { p.Wake(w) })
 		case errors.As(err, &tl):
-			w.refuse(f, items)
+			w.Refuse(f, items)
 		case errors.As(err, &rl):
-			w.putBack(f, items)
-			w.at(w.now, func() { p.wake(w) })
+			w.PutBack(f, items)
+			w.At(w.now, func() { p.Wake(w) })
 		default:
 			// Failed: back off this flow.
-			w.putBack(f, items)
+			w.PutBack(f, items)
 			sf.backoff = min(max(2*sf.backoff, time.Second), time.Minute)
 			sf.retryAt = w.now.Add(sf.backoff)
-			w.at(sf.retryAt, func() { p.wake(w) })
+			w.At(sf.retryAt, func() { p.Wake(w) })
 		}
 	})
 }
@@ -233,22 +232,22 @@ func (p *sluicePolicy) call(w *world, sf *sluiceFlow) {
 // success, the limits its headers report, and the error a Client would
 // return — the profile's own classification of status, headers and body,
 // or the transport error of an answer that never came whole.
-func (p *sluicePolicy) read(now time.Time, o outcome) (governor.Usage, governor.Snapshot, error) {
-	resp := o.resp
+func (p *sluicePolicy) read(now time.Time, o Outcome) (governor.Usage, governor.Snapshot, error) {
+	resp := o.Response
 	var snap governor.Snapshot
 	if len(resp.Header) > 0 {
 		snap = p.profile.Snapshot(resp.Header, now)
 	}
 	switch resp.Fault {
-	case sim.FaultTimeout:
+	case FaultTimeout:
 		return governor.Usage{}, snap, &llm.TransportError{Kind: llm.Timeout}
-	case sim.FaultReset:
+	case FaultReset:
 		return governor.Usage{}, snap, &llm.TransportError{Kind: llm.Reset}
-	case sim.FaultBadJSON:
+	case FaultBadJSON:
 		return governor.Usage{}, snap, &llm.TransportError{Kind: llm.Malformed}
 	}
 	if err := p.profile.Classify(resp.Status, resp.Header, resp.Body); err != nil {
 		return governor.Usage{}, snap, err
 	}
-	return governor.Usage{Input: o.req.Input, Output: resp.Output}, snap, nil
+	return governor.Usage{Input: o.Request.Input, Output: resp.Output}, snap, nil
 }

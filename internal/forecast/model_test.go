@@ -1,15 +1,12 @@
-package sim
+package forecast
 
 import (
-	"encoding/json"
 	"math"
-	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
-	"github.com/sluice-dev/sluice/internal/scenario"
 	"github.com/sluice-dev/sluice/llm"
 )
 
@@ -17,7 +14,7 @@ import (
 // start there.
 var t0 = time.Date(2026, 10, 18, 0, 0, 0, 0, time.UTC)
 
-func newModel(t testing.TB, cfg Config) *Model {
+func newModel(t testing.TB, cfg ModelConfig) *Model {
 	t.Helper()
 	m, err := NewModel(cfg)
 	if err != nil {
@@ -40,24 +37,24 @@ func TestNewModelValidates(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name string
-		cfg  Config
+		cfg  ModelConfig
 		want string
 	}{
-		{"profile", Config{Profile: "mistral"}, "provider.profile"},
-		{"window", Config{Window: 7}, "provider.window"},
-		{"accounting", Config{Accounting: 9}, "provider.accounting"},
-		{"latency", Config{Latency: -time.Second}, "provider.latency"},
-		{"default max", Config{DefaultMaxTokens: -1}, "provider.default_max_tokens"},
-		{"fault", Config{Faults: scenario.Faults{Timeout: 2}}, "provider.faults.timeout"},
-		{"fault sum", Config{Faults: scenario.Faults{Timeout: 0.6, Reset: 0.6}}, "provider.faults"},
-		{"limit", Config{Limits: governor.Limits{governor.TPM: -1}}, "provider.limits.tpm"},
-		{"limit too large", Config{Limits: governor.Limits{governor.TPD: math.MaxInt64}}, "provider.limits.tpd: 9223372036854775807 is more than the bound of 1,000,000,000,000"},
-		{"latency too long", Config{Latency: math.MaxInt64}, "provider.latency"},
-		{"max output", Config{MaxOutputTokens: MaxOutputTokensCap + 1}, "max output tokens: 1048577 is not between 1 and 1048576"},
-		{"max output negative", Config{MaxOutputTokens: -1}, "max output tokens"},
-		{"default above max output", Config{DefaultMaxTokens: 4096, MaxOutputTokens: 2048}, "default max tokens: 4096 is more than the model's max output tokens, 2048"},
-		{"default above bound", Config{DefaultMaxTokens: 1 << 40}, "default max tokens"},
-		{"default min above default", Config{DefaultMaxTokens: 1000, DefaultMaxTokensMin: 1001}, "default max tokens min: 1001 is not between 0 and the default max tokens, 1000"},
+		{"profile", ModelConfig{Profile: "mistral"}, "provider.profile"},
+		{"window", ModelConfig{Window: 7}, "provider.window"},
+		{"accounting", ModelConfig{Accounting: 9}, "provider.accounting"},
+		{"latency", ModelConfig{Latency: -time.Second}, "provider.latency"},
+		{"default max", ModelConfig{DefaultMaxTokens: -1}, "provider.default_max_tokens"},
+		{"fault", ModelConfig{Faults: Faults{Timeout: 2}}, "provider.faults.timeout"},
+		{"fault sum", ModelConfig{Faults: Faults{Timeout: 0.6, Reset: 0.6}}, "provider.faults"},
+		{"limit", ModelConfig{Limits: governor.Limits{governor.TPM: -1}}, "provider.limits.tpm"},
+		{"limit too large", ModelConfig{Limits: governor.Limits{governor.TPD: math.MaxInt64}}, "provider.limits.tpd: 9223372036854775807 is more than the bound of 1,000,000,000,000"},
+		{"latency too long", ModelConfig{Latency: math.MaxInt64}, "provider.latency"},
+		{"max output", ModelConfig{MaxOutputTokens: MaxOutputTokensCap + 1}, "max output tokens: 1048577 is not between 1 and 1048576"},
+		{"max output negative", ModelConfig{MaxOutputTokens: -1}, "max output tokens"},
+		{"default above max output", ModelConfig{DefaultMaxTokens: 4096, MaxOutputTokens: 2048}, "default max tokens: 4096 is more than the model's max output tokens, 2048"},
+		{"default above bound", ModelConfig{DefaultMaxTokens: 1 << 40}, "default max tokens"},
+		{"default min above default", ModelConfig{DefaultMaxTokens: 1000, DefaultMaxTokensMin: 1001}, "default max tokens min: 1001 is not between 0 and the default max tokens, 1000"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -67,91 +64,9 @@ func TestNewModelValidates(t *testing.T) {
 			}
 		})
 	}
-	m := newModel(t, Config{})
+	m := newModel(t, ModelConfig{})
 	if c := m.Config(); c.Profile != "openai" || c.DefaultMaxTokens != 1000 || c.Model != "sim-model" || c.MaxOutputTokens != 32768 {
 		t.Errorf("defaults = %+v", c)
-	}
-}
-
-func TestRollingWindow(t *testing.T) {
-	t.Parallel()
-	m := newModel(t, Config{Limits: limits("tpm=100")})
-	steps := []struct {
-		at         time.Duration
-		in, max    int64
-		ok         bool
-		retryAfter time.Duration
-	}{
-		{0, 10, 50, true, 0},                                              // used 60
-		{30 * time.Second, 10, 30, true, 0},                               // used 100
-		{31 * time.Second, 5, 5, false, 29 * time.Second},                 // the first charge leaves at 60s
-		{59*time.Second + 999*time.Millisecond, 5, 5, false, time.Second}, // 1ms: rounded up to a whole second
-		{60 * time.Second, 5, 5, true, 0},                                 // used 40 + 10 = 50
-		{61 * time.Second, 30, 30, false, 29 * time.Second},               // needs 60, used 50; the 40 leaves at 90s
-		{90 * time.Second, 30, 30, true, 0},
-	}
-	for i, s := range steps {
-		r := m.Submit(at(s.at), Request{Input: s.in, MaxTokens: s.max})
-		if ok := r.Status == 200; ok != s.ok {
-			t.Fatalf("step %d at %s: status %d, want ok=%v", i, s.at, r.Status, s.ok)
-		}
-		if !s.ok && (r.Limit != governor.TPM || r.RetryAfter != s.retryAfter || r.TooLarge || r.Charged != (governor.Cost{})) {
-			t.Errorf("step %d: limit %s retry %s toolarge %v charged %v, want tpm %s false zero", i, r.Limit, r.RetryAfter, r.TooLarge, r.Charged, s.retryAfter)
-		}
-	}
-}
-
-func TestFixedWindow(t *testing.T) {
-	t.Parallel()
-	// A fixed window forgives a burst across its boundary that a rolling one refuses.
-	for _, tc := range []struct {
-		window governor.Window
-		second bool
-		retry  time.Duration
-	}{
-		{governor.Fixed, true, 0},
-		{governor.Rolling, false, 50 * time.Second},
-	} {
-		t.Run(tc.window.String(), func(t *testing.T) {
-			t.Parallel()
-			m := newModel(t, Config{Window: tc.window, Limits: limits("tpm=100")})
-			if r := m.Submit(at(50*time.Second), Request{Input: 50, MaxTokens: 50}); r.Status != 200 {
-				t.Fatalf("first: %d", r.Status)
-			}
-			r := m.Submit(at(55*time.Second), Request{Input: 1, MaxTokens: 1})
-			wantRetry := 5 * time.Second // fixed: the next boundary
-			if tc.window == governor.Rolling {
-				wantRetry = 55 * time.Second
-			}
-			if r.Status != 429 || r.RetryAfter != wantRetry {
-				t.Fatalf("inside the window: status %d retry %s, want 429 %s", r.Status, r.RetryAfter, wantRetry)
-			}
-			r = m.Submit(at(60*time.Second), Request{Input: 50, MaxTokens: 50})
-			if got := r.Status == 200; got != tc.second {
-				t.Fatalf("at the boundary: status %d, want ok=%v", r.Status, tc.second)
-			}
-			if !tc.second && r.RetryAfter != tc.retry {
-				t.Errorf("retry after %s, want %s", r.RetryAfter, tc.retry)
-			}
-		})
-	}
-}
-
-func TestFixedDayWindowIsEpochAligned(t *testing.T) {
-	t.Parallel()
-	m := newModel(t, Config{Window: governor.Fixed, Limits: limits("rpd=2")})
-	start := t0.Add(23 * time.Hour)
-	for i := range 2 {
-		if r := m.Submit(start.Add(time.Duration(i)*time.Minute), Request{}); r.Status != 200 {
-			t.Fatalf("request %d: %d", i, r.Status)
-		}
-	}
-	r := m.Submit(start.Add(10*time.Minute), Request{})
-	if r.Status != 429 || r.Limit != governor.RPD || r.RetryAfter != 50*time.Minute {
-		t.Fatalf("third: status %d limit %s retry %s, want 429 rpd 50m", r.Status, r.Limit, r.RetryAfter)
-	}
-	if r := m.Submit(t0.Add(24*time.Hour), Request{}); r.Status != 200 {
-		t.Fatalf("after midnight UTC: %d", r.Status)
 	}
 }
 
@@ -176,7 +91,7 @@ func TestEveryLimit(t *testing.T) {
 	} {
 		t.Run(tc.limits, func(t *testing.T) {
 			t.Parallel()
-			m := newModel(t, Config{Profile: "groq", Limits: limits(tc.limits)})
+			m := newModel(t, ModelConfig{Profile: "groq", Limits: limits(tc.limits)})
 			for i := range 2 {
 				if r := m.Submit(at(0), req); r.Status != 200 {
 					t.Fatalf("request %d refused: %d on %s", i, r.Status, r.Limit)
@@ -218,7 +133,7 @@ func TestTooLarge(t *testing.T) {
 	} {
 		t.Run(string(tc.profile)+"/"+tc.limit.String(), func(t *testing.T) {
 			t.Parallel()
-			m := newModel(t, Config{Profile: tc.profile, Limits: limits(tc.limits), Wire: true})
+			m := newModel(t, ModelConfig{Profile: tc.profile, Limits: limits(tc.limits), Wire: true})
 			r := m.Submit(at(0), tc.req)
 			if !r.Rejected || !r.TooLarge || r.Limit != tc.limit || r.Status != tc.status || r.RetryAfter != tc.retry || r.Charged != (governor.Cost{}) {
 				t.Fatalf("response = status %d rejected %v toolarge %v limit %s retry %s charged %v", r.Status, r.Rejected, r.TooLarge, r.Limit, r.RetryAfter, r.Charged)
@@ -243,7 +158,7 @@ func TestTooLarge(t *testing.T) {
 func TestTooLargeBeatsFull(t *testing.T) {
 	t.Parallel()
 	// tpm is full but otpm can never fit: waiting for tpm would be wasted.
-	m := newModel(t, Config{Profile: "groq", Limits: limits("tpm=1000,otpm=500")})
+	m := newModel(t, ModelConfig{Profile: "groq", Limits: limits("tpm=1000,otpm=500")})
 	m.Submit(at(0), Request{Input: 500, MaxTokens: 500})
 	if r := m.Submit(at(time.Second), Request{MaxTokens: 600}); !r.TooLarge || r.Limit != governor.OTPM {
 		t.Fatalf("limit %s toolarge %v, want otpm too large", r.Limit, r.TooLarge)
@@ -252,7 +167,7 @@ func TestTooLargeBeatsFull(t *testing.T) {
 
 func TestDefaultMaxTokens(t *testing.T) {
 	t.Parallel()
-	m := newModel(t, Config{DefaultMaxTokens: 1000, Limits: limits("otpm=1000")})
+	m := newModel(t, ModelConfig{DefaultMaxTokens: 1000, Limits: limits("otpm=1000")})
 	r := m.Submit(at(0), Request{Input: 10, Output: 5000})
 	if r.Charged != (governor.Cost{Requests: 1, Input: 10, Output: 1000}) || r.Output != 1000 {
 		t.Fatalf("charged %v output %d, want the default max reserved and output capped at it", r.Charged, r.Output)
@@ -269,7 +184,7 @@ func TestDefaultMaxTokens(t *testing.T) {
 // DevPick's did.
 func TestDefaultMaxTokensVaries(t *testing.T) {
 	t.Parallel()
-	m := newModel(t, Config{DefaultMaxTokens: 2048, DefaultMaxTokensMin: 600, Limits: limits("otpm=1000")})
+	m := newModel(t, ModelConfig{DefaultMaxTokens: 2048, DefaultMaxTokensMin: 600, Limits: limits("otpm=1000")})
 	seen := map[bool]int{}
 	for i := range 400 {
 		// A minute apart: each finds the OTPM minute empty.
@@ -305,7 +220,7 @@ func TestSettleAndReserve(t *testing.T) {
 	} {
 		t.Run(tc.acc.String(), func(t *testing.T) {
 			t.Parallel()
-			m := newModel(t, Config{Profile: "anthropic", Accounting: tc.acc, Limits: limits("otpm=100,tpm=1000,tpd=100000")})
+			m := newModel(t, ModelConfig{Profile: "anthropic", Accounting: tc.acc, Limits: limits("otpm=100,tpm=1000,tpd=100000")})
 			r := m.Submit(at(0), Request{Input: 10, MaxTokens: 80, Output: 20})
 			if r.Charged != (governor.Cost{Requests: 1, Input: 10, Output: 80}) {
 				t.Fatalf("admission charge %v: settle charges max_tokens at the start too", r.Charged)
@@ -342,7 +257,7 @@ func TestSettleAndReserve(t *testing.T) {
 
 func TestSettleAfterWindowTurned(t *testing.T) {
 	t.Parallel()
-	m := newModel(t, Config{Accounting: governor.SettleAccounting, Window: governor.Fixed, Limits: limits("otpm=100")})
+	m := newModel(t, ModelConfig{Accounting: governor.SettleAccounting, Window: governor.Fixed, Limits: limits("otpm=100")})
 	r := m.Submit(at(59*time.Second), Request{MaxTokens: 100, Output: 10})
 	if r2 := m.Submit(at(61*time.Second), Request{MaxTokens: 100}); r2.Status != 200 {
 		t.Fatalf("new window: %d", r2.Status)
@@ -356,7 +271,7 @@ func TestSettleAfterWindowTurned(t *testing.T) {
 
 func TestRejectedFinishIsFree(t *testing.T) {
 	t.Parallel()
-	m := newModel(t, Config{Accounting: governor.SettleAccounting, Limits: limits("rpm=1")})
+	m := newModel(t, ModelConfig{Accounting: governor.SettleAccounting, Limits: limits("rpm=1")})
 	m.Submit(at(0), Request{})
 	r := m.Submit(at(0), Request{})
 	if got := m.Finish(at(0), r); got != (governor.Cost{}) {
@@ -364,101 +279,11 @@ func TestRejectedFinishIsFree(t *testing.T) {
 	}
 }
 
-// reference is the obvious quadratic model of the windows, to check the
-// deques against.
-type reference struct {
-	fixed   bool
-	limits  governor.Limits
-	charges []struct {
-		at   time.Time
-		cost governor.Cost
-	}
-}
-
-func (ref *reference) used(now time.Time, l governor.Limit) int64 {
-	p := int64(l.Period())
-	t := now.UnixNano()
-	from := t - p + 1 // rolling: charges younger than one period
-	if ref.fixed {
-		from = t - floorMod(t, p) // fixed: charges since the window began
-	}
-	var n int64
-	for i := len(ref.charges) - 1; i >= 0 && ref.charges[i].at.UnixNano() >= from; i-- {
-		n += ref.charges[i].cost.On(l)
-	}
-	return n
-}
-
-func (ref *reference) submit(now time.Time, c governor.Cost) (bool, governor.Limit) {
-	for _, l := range governor.AllLimits {
-		if ref.limits[l] > 0 && c.On(l) > ref.limits[l] {
-			return false, l
-		}
-	}
-	for _, l := range governor.AllLimits {
-		if ref.limits[l] > 0 && ref.used(now, l)+c.On(l) > ref.limits[l] {
-			return false, l
-		}
-	}
-	ref.charges = append(ref.charges, struct {
-		at   time.Time
-		cost governor.Cost
-	}{now, c})
-	return true, 0
-}
-
-func TestWindowsMatchReference(t *testing.T) {
-	t.Parallel()
-	for _, w := range []governor.Window{governor.Rolling, governor.Fixed} {
-		t.Run(w.String(), func(t *testing.T) {
-			t.Parallel()
-			ls := limits("rpm=20,rpd=1000,tpm=3000,tpd=400000,itpm=2000,otpm=1500")
-			m := newModel(t, Config{Window: w, Limits: ls})
-			ref := &reference{fixed: w == governor.Fixed, limits: ls}
-			rng := rand.New(rand.NewPCG(1, 2))
-			now := t0.Add(-7 * time.Hour)
-			var admitted int
-			for i := range 3000 {
-				now = now.Add(time.Duration(rng.Int64N(int64(40 * time.Second))))
-				req := Request{Input: rng.Int64N(400), MaxTokens: rng.Int64N(300)}
-				c := governor.Cost{Requests: 1, Input: req.Input, Output: req.MaxTokens}
-				if c.Output == 0 {
-					c.Output = 1000
-				}
-				wantOK, wantLimit := ref.submit(now, c)
-				r := m.Submit(now, req)
-				if (r.Status == 200) != wantOK || (!wantOK && r.Limit != wantLimit) {
-					t.Fatalf("request %d at %s: status %d limit %s, reference ok=%v limit %s", i, now, r.Status, r.Limit, wantOK, wantLimit)
-				}
-				if wantOK {
-					admitted++
-					continue
-				}
-				// The retry time is exact: one nanosecond earlier it still does not fit.
-				if !r.TooLarge {
-					exact := r.RetryAfter
-					if got := ref.used(now.Add(exact), r.Limit) + c.On(r.Limit); got > ls[r.Limit] {
-						t.Fatalf("request %d: after retry-after %s the %s charge %d still exceeds %d", i, exact, r.Limit, got, ls[r.Limit])
-					}
-					if exact > time.Second {
-						if got := ref.used(now.Add(exact-time.Second), r.Limit) + c.On(r.Limit); got <= ls[r.Limit] {
-							t.Fatalf("request %d: retry-after %s is a whole second too long for %s", i, exact, r.Limit)
-						}
-					}
-				}
-			}
-			if admitted < 500 || admitted > 2900 {
-				t.Errorf("admitted %d of 3000: the test does not exercise the limits", admitted)
-			}
-		})
-	}
-}
-
 func TestDeterministicBySeed(t *testing.T) {
 	t.Parallel()
 	run := func(seed int64) []Response {
-		m := newModel(t, Config{Seed: seed, Latency: 2 * time.Second, Limits: limits("tpm=5000"),
-			Faults: scenario.Faults{Error5xx: 0.1, Timeout: 0.1, Reset: 0.1, BadJSON: 0.1}})
+		m := newModel(t, ModelConfig{Seed: seed, Latency: 2 * time.Second, Limits: limits("tpm=5000"),
+			Faults: Faults{Error5xx: 0.1, Timeout: 0.1, Reset: 0.1, BadJSON: 0.1}})
 		var out []Response
 		for i := range 300 {
 			r := m.Submit(at(time.Duration(i)*time.Second), Request{Input: 100, MaxTokens: 100, Output: 50})
@@ -486,7 +311,7 @@ func TestDeterministicBySeed(t *testing.T) {
 
 func TestLatencyRange(t *testing.T) {
 	t.Parallel()
-	m := newModel(t, Config{Latency: 2 * time.Second})
+	m := newModel(t, ModelConfig{Latency: 2 * time.Second})
 	lo, hi := time.Hour, time.Duration(0)
 	for i := range 5000 {
 		r := m.Submit(at(time.Duration(i)), Request{})
@@ -495,16 +320,16 @@ func TestLatencyRange(t *testing.T) {
 	if lo < time.Second || hi > 3*time.Second || lo > 1100*time.Millisecond || hi < 2900*time.Millisecond {
 		t.Fatalf("latency in [%s, %s], want spread over [1s, 3s]", lo, hi)
 	}
-	if r := newModel(t, Config{}).Submit(t0, Request{}); r.Latency != 0 {
+	if r := newModel(t, ModelConfig{}).Submit(t0, Request{}); r.Latency != 0 {
 		t.Fatalf("zero latency config gave %s", r.Latency)
 	}
 }
 
 func TestFaultFractions(t *testing.T) {
 	t.Parallel()
-	f := scenario.Faults{Error5xx: 0.1, Timeout: 0.05, Reset: 0.02, BadJSON: 0.03}
+	f := Faults{Error5xx: 0.1, Timeout: 0.05, Reset: 0.02, BadJSON: 0.03}
 	const n = 20000
-	m := newModel(t, Config{Seed: 42, Faults: f, Accounting: governor.SettleAccounting, Profile: "anthropic", Wire: true})
+	m := newModel(t, ModelConfig{Seed: 42, Faults: f, Accounting: governor.SettleAccounting, Profile: "anthropic", Wire: true})
 	var statuses = map[int]int{}
 	for i := range n {
 		r := m.Submit(at(time.Duration(i)*time.Millisecond), Request{Input: 10, MaxTokens: 100, Output: 40})
@@ -553,7 +378,7 @@ func TestFaultFractions(t *testing.T) {
 
 func TestTimeNeverGoesBack(t *testing.T) {
 	t.Parallel()
-	m := newModel(t, Config{Limits: limits("rpm=1")})
+	m := newModel(t, ModelConfig{Limits: limits("rpm=1")})
 	m.Submit(at(time.Minute), Request{})
 	// An earlier time counts as the latest seen: the minute is still full.
 	if r := m.Submit(at(0), Request{}); r.Status != 429 || r.RetryAfter != time.Minute {
@@ -561,77 +386,9 @@ func TestTimeNeverGoesBack(t *testing.T) {
 	}
 }
 
-func TestFlowStats(t *testing.T) {
-	t.Parallel()
-	m := newModel(t, Config{Limits: limits("rpm=2")})
-	m.Submit(at(0), Request{Flow: "a", Input: 5, MaxTokens: 5})
-	m.Submit(at(0), Request{Flow: "b", Input: 7, MaxTokens: 3})
-	m.Submit(at(0), Request{Flow: "b"})
-	st := m.Stats()
-	if a := st.Flows["a"]; a.Requests != 1 || a.Succeeded != 1 || a.Charged != (governor.Cost{Requests: 1, Input: 5, Output: 5}) {
-		t.Errorf("flow a = %+v", a)
-	}
-	if b := st.Flows["b"]; b.Requests != 2 || b.Succeeded != 1 || b.Rejected != 1 {
-		t.Errorf("flow b = %+v", b)
-	}
-	if st.Requests != 3 || st.Charged.Tokens() != 20 {
-		t.Errorf("stats = %+v", st)
-	}
-}
-
-// TestPeak: Stats.Peak is, per limit in force, the fullest its window was
-// at an admission, the admitted charge included; refusals and charges that
-// aged out do not raise it, and a limit not in force stays at 0.
-func TestPeak(t *testing.T) {
-	t.Parallel()
-	m := newModel(t, Config{Limits: limits("rpm=4,tpm=100,tpd=1000")})
-	peak := func(want map[governor.Limit]float64) {
-		t.Helper()
-		st := m.Stats()
-		for _, l := range governor.AllLimits {
-			if got := st.Peak[l]; math.Abs(got-want[l]) > 1e-12 {
-				t.Errorf("peak %s = %v, want %v", l, got, want[l])
-			}
-		}
-	}
-	m.Submit(at(0), Request{Input: 10, MaxTokens: 10})
-	peak(map[governor.Limit]float64{governor.RPM: 0.25, governor.TPM: 0.2, governor.TPD: 0.02})
-	m.Submit(at(time.Second), Request{Input: 20, MaxTokens: 20})
-	peak(map[governor.Limit]float64{governor.RPM: 0.5, governor.TPM: 0.6, governor.TPD: 0.06})
-	// Refused (tpm would reach 110): nothing is charged, no peak moves.
-	if r := m.Submit(at(2*time.Second), Request{Input: 40, MaxTokens: 10}); r.Status != 429 {
-		t.Fatalf("status %d, want 429", r.Status)
-	}
-	peak(map[governor.Limit]float64{governor.RPM: 0.5, governor.TPM: 0.6, governor.TPD: 0.06})
-	// A minute on, the first charges have aged out of the minute, not of
-	// the day: the minute limits' peaks stay, the day's rises.
-	m.Submit(at(70*time.Second), Request{Input: 5, MaxTokens: 5})
-	peak(map[governor.Limit]float64{governor.RPM: 0.5, governor.TPM: 0.6, governor.TPD: 0.07})
-	// Filled to the allowance exactly: the peak is 1, and no admission
-	// takes it beyond.
-	m.Submit(at(71*time.Second), Request{Input: 45, MaxTokens: 45})
-	m.Submit(at(72*time.Second), Request{Input: 1, MaxTokens: 1})
-	peak(map[governor.Limit]float64{governor.RPM: 0.5, governor.TPM: 1, governor.TPD: 0.16})
-	if st := m.Stats(); st.Rejected != 2 || st.Succeeded != 4 {
-		t.Fatalf("rejected %d, succeeded %d; want 2, 4", st.Rejected, st.Succeeded)
-	}
-	// /sim/stats serves the peaks of the limits in force.
-	if data, err := json.Marshal(m.Stats()); err != nil || !strings.Contains(string(data), `"peak":{"rpm":0.5,"tpd":0.16,"tpm":1}`) {
-		t.Errorf("stats JSON %s (%v): want the peaks of rpm, tpm and tpd", data, err)
-	}
-
-	// Under settle accounting the window holds the settled charges.
-	s := newModel(t, Config{Accounting: governor.SettleAccounting, Limits: limits("otpm=100")})
-	s.Finish(at(0), s.Submit(at(0), Request{MaxTokens: 60, Output: 10}))
-	s.Submit(at(time.Second), Request{MaxTokens: 50, Output: 50})
-	if got := s.Stats().Peak[governor.OTPM]; got != 0.6 {
-		t.Errorf("settle: otpm peak %v, want 0.6 (10 settled + 50 reserved)", got)
-	}
-}
-
 func TestSubmitAllocations(t *testing.T) {
-	m := newModel(t, Config{Profile: "groq", Latency: time.Second, Limits: limits("rpm=30,rpd=1000,tpm=8000,tpd=200000,otpm=1000"),
-		Faults: scenario.Faults{Error5xx: 0.01}})
+	m := newModel(t, ModelConfig{Profile: "groq", Latency: time.Second, Limits: limits("rpm=30,rpd=1000,tpm=8000,tpd=200000,otpm=1000"),
+		Faults: Faults{Error5xx: 0.01}})
 	now := t0
 	allocs := testing.AllocsPerRun(10000, func() {
 		now = now.Add(1500 * time.Millisecond)
@@ -644,12 +401,40 @@ func TestSubmitAllocations(t *testing.T) {
 }
 
 func BenchmarkSubmit(b *testing.B) {
-	m := newModel(b, Config{Profile: "groq", Accounting: governor.SettleAccounting, Limits: limits("rpm=30,rpd=1000,tpm=8000,tpd=200000,otpm=1000")})
+	m := newModel(b, ModelConfig{Profile: "groq", Accounting: governor.SettleAccounting, Limits: limits("rpm=30,rpd=1000,tpm=8000,tpd=200000,otpm=1000")})
 	now := t0
 	b.ReportAllocs()
 	for b.Loop() {
 		now = now.Add(500 * time.Millisecond)
 		r := m.Submit(now, Request{Flow: "summary", Input: 200, MaxTokens: 60, Output: 40})
 		m.Finish(now, r)
+	}
+}
+
+// TestSubmitChoices: the model reserves N × max and settles to the output of
+// all the choices; N of 0 is one choice.
+func TestSubmitChoices(t *testing.T) {
+	t.Parallel()
+	m := newModel(t, ModelConfig{Accounting: governor.SettleAccounting, Limits: limits("otpm=1000")})
+	if r := m.Submit(t0, Request{Input: 10, MaxTokens: 100, N: 3, Output: 250}); r.Rejected || r.Charged.Output != 300 || r.Output != 250 {
+		t.Fatalf("n=3: %+v", r)
+	} else if final := m.Finish(t0, r); final.Output != 250 {
+		t.Errorf("settled %+v, want 250", final)
+	}
+	if r := m.Submit(t0, Request{Input: 10, MaxTokens: 100, N: 0, Output: 500}); r.Charged.Output != 100 || r.Output != 100 {
+		t.Errorf("n=0: %+v", r)
+	}
+	if r := m.Submit(t0, Request{Input: 10, MaxTokens: 100, N: 11}); !r.Rejected || !r.TooLarge {
+		t.Errorf("11 × 100 over an otpm of 1000: %+v", r)
+	}
+	if r := m.Submit(t0, Request{MaxTokens: math.MaxInt64 / 2, N: 3}); !r.Rejected || !r.TooLarge || r.Charged.Output != 0 {
+		t.Errorf("an overflowing reservation: %+v", r)
+	}
+	// Without max_tokens each choice reserves the default.
+	if r := newModel(t, ModelConfig{Limits: limits("otpm=5000")}).Submit(t0, Request{Input: 5, N: 5, Output: 100}); r.Rejected || r.Charged.Output != 5*1000 {
+		t.Errorf("n=5 without max: %+v", r)
+	}
+	if got := reserveOutput(math.MaxInt64/2, 3); got != math.MaxInt64 {
+		t.Errorf("reserveOutput saturates at %d", got)
 	}
 }

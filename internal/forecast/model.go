@@ -1,4 +1,4 @@
-package sim
+package forecast
 
 import (
 	"fmt"
@@ -9,13 +9,12 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
-	"github.com/sluice-dev/sluice/internal/scenario"
 	"github.com/sluice-dev/sluice/llm"
 )
 
-// Config is the provider a Model simulates: the provider section of a
+// ModelConfig is the provider a Model simulates: the provider section of a
 // scenario plus the seed and the model name its messages use.
-type Config struct {
+type ModelConfig struct {
 	// Profile is the status codes, headers and error bodies of the
 	// responses: one of llm.Profiles. Default llm.OpenAI.
 	Profile llm.Profile
@@ -37,13 +36,13 @@ type Config struct {
 	// does (Groq asked 1,038 to 2,048 output tokens of DevPick's requests
 	// without max_tokens). Default 0: always DefaultMaxTokens.
 	DefaultMaxTokensMin int64
-	// MaxOutputTokens is the simulated model's max output tokens: the server
-	// answers a request asking more max_tokens with a 400, and no response
-	// is longer. Default scenario.MaxOutputTokens (32,768); at most
+	// MaxOutputTokens is the simulated model's max output tokens: an HTTP
+	// server answers a request asking more max_tokens with a 400, and no
+	// response is longer. Default MaxOutputTokens (32,768); at most
 	// MaxOutputTokensCap.
 	MaxOutputTokens int64
 	// Faults are the fractions of admitted requests that fail.
-	Faults scenario.Faults
+	Faults Faults
 	// Limits holds the allowance of each limit; zero means unlimited.
 	Limits governor.Limits
 	// Seed seeds every random draw (faults, latency): the same seed and the
@@ -51,33 +50,34 @@ type Config struct {
 	Seed int64
 	// Model names the model in error messages. Default "sim-model".
 	Model string
-	// Wire makes Submit build each Response's Header and Body, as the HTTP
-	// server needs. Off by default because the virtual-time bench sends tens
-	// of thousands of requests per policy and reads only the decision.
+	// Wire makes Submit build each Response's Header and Body, as an HTTP
+	// server needs, and a replay, whose policies read the answers as their
+	// clients would. Off, Submit only decides, without allocating.
 	Wire bool
 }
 
-// ConfigFrom returns the Config of a scenario's provider section.
-func ConfigFrom(p scenario.Provider, seed int64) Config {
-	return Config{
+// ModelConfig returns the ModelConfig of a scenario's provider section and
+// seed.
+func (p *Provider) ModelConfig(seed int64) ModelConfig {
+	return ModelConfig{
 		Profile: p.Profile, Window: p.Window, Accounting: p.Accounting, Latency: p.Latency,
 		DefaultMaxTokens: p.DefaultMaxTokens, Faults: p.Faults, Limits: p.Limits, Seed: seed,
 	}
 }
 
-// MaxOutputTokensCap bounds Config.MaxOutputTokens, so that no response the
+// MaxOutputTokensCap bounds ModelConfig.MaxOutputTokens, so that no response the
 // server writes is longer than about 7 MB of text, whatever it is configured.
 const MaxOutputTokensCap = 1 << 20
 
-func (c Config) withDefaults() Config {
+func (c ModelConfig) withDefaults() ModelConfig {
 	if c.Profile == "" {
 		c.Profile = llm.OpenAI
 	}
 	if c.DefaultMaxTokens == 0 {
-		c.DefaultMaxTokens = scenario.DefaultMaxTokens
+		c.DefaultMaxTokens = DefaultMaxTokens
 	}
 	if c.MaxOutputTokens == 0 {
-		c.MaxOutputTokens = scenario.MaxOutputTokens
+		c.MaxOutputTokens = MaxOutputTokens
 	}
 	if c.Model == "" {
 		c.Model = "sim-model"
@@ -85,8 +85,8 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-func (c Config) validate() error {
-	p := scenario.Provider{Profile: c.Profile, Window: c.Window, Accounting: c.Accounting, Latency: c.Latency,
+func (c ModelConfig) validate() error {
+	p := Provider{Profile: c.Profile, Window: c.Window, Accounting: c.Accounting, Latency: c.Latency,
 		DefaultMaxTokens: c.DefaultMaxTokens, Faults: c.Faults, Limits: c.Limits}
 	if err := p.Validate(); err != nil {
 		return err
@@ -133,7 +133,7 @@ type Request struct {
 	MaxTokens int64  // per choice; 0: the request set none, DefaultMaxTokens is reserved
 	N         int64  // choices the response has (the request's n); 0 means 1
 	Output    int64  // real output tokens of all the choices together (capped at N × the max)
-	Model     string // names the model in error messages; "" means Config.Model
+	Model     string // names the model in error messages; "" means ModelConfig.Model
 }
 
 // Response is the provider's decision on one Request.
@@ -147,8 +147,8 @@ type Response struct {
 	Charged    governor.Cost  // charged at admission (zero when rejected)
 	Output     int64          // real output tokens (when Status is 200 and Fault is NoFault)
 	Latency    time.Duration  // time until the response ends (0 for rejections, which come at once)
-	Header     http.Header    // rate-limit headers of the profile, and retry-after on 429 (Config.Wire only)
-	Body       []byte         // the profile's error body; nil when OK (Config.Wire only)
+	Header     http.Header    // rate-limit headers of the profile, and retry-after on 429 (ModelConfig.Wire only)
+	Body       []byte         // the profile's error body; nil when OK (ModelConfig.Wire only)
 
 	id       uint64 // request number, from 1
 	admitted bool
@@ -163,13 +163,13 @@ type Response struct {
 func (r *Response) ID() uint64 { return r.id }
 
 // Model is a provider with exact limit semantics. Its methods take the
-// current time, so it runs on a virtual clock in the bench and on the wall
+// current time, so it runs on a virtual clock in a replay and on the wall
 // clock behind the HTTP server. Time passed to Submit must not go backwards;
 // an earlier time is taken as the latest one seen.
 //
 // A Model is safe for simultaneous use by multiple goroutines.
 type Model struct {
-	cfg Config
+	cfg ModelConfig
 
 	mu       sync.Mutex
 	rng      *rand.Rand
@@ -183,7 +183,7 @@ type Model struct {
 }
 
 // NewModel returns a Model of the provider cfg describes.
-func NewModel(cfg Config) (*Model, error) {
+func NewModel(cfg ModelConfig) (*Model, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("simulated provider: %w", err)
@@ -211,7 +211,7 @@ func NewModel(cfg Config) (*Model, error) {
 }
 
 // Config returns the configuration with defaults filled in.
-func (m *Model) Config() Config { return m.cfg }
+func (m *Model) Config() ModelConfig { return m.cfg }
 
 // ledger returns the ledger that counts limit l.
 func (m *Model) ledger(l governor.Limit) *ledger {

@@ -1,4 +1,4 @@
-package sim
+package forecast
 
 import (
 	"cmp"
@@ -23,7 +23,7 @@ var headerLimits = func() map[llm.Profile][]llm.RateLimitHeader {
 
 // wire builds the Header and Body of r from the model's state after the decision.
 func (m *Model) wire(t int64, r *Response, c governor.Cost, exact time.Duration) {
-	// The bench keeps the response of every call in flight, so the header
+	// A replay keeps the response of every call in flight, so the header
 	// costs as little as it can: a map of the size it needs and one array
 	// for all its values.
 	n := 1 // retry-after

@@ -1,4 +1,4 @@
-package scenario
+package forecast
 
 import (
 	"go.yaml.in/yaml/v3"

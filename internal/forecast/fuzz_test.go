@@ -1,4 +1,4 @@
-package scenario
+package forecast
 
 import (
 	"os"

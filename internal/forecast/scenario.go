@@ -1,15 +1,4 @@
-// Package scenario reads quota scenarios: one provider key with its limits
-// and the flows (jobs) that share it, as the bench replays them in virtual time
-// and the provider simulator serves them.
-//
-// The format is a contract with files written by others, so parsing is strict:
-// an unknown key or a bad value is an error that names the key, its place
-// ("flows[2].batchmax: unknown key (line 31)") and, for values, the value.
-//
-// Every size a scenario states is bounded (see the Max constants), so that
-// the largest scenario that loads runs within a few GB: a scenario is input
-// from others, and the bench must not grow without end on a typo.
-package scenario
+package forecast
 
 import (
 	"fmt"
@@ -100,6 +89,15 @@ func (p *Provider) Announced() governor.Limits {
 	return ls
 }
 
+// Announced returns s as a policy sees it: a copy whose provider limits
+// are only the announced ones.
+func (s *Scenario) Announced() *Scenario {
+	view := *s
+	view.Provider.Limits = s.Provider.Announced()
+	view.Provider.Unannounced = [governor.NumLimits]bool{}
+	return &view
+}
+
 // DefaultMaxTokens is what a provider reserves for a request without
 // max_tokens when the scenario does not say.
 const DefaultMaxTokens = 1000
@@ -107,7 +105,7 @@ const DefaultMaxTokens = 1000
 // Bounds on a scenario. Validate refuses a value beyond one, naming the key
 // and the bound, on a scenario built in code or read by Parse, which adds
 // the key's line. Together they keep the largest scenario that loads within about 2 GB of
-// memory in the bench (docs/bench.md).
+// memory in a replay (docs/bench.md).
 const (
 	// MaxFileBytes bounds a scenario file, as every YAML file sluice reads.
 	MaxFileBytes = yamlfile.MaxFileBytes
@@ -123,7 +121,7 @@ const (
 	// 100 days); 0 means none.
 	MinArrivalsPerDay = 0.01
 	// MaxItems bounds the items a scenario can make in all (Scenario.Items):
-	// what the bench holds in memory grows with it.
+	// what a replay holds in memory grows with it.
 	MaxItems = 1_000_000
 	// MaxBatch bounds batch_max.
 	MaxBatch = 10_000
@@ -132,7 +130,7 @@ const (
 	// MaxOutputTokens is the simulated model's max output tokens: the most
 	// max_tokens one request may ask. It bounds default_max_tokens,
 	// item_output_tokens and item_max_tokens, and a flow's largest request
-	// (batch_max × item_max_tokens), so every request the bench makes is one
+	// (batch_max × item_max_tokens), so every request a replay makes is one
 	// the simulator's HTTP server would accept.
 	MaxOutputTokens = 32_768
 	// MaxLimit bounds each provider limit (a trillion).
@@ -178,7 +176,7 @@ type Flow struct {
 	// Every, PerRun and Gap describe a job that paces itself, as a
 	// scheduled job does: it runs every Every, takes up to PerRun items a
 	// run (default BatchMax), and sends them BatchMax a request, Gap apart.
-	// The planner counts the demand such a job makes; the bench's policies
+	// The planner counts the demand such a job makes; a replay's policies
 	// pace flows themselves and ignore them. Zero Every: not paced.
 	Every  time.Duration
 	PerRun int
@@ -245,53 +243,8 @@ func (s *Scenario) Validate() error {
 			return fieldErr(p+".name", "%q is already the name of flows[%d]", f.Name, j)
 		}
 		index[f.Name] = i
-		if f.Priority < governor.MinPriority || f.Priority > governor.MaxPriority {
-			return fieldErr(p+".priority", "%d is not between %d and %d (each step multiplies a flow's share by 4; priority is never absolute)",
-				f.Priority, governor.MinPriority, governor.MaxPriority)
-		}
-		if msg := outsideFloat(f.Weight, MinWeight, MaxWeight); msg != "" {
-			return fieldErr(p+".weight", "%v %s", f.Weight, msg)
-		}
-		if msg := outsideArrivals(f.ArrivalsPerDay); msg != "" {
-			return fieldErr(p+".arrivals_per_day", "%v %s", f.ArrivalsPerDay, msg)
-		}
-		for _, v := range []struct {
-			key    string
-			x      int64
-			lo, hi int64
-		}{
-			{"backlog", int64(f.Backlog), 0, MaxBacklog},
-			{"batch_max", int64(f.BatchMax), 1, MaxBatch},
-			{"prompt_tokens", f.PromptTokens, 0, MaxInputTokens},
-			{"item_input_tokens", f.ItemInputTokens, 0, MaxInputTokens},
-			{"item_output_tokens", f.ItemOutputTokens, 0, MaxOutputTokens},
-			{"item_max_tokens", f.ItemMaxTokens, 0, MaxOutputTokens},
-		} {
-			if msg := outside(v.x, v.lo, v.hi); msg != "" {
-				return fieldErr(p+"."+v.key, "%d %s", v.x, msg)
-			}
-		}
-		if f.Every < 0 || f.Every > MaxDuration {
-			return fieldErr(p+".every", "%s is not between 0 and %s", f.Every, MaxDuration)
-		}
-		if f.Gap < 0 || f.Gap > MaxDuration {
-			return fieldErr(p+".gap", "%s is not between 0 and %s", f.Gap, MaxDuration)
-		}
-		if msg := outside(int64(f.PerRun), 0, MaxBacklog); msg != "" {
-			return fieldErr(p+".per_run", "%d %s", f.PerRun, msg)
-		}
-		if !f.Paced() && (f.PerRun > 0 || f.Gap > 0) {
-			return fieldErr(p+".every", "missing: per_run and gap pace a job that runs every some time")
-		}
-		if f.Model != "" && len(s.Prices) > 0 {
-			if _, ok := s.Prices[f.Model]; !ok {
-				return fieldErr(p+".model", "%q has no price in prices", f.Model)
-			}
-		}
-		// The largest request may ask no more max_tokens than the simulated model allows.
-		if n := int64(f.BatchMax) * f.ItemMaxTokens; n > MaxOutputTokens {
-			return fieldErr(p, "batch_max × item_max_tokens = %d × %d = %s max_tokens in one request, more than the simulated model's %s max output tokens",
-				f.BatchMax, f.ItemMaxTokens, num.Group(n), num.Group(MaxOutputTokens))
+		if err := s.validateFlow(p, &f); err != nil {
+			return err
 		}
 	}
 	for i, f := range s.Flows {
@@ -327,6 +280,60 @@ func (s *Scenario) Validate() error {
 	if n := s.Items(); n > MaxItems {
 		return fieldErr("flows", "the scenario makes up to %s items (backlogs, arrivals over %s, and the items after flows derive from them), more than the bound of %s",
 			num.Group(n), s.Duration, num.Group(MaxItems))
+	}
+	return nil
+}
+
+// validateFlow checks f, at path p ("flows[2]"), but for its name and
+// after: each value within its bounds, and what depends on others.
+func (s *Scenario) validateFlow(p string, f *Flow) error {
+	if f.Priority < governor.MinPriority || f.Priority > governor.MaxPriority {
+		return fieldErr(p+".priority", "%d is not between %d and %d (each step multiplies a flow's share by 4; priority is never absolute)",
+			f.Priority, governor.MinPriority, governor.MaxPriority)
+	}
+	if msg := outsideFloat(f.Weight, MinWeight, MaxWeight); msg != "" {
+		return fieldErr(p+".weight", "%v %s", f.Weight, msg)
+	}
+	if msg := outsideArrivals(f.ArrivalsPerDay); msg != "" {
+		return fieldErr(p+".arrivals_per_day", "%v %s", f.ArrivalsPerDay, msg)
+	}
+	for _, v := range []struct {
+		key    string
+		x      int64
+		lo, hi int64
+	}{
+		{"backlog", int64(f.Backlog), 0, MaxBacklog},
+		{"batch_max", int64(f.BatchMax), 1, MaxBatch},
+		{"prompt_tokens", f.PromptTokens, 0, MaxInputTokens},
+		{"item_input_tokens", f.ItemInputTokens, 0, MaxInputTokens},
+		{"item_output_tokens", f.ItemOutputTokens, 0, MaxOutputTokens},
+		{"item_max_tokens", f.ItemMaxTokens, 0, MaxOutputTokens},
+	} {
+		if msg := outside(v.x, v.lo, v.hi); msg != "" {
+			return fieldErr(p+"."+v.key, "%d %s", v.x, msg)
+		}
+	}
+	if f.Every < 0 || f.Every > MaxDuration {
+		return fieldErr(p+".every", "%s is not between 0 and %s", f.Every, MaxDuration)
+	}
+	if f.Gap < 0 || f.Gap > MaxDuration {
+		return fieldErr(p+".gap", "%s is not between 0 and %s", f.Gap, MaxDuration)
+	}
+	if msg := outside(int64(f.PerRun), 0, MaxBacklog); msg != "" {
+		return fieldErr(p+".per_run", "%d %s", f.PerRun, msg)
+	}
+	if !f.Paced() && (f.PerRun > 0 || f.Gap > 0) {
+		return fieldErr(p+".every", "missing: per_run and gap pace a job that runs every some time")
+	}
+	if f.Model != "" && len(s.Prices) > 0 {
+		if _, ok := s.Prices[f.Model]; !ok {
+			return fieldErr(p+".model", "%q has no price in prices", f.Model)
+		}
+	}
+	// The largest request may ask no more max_tokens than the simulated model allows.
+	if n := int64(f.BatchMax) * f.ItemMaxTokens; n > MaxOutputTokens {
+		return fieldErr(p, "batch_max × item_max_tokens = %d × %d = %s max_tokens in one request, more than the simulated model's %s max output tokens",
+			f.BatchMax, f.ItemMaxTokens, num.Group(n), num.Group(MaxOutputTokens))
 	}
 	return nil
 }
