@@ -367,7 +367,7 @@ func (g *Governor) fit(now int64, f *flow, c Cost) (int64, Blocker) {
 			}
 		}
 	}
-	if g.cfg.Leased && at == now && g.leaseFor(now, c) == nil {
+	if g.leased && at == now && g.leaseFor(now, c) == nil {
 		// It fits every limit as this process sees it, but the key is
 		// shared: it needs room on a lease of this process's.
 		b, at = Blocker{Kind: "lease"}, now+int64(leaseRetry)
@@ -421,7 +421,7 @@ func (g *Governor) admit(now int64, r *Reservation, how admission) {
 	} else {
 		heap.Fix(&g.active, f.index)
 	}
-	if g.cfg.Leased {
+	if g.leased {
 		g.chargeLease(now, r)
 	}
 	r.state = admitted

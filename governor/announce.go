@@ -7,39 +7,6 @@ import (
 	"time"
 )
 
-// The bounds on what a provider announces about a key (see the package
-// documentation, "What a provider announces"). Its headers and error bodies
-// adjust the governor — another client may share the key, a tier may change
-// — but they are input like a client's: no value a provider sends can lift
-// a configured allowance, stop the key for longer than a limit's period, or
-// stay in force after the provider stops saying it.
-const (
-	// LearnFor is how long an allowance a provider announced lowers a
-	// configured one after the provider last said it; then the configured
-	// allowance is back, until an answer says otherwise. An allowance
-	// announced for a limit nobody configured stays in force until the
-	// provider says another, or until, LearnFor after it last said it, a
-	// call that can never fit it comes: then it is dropped and the call
-	// goes, so the provider's answer to it says the allowance again.
-	LearnFor = 10 * time.Minute
-	// LearnFloor: an announced allowance lowers a configured one to no less
-	// than 1/LearnFloor of it, nor, configured or not, below the largest
-	// charge of one call the provider accepted on that limit in the last
-	// LearnFor. A provider that just accepted a 500-token call cannot have
-	// a TPM of 1.
-	LearnFloor = 10
-	// MaxLag bounds Config.Lag: transit takes seconds, and a lag of a
-	// period or more would count every charge in two windows.
-	MaxLag = time.Minute
-	// MaxWait bounds a wait a provider asks for that names no limit: the
-	// longest period, a day, plus MaxLag. Limit.MaxWait bounds one that
-	// names a limit.
-	MaxWait = 24*time.Hour + MaxLag
-	// NoticeEvery is how often at most a value bounded on the same limit,
-	// of the same kind, from the same source, is logged (see Notice).
-	NoticeEvery = 10 * time.Minute
-)
-
 // MaxWait is the longest a provider can make a call wait on limit l,
 // whatever it asks for: l's period plus MaxLag. Package llm bounds the
 // waits it reads with it; a Governor holds l for at most l's period plus
@@ -101,17 +68,17 @@ func (g *Governor) announce(now int64, l Limit, v int64, source string) {
 		// The configured allowance is a ceiling: the provider may lower
 		// it, never raise it. Saying it (or more) ends a lower one.
 		if v > conf {
-			g.notice(now, Notice{Limit: l, LimitKnown: true, Kind: "limit", Source: source, Said: v, Used: conf})
+			g.notice(now, notice{Limit: l, LimitKnown: true, Kind: "limit", Source: source, Said: v, Used: conf})
 		}
 		lr.allowance = 0
 		return
 	}
 	if v > MaxCost {
-		g.notice(now, Notice{Limit: l, LimitKnown: true, Kind: "limit", Source: source, Said: v, Used: MaxCost})
+		g.notice(now, notice{Limit: l, LimitKnown: true, Kind: "limit", Source: source, Said: v, Used: MaxCost})
 		v = MaxCost
 	}
 	if f := g.floor(l, now); v < f {
-		g.notice(now, Notice{Limit: l, LimitKnown: true, Kind: "limit", Source: source, Said: v, Used: f})
+		g.notice(now, notice{Limit: l, LimitKnown: true, Kind: "limit", Source: source, Said: v, Used: f})
 	}
 	lr.allowance, lr.until = v, addSat(now, int64(LearnFor))
 }
@@ -192,13 +159,13 @@ func (g *Governor) recheck(now int64, c Cost) bool {
 	return dropped
 }
 
-// Notice is a value a provider announced that sluice did not take as said:
+// notice is a value a provider announced that sluice did not take as said:
 // an allowance above the configured one, over MaxCost or below its floor
 // (see LearnFloor), or a reset or a wait longer than its limit's period
 // plus lag. A Governor logs each it makes through Config.Logger, and those
-// given to Note, at most once per limit, kind and source every NoticeEvery
-// (a value above its bound and one below it count as two kinds).
-type Notice struct {
+// given to NoteWait, at most once per limit, kind and source every
+// NoticeEvery (a value above its bound and one below it count as two kinds).
+type notice struct {
 	Limit      Limit
 	LimitKnown bool // false: a wait that named no limit
 	// Kind is what the value was: "limit" (an allowance), "reset" (when
@@ -227,21 +194,21 @@ type noticeKey struct {
 // unless a caller makes up sources.
 const maxNoticed = 256
 
-// Note logs n, a value a provider announced that was bounded before it
-// reached the governor (package llm bounds the waits it reads from a
-// provider, and llm.Feedback notes those the governor does not hold), as
-// the governor logs the values it bounds itself: at most once per limit,
-// kind and source every NoticeEvery.
-func (g *Governor) Note(now time.Time, n Notice) {
-	g.mustBeNew()
+// NoteWait logs a wait the provider asked for, naming no limit, that was
+// cut to wait before it reached the governor (package llm bounds the waits
+// it reads from a provider, and llm.Feedback notes those the governor does
+// not hold), as the governor logs the values it bounds itself: at most once
+// every NoticeEvery.
+func (in inside) NoteWait(now time.Time, asked, wait time.Duration) {
+	g := in.g
 	g.mu.Lock()
 	defer g.unlockAndLog()
-	g.notice(now.UnixNano(), n)
+	g.notice(now.UnixNano(), notice{Kind: "retry-after", Source: "retry-after", Said: int64(asked), Used: int64(wait)})
 }
 
 // notice queues n for logging when g.mu is released, unless one like it
 // was logged within NoticeEvery. g.mu is held.
-func (g *Governor) notice(now int64, n Notice) {
+func (g *Governor) notice(now int64, n notice) {
 	if n.Source == "" {
 		n.Source = "headers"
 	}
@@ -277,7 +244,7 @@ func (g *Governor) unlockAndLog() {
 // log writes notice n to Config.Logger. An allowance above the configured
 // one is an Info (configuring less than the key allows is common, to keep
 // room for other users); every other bound is a Warn.
-func (g *Governor) log(n Notice) {
+func (g *Governor) log(n notice) {
 	level, msg := slog.LevelWarn, ""
 	limit := "none"
 	if n.LimitKnown {

@@ -299,7 +299,7 @@ func TestRetryAfterIsBoundedByThePeriod(t *testing.T) {
 			t.Parallel()
 			lb, logger := newLogBuffer()
 			g := mustNew(t, Config{Limits: tt.limits, Lag: lag, DayBurst: -1, Logger: logger})
-			g.Rejected(t0, tt.limit, tt.asked)
+			in(g).Rejected(t0, tt.limit, tt.asked)
 			probe := mustReserve(t, g, t0, "f", Cost{Requests: 1, Input: 10})
 			if next := g.Advance(t0); probe.Admitted() || !next.Equal(t0.Add(tt.want)) {
 				t.Fatalf("admitted %v, next %v; want held until %v", probe.Admitted(), next.Sub(t0), tt.want)
@@ -361,9 +361,9 @@ func TestNoticesAreLoggedOncePerInterval(t *testing.T) {
 		!strings.Contains(lines[3], "floor") || !strings.Contains(lines[4], "said=1000000000000000") {
 		t.Errorf("log %q", lines)
 	}
-	// Note, for what package llm bounded before the governor saw it.
-	g.Note(at(NoticeEvery), Notice{Kind: "retry-after", Source: "retry-after", Said: int64(1e9 * time.Second), Used: int64(MaxWait)})
-	g.Note(at(NoticeEvery+time.Second), Notice{Kind: "retry-after", Source: "retry-after", Said: int64(1e9 * time.Second), Used: int64(MaxWait)})
+	// NoteWait, for what package llm bounded before the governor saw it.
+	in(g).NoteWait(at(NoticeEvery), 1e9*time.Second, MaxWait)
+	in(g).NoteWait(at(NoticeEvery+time.Second), 1e9*time.Second, MaxWait)
 	lines = lb.lines()
 	if len(lines) != 6 || !strings.Contains(lines[5], "limit=none") || !strings.Contains(lines[5], "said=1000000000s used=86460s") {
 		t.Errorf("log %q, want one more line for the noted wait", lines)

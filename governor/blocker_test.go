@@ -40,7 +40,7 @@ func TestBlockerNamesWhatAWaitingCallWaitsOn(t *testing.T) {
 	})
 	t.Run("a pause", func(t *testing.T) {
 		g := mustNew(t, Config{Limits: Limits{TPM: 1000}})
-		g.RejectedUnclassified(at(0))
+		in(g).RejectedUnclassified(at(0))
 		r := mustReserve(t, g, at(0), "a", Cost{Requests: 1, Input: 5})
 		g.Advance(at(0))
 		if b := g.Blocker(at(0), r); b.Kind != "pause" || !b.Until.Equal(at(time.Second)) {

@@ -278,7 +278,7 @@ func TestFeedbackSaturates(t *testing.T) {
 	t.Parallel()
 	const lag = 2 * time.Second
 	g := mustNew(t, Config{Limits: Limits{TPM: 1000}, Lag: lag, Logger: quiet})
-	g.Rejected(at(0), TPM, time.Duration(math.MaxInt64))
+	in(g).Rejected(at(0), TPM, time.Duration(math.MaxInt64))
 	r := mustReserve(t, g, at(0), "f", Cost{Requests: 1, Input: 10})
 	if next := g.Advance(at(0)); r.Admitted() || !next.Equal(at(time.Minute+lag)) {
 		t.Fatalf("after a rejection asking to wait forever: admitted %v, next %v, want held until a minute plus lag", r.Admitted(), next.Sub(t0))

@@ -95,25 +95,6 @@ type FlowConfig struct {
 	Priority int
 }
 
-// The range of FlowConfig.Priority. Six steps apart, at the largest
-// PriorityFactor (16), the most urgent flow's share is 16^6 ≈ 1.7e7 times the
-// least urgent one's: a finite ratio, so the least urgent flow still gets its
-// calls in. An unbounded priority (1000 steps of 4 is +Inf) would stop
-// every other flow, which priority must never do.
-const (
-	MinPriority = -3
-	MaxPriority = 3
-)
-
-// The range of FlowConfig.Weight. A weight expresses a relative share; a
-// ratio beyond 10^12 between two flows says nothing a smaller one does not,
-// and a weight near 0 or +Inf makes a flow's fair-queuing tags infinite, so
-// that it is never admitted or holds every other flow back.
-const (
-	MinWeight = 1e-6
-	MaxWeight = 1e6
-)
-
 // maxPriorityFactor bounds Config.PriorityFactor, so that the share ratio
 // across the priority range stays finite (see MinPriority).
 const maxPriorityFactor = 16
@@ -171,18 +152,13 @@ type Config struct {
 	// of the key. Default 35m: a flow promoted then is admitted within the
 	// hour sluice's monitoring calls a stall. Negative disables it.
 	PromoteAfter time.Duration
-	// Leased makes the governor admit a call only on room of a lease granted
-	// with Grant, on top of every limit: for a key several processes share,
-	// whose leases someone else keeps within the limits in aggregate
-	// (package quota's Cluster does, through sluice's store). Calls wait
-	// with Blocker "lease" until a lease has room; LeaseWanted, Demand and
-	// LeaseUses tell the grantor what is needed and what was used.
-	Leased bool
 	// Logger receives a line for each value a provider announced that the
 	// governor did not take as said — an allowance above the configured
-	// one or below its floor, a reset or a wait longer than its limit's
-	// period plus Lag (see Notice) — at most once per limit, kind and
-	// source every NoticeEvery. Default: slog.Default().
+	// one, over MaxCost or below its floor (see LearnFloor), a reset or a
+	// wait longer than its limit's period plus Lag — with what the provider
+	// said, what was used instead and where the provider said it, at most
+	// once per limit, kind and source every NoticeEvery (a value above its
+	// bound and one below it count as two kinds). Default: slog.Default().
 	Logger *slog.Logger
 	// Journal, if set, is told every charge and every correction of one, so
 	// the day's usage can be persisted and given back to Restore after a restart.

@@ -24,10 +24,10 @@
 // # What a provider announces
 //
 // The provider is the source of truth about a key, within bounds: its
-// headers and error bodies (Observe, Reservation.Observe, Rejected, and
-// llm.Feedback, which calls them) adjust the governor, but no value it sends
-// can lift a configured allowance, stop the key for longer than a limit's
-// period, or stay in force once it stops saying it.
+// headers and error bodies (Observe, Reservation.Observe, and llm.Feedback,
+// which turns a call's outcome into feedback) adjust the governor, but no
+// value it sends can lift a configured allowance, stop the key for longer
+// than a limit's period, or stay in force once it stops saying it.
 //
 //   - A configured allowance is a ceiling: an announced one above it is
 //     ignored. One below it is taken down to a floor — 1/LearnFloor (a
@@ -50,4 +50,14 @@
 // number and where the provider said it (a header's name, "429 body"), at
 // most once per limit, kind and source every NoticeEvery; Stats shows each
 // limit's configured allowance beside the one in force and until when.
+//
+// # What is sluice's own
+//
+// A few parts serve only sluice's own packages and are no part of this
+// package's API: the leases of a key several processes share (sluice's
+// cluster grants them from its store), what a provider's refusal means for
+// the key (a limit held, a pause of the key: llm.Feedback decides it, so
+// every caller that ends its calls with Feedback gets the same answer), and
+// the outlook sluice's gateway gives on every answer. Governor.Inside
+// reaches them, with an argument only code inside sluice's module can make.
 package governor

@@ -79,10 +79,9 @@ type Blocker struct {
 	// (the day pacer of Limit spreads the day's budget: "tpd pacing"),
 	// "pause" (the provider refused a call without naming a limit, or named
 	// one this governor was not told of), "lease" (the key is shared with
-	// other processes, and this one holds no lease with room for it yet:
-	// see Config.Leased), "turn" (it fits, but calls of
-	// other flows are ahead of it in fair order) or "" (nothing: it is
-	// about to be admitted).
+	// other processes of sluice's cluster, and this one holds no lease with
+	// room for it yet), "turn" (it fits, but calls of other flows are ahead
+	// of it in fair order) or "" (nothing: it is about to be admitted).
 	Kind  string
 	Limit Limit // for "limit" and "pacing"
 	// Until is when that stops holding it back, as far as the governor

@@ -12,12 +12,13 @@ import (
 // its floor and for LearnFor after the provider last said it; one above it
 // is ignored; one for a limit none configures is taken, at most MaxCost,
 // until the provider says another or a call that can never fit it comes
-// LearnFor after it was last said (see LearnFor). A remaining count below what the governor believes is left means
-// someone else uses the key, and that much room is held until the
-// provider's reset, at most the limit's period plus Lag. Every value not
-// taken as said is logged (Notice). Prefer Reservation.Observe for the
-// response to an admitted call: it compares with the state the provider
-// saw, not the state now.
+// LearnFor after it was last said (see LearnFor). A remaining count below
+// what the governor believes is left means someone else uses the key, and
+// that much room is held until the provider's reset, at most the limit's
+// period plus Lag. Every value not taken as said is logged (see
+// Config.Logger). Prefer Reservation.Observe for the response to an
+// admitted call: it compares with the state the provider saw, not the state
+// now.
 func (g *Governor) Observe(now time.Time, s Snapshot) {
 	g.mustBeNew()
 	g.mu.Lock()
@@ -79,7 +80,7 @@ func (g *Governor) observe(now, at int64, usedAt, usedNow [NumLimits]int64, s Sn
 		}
 		reset := o.Reset
 		if most := l.Period() + g.cfg.Lag; reset > most {
-			g.notice(now, Notice{Limit: l, LimitKnown: true, Kind: "reset", Source: o.Source, Said: int64(reset), Used: int64(most)})
+			g.notice(now, notice{Limit: l, LimitKnown: true, Kind: "reset", Source: o.Source, Said: int64(reset), Used: int64(most)})
 			reset = most
 		}
 		until := addSat(at, int64(reset))
@@ -107,11 +108,10 @@ func (g *Governor) observe(now, at int64, usedAt, usedNow [NumLimits]int64, s Sn
 // Rejected records that the provider refused a call naming limit l: that
 // limit is taken as full until retryAfter has passed (or, with no retry time,
 // until a whole period of it has). Other limits, and other keys, go on. A
-// retryAfter longer than l's period plus Lag is cut to that, and logged
-// (Notice): no provider's answer holds a limit longer than its window takes
-// to empty.
-func (g *Governor) Rejected(now time.Time, l Limit, retryAfter time.Duration) {
-	g.mustBeNew()
+// retryAfter longer than l's period plus Lag is cut to that, and logged: no
+// provider's answer holds a limit longer than its window takes to empty.
+func (in inside) Rejected(now time.Time, l Limit, retryAfter time.Duration) {
+	g := in.g
 	g.mu.Lock()
 	defer g.unlockAndLog()
 	if int(l) >= NumLimits {
@@ -123,7 +123,7 @@ func (g *Governor) Rejected(now time.Time, l Limit, retryAfter time.Duration) {
 		retryAfter = l.Period()
 	}
 	if most := l.Period() + g.cfg.Lag; retryAfter > most {
-		g.notice(n, Notice{Limit: l, LimitKnown: true, Kind: "retry-after", Source: "retry-after", Said: int64(retryAfter), Used: int64(most)})
+		g.notice(n, notice{Limit: l, LimitKnown: true, Kind: "retry-after", Source: "retry-after", Said: int64(retryAfter), Used: int64(most)})
 		retryAfter = most
 	}
 	lim := g.limits[l]
@@ -139,8 +139,8 @@ func (g *Governor) Rejected(now time.Time, l Limit, retryAfter time.Duration) {
 // RejectedUnclassified records a rate-limit rejection that named no limit:
 // the key pauses briefly, longer each time in a row (1 s, 2 s, 4 s … 60 s),
 // until a call settles.
-func (g *Governor) RejectedUnclassified(now time.Time) {
-	g.mustBeNew()
+func (in inside) RejectedUnclassified(now time.Time) {
+	g := in.g
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	d := time.Second << min(g.pauseLevel, 6)
@@ -229,9 +229,10 @@ type FlowStats struct {
 }
 
 // RejectedFlow counts a provider rejection of flow's call naming limit l in
-// the flow's stats. It changes no admission state; call Rejected for that.
-func (g *Governor) RejectedFlow(flow string, l Limit) {
-	g.mustBeNew()
+// the flow's stats (FlowStats.Rejections). It changes no admission state;
+// Rejected does that.
+func (in inside) RejectedFlow(flow string, l Limit) {
+	g := in.g
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.flow(flow).rejections[l]++
@@ -239,9 +240,10 @@ func (g *Governor) RejectedFlow(flow string, l Limit) {
 
 // RefusedFlow counts a call of flow refused up front because it can never
 // fit limit l, when the caller found so with Check (Reserve counts its own
-// refusals). It changes no admission state.
-func (g *Governor) RefusedFlow(flow string, l Limit) {
-	g.mustBeNew()
+// refusals), in the flow's stats (FlowStats.Refusals). It changes no
+// admission state.
+func (in inside) RefusedFlow(flow string, l Limit) {
+	g := in.g
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.flow(flow).refusals[l]++

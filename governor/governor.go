@@ -35,7 +35,7 @@ type Governor struct {
 	learned   [NumLimits]learned
 	relearnAt int64               // when an allowance in force may next change by itself (never: none will)
 	noticed   map[noticeKey]int64 // when each kind of notice was last logged
-	notices   []Notice            // made while g.mu is held, logged once it is released
+	notices   []notice            // made while g.mu is held, logged once it is released
 
 	pauseUntil int64 // an unclassified rejection pauses the key until then
 	pauseLevel int
@@ -60,8 +60,9 @@ type Governor struct {
 	parkedN int   // reservations parked, of every flow (place.go)
 	lapseAt int64 // when the first parked place lapses
 
+	leased      bool          // admit only on leases (inside's Leased)
 	leases      []*lease      // open, and closed ones not yet reported (lease.go)
-	leaseWanted chan struct{} // a call waits for a lease (Config.Leased)
+	leaseWanted chan struct{} // a call waits for a lease
 }
 
 // New returns a Governor for cfg.

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluice-dev/sluice/internal/govkey"
 )
 
 var t0 = time.Date(2026, 10, 18, 0, 0, 0, 0, time.UTC)
@@ -20,6 +22,17 @@ func mustNew(t *testing.T, cfg Config) *Governor {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return g
+}
+
+// in is g's inside, reached as sluice's own packages reach it.
+func in(g *Governor) inside { return g.Inside(govkey.Key{}) }
+
+// mustNewLeased is mustNew for a governor that admits calls only on leases.
+func mustNewLeased(t *testing.T, cfg Config) *Governor {
+	t.Helper()
+	g := mustNew(t, cfg)
+	in(g).Leased()
 	return g
 }
 
@@ -390,7 +403,7 @@ func TestShrinkGivesBack(t *testing.T) {
 func TestRejectionPausesOnlyTheNamedLimit(t *testing.T) {
 	t.Parallel()
 	g := mustNew(t, Config{Limits: Limits{RPM: 100, TPM: 10000, OTPM: 1000}})
-	g.Rejected(t0, TPM, 30*time.Second)
+	in(g).Rejected(t0, TPM, 30*time.Second)
 	tokens := mustReserve(t, g, t0, "a", Cost{Requests: 1, Input: 100, Output: 10})
 	if next := g.Advance(t0); tokens.Admitted() || !next.Equal(at(30*time.Second)) {
 		t.Fatalf("admitted=%v next=%v: want TPM held until %v", tokens.Admitted(), next, at(30*time.Second))
@@ -400,7 +413,7 @@ func TestRejectionPausesOnlyTheNamedLimit(t *testing.T) {
 		t.Fatal("not admitted after the retry-after passed")
 	}
 	// A call that charges no tokens is not held by a TPM rejection.
-	g.Rejected(at(31*time.Second), TPM, time.Minute)
+	in(g).Rejected(at(31*time.Second), TPM, time.Minute)
 	req := mustReserve(t, g, at(31*time.Second), "b", Cost{Requests: 1})
 	g.Advance(at(31 * time.Second))
 	if !req.Admitted() {
@@ -411,12 +424,12 @@ func TestRejectionPausesOnlyTheNamedLimit(t *testing.T) {
 func TestUnclassifiedRejectionPausesBrieflyAndGrows(t *testing.T) {
 	t.Parallel()
 	g := mustNew(t, Config{Limits: Limits{RPM: 100}})
-	g.RejectedUnclassified(t0)
+	in(g).RejectedUnclassified(t0)
 	r := mustReserve(t, g, t0, "a", Cost{Requests: 1})
 	if next := g.Advance(t0); !next.Equal(at(time.Second)) {
 		t.Fatalf("first pause ends %v, want 1s", next.Sub(t0))
 	}
-	g.RejectedUnclassified(t0)
+	in(g).RejectedUnclassified(t0)
 	if next := g.Advance(t0); !next.Equal(at(2 * time.Second)) {
 		t.Fatalf("second pause ends %v, want 2s", next.Sub(t0))
 	}
@@ -425,7 +438,7 @@ func TestUnclassifiedRejectionPausesBrieflyAndGrows(t *testing.T) {
 		t.Fatal("not admitted after the pause")
 	}
 	r.Settle(at(3*time.Second), Usage{})
-	g.RejectedUnclassified(at(3 * time.Second))
+	in(g).RejectedUnclassified(at(3 * time.Second))
 	r2 := mustReserve(t, g, at(3*time.Second), "a", Cost{Requests: 1})
 	if next := g.Advance(at(3 * time.Second)); !next.Equal(at(4 * time.Second)) {
 		t.Fatalf("pause after a success ends %v, want it back to 1s", next.Sub(at(3*time.Second)))
@@ -697,24 +710,27 @@ func TestZeroGovernorPanicsSayingUseNew(t *testing.T) {
 		"Blocker":              func(g *Governor) { g.Blocker(t0, nil) },
 		"EstimateWait":         func(g *Governor) { g.EstimateWait(t0, nil) },
 		"EstimateFor":          func(g *Governor) { g.EstimateFor(t0, "a", one) },
-		"Outlook":              func(g *Governor) { g.Outlook(t0, "a", one) },
+		"Outlook":              func(g *Governor) { in(g).Outlook(t0, "a", one) },
 		"Observe":              func(g *Governor) { g.Observe(t0, Snapshot{}) },
-		"Note":                 func(g *Governor) { g.Note(t0, Notice{}) },
-		"Rejected":             func(g *Governor) { g.Rejected(t0, TPM, time.Second) },
-		"RejectedUnclassified": func(g *Governor) { g.RejectedUnclassified(t0) },
-		"RejectedFlow":         func(g *Governor) { g.RejectedFlow("a", TPM) },
-		"RefusedFlow":          func(g *Governor) { g.RefusedFlow("a", TPM) },
+		"NoteWait":             func(g *Governor) { in(g).NoteWait(t0, time.Second, time.Second) },
+		"Rejected":             func(g *Governor) { in(g).Rejected(t0, TPM, time.Second) },
+		"RejectedUnclassified": func(g *Governor) { in(g).RejectedUnclassified(t0) },
+		"RejectedFlow":         func(g *Governor) { in(g).RejectedFlow("a", TPM) },
+		"RefusedFlow":          func(g *Governor) { in(g).RefusedFlow("a", TPM) },
 		"Restore":              func(g *Governor) { g.Restore(t0, nil) },
 		"Stats":                func(g *Governor) { g.Stats(t0) },
-		"Grant":                func(g *Governor) { g.Grant(t0, Lease{}) },
-		"Demand":               func(g *Governor) { g.Demand(t0, 0) },
-		"LeaseUses":            func(g *Governor) { g.LeaseUses(t0) },
-		"LeaseWanted":          func(g *Governor) { g.LeaseWanted() },
+		"Inside":               func(g *Governor) { g.Inside(govkey.Key{}) },
+		"Leased":               func(g *Governor) { in(g).Leased() },
+		"Grant":                func(g *Governor) { in(g).Grant(t0, "", Cost{}, t0) },
+		"Demand":               func(g *Governor) { in(g).Demand(t0, 0) },
+		"LeaseUses":            func(g *Governor) { in(g).LeaseUses(t0) },
+		"LeaseWanted":          func(g *Governor) { in(g).LeaseWanted() },
 	}
-	typ := reflect.TypeFor[*Governor]()
-	for i := range typ.NumMethod() {
-		if _, ok := methods[typ.Method(i).Name]; !ok {
-			t.Errorf("method %s is not tested on a Governor not made by New", typ.Method(i).Name)
+	for _, typ := range []reflect.Type{reflect.TypeFor[*Governor](), reflect.TypeFor[inside]()} {
+		for i := range typ.NumMethod() {
+			if _, ok := methods[typ.Method(i).Name]; !ok {
+				t.Errorf("method %s of %s is not tested on a Governor not made by New", typ.Method(i).Name, typ)
+			}
 		}
 	}
 	for name, call := range methods {
@@ -768,7 +784,7 @@ func TestRefusalsCounted(t *testing.T) {
 	if _, err := g.Reserve(now, "analysis", Cost{Requests: 1, Input: 100, Output: 1800}); err == nil {
 		t.Fatal("a call of 1,800 output tokens under OTPM 1,000 was queued")
 	}
-	g.RefusedFlow("title", TPM)
+	in(g).RefusedFlow("title", TPM)
 	var got = map[string][NumLimits]int64{}
 	for _, f := range g.Stats(now).Flows {
 		got[f.Name] = f.Refusals

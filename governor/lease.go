@@ -13,23 +13,8 @@ const leaseRetry = 50 * time.Millisecond
 // a lease is sized for what can go soon, not for a backlog.
 const demandPerFlow = 8
 
-// Lease is capacity on the key granted to this process alone, for a key that
-// several processes share (Config.Leased): the governor admits a call only
-// when it fits every limit and the room left on one open lease, and charges
-// the call to that lease. Whoever grants leases (package quota's Cluster,
-// from sluice's store) sees to it that the leases of all processes never
-// sum to more than a limit, so neither do the calls admitted on them.
-type Lease struct {
-	ID string
-	// Cost is the capacity granted: calls, input and output tokens.
-	Cost Cost
-	// Until is when the lease ends on this process's clock: nothing is
-	// admitted on it from then on.
-	Until time.Time
-}
-
-// LeaseUse is what a lease was used for, as the governor knows it now.
-type LeaseUse struct {
+// leaseUse is what a lease was used for, as the governor knows it now.
+type leaseUse struct {
 	ID string
 	// Used is the charges of the calls admitted on the lease, as they are
 	// now: it goes down as calls settle for less than they reserved.
@@ -65,28 +50,47 @@ func (ls *lease) fits(c Cost) bool {
 		ls.used.Output+c.Output <= ls.granted.Output
 }
 
-// Grant gives the governor a lease: calls that wait for room on a lease are
-// looked at again. A lease with an empty ID, a cost that is not valid, or one
-// that ended by now is ignored, and so is a second grant of an ID.
-func (g *Governor) Grant(now time.Time, l Lease) {
-	g.mustBeNew()
+// Leased makes the governor admit a call only on room of a lease given to
+// it with Grant, on top of every limit: for a key several processes share,
+// whose leases someone else keeps within the limits in aggregate
+// (internal/quota's Cluster does, from sluice's store). Calls wait with Blocker "lease" until a
+// lease has room; LeaseWanted, Demand and LeaseUses tell the grantor what
+// is needed and what was used. Call it before the first call is reserved.
+func (in inside) Leased() {
+	g := in.g
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.leased = true
+}
+
+// Grant gives the governor a lease: capacity c on the key, granted to this
+// process alone until until (on this process's clock: nothing is admitted
+// on it from then on). The governor admits a call only when it fits every
+// limit and the room left on one open lease, and charges the call to that
+// lease; the grantor sees to it that the leases of all processes never sum
+// to more than a limit, so neither do the calls admitted on them. Calls
+// that wait for room on a lease are looked at again. A lease with an empty
+// ID, a cost that is not valid, or one that ended by now is ignored, and so
+// is a second grant of an ID.
+func (in inside) Grant(now time.Time, id string, c Cost, until time.Time) {
+	g := in.g
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	n := now.UnixNano()
-	if l.ID == "" || l.Cost.validate() != nil || l.Until.UnixNano() <= n {
+	if id == "" || c.validate() != nil || until.UnixNano() <= n {
 		return
 	}
 	for _, ls := range g.leases {
-		if ls.id == l.ID {
+		if ls.id == id {
 			return
 		}
 	}
-	g.leases = append(g.leases, &lease{id: l.ID, granted: l.Cost, at: n, until: l.Until.UnixNano(), last: n})
+	g.leases = append(g.leases, &lease{id: id, granted: c, at: n, until: until.UnixNano(), last: n})
 	g.broadcast()
 }
 
-// LeaseDemand is what the calls waiting on a leased governor need.
-type LeaseDemand struct {
+// leaseDemand is what the calls waiting on a leased governor need.
+type leaseDemand struct {
 	// Want is what the waiting calls that the room left on the open leases
 	// lasting past within cannot take need, each call whole on one lease;
 	// Min the first of those calls' cost, zero when none: the smallest
@@ -102,8 +106,8 @@ type LeaseDemand struct {
 // first calls of each flow's line (up to 8) that fit every limit and wait
 // only for room on a lease, those that the room left on the open leases
 // lasting past within cannot take, each call whole on one lease.
-func (g *Governor) Demand(now time.Time, within time.Duration) LeaseDemand {
-	g.mustBeNew()
+func (in inside) Demand(now time.Time, within time.Duration) leaseDemand {
+	g := in.g
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	n := now.UnixNano()
@@ -116,7 +120,7 @@ func (g *Governor) Demand(now time.Time, within time.Duration) LeaseDemand {
 		}
 	}
 	g.expire(n)
-	var d LeaseDemand
+	var d leaseDemand
 	for _, f := range g.active.flows {
 		if len(f.queue) == 0 {
 			continue
@@ -156,9 +160,8 @@ func (g *Governor) Demand(now time.Time, within time.Duration) LeaseDemand {
 // Demand, Stats, Blocker, EstimateWait — never makes it receive, so a
 // grant loop that calls Demand does not wake itself. The governor never
 // blocks on it.
-func (g *Governor) LeaseWanted() <-chan struct{} {
-	g.mustBeNew()
-	return g.leaseWanted
+func (in inside) LeaseWanted() <-chan struct{} {
+	return in.g.leaseWanted
 }
 
 // LeaseUses reports the closed leases whose use changed, or whose calls
@@ -167,16 +170,16 @@ func (g *Governor) LeaseWanted() <-chan struct{} {
 // grantor holds for it must stay what was granted while calls may still be
 // admitted on it, or the calls admitted after a report would be missing
 // from the sums of every other process.
-func (g *Governor) LeaseUses(now time.Time) []LeaseUse {
-	g.mustBeNew()
+func (in inside) LeaseUses(now time.Time) []leaseUse {
+	g := in.g
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.closeLeases(now.UnixNano())
-	var out []LeaseUse
+	var out []leaseUse
 	keep := g.leases[:0]
 	for _, ls := range g.leases {
 		if ls.dirty && ls.closed {
-			out = append(out, LeaseUse{ID: ls.id, Used: ls.used, Last: time.Unix(0, ls.last), Closed: ls.closed, Final: ls.live == 0})
+			out = append(out, leaseUse{ID: ls.id, Used: ls.used, Last: time.Unix(0, ls.last), Closed: ls.closed, Final: ls.live == 0})
 			ls.dirty = false
 		}
 		if !ls.closed || ls.live > 0 {

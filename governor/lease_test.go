@@ -11,7 +11,7 @@ import (
 // end.
 func TestLeasedGovernorAdmitsOnLeasesOnly(t *testing.T) {
 	t.Parallel()
-	g := mustNew(t, Config{Limits: Limits{RPM: 100, TPM: 100_000}, Leased: true, Accounting: SettleAccounting})
+	g := mustNewLeased(t, Config{Limits: Limits{RPM: 100, TPM: 100_000}, Accounting: SettleAccounting})
 	call := Cost{Requests: 1, Input: 100, Output: 50}
 	var rs []*Reservation
 	for range 3 {
@@ -29,31 +29,31 @@ func TestLeasedGovernorAdmitsOnLeasesOnly(t *testing.T) {
 		t.Errorf("blocker %+v (%s), want a lease", b, b)
 	}
 	select {
-	case <-g.LeaseWanted():
+	case <-in(g).LeaseWanted():
 	default:
 		t.Error("LeaseWanted did not receive for a call waiting on a lease")
 	}
-	d := g.Demand(t0, 0)
+	d := in(g).Demand(t0, 0)
 	if d.Want != call.times(3) || d.Min != call || d.Weight != 1 {
 		t.Errorf("demand %+v, want 3 calls, at least one, weight 1", d)
 	}
 
 	// A lease with room for two calls: two go, the third waits.
 	until := t0.Add(time.Second)
-	g.Grant(t0, Lease{ID: "n1/1", Cost: call.times(2), Until: until})
-	g.Grant(t0, Lease{ID: "n1/1", Cost: call.times(5), Until: until})        // the same ID again: ignored
-	g.Grant(t0, Lease{ID: "n1/old", Cost: call.times(5), Until: t0})         // ended: ignored
-	g.Grant(t0, Lease{ID: "n1/bad", Cost: Cost{Requests: -1}, Until: until}) // not valid: ignored
+	in(g).Grant(t0, "n1/1", call.times(2), until)
+	in(g).Grant(t0, "n1/1", call.times(5), until)        // the same ID again: ignored
+	in(g).Grant(t0, "n1/old", call.times(5), t0)         // ended: ignored
+	in(g).Grant(t0, "n1/bad", Cost{Requests: -1}, until) // not valid: ignored
 	g.Advance(t0)
 	if !rs[0].Admitted() || !rs[1].Admitted() || rs[2].Admitted() {
 		t.Fatalf("admitted %v %v %v, want the first two", rs[0].Admitted(), rs[1].Admitted(), rs[2].Admitted())
 	}
-	if d := g.Demand(t0, 0); d.Want != call || d.Min != call {
+	if d := in(g).Demand(t0, 0); d.Want != call || d.Min != call {
 		t.Errorf("demand with the lease full: %+v, want the third call", d)
 	}
 	// An open lease is not reported: the grantor must hold all of it
 	// while calls may still be admitted on it.
-	if uses := g.LeaseUses(t0); len(uses) != 0 {
+	if uses := in(g).LeaseUses(t0); len(uses) != 0 {
 		t.Fatalf("lease uses %+v of an open lease, want none", uses)
 	}
 
@@ -72,16 +72,16 @@ func TestLeasedGovernorAdmitsOnLeasesOnly(t *testing.T) {
 	// used and when the last was sent; while a call on it may still
 	// settle it is kept, and reported again when that lowers it.
 	end := until.Add(time.Millisecond)
-	uses := g.LeaseUses(end)
+	uses := in(g).LeaseUses(end)
 	want := Cost{Requests: 2, Input: 200, Output: 60}
 	if len(uses) != 1 || !uses[0].Closed || uses[0].Final || uses[0].Used != want || !uses[0].Last.Equal(at) {
 		t.Fatalf("lease uses after its end %+v, want it closed, not final (a call on it is live), used %+v, last %v", uses, want, at)
 	}
-	if again := g.LeaseUses(end); len(again) != 0 {
+	if again := in(g).LeaseUses(end); len(again) != 0 {
 		t.Errorf("lease uses reported twice: %+v", again)
 	}
 	rs[2].Settle(end, Usage{Input: 100, Output: 0})
-	uses = g.LeaseUses(end)
+	uses = in(g).LeaseUses(end)
 	want = Cost{Requests: 2, Input: 200, Output: 10}
 	if len(uses) != 1 || uses[0].Used != want || !uses[0].Closed || !uses[0].Final {
 		t.Fatalf("lease uses after the last settle %+v, want used %+v, final", uses, want)
@@ -102,34 +102,34 @@ func TestLeasedGovernorAdmitsOnLeasesOnly(t *testing.T) {
 // call settles, even for what it reserved.
 func TestLeaseFinalOnceItsCallsEnd(t *testing.T) {
 	t.Parallel()
-	g := mustNew(t, Config{Limits: Limits{RPM: 100, TPM: 100_000}, Leased: true, Accounting: SettleAccounting})
+	g := mustNewLeased(t, Config{Limits: Limits{RPM: 100, TPM: 100_000}, Accounting: SettleAccounting})
 	call := Cost{Requests: 1, Input: 100, Output: 50}
 	r, err := g.Reserve(t0, "a", call)
 	if err != nil {
 		t.Fatal(err)
 	}
 	until := t0.Add(time.Second)
-	g.Grant(t0, Lease{ID: "used", Cost: call, Until: until})
+	in(g).Grant(t0, "used", call, until)
 	g.Advance(t0)
-	g.Grant(t0, Lease{ID: "idle", Cost: call, Until: until})
+	in(g).Grant(t0, "idle", call, until)
 	if !r.Admitted() {
 		t.Fatal("not admitted on the lease")
 	}
-	final := func(uses []LeaseUse) map[string]bool {
+	final := func(uses []leaseUse) map[string]bool {
 		m := map[string]bool{}
 		for _, u := range uses {
 			m[u.ID] = u.Final
 		}
 		return m
 	}
-	if got := final(g.LeaseUses(until)); len(got) != 2 || got["used"] || !got["idle"] {
+	if got := final(in(g).LeaseUses(until)); len(got) != 2 || got["used"] || !got["idle"] {
 		t.Fatalf("final of the leases reported at their end: %v, want used not (its call is live), idle final", got)
 	}
 	r.Settle(until, Usage{Input: 100, Output: 50})
-	if got := final(g.LeaseUses(until)); len(got) != 1 || !got["used"] {
+	if got := final(in(g).LeaseUses(until)); len(got) != 1 || !got["used"] {
 		t.Fatalf("final of the leases reported once the call settled as reserved: %v, want used final", got)
 	}
-	if again := g.LeaseUses(until); len(again) != 0 || len(g.leases) != 0 {
+	if again := in(g).LeaseUses(until); len(again) != 0 || len(g.leases) != 0 {
 		t.Fatalf("after the final reports: %+v reported, %d leases kept; want none", again, len(g.leases))
 	}
 }
@@ -138,18 +138,18 @@ func TestLeaseFinalOnceItsCallsEnd(t *testing.T) {
 // not at its next look.
 func TestLeasedWaitWakesOnGrant(t *testing.T) {
 	t.Parallel()
-	g := mustNew(t, Config{Limits: Limits{RPM: 100}, Leased: true})
+	g := mustNewLeased(t, Config{Limits: Limits{RPM: 100}})
 	done := make(chan error, 1)
 	go func() {
 		_, err := g.Wait(context.Background(), "a", Cost{Requests: 1})
 		done <- err
 	}()
 	select {
-	case <-g.LeaseWanted():
+	case <-in(g).LeaseWanted():
 	case <-time.After(budget):
 		t.Fatal("no lease wanted")
 	}
-	g.Grant(time.Now(), Lease{ID: "x", Cost: Cost{Requests: 1}, Until: time.Now().Add(time.Hour)})
+	in(g).Grant(time.Now(), "x", Cost{Requests: 1}, time.Now().Add(time.Hour))
 	select {
 	case err := <-done:
 		if err != nil {
@@ -164,15 +164,15 @@ func TestLeasedWaitWakesOnGrant(t *testing.T) {
 // alone: a call a limit holds back asks for no lease.
 func TestLeaseDemandLeavesOutCallsALimitHolds(t *testing.T) {
 	t.Parallel()
-	g := mustNew(t, Config{Limits: Limits{RPM: 2}, Leased: true})
-	g.Grant(t0, Lease{ID: "x", Cost: Cost{Requests: 2}, Until: t0.Add(time.Hour)})
+	g := mustNewLeased(t, Config{Limits: Limits{RPM: 2}})
+	in(g).Grant(t0, "x", Cost{Requests: 2}, t0.Add(time.Hour))
 	for range 4 {
 		if _, err := g.Reserve(t0, "a", Cost{Requests: 1}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	g.Advance(t0)
-	if d := g.Demand(t0, 0); d.Want != (Cost{}) || d.Min != (Cost{}) {
+	if d := in(g).Demand(t0, 0); d.Want != (Cost{}) || d.Min != (Cost{}) {
 		t.Errorf("demand %+v with the minute full, want none", d)
 	}
 }

@@ -11,7 +11,7 @@ import (
 // after lease in a loop though no call looked again.
 func TestLeaseWantedOnlyByAdmission(t *testing.T) {
 	t.Parallel()
-	g := mustNew(t, Config{Limits: Limits{RPM: 100}, Leased: true})
+	g := mustNewLeased(t, Config{Limits: Limits{RPM: 100}})
 	call := Cost{Requests: 1}
 	r, err := g.Reserve(t0, "a", call)
 	if err != nil {
@@ -19,7 +19,7 @@ func TestLeaseWantedOnlyByAdmission(t *testing.T) {
 	}
 	pending := func() bool {
 		select {
-		case <-g.LeaseWanted():
+		case <-in(g).LeaseWanted():
 			return true
 		default:
 			return false
@@ -35,7 +35,7 @@ func TestLeaseWantedOnlyByAdmission(t *testing.T) {
 	// What the grant loop does once told, over and over as it would if
 	// Demand told it again: no lease comes, the call keeps waiting.
 	for i := range 3 {
-		if d := g.Demand(t0, 0); d.Want != call {
+		if d := in(g).Demand(t0, 0); d.Want != call {
 			t.Fatalf("round %d: demand %+v, want the waiting call", i, d)
 		}
 		if pending() {
@@ -59,7 +59,7 @@ func TestLeaseWantedOnlyByAdmission(t *testing.T) {
 	}
 	// Once a lease has room, the call is admitted on it, and nothing
 	// more is wanted.
-	g.Grant(later, Lease{ID: "x", Cost: call.times(5), Until: later.Add(time.Hour)})
+	in(g).Grant(later, "x", call.times(5), later.Add(time.Hour))
 	g.Advance(later)
 	if !r.Admitted() {
 		t.Fatal("the call was not admitted on the lease granted")

@@ -144,14 +144,6 @@ type Cost struct {
 	Output   int64
 }
 
-// MaxCost bounds each part of a Cost: 2^40, about 1.1 trillion. No real call
-// comes near it — the largest context windows hold a few million tokens, and
-// a batch of 128 choices of a million output tokens each is 2^27 — while sums
-// of millions of calls that large still fit in an int64. A cost over it can
-// only come from a client's absurd numbers (max_tokens 2^62 times n), which
-// would otherwise wrap the governor's sums and switch a limit off.
-const MaxCost = 1 << 40
-
 // ErrInvalidCost is wrapped by the error Check, Reserve and Wait return for a
 // cost with a negative part or a part over MaxCost. The error names the part
 // and the bound.

@@ -222,27 +222,28 @@ func (g *Governor) EstimateFor(now time.Time, flow string, c Cost) time.Duration
 	return g.estimate(n, f, nil, g.startOf(f, n), c)
 }
 
-// Outlook is what a flow can expect of the key now, for a caller deciding
+// outlook is what a flow can expect of the key now, for a caller deciding
 // when to send: every limit's state, the flow's part of the key while the
 // flows with calls waiting share it, its calls waiting, and how long a call
 // of a given cost reserved now would wait.
-type Outlook struct {
+type outlook struct {
 	Limits   [NumLimits]LimitStats
 	Share    float64 // 0 to 1: the flow's share over that of every flow with calls waiting or parked, itself included
 	Waiting  int
 	Estimate time.Duration // zero for a zero cost
 }
 
-// Outlook returns flow's outlook at now for a call costing c. It is
-// Stats narrowed to one flow, for a caller that asks on every call.
-func (g *Governor) Outlook(now time.Time, flow string, c Cost) Outlook {
-	g.mustBeNew()
+// Outlook returns flow's outlook at now for a call costing c. It is Stats
+// narrowed to one flow, for a caller that asks on every call (sluice's
+// gateway, for the headers of every answer).
+func (in inside) Outlook(now time.Time, flow string, c Cost) outlook {
+	g := in.g
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	n := now.UnixNano()
 	g.expire(n)
 	g.lapse(n)
-	var o Outlook
+	var o outlook
 	for _, l := range AllLimits {
 		o.Limits[l] = g.limitStats(n, l)
 	}

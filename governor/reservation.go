@@ -27,7 +27,7 @@ type Reservation struct {
 	keptUntil     int64            // parked: when its place lapses
 	ready         chan struct{}
 	err           error  // why a waiting reservation was refused
-	lease         *lease // the lease it was admitted on (Config.Leased), until its charge changes no more
+	lease         *lease // the lease it was admitted on (Leased), until its charge changes no more
 }
 
 type resState uint8

@@ -10,7 +10,7 @@ type Observed struct {
 	Remaining int64         // what is left in the current window
 	Reset     time.Duration // until the window has fully (or, for buckets, enough) refilled; 0 if not sent
 	// Source says where the provider said it, for the log line when a value
-	// is not taken as said (Notice): the name of the limit's header
+	// is not taken as said (see Config.Logger): the name of the limit's header
 	// ("X-Ratelimit-Limit-Tokens"), "429 body". "" reads as "headers".
 	Source string
 }

@@ -8,13 +8,15 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/govkey"
 )
 
 // Feedback tells g how the call admitted by reservation r ended. It is the
 // one place where a call's outcome becomes governor feedback: sluice's
 // engine, its gateway and its bench all call it, and so can any other code
 // that pairs a Client (or its own HTTP calls and [Profile.Classify]) with a
-// governor. g must be the governor r came from; used is the usage the
+// governor. What a refusal means for the key is decided here alone: the
+// governor takes it from Feedback, not from its own API. g must be the governor r came from; used is the usage the
 // provider reported (zero: none), s what the response's headers said about
 // the key (zero: no headers), err the call's error.
 //
@@ -27,14 +29,15 @@ import (
 //     limits ([governor.LearnFloor]). A stream that began and then failed
 //     was counted: pass nil with whatever usage it reported.
 //   - *RateLimitError: the provider refused the call and counted nothing;
-//     the charge is given back. A named limit is taken as full for
-//     RetryAfter ([governor.Governor.Rejected]) and the rejection is
-//     counted in r's flow; a 429 that names none pauses the key briefly
-//     ([governor.Governor.RejectedUnclassified]). A wait the provider asked
+//     the charge is given back. A named limit, and only it, is taken as
+//     full for RetryAfter (a whole period without one), and the rejection
+//     is counted in r's flow ([governor.FlowStats].Rejections); a 429 that
+//     names none pauses the key briefly, longer each time in a row (1 s,
+//     2 s, 4 s … 60 s), until a call settles. A wait the provider asked
 //     for beyond its bound (see RateLimitError.RetryAfter) is given to the
 //     governor as asked, which holds the limit for at most its period plus
 //     its lag and logs the number; one that named no limit is logged
-//     through [governor.Governor.Note].
+//     through the governor's [governor.Config].Logger.
 //   - *TooLargeError: given back and counted in r's flow, never paused:
 //     waiting never helps, whatever retry-after came with it.
 //   - *QuotaError, a 4xx *StatusError other than 408, [ErrNoMaxTokens]: the
@@ -90,21 +93,22 @@ func Feedback(now time.Time, g *governor.Governor, r *governor.Reservation, used
 		}
 		r.Cancel(now)
 		if tl.LimitKnown {
-			g.RejectedFlow(r.Flow(), tl.Limit)
+			g.Inside(govkey.Key{}).RejectedFlow(r.Flow(), tl.Limit)
 		}
 	case errors.As(err, &rl):
 		if rl.LimitKnown {
 			learn(now, r, rl.Limit, rl.Max, rl.Status)
 		}
 		r.Cancel(now)
+		in := g.Inside(govkey.Key{})
 		if rl.LimitKnown {
 			// As asked: the governor bounds it to the limit's period
 			// plus its own lag, and logs what the provider asked for.
-			g.Rejected(now, rl.Limit, cmp.Or(rl.asked, rl.RetryAfter))
-			g.RejectedFlow(r.Flow(), rl.Limit)
+			in.Rejected(now, rl.Limit, cmp.Or(rl.asked, rl.RetryAfter))
+			in.RejectedFlow(r.Flow(), rl.Limit)
 		} else {
 			noteWait(now, g, rl.asked, rl.RetryAfter)
-			g.RejectedUnclassified(now)
+			in.RejectedUnclassified(now)
 		}
 	case refused(err):
 		r.Cancel(now)
@@ -120,7 +124,7 @@ func Feedback(now time.Time, g *governor.Governor, r *governor.Reservation, used
 // for (asked, 0 when within bounds) and the error bounds to wait.
 func noteWait(now time.Time, g *governor.Governor, asked, wait time.Duration) {
 	if asked > 0 {
-		g.Note(now, governor.Notice{Kind: "retry-after", Source: "retry-after", Said: int64(asked), Used: int64(wait)})
+		g.Inside(govkey.Key{}).NoteWait(now, asked, wait)
 	}
 }
 

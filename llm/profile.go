@@ -139,7 +139,7 @@ func (p Profile) Snapshot(h http.Header, now time.Time) governor.Snapshot {
 		if n, ok := parseCount(h.Get(m.RemainingKey)); ok {
 			o.Known = true
 			o.Remaining = n
-			o.Source = m.LimitKey // for the governor's log (governor.Notice)
+			o.Source = m.LimitKey // for the governor's log (governor.Config.Logger)
 		}
 		if n, ok := parseCount(h.Get(m.LimitKey)); ok {
 			o.Limit = n

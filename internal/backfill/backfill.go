@@ -51,6 +51,7 @@ import (
 
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/engine"
+	"github.com/sluice-dev/sluice/internal/govkey"
 	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/llm"
 	"github.com/sluice-dev/sluice/run"
@@ -949,7 +950,7 @@ func (b *backfill) size(items []Item) (int, string, error) {
 		if n == 1 {
 			var tl *governor.TooLargeError
 			if errors.As(err, &tl) {
-				b.provider.Governor.RefusedFlow(b.Flow, tl.Limit)
+				b.provider.Governor.Inside(govkey.Key{}).RefusedFlow(b.Flow, tl.Limit)
 			}
 			return 0, err.Error(), nil
 		}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/govkey"
 )
 
 // The gateway's own view of the key and of the request's flow, on every
@@ -39,7 +40,7 @@ func (c *chatCall) limitHeaders() {
 	h := c.w.Header()
 	now := g.cfg.Now()
 	h[WaitHeader] = []string{millis(c.waited)}
-	o := g.gov.Outlook(now, c.who.flow, c.cost)
+	o := g.gov.Inside(govkey.Key{}).Outlook(now, c.who.flow, c.cost)
 	for _, ls := range o.Limits {
 		if ls.Max <= 0 {
 			continue

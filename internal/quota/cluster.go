@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/govkey"
 	"github.com/sluice-dev/sluice/internal/store"
 )
 
@@ -83,8 +84,15 @@ type leaser struct {
 	lag time.Duration
 
 	mu      sync.Mutex
-	unsaved map[string]governor.LeaseUse // uses the store did not take yet
-	failing bool                         // the last transaction failed: warned once
+	unsaved map[string]leaseUse // uses the store did not take yet
+	failing bool                // the last transaction failed: warned once
+}
+
+// leaseUse is what a lease was used for, as the governor last reported it.
+type leaseUse struct {
+	used  governor.Cost
+	last  time.Time // when its last call was sent
+	final bool      // used changes no more
 }
 
 // Node is the name the Ledger's process has among the key's, empty when it
@@ -114,6 +122,7 @@ func (ls *leaser) run(ctx context.Context, stop <-chan struct{}) {
 	tick := time.Duration(float64(ls.cfg.LeaseTTL/4) / ls.cfg.Speed)
 	t := time.NewTicker(max(tick, time.Millisecond))
 	defer t.Stop()
+	wanted := ls.g.Inside(govkey.Key{}).LeaseWanted()
 	for {
 		select {
 		case <-stop:
@@ -122,7 +131,7 @@ func (ls *leaser) run(ctx context.Context, stop <-chan struct{}) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		case <-ls.g.LeaseWanted():
+		case <-wanted:
 		}
 		ls.once(ctx)
 	}
@@ -132,7 +141,7 @@ func (ls *leaser) run(ctx context.Context, stop <-chan struct{}) {
 func (ls *leaser) once(ctx context.Context) {
 	ls.settle(ctx)
 	now := ls.now()
-	d := ls.g.Demand(now, ls.cfg.LeaseTTL/4)
+	d := ls.g.Inside(govkey.Key{}).Demand(now, ls.cfg.LeaseTTL/4)
 	if d.Want == (governor.Cost{}) {
 		return
 	}
@@ -150,9 +159,8 @@ func (ls *leaser) once(ctx context.Context) {
 	// The lease ends on this clock when the store has it end (At+TTL, to
 	// the millisecond; At was read before the transaction began), less the
 	// lag its last call may take to reach the provider.
-	lease := governor.Lease{ID: got.ID, Cost: got.Cost, Until: got.Until.Add(-ls.lag)}
-	if at := ls.now(); lease.Until.After(at) {
-		ls.g.Grant(at, lease)
+	if until, at := got.Until.Add(-ls.lag), ls.now(); until.After(at) {
+		ls.g.Inside(govkey.Key{}).Grant(at, got.ID, got.Cost, until)
 		return
 	}
 	// The transaction outlasted the lease: nothing can be admitted on it.
@@ -166,14 +174,14 @@ func (ls *leaser) once(ctx context.Context) {
 func (ls *leaser) settle(ctx context.Context) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	for _, u := range ls.g.LeaseUses(ls.now()) {
+	for _, u := range ls.g.Inside(govkey.Key{}).LeaseUses(ls.now()) {
 		if ls.unsaved == nil {
-			ls.unsaved = map[string]governor.LeaseUse{}
+			ls.unsaved = map[string]leaseUse{}
 		}
-		ls.unsaved[u.ID] = u
+		ls.unsaved[u.ID] = leaseUse{used: u.Used, last: u.Last, final: u.Final}
 	}
 	for id, u := range ls.unsaved {
-		err := ls.st.SettleLease(ctx, ls.key, id, u.Used, u.Last.Add(ls.lag), u.Final)
+		err := ls.st.SettleLease(ctx, ls.key, id, u.used, u.last.Add(ls.lag), u.final)
 		if err != nil && ctx.Err() != nil {
 			return
 		}

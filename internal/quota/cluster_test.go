@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/govkey"
 	"github.com/sluice-dev/sluice/internal/quota"
 	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/internal/testenv"
@@ -128,7 +129,7 @@ func TestClusterHoldsTheLimitsInAggregate(t *testing.T) {
 				var wg sync.WaitGroup
 				for _, n := range live {
 					select {
-					case <-n.l.LeaseWanted():
+					case <-n.l.Inside(govkey.Key{}).LeaseWanted():
 					default:
 						if !tick {
 							continue

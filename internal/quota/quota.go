@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/govkey"
 	"github.com/sluice-dev/sluice/internal/store"
 )
 
@@ -75,7 +76,6 @@ func Open(ctx context.Context, st store.Store, cfg governor.Config, qc Config) (
 		if cc, err = qc.Cluster.withDefaults(); err != nil {
 			return nil, err
 		}
-		cfg.Leased = true
 	}
 	g, err := governor.New(cfg)
 	if err != nil {
@@ -93,6 +93,10 @@ func Open(ctx context.Context, st store.Store, cfg governor.Config, qc Config) (
 		charges[i] = governor.Charge{ID: 0, Flow: c.Flow, At: c.At, Cost: c.Cost}
 	}
 	g.Restore(now, charges)
+	if qc.Cluster != nil {
+		// Its calls go only on room of the leases its leaser takes.
+		g.Inside(govkey.Key{}).Leased()
+	}
 	l := &Ledger{Governor: g, j: j, stop: make(chan struct{}), done: make(chan struct{})}
 	if qc.Cluster != nil {
 		l.lease = &leaser{cfg: cc, g: g, st: st, key: cfg.Key, now: qc.Now, lag: cfg.Lag}
