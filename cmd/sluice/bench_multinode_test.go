@@ -9,25 +9,26 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/sluice-dev/sluice/internal/benchcmd"
+	"github.com/sluice-dev/sluice/internal/cli"
 	"github.com/sluice-dev/sluice/internal/testenv"
 )
 
 // The multinode bench starts its nodes as this binary with
-// multinodeNodeEnv set: "serve --node NAME …". Under go test the binary is
-// the test binary, so a node is dispatched here, before the tests start
-// (TestMain, in bench_crash_test.go, dispatches the other benches' workers
-// the same way; the test files' init functions run after every command has
+// benchcmd.MultinodeNodeEnv set: "serve --node NAME …". Under go test the
+// binary is the test binary, so a node is dispatched here, before the tests
+// start (the test files' init functions run after every command has
 // registered itself). The node stops on SIGINT or SIGTERM as sluice's main
 // does.
 func init() {
-	if os.Getenv(multinodeNodeEnv) == "" {
+	if os.Getenv(benchcmd.MultinodeNodeEnv) == "" {
 		return
 	}
 	if commands["serve"] == nil {
 		panic("sluice: the serve command is not registered when the multinode bench's node starts")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	env := &cmdEnv{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}
+	env := &cli.Env{Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}
 	code := runMain(ctx, env, os.Args[1:])
 	stop()
 	os.Exit(code)
@@ -114,13 +115,13 @@ func TestBenchMultinodeRollingDeploy(t *testing.T) {
 // benchMultinode runs the multinode bench with args on a fresh database
 // server's (the bench makes its databases on it) and returns its report;
 // a non-zero exit fails the test.
-func benchMultinode(t *testing.T, args ...string) multinodeReport {
+func benchMultinode(t *testing.T, args ...string) benchcmd.MultinodeReport {
 	t.Helper()
 	db := testenv.Postgres(t)
 	var out, errb bytes.Buffer
-	env := &cmdEnv{stdout: &out, stderr: &errb, getenv: os.Getenv}
+	env := &cli.Env{Stdout: &out, Stderr: &errb, Getenv: os.Getenv}
 	code := runMain(context.Background(), env, append([]string{"bench", "multinode", "--db", db, "--json"}, args...))
-	var rep multinodeReport
+	var rep benchcmd.MultinodeReport
 	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
 		t.Fatalf("exit %d: %s\n%s: %v", code, errb.String(), out.String(), err)
 	}

@@ -30,6 +30,7 @@ import (
 	"github.com/sluice-dev/sluice/examples/summarize"
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/guard"
+	"github.com/sluice-dev/sluice/internal/serveapp"
 	"github.com/sluice-dev/sluice/internal/testenv"
 	"github.com/sluice-dev/sluice/llm"
 	"github.com/sluice-dev/sluice/run"
@@ -422,12 +423,12 @@ func serveBrowserApp(t *testing.T, app *sluice.App) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gc.Forms = dashboardForm
+	gc.Forms = serveapp.DashboardForm
 	dash, err := app.Dashboard(sluice.DashboardConfig{Token: browserToken, OutputLimit: 4096, MaxEventBytes: 1 << 20, Refresh: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := guard.NewServer(serveHandler(serveParts{app: app, api: sluice.HandlerConfig{Token: browserToken, MaxEventBytes: 1 << 20, OutputLimit: 4096}, dashboard: dash}), gc)
+	srv := guard.NewServer(serveapp.Handler(serveapp.Parts{App: app, API: sluice.HandlerConfig{Token: browserToken, MaxEventBytes: 1 << 20, OutputLimit: 4096}, Dashboard: dash}), gc)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- serveUntilDone(ctx, srv, ln, 10*time.Second, nil) }()

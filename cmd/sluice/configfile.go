@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"reflect"
 	"strings"
 
+	"github.com/sluice-dev/sluice/internal/cli"
 	"github.com/sluice-dev/sluice/internal/yamlfile"
 )
 
@@ -58,7 +58,7 @@ func decodeConfigFile(path string, file any) (yamlfile.Lines, error) {
 // flags given on the command line and what refuses a bad value by where it
 // was given (configRefusal).
 func loadConfig(fs *flag.FlagSet, path string, file any) (set map[string]bool, refuse func(path string, err error) error, err error) {
-	set = flagsGiven(fs)
+	set = cli.Given(fs)
 	var lines yamlfile.Lines
 	if path != "" {
 		if lines, err = readConfigFile(fs, set, path, file); err != nil {
@@ -79,13 +79,6 @@ func configRefusal(configFile string, set map[string]bool, lines yamlfile.Lines)
 		}
 		return fmt.Errorf("--config %s: %w", configFile, &yamlfile.Error{Path: key, Line: lines.Line(key), Err: err})
 	}
-}
-
-// flagsGiven returns the names of the flags given on the command line.
-func flagsGiven(fs *flag.FlagSet) map[string]bool {
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	return set
 }
 
 // logFlags are the log settings of a long-running command.
@@ -109,7 +102,7 @@ func (l *logFlags) logger(w io.Writer, refuse func(flag string, err error) error
 	opts := &slog.HandlerOptions{Level: lv}
 	switch l.format {
 	case "auto":
-		if isTerminal(w) {
+		if cli.IsTerminal(w) {
 			return slog.New(slog.NewTextHandler(w, opts)), nil
 		}
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
@@ -119,14 +112,4 @@ func (l *logFlags) logger(w io.Writer, refuse func(flag string, err error) error
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
 	return nil, refuse("log-format", fmt.Errorf("%q: want auto, text or json", l.format))
-}
-
-// isTerminal reports whether w is a character device, such as a terminal.
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }

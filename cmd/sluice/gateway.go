@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/cli"
 	"github.com/sluice-dev/sluice/internal/gateway"
 	"github.com/sluice-dev/sluice/internal/guard"
 	"github.com/sluice-dev/sluice/internal/store"
@@ -23,10 +24,10 @@ import (
 )
 
 func init() {
-	register(&command{
-		name:    "gateway",
-		summary: "serve an OpenAI-compatible gateway that governs one provider key for apps in any language",
-		run:     runGateway,
+	register(&cli.Command{
+		Name:    "gateway",
+		Summary: "serve an OpenAI-compatible gateway that governs one provider key for apps in any language",
+		Run:     runGateway,
 	})
 }
 
@@ -161,139 +162,188 @@ func parseClientKeys(s string) []gateway.ClientKey {
 	return keys
 }
 
-func runGateway(ctx context.Context, env *cmdEnv, args []string) error {
-	fs := newFlagSet(env, "gateway", "[flags]",
+func runGateway(ctx context.Context, env *cli.Env, args []string) error {
+	fs := cli.NewFlagSet(env, "gateway", "[flags]",
 		"Serves POST /v1/chat/completions (plain and streaming), GET /v1/models, GET /v1/flows and\n"+
 			"GET /metrics in front of one provider key. Point any OpenAI-compatible client at\n"+
 			"http://ADDR/v1; X-Sluice-Flow picks the flow. Requests wait for their turn instead of\n"+
 			"being refused; the provider key is read from the environment and never leaves the gateway.\n\n"+
 			"Example:\n  SLUICE_UPSTREAM_KEY=gsk_… sluice gateway --upstream https://api.groq.com/openai/v1 --profile groq \\\n"+
 			"    --limits rpm=30,tpm=8000,tpd=200000,otpm=1000 --flow summary=1 --flow title=1 --flow analysis=1:1")
-	var (
-		configF    = fs.String("config", "", "YAML `FILE` with the same settings (flags given explicitly win); see docs/gateway.md")
-		upstream   = fs.String("upstream", "", "the provider's OpenAI-compatible API root, e.g. https://api.groq.com/openai/v1 (required)")
-		profile    = fs.String("profile", "openai", "how to read the provider's headers and errors: groq, openai or anthropic")
-		limitsF    = fs.String("limits", "", "the key's limits, e.g. rpm=30,tpm=8000,tpd=200000,otpm=1000 (names: rpm rpd tpm tpd itpm otpm)")
-		addr       = fs.String("addr", "127.0.0.1:8080", "address to listen on (port 0 picks a free port); off loopback, client keys are required")
-		keyEnv     = fs.String("key-env", "SLUICE_UPSTREAM_KEY", "`NAME` of the environment variable holding the provider key")
-		keyName    = fs.String("key-name", "", "name of the key in /v1/flows, metrics and logs (default: the profile)")
-		clientEnv  = fs.String("client-keys-env", "SLUICE_GATEWAY_KEYS", "`NAME` of an environment variable holding client keys as KEY[=FLOW],…; unset: no authentication")
-		window     = fs.String("window", "rolling", "how the provider counts a period: rolling or fixed")
-		accounting = fs.String("accounting", "", "what the provider keeps of a charge: reserve or settle (default: settle for anthropic, else reserve)")
-		maxWait    = fs.Duration("max-wait", 4*time.Minute, "longest a request waits for admission before 429 (a request may set X-Sluice-Max-Wait); under common client timeouts (aiohttp's 300s)")
-		keepPlace  = fs.Duration("keep-place", 2*time.Minute, "how long after its estimated admission a request answered 429 keeps its place in line for the same request sent again (0: keep none)")
-		maxParked  = maxFlowParkedFlag(fs)
-		defMax     = fs.Int("default-max-tokens", 1024, "maximum output given to a request that sets none, when its flow has no default (sent as max_completion_tokens on openai and groq, max_tokens on anthropic)")
-		maxBody    = fs.Int64("max-body-bytes", 4<<20, "largest request body accepted; larger ones get 413")
-		lag        = fs.Duration("lag", time.Second, "how much later than its admission the provider may count a call; charges are held that much longer (negative: off)")
-		retryBase  = fs.Duration("retry-base", 250*time.Millisecond, "first backoff after a 5xx, overload, timeout or reset; doubles per attempt, within the request's max wait")
-		maxWaiting = fs.Int("max-waiting", 1024, "most requests that may wait for admission on the key; one more gets 429 naming the bound")
-		maxFlowW   = fs.Int("max-flow-waiting", 512, "most requests of one flow that may wait for admission")
-		maxWBytes  = fs.Int64("max-waiting-bytes", 256<<20, "most bytes of request bodies that may wait for admission, added up")
-		dbURL      = fs.String("db", "", "database that keeps the key's day usage across restarts: an SQLite path (….db) or postgres://… URL (default $SLUICE_DB; neither: kept in memory only)")
-		flows      flowFlags
-	)
-	fs.Var(&flows, "flow", "a flow as `NAME=WEIGHT[:PRIORITY[:MAX_TOKENS]]` (repeatable; priority from "+
-		strconv.Itoa(governor.MinPriority)+" to "+strconv.Itoa(governor.MaxPriority)+"); unknown flows go to default")
-	sf := addServerFlags(fs)
-	lf := addLogFlags(fs)
-	if err := parseFlags(fs, env, args); err != nil {
+	f := addGatewayFlags(fs)
+	if err := cli.ParseFlags(fs, env, args); err != nil {
 		return err
 	}
-	var file gatewayFile
-	set, refuse, err := loadConfig(fs, *configF, &file)
+	cfg, err := f.gatewayConfig(env, fs)
 	if err != nil {
 		return err
 	}
-	sf.refuse = refuse
+	return f.serve(ctx, env, cfg)
+}
 
-	cfg := gateway.Config{Upstream: *upstream, Key: *keyName}
+// gatewayFlags are the gateway command's flags.
+type gatewayFlags struct {
+	configF, upstream, profile, limitsF, addr, keyEnv, keyName, clientEnv, window, accounting, dbURL *string
+	maxWait, keepPlace, lag, retryBase                                                               *time.Duration
+	maxParked, defMax, maxWaiting, maxFlowW                                                          *int
+	maxBody, maxWBytes                                                                               *int64
+	flows                                                                                            flowFlags
+	sf                                                                                               *serverFlags
+	lf                                                                                               *logFlags
+}
+
+func addGatewayFlags(fs *flag.FlagSet) *gatewayFlags {
+	f := &gatewayFlags{
+		configF:    fs.String("config", "", "YAML `FILE` with the same settings (flags given explicitly win); see docs/gateway.md"),
+		upstream:   fs.String("upstream", "", "the provider's OpenAI-compatible API root, e.g. https://api.groq.com/openai/v1 (required)"),
+		profile:    fs.String("profile", "openai", "how to read the provider's headers and errors: groq, openai or anthropic"),
+		limitsF:    fs.String("limits", "", "the key's limits, e.g. rpm=30,tpm=8000,tpd=200000,otpm=1000 (names: rpm rpd tpm tpd itpm otpm)"),
+		addr:       fs.String("addr", "127.0.0.1:8080", "address to listen on (port 0 picks a free port); off loopback, client keys are required"),
+		keyEnv:     fs.String("key-env", "SLUICE_UPSTREAM_KEY", "`NAME` of the environment variable holding the provider key"),
+		keyName:    fs.String("key-name", "", "name of the key in /v1/flows, metrics and logs (default: the profile)"),
+		clientEnv:  fs.String("client-keys-env", "SLUICE_GATEWAY_KEYS", "`NAME` of an environment variable holding client keys as KEY[=FLOW],…; unset: no authentication"),
+		window:     fs.String("window", "rolling", "how the provider counts a period: rolling or fixed"),
+		accounting: fs.String("accounting", "", "what the provider keeps of a charge: reserve or settle (default: settle for anthropic, else reserve)"),
+		maxWait:    fs.Duration("max-wait", 4*time.Minute, "longest a request waits for admission before 429 (a request may set X-Sluice-Max-Wait); under common client timeouts (aiohttp's 300s)"),
+		keepPlace:  fs.Duration("keep-place", 2*time.Minute, "how long after its estimated admission a request answered 429 keeps its place in line for the same request sent again (0: keep none)"),
+		maxParked:  maxFlowParkedFlag(fs),
+		defMax:     fs.Int("default-max-tokens", 1024, "maximum output given to a request that sets none, when its flow has no default (sent as max_completion_tokens on openai and groq, max_tokens on anthropic)"),
+		maxBody:    fs.Int64("max-body-bytes", 4<<20, "largest request body accepted; larger ones get 413"),
+		lag:        fs.Duration("lag", time.Second, "how much later than its admission the provider may count a call; charges are held that much longer (negative: off)"),
+		retryBase:  fs.Duration("retry-base", 250*time.Millisecond, "first backoff after a 5xx, overload, timeout or reset; doubles per attempt, within the request's max wait"),
+		maxWaiting: fs.Int("max-waiting", 1024, "most requests that may wait for admission on the key; one more gets 429 naming the bound"),
+		maxFlowW:   fs.Int("max-flow-waiting", 512, "most requests of one flow that may wait for admission"),
+		maxWBytes:  fs.Int64("max-waiting-bytes", 256<<20, "most bytes of request bodies that may wait for admission, added up"),
+		dbURL:      fs.String("db", "", "database that keeps the key's day usage across restarts: an SQLite path (….db) or postgres://… URL (default $SLUICE_DB; neither: kept in memory only)"),
+	}
+	fs.Var(&f.flows, "flow", "a flow as `NAME=WEIGHT[:PRIORITY[:MAX_TOKENS]]` (repeatable; priority from "+
+		strconv.Itoa(governor.MinPriority)+" to "+strconv.Itoa(governor.MaxPriority)+"); unknown flows go to default")
+	f.sf = addServerFlags(fs)
+	f.lf = addLogFlags(fs)
+	return f
+}
+
+// gatewayConfig reads the config file into the flags it does not override
+// and turns the settings into the gateway's configuration, naming a bad
+// one where it was given.
+func (f *gatewayFlags) gatewayConfig(env *cli.Env, fs *flag.FlagSet) (gateway.Config, error) {
+	var file gatewayFile
+	set, refuse, err := loadConfig(fs, *f.configF, &file)
+	if err != nil {
+		return gateway.Config{}, err
+	}
+	f.sf.refuse = refuse
+
+	cfg := gateway.Config{Upstream: *f.upstream, Key: *f.keyName}
 	if cfg.Upstream == "" {
-		fmt.Fprintln(env.stderr, "sluice gateway: --upstream is required (or upstream: in --config)")
-		return errUsage
+		fmt.Fprintln(env.Stderr, "sluice gateway: --upstream is required (or upstream: in --config)")
+		return cfg, cli.ErrUsage
 	}
 	for _, n := range []struct {
 		name      string
 		v, lo, hi int64
 	}{
-		{"default-max-tokens", int64(*defMax), 1, llm.MaxOutputTokens}, {"max-body-bytes", *maxBody, 1, 1 << 30},
-		{"max-waiting", int64(*maxWaiting), 1, 1 << 20}, {"max-flow-waiting", int64(*maxFlowW), 1, 1 << 20},
-		{"max-waiting-bytes", *maxWBytes, 1, 1 << 40},
+		{"default-max-tokens", int64(*f.defMax), 1, llm.MaxOutputTokens}, {"max-body-bytes", *f.maxBody, 1, 1 << 30},
+		{"max-waiting", int64(*f.maxWaiting), 1, 1 << 20}, {"max-flow-waiting", int64(*f.maxFlowW), 1, 1 << 20},
+		{"max-waiting-bytes", *f.maxWBytes, 1, 1 << 40},
 	} {
 		if n.v < n.lo || n.v > n.hi {
-			return refuse(n.name, fmt.Errorf("%d is not between %d and %d", n.v, n.lo, n.hi))
+			return cfg, refuse(n.name, fmt.Errorf("%d is not between %d and %d", n.v, n.lo, n.hi))
 		}
 	}
-	cfg.DefaultMaxTokens, cfg.MaxBodyBytes, cfg.MaxWaiting, cfg.MaxFlowWaiting, cfg.MaxWaitingBytes = *defMax, *maxBody, *maxWaiting, *maxFlowW, *maxWBytes
-	if err := checkMaxFlowParked(*maxParked); err != nil {
-		return refuse("max-flow-parked", err)
+	cfg.DefaultMaxTokens, cfg.MaxBodyBytes, cfg.MaxWaiting, cfg.MaxFlowWaiting, cfg.MaxWaitingBytes = *f.defMax, *f.maxBody, *f.maxWaiting, *f.maxFlowW, *f.maxWBytes
+	if err := checkMaxFlowParked(*f.maxParked); err != nil {
+		return cfg, refuse("max-flow-parked", err)
 	}
-	cfg.MaxFlowParked = *maxParked
+	cfg.MaxFlowParked = *f.maxParked
 	if !set["allowed-hosts"] && len(file.AllowedHosts) > 0 {
-		sf.hosts = strings.Join(file.AllowedHosts, ",")
+		f.sf.hosts = strings.Join(file.AllowedHosts, ",")
 	}
-	if cfg.Profile, err = llm.ParseProfile(*profile); err != nil {
+	if err := f.keyConfig(&cfg, refuse); err != nil {
+		return cfg, err
+	}
+	if err := f.clients(env, file, refuse, &cfg); err != nil {
+		return cfg, err
+	}
+	if cfg.Logger, err = f.lf.logger(env.Stderr, refuse); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+// keyConfig sets how the key is counted and waited for: its profile,
+// limits, window and accounting, the waits and the retries.
+func (f *gatewayFlags) keyConfig(cfg *gateway.Config, refuse func(string, error) error) error {
+	var err error
+	if cfg.Profile, err = llm.ParseProfile(*f.profile); err != nil {
 		return refuse("profile", err)
 	}
-	if cfg.Limits, err = governor.ParseLimits(*limitsF); err != nil {
+	if cfg.Limits, err = governor.ParseLimits(*f.limitsF); err != nil {
 		return refuse("limits", err)
 	}
-	if cfg.Window, err = governor.ParseWindow(*window); err != nil {
+	if cfg.Window, err = governor.ParseWindow(*f.window); err != nil {
 		return refuse("window", err)
 	}
 	switch {
-	case *accounting == "" && cfg.Profile == llm.Anthropic:
+	case *f.accounting == "" && cfg.Profile == llm.Anthropic:
 		cfg.Accounting = governor.SettleAccounting
-	case *accounting != "":
-		if cfg.Accounting, err = governor.ParseAccounting(*accounting); err != nil {
+	case *f.accounting != "":
+		if cfg.Accounting, err = governor.ParseAccounting(*f.accounting); err != nil {
 			return refuse("accounting", err)
 		}
 	}
-	if *maxWait < 0 {
-		return refuse("max-wait", fmt.Errorf("%s is negative", *maxWait))
+	if *f.maxWait < 0 {
+		return refuse("max-wait", fmt.Errorf("%s is negative", *f.maxWait))
 	}
-	cfg.MaxWait = cmp.Or(*maxWait, time.Nanosecond) // 0 means "do not wait", not "the default"
-	if *keepPlace < 0 {
-		return refuse("keep-place", fmt.Errorf("%s is negative", *keepPlace))
+	cfg.MaxWait = cmp.Or(*f.maxWait, time.Nanosecond) // 0 means "do not wait", not "the default"
+	if *f.keepPlace < 0 {
+		return refuse("keep-place", fmt.Errorf("%s is negative", *f.keepPlace))
 	}
-	cfg.KeepPlace = cmp.Or(*keepPlace, -1) // 0 means "keep none", not "the default"
-	cfg.Lag = cmp.Or(*lag, -1)
-	cfg.RetryBase = *retryBase
-	if len(flows) > 0 {
-		cfg.Flows = flows
+	cfg.KeepPlace = cmp.Or(*f.keepPlace, -1) // 0 means "keep none", not "the default"
+	cfg.Lag = cmp.Or(*f.lag, -1)
+	cfg.RetryBase = *f.retryBase
+	return nil
+}
+
+// clients sets the flows (--flow, else the file's) and the client keys
+// (the variable's and the file's), and the provider key.
+func (f *gatewayFlags) clients(env *cli.Env, file gatewayFile, refuse func(string, error) error, cfg *gateway.Config) error {
+	if len(f.flows) > 0 {
+		cfg.Flows = f.flows
 	} else {
-		for i, f := range file.Flows {
-			fl, err := newFlow(f.Name, f.Weight, f.Priority, f.DefaultMaxTokens)
+		for i, fl := range file.Flows {
+			flow, err := newFlow(fl.Name, fl.Weight, fl.Priority, fl.DefaultMaxTokens)
 			if err != nil {
 				return refuse(fmt.Sprintf("flows[%d]", i), err)
 			}
-			cfg.Flows = append(cfg.Flows, fl)
+			cfg.Flows = append(cfg.Flows, flow)
 		}
 	}
-
-	if cfg.APIKey = env.getenv(*keyEnv); cfg.APIKey == "" {
-		fmt.Fprintf(env.stderr, "sluice gateway: %s is empty: no provider key is sent upstream\n", *keyEnv)
+	if cfg.APIKey = env.Getenv(*f.keyEnv); cfg.APIKey == "" {
+		fmt.Fprintf(env.Stderr, "sluice gateway: %s is empty: no provider key is sent upstream\n", *f.keyEnv)
 	}
-	cfg.ClientKeys = parseClientKeys(env.getenv(*clientEnv))
+	cfg.ClientKeys = parseClientKeys(env.Getenv(*f.clientEnv))
 	for i, k := range file.ClientKeys {
-		v := env.getenv(k.Env)
+		v := env.Getenv(k.Env)
 		if v == "" {
 			return refuse(fmt.Sprintf("client_keys[%d]", i), fmt.Errorf("environment variable %s is empty", k.Env))
 		}
 		cfg.ClientKeys = append(cfg.ClientKeys, gateway.ClientKey{Key: v, Flow: k.Flow})
 	}
-	if cfg.Logger, err = lf.logger(env.stderr, refuse); err != nil {
-		return err
-	}
+	return nil
+}
 
-	listen := *addr
-	if err := guard.CheckBind(listen, len(cfg.ClientKeys) > 0, "give client keys in "+*clientEnv); err != nil {
+// serve serves the gateway of cfg until ctx ends, then writes the charges
+// of the last requests.
+func (f *gatewayFlags) serve(ctx context.Context, env *cli.Env, cfg gateway.Config) error {
+	listen := *f.addr
+	if err := guard.CheckBind(listen, len(cfg.ClientKeys) > 0, "give client keys in "+*f.clientEnv); err != nil {
 		return err
 	}
 	if cfg.Limits == (governor.Limits{}) {
-		fmt.Fprintln(env.stderr, "sluice gateway: warning: no --limits: the gateway governs nothing and sends every request upstream at once")
+		fmt.Fprintln(env.Stderr, "sluice gateway: warning: no --limits: the gateway governs nothing and sends every request upstream at once")
 	}
-	if db := cmp.Or(*dbURL, env.getenv("SLUICE_DB")); db != "" {
+	if db := cmp.Or(*f.dbURL, env.Getenv("SLUICE_DB")); db != "" {
 		st, err := store.Open(ctx, db)
 		if err != nil {
 			return fmt.Errorf("--db: %w", err)
@@ -312,7 +362,7 @@ func runGateway(ctx context.Context, env *cmdEnv, args []string) error {
 			cfg.Logger.Warn("cannot record the configuration's version; sluice report will not see this start", "err", err)
 		}
 	}
-	gc, err := sf.config(listen, gw.WriteError)
+	gc, err := f.sf.config(listen, gw.WriteError)
 	if err != nil {
 		return err
 	}
@@ -322,7 +372,7 @@ func runGateway(ctx context.Context, env *cmdEnv, args []string) error {
 	}
 	srv := guard.NewServer(gw, gc)
 	gw.Start(ctx)
-	fmt.Fprintf(env.stdout, "listening on http://%s (upstream %s, profile %s, limits %s)\n", ln.Addr(), cfg.Upstream, cfg.Profile, cfg.Limits)
+	fmt.Fprintf(env.Stdout, "listening on http://%s (upstream %s, profile %s, limits %s)\n", ln.Addr(), cfg.Upstream, cfg.Profile, cfg.Limits)
 	err = serveUntilDone(ctx, srv, ln, 10*time.Second, nil)
 	// The server is down: the charges of the last requests are written
 	// now, and a failure to write them is the command's too, since the next

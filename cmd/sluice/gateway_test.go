@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/cli"
 	"github.com/sluice-dev/sluice/internal/forecast"
 	"github.com/sluice-dev/sluice/internal/sim"
 	"github.com/sluice-dev/sluice/internal/store"
@@ -49,7 +50,7 @@ func startGateway(t *testing.T, vars map[string]string, args ...string) (string,
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
 	stderr := &testenv.Buffer{}
-	env := &cmdEnv{stdout: pw, stderr: stderr, getenv: func(k string) string { return vars[k] }}
+	env := &cli.Env{Stdout: pw, Stderr: stderr, Getenv: func(k string) string { return vars[k] }}
 	done := make(chan int, 1)
 	go func() {
 		code := runMain(ctx, env, append([]string{"gateway"}, args...))
@@ -285,7 +286,7 @@ func TestGatewayCommandErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
-			env := &cmdEnv{stdout: &stdout, stderr: &stderr, getenv: func(k string) string {
+			env := &cli.Env{Stdout: &stdout, Stderr: &stderr, Getenv: func(k string) string {
 				if k == "SHORT" {
 					return "x"
 				}
@@ -302,7 +303,7 @@ func TestGatewayCommandErrors(t *testing.T) {
 func TestGatewayHelp(t *testing.T) {
 	t.Parallel()
 	var stdout, stderr bytes.Buffer
-	env := &cmdEnv{stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }}
+	env := &cli.Env{Stdout: &stdout, Stderr: &stderr, Getenv: func(string) string { return "" }}
 	if code := runMain(context.Background(), env, []string{"gateway", "--help"}); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
@@ -365,7 +366,7 @@ func TestGatewayFileAndFlagsAgree(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			run := func(args ...string) (int, string) {
 				var stdout, stderr bytes.Buffer
-				env := &cmdEnv{stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }}
+				env := &cli.Env{Stdout: &stdout, Stderr: &stderr, Getenv: func(string) string { return "" }}
 				code := runMain(context.Background(), env, append([]string{"gateway", "--addr", "127.0.0.1:0"}, args...))
 				return code, stderr.String()
 			}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/examples/summarize"
+	"github.com/sluice-dev/sluice/internal/cli"
 	"github.com/sluice-dev/sluice/internal/redact"
 	"github.com/sluice-dev/sluice/internal/testenv"
 )
@@ -150,7 +151,7 @@ func startServeLogged(t *testing.T, getenv func(string) string, args ...string) 
 	t.Helper()
 	pr, pw := io.Pipe()
 	logs := &testenv.Buffer{}
-	env := &cmdEnv{stdout: pw, stderr: logs, getenv: getenv}
+	env := &cli.Env{Stdout: pw, Stderr: logs, Getenv: getenv}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
 	go func() {

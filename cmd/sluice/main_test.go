@@ -5,11 +5,13 @@ import (
 	"context"
 	"strings"
 	"testing"
+
+	"github.com/sluice-dev/sluice/internal/cli"
 )
 
 func runCLI(args ...string) (code int, stdout, stderr string) {
 	var out, errOut bytes.Buffer
-	env := &cmdEnv{stdout: &out, stderr: &errOut, getenv: func(string) string { return "" }}
+	env := &cli.Env{Stdout: &out, Stderr: &errOut, Getenv: func(string) string { return "" }}
 	code = runMain(context.Background(), env, args)
 	return code, out.String(), errOut.String()
 }
@@ -21,7 +23,7 @@ func TestHelpListsEveryCommand(t *testing.T) {
 		t.Fatalf("help exited %d", code)
 	}
 	for name, c := range commands {
-		if !strings.Contains(out, "  "+name+" ") || !strings.Contains(out, c.summary) {
+		if !strings.Contains(out, "  "+name+" ") || !strings.Contains(out, c.Summary) {
 			t.Errorf("help does not list %s with its summary:\n%s", name, out)
 		}
 	}
@@ -30,7 +32,7 @@ func TestHelpListsEveryCommand(t *testing.T) {
 		t.Fatalf("bench exited %d", code)
 	}
 	for name, b := range benches {
-		if !strings.Contains(out, "  "+name+" ") || !strings.Contains(out, b.summary) {
+		if !strings.Contains(out, "  "+name+" ") || !strings.Contains(out, b.Summary) {
 			t.Errorf("bench does not list %s:\n%s", name, out)
 		}
 	}

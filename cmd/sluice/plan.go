@@ -15,16 +15,17 @@ import (
 	"text/tabwriter"
 
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/cli"
 	"github.com/sluice-dev/sluice/internal/forecast"
 	"github.com/sluice-dev/sluice/internal/num"
 	"github.com/sluice-dev/sluice/internal/plan"
 )
 
 func init() {
-	register(&command{
-		name:    "plan",
-		summary: "see a configuration's fate before running it: demand per limit, requests that never fit, ETAs, cost",
-		run:     runPlan,
+	register(&cli.Command{
+		Name:    "plan",
+		Summary: "see a configuration's fate before running it: demand per limit, requests that never fit, ETAs, cost",
+		Run:     runPlan,
 	})
 }
 
@@ -61,9 +62,9 @@ type whatIf struct {
 	WhatIf  *plan.Plan `json:"what_if"`
 }
 
-func runPlan(ctx context.Context, env *cmdEnv, args []string) error {
+func runPlan(ctx context.Context, env *cli.Env, args []string) error {
 	var chs changes
-	fs := newFlagSet(env, "plan", "--scenario FILE | --config FILE | --db URL [flags]",
+	fs := cli.NewFlagSet(env, "plan", "--scenario FILE | --config FILE | --db URL [flags]",
 		"Plans a configuration of flows on one provider key (a quota scenario, see docs/plan.md) before\n"+
 			"it runs: per limit, the demand per day or in the busiest minute against the limit, real and as\n"+
 			"the provider charges it; every flow whose largest request can never fit a limit, with the\n"+
@@ -87,34 +88,19 @@ func runPlan(ctx context.Context, env *cmdEnv, args []string) error {
 	svgPath := fs.String("svg", "", "also draw the simulation behind the ETAs (each flow's progress, each limit's use) to this SVG file; with a what-if, both side by side")
 	fs.Var(setFlag{&chs}, "set", "`PATH=VALUE` to change for a what-if plan (repeatable): a limit (tpd=500000), provider.KEY, flows.NAME.KEY or duration")
 	fs.Var(dropFlag{&chs}, "drop-flow", "`NAME` of a flow to leave out of the what-if plan (repeatable)")
-	if err := parseFlags(fs, env, args); err != nil {
+	if err := cli.ParseFlags(fs, env, args); err != nil {
 		return err
 	}
 	if *stallAfter <= 0 {
 		return fmt.Errorf("--stall-after %s: want a positive duration", *stallAfter)
 	}
-	var data []byte
-	var notes []string
-	var err error
-	switch {
-	case *scenarioPath != "" && (*configPath != "" || *dbURL != ""):
-		fmt.Fprintln(env.stderr, "sluice plan: give --scenario, or --config and/or --db, not both")
-		return errUsage
-	case *scenarioPath != "":
-		if data, err = forecast.Read(*scenarioPath); err != nil {
-			return err
-		}
-	case *configPath != "" || *dbURL != "":
-		if data, notes, err = observedData(ctx, env, *configPath, *dbURL, *keyName); err != nil {
-			return err
-		}
-		if *showScenario {
-			_, err := env.stdout.Write(data)
-			return err
-		}
-	default:
-		fmt.Fprintln(env.stderr, "sluice plan: --scenario, or --config and/or --db, is required")
-		return errUsage
+	data, notes, err := planData(ctx, env, *scenarioPath, *configPath, *dbURL, *keyName)
+	if err != nil {
+		return err
+	}
+	if *showScenario && *scenarioPath == "" {
+		_, err := env.Stdout.Write(data)
+		return err
 	}
 	base, err := forecast.Parse(data)
 	if err != nil {
@@ -128,14 +114,14 @@ func runPlan(ctx context.Context, env *cmdEnv, args []string) error {
 	bp.Warnings = append(bp.Warnings, notes...)
 	if len(chs) == 0 {
 		if *svgPath != "" {
-			if err := writeFile(*svgPath, func(w io.Writer) error { return plan.WriteSVG(w, []*plan.Plan{bp}, []string{"plan"}) }); err != nil {
+			if err := cli.WriteFile(*svgPath, func(w io.Writer) error { return plan.WriteSVG(w, []*plan.Plan{bp}, []string{"plan"}) }); err != nil {
 				return err
 			}
 		}
 		if *asJSON {
-			return writeJSON(env.stdout, bp)
+			return writeJSON(env.Stdout, bp)
 		}
-		writePlan(env.stdout, bp, nil)
+		writePlan(env.Stdout, bp, nil)
 		return nil
 	}
 	changed, err := forecast.Edit(data, chs)
@@ -148,7 +134,7 @@ func runPlan(ctx context.Context, env *cmdEnv, args []string) error {
 	}
 	wp.Warnings = append(wp.Warnings, notes...)
 	if *svgPath != "" {
-		if err := writeFile(*svgPath, func(w io.Writer) error {
+		if err := cli.WriteFile(*svgPath, func(w io.Writer) error {
 			return plan.WriteSVG(w, []*plan.Plan{bp, wp}, []string{"plan", "what if"})
 		}); err != nil {
 			return err
@@ -159,15 +145,33 @@ func runPlan(ctx context.Context, env *cmdEnv, args []string) error {
 		for _, c := range chs {
 			w.Changes = append(w.Changes, c.String())
 		}
-		return writeJSON(env.stdout, w)
+		return writeJSON(env.Stdout, w)
 	}
-	writePlan(env.stdout, bp, wp)
+	writePlan(env.Stdout, bp, wp)
 	return nil
+}
+
+// planData reads the scenario to plan: the file, or one derived from a
+// gateway's config file or an app's recorded configuration and the
+// database's last day, with notes on how it was derived.
+func planData(ctx context.Context, env *cli.Env, scenarioPath, configPath, dbURL, keyName string) ([]byte, []string, error) {
+	switch {
+	case scenarioPath != "" && (configPath != "" || dbURL != ""):
+		fmt.Fprintln(env.Stderr, "sluice plan: give --scenario, or --config and/or --db, not both")
+		return nil, nil, cli.ErrUsage
+	case scenarioPath != "":
+		data, err := forecast.Read(scenarioPath)
+		return data, nil, err
+	case configPath != "" || dbURL != "":
+		return observedData(ctx, env, configPath, dbURL, keyName)
+	}
+	fmt.Fprintln(env.Stderr, "sluice plan: --scenario, or --config and/or --db, is required")
+	return nil, nil, cli.ErrUsage
 }
 
 // observedData derives a scenario from a gateway's config file or an app's
 // recorded configuration, and the database's last day.
-func observedData(ctx context.Context, env *cmdEnv, configPath, dbURL, keyName string) ([]byte, []string, error) {
+func observedData(ctx context.Context, env *cli.Env, configPath, dbURL, keyName string) ([]byte, []string, error) {
 	var k plan.Key
 	fileDB := ""
 	if configPath != "" {
@@ -176,7 +180,7 @@ func observedData(ctx context.Context, env *cmdEnv, configPath, dbURL, keyName s
 			return nil, nil, err
 		}
 	}
-	db := cmp.Or(dbURL, fileDB, env.getenv("SLUICE_DB"), "sluice.db")
+	db := cmp.Or(dbURL, fileDB, env.Getenv("SLUICE_DB"), "sluice.db")
 	st, err := openRecords(ctx, db, "give the database the app or gateway records in")
 	if err != nil {
 		return nil, nil, err

@@ -5,9 +5,10 @@ import (
 	"path/filepath"
 
 	"encoding/json"
-	"github.com/sluice-dev/sluice/internal/chart/charttest"
 	"strings"
 	"testing"
+
+	"github.com/sluice-dev/sluice/internal/chart/charttest"
 )
 
 // TestPlanSeedTable: the plan of DevPick's jobs as configured on 18 October

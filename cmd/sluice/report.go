@@ -14,20 +14,21 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/chart"
+	"github.com/sluice-dev/sluice/internal/cli"
 	"github.com/sluice-dev/sluice/internal/report"
 	"github.com/sluice-dev/sluice/internal/store"
 )
 
 func init() {
-	register(&command{
-		name:    "report",
-		summary: "what happened over a window, from sluice's records: rates, rejections by limit, stalls, and which change helped",
-		run:     runReport,
+	register(&cli.Command{
+		Name:    "report",
+		Summary: "what happened over a window, from sluice's records: rates, rejections by limit, stalls, and which change helped",
+		Run:     runReport,
 	})
 }
 
-func runReport(ctx context.Context, env *cmdEnv, args []string) error {
-	fs := newFlagSet(env, "report", "[flags]",
+func runReport(ctx context.Context, env *cli.Env, args []string) error {
+	fs := cli.NewFlagSet(env, "report", "[flags]",
 		"Reports, from sluice's own records in its database, what each job did over a window: items\n"+
 			"done per hour, the provider's rejections and the governor's refusals by the limit they named,\n"+
 			"the intervals it was stalled, and every change of the configuration (limits, flows, weights,\n"+
@@ -39,7 +40,7 @@ func runReport(ctx context.Context, env *cmdEnv, args []string) error {
 	untilF := fs.String("until", "", "end of the window: a time (default now)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	svgPath := fs.String("svg", "", "also draw each job's items per hour, rejections, stalls and the changes to this SVG file")
-	if err := parseFlags(fs, env, args); err != nil {
+	if err := cli.ParseFlags(fs, env, args); err != nil {
 		return err
 	}
 	until := time.Now().UTC()
@@ -54,7 +55,7 @@ func runReport(ctx context.Context, env *cmdEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	db := cmp.Or(*dbURL, env.getenv("SLUICE_DB"), "sluice.db")
+	db := cmp.Or(*dbURL, env.Getenv("SLUICE_DB"), "sluice.db")
 	st, err := openRecords(ctx, db, "give the database sluice serve or the gateway records in")
 	if err != nil {
 		return err
@@ -65,14 +66,14 @@ func runReport(ctx context.Context, env *cmdEnv, args []string) error {
 		return err
 	}
 	if *svgPath != "" {
-		if err := writeFile(*svgPath, func(w io.Writer) error { return writeReportSVG(w, rep) }); err != nil {
+		if err := cli.WriteFile(*svgPath, func(w io.Writer) error { return writeReportSVG(w, rep) }); err != nil {
 			return err
 		}
 	}
 	if *asJSON {
-		return writeJSON(env.stdout, rep)
+		return writeJSON(env.Stdout, rep)
 	}
-	writeReport(env.stdout, rep)
+	writeReport(env.Stdout, rep)
 	return nil
 }
 
@@ -80,7 +81,7 @@ func runReport(ctx context.Context, env *cmdEnv, args []string) error {
 // there. A SQLite file that is not there is an error saying hint, never a
 // new empty database.
 func openRecords(ctx context.Context, db, hint string) (store.Store, error) {
-	if !isPostgresURL(db) {
+	if !cli.IsPostgresURL(db) {
 		if _, err := os.Stat(db); err != nil {
 			return nil, fmt.Errorf("--db %s: %w (%s)", db, err, hint)
 		}

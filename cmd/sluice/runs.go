@@ -11,16 +11,17 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/sluice-dev/sluice/internal/cli"
 	"github.com/sluice-dev/sluice/internal/engine"
 	"github.com/sluice-dev/sluice/internal/num"
 	"github.com/sluice-dev/sluice/run"
 )
 
 func init() {
-	register(&command{
-		name:    "runs",
-		summary: "list the unfinished runs of other versions on a running server, and resume them there or cancel them",
-		run:     runRuns,
+	register(&cli.Command{
+		Name:    "runs",
+		Summary: "list the unfinished runs of other versions on a running server, and resume them there or cancel them",
+		Run:     runRuns,
 	})
 }
 
@@ -39,7 +40,7 @@ run pending on a process that still runs, are skipped with the reason. Each subc
 takes --url, --token and --token-env as "sluice status" does; an error of the server
 exits 1 with its message.`
 
-func runRuns(ctx context.Context, env *cmdEnv, args []string) error {
+func runRuns(ctx context.Context, env *cli.Env, args []string) error {
 	sub := ""
 	if len(args) > 0 {
 		sub = args[0]
@@ -51,27 +52,27 @@ func runRuns(ctx context.Context, env *cmdEnv, args []string) error {
 		return runMoveVersion(ctx, env, sub, args[1:])
 	}
 	if sub != "" && !strings.HasPrefix(sub, "-") {
-		fmt.Fprintf(env.stderr, "sluice runs: unknown subcommand %q: want versions, resume or cancel\n", sub)
-		return errUsage
+		fmt.Fprintf(env.Stderr, "sluice runs: unknown subcommand %q: want versions, resume or cancel\n", sub)
+		return cli.ErrUsage
 	}
-	fs := newFlagSet(env, "runs", "", "")
+	fs := cli.NewFlagSet(env, "runs", "", "")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: sluice runs versions|resume|cancel [flags]\n\n%s\n", runsUsage)
 	}
-	if err := parseFlags(fs, env, args); err != nil {
+	if err := cli.ParseFlags(fs, env, args); err != nil {
 		return err
 	}
-	fmt.Fprintln(env.stderr, "sluice runs: missing the subcommand: versions, resume or cancel")
-	return errUsage
+	fmt.Fprintln(env.Stderr, "sluice runs: missing the subcommand: versions, resume or cancel")
+	return cli.ErrUsage
 }
 
-func runVersions(ctx context.Context, env *cmdEnv, args []string) error {
-	fs := newFlagSet(env, "runs versions", "[flags]",
+func runVersions(ctx context.Context, env *cli.Env, args []string) error {
+	fs := cli.NewFlagSet(env, "runs versions", "[flags]",
 		"Reads GET /v1/versions of a running \"sluice serve\" and prints its version, then each other\n"+
 			"version with unfinished runs: how many, by function, and the functions the server lacks.")
 	api := addAPIFlags(fs)
 	raw := fs.Bool("json", false, "print the server's answer as it is")
-	if err := parseFlags(fs, env, args); err != nil {
+	if err := cli.ParseFlags(fs, env, args); err != nil {
 		return err
 	}
 	c := api.client(env)
@@ -80,14 +81,14 @@ func runVersions(ctx context.Context, env *cmdEnv, args []string) error {
 		if err != nil {
 			return err
 		}
-		_, err = env.stdout.Write(body)
+		_, err = env.Stdout.Write(body)
 		return err
 	}
 	v, err := c.versions(ctx)
 	if err != nil {
 		return err
 	}
-	return renderVersions(env.stdout, v)
+	return renderVersions(env.Stdout, v)
 }
 
 // renderVersions prints the server's version, then a table of the others.
@@ -127,7 +128,7 @@ func renderVersions(w io.Writer, v versionsAnswer) error {
 
 // runMoveVersion resumes (verb "resume") or cancels the unfinished runs of
 // a version through the server.
-func runMoveVersion(ctx context.Context, env *cmdEnv, verb string, args []string) error {
+func runMoveVersion(ctx context.Context, env *cli.Env, verb string, args []string) error {
 	what := "Resumes on a running \"sluice serve\", under its version, the unfinished runs recorded under\n" +
 		"version V (POST /v1/versions/V/resume): each keeps the steps it recorded and goes back to\n" +
 		"its function's queue. Runs of a function the server lacks, and runs pending on a process\n" +
@@ -137,16 +138,16 @@ func runMoveVersion(ctx context.Context, env *cmdEnv, verb string, args []string
 			"(POST /v1/versions/V/cancel). Runs pending on a process that still runs are skipped;\n" +
 			"each is printed with why."
 	}
-	fs := newFlagSet(env, "runs "+verb, "--from-version V [flags]", what)
+	fs := cli.NewFlagSet(env, "runs "+verb, "--from-version V [flags]", what)
 	api := addAPIFlags(fs)
 	from := fs.String("from-version", "", "the version whose unfinished runs to "+verb+" (required)")
 	raw := fs.Bool("json", false, "print the server's answer as it is")
-	if err := parseFlags(fs, env, args); err != nil {
+	if err := cli.ParseFlags(fs, env, args); err != nil {
 		return err
 	}
 	if *from == "" {
-		fmt.Fprintf(env.stderr, "sluice runs %s: --from-version is required\n", verb)
-		return errUsage
+		fmt.Fprintf(env.Stderr, "sluice runs %s: --from-version is required\n", verb)
+		return cli.ErrUsage
 	}
 	if err := engine.CheckVersion(*from); err != nil {
 		return fmt.Errorf("--from-version: %w", err)
@@ -160,14 +161,14 @@ func runMoveVersion(ctx context.Context, env *cmdEnv, verb string, args []string
 		return err
 	}
 	if *raw {
-		_, err = env.stdout.Write(body)
+		_, err = env.Stdout.Write(body)
 		return err
 	}
 	var rep run.VersionReport
 	if err := json.Unmarshal(body, &rep); err != nil {
 		return fmt.Errorf("%s: the answer is not a report: %w", c.url("/v1/versions/"+url.PathEscape(*from)+"/"+verb), err)
 	}
-	return renderReport(env.stdout, verb, rep)
+	return renderReport(env.Stdout, verb, rep)
 }
 
 // renderReport prints what a resume or a cancel did: the runs done, then

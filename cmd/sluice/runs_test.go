@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice"
+	"github.com/sluice-dev/sluice/internal/cli"
 	"github.com/sluice-dev/sluice/internal/testenv"
 	"github.com/sluice-dev/sluice/run"
 )
@@ -57,7 +58,7 @@ func versionApp(t *testing.T, db, version string, withGone bool, hold <-chan str
 
 func runsCLI(args ...string) (code int, stdout, stderr string) {
 	var out, errOut testenv.Buffer
-	env := &cmdEnv{stdout: &out, stderr: &errOut, getenv: func(k string) string {
+	env := &cli.Env{Stdout: &out, Stderr: &errOut, Getenv: func(k string) string {
 		if k == "SLUICE_API_TOKEN" {
 			return runsToken
 		}

@@ -8,32 +8,34 @@ import (
 	"io"
 	"net/http"
 	"time"
+
+	"github.com/sluice-dev/sluice/internal/cli"
 )
 
 func init() {
-	register(&command{
-		name:    "send",
-		summary: "send an event to a running \"sluice serve\"",
-		run:     runSend,
+	register(&cli.Command{
+		Name:    "send",
+		Summary: "send an event to a running \"sluice serve\"",
+		Run:     runSend,
 	})
 }
 
-func runSend(ctx context.Context, env *cmdEnv, args []string) error {
-	fs := newFlagSet(env, "send", "NAME [flags]",
+func runSend(ctx context.Context, env *cli.Env, args []string) error {
+	fs := cli.NewFlagSet(env, "send", "NAME [flags]",
 		"Posts the event NAME to POST /v1/events of a running \"sluice serve\" and prints the runs it\nstarted (or found, when the event ID was sent before).")
 	data := fs.String("data", "{}", "the event's data, a JSON object")
 	id := fs.String("id", "", "event ID; sending the same ID again starts nothing new (default: a random one)")
 	url := fs.String("url", "http://127.0.0.1:8288", "base URL of the sluice API")
 	tokenEnv := fs.String("token-env", "SLUICE_API_TOKEN", "environment variable holding the API's bearer token")
 	if len(args) == 0 || args[0] == "" || args[0][0] == '-' {
-		if err := parseFlags(fs, env, args); err != nil {
+		if err := cli.ParseFlags(fs, env, args); err != nil {
 			return err
 		}
-		fmt.Fprintln(env.stderr, "sluice send: missing the event NAME")
-		return errUsage
+		fmt.Fprintln(env.Stderr, "sluice send: missing the event NAME")
+		return cli.ErrUsage
 	}
 	name := args[0]
-	if err := parseFlags(fs, env, args[1:]); err != nil {
+	if err := cli.ParseFlags(fs, env, args[1:]); err != nil {
 		return err
 	}
 	if !json.Valid([]byte(*data)) || bytes.TrimSpace([]byte(*data))[0] != '{' {
@@ -45,7 +47,7 @@ func runSend(ctx context.Context, env *cmdEnv, args []string) error {
 		return fmt.Errorf("--url %q: %w", *url, err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	if tok := env.getenv(*tokenEnv); tok != "" {
+	if tok := env.Getenv(*tokenEnv); tok != "" {
 		req.Header.Set("Authorization", "Bearer "+tok)
 	}
 	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
@@ -66,6 +68,6 @@ func runSend(ctx context.Context, env *cmdEnv, args []string) error {
 	if json.Indent(&pretty, out, "", "  ") == nil {
 		out = pretty.Bytes()
 	}
-	_, err = env.stdout.Write(out)
+	_, err = env.Stdout.Write(out)
 	return err
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -11,18 +12,19 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice"
-	"github.com/sluice-dev/sluice/examples/summarize"
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/cli"
 	"github.com/sluice-dev/sluice/internal/guard"
+	"github.com/sluice-dev/sluice/internal/serveapp"
 	"github.com/sluice-dev/sluice/internal/ui"
 	"github.com/sluice-dev/sluice/llm"
 )
 
 func init() {
-	register(&command{
-		name:    "serve",
-		summary: "run the built-in functions (the summarize pipeline) with the event and run HTTP API",
-		run:     runServe,
+	register(&cli.Command{
+		Name:    "serve",
+		Summary: "run the built-in functions (the summarize pipeline) with the event and run HTTP API",
+		Run:     runServe,
 	})
 }
 
@@ -66,8 +68,8 @@ type serveFile struct {
 	Flows []gatewayFlow `yaml:"flows"`
 }
 
-func runServe(ctx context.Context, env *cmdEnv, args []string) error {
-	fs := newFlagSet(env, "serve", "[flags]",
+func runServe(ctx context.Context, env *cli.Env, args []string) error {
+	fs := cli.NewFlagSet(env, "serve", "[flags]",
 		"Runs the functions compiled into this binary (examples/summarize) durably, and serves\n"+
 			"POST /v1/events, GET /v1/runs, GET /v1/runs/{id}, POST /v1/runs/{id}/cancel and\n"+
 			"POST /v1/runs/{id}/rerun. It listens at once and opens the database and resumes\n"+
@@ -75,179 +77,211 @@ func runServe(ctx context.Context, env *cmdEnv, args []string) error {
 			"/readyz answers 200 once it is ready (503 with the phase before), and the API answers\n"+
 			"503 with Retry-After until then. Bound to loopback by default; any other address needs\n"+
 			"a bearer token in the environment variable named by --token-env.")
-	configF := fs.String("config", "", "YAML `FILE` with the same settings, keys named like the flags with _ for - (run_timeout: 5m); flags given explicitly win; see docs/serve.md")
-	addr := fs.String("addr", "127.0.0.1:8288", "address to listen on")
-	dbURL := fs.String("db", "", "database: an SQLite path or postgres://… URL (default $SLUICE_DB or sluice.db)")
-	tokenEnv := fs.String("token-env", "SLUICE_API_TOKEN", "environment variable holding the bearer token of the API and the dashboard (required off loopback)")
-	publicURL := fs.String("public-url", "", "the `URL` people open the dashboard at, behind a proxy (https://sluice.example.com); https marks the session cookie Secure although the proxy speaks plain HTTP to sluice")
-	maxEvent := fs.Int64("max-event-bytes", 1<<20, "largest event body accepted; larger ones get 413")
-	outputLimit := fs.Int("output-limit", 4096, "bytes of each step output shown by GET /v1/runs/{id}")
-	providerURL := fs.String("provider-url", "http://127.0.0.1:8089/v1", "OpenAI-compatible base URL the pipeline's LLM calls go to")
-	profile := fs.String("profile", "groq", "provider profile: groq, openai or anthropic")
-	limits := fs.String("limits", "rpm=30,tpm=8000,tpd=200000,otpm=1000", "the key's limits, e.g. rpm=30,tpm=8000")
-	keyEnv := fs.String("api-key-env", "", "environment variable holding the provider's API key (optional)")
-	model := fs.String("model", "sim-model", "model the pipeline asks for")
-	runTimeout := fs.Duration("run-timeout", 10*time.Minute, "deadline of each run from its start; a run past it ends timed_out, naming the step it was in")
-	var calls llm.Timeouts
-	fs.DurationVar(&calls.Connect, "connect-timeout", 0, "deadline of connecting to the provider (0: the llm default, 10s; negative: none)")
-	fs.DurationVar(&calls.FirstByte, "first-byte-timeout", 0, "deadline from a call sent to the first byte of its answer; a call past it is retried (0: the llm default, 2m; negative: none)")
-	fs.DurationVar(&calls.Total, "call-timeout", 0, "deadline of a whole provider call (0: the llm default, 10m; negative: none)")
-	metricsTokenEnv := fs.String("metrics-token-env", "", "environment variable holding a bearer token for /metrics alone (default: /metrics takes the API's token)")
-	withGateway := fs.Bool("gateway", false, "also serve the OpenAI-compatible gateway (POST /v1/chat/completions, GET /v1/models) on this address, governed by the pipeline's key: apps in any language share the key with the functions")
-	clientEnv := fs.String("client-keys-env", "SLUICE_GATEWAY_KEYS", "`NAME` of an environment variable holding the gateway's client keys as KEY[=FLOW],…; the API token is one too")
-	maxParked := maxFlowParkedFlag(fs)
-	node := fs.String("node", "", "this process's `NAME` among several sluice serve on one PostgreSQL database: its DBOS executor ID (restarted with the same name, it resumes its runs) and its name in the quota leases; set, the key's limits hold in aggregate across the nodes (docs/multinode.md)")
-	leaseTTL := fs.Duration("lease-ttl", 2*time.Second, "with --node: how long a lease of the key's capacity lasts (1ms to 1h)")
-	stopGrace := fs.Duration("stop-grace", 30*time.Second, "at SIGTERM or Ctrl-C: how long the calls and requests in flight may take to finish; no new work starts, and every unfinished run resumes at the next start (0 to 1h; a second signal stops at once)")
-	appVersion := fs.String("app-version", "", "the version runs are recorded under; a process resumes only the runs of its own version (default $SLUICE_APP_VERSION, else one derived from the functions' names, the same for every build; see docs/operations.md)")
-	adopt := fs.Duration("adopt-every", sluice.DefaultAdoptEvery, "with --node: how often to look for runs left unfinished by nodes that no longer run, and resume them here or on another live node (at most 1h; negative: never, a node's runs then wait for a node of its name)")
-	var flows flowFlags
-	fs.Var(&flows, "flow", "a gateway flow as `NAME=WEIGHT[:PRIORITY[:MAX_TOKENS]]` (repeatable); the key's governor shares the key among them and the functions' flows")
-	sf := addServerFlags(fs)
-	lf := addLogFlags(fs)
-	if err := parseFlags(fs, env, args); err != nil {
+	f := addServeFlags(fs)
+	if err := cli.ParseFlags(fs, env, args); err != nil {
 		return err
 	}
-	var file serveFile
-	set, refuse, err := loadConfig(fs, *configF, &file)
+	p, err := f.check(env, fs)
 	if err != nil {
 		return err
+	}
+	return f.serve(ctx, env, p)
+}
+
+// serveFlags are serve's flags.
+type serveFlags struct {
+	config, addr, tokenEnv, publicURL string
+	maxEvent                          int64
+	outputLimit                       int
+	app                               serveapp.Options // but Logger, Flows and StopGrace
+	metricsTokenEnv, clientEnv        string
+	withGateway                       bool
+	maxParked                         *int
+	stopGrace                         time.Duration
+	flows                             flowFlags
+	sf                                *serverFlags
+	lf                                *logFlags
+}
+
+func addServeFlags(fs *flag.FlagSet) *serveFlags {
+	f := &serveFlags{}
+	fs.StringVar(&f.config, "config", "", "YAML `FILE` with the same settings, keys named like the flags with _ for - (run_timeout: 5m); flags given explicitly win; see docs/serve.md")
+	fs.StringVar(&f.addr, "addr", "127.0.0.1:8288", "address to listen on")
+	fs.StringVar(&f.app.DB, "db", "", "database: an SQLite path or postgres://… URL (default $SLUICE_DB or sluice.db)")
+	fs.StringVar(&f.tokenEnv, "token-env", "SLUICE_API_TOKEN", "environment variable holding the bearer token of the API and the dashboard (required off loopback)")
+	fs.StringVar(&f.publicURL, "public-url", "", "the `URL` people open the dashboard at, behind a proxy (https://sluice.example.com); https marks the session cookie Secure although the proxy speaks plain HTTP to sluice")
+	fs.Int64Var(&f.maxEvent, "max-event-bytes", 1<<20, "largest event body accepted; larger ones get 413")
+	fs.IntVar(&f.outputLimit, "output-limit", 4096, "bytes of each step output shown by GET /v1/runs/{id}")
+	fs.StringVar(&f.app.ProviderURL, "provider-url", "http://127.0.0.1:8089/v1", "OpenAI-compatible base URL the pipeline's LLM calls go to")
+	fs.StringVar(&f.app.Profile, "profile", "groq", "provider profile: groq, openai or anthropic")
+	fs.StringVar(&f.app.Limits, "limits", "rpm=30,tpm=8000,tpd=200000,otpm=1000", "the key's limits, e.g. rpm=30,tpm=8000")
+	fs.StringVar(&f.app.KeyEnv, "api-key-env", "", "environment variable holding the provider's API key (optional)")
+	fs.StringVar(&f.app.Model, "model", "sim-model", "model the pipeline asks for")
+	fs.DurationVar(&f.app.RunTimeout, "run-timeout", 10*time.Minute, "deadline of each run from its start; a run past it ends timed_out, naming the step it was in")
+	fs.DurationVar(&f.app.Timeouts.Connect, "connect-timeout", 0, "deadline of connecting to the provider (0: the llm default, 10s; negative: none)")
+	fs.DurationVar(&f.app.Timeouts.FirstByte, "first-byte-timeout", 0, "deadline from a call sent to the first byte of its answer; a call past it is retried (0: the llm default, 2m; negative: none)")
+	fs.DurationVar(&f.app.Timeouts.Total, "call-timeout", 0, "deadline of a whole provider call (0: the llm default, 10m; negative: none)")
+	fs.StringVar(&f.metricsTokenEnv, "metrics-token-env", "", "environment variable holding a bearer token for /metrics alone (default: /metrics takes the API's token)")
+	fs.BoolVar(&f.withGateway, "gateway", false, "also serve the OpenAI-compatible gateway (POST /v1/chat/completions, GET /v1/models) on this address, governed by the pipeline's key: apps in any language share the key with the functions")
+	fs.StringVar(&f.clientEnv, "client-keys-env", "SLUICE_GATEWAY_KEYS", "`NAME` of an environment variable holding the gateway's client keys as KEY[=FLOW],…; the API token is one too")
+	f.maxParked = maxFlowParkedFlag(fs)
+	fs.StringVar(&f.app.Node, "node", "", "this process's `NAME` among several sluice serve on one PostgreSQL database: its DBOS executor ID (restarted with the same name, it resumes its runs) and its name in the quota leases; set, the key's limits hold in aggregate across the nodes (docs/multinode.md)")
+	fs.DurationVar(&f.app.LeaseTTL, "lease-ttl", 2*time.Second, "with --node: how long a lease of the key's capacity lasts (1ms to 1h)")
+	fs.DurationVar(&f.stopGrace, "stop-grace", 30*time.Second, "at SIGTERM or Ctrl-C: how long the calls and requests in flight may take to finish; no new work starts, and every unfinished run resumes at the next start (0 to 1h; a second signal stops at once)")
+	fs.StringVar(&f.app.AppVersion, "app-version", "", "the version runs are recorded under; a process resumes only the runs of its own version (default $SLUICE_APP_VERSION, else one derived from the functions' names, the same for every build; see docs/operations.md)")
+	fs.DurationVar(&f.app.AdoptEvery, "adopt-every", sluice.DefaultAdoptEvery, "with --node: how often to look for runs left unfinished by nodes that no longer run, and resume them here or on another live node (at most 1h; negative: never, a node's runs then wait for a node of its name)")
+	fs.Var(&f.flows, "flow", "a gateway flow as `NAME=WEIGHT[:PRIORITY[:MAX_TOKENS]]` (repeatable); the key's governor shares the key among them and the functions' flows")
+	f.sf = addServerFlags(fs)
+	f.lf = addLogFlags(fs)
+	return f
+}
+
+// servePlan is what serve's flags and config file decide, checked before
+// anything listens.
+type servePlan struct {
+	gc                  guard.Config
+	token, metricsToken string
+	logger              *slog.Logger
+	gw                  *gatewayPlan // nil: no gateway
+}
+
+// check reads the config file into the flags it does not override and
+// checks every setting, naming a bad one where it was given.
+func (f *serveFlags) check(env *cli.Env, fs *flag.FlagSet) (*servePlan, error) {
+	var file serveFile
+	set, refuse, err := loadConfig(fs, f.config, &file)
+	if err != nil {
+		return nil, err
 	}
 	if !set["allowed-hosts"] && len(file.AllowedHosts) > 0 {
-		sf.hosts = strings.Join(file.AllowedHosts, ",")
+		f.sf.hosts = strings.Join(file.AllowedHosts, ",")
 	}
-	sf.refuse = refuse
-	logger, err := lf.logger(env.stderr, refuse)
-	if err != nil {
-		return err
+	f.sf.refuse = refuse
+	p := &servePlan{}
+	if p.logger, err = f.lf.logger(env.Stderr, refuse); err != nil {
+		return nil, err
 	}
-	token := env.getenv(*tokenEnv)
-	if token != "" {
-		if err := guard.CheckToken(*tokenEnv, token); err != nil {
-			return err
+	p.token = env.Getenv(f.tokenEnv)
+	if p.token != "" {
+		if err := guard.CheckToken(f.tokenEnv, p.token); err != nil {
+			return nil, err
 		}
 	}
-	if err := guard.CheckBind(*addr, token != "", "set "+*tokenEnv); err != nil {
-		return err
+	if err := guard.CheckBind(f.addr, p.token != "", "set "+f.tokenEnv); err != nil {
+		return nil, err
 	}
-	gc, err := sf.config(*addr, nil)
-	if err != nil {
-		return err
+	if p.gc, err = f.sf.config(f.addr, nil); err != nil {
+		return nil, err
 	}
-	gc.Forms = dashboardForm // the dashboard checks a CSRF token on each of its forms
-	if *runTimeout <= 0 {
-		return refuse("run-timeout", fmt.Errorf("%s: want a positive duration", *runTimeout))
+	p.gc.Forms = serveapp.DashboardForm // the dashboard checks a CSRF token on each of its forms
+	if err := f.checkBounds(env, refuse); err != nil {
+		return nil, err
 	}
-	if *publicURL != "" {
-		if err := ui.CheckPublicURL(*publicURL); err != nil {
+	if f.metricsTokenEnv != "" {
+		if p.metricsToken = env.Getenv(f.metricsTokenEnv); p.metricsToken == "" {
+			return nil, refuse("metrics-token-env", fmt.Errorf("%s: the variable is empty", f.metricsTokenEnv))
+		}
+		if err := guard.CheckToken(f.metricsTokenEnv, p.metricsToken); err != nil {
+			return nil, err
+		}
+	}
+	switch {
+	case f.withGateway:
+		if p.gw, err = planServeGateway(env, file, refuse, f.flows, f.clientEnv, p.token); err != nil {
+			return nil, err
+		}
+		if err := checkMaxFlowParked(*f.maxParked); err != nil {
+			return nil, refuse("max-flow-parked", err)
+		}
+		p.gw.maxFlowParked = *f.maxParked
+	case len(f.flows) > 0 || len(file.Flows) > 0:
+		return nil, refuse("flow", errors.New("gateway flows without the gateway: add --gateway (gateway: true)"))
+	case cli.Given(fs)["max-flow-parked"]:
+		return nil, refuse("max-flow-parked", errors.New("a bound of the gateway's line without the gateway: add --gateway (gateway: true)"))
+	}
+	return p, nil
+}
+
+// checkBounds refuses settings out of their bounds, and what the app would
+// refuse once it opens the database, before anything listens; it fills in
+// the version from $SLUICE_APP_VERSION.
+func (f *serveFlags) checkBounds(env *cli.Env, refuse func(string, error) error) error {
+	o := &f.app
+	if o.RunTimeout <= 0 {
+		return refuse("run-timeout", fmt.Errorf("%s: want a positive duration", o.RunTimeout))
+	}
+	if f.publicURL != "" {
+		if err := ui.CheckPublicURL(f.publicURL); err != nil {
 			return refuse("public-url", err)
 		}
 	}
-	if *leaseTTL < time.Millisecond || *leaseTTL > time.Hour {
-		return refuse("lease-ttl", fmt.Errorf("%s: want from 1ms to 1h", *leaseTTL))
+	if o.LeaseTTL < time.Millisecond || o.LeaseTTL > time.Hour {
+		return refuse("lease-ttl", fmt.Errorf("%s: want from 1ms to 1h", o.LeaseTTL))
 	}
-	if *stopGrace < 0 || *stopGrace > time.Hour {
-		return refuse("stop-grace", fmt.Errorf("%s: want from 0 to 1h", *stopGrace))
+	if f.stopGrace < 0 || f.stopGrace > time.Hour {
+		return refuse("stop-grace", fmt.Errorf("%s: want from 0 to 1h", f.stopGrace))
 	}
-	if *appVersion == "" {
-		*appVersion = env.getenv("SLUICE_APP_VERSION")
+	if o.AppVersion == "" {
+		o.AppVersion = env.Getenv("SLUICE_APP_VERSION")
 	}
-	if *appVersion != "" {
-		if err := sluice.CheckVersion(*appVersion); err != nil {
+	if o.AppVersion != "" {
+		if err := sluice.CheckVersion(o.AppVersion); err != nil {
 			return refuse("app-version", err)
 		}
 	}
-	if *adopt == 0 || *adopt > time.Hour {
-		return refuse("adopt-every", fmt.Errorf("%s: want from 1ns to 1h, or negative for never", *adopt))
+	if o.AdoptEvery == 0 || o.AdoptEvery > time.Hour {
+		return refuse("adopt-every", fmt.Errorf("%s: want from 1ns to 1h, or negative for never", o.AdoptEvery))
 	}
-	if *node != "" {
-		if err := checkNodeName(*node); err != nil {
+	if o.Node != "" {
+		if err := checkNodeName(o.Node); err != nil {
 			return refuse("node", err)
 		}
 	}
-	// What the app would refuse once it opens the database, refused now,
-	// before anything listens, and named where it was given.
-	if _, err := governor.ParseLimits(*limits); err != nil {
+	if _, err := governor.ParseLimits(o.Limits); err != nil {
 		return refuse("limits", err)
 	}
-	if _, err := llm.ParseProfile(*profile); err != nil {
+	if _, err := llm.ParseProfile(o.Profile); err != nil {
 		return refuse("profile", err)
 	}
-	if *keyEnv != "" && env.getenv(*keyEnv) == "" {
-		return refuse("api-key-env", fmt.Errorf("%s: the variable is empty", *keyEnv))
+	if o.KeyEnv != "" && env.Getenv(o.KeyEnv) == "" {
+		return refuse("api-key-env", fmt.Errorf("%s: the variable is empty", o.KeyEnv))
 	}
-	if *maxEvent < 1 || *maxEvent > 64<<20 {
-		return refuse("max-event-bytes", fmt.Errorf("%d: want between 1 and %d", *maxEvent, 64<<20))
+	if f.maxEvent < 1 || f.maxEvent > 64<<20 {
+		return refuse("max-event-bytes", fmt.Errorf("%d: want between 1 and %d", f.maxEvent, 64<<20))
 	}
-	if *outputLimit < 1 || *outputLimit > 1<<20 {
-		return refuse("output-limit", fmt.Errorf("%d: want between 1 and %d", *outputLimit, 1<<20))
+	if f.outputLimit < 1 || f.outputLimit > 1<<20 {
+		return refuse("output-limit", fmt.Errorf("%d: want between 1 and %d", f.outputLimit, 1<<20))
 	}
-	metricsToken := ""
-	if *metricsTokenEnv != "" {
-		if metricsToken = env.getenv(*metricsTokenEnv); metricsToken == "" {
-			return refuse("metrics-token-env", fmt.Errorf("%s: the variable is empty", *metricsTokenEnv))
-		}
-		if err := guard.CheckToken(*metricsTokenEnv, metricsToken); err != nil {
-			return err
-		}
-	}
-	var gw *gatewayPlan
-	if *withGateway {
-		if gw, err = planServeGateway(env, file, refuse, flows, *clientEnv, token); err != nil {
-			return err
-		}
-		if err := checkMaxFlowParked(*maxParked); err != nil {
-			return refuse("max-flow-parked", err)
-		}
-		gw.maxFlowParked = *maxParked
-	} else if len(flows) > 0 || len(file.Flows) > 0 {
-		return refuse("flow", errors.New("gateway flows without the gateway: add --gateway (gateway: true)"))
-	} else if flagsGiven(fs)["max-flow-parked"] {
-		return refuse("max-flow-parked", errors.New("a bound of the gateway's line without the gateway: add --gateway (gateway: true)"))
-	}
-	starting, err := newServeFront("opening the database", *withGateway, *profile)
+	return nil
+}
+
+// serve listens first, so that a restart is reachable within moments and
+// /readyz says when the database is open and unfinished runs are resumed,
+// then starts the app in the background and serves until ctx ends.
+func (f *serveFlags) serve(ctx context.Context, env *cli.Env, p *servePlan) error {
+	starting, err := newServeFront("opening the database", f.withGateway, f.app.Profile)
 	if err != nil {
 		return err
 	}
-	// Listen first: a restart is reachable within moments, and /readyz
-	// says when the database is open and unfinished runs are resumed.
-	ln, err := net.Listen("tcp", *addr)
+	ln, err := net.Listen("tcp", f.addr)
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", *addr, err)
+		return fmt.Errorf("listen on %s: %w", f.addr, err)
 	}
-	srv := starting.server(gc)
-	fmt.Fprintf(env.stdout, "listening on http://%s\n", ln.Addr())
+	srv := starting.server(p.gc)
+	fmt.Fprintf(env.Stdout, "listening on http://%s\n", ln.Addr())
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	appc := make(chan *sluice.App, 1)
 	go func() {
-		began := time.Now()
-		app, err := newSummarizeApp(sctx, env, summarizeOptions{db: *dbURL, providerURL: *providerURL, profile: *profile, limits: *limits, keyEnv: *keyEnv, model: *model, runTimeout: *runTimeout, timeouts: calls, logger: logger, flows: gw.governorFlows(), node: *node, leaseTTL: *leaseTTL, adoptEvery: *adopt,
-			appVersion: *appVersion, stopGrace: stopGraceConfig(*stopGrace)})
-		parts := serveParts{app: app, api: sluice.HandlerConfig{Token: token, MaxEventBytes: *maxEvent, OutputLimit: *outputLimit}, metricsToken: metricsToken}
-		if err == nil {
-			appc <- app
-			parts.gateway, err = gw.build(sctx, app, *providerURL, *profile, *keyEnv, env, logger)
-		}
-		if err == nil {
-			parts.dashboard, err = app.Dashboard(sluice.DashboardConfig{Token: token, PublicURL: *publicURL, OutputLimit: *outputLimit, MaxEventBytes: *maxEvent})
-		}
-		if err == nil {
-			starting.Phase("resuming unfinished runs")
-			err = app.Start(sctx)
-		}
-		if err != nil {
+		if err := f.startApp(sctx, env, p, starting, appc); err != nil {
 			starting.Fail(err)
 			cancel(err)
-			return
 		}
-		starting.Ready(serveHandler(parts))
-		fmt.Fprintf(env.stdout, "ready in %s\n", time.Since(began).Round(time.Millisecond))
 	}()
-	err = serveUntilDone(sctx, srv, ln, *stopGrace, func() {
+	err = serveUntilDone(sctx, srv, ln, f.stopGrace, func() {
 		select {
 		case app := <-appc:
-			stopAppGracefully(env, app, *stopGrace)
+			stopAppGracefully(env, app, f.stopGrace)
 		default:
 		}
 	})
@@ -257,69 +291,33 @@ func runServe(ctx context.Context, env *cmdEnv, args []string) error {
 	return err
 }
 
-type summarizeOptions struct {
-	db, providerURL, profile, limits, keyEnv, model string
-	concurrency, retries                            int
-	retryBase, runTimeout                           time.Duration
-	timeouts                                        llm.Timeouts // of each provider call
-	logger                                          *slog.Logger // nil: slog.Default()
-	flows                                           []governor.FlowConfig
-	node                                            string        // empty: not one of a cluster
-	leaseTTL, adoptEvery                            time.Duration // with node
-	appVersion                                      string        // empty: the default
-	stopGrace                                       time.Duration // 0: the default; negative: none
-}
-
-// newSummarizeApp builds an app running the summarize pipeline.
-func newSummarizeApp(ctx context.Context, env *cmdEnv, o summarizeOptions) (*sluice.App, error) {
-	db := o.db
-	if db == "" {
-		db = env.getenv("SLUICE_DB")
-	}
-	if db == "" {
-		db = "sluice.db"
-	}
-	ls, err := governor.ParseLimits(o.limits)
+// startApp opens the database, builds the app and its parts, resumes the
+// unfinished runs and hands starting the handler; the app goes to appc as
+// soon as it exists, for the stop.
+func (f *serveFlags) startApp(ctx context.Context, env *cli.Env, p *servePlan, starting *serveFront, appc chan<- *sluice.App) error {
+	began := time.Now()
+	o := f.app
+	o.Logger, o.Flows, o.StopGrace = p.logger, p.gw.governorFlows(), serveapp.StopGrace(f.stopGrace)
+	app, err := serveapp.New(ctx, env.Getenv, o)
 	if err != nil {
-		return nil, fmt.Errorf("--limits: %w", err)
+		return err
 	}
-	prof, err := llm.ParseProfile(o.profile)
+	appc <- app
+	parts := serveapp.Parts{App: app, API: sluice.HandlerConfig{Token: p.token, MaxEventBytes: f.maxEvent, OutputLimit: f.outputLimit}, MetricsToken: p.metricsToken}
+	if parts.Gateway, err = p.gw.build(ctx, app, o.ProviderURL, o.Profile, o.KeyEnv, env, p.logger); err != nil {
+		return err
+	}
+	parts.Dashboard, err = app.Dashboard(sluice.DashboardConfig{Token: p.token, PublicURL: f.publicURL, OutputLimit: f.outputLimit, MaxEventBytes: f.maxEvent})
 	if err != nil {
-		return nil, fmt.Errorf("--profile: %w", err)
+		return err
 	}
-	key := ""
-	if o.keyEnv != "" {
-		if key = env.getenv(o.keyEnv); key == "" {
-			return nil, fmt.Errorf("--api-key-env %s: the variable is empty", o.keyEnv)
-		}
+	starting.Phase("resuming unfinished runs")
+	if err := app.Start(ctx); err != nil {
+		return err
 	}
-	var cluster *sluice.Cluster
-	if o.node != "" {
-		cluster = &sluice.Cluster{LeaseTTL: o.leaseTTL, AdoptEvery: o.adoptEvery}
-	}
-	app, err := sluice.New(ctx, sluice.Config{
-		DatabaseURL: db,
-		ExecutorID:  o.node,
-		Cluster:     cluster,
-		RetryBase:   o.retryBase,
-		Logger:      o.logger,
-		Flows:       o.flows,
-		AppVersion:  o.appVersion,
-		StopGrace:   o.stopGrace,
-		Providers: []sluice.Provider{{
-			Name:   o.profile,
-			LLM:    llm.Config{BaseURL: o.providerURL, APIKey: key, Profile: prof, Timeouts: o.timeouts},
-			Limits: ls,
-		}},
-	})
-	if err != nil {
-		return nil, err
-	}
-	if err := summarize.Register(app, summarize.Config{Model: o.model, Concurrency: o.concurrency, Retries: o.retries, Timeout: o.runTimeout}); err != nil {
-		_ = app.Stop(context.Background())
-		return nil, err
-	}
-	return app, nil
+	starting.Ready(serveapp.Handler(parts))
+	fmt.Fprintf(env.Stdout, "ready in %s\n", time.Since(began).Round(time.Millisecond))
+	return nil
 }
 
 func sluiceHandlerConfig(token string) sluice.HandlerConfig {
@@ -342,22 +340,13 @@ var nodeName = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
 
 // stopAppGracefully stops app as a pause within grace plus two seconds (see
 // sluice.App.Stop) and says so, with what stays to resume.
-func stopAppGracefully(env *cmdEnv, app *sluice.App, grace time.Duration) {
-	fmt.Fprintf(env.stdout, "stopping: no new work; calls in flight have %s to finish, unfinished runs resume at the next start\n", grace)
+func stopAppGracefully(env *cli.Env, app *sluice.App, grace time.Duration) {
+	fmt.Fprintf(env.Stdout, "stopping: no new work; calls in flight have %s to finish, unfinished runs resume at the next start\n", grace)
 	began := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), grace+2*time.Second)
 	defer cancel()
 	if err := app.Stop(ctx); err != nil {
-		fmt.Fprintf(env.stderr, "sluice: stop: %v\n", err)
+		fmt.Fprintf(env.Stderr, "sluice: stop: %v\n", err)
 	}
-	fmt.Fprintf(env.stdout, "stopped in %s\n", time.Since(began).Round(time.Millisecond))
-}
-
-// stopGraceConfig is --stop-grace as sluice.Config.StopGrace: 0 there is
-// the default, so none is negative.
-func stopGraceConfig(d time.Duration) time.Duration {
-	if d == 0 {
-		return -1
-	}
-	return d
+	fmt.Fprintf(env.Stdout, "stopped in %s\n", time.Since(began).Round(time.Millisecond))
 }

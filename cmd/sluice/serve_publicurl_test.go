@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sluice-dev/sluice/internal/cli"
 )
 
 // TestServePublicURL: --public-url (public_url: in the file) is refused
@@ -32,7 +34,7 @@ func TestServePublicURL(t *testing.T) {
 		{[]string{"--config", file}, `public_url: "sluice.example.com": want an absolute http:// or https:// URL (line 2)`},
 	} {
 		var stderr bytes.Buffer
-		env := &cmdEnv{stdout: io.Discard, stderr: &stderr, getenv: func(string) string { return "" }}
+		env := &cli.Env{Stdout: io.Discard, Stderr: &stderr, Getenv: func(string) string { return "" }}
 		args := append([]string{"serve", "--addr", "127.0.0.1:0", "--db", filepath.Join(dir, "s.db")}, tc.args...)
 		if code := runMain(context.Background(), env, args); code != 1 || !strings.Contains(stderr.String(), tc.want) {
 			t.Errorf("%v: exit %d, stderr %q; want 1 and %q", tc.args, code, stderr.String(), tc.want)

@@ -15,12 +15,14 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/examples/summarize"
+	"github.com/sluice-dev/sluice/internal/cli"
+	"github.com/sluice-dev/sluice/internal/serveapp"
 )
 
 func TestServeRefusesOpenBindWithoutToken(t *testing.T) {
 	t.Parallel()
 	var stderr bytes.Buffer
-	env := &cmdEnv{stdout: io.Discard, stderr: &stderr, getenv: func(string) string { return "" }}
+	env := &cli.Env{Stdout: io.Discard, Stderr: &stderr, Getenv: func(string) string { return "" }}
 	code := runMain(context.Background(), env, []string{"serve", "--addr", "0.0.0.0:0", "--db", filepath.Join(t.TempDir(), "s.db")})
 	if code != 1 || !strings.Contains(stderr.String(), "without authentication: set SLUICE_API_TOKEN") {
 		t.Fatalf("exit %d, stderr %q", code, stderr.String())
@@ -30,7 +32,7 @@ func TestServeRefusesOpenBindWithoutToken(t *testing.T) {
 func TestServeRefusesShortToken(t *testing.T) {
 	t.Parallel()
 	var stderr bytes.Buffer
-	env := &cmdEnv{stdout: io.Discard, stderr: &stderr, getenv: func(k string) string {
+	env := &cli.Env{Stdout: io.Discard, Stderr: &stderr, Getenv: func(k string) string {
 		if k == "SLUICE_API_TOKEN" {
 			return "x"
 		}
@@ -44,13 +46,13 @@ func TestServeRefusesShortToken(t *testing.T) {
 
 func TestSendPostsEvent(t *testing.T) {
 	t.Parallel()
-	env := &cmdEnv{stdout: io.Discard, stderr: io.Discard, getenv: func(k string) string {
+	env := &cli.Env{Stdout: io.Discard, Stderr: io.Discard, Getenv: func(k string) string {
 		if k == "SLUICE_API_TOKEN" {
 			return "tok"
 		}
 		return ""
 	}}
-	app, err := newSummarizeApp(context.Background(), env, summarizeOptions{db: filepath.Join(t.TempDir(), "s.db"), providerURL: "http://127.0.0.1:1/v1", profile: "groq", limits: "rpm=30"})
+	app, err := serveapp.New(context.Background(), env.Getenv, serveapp.Options{DB: filepath.Join(t.TempDir(), "s.db"), ProviderURL: "http://127.0.0.1:1/v1", Profile: "groq", Limits: "rpm=30"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +64,7 @@ func TestSendPostsEvent(t *testing.T) {
 	defer srv.Close()
 
 	var out, errb bytes.Buffer
-	env.stdout, env.stderr = &out, &errb
+	env.Stdout, env.Stderr = &out, &errb
 	code := runMain(context.Background(), env, []string{"send", summarize.Event, "--id", "e1", "--data", `{"documentId":"d1"}`, "--url", srv.URL})
 	if code != 0 || !strings.Contains(out.String(), `"run_id": "summarize-doc:key:d1"`) || !strings.Contains(out.String(), `"queued"`) {
 		t.Fatalf("exit %d, out %s, err %s", code, out.String(), errb.String())
@@ -100,7 +102,7 @@ func TestServeListensThenStarts(t *testing.T) {
 		}
 	}
 	pr, pw := io.Pipe()
-	env := &cmdEnv{stdout: pw, stderr: io.Discard, getenv: func(string) string { return "" }}
+	env := &cli.Env{Stdout: pw, Stderr: io.Discard, Getenv: func(string) string { return "" }}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
 	go func() {
@@ -170,7 +172,7 @@ func TestServeListensThenStarts(t *testing.T) {
 func TestServeStartFailureExits(t *testing.T) {
 	t.Parallel()
 	var stderr bytes.Buffer
-	env := &cmdEnv{stdout: io.Discard, stderr: &stderr, getenv: func(string) string { return "" }}
+	env := &cli.Env{Stdout: io.Discard, Stderr: &stderr, Getenv: func(string) string { return "" }}
 	file := filepath.Join(t.TempDir(), "a-file")
 	if err := os.WriteFile(file, nil, 0o600); err != nil {
 		t.Fatal(err)
@@ -224,7 +226,7 @@ func TestServeConfigFile(t *testing.T) {
 				args = append(args, "--config", path)
 			}
 			var stderr bytes.Buffer
-			env := &cmdEnv{stdout: io.Discard, stderr: &stderr, getenv: func(string) string { return "" }}
+			env := &cli.Env{Stdout: io.Discard, Stderr: &stderr, Getenv: func(string) string { return "" }}
 			code := runMain(context.Background(), env, args)
 			if code != 1 || !strings.Contains(stderr.String(), tt.want) {
 				t.Fatalf("exit %d, stderr %q; want 1 and %q", code, stderr.String(), tt.want)
@@ -252,7 +254,7 @@ func TestServeMaxFlowParkedNeedsTheGateway(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			var stderr bytes.Buffer
-			env := &cmdEnv{stdout: io.Discard, stderr: &stderr, getenv: func(string) string { return "" }}
+			env := &cli.Env{Stdout: io.Discard, Stderr: &stderr, Getenv: func(string) string { return "" }}
 			args := append([]string{"serve", "--addr", "127.0.0.1:0", "--db", filepath.Join(t.TempDir(), "s.db")}, tc.args...)
 			if code := runMain(context.Background(), env, args); code == 0 || !strings.Contains(stderr.String(), tc.want) {
 				t.Fatalf("exit %d, stderr %q, want it to say %q", code, stderr.String(), tc.want)

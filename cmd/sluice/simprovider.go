@@ -2,15 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/cli"
 	"github.com/sluice-dev/sluice/internal/forecast"
 	"github.com/sluice-dev/sluice/internal/guard"
 	"github.com/sluice-dev/sluice/internal/sim"
@@ -18,15 +15,15 @@ import (
 )
 
 func init() {
-	register(&command{
-		name:    "sim-provider",
-		summary: "serve a simulated LLM provider with exact rate limits (OpenAI-compatible HTTP)",
-		run:     runSimProvider,
+	register(&cli.Command{
+		Name:    "sim-provider",
+		Summary: "serve a simulated LLM provider with exact rate limits (OpenAI-compatible HTTP)",
+		Run:     runSimProvider,
 	})
 }
 
-func runSimProvider(ctx context.Context, env *cmdEnv, args []string) error {
-	fs := newFlagSet(env, "sim-provider", "[flags]",
+func runSimProvider(ctx context.Context, env *cli.Env, args []string) error {
+	fs := cli.NewFlagSet(env, "sim-provider", "[flags]",
 		"Serves POST /v1/chat/completions, GET /v1/models and GET /sim/stats from a provider model that\n"+
 			"enforces every limit exactly and answers in the chosen provider's wire format. Settings come\n"+
 			"from --scenario's provider section, then from the flags given explicitly.\n\n"+
@@ -47,59 +44,51 @@ func runSimProvider(ctx context.Context, env *cmdEnv, args []string) error {
 		model      = fs.String("model", "sim-model", "model name listed by /v1/models and used when a request names none")
 		keyEnv     = fs.String("api-key-env", "", "`NAME` of an environment variable holding the API key clients must send (default: no key required)")
 	)
-	if err := parseFlags(fs, env, args); err != nil {
+	if err := cli.ParseFlags(fs, env, args); err != nil {
 		return err
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	set := cli.Given(fs)
 	if err := guard.CheckBind(*addr, *remote, "pass --allow-remote to serve the simulator to other machines"); err != nil {
 		return err
 	}
-
-	p := forecast.Provider{Profile: llm.OpenAI, DefaultMaxTokens: forecast.DefaultMaxTokens}
-	seedV := *seed
-	if *scenarioF != "" {
-		sc, err := forecast.Load(*scenarioF)
-		if err != nil {
-			return err
+	p, seedV, err := simProvider(set, *scenarioF, *seed, func(p *forecast.Provider) error {
+		var err error
+		if set["profile"] || *scenarioF == "" {
+			p.Profile = llm.Profile(*profile)
+			if !slices.Contains(llm.Profiles(), p.Profile) {
+				return fmt.Errorf("--profile %q: want groq, openai or anthropic", p.Profile)
+			}
 		}
-		p = sc.Provider
-		if !set["seed"] {
-			seedV = sc.Seed
+		if set["limits"] {
+			if p.Limits, err = governor.ParseLimits(*limitsF); err != nil {
+				return fmt.Errorf("--limits: %w", err)
+			}
 		}
-	}
-	var err error
-	if set["profile"] || *scenarioF == "" {
-		p.Profile = llm.Profile(*profile)
-		if !slices.Contains(llm.Profiles(), p.Profile) {
-			return fmt.Errorf("--profile %q: want groq, openai or anthropic", p.Profile)
+		if set["window"] {
+			if p.Window, err = governor.ParseWindow(*window); err != nil {
+				return fmt.Errorf("--window: %w", err)
+			}
 		}
-	}
-	if set["limits"] {
-		if p.Limits, err = governor.ParseLimits(*limitsF); err != nil {
-			return fmt.Errorf("--limits: %w", err)
+		if set["accounting"] {
+			if p.Accounting, err = governor.ParseAccounting(*accounting); err != nil {
+				return fmt.Errorf("--accounting: %w", err)
+			}
 		}
-	}
-	if set["window"] {
-		if p.Window, err = governor.ParseWindow(*window); err != nil {
-			return fmt.Errorf("--window: %w", err)
+		if set["latency"] {
+			p.Latency = *latency
 		}
-	}
-	if set["accounting"] {
-		if p.Accounting, err = governor.ParseAccounting(*accounting); err != nil {
-			return fmt.Errorf("--accounting: %w", err)
+		if set["default-max-tokens"] {
+			p.DefaultMaxTokens = *defMax
 		}
-	}
-	if set["latency"] {
-		p.Latency = *latency
-	}
-	if set["default-max-tokens"] {
-		p.DefaultMaxTokens = *defMax
-	}
-	if set["faults"] {
-		if p.Faults, err = parseFaults(*faultsF); err != nil {
-			return fmt.Errorf("--faults: %w", err)
+		if set["faults"] {
+			if p.Faults, err = forecast.ParseFaults(*faultsF); err != nil {
+				return fmt.Errorf("--faults: %w", err)
+			}
 		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	cfg := p.ModelConfig(seedV)
 	cfg.Model, cfg.Wire, cfg.MaxOutputTokens = *model, true, *maxOut
@@ -109,7 +98,7 @@ func runSimProvider(ctx context.Context, env *cmdEnv, args []string) error {
 	}
 	scfg := sim.ServerConfig{Addr: *addr, Models: []string{*model}}
 	if *keyEnv != "" {
-		scfg.APIKey = env.getenv(*keyEnv)
+		scfg.APIKey = env.Getenv(*keyEnv)
 		if scfg.APIKey == "" {
 			return fmt.Errorf("--api-key-env %s: the variable is unset or empty", *keyEnv)
 		}
@@ -126,7 +115,7 @@ func runSimProvider(ctx context.Context, env *cmdEnv, args []string) error {
 	if scfg.APIKey != "" {
 		auth = "API key from $" + *keyEnv + " required"
 	}
-	fmt.Fprintf(env.stdout, "listening on http://%s (profile %s, limits %s, window %s, accounting %s, latency %s, default max_tokens %d, max output tokens %d, model %s, %s)\n",
+	fmt.Fprintf(env.Stdout, "listening on http://%s (profile %s, limits %s, window %s, accounting %s, latency %s, default max_tokens %d, max output tokens %d, model %s, %s)\n",
 		srv.Addr(), p.Profile, limits, p.Window, p.Accounting, p.Latency, p.DefaultMaxTokens, m.Config().MaxOutputTokens, *model, auth)
 	<-ctx.Done()
 	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -134,37 +123,21 @@ func runSimProvider(ctx context.Context, env *cmdEnv, args []string) error {
 	return srv.Stop(stopCtx)
 }
 
-// parseFaults reads "error_5xx=0.1,timeout=0.05".
-func parseFaults(s string) (forecast.Faults, error) {
-	var f forecast.Faults
-	for _, part := range strings.Split(s, ",") {
-		part = strings.TrimSpace(part)
-		if part == "" {
-			continue
+// simProvider returns the provider to simulate and its seed: --scenario's
+// provider section and seed, or the defaults, then what flags (the flags
+// given explicitly) set.
+func simProvider(set map[string]bool, scenario string, seed int64, flags func(*forecast.Provider) error) (forecast.Provider, int64, error) {
+	p := forecast.Provider{Profile: llm.OpenAI, DefaultMaxTokens: forecast.DefaultMaxTokens}
+	if scenario != "" {
+		sc, err := forecast.Load(scenario)
+		if err != nil {
+			return p, 0, err
 		}
-		name, val, ok := strings.Cut(part, "=")
-		if !ok {
-			return f, fmt.Errorf("%q: want name=fraction, e.g. timeout=0.05", part)
-		}
-		x, err := strconv.ParseFloat(val, 64)
-		if err != nil || !(x >= 0 && x <= 1) {
-			return f, fmt.Errorf("%s: %q is not a fraction in [0, 1]", name, val)
-		}
-		switch name {
-		case "error_5xx":
-			f.Error5xx = x
-		case "timeout":
-			f.Timeout = x
-		case "reset":
-			f.Reset = x
-		case "bad_json":
-			f.BadJSON = x
-		default:
-			return f, fmt.Errorf("unknown fault %q (want error_5xx, timeout, reset or bad_json)", name)
+		p = sc.Provider
+		if !set["seed"] {
+			seed = sc.Seed
 		}
 	}
-	if f.Sum() > 1 {
-		return f, errors.New("the fractions add up to more than 1")
-	}
-	return f, nil
+	err := flags(&p)
+	return p, seed, err
 }

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluice-dev/sluice/internal/cli"
 )
 
 // startSimProvider runs "sluice sim-provider args..." in-process and returns
@@ -22,7 +24,7 @@ func startSimProvider(t *testing.T, getenv func(string) string, args ...string) 
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
 	var stderr bytes.Buffer
-	env := &cmdEnv{stdout: pw, stderr: &stderr, getenv: getenv}
+	env := &cli.Env{Stdout: pw, Stderr: &stderr, Getenv: getenv}
 	done := make(chan int, 1)
 	go func() {
 		code := runMain(ctx, env, append([]string{"sim-provider"}, args...))
@@ -169,7 +171,7 @@ func TestSimProviderErrors(t *testing.T) {
 		{[]string{"--addr", "nonsense"}, 1, `--addr "nonsense"`},
 	} {
 		var stdout, stderr bytes.Buffer
-		env := &cmdEnv{stdout: &stdout, stderr: &stderr, getenv: func(k string) string {
+		env := &cli.Env{Stdout: &stdout, Stderr: &stderr, Getenv: func(k string) string {
 			if k == "SIM_PROVIDER_SET" {
 				return "sk-sim-provider-test-key"
 			}
@@ -185,7 +187,7 @@ func TestSimProviderErrors(t *testing.T) {
 func TestSimProviderHelp(t *testing.T) {
 	t.Parallel()
 	var stdout, stderr bytes.Buffer
-	env := &cmdEnv{stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }}
+	env := &cli.Env{Stdout: &stdout, Stderr: &stderr, Getenv: func(string) string { return "" }}
 	if code := runMain(context.Background(), env, []string{"sim-provider", "--help"}); code != 0 {
 		t.Fatalf("exit %d", code)
 	}

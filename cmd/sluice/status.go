@@ -12,21 +12,22 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/cli"
 	"github.com/sluice-dev/sluice/internal/health"
 	"github.com/sluice-dev/sluice/internal/num"
 	"github.com/sluice-dev/sluice/run"
 )
 
 func init() {
-	register(&command{
-		name:    "status",
-		summary: "show the health of a running server's jobs: state, progress, rate, ETA, what each waits on",
-		run:     runStatus,
+	register(&cli.Command{
+		Name:    "status",
+		Summary: "show the health of a running server's jobs: state, progress, rate, ETA, what each waits on",
+		Run:     runStatus,
 	})
 }
 
-func runStatus(ctx context.Context, env *cmdEnv, args []string) error {
-	fs := newFlagSet(env, "status", "[flags]",
+func runStatus(ctx context.Context, env *cli.Env, args []string) error {
+	fs := cli.NewFlagSet(env, "status", "[flags]",
 		"Reads GET /v1/flows of a running \"sluice serve\" (or \"sluice gateway\") and prints each flow's\n"+
 			"state, progress, rate per hour, ETA, last progress, failures, and its last error or what\n"+
 			"it waits on; then, from GET /v1/versions, the unfinished runs of other versions that wait\n"+
@@ -36,7 +37,7 @@ func runStatus(ctx context.Context, env *cmdEnv, args []string) error {
 	watch := fs.Bool("watch", false, "redraw every --interval until interrupted")
 	interval := fs.Duration("interval", 2*time.Second, "time between redraws with --watch")
 	raw := fs.Bool("json", false, "print the server's answer to GET /v1/flows as it is")
-	if err := parseFlags(fs, env, args); err != nil {
+	if err := cli.ParseFlags(fs, env, args); err != nil {
 		return err
 	}
 	if *interval < 10*time.Millisecond {
@@ -49,7 +50,7 @@ func runStatus(ctx context.Context, env *cmdEnv, args []string) error {
 			return err
 		}
 		if *raw {
-			_, err = env.stdout.Write(body)
+			_, err = env.Stdout.Write(body)
 			return err
 		}
 		// Read what this version knows; a newer server may answer more.
@@ -57,7 +58,7 @@ func runStatus(ctx context.Context, env *cmdEnv, args []string) error {
 		if err := json.Unmarshal(body, &v); err != nil {
 			return fmt.Errorf("%s: the answer is not a list of flows: %w", c.url("/v1/flows"), err)
 		}
-		if err := renderStatus(env.stdout, v.Flows, time.Now()); err != nil {
+		if err := renderStatus(env.Stdout, v.Flows, time.Now()); err != nil {
 			return err
 		}
 		vs, err := c.versions(ctx)
@@ -67,7 +68,7 @@ func runStatus(ctx context.Context, env *cmdEnv, args []string) error {
 		if err != nil {
 			return err
 		}
-		return renderWaiting(env.stdout, vs.Others)
+		return renderWaiting(env.Stdout, vs.Others)
 	}
 	if !*watch {
 		return show()
@@ -76,14 +77,14 @@ func runStatus(ctx context.Context, env *cmdEnv, args []string) error {
 	defer t.Stop()
 	for {
 		if !*raw {
-			fmt.Fprint(env.stdout, "\x1b[H\x1b[2J") // clear the screen, cursor home
+			fmt.Fprint(env.Stdout, "\x1b[H\x1b[2J") // clear the screen, cursor home
 		}
 		if err := show(); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
 			// A server restarting is worth watching through.
-			fmt.Fprintf(env.stdout, "sluice status: %v\n", err)
+			fmt.Fprintf(env.Stdout, "sluice status: %v\n", err)
 		}
 		select {
 		case <-ctx.Done():
@@ -108,10 +109,10 @@ func addAPIFlags(fs *flag.FlagSet) *apiFlags {
 
 // client is the API's client for the flags: --token, or else the variable
 // --token-env names.
-func (f *apiFlags) client(env *cmdEnv) *apiClient {
+func (f *apiFlags) client(env *cli.Env) *apiClient {
 	tok := *f.token
 	if tok == "" {
-		tok = env.getenv(*f.tokenEnv)
+		tok = env.Getenv(*f.tokenEnv)
 	}
 	return &apiClient{base: strings.TrimRight(*f.url, "/"), token: tok, http: &http.Client{Timeout: 10 * time.Second}}
 }
@@ -245,15 +246,15 @@ func renderStatus(w io.Writer, flows []health.Flow, now time.Time) error {
 			rate = fmt.Sprintf("%.1f", f.RatePerHour)
 		}
 		if !f.ETA.IsZero() {
-			eta = "in " + span(f.ETA.Sub(now))
+			eta = "in " + cli.Span(f.ETA.Sub(now))
 		}
 		if !f.LastProgressAt.IsZero() {
-			last = span(now.Sub(f.LastProgressAt)) + " ago"
+			last = cli.Span(now.Sub(f.LastProgressAt)) + " ago"
 		}
 		if f.ConsecutiveFailures > 0 {
 			failures = fmt.Sprint(f.ConsecutiveFailures)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", f.Name, f.State, bar(f.Done, f.Remaining), rate, eta, last, failures, note(f, now))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", f.Name, f.State, cli.Bar(f.Done, f.Remaining), rate, eta, last, failures, note(f, now))
 	}
 	_ = tw.Flush() // into a strings.Builder: cannot fail
 	// The padding of an empty last column is not worth a line's width.
@@ -265,59 +266,21 @@ func renderStatus(w io.Writer, flows []health.Flow, now time.Time) error {
 	return err
 }
 
-const barWidth = 20
-
-// bar draws done out of done+remaining: "[#####...............]  25% 1/4";
-// "-" for a flow with neither.
-func bar(done, remaining int64) string {
-	total := done + remaining
-	if done < 0 || remaining < 0 || total <= 0 {
-		return "-"
-	}
-	frac := float64(done) / float64(total)
-	n := int(frac * barWidth)
-	return fmt.Sprintf("[%s%s] %3d%% %s/%s", strings.Repeat("#", n), strings.Repeat(".", barWidth-n),
-		int(frac*100), num.Group(done), num.Group(total))
-}
-
 // note is the last column: the last error, then what the flow waits on.
 func note(f health.Flow, now time.Time) string {
 	var parts []string
 	if f.LastError != "" {
-		parts = append(parts, "error: "+clip(f.LastError, 80))
+		parts = append(parts, "error: "+cli.Clip(f.LastError, 80))
 	}
 	if f.WaitingOn != "" {
 		s := "waiting on " + f.WaitingOn
 		if !f.WaitingUntil.IsZero() {
 			s += " until " + f.WaitingUntil.UTC().Format(time.TimeOnly) + "Z"
 			if d := f.WaitingUntil.Sub(now); d > 0 {
-				s += " (in " + span(d) + ")"
+				s += " (in " + cli.Span(d) + ")"
 			}
 		}
 		parts = append(parts, s)
 	}
 	return strings.Join(parts, "; ")
-}
-
-// clip cuts s to n runes, on one line.
-func clip(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if r := []rune(s); len(r) > n {
-		return string(r[:n-1]) + "…"
-	}
-	return s
-}
-
-// span writes a duration the way a person reads one at a glance: 45s,
-// 12m, 3h05m, 2d04h.
-func span(d time.Duration) string {
-	switch d = max(d, 0); {
-	case d < time.Minute:
-		return fmt.Sprintf("%ds", int(d.Seconds()))
-	case d < time.Hour:
-		return fmt.Sprintf("%dm", int(d.Minutes()))
-	case d < 48*time.Hour:
-		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
-	}
-	return fmt.Sprintf("%dd%02dh", int(d.Hours())/24, int(d.Hours())%24)
 }

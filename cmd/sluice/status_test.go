@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/cli"
 	"github.com/sluice-dev/sluice/internal/health"
 	"github.com/sluice-dev/sluice/internal/testenv"
 )
@@ -44,7 +45,7 @@ func flowsServer(t *testing.T, body string) (srv *httptest.Server, served chan s
 
 func runStatusCLI(ctx context.Context, env map[string]string, args ...string) (code int, stdout, stderr string) {
 	var out, errOut testenv.Buffer
-	e := &cmdEnv{stdout: &out, stderr: &errOut, getenv: func(k string) string { return env[k] }}
+	e := &cli.Env{Stdout: &out, Stderr: &errOut, Getenv: func(k string) string { return env[k] }}
 	code = runMain(ctx, e, append([]string{"status"}, args...))
 	return code, out.String(), errOut.String()
 }

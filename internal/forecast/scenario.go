@@ -1,6 +1,7 @@
 package forecast
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -155,6 +156,42 @@ type Faults struct {
 
 // Sum returns the fraction of admitted requests that fail in any way.
 func (f Faults) Sum() float64 { return f.Error5xx + f.Timeout + f.Reset + f.BadJSON }
+
+// ParseFaults reads faults written as the simulator's flags take them:
+// "error_5xx=0.1,timeout=0.05" (names error_5xx, timeout, reset, bad_json).
+func ParseFaults(s string) (Faults, error) {
+	var f Faults
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		name, val, ok := strings.Cut(part, "=")
+		if !ok {
+			return f, fmt.Errorf("%q: want name=fraction, e.g. timeout=0.05", part)
+		}
+		x, err := strconv.ParseFloat(val, 64)
+		if err != nil || !(x >= 0 && x <= 1) {
+			return f, fmt.Errorf("%s: %q is not a fraction in [0, 1]", name, val)
+		}
+		switch name {
+		case "error_5xx":
+			f.Error5xx = x
+		case "timeout":
+			f.Timeout = x
+		case "reset":
+			f.Reset = x
+		case "bad_json":
+			f.BadJSON = x
+		default:
+			return f, fmt.Errorf("unknown fault %q (want error_5xx, timeout, reset or bad_json)", name)
+		}
+	}
+	if f.Sum() > 1 {
+		return f, errors.New("the fractions add up to more than 1")
+	}
+	return f, nil
+}
 
 // Flow is one job or tenant drawing on the key.
 type Flow struct {

@@ -463,3 +463,22 @@ func TestScenarioBoundsInCode(t *testing.T) {
 		t.Errorf("valid scenario: %v", err)
 	}
 }
+
+func TestParseFaults(t *testing.T) {
+	t.Parallel()
+	f, err := ParseFaults(" error_5xx=0.1, timeout=0.05,reset=0,bad_json=0.02 ,")
+	if err != nil || f != (Faults{Error5xx: 0.1, Timeout: 0.05, BadJSON: 0.02}) {
+		t.Errorf("got %+v, %v", f, err)
+	}
+	for in, want := range map[string]string{
+		"timeout":               `"timeout": want name=fraction, e.g. timeout=0.05`,
+		"timeout=2":             `timeout: "2" is not a fraction in [0, 1]`,
+		"timeout=NaN":           `timeout: "NaN" is not a fraction in [0, 1]`,
+		"slow=0.1":              `unknown fault "slow" (want error_5xx, timeout, reset or bad_json)`,
+		"timeout=0.6,reset=0.5": "the fractions add up to more than 1",
+	} {
+		if _, err := ParseFaults(in); err == nil || err.Error() != want {
+			t.Errorf("ParseFaults(%q) = %v, want %q", in, err, want)
+		}
+	}
+}

@@ -1,4 +1,4 @@
-package main
+package benchcmd
 
 import (
 	"bytes"
@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"os"
 	"testing"
+
+	"github.com/sluice-dev/sluice/internal/cli"
 )
 
 // The backfill bench on a few items: both sides process every item once,
@@ -18,8 +20,8 @@ func TestBenchBackfill(t *testing.T) {
 			const items, rounds = 200, 2
 			args := append([]string{"bench", "backfill", "--items", "200", "--batch", "7", "--rounds", "2", "--json"}, tc.db(t)...)
 			var out, errb bytes.Buffer
-			env := &cmdEnv{stdout: &out, stderr: &errb, getenv: os.Getenv}
-			if code := runMain(context.Background(), env, args); code != 0 {
+			env := &cli.Env{Stdout: &out, Stderr: &errb, Getenv: os.Getenv}
+			if code := runBench(context.Background(), env, args); code != 0 {
 				t.Fatalf("exit %d: %s", code, errb.String())
 			}
 			var rep backfillReport

@@ -1,4 +1,4 @@
-package main
+package benchcmd
 
 import (
 	"bytes"
@@ -7,6 +7,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/sluice-dev/sluice/internal/cli"
 )
 
 // The dashboard bench at a tiny size: it seeds runs, items and samples
@@ -20,8 +22,8 @@ func TestBenchDashboard(t *testing.T) {
 			const runs, items, samples = 50, 500, 3
 			args := append([]string{"bench", "dashboard", "--runs", "50", "--items", "500", "--samples", "3", "--json"}, tc.db(t)...)
 			var out, errb bytes.Buffer
-			env := &cmdEnv{stdout: &out, stderr: &errb, getenv: os.Getenv}
-			if code := runMain(context.Background(), env, args); code != 0 {
+			env := &cli.Env{Stdout: &out, Stderr: &errb, Getenv: os.Getenv}
+			if code := runBench(context.Background(), env, args); code != 0 {
 				t.Fatalf("exit %d: %s", code, errb.String())
 			}
 			var rep scaleReport

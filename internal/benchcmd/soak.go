@@ -1,8 +1,7 @@
-package main
+package benchcmd
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -20,17 +19,19 @@ import (
 	"github.com/sluice-dev/sluice"
 	"github.com/sluice-dev/sluice/examples/summarize"
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/cli"
 	"github.com/sluice-dev/sluice/internal/forecast"
+	"github.com/sluice-dev/sluice/internal/serveapp"
 	"github.com/sluice-dev/sluice/internal/sim"
 	"github.com/sluice-dev/sluice/llm"
 )
 
-func init() {
-	registerBench(&command{
-		name:    "soak",
-		summary: "run the summarize pipeline for an hour of compressed time against a faulty provider; check memory, goroutines, files and connections stay flat",
-		run:     runBenchSoak,
-	})
+func newSoakCommand(Config) *cli.Command {
+	return &cli.Command{
+		Name:    "soak",
+		Summary: "run the summarize pipeline for an hour of compressed time against a faulty provider; check memory, goroutines, files and connections stay flat",
+		Run:     runBenchSoak,
+	}
 }
 
 // Tolerance of the flatness verdict: a series is flat when its last value is
@@ -99,8 +100,30 @@ type soakSample struct {
 	DBConns    int64         `json:"db_conns"` // -1 where it cannot be read
 }
 
-func runBenchSoak(ctx context.Context, env *cmdEnv, args []string) error {
-	fs := newFlagSet(env, "bench soak", "[flags]",
+// soakOptions are the soak bench's flags, checked; limits and faults
+// parsed, the limits multiplied by the speed.
+type soakOptions struct {
+	duration, warmup, every, drain time.Duration
+	speed, rate                    float64
+	dbURL, profiles                string
+	latency, firstByte, runTimeout time.Duration
+	limits                         governor.Limits
+	faults                         forecast.Faults
+	seed                           int64
+	asJSON                         bool
+}
+
+func runBenchSoak(ctx context.Context, env *cli.Env, args []string) error {
+	o, err := parseSoakFlags(env, args)
+	if err != nil {
+		return err
+	}
+	return runSoak(ctx, env, o)
+}
+
+func parseSoakFlags(env *cli.Env, args []string) (soakOptions, error) {
+	var o soakOptions
+	fs := cli.NewFlagSet(env, "bench soak", "[flags]",
 		"Runs examples/summarize in this process against the provider simulator with faults, sending\n"+
 			"documents at a steady rate for --duration of pipeline time, compressed --speed times: the\n"+
 			"event rate and the per-minute limits are multiplied by the speed; the provider's latency,\n"+
@@ -110,81 +133,94 @@ func runBenchSoak(ctx context.Context, env *cmdEnv, args []string) error {
 			"file descriptors and database connections are sampled idle after the warm-up (first),\n"+
 			"every --sample-every under load, and idle once every run has ended (last); a series is\n"+
 			"flat when last ≤ first×1.2 + its slack.")
-	duration := fs.Duration("duration", time.Hour, "pipeline time to send documents for")
-	speed := fs.Float64("speed", 20, "compression: pipeline time per wall time (1 = real time)")
-	rate := fs.Float64("rate", 20, "documents sent per minute of pipeline time")
-	warmup := fs.Duration("warmup", 5*time.Minute, "pipeline time of traffic before the first sample")
-	every := fs.Duration("sample-every", 10*time.Second, "wall time between samples under load")
-	dbURL := fs.String("db", "", "database: postgres://… URL, or an SQLite path (default: a new SQLite file in a temporary folder)")
-	latency := fs.Duration("latency", 2*time.Second, "mean response time of the provider, in pipeline time")
-	firstByte := fs.Duration("first-byte", 30*time.Second, "the client's first-byte deadline, which ends a call the provider never answers, in pipeline time")
-	runTimeout := fs.Duration("run-timeout", 10*time.Minute, "deadline of each run from its start, in pipeline time")
+	fs.DurationVar(&o.duration, "duration", time.Hour, "pipeline time to send documents for")
+	fs.Float64Var(&o.speed, "speed", 20, "compression: pipeline time per wall time (1 = real time)")
+	fs.Float64Var(&o.rate, "rate", 20, "documents sent per minute of pipeline time")
+	fs.DurationVar(&o.warmup, "warmup", 5*time.Minute, "pipeline time of traffic before the first sample")
+	fs.DurationVar(&o.every, "sample-every", 10*time.Second, "wall time between samples under load")
+	fs.StringVar(&o.dbURL, "db", "", "database: postgres://… URL, or an SQLite path (default: a new SQLite file in a temporary folder)")
+	fs.DurationVar(&o.latency, "latency", 2*time.Second, "mean response time of the provider, in pipeline time")
+	fs.DurationVar(&o.firstByte, "first-byte", 30*time.Second, "the client's first-byte deadline, which ends a call the provider never answers, in pipeline time")
+	fs.DurationVar(&o.runTimeout, "run-timeout", 10*time.Minute, "deadline of each run from its start, in pipeline time")
 	limitsF := fs.String("limits", "rpm=100,tpm=30000", "the key's per-minute limits, in pipeline time (rpm tpm itpm otpm; day limits cannot be compressed)")
 	faultsF := fs.String("faults", "error_5xx=0.10,timeout=0.05,reset=0.02,bad_json=0.02", "fractions of admitted calls that fail")
-	drain := fs.Duration("drain-timeout", 5*time.Minute, "wall time to wait for the runs in flight to end after sending stops")
-	seed := fs.Int64("seed", 1, "seed of the simulator's faults, latency and output lengths")
-	profiles := fs.String("heap-profiles", "", "`DIR` to write heap profiles to at the first and last samples (first.pprof, last.pprof), for go tool pprof -diff_base")
-	asJSON := fs.Bool("json", false, "print the report, every sample included, as JSON")
-	if err := parseFlags(fs, env, args); err != nil {
-		return err
+	fs.DurationVar(&o.drain, "drain-timeout", 5*time.Minute, "wall time to wait for the runs in flight to end after sending stops")
+	fs.Int64Var(&o.seed, "seed", 1, "seed of the simulator's faults, latency and output lengths")
+	fs.StringVar(&o.profiles, "heap-profiles", "", "`DIR` to write heap profiles to at the first and last samples (first.pprof, last.pprof), for go tool pprof -diff_base")
+	fs.BoolVar(&o.asJSON, "json", false, "print the report, every sample included, as JSON")
+	if err := cli.ParseFlags(fs, env, args); err != nil {
+		return o, err
 	}
-	// Bounds: at most a day of pipeline time and a million runs; a wait
-	// compressed below a millisecond is a millisecond.
-	switch {
-	case *duration <= 0 || *duration > 24*time.Hour:
-		return fmt.Errorf("--duration %s: want more than 0 and at most 24h", *duration)
-	case !(*speed >= 1 && *speed <= 1000):
-		return fmt.Errorf("--speed %g: want 1 to 1000", *speed)
-	case !(*rate > 0 && *rate <= 10000):
-		return fmt.Errorf("--rate %g: want more than 0 and at most 10000 a minute", *rate)
-	case *warmup < 0 || *warmup > *duration:
-		return fmt.Errorf("--warmup %s: want 0 to --duration", *warmup)
-	case *every <= 0:
-		return fmt.Errorf("--sample-every %s: want a positive duration", *every)
-	case *latency < 0 || *latency > time.Hour:
-		return fmt.Errorf("--latency %s: want 0 to 1h", *latency)
-	case *firstByte <= 0 || *firstByte > time.Hour:
-		return fmt.Errorf("--first-byte %s: want more than 0 and at most 1h", *firstByte)
-	case *runTimeout <= 0 || *runTimeout > 24*time.Hour:
-		return fmt.Errorf("--run-timeout %s: want more than 0 and at most 24h", *runTimeout)
-	case *drain <= 0:
-		return fmt.Errorf("--drain-timeout %s: want a positive duration", *drain)
+	if err := o.check(); err != nil {
+		return o, err
 	}
-	if n := *rate * (*duration + *warmup).Minutes(); n > 1e6 {
-		return fmt.Errorf("--rate %g for %s sends %.0f documents: at most a million", *rate, *duration+*warmup, n)
-	}
-	limits, err := governor.ParseLimits(*limitsF)
-	if err != nil {
-		return fmt.Errorf("--limits: %w", err)
+	var err error
+	if o.limits, err = governor.ParseLimits(*limitsF); err != nil {
+		return o, fmt.Errorf("--limits: %w", err)
 	}
 	for _, l := range governor.AllLimits {
-		if limits[l] != 0 && l.Period() != time.Minute {
-			return fmt.Errorf("--limits: %s counts over a day, which a compressed run cannot reproduce; give per-minute limits", l)
+		if o.limits[l] != 0 && l.Period() != time.Minute {
+			return o, fmt.Errorf("--limits: %s counts over a day, which a compressed run cannot reproduce; give per-minute limits", l)
 		}
 		// Saturate: a scaled limit beyond any count is no limit at all.
-		scaled := float64(limits[l]) * *speed
-		limits[l] = int64(min(scaled, math.MaxInt64/2))
+		scaled := float64(o.limits[l]) * o.speed
+		o.limits[l] = int64(min(scaled, math.MaxInt64/2))
 	}
-	faults, err := parseFaults(*faultsF)
-	if err != nil {
-		return fmt.Errorf("--faults: %w", err)
+	if o.faults, err = forecast.ParseFaults(*faultsF); err != nil {
+		return o, fmt.Errorf("--faults: %w", err)
 	}
-	// The client's deadlines refuse less than a millisecond.
-	scale := func(d time.Duration) time.Duration { return max(time.Duration(float64(d) / *speed), time.Millisecond) }
+	return o, nil
+}
 
-	db := *dbURL
+// check bounds the flags: at most a day of pipeline time and a million
+// runs; a wait compressed below a millisecond is a millisecond (scale).
+func (o soakOptions) check() error {
+	switch {
+	case o.duration <= 0 || o.duration > 24*time.Hour:
+		return fmt.Errorf("--duration %s: want more than 0 and at most 24h", o.duration)
+	case !(o.speed >= 1 && o.speed <= 1000):
+		return fmt.Errorf("--speed %g: want 1 to 1000", o.speed)
+	case !(o.rate > 0 && o.rate <= 10000):
+		return fmt.Errorf("--rate %g: want more than 0 and at most 10000 a minute", o.rate)
+	case o.warmup < 0 || o.warmup > o.duration:
+		return fmt.Errorf("--warmup %s: want 0 to --duration", o.warmup)
+	case o.every <= 0:
+		return fmt.Errorf("--sample-every %s: want a positive duration", o.every)
+	case o.latency < 0 || o.latency > time.Hour:
+		return fmt.Errorf("--latency %s: want 0 to 1h", o.latency)
+	case o.firstByte <= 0 || o.firstByte > time.Hour:
+		return fmt.Errorf("--first-byte %s: want more than 0 and at most 1h", o.firstByte)
+	case o.runTimeout <= 0 || o.runTimeout > 24*time.Hour:
+		return fmt.Errorf("--run-timeout %s: want more than 0 and at most 24h", o.runTimeout)
+	case o.drain <= 0:
+		return fmt.Errorf("--drain-timeout %s: want a positive duration", o.drain)
+	}
+	if n := o.rate * (o.duration + o.warmup).Minutes(); n > 1e6 {
+		return fmt.Errorf("--rate %g for %s sends %.0f documents: at most a million", o.rate, o.duration+o.warmup, n)
+	}
+	return nil
+}
+
+// scale compresses a duration of pipeline time into wall time; the
+// client's deadlines refuse less than a millisecond.
+func (o soakOptions) scale(d time.Duration) time.Duration {
+	return max(time.Duration(float64(d)/o.speed), time.Millisecond)
+}
+
+func runSoak(ctx context.Context, env *cli.Env, o soakOptions) error {
+	db := o.dbURL
 	driver := "sqlite"
-	if strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://") {
+	if cli.IsPostgresURL(db) {
 		driver = "postgres"
 	} else if db == "" {
-		dir, err := os.MkdirTemp("", "sluice-soak")
+		dir, remove, err := tempDir("sluice-soak")
 		if err != nil {
 			return err
 		}
-		defer os.RemoveAll(dir)
+		defer remove()
 		db = filepath.Join(dir, "sluice.db")
 	}
-	if *profiles != "" {
+	if o.profiles != "" {
 		// Finer than the default 512 KiB, so a slow growth shows by its
 		// allocation sites; set before the app allocates anything.
 		runtime.MemProfileRate = 16 << 10
@@ -194,22 +230,18 @@ func runBenchSoak(ctx context.Context, env *cmdEnv, args []string) error {
 		return err
 	}
 	defer closeConns()
-
-	model, err := forecast.NewModel(forecast.ModelConfig{Profile: "groq", Latency: scale(*latency), Faults: faults, Limits: limits, Seed: *seed, Wire: true})
+	// The provider holds a timeout fault until the client gives up (its
+	// first-byte deadline), or ten minutes of pipeline time if it does not.
+	model, provider, err := startSim(ctx, forecast.ModelConfig{Profile: "groq", Latency: o.scale(o.latency), Faults: o.faults, Limits: o.limits, Seed: o.seed, Wire: true},
+		sim.ServerConfig{HangTimeout: o.scale(10 * time.Minute)})
 	if err != nil {
 		return err
 	}
-	// The provider holds a timeout fault until the client gives up (its
-	// first-byte deadline), or ten minutes of pipeline time if it does not.
-	provider := sim.NewServer(model, sim.ServerConfig{HangTimeout: scale(10 * time.Minute)})
-	if err := provider.Start(ctx); err != nil {
-		return err
-	}
 	defer provider.Stop(context.Background())
-	app, err := newSummarizeApp(ctx, env, summarizeOptions{
-		db: db, providerURL: "http://" + provider.Addr() + "/v1", profile: "groq", limits: limits.String(),
-		retryBase: scale(time.Second), runTimeout: scale(*runTimeout),
-		timeouts: llm.Timeouts{FirstByte: scale(*firstByte)},
+	app, err := serveapp.New(ctx, env.Getenv, serveapp.Options{
+		DB: db, ProviderURL: simURL(provider), Profile: "groq", Limits: o.limits.String(),
+		RetryBase: o.scale(time.Second), RunTimeout: o.scale(o.runTimeout),
+		Timeouts: llm.Timeouts{FirstByte: o.scale(o.firstByte)},
 	})
 	if err != nil {
 		return err
@@ -220,48 +252,9 @@ func runBenchSoak(ctx context.Context, env *cmdEnv, args []string) error {
 	}
 
 	began := time.Now()
-	s := &soak{app: app, interval: time.Duration(float64(time.Minute) / (*rate * *speed)), speed: *speed, conns: conns, profiles: *profiles}
-	rep := soakReport{Driver: driver, Duration: duration.String(), Speed: *speed, RatePerMin: *rate, Tolerance: fmt.Sprintf("last ≤ first×%g + slack", soakGrowth)}
-	// Warm-up: traffic until caches, pools and the governor's state have
-	// grown to their working size, then every run ended.
-	if err := s.send(ctx, int(*rate*warmup.Minutes()), &rep); err != nil {
-		return err
-	}
-	if err := s.wait(ctx, *drain, &rep); err != nil {
-		return err
-	}
-	s.start = time.Now()
-	rep.Samples = append(rep.Samples, s.sample(ctx, "first"))
-	if err := s.profile("first"); err != nil {
-		return err
-	}
-	sctx, stopSampling := context.WithCancel(ctx)
-	sampled := make(chan []soakSample, 1)
-	go func() {
-		var out []soakSample
-		t := time.NewTicker(*every)
-		defer t.Stop()
-		for {
-			select {
-			case <-sctx.Done():
-				sampled <- out
-				return
-			case <-t.C:
-				out = append(out, s.sample(sctx, "during"))
-			}
-		}
-	}()
-	err = s.send(ctx, int(*rate*duration.Minutes()), &rep)
-	if err == nil {
-		err = s.wait(ctx, *drain, &rep)
-	}
-	stopSampling()
-	rep.Samples = append(rep.Samples, <-sampled...)
-	if err != nil {
-		return err
-	}
-	rep.Samples = append(rep.Samples, s.sample(ctx, "last"))
-	if err := s.profile("last"); err != nil {
+	s := &soak{app: app, interval: time.Duration(float64(time.Minute) / (o.rate * o.speed)), speed: o.speed, conns: conns, profiles: o.profiles}
+	rep := soakReport{Driver: driver, Duration: o.duration.String(), Speed: o.speed, RatePerMin: o.rate, Tolerance: fmt.Sprintf("last ≤ first×%g + slack", soakGrowth)}
+	if err := s.run(ctx, o, &rep); err != nil {
 		return err
 	}
 	rep.Wall = time.Since(began).Round(time.Millisecond).String()
@@ -273,11 +266,52 @@ func runBenchSoak(ctx context.Context, env *cmdEnv, args []string) error {
 		rep.LLMFaults[f.String()] = st.Faults[f]
 	}
 	rep.Series, rep.Flat = soakVerdict(rep.Samples)
-	if *asJSON {
-		return json.NewEncoder(env.stdout).Encode(rep)
+	return printReport(env.Stdout, o.asJSON, "", rep, func(w io.Writer) { printSoak(w, rep) })
+}
+
+// run warms up, takes the first sample, sends the soak's documents while
+// sampling, and takes the last sample once every run has ended.
+func (s *soak) run(ctx context.Context, o soakOptions, rep *soakReport) error {
+	// Warm-up: traffic until caches, pools and the governor's state have
+	// grown to their working size, then every run ended.
+	if err := s.send(ctx, int(o.rate*o.warmup.Minutes()), rep); err != nil {
+		return err
 	}
-	printSoak(env.stdout, rep)
-	return nil
+	if err := s.wait(ctx, o.drain, rep); err != nil {
+		return err
+	}
+	s.start = time.Now()
+	rep.Samples = append(rep.Samples, s.sample(ctx, "first"))
+	if err := s.profile("first"); err != nil {
+		return err
+	}
+	sctx, stopSampling := context.WithCancel(ctx)
+	sampled := make(chan []soakSample, 1)
+	go func() {
+		var out []soakSample
+		t := time.NewTicker(o.every)
+		defer t.Stop()
+		for {
+			select {
+			case <-sctx.Done():
+				sampled <- out
+				return
+			case <-t.C:
+				out = append(out, s.sample(sctx, "during"))
+			}
+		}
+	}()
+	err := s.send(ctx, int(o.rate*o.duration.Minutes()), rep)
+	if err == nil {
+		err = s.wait(ctx, o.drain, rep)
+	}
+	stopSampling()
+	rep.Samples = append(rep.Samples, <-sampled...)
+	if err != nil {
+		return err
+	}
+	rep.Samples = append(rep.Samples, s.sample(ctx, "last"))
+	return s.profile("last")
 }
 
 // soak sends the documents and reads the process.

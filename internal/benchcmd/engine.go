@@ -1,30 +1,27 @@
-package main
+package benchcmd
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
-	"os"
 	"path/filepath"
-	"runtime/pprof"
 	"strconv"
 	"time"
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
 
 	"github.com/sluice-dev/sluice"
+	"github.com/sluice-dev/sluice/internal/cli"
 	"github.com/sluice-dev/sluice/run"
 )
 
-func init() {
-	registerBench(&command{
-		name:    "engine",
-		summary: "throughput of a 3-step run through the sluice SDK vs bare DBOS, side by side",
-		run:     runBenchEngine,
-	})
+func newEngineCommand(Config) *cli.Command {
+	return &cli.Command{
+		Name:    "engine",
+		Summary: "throughput of a 3-step run through the sluice SDK vs bare DBOS, side by side",
+		Run:     runBenchEngine,
+	}
 }
 
 type engineReport struct {
@@ -36,8 +33,8 @@ type engineReport struct {
 	DatabaseKind string  `json:"database"`
 }
 
-func runBenchEngine(ctx context.Context, env *cmdEnv, args []string) error {
-	fs := newFlagSet(env, "bench engine", "[flags]",
+func runBenchEngine(ctx context.Context, env *cli.Env, args []string) error {
+	fs := cli.NewFlagSet(env, "bench engine", "[flags]",
 		"Runs the same 3-step run N times through the sluice SDK (event → queued run → three steps)\n"+
 			"and through bare DBOS (enqueue → workflow → three RunAsStep), each on a fresh database,\n"+
 			"with the same queue polling, and prints both throughputs and their ratio. The sides take\n"+
@@ -48,17 +45,17 @@ func runBenchEngine(ctx context.Context, env *cmdEnv, args []string) error {
 	dbURL := fs.String("db", "", "postgres://… URL to run on (default: SQLite files in a temporary folder)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the measured rounds to this file (read it with go tool pprof)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
-	if err := parseFlags(fs, env, args); err != nil {
+	if err := cli.ParseFlags(fs, env, args); err != nil {
 		return err
 	}
 	if *runs < 1 || *rounds < 1 {
 		return errors.New("--runs and --rounds must be at least 1")
 	}
-	dir, err := os.MkdirTemp("", "sluice-bench-engine")
+	dir, remove, err := tempDir("sluice-bench-engine")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
+	defer remove()
 	// Run IDs are new in every invocation: on a PostgreSQL database kept
 	// between invocations, an ID seen before would start nothing.
 	tag := strconv.FormatInt(time.Now().UnixNano(), 36)
@@ -72,17 +69,11 @@ func runBenchEngine(ctx context.Context, env *cmdEnv, args []string) error {
 	if *dbURL != "" {
 		rep.DatabaseKind = "postgres"
 	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := startCPUProfile(*cpuProfile)
+	if err != nil {
+		return err
 	}
+	defer stopProfile()
 	var sluiceTime, dbosTime time.Duration
 	for r := range *rounds {
 		prefix := tag + "-" + strconv.Itoa(r) + "-"
@@ -117,17 +108,11 @@ func runBenchEngine(ctx context.Context, env *cmdEnv, args []string) error {
 	rep.SluiceRunsPS = total / sluiceTime.Seconds()
 	rep.DBOSRunsPS = total / dbosTime.Seconds()
 	rep.Ratio = rep.SluiceRunsPS / rep.DBOSRunsPS
-	if *asJSON {
-		return json.NewEncoder(env.stdout).Encode(rep)
-	}
-	fmt.Fprintf(env.stdout, "%d×%d runs of 3 steps on %s: sluice %.1f runs/s, bare DBOS %.1f runs/s, ratio %.2f\n",
-		rep.Rounds, rep.Runs, rep.DatabaseKind, rep.SluiceRunsPS, rep.DBOSRunsPS, rep.Ratio)
-	return nil
+	return printReport(env.Stdout, *asJSON, "", rep, func(w io.Writer) {
+		fmt.Fprintf(w, "%d×%d runs of 3 steps on %s: sluice %.1f runs/s, bare DBOS %.1f runs/s, ratio %.2f\n",
+			rep.Rounds, rep.Runs, rep.DatabaseKind, rep.SluiceRunsPS, rep.DBOSRunsPS, rep.Ratio)
+	})
 }
-
-const benchPoll = 20 * time.Millisecond
-
-func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // benchSluice sends n events and waits for their runs, and returns how long
 // that took (set-up and shut-down not included).
@@ -191,7 +176,7 @@ func benchWorkflow(ctx dbos.Context, i int) (int, error) {
 // waits for them, and returns how long that took.
 func benchBareDBOS(ctx context.Context, db, prefix string, n int) (time.Duration, error) {
 	cfg := dbos.Config{AppName: "bench-dbos", Logger: quietLogger(), ApplicationVersion: "bench"}
-	if isPostgres(db) {
+	if cli.IsPostgresURL(db) {
 		cfg.DatabaseURL = db
 	} else {
 		cfg.DatabaseURL = "sqlite:" + db
@@ -224,8 +209,4 @@ func benchBareDBOS(ctx context.Context, db, prefix string, n int) (time.Duration
 		}
 	}
 	return time.Since(start), nil
-}
-
-func isPostgres(u string) bool {
-	return len(u) > 11 && (u[:11] == "postgres://" || u[:13] == "postgresql:/")
 }

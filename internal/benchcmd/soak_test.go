@@ -1,4 +1,4 @@
-package main
+package benchcmd
 
 import (
 	"bytes"
@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sluice-dev/sluice/internal/cli"
 )
 
 // TestBenchSoak runs a short soak on SQLite: every run completes despite the
@@ -15,8 +17,8 @@ import (
 func TestBenchSoak(t *testing.T) {
 	t.Parallel()
 	var out, errb bytes.Buffer
-	env := &cmdEnv{stdout: &out, stderr: &errb, getenv: os.Getenv}
-	code := runMain(context.Background(), env, []string{"bench", "soak",
+	env := &cli.Env{Stdout: &out, Stderr: &errb, Getenv: os.Getenv}
+	code := runBench(context.Background(), env, []string{"bench", "soak",
 		"--duration", "3m", "--warmup", "1m", "--speed", "60", "--rate", "20", "--sample-every", "500ms",
 		// Deadlines compressed 60 times would be shorter than what a
 		// loaded CI machine takes under -race; the faults still come.

@@ -1,4 +1,4 @@
-package main
+package benchcmd
 
 import (
 	"bytes"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/sluice-dev/sluice/internal/cli"
 	"github.com/sluice-dev/sluice/internal/testenv"
 )
 
@@ -34,8 +35,8 @@ func TestBenchEngine(t *testing.T) {
 			// new runs, not the first one's found again.
 			for range 2 {
 				var out, errb bytes.Buffer
-				env := &cmdEnv{stdout: &out, stderr: &errb, getenv: os.Getenv}
-				if code := runMain(context.Background(), env, args); code != 0 {
+				env := &cli.Env{Stdout: &out, Stderr: &errb, Getenv: os.Getenv}
+				if code := runBench(context.Background(), env, args); code != 0 {
 					t.Fatalf("exit %d: %s", code, errb.String())
 				}
 				var rep engineReport

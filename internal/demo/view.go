@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluice-dev/sluice/examples/devpick"
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/cli"
 	"github.com/sluice-dev/sluice/internal/health"
 	"github.com/sluice-dev/sluice/internal/num"
 )
@@ -239,7 +240,7 @@ func renderDemo(w io.Writer, s demoSnapshot) {
 			if j.Waiting > 0 {
 				left = fmt.Sprintf(" (+%s waiting for a summary)", num.Group(int64(j.Waiting)))
 			}
-			fmt.Fprintf(tw, "  %s\t%s%s\t%s\t%s\t%s\n", j.Name, bar(int64(j.Done), int64(j.Remaining)), left, rate, j.State, clip(j.Note, 70))
+			fmt.Fprintf(tw, "  %s\t%s%s\t%s\t%s\t%s\n", j.Name, cli.Bar(int64(j.Done), int64(j.Remaining)), left, rate, j.State, cli.Clip(j.Note, 70))
 		}
 		_ = tw.Flush()
 		if v.Simulated {
@@ -319,7 +320,7 @@ func renderDemoSummary(w io.Writer, s demoSnapshot) {
 		}
 	}
 	if len(starved) > 0 {
-		fmt.Fprintf(w, "The seed's scheduler left %s stalled: nothing saved in the last %s with articles left.\n", strings.Join(starved, " and "), span(demoStallAfter))
+		fmt.Fprintf(w, "The seed's scheduler left %s stalled: nothing saved in the last %s with articles left.\n", strings.Join(starved, " and "), cli.Span(demoStallAfter))
 	}
 	if naive.Refused > 0 {
 		fmt.Fprintf(w, "Its key refused %s requests; each 429 set the one rate_limited_until every job backs off on.\n", num.Group(naive.Refused))

@@ -1,4 +1,4 @@
-package main
+package benchcmd
 
 import (
 	"bytes"
@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/sluice-dev/sluice/internal/cli"
 )
 
 // TestBenchQuotaInterrupted: an interrupt (the context main cancels on
@@ -17,8 +19,8 @@ func TestBenchQuotaInterrupted(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	var stdout, stderr bytes.Buffer
-	env := &cmdEnv{stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }}
-	code := runMain(ctx, env, []string{"bench", "quota", "--scenario", "../../internal/bench/testdata/devpick.yaml", "--json"})
+	env := &cli.Env{Stdout: &stdout, Stderr: &stderr, Getenv: func(string) string { return "" }}
+	code := runBench(ctx, env, []string{"bench", "quota", "--scenario", "../bench/testdata/devpick.yaml", "--json"})
 	if code != 1 || !strings.Contains(stderr.String(), "sluice: bench quota interrupted, no report: policy sluice stopped at 0s of 168h0m0s simulated: context canceled") {
 		t.Errorf("exit %d, stderr %q", code, stderr.String())
 	}
@@ -37,8 +39,8 @@ func TestBenchQuotaBounds(t *testing.T) {
 		t.Fatal(err)
 	}
 	var stdout, stderr bytes.Buffer
-	env := &cmdEnv{stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }}
-	code := runMain(context.Background(), env, []string{"bench", "quota", "--scenario", path})
+	env := &cli.Env{Stdout: &stdout, Stderr: &stderr, Getenv: func(string) string { return "" }}
+	code := runBench(context.Background(), env, []string{"bench", "quota", "--scenario", path})
 	want := path + `: flows[0].arrivals_per_day: 1e+12 is more than the bound of 1,000,000 (line 4)`
 	if code != 1 || !strings.Contains(stderr.String(), want) {
 		t.Errorf("exit %d, stderr %q, want %q", code, stderr.String(), want)
@@ -54,8 +56,8 @@ func TestBenchQuotaVsGreedy(t *testing.T) {
 		want     bool
 	}{{"sluice,greedy", true}, {"sluice", false}} {
 		var stdout, stderr bytes.Buffer
-		env := &cmdEnv{stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }}
-		code := runMain(context.Background(), env, []string{"bench", "quota", "--scenario", "../../internal/bench/testdata/openai-fixed.yaml", "--policy", tc.policies})
+		env := &cli.Env{Stdout: &stdout, Stderr: &stderr, Getenv: func(string) string { return "" }}
+		code := runBench(context.Background(), env, []string{"bench", "quota", "--scenario", "../bench/testdata/openai-fixed.yaml", "--policy", tc.policies})
 		if code != 0 {
 			t.Fatalf("--policy %s: exit %d, stderr %q", tc.policies, code, stderr.String())
 		}

@@ -1,8 +1,7 @@
-package main
+package benchcmd
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,19 +12,20 @@ import (
 	"text/tabwriter"
 
 	"github.com/sluice-dev/sluice/internal/bench"
+	"github.com/sluice-dev/sluice/internal/cli"
 	"github.com/sluice-dev/sluice/internal/forecast"
 )
 
-func init() {
-	registerBench(&command{
-		name:    "quota",
-		summary: "replay a quota scenario in virtual time under sluice and the alternatives",
-		run:     runBenchQuota,
-	})
+func newQuotaCommand(Config) *cli.Command {
+	return &cli.Command{
+		Name:    "quota",
+		Summary: "replay a quota scenario in virtual time under sluice and the alternatives",
+		Run:     runBenchQuota,
+	}
 }
 
-func runBenchQuota(ctx context.Context, env *cmdEnv, args []string) error {
-	fs := newFlagSet(env, "bench quota", "--scenario FILE [flags]",
+func runBenchQuota(ctx context.Context, env *cli.Env, args []string) error {
+	fs := cli.NewFlagSet(env, "bench quota", "--scenario FILE [flags]",
 		"Replays a quota scenario (see docs/bench.md) in virtual time under one policy or all of them\n"+
 			"and reports, per policy, each limit's use, the work done and each flow's stalls and waits.\n"+
 			"Policies (all): "+strings.Join(bench.Policies, ", ")+"; by name only: "+strings.Join(bench.ExtraPolicies, ", ")+".")
@@ -34,12 +34,12 @@ func runBenchQuota(ctx context.Context, env *cmdEnv, args []string) error {
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	svgPath := fs.String("svg", "", "also draw every policy's progress, each flow's items done, each limit's use per hour and the provider's rejections to this SVG file")
 	tracePath := fs.String("trace", "", "also write every request the provider model saw to this file, one JSON object a line")
-	if err := parseFlags(fs, env, args); err != nil {
+	if err := cli.ParseFlags(fs, env, args); err != nil {
 		return err
 	}
 	if *scenarioPath == "" {
-		fmt.Fprintln(env.stderr, "sluice bench quota: --scenario is required")
-		return errUsage
+		fmt.Fprintln(env.Stderr, "sluice bench quota: --scenario is required")
+		return cli.ErrUsage
 	}
 	sc, err := forecast.Load(*scenarioPath)
 	if err != nil {
@@ -48,7 +48,7 @@ func runBenchQuota(ctx context.Context, env *cmdEnv, args []string) error {
 	// The scenario bounds keep a run's live memory under about 1.5 GB; a
 	// soft limit keeps the garbage collector from letting it double
 	// (docs/bench.md). GOMEMLIMIT, when set, wins.
-	if env.getenv("GOMEMLIMIT") == "" {
+	if env.Getenv("GOMEMLIMIT") == "" {
 		defer debug.SetMemoryLimit(debug.SetMemoryLimit(quotaMemoryLimit))
 	}
 	// "all" stands for every policy of bench.Policies, alone or in a list
@@ -78,33 +78,15 @@ func runBenchQuota(ctx context.Context, env *cmdEnv, args []string) error {
 		return err
 	}
 	if *svgPath != "" {
-		if err := writeFile(*svgPath, func(w io.Writer) error { return bench.WriteSVG(w, rep) }); err != nil {
+		if err := cli.WriteFile(*svgPath, func(w io.Writer) error { return bench.WriteSVG(w, rep) }); err != nil {
 			return fmt.Errorf("svg: %w", err)
 		}
 	}
-	if *asJSON {
-		enc := json.NewEncoder(env.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
-	}
-	printQuotaReport(env.stdout, rep)
-	return nil
+	return printReport(env.Stdout, *asJSON, "  ", rep, func(w io.Writer) { printQuotaReport(w, rep) })
 }
 
 // quotaMemoryLimit is the soft memory limit of a quota bench run.
 const quotaMemoryLimit = 1536 << 20
-
-func writeFile(path string, fill func(io.Writer) error) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if err := fill(f); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
-}
 
 func printQuotaReport(w io.Writer, rep *bench.Report) {
 	fmt.Fprintf(w, "scenario %s\n\n", rep.Scenario)

@@ -1,10 +1,12 @@
-package main
+package benchcmd
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
 	"testing"
+
+	"github.com/sluice-dev/sluice/internal/cli"
 )
 
 // TestBenchGateway runs a short measurement and checks that every path
@@ -12,8 +14,8 @@ import (
 func TestBenchGateway(t *testing.T) {
 	t.Parallel()
 	var stdout, stderr bytes.Buffer
-	env := &cmdEnv{stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }}
-	code := runMain(context.Background(), env, []string{"bench", "gateway", "--rate", "40", "--duration", "500ms",
+	env := &cli.Env{Stdout: &stdout, Stderr: &stderr, Getenv: func(string) string { return "" }}
+	code := runBench(context.Background(), env, []string{"bench", "gateway", "--rate", "40", "--duration", "500ms",
 		"--concurrency", "2", "--throughput-duration", "200ms", "--rounds", "1", "--json"})
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr.String())

@@ -1,4 +1,4 @@
-package main
+package benchcmd
 
 import (
 	"bytes"
@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/cli"
 	"github.com/sluice-dev/sluice/internal/testenv"
 )
 
@@ -26,12 +27,12 @@ import (
 // as their worker. The worker stops on SIGINT or SIGTERM as sluice's main
 // does.
 func TestMain(m *testing.M) {
-	env := &cmdEnv{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}
+	env := &cli.Env{Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}
 	for variable, bench := range map[string]string{crashWorkerEnv: "crash", backfillWorkerEnv: "backfill"} {
 		if os.Getenv(variable) != "" {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			context.AfterFunc(ctx, stop)
-			code := runMain(ctx, env, []string{"bench", bench})
+			code := runBench(ctx, env, []string{"bench", bench})
 			stop()
 			os.Exit(code)
 		}
@@ -116,9 +117,9 @@ func benchCrash(t *testing.T, args ...string) crashReport {
 	t.Helper()
 	const stops, concurrency = crashTestStops, 5
 	var out, errb bytes.Buffer
-	env := &cmdEnv{stdout: &out, stderr: &errb, getenv: os.Getenv}
+	env := &cli.Env{Stdout: &out, Stderr: &errb, Getenv: os.Getenv}
 	args = append([]string{"bench", "crash", "--stops", strconv.Itoa(stops), "--concurrency", strconv.Itoa(concurrency), "--json"}, args...)
-	if code := runMain(context.Background(), env, args); code != 0 {
+	if code := runBench(context.Background(), env, args); code != 0 {
 		t.Fatalf("exit %d: %s\n%s", code, errb.String(), out.String())
 	}
 	var rep crashReport
