@@ -83,72 +83,17 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	a.backfills = backfill.NewSet(e, st, e.Logger(), now)
 	a.thresholds, a.quotas = map[string]time.Duration{}, map[string]func(time.Time) health.Quota{}
 	a.counters = map[string]func(time.Time) health.Counters{}
-	a.monitor, err = health.New(health.Config{
-		Source:     st,
-		Every:      cfg.HealthEvery,
-		Thresholds: a.thresholds, // filled by RegisterBackfill, before Start
-		Quota: func(job string, now time.Time) health.Quota {
-			if q := a.quotas[job]; q != nil {
-				return q(now)
-			}
-			return health.Quota{}
-		},
-		History:      st,
-		HistoryEvery: cfg.HistoryEvery,
-		Counters: func(job string, now time.Time) health.Counters {
-			if c := a.counters[job]; c != nil {
-				return c(now)
-			}
-			return health.Counters{}
-		},
-		Webhook: cfg.AlertWebhook,
-		Logger:  e.Logger(),
-		Now:     now,
-		Speed:   cfg.Speed,
-	})
-	if err != nil {
+	if a.monitor, err = a.newMonitor(); err != nil {
 		_ = a.shutdown(time.Second)
 		return nil, fmt.Errorf("sluice config: %w", err)
 	}
 	for i, p := range cfg.Providers {
-		name := p.Name
-		client, err := llm.NewClient(p.LLM)
-		if err != nil {
+		if err := a.addProvider(ctx, p); err != nil {
 			_ = a.shutdown(time.Second)
-			return nil, fmt.Errorf("provider %s: %w", name, err)
+			return nil, fmt.Errorf("provider %s: %w", p.Name, err)
 		}
-		ledger, err := quota.Open(ctx, st, governor.Config{
-			Key:        name, // the store keeps it in clear: never the API key
-			Limits:     p.Limits,
-			Window:     p.Window,
-			Accounting: p.Accounting,
-			DayBurst:   p.DayBurst,
-			Lag:        p.Lag,
-			Flows:      cfg.Flows,
-			Now:        now,
-			Speed:      cfg.Speed,
-			Logger:     e.Logger(),
-		}, quota.Config{Now: now, Cluster: cluster(cfg, e.Logger())})
-		if err != nil {
-			_ = a.shutdown(time.Second)
-			return nil, fmt.Errorf("provider %s: %w", name, err)
-		}
-		a.ledgers = append(a.ledgers, ledger)
-		if ledger.Node() != "" {
-			if a.clusters == nil {
-				a.clusters = map[string]*quota.Ledger{}
-			}
-			a.clusters[name] = ledger
-		}
-		est, err := llm.NewEstimator(llm.EstimatorConfig{Profile: client.Profile()})
-		if err != nil {
-			_ = a.shutdown(time.Second)
-			return nil, fmt.Errorf("provider %s: %w", name, err)
-		}
-		a.providers[name] = &engine.Provider{Name: name, Client: client, Governor: ledger.Governor, Estimator: est, MaxInlineWait: cfg.MaxInlineWait, Logger: e.Logger(),
-			Now: now, Speed: cfg.Speed}
 		if i == 0 {
-			a.first = name
+			a.first = p.Name
 		}
 	}
 	if err := a.watchMetrics(); err != nil {
@@ -159,6 +104,74 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	// once the last of them has returned, before the database closes.
 	e.BeforeClose(a.flushLedgers)
 	return a, nil
+}
+
+// newMonitor returns the health monitor of the app's backfills, judged by
+// what RegisterBackfill adds to a's thresholds, quotas and counters before
+// Start.
+func (a *App) newMonitor() (*health.Monitor, error) {
+	return health.New(health.Config{
+		Source:     a.st,
+		Every:      a.cfg.HealthEvery,
+		Thresholds: a.thresholds, // filled by RegisterBackfill, before Start
+		Quota: func(job string, now time.Time) health.Quota {
+			if q := a.quotas[job]; q != nil {
+				return q(now)
+			}
+			return health.Quota{}
+		},
+		History:      a.st,
+		HistoryEvery: a.cfg.HistoryEvery,
+		Counters: func(job string, now time.Time) health.Counters {
+			if c := a.counters[job]; c != nil {
+				return c(now)
+			}
+			return health.Counters{}
+		},
+		Webhook: a.cfg.AlertWebhook,
+		Logger:  a.e.Logger(),
+		Now:     a.cfg.Now,
+		Speed:   a.cfg.Speed,
+	})
+}
+
+// addProvider builds p's client, estimator and governor, the governor
+// starting from the charges p's key made in the last day.
+func (a *App) addProvider(ctx context.Context, p Provider) error {
+	cfg, now, name := a.cfg, a.cfg.Now, p.Name
+	client, err := llm.NewClient(p.LLM)
+	if err != nil {
+		return err
+	}
+	ledger, err := quota.Open(ctx, a.st, governor.Config{
+		Key:        name, // the store keeps it in clear: never the API key
+		Limits:     p.Limits,
+		Window:     p.Window,
+		Accounting: p.Accounting,
+		DayBurst:   p.DayBurst,
+		Lag:        p.Lag,
+		Flows:      cfg.Flows,
+		Now:        now,
+		Speed:      cfg.Speed,
+		Logger:     a.e.Logger(),
+	}, quota.Config{Now: now, Cluster: cluster(cfg, a.e.Logger())})
+	if err != nil {
+		return err
+	}
+	a.ledgers = append(a.ledgers, ledger)
+	if ledger.Node() != "" {
+		if a.clusters == nil {
+			a.clusters = map[string]*quota.Ledger{}
+		}
+		a.clusters[name] = ledger
+	}
+	est, err := llm.NewEstimator(llm.EstimatorConfig{Profile: client.Profile()})
+	if err != nil {
+		return err
+	}
+	a.providers[name] = &engine.Provider{Name: name, Client: client, Governor: ledger.Governor, Estimator: est, MaxInlineWait: cfg.MaxInlineWait, Logger: a.e.Logger(),
+		Now: now, Speed: cfg.Speed}
+	return nil
 }
 
 func (a *App) flushLedgers(ctx context.Context) error {

@@ -58,7 +58,7 @@ func (e *Engine) adoptOnce(ctx context.Context) error {
 	}
 	var errs []error
 	for _, ex := range executors {
-		lw, err := lockExecutor(ctx, e.h, e.st.String(), e.cfg.AppName, ex, 1)
+		lw, err := e.lockExecutor(ctx, ex, 1)
 		if errors.Is(err, ErrExecutorRunning) {
 			continue // it runs: its runs are its own
 		}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"math"
 	"math/rand/v2"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
 	"github.com/dbos-inc/dbos-transact-golang/dbos/internals"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/sluice-dev/sluice/internal/clock"
 	"github.com/sluice-dev/sluice/internal/metrics"
@@ -76,8 +74,9 @@ type Config struct {
 	// work; a step still running then is cut and runs again when its run
 	// resumes. Default 30s; negative: none, steps are cut at once.
 	StopGrace time.Duration
-	// LockCheckEvery is how often an engine on PostgreSQL checks the
-	// connection that holds its executor lock (default 2s; see Launch).
+	// LockCheckEvery is how often the engine checks that it still holds
+	// its executor lock (default 2s; see Launch): on PostgreSQL the
+	// connection that holds it can drop, an SQLite file lock cannot.
 	LockCheckEvery time.Duration
 	// AdoptEvery, when above 0, is how often (of Now's clock) the engine
 	// looks for runs left unfinished by other executors that no longer run
@@ -139,7 +138,7 @@ type Engine struct {
 
 	sys internals.SystemDatabase // DBOS's system database, for run owners
 
-	lock *lockWatch // the executor lock on PostgreSQL; nil on SQLite
+	lock *lockWatch // the executor lock, from Launch on
 
 	classify Classifier // for errors the engine does not know; default ClassifyLLM
 
@@ -244,7 +243,7 @@ func (e *Engine) Launch(ctx context.Context) error {
 	if version == "" {
 		version = DefaultVersion(e.cfg.AppName, e.shape())
 	}
-	dctx, err := newDBOSContext(ctx, e.h, dbos.Config{
+	dctx, err := newDBOSContext(ctx, e.st, dbos.Config{
 		AppName:            e.cfg.AppName,
 		ApplicationVersion: version,
 		ExecutorID:         e.cfg.ExecutorID,
@@ -270,7 +269,7 @@ func (e *Engine) Launch(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("open transaction data source: %w", err)
 	}
-	lw, err := lockExecutor(ctx, e.h, e.st.String(), e.cfg.AppName, dctx.GetExecutorID(), lockTries)
+	lw, err := e.lockExecutor(ctx, dctx.GetExecutorID(), lockTries)
 	if err != nil {
 		return err
 	}
@@ -317,10 +316,8 @@ func (e *Engine) Launch(ctx context.Context) error {
 	e.unlock = lw.release
 	e.activeMu.Unlock()
 	e.launched, launched = true, true
-	if lw.conn != nil {
-		e.lock = lw
-		lw.watch(e)
-	}
+	e.lock = lw
+	lw.watch(e)
 	if e.cfg.AdoptEvery > 0 {
 		actx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		e.stopAdopt = cancel
@@ -523,82 +520,25 @@ func (e *Engine) Draining() <-chan struct{} { return e.drain }
 // executor ID runs on the same database.
 var ErrExecutorRunning = errors.New("an engine with this executor ID already runs on this database")
 
-// lockTries and lockRetry bound how long Launch waits for an executor lock
-// held by a session that is ending.
-const (
-	lockTries = 20
-	lockRetry = 100 * time.Millisecond
-)
-
-// migrationLockPoll is how often a process waiting for another's DBOS
-// migrations looks again.
-const migrationLockPoll = 50 * time.Millisecond
+// lockTries bounds how long Launch waits for an executor lock held by a
+// session that is ending (see store.Store.LockExecutor).
+const lockTries = 20
 
 // newDBOSContext makes the DBOS context, which migrates DBOS's system
-// tables. The context DBOS gets never ends with ctx: DBOS derives every
-// run's context from it, and a run whose context ends other than by DBOS's
-// own Shutdown is cancelled for good — a caller's context ended by SIGTERM
-// would cancel every run in flight instead of pausing it. On PostgreSQL it does so under a session advisory lock, one at a
-// time across processes: DBOS's system migrations are not serialized, and
-// processes that start together on a new database race in them (all but
-// one fail on "duplicate key value violates unique constraint
-// pg_namespace_nspname_index" as each creates the dbos schema). On SQLite
-// the database's write lock serializes them.
-func newDBOSContext(ctx context.Context, h store.Handle, cfg dbos.Config) (dbos.Context, error) {
-	if h.Postgres == nil {
-		return dbos.NewContext(context.WithoutCancel(ctx), cfg)
-	}
-	c, err := h.Postgres.Acquire(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("lock DBOS's migrations: %w", err)
-	}
-	defer c.Release()
-	key := int64(lockKey("sluice dbos migrations"))
-	// Polled, not waited for: a session waiting in pg_advisory_lock is a
-	// transaction open all the while, and DBOS's CREATE INDEX
-	// CONCURRENTLY, under the lock, waits for every open transaction.
-	if _, err := pollAdvisoryLock(ctx, c, key, 0, migrationLockPoll); err != nil {
-		return nil, fmt.Errorf("lock DBOS's migrations: %w", err)
-	}
-	defer func() {
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if _, err := c.Exec(uctx, `SELECT pg_advisory_unlock($1)`, key); err != nil {
-			// The lock must not outlive this call on a pooled session.
-			_ = c.Conn().Close(uctx)
-		}
-	}()
-	return dbos.NewContext(context.WithoutCancel(ctx), cfg)
-}
-
-// lockKey is the key of a lock named name: an advisory lock's on
-// PostgreSQL, a lock file's on SQLite.
-func lockKey(name string) uint64 {
-	hash := fnv.New64a()
-	_, _ = hash.Write([]byte(name))
-	return hash.Sum64()
-}
-
-// pollAdvisoryLock tries to take the session advisory lock key on c, tries
-// times (until it does, when tries is 0) every apart, and reports whether
-// it did; ctx's end is an error.
-func pollAdvisoryLock(ctx context.Context, c interface {
-	QueryRow(context.Context, string, ...any) pgx.Row
-}, key int64, tries int, every time.Duration) (bool, error) {
-	for try := 1; ; try++ {
-		var ok bool
-		if err := c.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, key).Scan(&ok); err != nil {
-			return false, err
-		}
-		if ok || tries > 0 && try >= tries {
-			return ok, nil
-		}
-		select {
-		case <-time.After(every):
-		case <-ctx.Done():
-			return false, ctx.Err()
-		}
-	}
+// tables, under the store's lock of DBOS's migrations: one process at a
+// time on a database (see store.Store.LockDBOSMigrations). The context
+// DBOS gets never ends with ctx: DBOS derives every run's context from it,
+// and a run whose context ends other than by DBOS's own Shutdown is
+// cancelled for good — a caller's context ended by SIGTERM would cancel
+// every run in flight instead of pausing it.
+func newDBOSContext(ctx context.Context, st store.Store, cfg dbos.Config) (dbos.Context, error) {
+	var dctx dbos.Context
+	err := st.LockDBOSMigrations(ctx, func() error {
+		var err error
+		dctx, err = dbos.NewContext(context.WithoutCancel(ctx), cfg)
+		return err
+	})
+	return dctx, err
 }
 
 // backoff is the wait before attempt n+1 after n transient failures.

@@ -14,6 +14,7 @@ import (
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
 
 	"github.com/sluice-dev/sluice/internal/store"
+	"github.com/sluice-dev/sluice/internal/store/postgres"
 	"github.com/sluice-dev/sluice/internal/testenv"
 	"github.com/sluice-dev/sluice/run"
 )
@@ -140,7 +141,7 @@ func TestExecutorLockLossIsDetected(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer other.Release()
-	key := e.lock.key
+	key := postgres.ExecutorLockKey(e.cfg.AppName, e.lock.executor)
 	// Another session queues for the lock, so that it holds it the moment
 	// the engine's connection drops, and the engine cannot take it back.
 	taken := make(chan error, 1)
@@ -148,8 +149,11 @@ func TestExecutorLockLossIsDetected(t *testing.T) {
 		_, err := other.Exec(ctx, `SELECT pg_advisory_lock($1)`, key)
 		taken <- err
 	}()
+	// pg_locks lists every database's locks, and the engines of the tests
+	// running beside this one hold the same key in databases of their own.
 	lockQuery := `SELECT count(*) FILTER (WHERE NOT granted), coalesce(max(pid) FILTER (WHERE granted), 0) FROM pg_locks
-		WHERE locktype = 'advisory' AND ((classid::bigint << 32) | objid::bigint) = $1`
+		WHERE locktype = 'advisory' AND ((classid::bigint << 32) | objid::bigint) = $1
+			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`
 	var waiters, pid int
 	// Until the other session waits in line for the lock: then the engine
 	// cannot take it back before it does.

@@ -208,7 +208,7 @@ func (e *Engine) moveVersion(ctx context.Context, from string, resume bool) (run
 		if w.Status == dbos.WorkflowStatusPending && w.ExecutorID != "" && w.ExecutorID != self {
 			running, seen := live[w.ExecutorID]
 			if !seen {
-				l, err := lockExecutor(ctx, e.h, e.st.String(), e.cfg.AppName, w.ExecutorID, 1)
+				l, err := e.lockExecutor(ctx, w.ExecutorID, 1)
 				switch {
 				case errors.Is(err, ErrExecutorRunning):
 					running = true

@@ -8,7 +8,10 @@
 // one file shared with DBOS) and internal/store/postgres (many nodes on one
 // server), and both must pass the same conformance suite,
 // internal/store/storetest. A Store also gives DBOS its database's handle
-// (Handle), so that DBOS's tables and sluice's share one pool.
+// (Handle), so that DBOS's tables and sluice's share one pool, and holds
+// the locks that keep one process at a time at a thing on the database
+// (LockExecutor, LockDBOSMigrations), so that the engine takes them with
+// no SQL of its own.
 //
 // Open picks the driver from a URL. A driver makes itself known to Open by
 // registering from init, the way database/sql drivers do, because the drivers
@@ -29,11 +32,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
-	"net/url"
-	"regexp"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
@@ -349,6 +347,41 @@ type Store interface {
 	// before it, and returns how many rows of leases and folds it deleted.
 	PruneLeases(ctx context.Context, key string, before time.Time) (int64, error)
 
+	// Locks: what keeps one process at a time doing a thing on the
+	// database, however many share it (see Lock).
+
+	// LockExecutor takes the executor lock of executor in app, which one
+	// live engine per executor ID, application and database holds (see
+	// engine.Launch), without waiting for another holder: while one holds
+	// it, in this process or another, it returns a *HeldError. The lock
+	// goes with the process that holds it, so a process killed without a
+	// shutdown leaves nothing to clean up. On PostgreSQL it is a session
+	// advisory lock held by a connection of its own; on SQLite an flock
+	// on a file beside the database, <file>.executor-<key>.lock. A
+	// PostgreSQL session that just ended (an engine shut down or killed a
+	// moment ago) may hold the lock until the server has finished with
+	// it: LockExecutor tries tries times, 100 ms apart, before it calls
+	// the lock held (on SQLite the lock of a closed file is free at once,
+	// and one try tells). An in-memory SQLite database, which no other
+	// process can open, is an error.
+	LockExecutor(ctx context.Context, app, executor string, tries int) (Lock, error)
+
+	// LockDBOSMigrations runs migrate, which migrates DBOS's system tables
+	// in the store's database, while no other process's LockDBOSMigrations
+	// runs its own: DBOS's migrations are not serialized, and processes
+	// that start together on a new PostgreSQL database race in them (all
+	// but one fail on "duplicate key value violates unique constraint
+	// pg_namespace_nspname_index" as each creates the dbos schema). On
+	// PostgreSQL it polls a session advisory lock until it holds it
+	// (polled, not waited for: a session waiting in pg_advisory_lock is a
+	// transaction open all the while, and DBOS's CREATE INDEX
+	// CONCURRENTLY, under the lock, waits for every open transaction),
+	// and ctx's end while it waits is an error. On SQLite migrate runs at
+	// once: the database's write lock serializes the migrations. An error
+	// taking the lock is wrapped in "lock DBOS's migrations"; migrate's
+	// own is returned as it is.
+	LockDBOSMigrations(ctx context.Context, migrate func() error) error
+
 	// Handle returns the connection pool of the store's database, for DBOS
 	// to keep its tables in the same database through the same connections
 	// (see Handle). It is an error when the database cannot be shared, as
@@ -436,7 +469,7 @@ type Handle struct {
 	// (the sqlite driver links in DBOS's SQLite support, which DBOS needs
 	// to accept it). File is that database's file, without the "sqlite:"
 	// and "file:" prefixes or DSN parameters: the place beside which
-	// whoever shares the database keeps its lock files.
+	// LockExecutor keeps its lock files.
 	SQLite *sql.DB
 	File   string
 
@@ -450,185 +483,4 @@ type Migration struct {
 	Version   int       // 1, 2, 3…: applied in order, each once
 	Name      string    // from the file name: "quota_charges" for 001_quota_charges.sql
 	AppliedAt time.Time // UTC, millisecond precision
-}
-
-// OpenFunc opens a Store on target: a file path (or ":memory:") for the
-// sqlite driver, a postgres:// URL for the postgres driver.
-type OpenFunc func(ctx context.Context, target string) (Store, error)
-
-// The driver names Open dispatches to.
-const (
-	DriverSQLite   = "sqlite"
-	DriverPostgres = "postgres"
-)
-
-var (
-	driversMu sync.RWMutex
-	drivers   = map[string]OpenFunc{}
-)
-
-// Register makes a driver available to Open under name (DriverSQLite or
-// DriverPostgres). Drivers call it from init; registering a name twice panics,
-// as it means two drivers claim the same databases.
-func Register(name string, open OpenFunc) {
-	driversMu.Lock()
-	defer driversMu.Unlock()
-	if open == nil {
-		panic("store: Register of a nil OpenFunc for " + name)
-	}
-	if _, dup := drivers[name]; dup {
-		panic("store: driver registered twice: " + name)
-	}
-	drivers[name] = open
-}
-
-// Open opens the store named by dbURL and applies its migrations:
-//
-//   - "sqlite:PATH", "sqlite:///ABSOLUTE/PATH", or a bare PATH ending in .db,
-//     .sqlite or .sqlite3: SQLite, file created if missing, in WAL mode with a
-//     busy timeout and foreign keys on;
-//   - "sqlite::memory:": a private in-memory SQLite database, for tests;
-//   - "postgres://…" or "postgresql://…": PostgreSQL via pgx.
-//
-// Errors and messages show the URL only through Redact.
-func Open(ctx context.Context, dbURL string) (Store, error) {
-	driver, target, err := parseURL(dbURL)
-	if err != nil {
-		return nil, fmt.Errorf("open store %q: %w", Redact(dbURL), err)
-	}
-	driversMu.RLock()
-	open := drivers[driver]
-	driversMu.RUnlock()
-	if open == nil {
-		return nil, fmt.Errorf("open store %q: the %s driver is not linked into this program (import github.com/sluice-dev/sluice/internal/store/%s)",
-			Redact(dbURL), driver, driver)
-	}
-	return open(ctx, target)
-}
-
-// parseURL returns the driver named by dbURL and what that driver opens.
-func parseURL(dbURL string) (driver, target string, err error) {
-	if strings.TrimSpace(dbURL) == "" {
-		return "", "", fmt.Errorf("no database URL given (want sqlite:PATH, PATH.db or postgres://…)")
-	}
-	scheme, rest, hasScheme := strings.Cut(dbURL, ":")
-	switch lower := strings.ToLower(scheme); {
-	case hasScheme && (lower == "sqlite" || lower == "sqlite3"):
-		if strings.HasPrefix(rest, "//") {
-			// sqlite:///abs/path.db: the authority must be empty, since
-			// SQLite has no host.
-			rest = rest[2:]
-			if !strings.HasPrefix(rest, "/") {
-				return "", "", fmt.Errorf("a sqlite URL names a file, not a host: write sqlite:PATH or sqlite:///ABSOLUTE/PATH")
-			}
-		}
-		if rest == "" {
-			return "", "", fmt.Errorf("sqlite URL has no path: write sqlite:PATH, or sqlite::memory: for a database in memory")
-		}
-		return DriverSQLite, rest, nil
-	case hasScheme && (lower == "postgres" || lower == "postgresql"):
-		if !strings.HasPrefix(rest, "//") {
-			return "", "", fmt.Errorf("a %s URL must start with %s://", lower, lower)
-		}
-		return DriverPostgres, dbURL, nil
-	}
-	if hasSQLiteSuffix(dbURL) && !strings.Contains(dbURL, "://") {
-		return DriverSQLite, dbURL, nil
-	}
-	if s, _, ok := strings.Cut(dbURL, "://"); ok {
-		return "", "", fmt.Errorf("unsupported scheme %q (want sqlite:PATH, PATH.db or postgres://…)", s)
-	}
-	return "", "", fmt.Errorf("not a database URL: want sqlite:PATH, a path ending in .db, .sqlite or .sqlite3, or postgres://…")
-}
-
-func hasSQLiteSuffix(path string) bool {
-	p := strings.ToLower(path)
-	return strings.HasSuffix(p, ".db") || strings.HasSuffix(p, ".sqlite") || strings.HasSuffix(p, ".sqlite3")
-}
-
-// Mark replaces every secret in a URL, and in an error that might quote
-// one: "xxxxx", as url.URL.Redacted writes it.
-const Mark = "xxxxx"
-
-// queryPassword matches password=… and sslpassword=… in a query string or a
-// key/value connection string.
-var queryPassword = regexp.MustCompile(`(?i)(password=)[^&#\s]*`)
-
-// Redact returns dbURL with any password replaced by "xxxxx":
-// "postgres://user:secret@host/db?sslpassword=k" becomes
-// "postgres://user:xxxxx@host/db?sslpassword=xxxxx". It errs on the side of
-// hiding: in a URL too malformed to parse, everything between the first ":"
-// after the user name and the last "@" is hidden.
-func Redact(dbURL string) string {
-	if u, err := url.Parse(dbURL); err == nil && u.Scheme != "" && !strings.Contains(u.Opaque+u.Host+u.Path+u.RawQuery+u.Fragment, "@") {
-		return queryPassword.ReplaceAllString(u.Redacted(), "${1}"+Mark)
-	}
-	// url.Parse failed, or read part of the user info as host, port or path
-	// (as it does for an unescaped "/" in a password): hide by position.
-	s := dbURL
-	if i, j, ok := userPassword(s); ok {
-		s = s[:i] + Mark + s[j:]
-	}
-	return queryPassword.ReplaceAllString(s, "${1}"+Mark)
-}
-
-// Secrets returns the passwords written in dbURL, as written and unescaped,
-// so a driver can scrub them from the errors of a library that might quote
-// the URL.
-func Secrets(dbURL string) []string {
-	var out []string
-	add := func(s string) {
-		if s == "" || s == Mark {
-			return
-		}
-		out = append(out, s)
-		if d, err := url.PathUnescape(s); err == nil && d != s {
-			out = append(out, d)
-		}
-	}
-	if i, j, ok := userPassword(dbURL); ok {
-		add(dbURL[i:j])
-	}
-	for _, m := range queryPassword.FindAllString(dbURL, -1) {
-		_, pw, _ := strings.Cut(m, "=")
-		add(pw)
-	}
-	return out
-}
-
-// userPassword finds the password of "scheme://user:password@…" (or of
-// "scheme:user:password@…") by position alone: s[i:j], from after the first
-// ":" following the user name to the last "@".
-func userPassword(s string) (i, j int, ok bool) {
-	start := -1
-	if k := strings.Index(s, "://"); k >= 0 {
-		start = k + 3
-	} else if scheme, _, found := strings.Cut(s, ":"); found && isScheme(scheme) {
-		start = len(scheme) + 1
-	}
-	if start < 0 {
-		return 0, 0, false
-	}
-	rest := s[start:]
-	at := strings.LastIndex(rest, "@")
-	if at < 0 {
-		return 0, 0, false
-	}
-	c := strings.Index(rest[:at], ":")
-	if c < 0 {
-		return 0, 0, false
-	}
-	return start + c + 1, start + at, true
-}
-
-func isScheme(s string) bool {
-	for i, r := range s {
-		switch {
-		case 'a' <= r && r <= 'z', 'A' <= r && r <= 'Z':
-		case i > 0 && ('0' <= r && r <= '9' || r == '+' || r == '-' || r == '.'):
-		default:
-			return false
-		}
-	}
-	return s != ""
 }

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"embed"
+	"time"
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
 	"github.com/jackc/pgx/v5"
@@ -12,32 +13,46 @@ import (
 	"github.com/sluice-dev/sluice/internal/store/internal/driver"
 )
 
-// sqlFS holds the statements on the engine's tables, the backfills' and
-// the history's (see driver.NewEngineTables, driver.NewBackfills and
-// driver.NewHistory), among the others.
+// sqlFS holds the migrations and the statements of the store (see
+// driver.NewTables), among the others.
 //
-//go:embed sql/*.sql
+//go:embed sql/*.sql migrations/*.sql
 var sqlFS embed.FS
 
-// tables returns the engine's, the backfills' and the history's tables on
-// pool.
-func tables(pool *pgxpool.Pool) (e driver.EngineTables, b driver.Backfills, h driver.History, err error) {
-	e, err = driver.NewEngineTables(conn{pool}, sqlFS, func(ids []string) (any, error) { return ids, nil }) // a text[]
-	if err == nil {
-		b, err = driver.NewBackfills(conn{pool}, sqlFS)
+// dialect is how the shared code passes values to PostgreSQL's
+// statements: the charges' and the migrations' times as timestamptz,
+// truncated to the millisecond (the other tables' are BIGINT Unix
+// milliseconds), lists as arrays.
+var dialect = driver.Dialect{
+	Time:    func(t time.Time) any { return driver.Millis(t) },
+	Charges: chargeBatch,
+	RunIDs:  func(ids []string) (any, error) { return ids, nil }, // a text[]
+}
+
+// chargeBatch is the parameters of upsert_charges.sql after the key: the
+// charges as parallel arrays, so the batch goes to the server as one
+// statement whatever its size.
+func chargeBatch(charges []store.Charge) ([]any, error) {
+	n := len(charges)
+	ids, flows := make([]string, n), make([]string, n)
+	ats := make([]time.Time, n)
+	requests, inputs, outputs := make([]int64, n), make([]int64, n), make([]int64, n)
+	for i, c := range charges {
+		ids[i], flows[i], ats[i] = c.ID, c.Flow, driver.Millis(c.At)
+		requests[i], inputs[i], outputs[i] = c.Cost.Requests, c.Cost.Input, c.Cost.Output
 	}
-	if err == nil {
-		h, err = driver.NewHistory(conn{pool}, sqlFS)
-	}
-	return e, b, h, err
+	return []any{ids, flows, ats, requests, inputs, outputs}, nil
 }
 
 // conn runs the store's statements on its pool.
 type conn struct{ pool *pgxpool.Pool }
 
-func (c conn) Exec(ctx context.Context, q string, args ...any) error {
-	_, err := c.pool.Exec(ctx, q, args...)
-	return err
+func (c conn) Exec(ctx context.Context, q string, args ...any) (int64, error) {
+	tag, err := c.pool.Exec(ctx, q, args...)
+	if err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), nil
 }
 
 func (c conn) Query(ctx context.Context, q string, args []any, each func(driver.Row) error) error {

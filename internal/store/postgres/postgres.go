@@ -4,19 +4,19 @@
 // (dbos.Config.SystemDBPool) through Handle.
 //
 // Tables live in the connection's default schema (search_path), next to
-// DBOS's own "dbos" schema. Times are stored as timestamptz, truncated to the
-// millisecond so that both drivers return the same values.
+// DBOS's own "dbos" schema. The charges' and the migrations' times are
+// stored as timestamptz, the other tables' as BIGINT Unix milliseconds,
+// both truncated to the millisecond so that both drivers return the same
+// values.
 package postgres
 
 import (
 	"context"
-	"embed"
 	"fmt"
 	"net/url"
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sluice-dev/sluice/internal/redact"
@@ -34,38 +34,12 @@ func init() {
 	})
 }
 
-var (
-	//go:embed migrations/*.sql
-	migrationFS embed.FS
-
-	//go:embed sql/lock_migrations.sql
-	lockMigrationsSQL string
-	//go:embed sql/create_migrations.sql
-	createMigrationsSQL string
-	//go:embed sql/migrations.sql
-	migrationsSQL string
-	//go:embed sql/record_migration.sql
-	recordMigrationSQL string
-	//go:embed sql/upsert_charges.sql
-	upsertChargesSQL string
-	//go:embed sql/charges.sql
-	chargesSQL string
-	//go:embed sql/prune_charges.sql
-	pruneChargesSQL string
-)
-
 // Store is a store.Store on one PostgreSQL database. It is safe for
 // simultaneous use by multiple goroutines and by many processes.
 type Store struct {
-	// EngineTables gives CountStart, RecordDroppedEvent, DroppedEvents,
-	// RecordCancel, RecordRunEnd and RunEnds.
-	driver.EngineTables
-	// Backfills gives the methods on backfills' items, jobs and runs.
-	driver.Backfills
-	// History gives the methods on config versions and flows' samples.
-	driver.History
-	// Leases gives the methods on leases of a provider key's capacity.
-	driver.Leases
+	// Tables gives every method of store.Store but Handle, String,
+	// Close and the locks, and Migrations.
+	driver.Tables
 
 	pool *pgxpool.Pool
 	url  string // redacted
@@ -105,14 +79,11 @@ func Open(ctx context.Context, dbURL string) (*Store, error) {
 		return nil, fmt.Errorf("open postgres %s: %w", shown, redact.Error(err, store.Mark, secrets...))
 	}
 	s := &Store{pool: pool, url: shown}
-	if s.EngineTables, s.Backfills, s.History, err = tables(pool); err == nil {
-		s.Leases, err = driver.NewLeases(conn{pool}, sqlFS)
-	}
-	if err != nil {
+	if s.Tables, err = driver.NewTables(conn{s.pool}, sqlFS, dialect); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("open postgres %s: %w", shown, err)
 	}
-	if err := s.migrate(ctx); err != nil {
+	if err := s.Migrate(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("open postgres %s: %w", shown, redact.Error(err, store.Mark, secrets...))
 	}
@@ -133,127 +104,6 @@ func (s *Store) String() string { return s.url }
 func (s *Store) Close() error {
 	s.closeOnce.Do(s.pool.Close)
 	return nil
-}
-
-// migrate applies the migrations the database lacks in one transaction that
-// first takes a transaction-level advisory lock: concurrent openers queue on
-// the lock (CREATE TABLE IF NOT EXISTS alone races in PostgreSQL), and each
-// finds what the one before it recorded.
-func (s *Store) migrate(ctx context.Context) error {
-	files, err := driver.Load(migrationFS, "migrations")
-	if err != nil {
-		return err
-	}
-	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, lockMigrationsSQL); err != nil {
-			return fmt.Errorf("migrate: lock: %w", err)
-		}
-		if _, err := tx.Exec(ctx, createMigrationsSQL); err != nil {
-			return fmt.Errorf("migrate: create sluice_migrations: %w", err)
-		}
-		applied, err := queryMigrations(ctx, tx)
-		if err != nil {
-			return fmt.Errorf("migrate: %w", err)
-		}
-		done := make(map[int]bool, len(applied))
-		for _, m := range applied {
-			done[m.Version] = true
-		}
-		if err := driver.CheckApplied(files, done); err != nil {
-			return fmt.Errorf("migrate: %w", err)
-		}
-		now := driver.Millis(time.Now())
-		for _, f := range files {
-			if done[f.Version] {
-				continue
-			}
-			if _, err := tx.Exec(ctx, f.SQL); err != nil {
-				return fmt.Errorf("migrate: apply %03d_%s: %w", f.Version, f.Name, err)
-			}
-			if _, err := tx.Exec(ctx, recordMigrationSQL, f.Version, f.Name, now); err != nil {
-				return fmt.Errorf("migrate: record %03d_%s: %w", f.Version, f.Name, err)
-			}
-		}
-		return nil
-	})
-}
-
-// Migrations returns the schema migrations applied to the database, in order.
-func (s *Store) Migrations(ctx context.Context) ([]store.Migration, error) {
-	ms, err := queryMigrations(ctx, s.pool)
-	if err != nil {
-		return nil, fmt.Errorf("list migrations: %w", err)
-	}
-	return ms, nil
-}
-
-type querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}
-
-func queryMigrations(ctx context.Context, q querier) ([]store.Migration, error) {
-	rows, err := q.Query(ctx, migrationsSQL)
-	if err != nil {
-		return nil, err
-	}
-	ms, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Migration, error) {
-		var m store.Migration
-		err := row.Scan(&m.Version, &m.Name, &m.AppliedAt)
-		m.AppliedAt = m.AppliedAt.UTC()
-		return m, err
-	})
-	return ms, err
-}
-
-// UpsertCharges implements store.Store. The batch goes to the server as one
-// statement over parallel arrays, whatever its size.
-func (s *Store) UpsertCharges(ctx context.Context, key string, charges []store.Charge) error {
-	if err := driver.CheckCharges(key, charges); err != nil {
-		return fmt.Errorf("upsert charges: %w", err)
-	}
-	if len(charges) == 0 {
-		return nil
-	}
-	charges = driver.LastByID(charges)
-	n := len(charges)
-	ids, flows := make([]string, n), make([]string, n)
-	ats := make([]time.Time, n)
-	requests, inputs, outputs := make([]int64, n), make([]int64, n), make([]int64, n)
-	for i, c := range charges {
-		ids[i], flows[i], ats[i] = c.ID, c.Flow, driver.Millis(c.At)
-		requests[i], inputs[i], outputs[i] = c.Cost.Requests, c.Cost.Input, c.Cost.Output
-	}
-	if _, err := s.pool.Exec(ctx, upsertChargesSQL, key, ids, flows, ats, requests, inputs, outputs); err != nil {
-		return fmt.Errorf("upsert charges: %w", err)
-	}
-	return nil
-}
-
-// Charges implements store.Store.
-func (s *Store) Charges(ctx context.Context, key string, since time.Time) ([]store.Charge, error) {
-	rows, err := s.pool.Query(ctx, chargesSQL, key, driver.Millis(since))
-	if err != nil {
-		return nil, fmt.Errorf("read charges: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Charge, error) {
-		var c store.Charge
-		err := row.Scan(&c.ID, &c.Flow, &c.At, &c.Cost.Requests, &c.Cost.Input, &c.Cost.Output)
-		c.At = c.At.UTC()
-		return c, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read charges: %w", err)
-	}
-	return out, nil
-}
-
-// PruneCharges implements store.Store.
-func (s *Store) PruneCharges(ctx context.Context, key string, before time.Time) (int64, error) {
-	tag, err := s.pool.Exec(ctx, pruneChargesSQL, key, driver.Millis(before))
-	if err != nil {
-		return 0, fmt.Errorf("prune charges: %w", err)
-	}
-	return tag.RowsAffected(), nil
 }
 
 // hasParam reports whether the query of a connection URL sets name.

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
 
@@ -19,37 +20,50 @@ import (
 	_ "github.com/dbos-inc/dbos-transact-golang/dbos/driver/sqlite"
 )
 
-// sqlFS holds the statements on the engine's tables, the backfills' and
-// the history's (see driver.NewEngineTables, driver.NewBackfills and
-// driver.NewHistory), among the others.
+// sqlFS holds the migrations and the statements of the store (see
+// driver.NewTables).
 //
-//go:embed sql/*.sql
+//go:embed sql/*.sql migrations/*.sql
 var sqlFS embed.FS
 
-// tables returns the engine's, the backfills' and the history's tables on
-// s.
-func tables(s *Store) (e driver.EngineTables, b driver.Backfills, h driver.History, err error) {
-	e, err = driver.NewEngineTables(conn{s}, sqlFS, func(ids []string) (any, error) {
+// dialect is how the shared code passes values to SQLite's statements:
+// times as INTEGER Unix milliseconds, lists as one JSON text parameter.
+var dialect = driver.Dialect{
+	Time:    func(t time.Time) any { return t.UnixMilli() },
+	Charges: chargeBatch,
+	RunIDs: func(ids []string) (any, error) {
 		// One JSON array, so that any number of run IDs is one parameter.
 		b, err := json.Marshal(ids)
 		return string(b), err
-	})
-	if err == nil {
-		b, err = driver.NewBackfills(conn{s}, sqlFS)
+	},
+}
+
+// chargeBatch is the parameter of upsert_charges.sql after the key: the
+// charges as one JSON array of [id, flow, at, requests, input, output]
+// rows, so the statement is parsed once per batch rather than once per
+// charge.
+func chargeBatch(charges []store.Charge) ([]any, error) {
+	rows := make([][6]any, len(charges))
+	for i, c := range charges {
+		rows[i] = [6]any{c.ID, c.Flow, c.At.UnixMilli(), c.Cost.Requests, c.Cost.Input, c.Cost.Output}
 	}
-	if err == nil {
-		h, err = driver.NewHistory(conn{s}, sqlFS)
+	batch, err := json.Marshal(rows)
+	if err != nil {
+		return nil, err
 	}
-	return e, b, h, err
+	return []any{string(batch)}, nil
 }
 
 // conn runs the store's statements on its handle, with a lock another
 // process holds explained (see Locked).
 type conn struct{ s *Store }
 
-func (c conn) Exec(ctx context.Context, q string, args ...any) error {
-	_, err := c.s.db.ExecContext(ctx, q, args...)
-	return c.s.Locked(err)
+func (c conn) Exec(ctx context.Context, q string, args ...any) (int64, error) {
+	res, err := c.s.db.ExecContext(ctx, q, args...)
+	if err != nil {
+		return 0, c.s.Locked(err)
+	}
+	return res.RowsAffected()
 }
 
 func (c conn) Query(ctx context.Context, q string, args []any, each func(driver.Row) error) error {
@@ -112,5 +126,9 @@ func (s *Store) Handle() (store.Handle, error) {
 	if s.memory {
 		return store.Handle{}, fmt.Errorf("open %s: an in-memory SQLite database lives in one connection and cannot be shared with DBOS; use a file", s)
 	}
-	return store.Handle{SQLite: s.db, File: strings.TrimPrefix(s.name, "file:")}, nil
+	return store.Handle{SQLite: s.db, File: s.file()}, nil
 }
+
+// file is the database's file, without the "file:" prefix or DSN
+// parameters.
+func (s *Store) file() string { return strings.TrimPrefix(s.name, "file:") }

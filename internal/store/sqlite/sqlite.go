@@ -25,8 +25,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"embed"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -52,24 +50,6 @@ func init() {
 		return s, nil
 	})
 }
-
-var (
-	//go:embed migrations/*.sql
-	migrationFS embed.FS
-
-	//go:embed sql/create_migrations.sql
-	createMigrationsSQL string
-	//go:embed sql/migrations.sql
-	migrationsSQL string
-	//go:embed sql/record_migration.sql
-	recordMigrationSQL string
-	//go:embed sql/upsert_charges.sql
-	upsertChargesSQL string
-	//go:embed sql/charges.sql
-	chargesSQL string
-	//go:embed sql/prune_charges.sql
-	pruneChargesSQL string
-)
 
 // Memory is the path of a private in-memory database, for tests. It is served
 // by a single connection (each connection to ":memory:" would be a database of
@@ -135,15 +115,9 @@ func (s *Store) Locked(err error) error {
 // Store is a store.Store on one SQLite database. It is safe for simultaneous
 // use by multiple goroutines, and by several processes on the same file.
 type Store struct {
-	// EngineTables gives CountStart, RecordDroppedEvent, DroppedEvents,
-	// RecordCancel, RecordRunEnd and RunEnds.
-	driver.EngineTables
-	// Backfills gives the methods on backfills' items, jobs and runs.
-	driver.Backfills
-	// History gives the methods on config versions and flows' samples.
-	driver.History
-	// Leases gives the methods on leases of a provider key's capacity.
-	driver.Leases
+	// Tables gives every method of store.Store but Handle, String,
+	// Close and the locks, and Migrations.
+	driver.Tables
 
 	db          *sql.DB
 	path        string
@@ -192,14 +166,11 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		db.SetConnMaxLifetime(time.Hour)
 	}
 	s := &Store{db: db, path: path, name: name, memory: memory, busyTimeout: busyTimeout(path), txTurn: make(chan struct{}, 1)}
-	if s.EngineTables, s.Backfills, s.History, err = tables(s); err == nil {
-		s.Leases, err = driver.NewLeases(conn{s}, sqlFS)
-	}
-	if err != nil {
+	if s.Tables, err = driver.NewTables(conn{s}, sqlFS, dialect); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
 	}
-	if err := s.migrate(ctx); err != nil {
+	if err := s.Migrate(ctx); err != nil {
 		db.Close()
 		var le *LockedError
 		if errors.As(s.Locked(err), &le) {
@@ -259,144 +230,4 @@ func (s *Store) String() string { return "sqlite:" + s.path }
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() { s.closeErr = s.db.Close() })
 	return s.closeErr
-}
-
-// migrate applies the migrations the database lacks in one BEGIN IMMEDIATE
-// transaction: a second process opening the same file waits for the first to
-// finish, then finds every migration recorded and applies none.
-func (s *Store) migrate(ctx context.Context) error {
-	files, err := driver.Load(migrationFS, "migrations")
-	if err != nil {
-		return err
-	}
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("migrate: %w", err)
-	}
-	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, createMigrationsSQL); err != nil {
-		return fmt.Errorf("migrate: create sluice_migrations: %w", err)
-	}
-	applied, err := queryMigrations(ctx, tx)
-	if err != nil {
-		return fmt.Errorf("migrate: %w", err)
-	}
-	done := make(map[int]bool, len(applied))
-	for _, m := range applied {
-		done[m.Version] = true
-	}
-	if err := driver.CheckApplied(files, done); err != nil {
-		return fmt.Errorf("migrate: %w", err)
-	}
-	now := time.Now().UnixMilli()
-	for _, f := range files {
-		if done[f.Version] {
-			continue
-		}
-		if _, err := tx.ExecContext(ctx, f.SQL); err != nil {
-			return fmt.Errorf("migrate: apply %03d_%s: %w", f.Version, f.Name, err)
-		}
-		if _, err := tx.ExecContext(ctx, recordMigrationSQL, f.Version, f.Name, now); err != nil {
-			return fmt.Errorf("migrate: record %03d_%s: %w", f.Version, f.Name, err)
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("migrate: commit: %w", err)
-	}
-	return nil
-}
-
-// Migrations returns the schema migrations applied to the database, in order.
-func (s *Store) Migrations(ctx context.Context) ([]store.Migration, error) {
-	ms, err := queryMigrations(ctx, s.db)
-	if err != nil {
-		return nil, fmt.Errorf("list migrations: %w", err)
-	}
-	return ms, nil
-}
-
-type querier interface {
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-}
-
-func queryMigrations(ctx context.Context, q querier) ([]store.Migration, error) {
-	rows, err := q.QueryContext(ctx, migrationsSQL)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var ms []store.Migration
-	for rows.Next() {
-		var m store.Migration
-		var at int64
-		if err := rows.Scan(&m.Version, &m.Name, &at); err != nil {
-			return nil, err
-		}
-		m.AppliedAt = time.UnixMilli(at).UTC()
-		ms = append(ms, m)
-	}
-	return ms, rows.Err()
-}
-
-// UpsertCharges implements store.Store.
-func (s *Store) UpsertCharges(ctx context.Context, key string, charges []store.Charge) error {
-	if err := driver.CheckCharges(key, charges); err != nil {
-		return fmt.Errorf("upsert charges: %w", err)
-	}
-	if len(charges) == 0 {
-		return nil
-	}
-	if err := s.upsertCharges(ctx, key, driver.LastByID(charges)); err != nil {
-		return fmt.Errorf("upsert charges: %w", s.Locked(err))
-	}
-	return nil
-}
-
-func (s *Store) upsertCharges(ctx context.Context, key string, charges []store.Charge) error {
-	rows := make([][6]any, len(charges))
-	for i, c := range charges {
-		rows[i] = [6]any{c.ID, c.Flow, c.At.UnixMilli(), c.Cost.Requests, c.Cost.Input, c.Cost.Output}
-	}
-	batch, err := json.Marshal(rows)
-	if err != nil {
-		return err
-	}
-	_, err = s.db.ExecContext(ctx, upsertChargesSQL, key, string(batch))
-	return err
-}
-
-// Charges implements store.Store.
-func (s *Store) Charges(ctx context.Context, key string, since time.Time) ([]store.Charge, error) {
-	rows, err := s.db.QueryContext(ctx, chargesSQL, key, since.UnixMilli())
-	if err != nil {
-		return nil, fmt.Errorf("read charges: %w", s.Locked(err))
-	}
-	defer rows.Close()
-	var out []store.Charge
-	for rows.Next() {
-		var c store.Charge
-		var at int64
-		if err := rows.Scan(&c.ID, &c.Flow, &at, &c.Cost.Requests, &c.Cost.Input, &c.Cost.Output); err != nil {
-			return nil, fmt.Errorf("read charges: %w", err)
-		}
-		c.At = time.UnixMilli(at).UTC()
-		out = append(out, c)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read charges: %w", err)
-	}
-	return out, nil
-}
-
-// PruneCharges implements store.Store.
-func (s *Store) PruneCharges(ctx context.Context, key string, before time.Time) (int64, error) {
-	res, err := s.db.ExecContext(ctx, pruneChargesSQL, key, before.UnixMilli())
-	if err != nil {
-		return 0, fmt.Errorf("prune charges: %w", s.Locked(err))
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, fmt.Errorf("prune charges: %w", err)
-	}
-	return n, nil
 }

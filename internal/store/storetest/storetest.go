@@ -540,6 +540,7 @@ func Exercise(t *testing.T, newDB NewDatabase) {
 	exerciseHistory(t, open)
 	exerciseLeases(t, newDB)
 	exerciseDBOS(t, open)
+	exerciseLocks(t, newDB)
 }
 
 // Benchmark measures UpsertCharges with batches of 100 new charges, the size

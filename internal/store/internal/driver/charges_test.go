@@ -11,9 +11,9 @@ func TestLastByID(t *testing.T) {
 	t.Parallel()
 	at := time.Unix(0, 0)
 	in := []store.Charge{{ID: "b", Flow: "1", At: at}, {ID: "a", Flow: "2", At: at}, {ID: "b", Flow: "3", At: at}}
-	got := LastByID(in)
+	got := lastByID(in)
 	if len(got) != 2 || got[0].ID != "a" || got[1].ID != "b" || got[1].Flow != "3" {
-		t.Fatalf("LastByID = %+v, want a then the last b", got)
+		t.Fatalf("lastByID = %+v, want a then the last b", got)
 	}
 }
 
@@ -29,9 +29,9 @@ func TestCheckCharges(t *testing.T) {
 		{"", nil, "empty key"},
 		{"groq", []store.Charge{{ID: "a"}, {Flow: "title"}}, `charge 1 (flow "title") has an empty ID`},
 	} {
-		err := CheckCharges(tt.key, tt.charges)
+		err := checkCharges(tt.key, tt.charges)
 		if (err == nil) != (tt.wantErr == "") || (err != nil && err.Error() != tt.wantErr) {
-			t.Errorf("CheckCharges(%q, %v) = %v, want %q", tt.key, tt.charges, err, tt.wantErr)
+			t.Errorf("checkCharges(%q, %v) = %v, want %q", tt.key, tt.charges, err, tt.wantErr)
 		}
 	}
 }

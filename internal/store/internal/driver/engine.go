@@ -10,21 +10,6 @@ import (
 	"github.com/sluice-dev/sluice/internal/store"
 )
 
-// Row is a row of either driver's results.
-type Row interface{ Scan(dest ...any) error }
-
-// Conn is how a driver runs statements on its database, with errors
-// explained the way the driver explains them (an SQLite file locked by
-// another process, say).
-type Conn interface {
-	Exec(ctx context.Context, q string, args ...any) error
-	// Query calls each for every row of q's results.
-	Query(ctx context.Context, q string, args []any, each func(Row) error) error
-	// InTx calls fn in a transaction of its own, committed if fn returns
-	// nil and rolled back otherwise.
-	InTx(ctx context.Context, fn func(tx store.Tx) error) error
-}
-
 // EngineTables is the part of store.Store on the engine's tables (rate-limit
 // counts, dropped events, run ends), the same for both drivers but for their
 // statements and how they run them. Times are BIGINT Unix milliseconds on
@@ -58,20 +43,6 @@ func NewEngineTables(conn Conn, fsys fs.FS, runIDs func(ids []string) (any, erro
 	return EngineTables{conn: conn, sql: q, runIDs: runIDs}, nil
 }
 
-// readStatements returns the statements names, files of the sql folder of
-// fsys without .sql, by name.
-func readStatements(fsys fs.FS, names []string) (map[string]string, error) {
-	q := make(map[string]string, len(names))
-	for _, name := range names {
-		b, err := fs.ReadFile(fsys, "sql/"+name+".sql")
-		if err != nil {
-			return nil, err
-		}
-		q[name] = string(b)
-	}
-	return q, nil
-}
-
 // CountStart implements store.Store.
 func (t EngineTables) CountStart(ctx context.Context, function, key string, period time.Duration, limit int, now time.Time) (bool, error) {
 	switch {
@@ -91,7 +62,7 @@ func (t EngineTables) CountStart(ctx context.Context, function, key string, peri
 	}
 	if n == 1 {
 		// A new window opened: forget the old ones of this key.
-		if err := t.conn.Exec(ctx, t.sql["prune_rate_windows"], function, key, win); err != nil {
+		if _, err := t.conn.Exec(ctx, t.sql["prune_rate_windows"], function, key, win); err != nil {
 			return false, fmt.Errorf("prune rate limit of %s: %w", function, err)
 		}
 	}
@@ -106,7 +77,7 @@ func (t EngineTables) RecordDroppedEvent(ctx context.Context, ev store.DroppedEv
 	case ev.EventID == "":
 		return errors.New("record dropped event: empty event ID")
 	}
-	err := t.conn.Exec(ctx, t.sql["record_dropped_event"], ev.Function, ev.EventID, ev.EventName, ev.Key, ev.Reason, ev.At.UnixMilli())
+	_, err := t.conn.Exec(ctx, t.sql["record_dropped_event"], ev.Function, ev.EventID, ev.EventName, ev.Key, ev.Reason, ev.At.UnixMilli())
 	if err != nil {
 		return fmt.Errorf("record dropped event %s: %w", ev.EventID, err)
 	}
@@ -159,7 +130,7 @@ func (t EngineTables) recordRunEnd(ctx context.Context, q, what string, end stor
 	if !end.StartedAt.IsZero() {
 		started = end.StartedAt.UnixMilli()
 	}
-	err := t.conn.Exec(ctx, q, end.RunID, end.Status, end.Reason, end.Step, end.Attempt, started, end.EndedAt.UnixMilli())
+	_, err := t.conn.Exec(ctx, q, end.RunID, end.Status, end.Reason, end.Step, end.Attempt, started, end.EndedAt.UnixMilli())
 	if err != nil {
 		return fmt.Errorf("record the %s of run %s: %w", what, end.RunID, err)
 	}

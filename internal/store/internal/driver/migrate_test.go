@@ -53,7 +53,7 @@ func TestLoad(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got, err := Load(tt.files, "m")
+			got, err := load(tt.files, "m")
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("Load error = %v, want one containing %q", err, tt.wantErr)
@@ -77,10 +77,10 @@ func TestLoad(t *testing.T) {
 func TestCheckApplied(t *testing.T) {
 	t.Parallel()
 	known := []File{{Version: 1}, {Version: 2}}
-	if err := CheckApplied(known, map[int]bool{1: true, 2: true}); err != nil {
+	if err := checkApplied(known, map[int]bool{1: true, 2: true}); err != nil {
 		t.Fatalf("all known: %v", err)
 	}
-	err := CheckApplied(known, map[int]bool{1: true, 2: true, 3: true})
+	err := checkApplied(known, map[int]bool{1: true, 2: true, 3: true})
 	if err == nil || !strings.Contains(err.Error(), "migration 3") {
 		t.Fatalf("newer schema: error = %v, want one naming migration 3", err)
 	}

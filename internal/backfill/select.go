@@ -1,0 +1,173 @@
+package backfill
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/engine"
+	"github.com/sluice-dev/sluice/internal/govkey"
+	"github.com/sluice-dev/sluice/internal/store"
+	"github.com/sluice-dev/sluice/llm"
+)
+
+// selection is what a select step records: the batch it took, if any, and
+// the cursor past the pending items it took (or found gone from the
+// source), after which the next selection looks.
+type selection struct {
+	Batch batch        `json:"batch,omitzero"`
+	After store.Cursor `json:"after,omitzero"`
+}
+
+// batch is one selected batch: the keys of its items, not their data,
+// which its select step keeps in memory for the call (and a replay loads
+// again).
+type batch struct {
+	Keys []string `json:"keys,omitempty"`
+	// Rejects are the items' rejected outputs so far, in Keys' order.
+	Rejects []int `json:"rejects,omitempty"`
+	// TooLarge are items parked without a call: alone, their request
+	// does not fit a limit of the key.
+	TooLarge []store.Outcome `json:"too_large,omitempty"`
+}
+
+func (bt batch) empty() bool { return len(bt.Keys) == 0 && len(bt.TooLarge) == 0 }
+
+// selectBatch takes the next eligible items of lane — the pending ones
+// after the cursor after, and the rejected ones due again — but those of
+// skip, sizes the batch with the governor, and keeps their data in cache
+// for the call. Items found gone from the source are passed over, the
+// cursor going past them.
+func (b *backfill) selectBatch(ctx context.Context, after store.Cursor, lane store.Lane, cache map[string]json.RawMessage, skip batch) (selection, error) {
+	sel := selection{After: after}
+	passed := map[string]bool{} // skip's items, which a read may still return
+	for _, k := range skip.Keys {
+		passed[k] = true
+	}
+	for _, o := range skip.TooLarge {
+		passed[o.Key] = true
+	}
+	for {
+		next, err := b.set.rec.NextItems(ctx, b.ID, b.set.now(), b.MaxBatch+len(passed), sel.After, lane)
+		if err != nil {
+			return sel, err
+		}
+		next = slices.DeleteFunc(next, func(it store.Item) bool { return passed[it.Key] })
+		if len(next) == 0 {
+			return sel, nil
+		}
+		keys := make([]string, len(next))
+		for i, it := range next {
+			keys[i] = it.Key
+		}
+		data, err := b.Load(ctx, keys)
+		if err != nil {
+			return selection{}, fmt.Errorf("load items: %w", err)
+		}
+		var items []Item
+		var rejects, at []int // each of items' rejects so far, and where it is in next
+		for i, it := range next {
+			if d, ok := data[it.Key]; ok { // else gone from the source since it was found
+				items = append(items, Item{Key: it.Key, Data: d})
+				rejects = append(rejects, it.Rejects)
+				at = append(at, i)
+			}
+		}
+		if len(items) == 0 {
+			// None is there any more: look past them.
+			moved := lastPending(next, sel.After)
+			if moved == sel.After {
+				return sel, nil // rejected items only, gone: nothing to pass
+			}
+			sel.After = moved
+			continue
+		}
+		n, tooLarge, err := b.size(items)
+		if err != nil {
+			return selection{}, err
+		}
+		if n == 0 {
+			// Alone, the first item does not fit a limit: it is parked, and
+			// the rest go in the next batch.
+			sel.Batch.TooLarge = []store.Outcome{{Key: items[0].Key, Reason: tooLarge}}
+			sel.After = lastPending(next[:at[0]+1], sel.After)
+			return sel, nil
+		}
+		for _, it := range items[:n] {
+			sel.Batch.Keys = append(sel.Batch.Keys, it.Key)
+			cache[it.Key] = it.Data
+		}
+		sel.Batch.Rejects = rejects[:n]
+		sel.After = lastPending(next[:at[n-1]+1], sel.After)
+		return sel, nil
+	}
+}
+
+// lastPending is the cursor past the last pending item of items (in the
+// order NextItems returned them), or after when none of them is pending.
+func lastPending(items []store.Item, after store.Cursor) store.Cursor {
+	for _, it := range slices.Backward(items) {
+		if it.State == store.ItemPending {
+			return it.After()
+		}
+	}
+	return after
+}
+
+// request builds and completes the call for items.
+func (b *backfill) request(items []Item) (*llm.ChatRequest, error) {
+	req, err := b.Request(items)
+	if err != nil {
+		return nil, engine.NonRetriable(fmt.Errorf("build the request of %d items: %w", len(items), err))
+	}
+	return b.provider.Client.ApplyDefaults(req)
+}
+
+// size returns how many of items the next call carries: the governor's batch size for a call costing a base plus one item's share
+// per item (as the first two items cost), shrunk while the request's real
+// cost does not fit a limit (an item larger than the first two). 0 means
+// the first item alone does not fit: the string says which limit.
+func (b *backfill) size(items []Item) (int, string, error) {
+	cost := func(n int) (*llm.ChatRequest, governor.Cost, error) {
+		req, err := b.request(items[:n])
+		if err != nil {
+			return nil, governor.Cost{}, err
+		}
+		return req, b.provider.Estimator.Cost(req), nil
+	}
+	n := 1
+	if len(items) > 1 {
+		_, one, err := cost(1)
+		if err != nil {
+			return 0, "", err
+		}
+		_, two, err := cost(2)
+		if err != nil {
+			return 0, "", err
+		}
+		item := governor.Cost{Requests: max(two.Requests-one.Requests, 0), Input: max(two.Input-one.Input, 0), Output: max(two.Output-one.Output, 0)}
+		base := governor.Cost{Requests: max(one.Requests-item.Requests, 0), Input: max(one.Input-item.Input, 0), Output: max(one.Output-item.Output, 0)}
+		n = max(b.provider.Governor.BatchSize(b.set.now(), b.Flow, base, item, len(items), b.Within), 1)
+	}
+	for {
+		_, c, err := cost(n)
+		if err != nil {
+			return 0, "", err
+		}
+		err = b.provider.Governor.Check(c)
+		if err == nil {
+			return n, "", nil
+		}
+		if n == 1 {
+			var tl *governor.TooLargeError
+			if errors.As(err, &tl) {
+				b.provider.Governor.Inside(govkey.Key{}).RefusedFlow(b.Flow, tl.Limit)
+			}
+			return 0, err.Error(), nil
+		}
+		n /= 2
+	}
+}

@@ -1,0 +1,106 @@
+package llm
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+)
+
+// Message is one chat message. Content holds text; content that is not a
+// plain string (an array of parts, or null next to tool calls) is kept as
+// sent in RawContent so it is forwarded unchanged, while Content gets the
+// text of its text parts for counting.
+type Message struct {
+	Role    string
+	Content string
+	// RawContent, when set, is sent as "content" in place of Content.
+	RawContent json.RawMessage
+	// Extra holds the message's other fields (name, tool_calls,
+	// tool_call_id, ...), forwarded unchanged.
+	Extra map[string]json.RawMessage
+
+	// contentSent records that a decoded message had a "content" field,
+	// which an empty Content alone cannot tell.
+	contentSent bool
+}
+
+// MarshalJSON writes role, content and the extra fields.
+func (m Message) MarshalJSON() ([]byte, error) {
+	fields := make(map[string]json.RawMessage, len(m.Extra)+2)
+	for k, v := range m.Extra {
+		fields[k] = v
+	}
+	role, err := json.Marshal(m.Role)
+	if err != nil {
+		return nil, err
+	}
+	fields["role"] = role
+	if len(m.RawContent) > 0 {
+		fields["content"] = m.RawContent
+	} else {
+		c, err := json.Marshal(m.Content)
+		if err != nil {
+			return nil, err
+		}
+		fields["content"] = c
+	}
+	return marshalFields(fields)
+}
+
+// UnmarshalJSON reads a message, keeping fields it does not model in Extra.
+func (m *Message) UnmarshalJSON(data []byte) error {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(data, &fields); err != nil {
+		return errors.New("a message must be a JSON object")
+	}
+	if fields == nil {
+		return errors.New("a message must be a JSON object")
+	}
+	*m = Message{}
+	if raw, ok := fields["role"]; ok {
+		if err := json.Unmarshal(raw, &m.Role); err != nil {
+			return errors.New(`"role" must be a string`)
+		}
+		delete(fields, "role")
+	}
+	if raw, ok := fields["content"]; ok {
+		m.contentSent = true
+		delete(fields, "content")
+		raw = bytes.TrimSpace(raw)
+		if len(raw) > 0 && raw[0] == '"' {
+			if err := json.Unmarshal(raw, &m.Content); err != nil {
+				return errors.New(`"content" is not a valid string`)
+			}
+		} else {
+			m.RawContent = slices.Clone(raw)
+			m.Content = partsText(raw)
+		}
+	}
+	if len(fields) > 0 {
+		m.Extra = fields
+	}
+	return nil
+}
+
+// partsText joins the text of [{"type":"text","text":"..."}] content parts.
+func partsText(raw json.RawMessage) string {
+	var parts []struct {
+		Text string `json:"text"`
+	}
+	if json.Unmarshal(raw, &parts) != nil {
+		return ""
+	}
+	var b strings.Builder
+	for _, p := range parts {
+		if p.Text == "" {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(p.Text)
+	}
+	return b.String()
+}

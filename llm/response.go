@@ -1,0 +1,62 @@
+package llm
+
+import (
+	"encoding/json"
+	"net/http"
+
+	"github.com/sluice-dev/sluice/governor"
+)
+
+// Usage is the token usage a provider reports for a call.
+type Usage struct {
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+	TotalTokens      int64 `json:"total_tokens"`
+}
+
+// Governor returns the usage in the governor's terms, for settling a
+// reservation.
+func (u Usage) Governor() governor.Usage {
+	return governor.Usage{Input: u.PromptTokens, Output: u.CompletionTokens}
+}
+
+// Choice is one completion of a response.
+type Choice struct {
+	Index        int     `json:"index"`
+	Message      Message `json:"message"`
+	FinishReason string  `json:"finish_reason"`
+}
+
+// ChatResponse is a finished chat completion.
+type ChatResponse struct {
+	ID      string   `json:"id"`
+	Model   string   `json:"model"`
+	Created int64    `json:"created"`
+	Choices []Choice `json:"choices"`
+	Usage   Usage    `json:"usage"`
+
+	// Snapshot is what the response headers said about the key's limits.
+	Snapshot governor.Snapshot `json:"-"`
+	// Header is the response's header.
+	Header http.Header `json:"-"`
+	// Body is the response body as received.
+	Body []byte `json:"-"`
+}
+
+// Text returns the first choice's content, or "" when there is none.
+func (r *ChatResponse) Text() string {
+	if len(r.Choices) == 0 {
+		return ""
+	}
+	return r.Choices[0].Message.Content
+}
+
+// Model is one entry of GET /models.
+type Model struct {
+	ID      string `json:"id"`
+	OwnedBy string `json:"owned_by"`
+	Created int64  `json:"created"`
+	// Raw is the entry as received; providers add their own fields
+	// (context_window, display_name, ...).
+	Raw json.RawMessage `json:"-"`
+}
