@@ -39,12 +39,12 @@ func (a *App) plan(ctx context.Context) (*plan.Plan, error) {
 	p, err := c.p, c.err
 	if time.Since(c.made) >= cmp.Or(c.every, planEvery) && !c.making && !c.closed {
 		c.making = true
-		life := c.life()
+		life, hold := c.life(), c.hold
 		c.wg.Go(func() {
 			ctx, cancel := context.WithTimeout(life, time.Minute)
 			defer cancel()
-			if c.hold != nil {
-				c.hold(ctx)
+			if hold != nil {
+				hold(ctx)
 			}
 			p, err := a.makePlan(ctx)
 			c.mu.Lock()
