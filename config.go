@@ -10,6 +10,9 @@ import (
 
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/clock"
+	"github.com/sluice-dev/sluice/internal/engine"
+	"github.com/sluice-dev/sluice/internal/health"
+	"github.com/sluice-dev/sluice/internal/quota"
 	"github.com/sluice-dev/sluice/llm"
 )
 
@@ -199,19 +202,20 @@ func (c Config) validate() error {
 // half leaves the engine's steps, not the key's limits, the bottleneck.
 const MaxSpeed = 1000
 
-// The defaults of Config, as its fields document them.
+// The defaults of Config, as its fields document them; where a package
+// below applies the same default to its own zero value, its constant.
 const (
 	defaultDatabaseURL   = "sluice.db"
-	defaultMaxInlineWait = 30 * time.Second
-	defaultPollInterval  = 100 * time.Millisecond
-	defaultRetryBase     = time.Second
-	defaultRetryMax      = 10 * time.Minute
-	defaultStopGrace     = 30 * time.Second
+	defaultMaxInlineWait = engine.DefaultMaxInlineWait
+	defaultPollInterval  = engine.DefaultPollInterval
+	defaultRetryBase     = engine.DefaultRetryBase
+	defaultRetryMax      = engine.DefaultRetryMax
+	defaultStopGrace     = engine.DefaultStopGrace
 	defaultExecutorID    = "local"
-	defaultHealthEvery   = 30 * time.Second
-	defaultHistoryEvery  = time.Minute
+	defaultHealthEvery   = health.DefaultEvery
+	defaultHistoryEvery  = health.DefaultHistoryEvery
 	defaultProviderName  = "default"
-	defaultLeaseTTL      = 2 * time.Second
+	defaultLeaseTTL      = quota.DefaultLeaseTTL
 )
 
 // withDefaults is c with every default of its fields filled in (a

@@ -87,12 +87,22 @@ type Config struct {
 	AdoptEvery time.Duration
 }
 
+// The defaults of Config's fields.
+const (
+	DefaultPollInterval = 100 * time.Millisecond
+	DefaultRetryBase    = time.Second
+	DefaultRetryMax     = 10 * time.Minute
+	DefaultStopGrace    = 30 * time.Second
+	// DefaultMaxInlineWait is Provider.MaxInlineWait's default.
+	DefaultMaxInlineWait = 30 * time.Second
+)
+
 func (c Config) withDefaults() Config {
 	c.AppName = cmp.Or(c.AppName, "sluice")
-	c.PollInterval = cmp.Or(c.PollInterval, 100*time.Millisecond)
-	c.RetryBase = cmp.Or(c.RetryBase, time.Second)
-	c.RetryMax = cmp.Or(c.RetryMax, 10*time.Minute)
-	c.StopGrace = cmp.Or(c.StopGrace, 30*time.Second)
+	c.PollInterval = cmp.Or(c.PollInterval, DefaultPollInterval)
+	c.RetryBase = cmp.Or(c.RetryBase, DefaultRetryBase)
+	c.RetryMax = cmp.Or(c.RetryMax, DefaultRetryMax)
+	c.StopGrace = cmp.Or(c.StopGrace, DefaultStopGrace)
 	c.LockCheckEvery = cmp.Or(c.LockCheckEvery, 2*time.Second)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))

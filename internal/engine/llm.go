@@ -22,7 +22,8 @@ type Provider struct {
 	Governor  *governor.Governor
 	Estimator *llm.Estimator
 	// MaxInlineWait is the longest a step waits for quota inside the step;
-	// a longer wait ends the attempt and sleeps durably instead (default 30s).
+	// a longer wait ends the attempt and sleeps durably instead (default
+	// DefaultMaxInlineWait).
 	MaxInlineWait time.Duration
 	// Now is the clock of feedback to the governor (default time.Now).
 	Now func() time.Time
@@ -75,7 +76,7 @@ func (p *Provider) Call(ctx context.Context, flow string, req *llm.ChatRequest) 
 	cost := p.Estimator.Cost(req)
 	inline := p.MaxInlineWait
 	if inline <= 0 {
-		inline = 30 * time.Second
+		inline = DefaultMaxInlineWait
 	}
 	// A wait for quota is no call in flight: a stopping engine ends it.
 	dctx, release := drainContext(ctx)

@@ -87,9 +87,15 @@ type Config struct {
 	After func(time.Duration) <-chan time.Time
 }
 
+// The defaults of Config.Every and Config.HistoryEvery.
+const (
+	DefaultEvery        = 30 * time.Second
+	DefaultHistoryEvery = time.Minute
+)
+
 func (c Config) withDefaults() Config {
 	if c.Every <= 0 {
-		c.Every = 30 * time.Second
+		c.Every = DefaultEvery
 	}
 	if c.Threshold <= 0 {
 		c.Threshold = DefaultThreshold
@@ -98,7 +104,7 @@ func (c Config) withDefaults() Config {
 		c.RateWindow = time.Hour
 	}
 	if c.HistoryEvery <= 0 {
-		c.HistoryEvery = time.Minute
+		c.HistoryEvery = DefaultHistoryEvery
 	}
 	if c.HistorySource == "" {
 		c.HistorySource = "app"
