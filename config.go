@@ -140,10 +140,11 @@ type Provider struct {
 	LLM llm.Config
 	// Limits are the key's limits (rpm rpd tpm tpd itpm otpm); 0 = none.
 	Limits governor.Limits
-	// Window and Accounting say how the provider counts (defaults: rolling
-	// windows; the admission charge stands).
-	Window     governor.Window
-	Accounting governor.Accounting
+	// FixedWindows and SettleOutput say how the provider counts, as
+	// governor.Config's fields of the same names (defaults: rolling windows;
+	// the admission charge stands).
+	FixedWindows bool
+	SettleOutput bool
 	// DayBurst is how far ahead of an even pace the day limits (RPD, TPD)
 	// may be spent: the governor spreads a day's budget over the day so it
 	// is not gone by the morning. Default 1h; negative spends it as fast as

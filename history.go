@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/govtext"
 	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/run"
 )
@@ -36,8 +37,8 @@ func (a *App) effectiveConfig() effectiveConfig {
 	c := effectiveConfig{Flows: slices.Clone(a.cfg.Flows), Functions: []run.Function{}, Backfills: a.backfills.Settings()}
 	for _, p := range a.cfg.Providers {
 		pc := providerConfig{Name: p.Name, Profile: string(p.LLM.Profile), Limits: map[string]int64{},
-			Window: p.Window.String(), Accounting: p.Accounting.String(), DefaultMaxTokens: p.LLM.DefaultMaxTokens, DayBurst: p.DayBurst}
-		for _, l := range governor.AllLimits {
+			Window: govtext.WindowWord(p.FixedWindows), Accounting: govtext.AccountingWord(p.SettleOutput), DefaultMaxTokens: p.LLM.DefaultMaxTokens, DayBurst: p.DayBurst}
+		for l := range governor.NumLimits {
 			if p.Limits[l] > 0 {
 				pc.Limits[l.String()] = p.Limits[l]
 			}

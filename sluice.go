@@ -144,16 +144,16 @@ func (a *App) addProvider(ctx context.Context, p Provider) error {
 		return err
 	}
 	ledger, err := quota.Open(ctx, a.st, governor.Config{
-		Key:        name, // the store keeps it in clear: never the API key
-		Limits:     p.Limits,
-		Window:     p.Window,
-		Accounting: p.Accounting,
-		DayBurst:   p.DayBurst,
-		Lag:        p.Lag,
-		Flows:      cfg.Flows,
-		Now:        now,
-		Speed:      cfg.Speed,
-		Logger:     a.e.Logger(),
+		Key:          name, // the store keeps it in clear: never the API key
+		Limits:       p.Limits,
+		FixedWindows: p.FixedWindows,
+		SettleOutput: p.SettleOutput,
+		DayBurst:     p.DayBurst,
+		Lag:          p.Lag,
+		Flows:        cfg.Flows,
+		Now:          now,
+		Speed:        cfg.Speed,
+		Logger:       a.e.Logger(),
 	}, quota.Config{Now: now, Cluster: cluster(cfg, a.e.Logger())})
 	if err != nil {
 		return err
@@ -340,7 +340,7 @@ func (a *App) statsOf(ctx context.Context, name string, now time.Time) (governor
 	if err != nil {
 		return st, fmt.Errorf("read the cluster's use of %s (these are this process's own figures): %w", name, err)
 	}
-	for _, lim := range governor.AllLimits {
+	for lim := range governor.NumLimits {
 		ls := &st.Limits[lim]
 		used := minute.On(lim)
 		if lim.Period() > time.Minute {

@@ -75,7 +75,7 @@ func (g *Governor) startOf(f *flow, now int64) float64 {
 // the largest of these. Minute and day limits so compare on one scale.
 func (g *Governor) size(c Cost) float64 {
 	var s float64
-	for _, l := range AllLimits {
+	for l := range NumLimits {
 		if k := g.scale[l]; k > 0 {
 			if v := float64(c.On(l)) * k; v > s {
 				s = v
@@ -267,7 +267,7 @@ func (g *Governor) backfill(now int64, head *Reservation, at int64) (int, int64)
 // now + period + lag; under a fixed one at the end of its window; on a day
 // pacer it moves the time head may start by its own amount.
 func (g *Governor) delays(now int64, head *Reservation, at int64, f *flow, c Cost) bool {
-	for _, l := range AllLimits {
+	for l := range NumLimits {
 		lim, need, extra := g.limits[l], head.cost.On(l), c.On(l)
 		if lim == 0 || need == 0 || extra == 0 {
 			continue
@@ -337,7 +337,7 @@ func (g *Governor) fit(now int64, f *flow, c Cost) (int64, Blocker) {
 	if g.pauseUntil > at {
 		b, at = Blocker{Kind: "pause"}, g.pauseUntil
 	}
-	for _, l := range AllLimits {
+	for l := range NumLimits {
 		lim, need := g.limits[l], c.On(l)
 		if lim == 0 || need == 0 {
 			continue
@@ -429,11 +429,11 @@ func (g *Governor) admit(now int64, r *Reservation, how admission) {
 	r.minSeq = g.minute.add(now, r.cost)
 	r.daySeq = g.day.add(now, r.cost)
 	r.sent = now
-	for _, l := range AllLimits {
+	for l := range NumLimits {
 		r.usedAt[l] = g.ledgerOf(l).sum.On(l)
 	}
 	paced := false // a day pacer would have held it
-	for _, l := range AllLimits {
+	for l := range NumLimits {
 		if p := &g.pace[l]; p.on && p.readyAt() > now && r.cost.On(l) > 0 {
 			paced = true
 		}
@@ -450,7 +450,7 @@ func (g *Governor) admit(now int64, r *Reservation, how admission) {
 			f.prio.credit -= r.credit
 		}
 	}
-	for _, l := range AllLimits {
+	for l := range NumLimits {
 		if p := &g.pace[l]; p.on {
 			p.take(now, r.cost.On(l))
 		}
@@ -460,7 +460,7 @@ func (g *Governor) admit(now int64, r *Reservation, how admission) {
 	f.tokens = f.tokens.add(r.cost)
 	f.addRate(now, r.size)
 	if g.cfg.Journal != nil {
-		g.cfg.Journal.Record(Charge{ID: r.id, Flow: f.name, At: time.Unix(0, now), Cost: r.cost})
+		g.cfg.Journal(Charge{ID: r.id, Flow: f.name, At: time.Unix(0, now), Cost: r.cost})
 	}
 	if r.ready != nil {
 		close(r.ready)

@@ -86,7 +86,7 @@ func (g *Governor) announce(now int64, l Limit, v int64, source string) {
 // accept records that the provider accepted a call charged c at now, which
 // may raise the floor of an announced allowance.
 func (g *Governor) accept(now int64, c Cost) {
-	for _, l := range AllLimits {
+	for l := range NumLimits {
 		v, lr := c.On(l), &g.learned[l]
 		if v > 0 && (v >= lr.accepted || now >= addSat(lr.acceptedAt, int64(LearnFor))) {
 			lr.accepted, lr.acceptedAt = v, now
@@ -111,7 +111,7 @@ func (g *Governor) relearn(now int64) {
 func (g *Governor) relimit(now int64) {
 	next := int64(never)
 	changed := false
-	for _, l := range AllLimits {
+	for l := range NumLimits {
 		lr := &g.learned[l]
 		conf := g.cfg.Limits[l]
 		if lr.allowance > 0 && conf > 0 && now >= lr.until {
@@ -146,7 +146,7 @@ func (g *Governor) relimit(now int64) {
 // into g.limits, and where c fits must be looked at again.
 func (g *Governor) recheck(now int64, c Cost) bool {
 	dropped := false
-	for _, l := range AllLimits {
+	for l := range NumLimits {
 		lr := &g.learned[l]
 		if lr.allowance > 0 && g.cfg.Limits[l] == 0 && now >= lr.until && c.On(l) > g.limits[l] {
 			lr.allowance = 0

@@ -118,7 +118,7 @@ func TestAnnouncedHugeAllowanceKeepsTheCap(t *testing.T) {
 				if r.Admitted() && !answered[r] {
 					answered[r] = true
 					through += r.Cost().Tokens()
-					r.Settle(now, Usage{Input: call.Input})
+					r.Settle(now, Cost{Input: call.Input})
 					r.Observe(now, announced(TPM, huge, "X-Ratelimit-Limit-Tokens"))
 				}
 			}
@@ -142,7 +142,7 @@ func TestAnnouncedTinyAllowanceHoldsWithinTheFloor(t *testing.T) {
 	call := Cost{Requests: 1, Input: 150, Output: 100}
 	first := mustReserve(t, g, t0, "f", call)
 	g.Advance(t0)
-	first.Settle(t0, Usage{})
+	first.Settle(t0, Cost{})
 	first.Observe(t0, announced(TPM, 1, "X-Ratelimit-Limit-Tokens"))
 	if got := g.Limits()[TPM]; got != 250 {
 		t.Fatalf("TPM in force %d after the provider accepted a 250-token call and said 1, want 250", got)
@@ -159,7 +159,7 @@ func TestAnnouncedTinyAllowanceHoldsWithinTheFloor(t *testing.T) {
 	if !next.Admitted() {
 		t.Fatal("a call that fits the floor is not admitted within the minute")
 	}
-	next.Settle(at(2*time.Second), Usage{})
+	next.Settle(at(2*time.Second), Cost{})
 	// A larger one cannot fit the announced allowance while it is in force.
 	var tl *TooLargeError
 	if _, err := g.Reserve(at(2*time.Second), "f", Cost{Requests: 1, Input: 500}); !errors.As(err, &tl) || tl.Max != 250 {
@@ -185,7 +185,7 @@ func TestFloorWithoutAcceptedCalls(t *testing.T) {
 	g := mustNew(t, Config{Limits: Limits{TPM: 1000}, Logger: quiet})
 	r := mustReserve(t, g, t0, "f", Cost{Requests: 1, Input: 400})
 	g.Advance(t0)
-	r.Fault(t0, Usage{})
+	r.Fault(t0, Cost{})
 	g.Observe(t0, announced(TPM, 1, "429 body"))
 	if got := g.Limits()[TPM]; got != 100 {
 		t.Fatalf("TPM in force %d, want a tenth of 1000", got)

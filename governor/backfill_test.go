@@ -57,7 +57,7 @@ func TestBackfillNeverDelaysTheFrontCall(t *testing.T) {
 		cfg  Config
 	}{
 		{"rolling tpm", Config{Limits: Limits{TPM: 1000, RPM: 100}}},
-		{"fixed tpm", Config{Limits: Limits{TPM: 1000}, Window: Fixed}},
+		{"fixed tpm", Config{Limits: Limits{TPM: 1000}, FixedWindows: true}},
 		{"paced tpd", Config{Limits: Limits{TPD: 100000, TPM: 5000}}},
 		{"otpm", Config{Limits: Limits{OTPM: 1000, TPM: 20000}}},
 	} {

@@ -116,7 +116,7 @@ func idleFlowBytes() float64 {
 	for _, name := range names {
 		r, _ := g.Reserve(now, name, Cost{Requests: 1, Input: 10})
 		g.Advance(now)
-		r.Settle(now, Usage{Input: 10})
+		r.Settle(now, Cost{Input: 10})
 	}
 	// Let the minute window forget every charge: what is left is the flows.
 	g.Advance(now.Add(2 * time.Minute))

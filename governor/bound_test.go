@@ -16,11 +16,11 @@ func TestHugeCostDoesNotSwitchTheLimitOff(t *testing.T) {
 	g := mustNew(t, Config{Limits: Limits{RPM: 600, TPM: 1000}})
 	now := at(0)
 	huge := Cost{Requests: 1, Input: 10, Output: math.MaxInt64}
-	if err := g.Check(huge); !errors.Is(err, ErrInvalidCost) {
-		t.Fatalf("Check(huge) = %v, want ErrInvalidCost", err)
+	if err := g.Check(huge); !errors.Is(err, errInvalidCost) {
+		t.Fatalf("Check(huge) = %v, want errInvalidCost", err)
 	}
-	if r, err := g.Reserve(now, "evil", huge); !errors.Is(err, ErrInvalidCost) || r != nil {
-		t.Fatalf("Reserve(huge) = %v, %v, want ErrInvalidCost", r, err)
+	if r, err := g.Reserve(now, "evil", huge); !errors.Is(err, errInvalidCost) || r != nil {
+		t.Fatalf("Reserve(huge) = %v, %v, want errInvalidCost", r, err)
 	}
 	g.Advance(now)
 	var rs []*Reservation
@@ -65,8 +65,8 @@ func TestInvalidCostErrorNamesThePart(t *testing.T) {
 				"Reserve": func() error { _, err := g.Reserve(at(0), "f", tt.cost); return err }(),
 				"Wait":    func() error { _, err := g.Wait(context.Background(), "f", tt.cost); return err }(),
 			} {
-				if !errors.Is(err, ErrInvalidCost) || !strings.Contains(err.Error(), tt.want) {
-					t.Errorf("%s: error = %v, want ErrInvalidCost saying %q", name, err, tt.want)
+				if !errors.Is(err, errInvalidCost) || !strings.Contains(err.Error(), tt.want) {
+					t.Errorf("%s: error = %v, want errInvalidCost saying %q", name, err, tt.want)
 				}
 				if err != nil && strings.ContainsAny(err.Error(), "{}") {
 					t.Errorf("%s: error shows internals: %v", name, err)
@@ -251,10 +251,10 @@ func TestLargestBatchRefusesInvalidCosts(t *testing.T) {
 // below nothing, and a huge input is held at MaxCost.
 func TestSettleBoundsUsage(t *testing.T) {
 	t.Parallel()
-	g := mustNew(t, Config{Limits: Limits{TPM: 1000}, Accounting: SettleAccounting})
+	g := mustNew(t, Config{Limits: Limits{TPM: 1000}, SettleOutput: true})
 	r := mustReserve(t, g, at(0), "f", Cost{Requests: 1, Input: 100, Output: 500})
 	g.Advance(at(0))
-	r.Settle(at(time.Second), Usage{Input: 50, Output: math.MinInt64})
+	r.Settle(at(time.Second), Cost{Input: 50, Output: math.MinInt64})
 	if got := r.Cost(); got != (Cost{Requests: 1, Input: 50, Output: 0}) {
 		t.Fatalf("after a negative output the charge is %+v", got)
 	}
@@ -263,7 +263,7 @@ func TestSettleBoundsUsage(t *testing.T) {
 	}
 	r2 := mustReserve(t, g, at(time.Second), "f", Cost{Requests: 1, Input: 100, Output: 100})
 	g.Advance(at(time.Second))
-	r2.Settle(at(2*time.Second), Usage{Input: math.MaxInt64, Output: 10})
+	r2.Settle(at(2*time.Second), Cost{Input: math.MaxInt64, Output: 10})
 	if got := r2.Cost(); got.Input != MaxCost {
 		t.Fatalf("input settled to %d, want MaxCost", got.Input)
 	}

@@ -9,79 +9,6 @@ import (
 	"github.com/sluice-dev/sluice/internal/clock"
 )
 
-// Window says how a provider counts a period.
-type Window uint8
-
-const (
-	// Rolling counts, at every moment, what was charged during the last
-	// period; each charge ages out exactly one period after it was made.
-	Rolling Window = iota
-	// Fixed counts per window starting at whole minutes or days (UTC); the
-	// whole allowance comes back at the boundary.
-	Fixed
-)
-
-func (w Window) String() string {
-	if w == Fixed {
-		return "fixed"
-	}
-	return "rolling"
-}
-
-// ParseWindow reads a Window by its String, "rolling" or "fixed", as
-// configuration files and flags write it.
-func ParseWindow(s string) (Window, error) { return parseName(s, Rolling, Fixed) }
-
-// UnmarshalText reads a Window as ParseWindow does, so that decoders of
-// configuration files (YAML, JSON) read it the same way.
-func (w *Window) UnmarshalText(b []byte) (err error) {
-	*w, err = ParseWindow(string(b))
-	return err
-}
-
-// Accounting says what a provider keeps of a call's charge once it ends.
-// Its String is the word configuration files use: "reserve" or "settle".
-type Accounting uint8
-
-const (
-	// ReserveAccounting ("reserve") keeps the admission charge (input +
-	// max_tokens); only the input estimate is corrected to the provider's
-	// count. Groq and OpenAI.
-	ReserveAccounting Accounting = iota
-	// SettleAccounting ("settle") corrects the output part to the real
-	// output when the call ends, as Anthropic documents for OTPM.
-	SettleAccounting
-)
-
-func (a Accounting) String() string {
-	if a == SettleAccounting {
-		return "settle"
-	}
-	return "reserve"
-}
-
-// ParseAccounting reads an Accounting by its String, "reserve" or "settle".
-func ParseAccounting(s string) (Accounting, error) {
-	return parseName(s, ReserveAccounting, SettleAccounting)
-}
-
-// UnmarshalText reads an Accounting as ParseAccounting does.
-func (a *Accounting) UnmarshalText(b []byte) (err error) {
-	*a, err = ParseAccounting(string(b))
-	return err
-}
-
-// parseName returns the one of a and b whose String is s.
-func parseName[T fmt.Stringer](s string, a, b T) (T, error) {
-	switch s {
-	case a.String():
-		return a, nil
-	case b.String():
-		return b, nil
-	}
-	return a, fmt.Errorf("%q is not %s or %s", s, a, b)
-}
-
 // FlowConfig describes one flow: a job, a tenant, a function drawing on the key.
 type FlowConfig struct {
 	Name string
@@ -108,10 +35,17 @@ type Config struct {
 	// ceiling: the provider can lower it, within a floor and for a while
 	// (LearnFor, LearnFloor), never raise it.
 	Limits Limits
-	// Window is how the provider counts periods. Default Rolling.
-	Window Window
-	// Accounting is what the provider keeps of a charge. Default ReserveAccounting.
-	Accounting Accounting
+	// FixedWindows says the provider counts per window starting at whole
+	// minutes or days (UTC), and the whole allowance comes back at the
+	// boundary. Default false: rolling windows, in which each charge ages
+	// out exactly one period after it was made.
+	FixedWindows bool
+	// SettleOutput says the provider keeps only a call's real output once
+	// it ends, as Anthropic documents for OTPM: Settle corrects the output
+	// part of the charge to it. Default false: the admission charge (input +
+	// max_tokens) stands, and only the input estimate is corrected to the
+	// provider's count (Groq, OpenAI).
+	SettleOutput bool
 	// Flows lists known flows. A flow not listed is created on first use
 	// with weight 1 and priority 0.
 	Flows []FlowConfig
@@ -160,9 +94,11 @@ type Config struct {
 	// once per limit, kind and source every NoticeEvery (a value above its
 	// bound and one below it count as two kinds). Default: slog.Default().
 	Logger *slog.Logger
-	// Journal, if set, is told every charge and every correction of one, so
-	// the day's usage can be persisted and given back to Restore after a restart.
-	Journal Journal
+	// Journal, if set, is called with every charge and every correction of
+	// one, so the day's usage can be persisted and given back to Restore
+	// after a restart. It is called with the governor's lock held: it must
+	// not block (buffer, and write elsewhere).
+	Journal func(Charge)
 	// Now is the clock Wait and Await read. Default time.Now. Every other
 	// method takes the time as an argument.
 	Now func() time.Time
@@ -178,12 +114,6 @@ type Config struct {
 	// runs Wait on a clock of one's own, such as a test's fake clock that
 	// is advanced by hand instead of waited for; Speed then plays no part.
 	After func(d time.Duration) <-chan time.Time
-}
-
-// Journal receives charges as they are made and corrected. Record is called
-// with the governor's lock held: it must not block (buffer and write elsewhere).
-type Journal interface {
-	Record(c Charge)
 }
 
 // Charge is one admitted call's charge, for persistence.
@@ -236,7 +166,7 @@ func (c *Config) prefix() string {
 }
 
 func (c *Config) validate() error {
-	for _, l := range AllLimits {
+	for l := range NumLimits {
 		if c.Limits[l] < 0 {
 			return fmt.Errorf("%slimit %s is negative (%d)", c.prefix(), l, c.Limits[l])
 		}

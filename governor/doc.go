@@ -15,7 +15,7 @@
 //
 // Every number that comes from outside is bounded where it enters: each part
 // of a Cost lies in [0, MaxCost] (Check, Reserve and Wait refuse others with
-// ErrInvalidCost), a flow's priority in [MinPriority, MaxPriority] and its
+// errInvalidCost), a flow's priority in [MinPriority, MaxPriority] and its
 // weight in [MinWeight, MaxWeight] (New refuses others), and the usage and
 // headers a provider reports are held to what a call can use. Sums of these
 // numbers saturate instead of wrapping, so no cost, however large, can turn

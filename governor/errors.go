@@ -16,13 +16,10 @@ type TooLargeError struct {
 	Need  int64
 	Max   int64
 	// MaxOutput is the largest max_tokens that would fit with the same
-	// input, -1 if the input alone does not fit, or UnknownMaxOutput.
+	// input: 0 if the input alone does not fit, and -1 if it is not known,
+	// as when a provider refused the call.
 	MaxOutput int64
 }
-
-// UnknownMaxOutput is TooLargeError.MaxOutput when what would fit is not
-// known, as when a provider refused the call.
-const UnknownMaxOutput = -2
 
 func (e *TooLargeError) Error() string {
 	return fmt.Sprintf("request can never fit: needs %s %s, %s limit is %s; %s",
@@ -44,9 +41,9 @@ func (e *TooLargeError) Hint(field string, n int64) string {
 		return "the key allows no request at all"
 	case e.Limit == ITPM:
 		return "shorten the prompt"
-	case e.MaxOutput < -1 && e.Limit == OTPM:
+	case e.MaxOutput < 0 && e.Limit == OTPM:
 		return "lower " + field
-	case e.MaxOutput < -1:
+	case e.MaxOutput < 0:
 		return "shorten the prompt or lower " + field
 	case e.MaxOutput < 1:
 		return "shorten the prompt: it alone does not fit"

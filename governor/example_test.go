@@ -58,10 +58,11 @@ func ExampleGovernor_Advance() {
 }
 
 // Limits are written the way providers' pages list them.
-func ExampleParseLimits() {
-	ls, err := governor.ParseLimits("rpm=30,tpm=8000,tpd=200000,otpm=1000")
+func ExampleLimits_UnmarshalText() {
+	var ls governor.Limits
+	err := ls.UnmarshalText([]byte("rpm=30,tpm=8000,tpd=200000,otpm=1000"))
 	fmt.Println(ls, err)
-	_, err = governor.ParseLimits("tpm=8k")
+	err = ls.UnmarshalText([]byte("tpm=8k"))
 	fmt.Println(err)
 	// Output:
 	// rpm=30,tpm=8000,tpd=200000,otpm=1000 <nil>

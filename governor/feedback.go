@@ -32,7 +32,7 @@ func (g *Governor) Observe(now time.Time, s Snapshot) {
 // usedNow is what the governor has charged on each limit in its current windows.
 func (g *Governor) usedNow() [NumLimits]int64 {
 	var used [NumLimits]int64
-	for _, l := range AllLimits {
+	for l := range NumLimits {
 		used[l] = g.ledgerOf(l).sum.On(l)
 	}
 	return used
@@ -63,7 +63,7 @@ func (r *Reservation) Observe(now time.Time, s Snapshot) {
 // the governor had charged usedAt; it has charged usedNow at now.
 func (g *Governor) observe(now, at int64, usedAt, usedNow [NumLimits]int64, s Snapshot) {
 	announced := false
-	for _, l := range AllLimits {
+	for l := range NumLimits {
 		if o := s[l]; o.Known && o.Limit > 0 {
 			g.announce(now, l, o.Limit, o.Source)
 			announced = true
@@ -72,7 +72,7 @@ func (g *Governor) observe(now, at int64, usedAt, usedNow [NumLimits]int64, s Sn
 	if announced {
 		g.relimit(now)
 	}
-	for _, l := range AllLimits {
+	for l := range NumLimits {
 		o := s[l]
 		lim := g.limits[l]
 		if !o.Known || lim == 0 || o.Reset <= 0 {
@@ -114,7 +114,7 @@ func (in inside) Rejected(now time.Time, l Limit, retryAfter time.Duration) {
 	g := in.g
 	g.mu.Lock()
 	defer g.unlockAndLog()
-	if int(l) >= NumLimits {
+	if l >= NumLimits {
 		return
 	}
 	n := now.UnixNano()
@@ -271,7 +271,7 @@ func (g *Governor) Stats(now time.Time) Stats {
 	g.expire(now.UnixNano())
 	st := Stats{Key: g.cfg.Key}
 	n := now.UnixNano()
-	for _, l := range AllLimits {
+	for l := range NumLimits {
 		st.Limits[l] = g.limitStats(n, l)
 	}
 	for _, f := range g.flows {

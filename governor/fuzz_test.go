@@ -16,18 +16,18 @@ func FuzzParseLimits(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		ls, err := ParseLimits(s)
+		ls, err := parseLimits(s)
 		if err != nil {
 			return
 		}
-		for _, l := range AllLimits {
+		for l := range NumLimits {
 			if ls[l] < 0 {
-				t.Fatalf("ParseLimits(%q) accepted %s=%d", s, l, ls[l])
+				t.Fatalf("parseLimits(%q) accepted %s=%d", s, l, ls[l])
 			}
 		}
-		again, err := ParseLimits(ls.String())
+		again, err := parseLimits(ls.String())
 		if err != nil {
-			t.Fatalf("ParseLimits(%q).String() = %q does not parse: %v", s, ls.String(), err)
+			t.Fatalf("parseLimits(%q).String() = %q does not parse: %v", s, ls.String(), err)
 		}
 		if again != ls {
 			t.Fatalf("round trip of %q: %v, then %v", s, ls, again)
@@ -41,7 +41,7 @@ func FuzzParseLimits(f *testing.F) {
 // FuzzReserve feeds arbitrary cost vectors (negative, huge, wrapping) and
 // clock steps to Check, Reserve and Advance. Whatever comes, nothing panics,
 // Check and Reserve agree, a cost with a part outside [0, MaxCost] is refused
-// with ErrInvalidCost, and no rolling window of any limit ever holds more
+// with errInvalidCost, and no rolling window of any limit ever holds more
 // than the limit. Steps 240 to 254 park the oldest waiting call with its
 // place kept (Await) or put the oldest parked one back (Rejoin): a parked
 // call is never admitted.
@@ -101,7 +101,7 @@ func FuzzReserve(f *testing.F) {
 			for _, v := range []int64{c.Requests, c.Input, c.Output} {
 				invalid = invalid || v < 0 || v > MaxCost
 			}
-			if invalid != errors.Is(err, ErrInvalidCost) {
+			if invalid != errors.Is(err, errInvalidCost) {
 				t.Fatalf("Reserve(%+v) = %v", c, err)
 			}
 			if err == nil {
@@ -150,12 +150,12 @@ func FuzzReserve(f *testing.F) {
 			var sum [NumLimits]float64
 			for _, b := range admitted[:i+1] {
 				if b.at > a.at-int64(time.Minute) {
-					for _, l := range AllLimits {
+					for l := range NumLimits {
 						sum[l] += float64(b.cost.On(l))
 					}
 				}
 			}
-			for _, l := range AllLimits {
+			for l := range NumLimits {
 				if limits[l] > 0 && sum[l] > float64(limits[l]) {
 					t.Fatalf("the minute to %v holds %.0f on %s, limit %d", time.Unix(0, a.at).Sub(t0), sum[l], l, limits[l])
 				}

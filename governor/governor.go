@@ -74,8 +74,8 @@ func New(cfg Config) (*Governor, error) {
 	g := &Governor{
 		cfg:     cfg,
 		limits:  cfg.Limits,
-		minute:  newLedger(time.Minute, cfg.Lag, 0, cfg.Window == Fixed),
-		day:     newLedger(24*time.Hour, cfg.Lag, time.Second, cfg.Window == Fixed),
+		minute:  newLedger(time.Minute, cfg.Lag, 0, cfg.FixedWindows),
+		day:     newLedger(24*time.Hour, cfg.Lag, time.Second, cfg.FixedWindows),
 		flows:   make(map[string]*flow, len(cfg.Flows)),
 		epoch:   math.MinInt64,
 		lapseAt: math.MaxInt64,
@@ -122,7 +122,7 @@ func (g *Governor) ledgerOf(l Limit) *ledger {
 // Check reports whether c could ever be admitted. If not, the error is a
 // *TooLargeError naming the limit, the numbers, and the largest max_tokens
 // that would fit with the same input — or, for a cost with a part negative
-// or over MaxCost, an error wrapping ErrInvalidCost that names the part.
+// or over MaxCost, an error wrapping errInvalidCost that names the part.
 // It checks against the limits in force at Config.Now: an allowance the
 // provider lowered for a while (LearnFor) may have come back meanwhile.
 func (g *Governor) Check(c Cost) error {
@@ -139,7 +139,7 @@ func (g *Governor) check(now int64, c Cost) error {
 		return fmt.Errorf("%s%w", g.cfg.prefix(), err)
 	}
 	g.recheck(now, c)
-	for _, l := range AllLimits {
+	for l := range NumLimits {
 		lim := g.limits[l]
 		if lim > 0 && c.On(l) > lim {
 			return &TooLargeError{Key: g.cfg.Key, Limit: l, Need: c.On(l), Max: lim, MaxOutput: g.maxOutput(c.Input)}
@@ -148,10 +148,11 @@ func (g *Governor) check(now int64, c Cost) error {
 	return nil
 }
 
-// maxOutput is the largest output reservation that fits every limit with this input (-1: none).
+// maxOutput is the largest output reservation that fits every limit with
+// this input: 0 when the input alone does not fit.
 func (g *Governor) maxOutput(input int64) int64 {
 	best := int64(math.MaxInt64)
-	for _, l := range AllLimits {
+	for l := range NumLimits {
 		lim := g.limits[l]
 		if lim == 0 {
 			continue
@@ -163,14 +164,11 @@ func (g *Governor) maxOutput(input int64) int64 {
 			best = min(best, lim)
 		case ITPM:
 			if input > lim {
-				return -1
+				return 0
 			}
 		}
 	}
-	if best < 0 {
-		return -1
-	}
-	return best
+	return max(best, 0)
 }
 
 // LargestBatch returns the largest n ≤ maxItems such that a call costing
@@ -199,7 +197,7 @@ func (g *Governor) largestBatch(now time.Time, base, item Cost, maxItems int) in
 			}
 		}
 	}
-	for _, l := range AllLimits {
+	for l := range NumLimits {
 		lim := g.limits[l]
 		per := item.On(l)
 		if lim == 0 || per == 0 {
@@ -219,7 +217,7 @@ func (g *Governor) largestBatch(now time.Time, base, item Cost, maxItems int) in
 // setScales computes, for each limit in force, the seconds of its capacity
 // one unit takes.
 func (g *Governor) setScales() {
-	for _, l := range AllLimits {
+	for l := range NumLimits {
 		g.scale[l] = 0
 		if lim := g.limits[l]; lim > 0 {
 			g.scale[l] = l.Period().Seconds() / float64(lim)
@@ -314,7 +312,7 @@ func (g *Governor) estimate(n int64, f *flow, r *Reservation, start float64, c C
 		}
 	}
 	at := g.fitAt(n, f, c)
-	for _, l := range AllLimits {
+	for l := range NumLimits {
 		lim := g.limits[l]
 		if lim == 0 {
 			continue

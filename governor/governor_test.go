@@ -3,6 +3,7 @@ package governor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"sync"
@@ -97,7 +98,7 @@ func TestConfigValidation(t *testing.T) {
 
 func TestParseLimits(t *testing.T) {
 	t.Parallel()
-	ls, err := ParseLimits("rpm=30, tpm=8000,tpd=200_000,OTPM=1000")
+	ls, err := parseLimits("rpm=30, tpm=8000,tpd=200_000,OTPM=1000")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,8 +117,8 @@ func TestParseLimits(t *testing.T) {
 		"otpm=1.5":      "not a positive whole number",
 		"rpm=30,,tpm=1": "want name=value",
 	} {
-		if _, err := ParseLimits(in); err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("ParseLimits(%q) error = %v, want %q", in, err, want)
+		if _, err := parseLimits(in); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("parseLimits(%q) error = %v, want %q", in, err, want)
 		}
 	}
 }
@@ -196,7 +197,7 @@ func TestAdmissionIsAllOrNothing(t *testing.T) {
 
 func TestFixedWindowReturnsAtBoundary(t *testing.T) {
 	t.Parallel()
-	g := mustNew(t, Config{Window: Fixed, Limits: Limits{RPM: 1}})
+	g := mustNew(t, Config{FixedWindows: true, Limits: Limits{RPM: 1}})
 	a := mustReserve(t, g, at(59*time.Second), "a", Cost{Requests: 1})
 	b := mustReserve(t, g, at(59*time.Second), "a", Cost{Requests: 1})
 	next := g.Advance(at(59 * time.Second))
@@ -437,7 +438,7 @@ func TestUnclassifiedRejectionPausesBrieflyAndGrows(t *testing.T) {
 	if !r.Admitted() {
 		t.Fatal("not admitted after the pause")
 	}
-	r.Settle(at(3*time.Second), Usage{})
+	r.Settle(at(3*time.Second), Cost{})
 	in(g).RejectedUnclassified(at(3 * time.Second))
 	r2 := mustReserve(t, g, at(3*time.Second), "a", Cost{Requests: 1})
 	if next := g.Advance(at(3 * time.Second)); !next.Equal(at(4 * time.Second)) {
@@ -509,7 +510,7 @@ func TestSentRestampsTheCharge(t *testing.T) {
 	if next.Admitted() {
 		t.Fatal("admitted while the re-stamped charge still counts")
 	}
-	r.Settle(at(6*time.Second), Usage{})
+	r.Settle(at(6*time.Second), Cost{})
 	g.Advance(at(65 * time.Second))
 	if !next.Admitted() {
 		t.Fatal("not admitted a minute after the call left")
@@ -522,15 +523,15 @@ func TestSentRestampsTheCharge(t *testing.T) {
 
 func TestSettleAndCancel(t *testing.T) {
 	t.Parallel()
-	for _, acc := range []Accounting{ReserveAccounting, SettleAccounting} {
-		t.Run(acc.String(), func(t *testing.T) {
+	for _, settle := range []bool{false, true} {
+		t.Run(fmt.Sprintf("settle=%v", settle), func(t *testing.T) {
 			t.Parallel()
-			g := mustNew(t, Config{Limits: Limits{TPM: 1000}, Accounting: acc})
+			g := mustNew(t, Config{Limits: Limits{TPM: 1000}, SettleOutput: settle})
 			r := mustReserve(t, g, t0, "a", Cost{Requests: 1, Input: 300, Output: 600})
 			g.Advance(t0)
-			r.Settle(at(time.Second), Usage{Input: 280, Output: 100})
+			r.Settle(at(time.Second), Cost{Input: 280, Output: 100})
 			want := Cost{1, 280, 600}
-			if acc == SettleAccounting {
+			if settle {
 				want = Cost{1, 280, 100}
 			}
 			if got := r.Cost(); got != want {
@@ -588,11 +589,11 @@ func (j *memJournal) Record(c Charge) {
 func TestRestoreRemembersTheDay(t *testing.T) {
 	t.Parallel()
 	j := &memJournal{cs: map[uint64]Charge{}}
-	g := mustNew(t, Config{Limits: Limits{TPD: 10000}, Journal: j, DayBurst: -1})
+	g := mustNew(t, Config{Limits: Limits{TPD: 10000}, Journal: j.Record, DayBurst: -1})
 	for i := range 8 {
 		r := mustReserve(t, g, at(time.Duration(i)*time.Hour), "a", Cost{Requests: 1, Input: 1000})
 		g.Advance(at(time.Duration(i) * time.Hour))
-		r.Settle(at(time.Duration(i)*time.Hour+time.Second), Usage{Input: 1000})
+		r.Settle(at(time.Duration(i)*time.Hour+time.Second), Cost{Input: 1000})
 	}
 	var saved []Charge
 	for _, c := range j.cs {
@@ -745,30 +746,6 @@ func TestZeroGovernorPanicsSayingUseNew(t *testing.T) {
 				call(g)
 			}()
 		}
-	}
-}
-
-// TestWindowAndAccountingNames: each value reads back from its String, as
-// text too, and a name in another case is refused.
-func TestWindowAndAccountingNames(t *testing.T) {
-	t.Parallel()
-	for _, w := range []Window{Rolling, Fixed} {
-		var got Window
-		if err := got.UnmarshalText([]byte(w.String())); err != nil || got != w {
-			t.Errorf("UnmarshalText(%q) = %v, %v", w, got, err)
-		}
-	}
-	for _, a := range []Accounting{ReserveAccounting, SettleAccounting} {
-		var got Accounting
-		if err := got.UnmarshalText([]byte(a.String())); err != nil || got != a {
-			t.Errorf("UnmarshalText(%q) = %v, %v", a, got, err)
-		}
-	}
-	if _, err := ParseWindow("Rolling"); err == nil || err.Error() != `"Rolling" is not rolling or fixed` {
-		t.Errorf("ParseWindow(Rolling) = %v", err)
-	}
-	if _, err := ParseAccounting("later"); err == nil || err.Error() != `"later" is not reserve or settle` {
-		t.Errorf("ParseAccounting(later) = %v", err)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/forecast"
+	"github.com/sluice-dev/sluice/internal/govtext"
 )
 
 // TestLagCoversTransit: calls reach the provider up to a second after the
@@ -16,13 +17,13 @@ import (
 // refuses none — under rolling and under fixed windows.
 func TestLagCoversTransit(t *testing.T) {
 	t.Parallel()
-	for _, window := range []governor.Window{governor.Rolling, governor.Fixed} {
-		t.Run(window.String(), func(t *testing.T) {
+	for _, fixed := range []bool{false, true} {
+		t.Run(govtext.WindowWord(fixed), func(t *testing.T) {
 			t.Parallel()
-			if n := transitRejections(t, window, 0); n == 0 {
+			if n := transitRejections(t, fixed, 0); n == 0 {
 				t.Fatal("with no lag and calls arriving late the provider refused nothing: the test shows nothing")
 			}
-			if n := transitRejections(t, window, time.Second); n != 0 {
+			if n := transitRejections(t, fixed, time.Second); n != 0 {
 				t.Fatalf("with Lag covering the transit the provider refused %d calls", n)
 			}
 		})
@@ -47,16 +48,13 @@ func (a *arrivals) Pop() any {
 	return x
 }
 
-func transitRejections(t *testing.T, window governor.Window, lag time.Duration) int64 {
+func transitRejections(t *testing.T, fixed bool, lag time.Duration) int64 {
 	limits := governor.Limits{governor.RPM: 40, governor.TPM: 20000}
-	prov, err := forecast.NewModel(forecast.ModelConfig{Window: window, Limits: limits, Seed: 3})
+	prov, err := forecast.NewModel(forecast.ModelConfig{FixedWindows: fixed, Limits: limits, Seed: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := governor.Config{Limits: limits, Lag: lag}
-	if window == governor.Fixed {
-		cfg.Window = governor.Fixed
-	}
+	cfg := governor.Config{Limits: limits, Lag: lag, FixedWindows: fixed}
 	g, err := governor.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +67,7 @@ func transitRejections(t *testing.T, window governor.Window, lag time.Duration) 
 	// just before and just after every other minute's boundary — the
 	// provider sees the first burst's late arrivals in the next window.
 	want := func(since time.Duration, waiting int) int {
-		if window == governor.Rolling {
+		if !fixed {
 			return 10 - waiting
 		}
 		in := since % (2 * time.Minute)

@@ -11,7 +11,7 @@ import (
 // end.
 func TestLeasedGovernorAdmitsOnLeasesOnly(t *testing.T) {
 	t.Parallel()
-	g := mustNewLeased(t, Config{Limits: Limits{RPM: 100, TPM: 100_000}, Accounting: SettleAccounting})
+	g := mustNewLeased(t, Config{Limits: Limits{RPM: 100, TPM: 100_000}, SettleOutput: true})
 	call := Cost{Requests: 1, Input: 100, Output: 50}
 	var rs []*Reservation
 	for range 3 {
@@ -61,7 +61,7 @@ func TestLeasedGovernorAdmitsOnLeasesOnly(t *testing.T) {
 	// lowers its use and frees room on it for the third call.
 	at := t0.Add(100 * time.Millisecond)
 	rs[0].Sent(at)
-	rs[0].Settle(at, Usage{Input: 100, Output: 10})
+	rs[0].Settle(at, Cost{Input: 100, Output: 10})
 	rs[1].Cancel(at)
 	g.Advance(at)
 	if !rs[2].Admitted() {
@@ -80,7 +80,7 @@ func TestLeasedGovernorAdmitsOnLeasesOnly(t *testing.T) {
 	if again := in(g).LeaseUses(end); len(again) != 0 {
 		t.Errorf("lease uses reported twice: %+v", again)
 	}
-	rs[2].Settle(end, Usage{Input: 100, Output: 0})
+	rs[2].Settle(end, Cost{Input: 100, Output: 0})
 	uses = in(g).LeaseUses(end)
 	want = Cost{Requests: 2, Input: 200, Output: 10}
 	if len(uses) != 1 || uses[0].Used != want || !uses[0].Closed || !uses[0].Final {
@@ -102,7 +102,7 @@ func TestLeasedGovernorAdmitsOnLeasesOnly(t *testing.T) {
 // call settles, even for what it reserved.
 func TestLeaseFinalOnceItsCallsEnd(t *testing.T) {
 	t.Parallel()
-	g := mustNewLeased(t, Config{Limits: Limits{RPM: 100, TPM: 100_000}, Accounting: SettleAccounting})
+	g := mustNewLeased(t, Config{Limits: Limits{RPM: 100, TPM: 100_000}, SettleOutput: true})
 	call := Cost{Requests: 1, Input: 100, Output: 50}
 	r, err := g.Reserve(t0, "a", call)
 	if err != nil {
@@ -125,7 +125,7 @@ func TestLeaseFinalOnceItsCallsEnd(t *testing.T) {
 	if got := final(in(g).LeaseUses(until)); len(got) != 2 || got["used"] || !got["idle"] {
 		t.Fatalf("final of the leases reported at their end: %v, want used not (its call is live), idle final", got)
 	}
-	r.Settle(until, Usage{Input: 100, Output: 50})
+	r.Settle(until, Cost{Input: 100, Output: 50})
 	if got := final(in(g).LeaseUses(until)); len(got) != 1 || !got["used"] {
 		t.Fatalf("final of the leases reported once the call settled as reserved: %v, want used final", got)
 	}

@@ -20,11 +20,10 @@ const (
 	ITPM              // input tokens per minute
 	OTPM              // output tokens per minute
 
-	NumLimits = 6
+	// NumLimits counts the limits: range over it to visit each in a fixed
+	// order (for l := range NumLimits).
+	NumLimits
 )
-
-// AllLimits lists every Limit in a fixed order, for loops and reports.
-var AllLimits = [NumLimits]Limit{RPM, RPD, TPM, TPD, ITPM, OTPM}
 
 var limitNames = [NumLimits]string{"rpm", "rpd", "tpm", "tpd", "itpm", "otpm"}
 
@@ -35,7 +34,7 @@ var limitTitles = [NumLimits]string{
 
 // String returns the short lowercase name: "rpm", "tpd", "otpm".
 func (l Limit) String() string {
-	if int(l) < NumLimits {
+	if l < NumLimits {
 		return limitNames[l]
 	}
 	return "limit(" + strconv.Itoa(int(l)) + ")"
@@ -43,7 +42,7 @@ func (l Limit) String() string {
 
 // Title returns the long name providers use in messages: "output tokens per minute".
 func (l Limit) Title() string {
-	if int(l) < NumLimits {
+	if l < NumLimits {
 		return limitTitles[l]
 	}
 	return l.String()
@@ -74,23 +73,46 @@ func (l Limit) Unit() string {
 	}
 }
 
-// ParseLimit reads a limit name such as "tpm" (any case).
-func ParseLimit(s string) (Limit, error) {
-	ls := strings.ToLower(strings.TrimSpace(s))
+// MarshalText writes l by its String, as configuration files name it.
+func (l Limit) MarshalText() ([]byte, error) {
+	if l >= NumLimits {
+		return nil, fmt.Errorf("no limit %d", uint8(l))
+	}
+	return []byte(l.String()), nil
+}
+
+// UnmarshalText reads a limit name such as "tpm" (any case).
+func (l *Limit) UnmarshalText(b []byte) error {
+	ls := strings.ToLower(strings.TrimSpace(string(b)))
 	for i, n := range limitNames {
 		if n == ls {
-			return Limit(i), nil
+			*l = Limit(i)
+			return nil
 		}
 	}
-	return 0, fmt.Errorf("unknown limit %q (want one of rpm, rpd, tpm, tpd, itpm, otpm)", s)
+	return fmt.Errorf("unknown limit %q (want one of rpm, rpd, tpm, tpd, itpm, otpm)", b)
 }
 
 // Limits holds the allowance of each limit; zero means the limit does not apply.
 type Limits [NumLimits]int64
 
-// ParseLimits reads "rpm=30,tpm=8000,tpd=200000". Unknown names, repeated
-// names and values that are not positive integers are errors that name them.
-func ParseLimits(s string) (Limits, error) {
+// MarshalText writes ls as String does.
+func (ls Limits) MarshalText() ([]byte, error) { return []byte(ls.String()), nil }
+
+// UnmarshalText reads "rpm=30,tpm=8000,tpd=200000", as flags and
+// configuration files write limits; the empty string is no limits. Unknown
+// names, repeated names and values that are not positive integers are
+// errors that name them.
+func (ls *Limits) UnmarshalText(b []byte) error {
+	out, err := parseLimits(string(b))
+	if err != nil {
+		return err
+	}
+	*ls = out
+	return nil
+}
+
+func parseLimits(s string) (Limits, error) {
 	var ls Limits
 	if strings.TrimSpace(s) == "" {
 		return ls, nil
@@ -101,8 +123,8 @@ func ParseLimits(s string) (Limits, error) {
 		if !ok {
 			return ls, fmt.Errorf("limit %q: want name=value, e.g. tpm=8000", part)
 		}
-		l, err := ParseLimit(name)
-		if err != nil {
+		var l Limit
+		if err := l.UnmarshalText([]byte(name)); err != nil {
 			return ls, err
 		}
 		if seen[l] {
@@ -121,7 +143,7 @@ func ParseLimits(s string) (Limits, error) {
 // String formats the limits that apply as "rpm=30,tpm=8000".
 func (ls Limits) String() string {
 	var b strings.Builder
-	for _, l := range AllLimits {
+	for l := range NumLimits {
 		if ls[l] == 0 {
 			continue
 		}
@@ -137,19 +159,23 @@ func (ls Limits) String() string {
 // output tokens reserved for it (its max_tokens). Total tokens are input + output.
 //
 // Each part must be between 0 and MaxCost; Check, Reserve and Wait refuse
-// any other cost with an error that wraps ErrInvalidCost.
+// any other cost with an error that names the part and the bound.
+//
+// A Cost also says what a finished call really used, as the provider
+// reported it, to Settle and Fault: its Input and Output (Requests is not
+// read there).
 type Cost struct {
 	Requests int64
 	Input    int64
 	Output   int64
 }
 
-// ErrInvalidCost is wrapped by the error Check, Reserve and Wait return for a
-// cost with a negative part or a part over MaxCost. The error names the part
-// and the bound.
-var ErrInvalidCost = errors.New("invalid cost")
+// errInvalidCost is wrapped by the error Check, Reserve and Wait return for a
+// cost with a negative part or a part over MaxCost. It is a caller's bug, on
+// which no caller branches: the error names the part and the bound.
+var errInvalidCost = errors.New("invalid cost")
 
-// validate returns an error wrapping ErrInvalidCost that names the first part
+// validate returns an error wrapping errInvalidCost that names the first part
 // of c that is negative or over MaxCost, or nil.
 func (c Cost) validate() error {
 	for _, p := range [...]struct {
@@ -158,9 +184,9 @@ func (c Cost) validate() error {
 	}{{"Requests", c.Requests}, {"Input", c.Input}, {"Output", c.Output}} {
 		switch {
 		case p.v < 0:
-			return fmt.Errorf("%w: %s %d is negative", ErrInvalidCost, p.name, p.v)
+			return fmt.Errorf("%w: %s %d is negative", errInvalidCost, p.name, p.v)
 		case p.v > MaxCost:
-			return fmt.Errorf("%w: %s %d is over the bound of %d (governor.MaxCost)", ErrInvalidCost, p.name, p.v, int64(MaxCost))
+			return fmt.Errorf("%w: %s %d is over the bound of %d (governor.MaxCost)", errInvalidCost, p.name, p.v, int64(MaxCost))
 		}
 	}
 	return nil
@@ -183,9 +209,3 @@ func (c Cost) On(l Limit) int64 {
 
 // Tokens returns input + output, saturating at the int64 bounds instead of wrapping.
 func (c Cost) Tokens() int64 { return addSat(c.Input, c.Output) }
-
-// Usage is what the provider reports a finished call really used.
-type Usage struct {
-	Input  int64
-	Output int64
-}

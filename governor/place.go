@@ -244,7 +244,7 @@ func (in inside) Outlook(now time.Time, flow string, c Cost) outlook {
 	g.expire(n)
 	g.lapse(n)
 	var o outlook
-	for _, l := range AllLimits {
+	for l := range NumLimits {
 		o.Limits[l] = g.limitStats(n, l)
 	}
 	f := g.known(flow)

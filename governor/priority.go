@@ -146,7 +146,7 @@ func (g *Governor) held(f *flow, l Limit, need, lim, now int64) int64 {
 // dominant share is size.
 func (g *Governor) learnCall(f *flow, c Cost, size float64) {
 	p := f.prio
-	for _, l := range AllLimits {
+	for l := range NumLimits {
 		v := c.On(l)
 		if v >= p.call[l] {
 			p.call[l] = v
@@ -205,7 +205,7 @@ func (g *Governor) touch(f *flow) {
 		if o := g.hot[i]; o != nil {
 			// Pushed out of the list.
 			o.prio.hot = false
-			for _, l := range AllLimits {
+			for l := range NumLimits {
 				g.heldMax[l] = subSat(g.heldMax[l], o.prio.heldAs[l])
 				o.prio.heldAs[l] = 0
 			}

@@ -173,7 +173,7 @@ func TestFaultRetryGoesAheadOfThePacer(t *testing.T) {
 		}
 		last = r
 	}
-	last.Fault(now, Usage{})
+	last.Fault(now, Cost{})
 	if got := last.Cost(); got != c {
 		t.Fatalf("a failed call's charge is %+v, want it kept: %+v", got, c)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/forecast"
+	"github.com/sluice-dev/sluice/internal/govtext"
 )
 
 // TestPropertyExactProvider drives the governor against the provider model
@@ -47,7 +48,7 @@ type propFlow struct {
 func runProperty(t *testing.T, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 99))
 	var limits governor.Limits
-	for _, l := range governor.AllLimits {
+	for l := range governor.NumLimits {
 		if rng.IntN(2) == 0 {
 			continue
 		}
@@ -65,26 +66,14 @@ func runProperty(t *testing.T, seed uint64) {
 	if limits == (governor.Limits{}) {
 		limits[governor.TPM] = 10000
 	}
-	window := governor.Rolling
-	if rng.IntN(3) == 0 {
-		window = governor.Fixed
-	}
-	accounting := governor.ReserveAccounting
-	if rng.IntN(3) == 0 {
-		accounting = governor.SettleAccounting
-	}
+	fixed := rng.IntN(3) == 0
+	settle := rng.IntN(3) == 0
 	latency := time.Duration(rng.IntN(3000)) * time.Millisecond
-	prov, err := forecast.NewModel(forecast.ModelConfig{Window: window, Accounting: accounting, Limits: limits, Latency: latency, Seed: int64(seed)})
+	prov, err := forecast.NewModel(forecast.ModelConfig{FixedWindows: fixed, SettleOutput: settle, Limits: limits, Latency: latency, Seed: int64(seed)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := governor.Config{Limits: limits}
-	if window == governor.Fixed {
-		cfg.Window = governor.Fixed
-	}
-	if accounting == governor.SettleAccounting {
-		cfg.Accounting = governor.SettleAccounting
-	}
+	cfg := governor.Config{Limits: limits, FixedWindows: fixed, SettleOutput: settle}
 	var flows []*propFlow
 	for i := range 1 + rng.IntN(5) {
 		f := &propFlow{name: fmt.Sprintf("f%d", i), weight: float64(1 + rng.IntN(4)), priority: rng.IntN(2)}
@@ -153,7 +142,7 @@ func runProperty(t *testing.T, seed uint64) {
 					resp := prov.Submit(now, forecast.Request{Flow: f.name, Input: c.Input, MaxTokens: c.Output, Output: out})
 					if resp.Status != 200 {
 						t.Fatalf("limits %v %v/%v: the governor admitted %+v for %s at %v but the provider answered %d naming %s",
-							limits, window, accounting, c, f.name, now.Sub(start), resp.Status, resp.Limit)
+							limits, govtext.WindowWord(fixed), govtext.AccountingWord(settle), c, f.name, now.Sub(start), resp.Status, resp.Limit)
 					}
 					f.maxGap = max(f.maxGap, now.Sub(f.lastAdm))
 					f.lastAdm = now
@@ -168,7 +157,7 @@ func runProperty(t *testing.T, seed uint64) {
 			c := inflight[0]
 			inflight = inflight[1:]
 			prov.Finish(now, c.resp)
-			c.r.Settle(now, governor.Usage{Input: c.r.Cost().Input, Output: c.out})
+			c.r.Settle(now, governor.Cost{Input: c.r.Cost().Input, Output: c.out})
 		}
 		step := end
 		if !next.IsZero() {
@@ -189,7 +178,7 @@ func runProperty(t *testing.T, seed uint64) {
 		sizes += f.maxSize
 	}
 	var longest time.Duration
-	for _, l := range governor.AllLimits {
+	for l := range governor.NumLimits {
 		if limits[l] > 0 {
 			longest = max(longest, l.Period())
 		}
@@ -202,7 +191,7 @@ func runProperty(t *testing.T, seed uint64) {
 		bound := time.Duration((sizes/share)*float64(time.Second)) + longest + 2*latency + time.Second
 		if f.maxGap > bound {
 			t.Errorf("limits %v %v/%v: flow %s (share %.2f) waited %v between admissions, bound %v",
-				limits, window, accounting, f.name, share, f.maxGap, bound)
+				limits, govtext.WindowWord(fixed), govtext.AccountingWord(settle), f.name, share, f.maxGap, bound)
 		}
 		if f.admitted == 0 {
 			t.Errorf("flow %s never admitted", f.name)
@@ -226,7 +215,7 @@ func runProperty(t *testing.T, seed uint64) {
 		if math.Abs(p-mean)/mean > 0.15 {
 			f := live[i]
 			t.Errorf("limits %v %v/%v: flow %s (weight %v, priority %d, %d calls, max size %.1f s) got %.0f s of capacity per unit of share, the mean is %.0f (want within 15%%)",
-				limits, window, accounting, f.name, f.weight, f.priority, f.admitted, f.maxSize, p, mean)
+				limits, govtext.WindowWord(fixed), govtext.AccountingWord(settle), f.name, f.weight, f.priority, f.admitted, f.maxSize, p, mean)
 		}
 	}
 }
@@ -235,7 +224,7 @@ func runProperty(t *testing.T, seed uint64) {
 // governor measures it.
 func size(limits governor.Limits, c governor.Cost) float64 {
 	var s float64
-	for _, l := range governor.AllLimits {
+	for l := range governor.NumLimits {
 		if limits[l] > 0 {
 			s = math.Max(s, float64(c.On(l))*l.Period().Seconds()/float64(limits[l]))
 		}

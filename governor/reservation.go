@@ -96,18 +96,19 @@ func (r *Reservation) Cost() Cost {
 
 // Settle records what the call really used, as the provider reported it.
 // The input part of the charge becomes the provider's count (at most
-// MaxCost); the output part becomes the real output under SettleAccounting
-// (never below 0 nor above what was reserved) and stays max_tokens under
-// ReserveAccounting. A zero Usage (the provider reported none) keeps the
+// MaxCost); the output part becomes the real output under
+// Config.SettleOutput (never below 0 nor above what was reserved) and stays
+// max_tokens otherwise. A used with no Input and no Output (the provider
+// reported none) keeps the
 // charge as reserved. Settling twice, or a reservation that was not
 // admitted, does nothing.
 //
 // Settle says the provider accepted the call: an allowance it announces
 // for a limit is not taken below the call's charge on it for LearnFor.
-func (r *Reservation) Settle(now time.Time, used Usage) { r.settle(now, used, true) }
+func (r *Reservation) Settle(now time.Time, used Cost) { r.settle(now, used, true) }
 
 // settle is Settle; accepted says the provider answered the call with a success.
-func (r *Reservation) settle(now time.Time, used Usage, accepted bool) {
+func (r *Reservation) settle(now time.Time, used Cost, accepted bool) {
 	g := r.g
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -120,7 +121,7 @@ func (r *Reservation) settle(now time.Time, used Usage, accepted bool) {
 	if used.Input > 0 {
 		c.Input = min(used.Input, MaxCost)
 	}
-	if g.cfg.Accounting == SettleAccounting && used != (Usage{}) {
+	if g.cfg.SettleOutput && (used.Input != 0 || used.Output != 0) {
 		c.Output = min(max(used.Output, 0), r.cost.Output)
 	}
 	g.amend(r, c)
@@ -140,7 +141,7 @@ func (r *Reservation) settle(now time.Time, used Usage, accepted bool) {
 // if it is no larger than this one: a failure does not cost the flow a
 // pacing slot, and the budget runs ahead of the even pace by at most one
 // call per flow, which the pacer then takes back from every flow.
-func (r *Reservation) Fault(now time.Time, used Usage) {
+func (r *Reservation) Fault(now time.Time, used Cost) {
 	g := r.g
 	g.mu.Lock()
 	if r.state == admitted {
@@ -221,7 +222,7 @@ func (r *Reservation) Cancel(now time.Time) {
 func (g *Governor) amend(r *Reservation, c Cost) {
 	g.minute.amend(r.minSeq, r.cost, c)
 	g.day.amend(r.daySeq, r.cost, c)
-	for _, l := range AllLimits {
+	for l := range NumLimits {
 		if g.pace[l].on {
 			g.pace[l].giveBack(subSat(r.cost.On(l), c.On(l)))
 		}
@@ -236,7 +237,7 @@ func (g *Governor) amend(r *Reservation, c Cost) {
 	r.amendLease(r.cost, c)
 	r.cost = c
 	if g.cfg.Journal != nil {
-		g.cfg.Journal.Record(Charge{ID: r.id, Flow: r.f.name, At: time.Unix(0, r.at), Cost: c})
+		g.cfg.Journal(Charge{ID: r.id, Flow: r.f.name, At: time.Unix(0, r.at), Cost: c})
 	}
 }
 

@@ -160,7 +160,7 @@ func TestFeedbackBoundsTheWait(t *testing.T) {
 			call := governor.Cost{Requests: 1, Input: 10, Output: 10}
 			r := admitNow(t, g, boundsNow, call)
 			err := Groq.classify(429, tt.header, []byte(rateLimitBody(tt.limit, tt.limits[tt.limit])), boundsNow)
-			Feedback(boundsNow, g, r, governor.Usage{}, governor.Snapshot{}, err)
+			Feedback(boundsNow, g, r, governor.Cost{}, governor.Snapshot{}, err)
 			next, err := g.Reserve(boundsNow, "f", call)
 			if err != nil {
 				t.Fatal(err)
@@ -182,7 +182,7 @@ func TestFeedbackBoundsTheWait(t *testing.T) {
 	g, lg := newLoggedGovernor(t, governor.Config{Limits: governor.Limits{governor.TPM: 1000}})
 	r := admitNow(t, g, boundsNow, governor.Cost{Requests: 1, Input: 10})
 	err := Groq.classify(429, header("retry-after", "999999999"), []byte(noLimitBody), boundsNow)
-	Feedback(boundsNow, g, r, governor.Usage{}, governor.Snapshot{}, err)
+	Feedback(boundsNow, g, r, governor.Cost{}, governor.Snapshot{}, err)
 	if log := lg.String(); !strings.Contains(log, "limit=none") || !strings.Contains(log, "said=999999999s used=86460s") {
 		t.Errorf("log %q, want the wait that named no limit", log)
 	}
@@ -227,9 +227,9 @@ func TestFeedbackBoundsAnnouncedAllowances(t *testing.T) {
 			g, lg := newLoggedGovernor(t, governor.Config{Key: "groq", Limits: governor.Limits{governor.TPM: 1000}, DayBurst: -1})
 			r := admitNow(t, g, boundsNow, governor.Cost{Requests: 1, Input: 200, Output: 100})
 			if tt.header != nil {
-				Feedback(boundsNow, g, r, governor.Usage{Input: 200, Output: 20}, Groq.Snapshot(tt.header, boundsNow), nil)
+				Feedback(boundsNow, g, r, governor.Cost{Input: 200, Output: 20}, Groq.Snapshot(tt.header, boundsNow), nil)
 			} else {
-				Feedback(boundsNow, g, r, governor.Usage{}, governor.Snapshot{}, Groq.classify(tt.status, nil, []byte(tt.body), boundsNow))
+				Feedback(boundsNow, g, r, governor.Cost{}, governor.Snapshot{}, Groq.classify(tt.status, nil, []byte(tt.body), boundsNow))
 			}
 			if got := g.Limits(); got != tt.want {
 				t.Errorf("limits %v, want %v", got, tt.want)
@@ -361,7 +361,7 @@ func (k *keyOnClock) run(n int, until time.Time) (out ran) {
 			req.MaxTokens = int(k.call.Output)
 			resp, err := k.c.Chat(context.Background(), req)
 			if err != nil {
-				Feedback(k.now, k.g, r, governor.Usage{}, governor.Snapshot{}, err)
+				Feedback(k.now, k.g, r, governor.Cost{}, governor.Snapshot{}, err)
 				if d, _ := RetryAfter(err); d > governor.TPM.MaxWait() {
 					k.t.Errorf("the client's error asks to wait %v", d)
 				}

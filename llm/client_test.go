@@ -131,7 +131,7 @@ func TestChat(t *testing.T) {
 	if resp.Usage != (Usage{PromptTokens: 12, CompletionTokens: 3, TotalTokens: 15}) {
 		t.Errorf("usage = %+v", resp.Usage)
 	}
-	if u := resp.Usage.Governor(); u != (governor.Usage{Input: 12, Output: 3}) {
+	if u := resp.Usage.Governor(); u != (governor.Cost{Input: 12, Output: 3}) {
 		t.Errorf("governor usage = %+v", u)
 	}
 	wantSnap := governor.Snapshot{

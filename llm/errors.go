@@ -84,7 +84,7 @@ func (e *TooLargeError) Error() string {
 			fmt.Fprintf(&b, ": needs %s %s, limit is %s", num.Group(e.Requested), e.Limit.Unit(), num.Group(e.Max))
 		}
 		b.WriteString("; ")
-		b.WriteString((&governor.TooLargeError{Limit: e.Limit, MaxOutput: governor.UnknownMaxOutput}).Hint("", 1))
+		b.WriteString((&governor.TooLargeError{Limit: e.Limit, MaxOutput: -1 /* not known */}).Hint("", 1))
 	} else {
 		b.WriteString("; make it smaller")
 	}

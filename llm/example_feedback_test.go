@@ -24,7 +24,7 @@ func ExampleFeedback() {
 	h.Set("retry-after", "900")
 	err := llm.Groq.Classify(429, h, []byte(`{"error":{"message":"Request too large for model `+"`qwen/qwen3.8-27b`"+
 		` on output tokens per minute (OTPM): Limit 1000, Requested 1252.","type":"tokens","code":"rate_limit_exceeded"}}`))
-	llm.Feedback(now, g, r, governor.Usage{}, governor.Snapshot{}, err)
+	llm.Feedback(now, g, r, governor.Cost{}, governor.Snapshot{}, err)
 
 	st := g.Stats(now)
 	fmt.Println("tokens charged:", st.Limits[governor.TPM].Used)

@@ -64,7 +64,7 @@ func ExampleProfile_Snapshot() {
 	now := time.Now()
 	for _, p := range []llm.Profile{llm.Groq, llm.OpenAI} {
 		s := p.Snapshot(h, now)
-		for _, l := range governor.AllLimits {
+		for l := range governor.NumLimits {
 			if s[l].Known {
 				fmt.Printf("%s %s: %d of %d left, reset in %v\n", p, l, s[l].Remaining, s[l].Limit, s[l].Reset)
 			}
@@ -129,10 +129,10 @@ func ExampleClient_Chat() {
 		}
 		return
 	}
-	fmt.Println(resp.Text(), resp.Usage.Governor())
+	fmt.Printf("%s %+v\n", resp.Text(), resp.Usage.Governor())
 	fmt.Println("tpm left:", resp.Snapshot[governor.TPM].Remaining)
 	// Output:
-	// Hello. {12 2}
+	// Hello. {Requests:0 Input:12 Output:2}
 	// tpm left: 7985
 }
 

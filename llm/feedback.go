@@ -67,7 +67,7 @@ import (
 // Whether and when to call again is the caller's decision: [Retryable] and
 // [RetryAfter] answer it. After a rate limit the governor holds the limit
 // (or the key) for the wait, so waiting for admission again is the backoff.
-func Feedback(now time.Time, g *governor.Governor, r *governor.Reservation, used governor.Usage, s governor.Snapshot, err error) {
+func Feedback(now time.Time, g *governor.Governor, r *governor.Reservation, used governor.Cost, s governor.Snapshot, err error) {
 	if err == nil {
 		r.Settle(now, used)
 	}

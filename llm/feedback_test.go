@@ -49,8 +49,8 @@ var (
 func feedbackProfiles(now time.Time) []feedbackProfile {
 	// Pacing is off: it would hold a second call of a fresh governor, which
 	// is not what these cases are about.
-	cfg := func(acc governor.Accounting, limits governor.Limits) governor.Config {
-		return governor.Config{Key: "k", Limits: limits, Accounting: acc, DayBurst: -1, Logger: slog.New(slog.DiscardHandler)}
+	cfg := func(settle bool, limits governor.Limits) governor.Config {
+		return governor.Config{Key: "k", Limits: limits, SettleOutput: settle, DayBurst: -1, Logger: slog.New(slog.DiscardHandler)}
 	}
 	const (
 		openaiShape4xx  = `{"error":{"message":"'messages' must contain at least one message","type":"invalid_request_error","param":null,"code":null}}`
@@ -62,7 +62,7 @@ func feedbackProfiles(now time.Time) []feedbackProfile {
 	return []feedbackProfile{
 		{
 			profile: Groq,
-			cfg:     cfg(governor.ReserveAccounting, governor.Limits{governor.TPM: 9000}),
+			cfg:     cfg(false, governor.Limits{governor.TPM: 9000}),
 			cases: []feedbackCase{
 				{name: "success", ok: true, header: header(
 					"x-ratelimit-limit-requests", "14400", "x-ratelimit-remaining-requests", "14399", "x-ratelimit-reset-requests", "6s",
@@ -89,7 +89,7 @@ func feedbackProfiles(now time.Time) []feedbackProfile {
 		},
 		{
 			profile: OpenAI,
-			cfg:     cfg(governor.ReserveAccounting, governor.Limits{governor.RPM: 500, governor.TPM: 40000}),
+			cfg:     cfg(false, governor.Limits{governor.RPM: 500, governor.TPM: 40000}),
 			cases: []feedbackCase{
 				{name: "success", ok: true, header: header(
 					"x-ratelimit-limit-requests", "600", "x-ratelimit-remaining-requests", "599", "x-ratelimit-reset-requests", "100ms",
@@ -113,7 +113,7 @@ func feedbackProfiles(now time.Time) []feedbackProfile {
 		},
 		{
 			profile: Anthropic,
-			cfg:     cfg(governor.SettleAccounting, governor.Limits{governor.RPM: 50, governor.ITPM: 40000, governor.OTPM: 8000}),
+			cfg:     cfg(true, governor.Limits{governor.RPM: 50, governor.ITPM: 40000, governor.OTPM: 8000}),
 			cases: []feedbackCase{
 				{name: "success", ok: true, header: header(
 					"anthropic-ratelimit-requests-limit", "60", "anthropic-ratelimit-requests-remaining", "59", "anthropic-ratelimit-requests-reset", anthropicReset,
@@ -169,7 +169,7 @@ func TestFeedback(t *testing.T) {
 				}
 
 				var (
-					used governor.Usage
+					used governor.Cost
 					snap governor.Snapshot
 				)
 				callErr := tc.err
@@ -194,7 +194,7 @@ func TestFeedback(t *testing.T) {
 					// The provider's input count; the output as the
 					// accounting keeps it: max_tokens, or the real output.
 					wantTokens.Input = usage.PromptTokens
-					if fp.cfg.Accounting == governor.SettleAccounting {
+					if fp.cfg.SettleOutput {
 						wantTokens.Output = usage.CompletionTokens
 					}
 				}
@@ -254,7 +254,7 @@ func TestFeedbackStreamThatFailed(t *testing.T) {
 	}
 	r, _ := g.Reserve(now, "f", reserved)
 	g.Advance(now)
-	Feedback(now, g, r, governor.Usage{}, governor.Snapshot{}, nil)
+	Feedback(now, g, r, governor.Cost{}, governor.Snapshot{}, nil)
 	if used := g.Stats(now).Limits[governor.TPM].Used; used != reserved.Tokens() {
 		t.Errorf("TPM used %d, want the charge kept as reserved, %d", used, reserved.Tokens())
 	}

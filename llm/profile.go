@@ -298,7 +298,7 @@ func (p Profile) classifyBody(status int, h http.Header, eb errorBody, now time.
 func (p Profile) exhaustedLimit(h http.Header, now time.Time) (governor.Limit, bool) {
 	s := p.Snapshot(h, now)
 	found, n := governor.Limit(0), 0
-	for _, l := range governor.AllLimits {
+	for l := range governor.NumLimits {
 		if s[l].Known && s[l].Remaining == 0 {
 			found, n = l, n+1
 		}

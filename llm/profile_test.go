@@ -162,7 +162,7 @@ func TestSnapshotGolden(t *testing.T) {
 				got[l].Source = "" // the header's name, for logs: see TestRateLimitHeaders
 			}
 			if got != tt.want {
-				for _, l := range governor.AllLimits {
+				for l := range governor.NumLimits {
 					if got[l] != tt.want[l] {
 						t.Errorf("%s: got %+v, want %+v", l, got[l], tt.want[l])
 					}

@@ -16,8 +16,8 @@ type Usage struct {
 
 // Governor returns the usage in the governor's terms, for settling a
 // reservation.
-func (u Usage) Governor() governor.Usage {
-	return governor.Usage{Input: u.PromptTokens, Output: u.CompletionTokens}
+func (u Usage) Governor() governor.Cost {
+	return governor.Cost{Input: u.PromptTokens, Output: u.CompletionTokens}
 }
 
 // Choice is one completion of a response.

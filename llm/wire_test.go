@@ -99,7 +99,7 @@ func TestWireRoundTrip(t *testing.T) {
 	t.Parallel()
 	now := time.Unix(0, 0)
 	for _, p := range Profiles() {
-		for _, l := range governor.AllLimits {
+		for l := range governor.NumLimits {
 			for _, org := range []string{"org-x", ""} {
 				name := fmt.Sprintf("%s %s org %q", p, l, org)
 				wordy := p != Anthropic // Anthropic's wording states only the allowance

@@ -29,6 +29,7 @@ import (
 	"github.com/sluice-dev/sluice"
 	"github.com/sluice-dev/sluice/examples/summarize"
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/govtext"
 	"github.com/sluice-dev/sluice/internal/guard"
 	"github.com/sluice-dev/sluice/internal/serveapp"
 	"github.com/sluice-dev/sluice/internal/testenv"
@@ -128,12 +129,12 @@ func TestDashboardInBrowser(t *testing.T) {
 	// The endpoint is back: the re-run the browser asks for succeeds.
 	flaky.Store(false)
 
-	limits, err := governor.ParseLimits(browserLimits)
+	limits, err := govtext.Limits(browserLimits)
 	if err != nil {
 		t.Fatal(err)
 	}
 	wantLimits := map[string]int64{}
-	for _, l := range governor.AllLimits {
+	for l := range governor.NumLimits {
 		if limits[l] > 0 {
 			wantLimits[l.String()] = limits[l]
 		}
@@ -284,7 +285,7 @@ type browserArticle struct {
 // returned switch is on (it starts on).
 func newBrowserApp(t *testing.T, provider string, logs io.Writer) (*sluice.App, *atomic.Bool) {
 	t.Helper()
-	limits, err := governor.ParseLimits(browserLimits)
+	limits, err := govtext.Limits(browserLimits)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/cli"
 	"github.com/sluice-dev/sluice/internal/gateway"
+	"github.com/sluice-dev/sluice/internal/govtext"
 	"github.com/sluice-dev/sluice/internal/guard"
 	"github.com/sluice-dev/sluice/internal/store"
 	_ "github.com/sluice-dev/sluice/internal/store/postgres"
@@ -278,17 +279,17 @@ func (f *gatewayFlags) keyConfig(cfg *gateway.Config, refuse func(string, error)
 	if cfg.Profile, err = llm.ParseProfile(*f.profile); err != nil {
 		return refuse("profile", err)
 	}
-	if cfg.Limits, err = governor.ParseLimits(*f.limitsF); err != nil {
+	if cfg.Limits, err = govtext.Limits(*f.limitsF); err != nil {
 		return refuse("limits", err)
 	}
-	if cfg.Window, err = governor.ParseWindow(*f.window); err != nil {
+	if cfg.FixedWindows, err = govtext.Window(*f.window); err != nil {
 		return refuse("window", err)
 	}
 	switch {
 	case *f.accounting == "" && cfg.Profile == llm.Anthropic:
-		cfg.Accounting = governor.SettleAccounting
+		cfg.SettleOutput = true
 	case *f.accounting != "":
-		if cfg.Accounting, err = governor.ParseAccounting(*f.accounting); err != nil {
+		if cfg.SettleOutput, err = govtext.Accounting(*f.accounting); err != nil {
 			return refuse("accounting", err)
 		}
 	}
@@ -401,9 +402,9 @@ func recordGatewayConfig(ctx context.Context, cfg gateway.Config) error {
 		DefaultMaxTokens int              `json:"default_max_tokens"`
 		MaxWait          string           `json:"max_wait"`
 		Flows            []flow           `json:"flows"`
-	}{Key: cmp.Or(cfg.Key, string(cfg.Profile)), Profile: string(cfg.Profile), Limits: map[string]int64{}, Window: cfg.Window.String(),
-		Accounting: cfg.Accounting.String(), DefaultMaxTokens: cfg.DefaultMaxTokens, MaxWait: cfg.MaxWait.String(), Flows: []flow{}}
-	for _, l := range governor.AllLimits {
+	}{Key: cmp.Or(cfg.Key, string(cfg.Profile)), Profile: string(cfg.Profile), Limits: map[string]int64{}, Window: govtext.WindowWord(cfg.FixedWindows),
+		Accounting: govtext.AccountingWord(cfg.SettleOutput), DefaultMaxTokens: cfg.DefaultMaxTokens, MaxWait: cfg.MaxWait.String(), Flows: []flow{}}
+	for l := range governor.NumLimits {
 		if cfg.Limits[l] > 0 {
 			c.Limits[l.String()] = cfg.Limits[l]
 		}

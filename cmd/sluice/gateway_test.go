@@ -17,9 +17,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/cli"
 	"github.com/sluice-dev/sluice/internal/forecast"
+	"github.com/sluice-dev/sluice/internal/govtext"
 	"github.com/sluice-dev/sluice/internal/sim"
 	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/internal/testenv"
@@ -30,7 +30,7 @@ const gatewayTestKey = "gsk-test-upstream-5c81d2e9"
 // startGatewaySim serves a simulator that requires gatewayTestKey.
 func startGatewaySim(t *testing.T, limits string) (*forecast.Model, string) {
 	t.Helper()
-	ls, err := governor.ParseLimits(limits)
+	ls, err := govtext.Limits(limits)
 	if err != nil {
 		t.Fatal(err)
 	}

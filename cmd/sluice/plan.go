@@ -218,7 +218,7 @@ func writePlan(out io.Writer, p, q *plan.Plan) {
 	}
 	tw := tabwriter.NewWriter(out, 2, 8, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "LIMIT\tPER\tLIMIT\tDEMAND\t%\tCHARGED\t%\tBACKLOG\t")
-	for _, l := range governor.AllLimits {
+	for l := range governor.NumLimits {
 		a, ok := p.Limits[l.String()]
 		var b plan.Limit
 		okB := false

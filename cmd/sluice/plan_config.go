@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/forecast"
+	"github.com/sluice-dev/sluice/internal/govtext"
 	"github.com/sluice-dev/sluice/internal/plan"
 	"github.com/sluice-dev/sluice/internal/yamlfile"
 	"github.com/sluice-dev/sluice/llm"
@@ -29,20 +29,20 @@ func gatewayKey(path string) (plan.Key, string, error) {
 			return k, "", fail("profile", err)
 		}
 	}
-	if k.Provider.Limits, err = governor.ParseLimits(f.Limits); err != nil {
+	if k.Provider.Limits, err = govtext.Limits(f.Limits); err != nil {
 		return k, "", fail("limits", err)
 	}
 	if f.Window != "" {
-		if k.Provider.Window, err = governor.ParseWindow(f.Window); err != nil {
+		if k.Provider.FixedWindows, err = govtext.Window(f.Window); err != nil {
 			return k, "", fail("window", err)
 		}
 	}
 	if f.Accounting != "" {
-		if k.Provider.Accounting, err = governor.ParseAccounting(f.Accounting); err != nil {
+		if k.Provider.SettleOutput, err = govtext.Accounting(f.Accounting); err != nil {
 			return k, "", fail("accounting", err)
 		}
 	} else if k.Provider.Profile == llm.Anthropic {
-		k.Provider.Accounting = governor.SettleAccounting
+		k.Provider.SettleOutput = true
 	}
 	if f.DefaultMaxTokens != "" {
 		n, err := strconv.Atoi(f.DefaultMaxTokens)

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice"
-	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/cli"
+	"github.com/sluice-dev/sluice/internal/govtext"
 	"github.com/sluice-dev/sluice/internal/guard"
 	"github.com/sluice-dev/sluice/internal/serveapp"
 	"github.com/sluice-dev/sluice/internal/ui"
@@ -237,7 +237,7 @@ func (f *serveFlags) checkBounds(env *cli.Env, refuse func(string, error) error)
 			return refuse("node", err)
 		}
 	}
-	if _, err := governor.ParseLimits(o.Limits); err != nil {
+	if _, err := govtext.Limits(o.Limits); err != nil {
 		return refuse("limits", err)
 	}
 	if _, err := llm.ParseProfile(o.Profile); err != nil {

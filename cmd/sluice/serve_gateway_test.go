@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/forecast"
+	"github.com/sluice-dev/sluice/internal/govtext"
 	"github.com/sluice-dev/sluice/internal/guard"
 	"github.com/sluice-dev/sluice/internal/sim"
 	"github.com/sluice-dev/sluice/internal/testenv"
@@ -35,7 +35,7 @@ func startOpenAISim(t *testing.T, limits string) (*forecast.Model, string) {
 // until the test ends.
 func startSimProfile(t *testing.T, profile llm.Profile, limits string) (*forecast.Model, string) {
 	t.Helper()
-	ls, err := governor.ParseLimits(limits)
+	ls, err := govtext.Limits(limits)
 	if err != nil {
 		t.Fatal(err)
 	}

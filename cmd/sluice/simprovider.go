@@ -6,9 +6,9 @@ import (
 	"slices"
 	"time"
 
-	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/cli"
 	"github.com/sluice-dev/sluice/internal/forecast"
+	"github.com/sluice-dev/sluice/internal/govtext"
 	"github.com/sluice-dev/sluice/internal/guard"
 	"github.com/sluice-dev/sluice/internal/sim"
 	"github.com/sluice-dev/sluice/llm"
@@ -60,17 +60,17 @@ func runSimProvider(ctx context.Context, env *cli.Env, args []string) error {
 			}
 		}
 		if set["limits"] {
-			if p.Limits, err = governor.ParseLimits(*limitsF); err != nil {
+			if p.Limits, err = govtext.Limits(*limitsF); err != nil {
 				return fmt.Errorf("--limits: %w", err)
 			}
 		}
 		if set["window"] {
-			if p.Window, err = governor.ParseWindow(*window); err != nil {
+			if p.FixedWindows, err = govtext.Window(*window); err != nil {
 				return fmt.Errorf("--window: %w", err)
 			}
 		}
 		if set["accounting"] {
-			if p.Accounting, err = governor.ParseAccounting(*accounting); err != nil {
+			if p.SettleOutput, err = govtext.Accounting(*accounting); err != nil {
 				return fmt.Errorf("--accounting: %w", err)
 			}
 		}
@@ -116,7 +116,7 @@ func runSimProvider(ctx context.Context, env *cli.Env, args []string) error {
 		auth = "API key from $" + *keyEnv + " required"
 	}
 	fmt.Fprintf(env.Stdout, "listening on http://%s (profile %s, limits %s, window %s, accounting %s, latency %s, default max_tokens %d, max output tokens %d, model %s, %s)\n",
-		srv.Addr(), p.Profile, limits, p.Window, p.Accounting, p.Latency, p.DefaultMaxTokens, m.Config().MaxOutputTokens, *model, auth)
+		srv.Addr(), p.Profile, limits, govtext.WindowWord(p.FixedWindows), govtext.AccountingWord(p.SettleOutput), p.Latency, p.DefaultMaxTokens, m.Config().MaxOutputTokens, *model, auth)
 	<-ctx.Done()
 	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

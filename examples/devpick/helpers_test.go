@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/forecast"
+	"github.com/sluice-dev/sluice/internal/govtext"
 	"github.com/sluice-dev/sluice/internal/sim"
 )
 
@@ -55,7 +56,7 @@ func tempDB(t *testing.T) (*sql.DB, string) {
 
 func seedLimits(t *testing.T) governor.Limits {
 	t.Helper()
-	l, err := governor.ParseLimits(Limits)
+	l, err := govtext.Limits(Limits)
 	if err != nil {
 		t.Fatal(err)
 	}

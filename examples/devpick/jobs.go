@@ -21,7 +21,7 @@ const (
 // Limits are the limits of DevPick's key in the seed: Groq's free tier for
 // the model (RPM 30, RPD 1,000, TPM 8,000, TPD 200,000) and the
 // organisation's output tokens per minute (OTPM 1,000), in the form
-// governor.ParseLimits and `sluice sim-provider --limits` read.
+// governor.Limits.UnmarshalText and `sluice sim-provider --limits` read.
 const Limits = "rpm=30,rpd=1000,tpm=8000,tpd=200000,otpm=1000"
 
 // Job is one of the three LLM jobs, with the numbers of the seed's cost

@@ -19,7 +19,7 @@ import (
 // The pipeline against the provider simulator, with Groq's free-tier limits.
 func Example() {
 	ctx := context.Background()
-	limits, _ := governor.ParseLimits("rpm=30,tpm=8000,otpm=1000")
+	limits := governor.Limits{governor.RPM: 30, governor.TPM: 8000, governor.OTPM: 1000}
 	model, err := forecast.NewModel(forecast.ModelConfig{Profile: "groq", Limits: limits, Wire: true})
 	if err != nil {
 		log.Fatal(err)

@@ -248,7 +248,7 @@ func dominantShares(t *testing.T, sc *forecast.Scenario, trace []byte, policy st
 		}
 		c := governor.Cost{Requests: 1, Input: r.Input, Output: r.MaxTokens}
 		var size float64
-		for _, l := range governor.AllLimits {
+		for l := range governor.NumLimits {
 			if lim := sc.Provider.Limits[l]; lim > 0 {
 				size = math.Max(size, float64(c.On(l))*l.Period().Seconds()/float64(lim))
 			}
@@ -408,7 +408,7 @@ func resultFromTrace(t *testing.T, sc *forecast.Scenario, policy string, recs []
 		case forecast.KindRequest:
 			switch {
 			case rec.Status == 200 && rec.Fault == "":
-				for _, l := range governor.AllLimits {
+				for l := range governor.NumLimits {
 					used[l] += rec.Charged.On(l)
 					useful[l] += governor.Cost{Requests: 1, Input: rec.Input, Output: rec.Output}.On(l)
 				}
@@ -455,7 +455,7 @@ func resultFromTrace(t *testing.T, sc *forecast.Scenario, policy string, recs []
 			flows[k.flow] = f
 		}
 	}
-	for _, l := range governor.AllLimits {
+	for l := range governor.NumLimits {
 		lim := sc.Provider.Limits[l]
 		if lim == 0 {
 			continue
@@ -878,7 +878,7 @@ func TestBenchSeriesFromTrace(t *testing.T) {
 		for h := max(int(math.Ceil(rec.End/3600))-1, 0); h < hours; h++ {
 			wt.done[rec.Flow][h] += float64(rec.Items)
 		}
-		for _, l := range governor.AllLimits {
+		for l := range governor.NumLimits {
 			if lim := sc.Provider.Limits[l]; lim > 0 {
 				if wt.use[l.String()] == nil {
 					wt.use[l.String()] = make([]float64, hours)

@@ -72,7 +72,7 @@ func newCookbook(sc *forecast.Scenario, rpmTPMOnly bool) *cookbookPolicy {
 	if p.known[governor.TPM] == 0 {
 		p.known[governor.TPM] = cookbookDefaultTPM
 	}
-	for _, l := range governor.AllLimits {
+	for l := range governor.NumLimits {
 		p.avail[l] = float64(p.known[l]) // the script's buckets start full
 	}
 	return p
@@ -80,7 +80,7 @@ func newCookbook(sc *forecast.Scenario, rpmTPMOnly bool) *cookbookPolicy {
 
 // informed reports whether it knows more than RPM and TPM.
 func (p *cookbookPolicy) informed() bool {
-	for _, l := range governor.AllLimits {
+	for l := range governor.NumLimits {
 		if p.known[l] > 0 && l != governor.RPM && l != governor.TPM {
 			return true
 		}
@@ -131,7 +131,7 @@ func (p *cookbookPolicy) estimate(f *forecast.FlowState, n int) governor.Cost {
 func (p *cookbookPolicy) pump(w *forecast.World) {
 	for {
 		elapsed := w.Now().Sub(p.last)
-		for _, l := range governor.AllLimits {
+		for l := range governor.NumLimits {
 			if lim := float64(p.known[l]); lim > 0 {
 				p.avail[l] = min(p.avail[l]+lim*float64(elapsed)/float64(l.Period()), lim)
 			}
@@ -159,7 +159,7 @@ func (p *cookbookPolicy) pump(w *forecast.World) {
 		}
 		c := p.estimate(r.f, n)
 		var need time.Duration // until every bucket holds the estimate
-		for _, l := range governor.AllLimits {
+		for l := range governor.NumLimits {
 			if lim := float64(p.known[l]); lim > 0 && p.avail[l] < float64(c.On(l)) {
 				need = max(need, time.Duration((float64(c.On(l))-p.avail[l])/lim*float64(l.Period())))
 			}
@@ -168,7 +168,7 @@ func (p *cookbookPolicy) pump(w *forecast.World) {
 			p.wakeLater(w, w.Now().Add(need+time.Millisecond))
 			return
 		}
-		for _, l := range governor.AllLimits {
+		for l := range governor.NumLimits {
 			if p.known[l] > 0 {
 				p.avail[l] -= float64(c.On(l))
 			}

@@ -31,10 +31,10 @@ type greedyPolicy struct {
 }
 
 func newGreedy(sc *forecast.Scenario) *greedyPolicy {
-	p := &greedyPolicy{known: sc.Provider.Limits, settle: sc.Provider.Accounting == governor.SettleAccounting,
+	p := &greedyPolicy{known: sc.Provider.Limits, settle: sc.Provider.SettleOutput,
 		defaultMax: sc.Provider.DefaultMaxTokens, batch: map[*forecast.FlowState]int{}}
-	fixed := sc.Provider.Window == governor.Fixed
-	for _, l := range governor.AllLimits {
+	fixed := sc.Provider.FixedWindows
+	for l := range governor.NumLimits {
 		if p.known[l] == 0 {
 			continue
 		}
@@ -74,7 +74,7 @@ func (p *greedyPolicy) cost(f *forecast.FlowState, n int) governor.Cost {
 // known limit given what was charged so far (the zero time if never).
 func (p *greedyPolicy) fitsAt(now time.Time, c governor.Cost) time.Time {
 	at := now
-	for _, l := range governor.AllLimits {
+	for l := range governor.NumLimits {
 		if lim := p.known[l]; lim > 0 {
 			t := p.ledger(l).freeAt(now, l, c.On(l), lim)
 			if t.IsZero() {

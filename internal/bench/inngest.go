@@ -54,7 +54,7 @@ func (p *inngestPolicy) Start(w *forecast.World) {
 		p.flows = append(p.flows, &inngestFlow{f: f, batch: k, tat: w.Now()})
 	}
 	var left [governor.NumLimits]float64
-	for _, l := range governor.AllLimits {
+	for l := range governor.NumLimits {
 		if lim := sc.Provider.Limits[l]; lim > 0 {
 			left[l] = float64(lim) * float64(24*time.Hour) / float64(l.Period())
 		}
@@ -64,7 +64,7 @@ func (p *inngestPolicy) Start(w *forecast.World) {
 	for i, f := range w.Flows() {
 		if f.Flow().ArrivalsPerDay > 0 {
 			runs[i] = 1.2 * f.Flow().ArrivalsPerDay / float64(p.flows[i].batch)
-			for _, l := range governor.AllLimits {
+			for l := range governor.NumLimits {
 				left[l] -= runs[i] * float64(costs[i].On(l))
 			}
 		} else {
@@ -77,7 +77,7 @@ func (p *inngestPolicy) Start(w *forecast.World) {
 		}
 		share := f.Flow().Weight / weights
 		runs[i] = math.Inf(1)
-		for _, l := range governor.AllLimits {
+		for l := range governor.NumLimits {
 			if sc.Provider.Limits[l] > 0 && costs[i].On(l) > 0 {
 				runs[i] = math.Min(runs[i], math.Max(left[l], 0)*share/float64(costs[i].On(l)))
 			}

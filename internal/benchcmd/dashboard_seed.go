@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice"
-	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/govtext"
 	"github.com/sluice-dev/sluice/internal/health"
 	"github.com/sluice-dev/sluice/internal/sim"
 	"github.com/sluice-dev/sluice/internal/store"
@@ -24,7 +24,7 @@ import (
 // app builds the bench's app on the database: the four functions and the
 // backfill, the provider simulator as its one provider.
 func (b *scaleBench) app(ctx context.Context, poll time.Duration) (*sluice.App, error) {
-	limits, err := governor.ParseLimits(scaleLimits)
+	limits, err := govtext.Limits(scaleLimits)
 	if err != nil {
 		return nil, err
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/cli"
 	"github.com/sluice-dev/sluice/internal/forecast"
+	"github.com/sluice-dev/sluice/internal/govtext"
 	"github.com/sluice-dev/sluice/internal/sim"
 )
 
@@ -174,7 +175,7 @@ func parseMultinodeFlags(env *cli.Env, args []string) (b *multinodeBench, nodes,
 		return nil, 0, 0, false, err
 	}
 	var limitsErr error
-	b.limits, limitsErr = governor.ParseLimits(*limitsF)
+	b.limits, limitsErr = govtext.Limits(*limitsF)
 	err = cmp.Or(
 		refuseIf(b.rolling && kill != 0, "--rolling stops the nodes one by one: use it with --kill 0"),
 		between("stop-grace", b.stopGrace, 0, time.Hour),
@@ -383,7 +384,7 @@ func (res *multinodeRun) measure(st forecast.Stats, limits governor.Limits, span
 		res.admitted += f
 	}
 	first, last := span.bounds()
-	for _, l := range governor.AllLimits {
+	for l := range governor.NumLimits {
 		if limits[l] == 0 {
 			continue
 		}

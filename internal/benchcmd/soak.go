@@ -21,6 +21,7 @@ import (
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/cli"
 	"github.com/sluice-dev/sluice/internal/forecast"
+	"github.com/sluice-dev/sluice/internal/govtext"
 	"github.com/sluice-dev/sluice/internal/serveapp"
 	"github.com/sluice-dev/sluice/internal/sim"
 	"github.com/sluice-dev/sluice/llm"
@@ -155,10 +156,10 @@ func parseSoakFlags(env *cli.Env, args []string) (soakOptions, error) {
 		return o, err
 	}
 	var err error
-	if o.limits, err = governor.ParseLimits(*limitsF); err != nil {
+	if o.limits, err = govtext.Limits(*limitsF); err != nil {
 		return o, fmt.Errorf("--limits: %w", err)
 	}
-	for _, l := range governor.AllLimits {
+	for l := range governor.NumLimits {
 		if o.limits[l] != 0 && l.Period() != time.Minute {
 			return o, fmt.Errorf("--limits: %s counts over a day, which a compressed run cannot reproduce; give per-minute limits", l)
 		}

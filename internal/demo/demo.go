@@ -27,6 +27,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/cli"
 	"github.com/sluice-dev/sluice/internal/clock"
 	"github.com/sluice-dev/sluice/internal/forecast"
+	"github.com/sluice-dev/sluice/internal/govtext"
 	"github.com/sluice-dev/sluice/internal/guard"
 	"github.com/sluice-dev/sluice/internal/httpjson"
 	"github.com/sluice-dev/sluice/internal/serveapp"
@@ -117,7 +118,7 @@ func runDemoOn(ctx context.Context, env *cli.Env, args []string, n demoNet) erro
 		fmt.Fprintf(env.Stderr, "sluice demo: %v\n", err)
 		return cli.ErrUsage
 	}
-	limits, err := governor.ParseLimits(*limitsFlag)
+	limits, err := govtext.Limits(*limitsFlag)
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "sluice demo: --limits: %v\n", err)
 		return cli.ErrUsage

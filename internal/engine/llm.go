@@ -113,7 +113,7 @@ func (p *Provider) Call(ctx context.Context, flow string, req *llm.ChatRequest) 
 	resp, err := p.Client.Chat(ctx, req)
 	t := now()
 	if err != nil {
-		llm.Feedback(t, p.Governor, res, governor.Usage{}, governor.Snapshot{}, err)
+		llm.Feedback(t, p.Governor, res, governor.Cost{}, governor.Snapshot{}, err)
 		p.Metrics.Rejected(p.Name, err)
 		p.logRejection(flow, err)
 		return nil, err

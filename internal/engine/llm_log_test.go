@@ -11,6 +11,7 @@ import (
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/engine"
 	"github.com/sluice-dev/sluice/internal/forecast"
+	"github.com/sluice-dev/sluice/internal/govtext"
 	"github.com/sluice-dev/sluice/internal/sim"
 	"github.com/sluice-dev/sluice/internal/testenv"
 	"github.com/sluice-dev/sluice/llm"
@@ -20,7 +21,7 @@ import (
 // each get a log line naming the limit and the numbers.
 func TestProviderLogsRefusalsAndRejections(t *testing.T) {
 	t.Parallel()
-	provLimits, err := governor.ParseLimits("rpm=1")
+	provLimits, err := govtext.Limits("rpm=1")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/govtext"
 )
 
 // Change is one what-if change to a scenario file: set the value at a path,
@@ -97,7 +97,7 @@ func apply(root *yaml.Node, c Change) error {
 	}
 	parts := strings.Split(c.Path, ".")
 	if len(parts) == 1 {
-		if _, err := governor.ParseLimit(parts[0]); err == nil {
+		if _, err := govtext.Limit(parts[0]); err == nil {
 			parts = []string{"provider", "limits", parts[0]}
 		}
 	}

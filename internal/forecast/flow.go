@@ -113,7 +113,7 @@ func (w *World) refusedOn(f *FlowState, n int) (governor.Limit, bool) {
 			out = w.sc.Provider.DefaultMaxTokens
 		}
 		c := governor.Cost{Requests: 1, Input: f.cfg.PromptTokens + int64(k)*f.cfg.ItemInputTokens, Output: out}
-		for _, l := range governor.AllLimits {
+		for l := range governor.NumLimits {
 			if lim := w.limits[l]; lim > 0 && c.On(l) > lim {
 				return l, true
 			}
@@ -189,12 +189,12 @@ func (w *World) Send(f *FlowState, items []Item, maxTokens int64, done func(Outc
 }
 
 func (w *World) succeed(f *FlowState, items []Item, charged governor.Cost, req Request, resp Response) {
-	for _, l := range governor.AllLimits {
+	for l := range governor.NumLimits {
 		w.used[l] += charged.On(l)
 		w.useful[l] += governor.Cost{Requests: 1, Input: req.Input, Output: resp.Output}.On(l)
 	}
 	if d := w.now.Sub(epoch); d >= 0 {
-		for _, l := range governor.AllLimits {
+		for l := range governor.NumLimits {
 			if h := int(d / time.Hour); w.use[l] != nil && h < w.hours {
 				perHour := float64(w.limits[l]) * float64(time.Hour) / float64(l.Period())
 				w.use[l][h] += float64(charged.On(l)) / perHour

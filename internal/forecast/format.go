@@ -4,6 +4,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/govtext"
 )
 
 // Format writes s in the scenario file format, so that Parse reads back the
@@ -45,12 +46,12 @@ func Format(s *Scenario) ([]byte, error) {
 		Prices map[string]Price `yaml:"prices,omitempty"`
 		Flows  []flow           `yaml:"flows"`
 	}{Name: s.Name, Duration: s.Duration.String(), Seed: s.Seed, Prices: s.Prices}
-	out.Provider.Profile, out.Provider.Window, out.Provider.Accounting = string(p.Profile), p.Window.String(), p.Accounting.String()
+	out.Provider.Profile, out.Provider.Window, out.Provider.Accounting = string(p.Profile), govtext.WindowWord(p.FixedWindows), govtext.AccountingWord(p.SettleOutput)
 	out.Provider.Latency, out.Provider.DefaultMaxTokens = p.Latency.String(), p.DefaultMaxTokens
 	if p.Faults != (Faults{}) {
 		out.Provider.Faults = map[string]float64{"error_5xx": p.Faults.Error5xx, "timeout": p.Faults.Timeout, "reset": p.Faults.Reset, "bad_json": p.Faults.BadJSON}
 	}
-	for _, l := range governor.AllLimits {
+	for l := range governor.NumLimits {
 		if p.Unannounced[l] {
 			out.Provider.Unannounced = append(out.Provider.Unannounced, l.String())
 		}

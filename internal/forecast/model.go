@@ -18,12 +18,12 @@ type ModelConfig struct {
 	// Profile is the status codes, headers and error bodies of the
 	// responses: one of llm.Profiles. Default llm.OpenAI.
 	Profile llm.Profile
-	// Window is how each limit counts its period. Default governor.Rolling.
-	Window governor.Window
-	// Accounting is whether the admission charge stands
-	// (governor.ReserveAccounting, the default) or its output part is
-	// corrected at Finish (governor.SettleAccounting).
-	Accounting governor.Accounting
+	// FixedWindows: each limit counts per fixed window, not a rolling one
+	// (the default).
+	FixedWindows bool
+	// SettleOutput: an admission charge's output part is corrected at
+	// Finish; by default the admission charge stands.
+	SettleOutput bool
 	// Latency is the mean time a response takes; each response takes it
 	// ±50 % uniformly. Zero answers at once.
 	Latency time.Duration
@@ -60,7 +60,7 @@ type ModelConfig struct {
 // seed.
 func (p *Provider) ModelConfig(seed int64) ModelConfig {
 	return ModelConfig{
-		Profile: p.Profile, Window: p.Window, Accounting: p.Accounting, Latency: p.Latency,
+		Profile: p.Profile, FixedWindows: p.FixedWindows, SettleOutput: p.SettleOutput, Latency: p.Latency,
 		DefaultMaxTokens: p.DefaultMaxTokens, Faults: p.Faults, Limits: p.Limits, Seed: seed,
 	}
 }
@@ -86,7 +86,7 @@ func (c ModelConfig) withDefaults() ModelConfig {
 }
 
 func (c ModelConfig) validate() error {
-	p := Provider{Profile: c.Profile, Window: c.Window, Accounting: c.Accounting, Latency: c.Latency,
+	p := Provider{Profile: c.Profile, FixedWindows: c.FixedWindows, SettleOutput: c.SettleOutput, Latency: c.Latency,
 		DefaultMaxTokens: c.DefaultMaxTokens, Faults: c.Faults, Limits: c.Limits}
 	if err := p.Validate(); err != nil {
 		return err
@@ -188,7 +188,7 @@ func NewModel(cfg ModelConfig) (*Model, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("simulated provider: %w", err)
 	}
-	fixed := cfg.Window == governor.Fixed
+	fixed := cfg.FixedWindows
 	m := &Model{
 		cfg:    cfg,
 		rng:    rand.New(rand.NewPCG(uint64(cfg.Seed), 0x51ce_5eed_0000_0001)),
@@ -197,7 +197,7 @@ func NewModel(cfg ModelConfig) (*Model, error) {
 		last:   math.MinInt64,
 		stats:  newStats(),
 	}
-	for _, l := range governor.AllLimits {
+	for l := range governor.NumLimits {
 		if cfg.Limits[l] == 0 {
 			continue
 		}
@@ -262,13 +262,13 @@ func (m *Model) Submit(now time.Time, r Request) Response {
 	c := governor.Cost{Requests: 1, Input: nonNeg(r.Input), Output: max}
 	resp := Response{id: m.requests, flow: fs, model: r.Model}
 
-	for _, l := range governor.AllLimits {
+	for l := range governor.NumLimits {
 		if lim := m.cfg.Limits[l]; lim > 0 && c.On(l) > lim {
 			m.reject(t, &resp, l, c, true)
 			return resp
 		}
 	}
-	for _, l := range governor.AllLimits {
+	for l := range governor.NumLimits {
 		if lim := m.cfg.Limits[l]; lim > 0 && m.ledger(l).sum.On(l)+c.On(l) > lim {
 			m.reject(t, &resp, l, c, false)
 			return resp
@@ -353,7 +353,7 @@ func (m *Model) Finish(now time.Time, r Response) governor.Cost {
 	if !r.admitted {
 		return governor.Cost{}
 	}
-	if m.cfg.Accounting != governor.SettleAccounting {
+	if !m.cfg.SettleOutput {
 		return r.Charged
 	}
 	final := r.Charged

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/govtext"
 	"github.com/sluice-dev/sluice/llm"
 )
 
@@ -24,7 +25,7 @@ func newModel(t testing.TB, cfg ModelConfig) *Model {
 }
 
 func limits(s string) governor.Limits {
-	ls, err := governor.ParseLimits(s)
+	ls, err := govtext.Limits(s)
 	if err != nil {
 		panic(err)
 	}
@@ -41,8 +42,6 @@ func TestNewModelValidates(t *testing.T) {
 		want string
 	}{
 		{"profile", ModelConfig{Profile: "mistral"}, "provider.profile"},
-		{"window", ModelConfig{Window: 7}, "provider.window"},
-		{"accounting", ModelConfig{Accounting: 9}, "provider.accounting"},
 		{"latency", ModelConfig{Latency: -time.Second}, "provider.latency"},
 		{"default max", ModelConfig{DefaultMaxTokens: -1}, "provider.default_max_tokens"},
 		{"fault", ModelConfig{Faults: Faults{Timeout: 2}}, "provider.faults.timeout"},
@@ -211,16 +210,16 @@ func TestDefaultMaxTokensVaries(t *testing.T) {
 func TestSettleAndReserve(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		acc      governor.Accounting
+		settle   bool
 		final    governor.Cost
 		secondOK bool
 	}{
-		{governor.ReserveAccounting, governor.Cost{Requests: 1, Input: 10, Output: 80}, false},
-		{governor.SettleAccounting, governor.Cost{Requests: 1, Input: 10, Output: 20}, true},
+		{false, governor.Cost{Requests: 1, Input: 10, Output: 80}, false},
+		{true, governor.Cost{Requests: 1, Input: 10, Output: 20}, true},
 	} {
-		t.Run(tc.acc.String(), func(t *testing.T) {
+		t.Run(govtext.AccountingWord(tc.settle), func(t *testing.T) {
 			t.Parallel()
-			m := newModel(t, ModelConfig{Profile: "anthropic", Accounting: tc.acc, Limits: limits("otpm=100,tpm=1000,tpd=100000")})
+			m := newModel(t, ModelConfig{Profile: "anthropic", SettleOutput: tc.settle, Limits: limits("otpm=100,tpm=1000,tpd=100000")})
 			r := m.Submit(at(0), Request{Input: 10, MaxTokens: 80, Output: 20})
 			if r.Charged != (governor.Cost{Requests: 1, Input: 10, Output: 80}) {
 				t.Fatalf("admission charge %v: settle charges max_tokens at the start too", r.Charged)
@@ -257,7 +256,7 @@ func TestSettleAndReserve(t *testing.T) {
 
 func TestSettleAfterWindowTurned(t *testing.T) {
 	t.Parallel()
-	m := newModel(t, ModelConfig{Accounting: governor.SettleAccounting, Window: governor.Fixed, Limits: limits("otpm=100")})
+	m := newModel(t, ModelConfig{SettleOutput: true, FixedWindows: true, Limits: limits("otpm=100")})
 	r := m.Submit(at(59*time.Second), Request{MaxTokens: 100, Output: 10})
 	if r2 := m.Submit(at(61*time.Second), Request{MaxTokens: 100}); r2.Status != 200 {
 		t.Fatalf("new window: %d", r2.Status)
@@ -271,7 +270,7 @@ func TestSettleAfterWindowTurned(t *testing.T) {
 
 func TestRejectedFinishIsFree(t *testing.T) {
 	t.Parallel()
-	m := newModel(t, ModelConfig{Accounting: governor.SettleAccounting, Limits: limits("rpm=1")})
+	m := newModel(t, ModelConfig{SettleOutput: true, Limits: limits("rpm=1")})
 	m.Submit(at(0), Request{})
 	r := m.Submit(at(0), Request{})
 	if got := m.Finish(at(0), r); got != (governor.Cost{}) {
@@ -329,7 +328,7 @@ func TestFaultFractions(t *testing.T) {
 	t.Parallel()
 	f := Faults{Error5xx: 0.1, Timeout: 0.05, Reset: 0.02, BadJSON: 0.03}
 	const n = 20000
-	m := newModel(t, ModelConfig{Seed: 42, Faults: f, Accounting: governor.SettleAccounting, Profile: "anthropic", Wire: true})
+	m := newModel(t, ModelConfig{Seed: 42, Faults: f, SettleOutput: true, Profile: "anthropic", Wire: true})
 	var statuses = map[int]int{}
 	for i := range n {
 		r := m.Submit(at(time.Duration(i)*time.Millisecond), Request{Input: 10, MaxTokens: 100, Output: 40})
@@ -401,7 +400,7 @@ func TestSubmitAllocations(t *testing.T) {
 }
 
 func BenchmarkSubmit(b *testing.B) {
-	m := newModel(b, ModelConfig{Profile: "groq", Accounting: governor.SettleAccounting, Limits: limits("rpm=30,rpd=1000,tpm=8000,tpd=200000,otpm=1000")})
+	m := newModel(b, ModelConfig{Profile: "groq", SettleOutput: true, Limits: limits("rpm=30,rpd=1000,tpm=8000,tpd=200000,otpm=1000")})
 	now := t0
 	b.ReportAllocs()
 	for b.Loop() {
@@ -415,7 +414,7 @@ func BenchmarkSubmit(b *testing.B) {
 // all the choices; N of 0 is one choice.
 func TestSubmitChoices(t *testing.T) {
 	t.Parallel()
-	m := newModel(t, ModelConfig{Accounting: governor.SettleAccounting, Limits: limits("otpm=1000")})
+	m := newModel(t, ModelConfig{SettleOutput: true, Limits: limits("otpm=1000")})
 	if r := m.Submit(t0, Request{Input: 10, MaxTokens: 100, N: 3, Output: 250}); r.Rejected || r.Charged.Output != 300 || r.Output != 250 {
 		t.Fatalf("n=3: %+v", r)
 	} else if final := m.Finish(t0, r); final.Output != 250 {

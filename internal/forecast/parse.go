@@ -12,6 +12,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/govtext"
 	"github.com/sluice-dev/sluice/internal/num"
 	"github.com/sluice-dev/sluice/internal/yamlfile"
 	"github.com/sluice-dev/sluice/llm"
@@ -29,11 +30,11 @@ type file struct {
 		Output number `yaml:"output"`
 	} `yaml:"prices"`
 	Provider struct {
-		Profile          llm.Profile         `yaml:"profile"`
-		Window           governor.Window     `yaml:"window"`
-		Accounting       governor.Accounting `yaml:"accounting"`
-		Latency          duration            `yaml:"latency"`
-		DefaultMaxTokens whole               `yaml:"default_max_tokens"`
+		Profile          llm.Profile  `yaml:"profile"`
+		Window           fixedWindows `yaml:"window"`
+		Accounting       settleOutput `yaml:"accounting"`
+		Latency          duration     `yaml:"latency"`
+		DefaultMaxTokens whole        `yaml:"default_max_tokens"`
 		Faults           struct {
 			Error5xx number `yaml:"error_5xx"`
 			Timeout  number `yaml:"timeout"`
@@ -93,11 +94,11 @@ func (f *file) scenario() (*Scenario, error) {
 	}
 	p, faults := &f.Provider, &f.Provider.Faults
 	s := &Scenario{Name: string(f.Name), Duration: time.Duration(*f.Duration), Seed: int64(f.Seed), Provider: Provider{
-		Profile: p.Profile, Window: p.Window, Accounting: p.Accounting, Latency: time.Duration(p.Latency),
+		Profile: p.Profile, FixedWindows: bool(p.Window), SettleOutput: bool(p.Accounting), Latency: time.Duration(p.Latency),
 		DefaultMaxTokens: int64(p.DefaultMaxTokens),
 		Faults:           Faults{float64(faults.Error5xx), float64(faults.Timeout), float64(faults.Reset), float64(faults.BadJSON)},
 	}}
-	for _, l := range governor.AllLimits {
+	for l := range governor.NumLimits {
 		if n, ok := p.Limits[limit(l)]; ok && n <= 0 {
 			return nil, fieldErr("provider.limits."+l.String(), "%d is not positive", n)
 		}
@@ -142,6 +143,9 @@ type (
 	number   float64        // a finite number
 	duration time.Duration  // a Go duration such as 90s
 	limit    governor.Limit // a limit's name, as governor.Limit.String writes it
+
+	fixedWindows bool // "rolling" (false) or "fixed" (true)
+	settleOutput bool // "reserve" (false) or "settle" (true)
 )
 
 func (t *text) UnmarshalYAML(n *yaml.Node) error {
@@ -229,11 +233,29 @@ func (d *duration) UnmarshalYAML(n *yaml.Node) error {
 }
 
 func (l *limit) UnmarshalYAML(n *yaml.Node) error {
-	x, err := governor.ParseLimit(n.Value)
+	x, err := govtext.Limit(n.Value)
 	if err != nil || x.String() != n.Value {
 		return refuse(n, "is not a limit (want rpm, rpd, tpm, tpd, itpm or otpm)")
 	}
 	*l = limit(x)
+	return nil
+}
+
+func (w *fixedWindows) UnmarshalYAML(n *yaml.Node) error {
+	x, err := govtext.Window(n.Value)
+	if err != nil {
+		return refuse(n, "is not rolling or fixed")
+	}
+	*w = fixedWindows(x)
+	return nil
+}
+
+func (a *settleOutput) UnmarshalYAML(n *yaml.Node) error {
+	x, err := govtext.Accounting(n.Value)
+	if err != nil {
+		return refuse(n, "is not reserve or settle")
+	}
+	*a = settleOutput(x)
 	return nil
 }
 

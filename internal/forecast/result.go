@@ -107,7 +107,7 @@ func (w *World) result(name string, wall time.Duration) Result {
 	for status, n := range w.rejects {
 		r.ProviderRejections[strconv.Itoa(status)] += n
 	}
-	for _, l := range governor.AllLimits {
+	for l := range governor.NumLimits {
 		lim := w.limits[l]
 		if lim == 0 {
 			continue

@@ -54,12 +54,13 @@ type Provider struct {
 	// Profile is which headers, error bodies and status codes the simulated
 	// provider uses: one of llm.Profiles. Default llm.OpenAI.
 	Profile llm.Profile
-	// Window is how limits count over their period. Default governor.Rolling.
-	Window governor.Window
-	// Accounting is whether an admission charge stands or is corrected to
-	// the real output when the response ends. Default
-	// governor.ReserveAccounting.
-	Accounting governor.Accounting
+	// FixedWindows: limits count per fixed window ("window: fixed"), not a
+	// rolling one (the default), as governor.Config.FixedWindows.
+	FixedWindows bool
+	// SettleOutput: an admission charge's output part is corrected to the
+	// real output when the response ends ("accounting: settle"); by default
+	// it stands, as governor.Config.SettleOutput.
+	SettleOutput bool
 	// Latency is the mean response time; real times vary ±50 % uniformly.
 	// Zero answers at once.
 	Latency time.Duration
@@ -82,7 +83,7 @@ type Provider struct {
 // unannounced ones.
 func (p *Provider) Announced() governor.Limits {
 	ls := p.Limits
-	for _, l := range governor.AllLimits {
+	for l := range governor.NumLimits {
 		if p.Unannounced[l] {
 			ls[l] = 0
 		}
@@ -424,12 +425,6 @@ func (p *Provider) Validate() error {
 	if !slices.Contains(llm.Profiles(), p.Profile) {
 		return fieldErr("provider.profile", "%q is not groq, openai or anthropic", p.Profile)
 	}
-	if p.Window > governor.Fixed {
-		return fieldErr("provider.window", "%d is not rolling or fixed", p.Window)
-	}
-	if p.Accounting > governor.SettleAccounting {
-		return fieldErr("provider.accounting", "%d is not reserve or settle", p.Accounting)
-	}
 	if p.Latency < 0 {
 		return fieldErr("provider.latency", "%s is negative", p.Latency)
 	}
@@ -450,7 +445,7 @@ func (p *Provider) Validate() error {
 	if sum := p.Faults.Sum(); sum > 1+1e-9 {
 		return fieldErr("provider.faults", "the fractions add up to %v, more than 1", sum)
 	}
-	for _, l := range governor.AllLimits {
+	for l := range governor.NumLimits {
 		if p.Limits[l] < 0 {
 			return fieldErr("provider.limits."+l.String(), "%d is not positive", p.Limits[l])
 		}
@@ -458,7 +453,7 @@ func (p *Provider) Validate() error {
 			return fieldErr("provider.limits."+l.String(), "%d %s", p.Limits[l], above(MaxLimit))
 		}
 	}
-	for _, l := range governor.AllLimits {
+	for l := range governor.NumLimits {
 		if p.Unannounced[l] && p.Limits[l] == 0 {
 			return fieldErr("provider.unannounced", "%s is not one of provider.limits", l)
 		}

@@ -24,7 +24,7 @@ func TestLoadDevpick(t *testing.T) {
 		t.Errorf("header = %q %s %d, want devpick 168h 1", s.Name, s.Duration, s.Seed)
 	}
 	p := s.Provider
-	if p.Profile != "groq" || p.Window != governor.Rolling || p.Accounting != governor.ReserveAccounting ||
+	if p.Profile != "groq" || p.FixedWindows || p.SettleOutput ||
 		p.Latency != 2*time.Second || p.DefaultMaxTokens != 1000 || p.Faults != (Faults{}) {
 		t.Errorf("provider = %+v", p)
 	}
@@ -66,7 +66,7 @@ func TestParseDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := s.Provider
-	if p.Profile != "openai" || p.Window != governor.Rolling || p.Accounting != governor.ReserveAccounting || p.DefaultMaxTokens != 1000 || p.Limits != (governor.Limits{}) {
+	if p.Profile != "openai" || p.FixedWindows || p.SettleOutput || p.DefaultMaxTokens != 1000 || p.Limits != (governor.Limits{}) {
 		t.Errorf("provider defaults = %+v", p)
 	}
 	if f := s.Flows[0]; f.Weight != 1 || f.BatchMax != 1 || f.Priority != 0 || f.ItemMaxTokens != 0 {
@@ -101,7 +101,7 @@ flows:
 		t.Fatal(err)
 	}
 	p := s.Provider
-	want := Provider{Profile: "anthropic", Window: governor.Fixed, Accounting: governor.SettleAccounting, Latency: 150 * time.Millisecond,
+	want := Provider{Profile: "anthropic", FixedWindows: true, SettleOutput: true, Latency: 150 * time.Millisecond,
 		DefaultMaxTokens: 4096, Faults: Faults{0.1, 0.05, 0.01, 0.01},
 		Limits:      governor.Limits{50, 5000, 90000, 1000000, 40000, 8000},
 		Unannounced: [governor.NumLimits]bool{governor.ITPM: true, governor.OTPM: true}}
@@ -361,7 +361,7 @@ func checkBounded(t *testing.T, s *Scenario) {
 	if p.Latency < 0 || p.Latency > time.Hour || p.DefaultMaxTokens < 1 || p.DefaultMaxTokens > 32768 {
 		t.Errorf("provider %+v", p)
 	}
-	for _, l := range governor.AllLimits {
+	for l := range governor.NumLimits {
 		if p.Limits[l] < 0 || p.Limits[l] > 1e12 {
 			t.Errorf("limit %s = %d", l, p.Limits[l])
 		}

@@ -64,10 +64,10 @@ const maxQueued = 32
 func NewSluice(sc *Scenario) (Policy, error) {
 	sc = sc.Announced()
 	cfg := governor.Config{
-		Key:        sc.Name,
-		Limits:     sc.Provider.Limits,
-		Window:     sc.Provider.Window,
-		Accounting: sc.Provider.Accounting,
+		Key:          sc.Name,
+		Limits:       sc.Provider.Limits,
+		FixedWindows: sc.Provider.FixedWindows,
+		SettleOutput: sc.Provider.SettleOutput,
 	}
 	for _, f := range sc.Flows {
 		cfg.Flows = append(cfg.Flows, governor.FlowConfig{Name: f.Name, Weight: f.Weight, Priority: f.Priority})
@@ -232,7 +232,7 @@ func (p *sluicePolicy) call(w *World, sf *sluiceFlow) {
 // success, the limits its headers report, and the error a Client would
 // return — the profile's own classification of status, headers and body,
 // or the transport error of an answer that never came whole.
-func (p *sluicePolicy) read(now time.Time, o Outcome) (governor.Usage, governor.Snapshot, error) {
+func (p *sluicePolicy) read(now time.Time, o Outcome) (governor.Cost, governor.Snapshot, error) {
 	resp := o.Response
 	var snap governor.Snapshot
 	if len(resp.Header) > 0 {
@@ -240,14 +240,14 @@ func (p *sluicePolicy) read(now time.Time, o Outcome) (governor.Usage, governor.
 	}
 	switch resp.Fault {
 	case FaultTimeout:
-		return governor.Usage{}, snap, &llm.TransportError{Kind: llm.Timeout}
+		return governor.Cost{}, snap, &llm.TransportError{Kind: llm.Timeout}
 	case FaultReset:
-		return governor.Usage{}, snap, &llm.TransportError{Kind: llm.Reset}
+		return governor.Cost{}, snap, &llm.TransportError{Kind: llm.Reset}
 	case FaultBadJSON:
-		return governor.Usage{}, snap, &llm.TransportError{Kind: llm.Malformed}
+		return governor.Cost{}, snap, &llm.TransportError{Kind: llm.Malformed}
 	}
 	if err := p.profile.Classify(resp.Status, resp.Header, resp.Body); err != nil {
-		return governor.Usage{}, snap, err
+		return governor.Cost{}, snap, err
 	}
-	return governor.Usage{Input: o.Request.Input, Output: resp.Output}, snap, nil
+	return governor.Cost{Input: o.Request.Input, Output: resp.Output}, snap, nil
 }

@@ -113,7 +113,7 @@ func (s *stats) admit(r *Response) {
 // raisePeaks raises the peak of every limit in force to its window's use
 // now: called once an admitted charge is in the ledgers.
 func (m *Model) raisePeaks() {
-	for _, l := range governor.AllLimits {
+	for l := range governor.NumLimits {
 		if lim := m.cfg.Limits[l]; lim > 0 {
 			m.stats.peak[l] = max(m.stats.peak[l], float64(m.ledger(l).sum.On(l))/float64(lim))
 		}
@@ -164,7 +164,7 @@ func (s Stats) MarshalJSON() ([]byte, error) {
 	charged := map[string]int64{}
 	limits := map[string]int64{}
 	peak := map[string]float64{}
-	for _, l := range governor.AllLimits {
+	for l := range governor.NumLimits {
 		if s.RejectedByLimit[l] > 0 {
 			byLimit[l.String()] = s.RejectedByLimit[l]
 		}

@@ -39,7 +39,7 @@ func TestPeak(t *testing.T) {
 	peak := func(want map[governor.Limit]float64) {
 		t.Helper()
 		st := m.Stats()
-		for _, l := range governor.AllLimits {
+		for l := range governor.NumLimits {
 			if got := st.Peak[l]; math.Abs(got-want[l]) > 1e-12 {
 				t.Errorf("peak %s = %v, want %v", l, got, want[l])
 			}
@@ -72,7 +72,7 @@ func TestPeak(t *testing.T) {
 	}
 
 	// Under settle accounting the window holds the settled charges.
-	s := newModel(t, ModelConfig{Accounting: governor.SettleAccounting, Limits: limits("otpm=100")})
+	s := newModel(t, ModelConfig{SettleOutput: true, Limits: limits("otpm=100")})
 	s.Finish(at(0), s.Submit(at(0), Request{MaxTokens: 60, Output: 10}))
 	s.Submit(at(time.Second), Request{MaxTokens: 50, Output: 50})
 	if got := s.Stats().Peak[governor.OTPM]; got != 0.6 {

@@ -14,7 +14,7 @@ import (
 type Series struct {
 	Hours   int
 	Flows   []FlowSeries   // in the scenario's order
-	Limits  []LimitSeries  // the limits in force, in governor.AllLimits' order
+	Limits  []LimitSeries  // the limits in force, in governor.Limit order
 	Rejects []RejectSeries // by status, ascending
 }
 
@@ -47,7 +47,7 @@ func (w *World) series() *Series {
 		}
 		s.Flows = append(s.Flows, fs)
 	}
-	for _, l := range governor.AllLimits {
+	for l := range governor.NumLimits {
 		if w.use[l] != nil {
 			s.Limits = append(s.Limits, LimitSeries{Name: l.String(), Use: w.use[l]})
 		}

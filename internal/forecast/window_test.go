@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/govtext"
 )
 
 func TestRollingWindow(t *testing.T) {
@@ -40,22 +41,22 @@ func TestFixedWindow(t *testing.T) {
 	t.Parallel()
 	// A fixed window forgives a burst across its boundary that a rolling one refuses.
 	for _, tc := range []struct {
-		window governor.Window
+		fixed  bool
 		second bool
 		retry  time.Duration
 	}{
-		{governor.Fixed, true, 0},
-		{governor.Rolling, false, 50 * time.Second},
+		{true, true, 0},
+		{false, false, 50 * time.Second},
 	} {
-		t.Run(tc.window.String(), func(t *testing.T) {
+		t.Run(govtext.WindowWord(tc.fixed), func(t *testing.T) {
 			t.Parallel()
-			m := newModel(t, ModelConfig{Window: tc.window, Limits: limits("tpm=100")})
+			m := newModel(t, ModelConfig{FixedWindows: tc.fixed, Limits: limits("tpm=100")})
 			if r := m.Submit(at(50*time.Second), Request{Input: 50, MaxTokens: 50}); r.Status != 200 {
 				t.Fatalf("first: %d", r.Status)
 			}
 			r := m.Submit(at(55*time.Second), Request{Input: 1, MaxTokens: 1})
 			wantRetry := 5 * time.Second // fixed: the next boundary
-			if tc.window == governor.Rolling {
+			if !tc.fixed {
 				wantRetry = 55 * time.Second
 			}
 			if r.Status != 429 || r.RetryAfter != wantRetry {
@@ -74,7 +75,7 @@ func TestFixedWindow(t *testing.T) {
 
 func TestFixedDayWindowIsEpochAligned(t *testing.T) {
 	t.Parallel()
-	m := newModel(t, ModelConfig{Window: governor.Fixed, Limits: limits("rpd=2")})
+	m := newModel(t, ModelConfig{FixedWindows: true, Limits: limits("rpd=2")})
 	start := t0.Add(23 * time.Hour)
 	for i := range 2 {
 		if r := m.Submit(start.Add(time.Duration(i)*time.Minute), Request{}); r.Status != 200 {
@@ -116,12 +117,12 @@ func (ref *reference) used(now time.Time, l governor.Limit) int64 {
 }
 
 func (ref *reference) submit(now time.Time, c governor.Cost) (bool, governor.Limit) {
-	for _, l := range governor.AllLimits {
+	for l := range governor.NumLimits {
 		if ref.limits[l] > 0 && c.On(l) > ref.limits[l] {
 			return false, l
 		}
 	}
-	for _, l := range governor.AllLimits {
+	for l := range governor.NumLimits {
 		if ref.limits[l] > 0 && ref.used(now, l)+c.On(l) > ref.limits[l] {
 			return false, l
 		}
@@ -135,12 +136,12 @@ func (ref *reference) submit(now time.Time, c governor.Cost) (bool, governor.Lim
 
 func TestWindowsMatchReference(t *testing.T) {
 	t.Parallel()
-	for _, w := range []governor.Window{governor.Rolling, governor.Fixed} {
-		t.Run(w.String(), func(t *testing.T) {
+	for _, fixed := range []bool{false, true} {
+		t.Run(govtext.WindowWord(fixed), func(t *testing.T) {
 			t.Parallel()
 			ls := limits("rpm=20,rpd=1000,tpm=3000,tpd=400000,itpm=2000,otpm=1500")
-			m := newModel(t, ModelConfig{Window: w, Limits: ls})
-			ref := &reference{fixed: w == governor.Fixed, limits: ls}
+			m := newModel(t, ModelConfig{FixedWindows: fixed, Limits: ls})
+			ref := &reference{fixed: fixed, limits: ls}
 			rng := rand.New(rand.NewPCG(1, 2))
 			now := t0.Add(-7 * time.Hour)
 			var admitted int

@@ -96,7 +96,7 @@ func newWorld(sc *Scenario, pol Policy, trace func(TraceRecord)) (*World, error)
 	if trace != nil {
 		w.inflight = map[*Outcome]inflightCall{}
 	}
-	for _, l := range governor.AllLimits {
+	for l := range governor.NumLimits {
 		if p.Limits[l] > 0 {
 			w.use[l] = make([]float64, w.hours)
 		}

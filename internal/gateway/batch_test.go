@@ -19,8 +19,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/forecast"
+	"github.com/sluice-dev/sluice/internal/govtext"
 	"github.com/sluice-dev/sluice/internal/sim"
 	"github.com/sluice-dev/sluice/internal/testenv"
 	"github.com/sluice-dev/sluice/internal/testenv/cookbook"
@@ -224,7 +224,7 @@ type batchWorld struct {
 
 func newBatchWorld(t *testing.T, throughGateway bool, flows []Flow) *batchWorld {
 	t.Helper()
-	lim, err := governor.ParseLimits(batchLimits)
+	lim, err := govtext.Limits(batchLimits)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +247,7 @@ func newBatchWorld(t *testing.T, throughGateway bool, flows []Flow) *batchWorld 
 		Flows:      flows,
 		ClientKeys: []ClientKey{{Key: batchClientKey}},
 		Logger:     slog.New(slog.NewTextHandler(w.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		journal:    w.journal,
+		journal:    w.journal.Record,
 	})
 	if err != nil {
 		t.Fatal(err)

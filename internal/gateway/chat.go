@@ -332,7 +332,7 @@ func (c *chatCall) header(up http.Header) {
 // real usage (nil: none reported, the charge stands as reserved).
 func (c *chatCall) settle(res *governor.Reservation, snap governor.Snapshot, u *llm.Usage) {
 	g := c.g
-	var used governor.Usage
+	var used governor.Cost
 	if u != nil {
 		used = u.Governor()
 		g.est.Observe(c.req.Model, c.cost.Input, u.PromptTokens)
@@ -349,7 +349,7 @@ func (c *chatCall) failed(res *governor.Reservation, err error) (bool, time.Dura
 	g := c.g
 	// Whether the call keeps its charge, and what the governor learns from
 	// it, is decided in one place for the engine, the gateway and the bench.
-	llm.Feedback(g.cfg.Now(), g.gov, res, governor.Usage{}, governor.Snapshot{}, err)
+	llm.Feedback(g.cfg.Now(), g.gov, res, governor.Cost{}, governor.Snapshot{}, err)
 	if c.r.Context().Err() != nil {
 		return false, 0, nil // the caller left during the call
 	}

@@ -67,11 +67,12 @@ type Config struct {
 	// Default nil: never.
 	Stopping <-chan struct{}
 
-	// Window and Accounting say how the provider counts. Defaults: rolling
-	// windows; the admission charge stands (settle for the anthropic profile,
-	// which corrects output tokens at the end of a call).
-	Window     governor.Window
-	Accounting governor.Accounting
+	// FixedWindows and SettleOutput say how the provider counts, as
+	// governor.Config's fields of the same names. Defaults: rolling windows;
+	// the admission charge stands (settled for the anthropic profile, which
+	// corrects output tokens at the end of a call).
+	FixedWindows bool
+	SettleOutput bool
 
 	// Flows lists the flows with their weights, priorities and default
 	// max_tokens. A request naming a flow not listed is counted in "default".
@@ -208,7 +209,7 @@ type Config struct {
 
 	// journal, when set (by tests), receives the governor's charges in the
 	// order it makes them.
-	journal governor.Journal
+	journal func(governor.Charge)
 }
 
 // Flow is one flow of requests: an app, a job, a tenant.
@@ -245,8 +246,8 @@ func (c Config) withDefaults() Config {
 		c.Profile = p
 	}
 	c.Key = cmp.Or(c.Key, string(c.Profile))
-	if c.Accounting == governor.ReserveAccounting && c.Profile == llm.Anthropic {
-		c.Accounting = governor.SettleAccounting
+	if c.Profile == llm.Anthropic {
+		c.SettleOutput = true
 	}
 	c.DefaultMaxTokens = cmp.Or(c.DefaultMaxTokens, 1024)
 	c.MaxWait = cmp.Or(c.MaxWait, 4*time.Minute)

@@ -123,7 +123,7 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 // set, with the ledger that keeps its charges there.
 func governorOf(ctx context.Context, cfg Config, flows []governor.FlowConfig) (*governor.Governor, *quota.Ledger, error) {
 	if gov := cfg.Governor; gov != nil {
-		if cfg.Limits != (governor.Limits{}) || cfg.Window != governor.Rolling || cfg.Store != nil {
+		if cfg.Limits != (governor.Limits{}) || cfg.FixedWindows || cfg.Store != nil {
 			return nil, nil, errors.New("gateway: with a governor given, its owner sets the limits, the window and the store: leave them zero")
 		}
 		st := gov.Stats(cfg.Now())
@@ -138,8 +138,8 @@ func governorOf(ctx context.Context, cfg Config, flows []governor.FlowConfig) (*
 		}
 		return gov, nil, nil
 	}
-	gcfg := governor.Config{Key: cfg.Key, Limits: cfg.Limits, Window: cfg.Window,
-		Accounting: cfg.Accounting, Flows: flows, Now: cfg.Now, Speed: cfg.Speed, Journal: cfg.journal, Lag: max(cfg.Lag, 0), Logger: cfg.Logger}
+	gcfg := governor.Config{Key: cfg.Key, Limits: cfg.Limits, FixedWindows: cfg.FixedWindows,
+		SettleOutput: cfg.SettleOutput, Flows: flows, Now: cfg.Now, Speed: cfg.Speed, Journal: cfg.journal, Lag: max(cfg.Lag, 0), Logger: cfg.Logger}
 	if cfg.Store == nil {
 		gov, err := governor.New(gcfg)
 		if err != nil {
@@ -350,7 +350,7 @@ func (g *Gateway) Flows() FlowsView {
 			Weight: f.Weight, Priority: f.Priority, Waiting: f.Waiting, Parked: f.Parked, Admitted: f.Admitted,
 			Tokens:     map[string]int64{"input": f.Tokens.Input, "output": f.Tokens.Output, "total": f.Tokens.Tokens()},
 			Rejections: map[string]int64{}}
-		for _, l := range governor.AllLimits {
+		for l := range governor.NumLimits {
 			if n := f.Rejections[l]; n > 0 {
 				fv.Rejections[l.String()] = n
 			}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/forecast"
+	"github.com/sluice-dev/sluice/internal/govtext"
 	"github.com/sluice-dev/sluice/internal/health"
 	"github.com/sluice-dev/sluice/internal/sim"
 	"github.com/sluice-dev/sluice/internal/store"
@@ -34,7 +35,7 @@ import (
 const upstreamKey = "sk-upstream-3f9a7c1e5b2d4068"
 
 func limits(s string) governor.Limits {
-	ls, err := governor.ParseLimits(s)
+	ls, err := govtext.Limits(s)
 	if err != nil {
 		panic(err)
 	}

@@ -69,7 +69,7 @@ type limitHeaderNames struct{ limit, remaining, reset string }
 
 // limitNames are the canonical header names of each limit.
 var limitNames = func() (n [governor.NumLimits]limitHeaderNames) {
-	for _, l := range governor.AllLimits {
+	for l := range governor.NumLimits {
 		s := l.String()
 		n[l] = limitHeaderNames{http.CanonicalHeaderKey(LimitHeaderPrefix + "Limit-" + s),
 			http.CanonicalHeaderKey(LimitHeaderPrefix + "Remaining-" + s), http.CanonicalHeaderKey(LimitHeaderPrefix + "Reset-" + s)}

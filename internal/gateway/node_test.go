@@ -52,7 +52,7 @@ func TestOpenAINodeClientBursts(t *testing.T) {
 		// beside it, a request can take over a second from leaving the
 		// gateway to being counted by the simulator: the lag must cover it.
 		Lag:     3 * time.Second,
-		journal: journal,
+		journal: journal.Record,
 	})
 	type flowPlan struct {
 		Name         string `json:"name"`
@@ -201,7 +201,7 @@ func TestOpenAINodeClientBursts(t *testing.T) {
 	assertNoKey(t, "/v1/flows", string(flows))
 }
 
-// chargeLog is a governor.Journal that keeps the admissions in order.
+// chargeLog keeps the admissions a governor journals (Config.Journal) in order.
 type chargeLog struct {
 	mu       sync.Mutex
 	admitted []governor.Charge

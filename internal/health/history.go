@@ -32,7 +32,7 @@ func CountersOf(g *governor.Governor, flow string, now time.Time) Counters {
 			continue
 		}
 		c := Counters{Admitted: f.Admitted, Tokens: f.Tokens.Tokens()}
-		for _, l := range governor.AllLimits {
+		for l := range governor.NumLimits {
 			if n := f.Rejections[l]; n > 0 {
 				c.Rejections = addCount(c.Rejections, l.String(), n)
 			}

@@ -108,7 +108,7 @@ func (c *governorCollector) Collect(ch chan<- prometheus.Metric) {
 			if f.WaitingOn.Kind != "" {
 				gauge(flowWaitingOnDesc, 1, w.key, f.Name, f.WaitingOn.String())
 			}
-			for _, l := range governor.AllLimits {
+			for l := range governor.NumLimits {
 				// Every limit in force has its count, 0 included, so that
 				// the first refusal is an increase.
 				if n := f.Refusals[l]; n > 0 || st.Limits[l].Max > 0 {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/forecast"
+	"github.com/sluice-dev/sluice/internal/govtext"
 	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/llm"
 	"github.com/sluice-dev/sluice/run"
@@ -115,16 +116,16 @@ func (c *appConfig) key(name string) (Key, error) {
 			return k, err
 		}
 		for l, n := range p.Limits {
-			lim, err := governor.ParseLimit(l)
+			lim, err := govtext.Limit(l)
 			if err != nil {
 				return k, err
 			}
 			k.Provider.Limits[lim] = n
 		}
-		if k.Provider.Window, err = governor.ParseWindow(cmp.Or(p.Window, "rolling")); err != nil {
+		if k.Provider.FixedWindows, err = govtext.Window(cmp.Or(p.Window, "rolling")); err != nil {
 			return k, err
 		}
-		if k.Provider.Accounting, err = governor.ParseAccounting(cmp.Or(p.Accounting, "reserve")); err != nil {
+		if k.Provider.SettleOutput, err = govtext.Accounting(cmp.Or(p.Accounting, "reserve")); err != nil {
 			return k, err
 		}
 		break

@@ -65,7 +65,7 @@ func TestObserved(t *testing.T) {
 			t.Fatal(err)
 		}
 		var want forecast.Provider
-		want.Profile, want.Window, want.Accounting, want.DefaultMaxTokens = llm.Groq, governor.Fixed, governor.SettleAccounting, 512
+		want.Profile, want.FixedWindows, want.SettleOutput, want.DefaultMaxTokens = llm.Groq, true, true, 512
 		want.Limits[governor.RPM], want.Limits[governor.TPD] = 30, 200_000
 		if k.Name != "groq" || k.Source != "app" || k.Provider != want {
 			t.Errorf("key %s from %s, provider %+v; want groq from app, %+v", k.Name, k.Source, k.Provider, want)

@@ -185,7 +185,7 @@ func Make(ctx context.Context, sc *forecast.Scenario, opts Options) (*Plan, erro
 	for i := range sc.Flows {
 		shapes[i] = shapeOf(sc, &sc.Flows[i], res.Flows[sc.Flows[i].Name], byName)
 	}
-	for _, l := range governor.AllLimits {
+	for l := range governor.NumLimits {
 		lim := sc.Provider.Limits[l]
 		if lim == 0 {
 			continue
@@ -273,7 +273,7 @@ func request(sc *forecast.Scenario, f *forecast.Flow, n float64) use {
 		maxTokens = float64(sc.Provider.DefaultMaxTokens)
 	}
 	charged := tally{1, input, maxTokens}
-	if sc.Provider.Accounting == governor.SettleAccounting {
+	if sc.Provider.SettleOutput {
 		charged.output = out
 	}
 	return use{tally{1, input, out}, charged}
@@ -344,7 +344,7 @@ func shapeOf(sc *forecast.Scenario, f *forecast.Flow, fr forecast.FlowResult, by
 // fit lists f's requests that exceed a limit on their own.
 func (p *Plan) fit(sc *forecast.Scenario, f *forecast.Flow) {
 	largest := largestFit(sc, f)
-	for _, l := range governor.AllLimits {
+	for l := range governor.NumLimits {
 		lim := sc.Provider.Limits[l]
 		size := size(sc, f, f.BatchMax, l)
 		if lim == 0 || size <= float64(lim) {
@@ -373,7 +373,7 @@ func size(sc *forecast.Scenario, f *forecast.Flow, n int, l governor.Limit) floa
 // every limit; 0 when not even one item does.
 func largestFit(sc *forecast.Scenario, f *forecast.Flow) int {
 	return sort0(f.BatchMax, func(n int) bool {
-		for _, l := range governor.AllLimits {
+		for l := range governor.NumLimits {
 			if lim := sc.Provider.Limits[l]; lim > 0 && size(sc, f, n, l) > float64(lim) {
 				return false
 			}

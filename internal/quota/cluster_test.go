@@ -41,7 +41,7 @@ func TestClusterHoldsTheLimitsInAggregate(t *testing.T) {
 		clk := &stepClock{now: time.Date(2026, 10, 18, 7, 0, 0, 0, time.UTC)}
 		limits := governor.Limits{governor.RPM: 120, governor.TPM: 12_000, governor.OTPM: 3_000}
 		reserve := governor.Cost{Requests: 1, Input: 60, Output: 40}
-		used := governor.Usage{Input: 60, Output: 20}
+		used := governor.Cost{Input: 60, Output: 20}
 		const ttl = 20 * time.Second
 		tick := ttl / 4 // the grant loop's, as Start runs it
 		// The clock moves half a second at least: a call a lease holds back
@@ -65,7 +65,7 @@ func TestClusterHoldsTheLimitsInAggregate(t *testing.T) {
 			st := testenv.OpenStore(t, url)
 			// Wait sleeps on no timer: the test admits what the clock
 			// allows by calling Advance when it moves the clock.
-			l, err := quota.Open(ctx, st, governor.Config{Key: "groq", Limits: limits, Accounting: governor.SettleAccounting,
+			l, err := quota.Open(ctx, st, governor.Config{Key: "groq", Limits: limits, SettleOutput: true,
 				Now: clk.Now, After: func(time.Duration) <-chan time.Time { return nil }, DayBurst: -1},
 				quota.Config{Now: clk.Now, Cluster: &quota.Cluster{Node: n.name, LeaseTTL: ttl}})
 			if err != nil {
@@ -203,13 +203,13 @@ func TestClusterHoldsTheLimitsInAggregate(t *testing.T) {
 				sum.Input += calls[j].cost.Input
 				sum.Output += calls[j].cost.Output
 			}
-			for _, l := range governor.AllLimits {
+			for l := range governor.NumLimits {
 				if limits[l] > 0 {
 					worst[l] = max(worst[l], float64(sum.On(l))/float64(limits[l]))
 				}
 			}
 		}
-		for _, l := range governor.AllLimits {
+		for l := range governor.NumLimits {
 			if worst[l] > 1 {
 				t.Errorf("%s: the nodes together charged %.3f × the limit in a minute", l, worst[l])
 			}
@@ -237,7 +237,7 @@ func TestClusterHoldsTheLimitsInAggregate(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, l := range governor.AllLimits {
+		for l := range governor.NumLimits {
 			if limits[l] > 0 && minute.On(l) > limits[l] {
 				t.Errorf("the store's leases of the last minute take %d of %s's %d", minute.On(l), l, limits[l])
 			}
@@ -269,7 +269,7 @@ func TestClusterLeasesFoldOnceFinal(t *testing.T) {
 		}
 		st := testenv.OpenStore(t, url)
 		l, err := quota.Open(ctx, st, governor.Config{Key: "groq", Limits: governor.Limits{governor.RPM: 1000, governor.TPM: 1_000_000},
-			Accounting: governor.SettleAccounting, Lag: 2 * time.Second, Now: clk, DayBurst: -1},
+			SettleOutput: true, Lag: 2 * time.Second, Now: clk, DayBurst: -1},
 			quota.Config{Now: clk, Cluster: &quota.Cluster{Node: "n1", LeaseTTL: time.Second}})
 		if err != nil {
 			t.Fatal(err)
@@ -284,7 +284,7 @@ func TestClusterLeasesFoldOnceFinal(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r.Settle(clk(), governor.Usage{Input: 50, Output: 20})
+			r.Settle(clk(), governor.Cost{Input: 50, Output: 20})
 		}
 		// The last lease ends, and the leaser writes it down as it stops.
 		end := start.Add(calls * every)

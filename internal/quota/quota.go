@@ -69,7 +69,7 @@ func Open(ctx context.Context, st store.Store, cfg governor.Config, qc Config) (
 		return nil, fmt.Errorf("quota: %w", err)
 	}
 	j := &journal{st: st, key: cfg.Key, prefix: hex.EncodeToString(b[:]) + ":", every: qc.FlushEvery}
-	cfg.Journal = j
+	cfg.Journal = j.Record
 	var cc Cluster
 	if qc.Cluster != nil {
 		var err error

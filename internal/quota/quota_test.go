@@ -48,7 +48,7 @@ func TestRestartRemembersTheDay(t *testing.T) {
 				t.Fatalf("call %d not admitted", i)
 			}
 			// The provider counted 700 input tokens, not 1,200: the settled charge is what is kept.
-			r.Settle(at.Add(time.Second), governor.Usage{Input: 700, Output: 100})
+			r.Settle(at.Add(time.Second), governor.Cost{Input: 700, Output: 100})
 		}
 		if err := q.Stop(ctx); err != nil {
 			t.Fatal(err)

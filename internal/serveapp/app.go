@@ -13,6 +13,7 @@ import (
 	"github.com/sluice-dev/sluice"
 	"github.com/sluice-dev/sluice/examples/summarize"
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/govtext"
 	"github.com/sluice-dev/sluice/llm"
 )
 
@@ -48,7 +49,7 @@ func New(ctx context.Context, getenv func(string) string, o Options) (*sluice.Ap
 	if db == "" {
 		db = "sluice.db"
 	}
-	ls, err := governor.ParseLimits(o.Limits)
+	ls, err := govtext.Limits(o.Limits)
 	if err != nil {
 		return nil, fmt.Errorf("--limits: %w", err)
 	}

@@ -6,16 +6,17 @@ import (
 
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/forecast"
+	"github.com/sluice-dev/sluice/internal/govtext"
 )
 
 // t0 is a whole minute (and whole day) of the Unix clock, so fixed windows
 // start there.
 var t0 = time.Date(2026, 10, 18, 0, 0, 0, 0, time.UTC)
 
-// limits reads "rpm=50,tpm=2000" as governor.ParseLimits does, for
+// limits reads "rpm=50,tpm=2000" as governor.Limits.UnmarshalText does, for
 // literal specs only.
 func limits(s string) governor.Limits {
-	ls, err := governor.ParseLimits(s)
+	ls, err := govtext.Limits(s)
 	if err != nil {
 		panic(err)
 	}

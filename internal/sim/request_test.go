@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/clock"
 	"github.com/sluice-dev/sluice/internal/forecast"
 	"github.com/sluice-dev/sluice/llm"
@@ -222,7 +221,7 @@ func TestSimChoices(t *testing.T) {
 	})
 	t.Run("settled", func(t *testing.T) {
 		t.Parallel()
-		f := serve(t, forecast.ModelConfig{Profile: "openai", Accounting: governor.SettleAccounting, Limits: limits("tpm=100000")}, ServerConfig{})
+		f := serve(t, forecast.ModelConfig{Profile: "openai", SettleOutput: true, Limits: limits("tpm=100000")}, ServerConfig{})
 		r := f.post(t, `{"model":"m","n":4,"max_completion_tokens":50,"messages":[{"role":"user","content":"go"}]}`, OutputTokensHeader, "10")
 		var c completionJSON
 		if err := json.Unmarshal(r.body, &c); err != nil || len(c.Choices) != 4 || c.Usage.CompletionTokens != 40 {

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/forecast"
 	"github.com/sluice-dev/sluice/llm"
 )
@@ -263,7 +262,7 @@ func TestOpenAIWire(t *testing.T) {
 
 func TestAnthropicWire(t *testing.T) {
 	t.Parallel()
-	f := serve(t, forecast.ModelConfig{Profile: "anthropic", Accounting: governor.SettleAccounting, Limits: limits("rpm=50,itpm=30000,otpm=8000")}, ServerConfig{})
+	f := serve(t, forecast.ModelConfig{Profile: "anthropic", SettleOutput: true, Limits: limits("rpm=50,itpm=30000,otpm=8000")}, ServerConfig{})
 	r := f.post(t, chatBody("hello", 2500), OutputTokensHeader, "10")
 	if r.status != 200 {
 		t.Fatalf("status %d: %s", r.status, r.body)
@@ -603,7 +602,7 @@ func TestFaultsOverHTTP(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			f := serve(t, forecast.ModelConfig{Profile: "openai", Faults: tc.faults, Accounting: governor.SettleAccounting, Limits: limits("tpm=100000")},
+			f := serve(t, forecast.ModelConfig{Profile: "openai", Faults: tc.faults, SettleOutput: true, Limits: limits("tpm=100000")},
 				ServerConfig{HangTimeout: 20 * time.Millisecond})
 			client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 			resp, err := client.Post(f.url+"/v1/chat/completions", "application/json", strings.NewReader(chatBody("x", 100)))

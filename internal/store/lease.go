@@ -155,7 +155,7 @@ func Grant(req LeaseRequest, minute, day, ownMinute, ownDay governor.Cost, other
 	}
 	self, weights := weighOf(req.Weight, others)
 	var bound [governor.NumLimits]int64 // of each limit: what the grant may use of it
-	for _, l := range governor.AllLimits {
+	for l := range governor.NumLimits {
 		limit := req.Limits[l]
 		if limit <= 0 {
 			bound[l] = unbounded

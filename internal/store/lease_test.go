@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/govtext"
 	"github.com/sluice-dev/sluice/internal/store"
 )
 
@@ -21,7 +22,7 @@ func add(a, b governor.Cost) governor.Cost {
 
 func limitsOf(t *testing.T, s string) [governor.NumLimits]int64 {
 	t.Helper()
-	ls, err := governor.ParseLimits(s)
+	ls, err := govtext.Limits(s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +139,7 @@ func TestGrantAtMaxCost(t *testing.T) {
 	t.Parallel()
 	const m = governor.MaxCost
 	var all [governor.NumLimits]int64
-	for _, l := range governor.AllLimits {
+	for l := range governor.NumLimits {
 		all[l] = m
 	}
 	var none governor.Cost
@@ -217,7 +218,7 @@ func randomRequest(r *rand.Rand) store.LeaseRequest {
 		least = cost(r.Int64N(want.Requests+1), r.Int64N(want.Input+1), r.Int64N(want.Output+1))
 	}
 	var limits [governor.NumLimits]int64
-	for _, l := range governor.AllLimits {
+	for l := range governor.NumLimits {
 		if r.IntN(2) == 0 {
 			limits[l] = randomPart(r)
 		}
@@ -281,7 +282,7 @@ func TestGrantProperties(t *testing.T) {
 		}
 		minFits, refusedOnShare := true, false
 		var room, left, bound [governor.NumLimits]int64
-		for _, l := range governor.AllLimits {
+		for l := range governor.NumLimits {
 			if req.Limits[l] == 0 {
 				room[l], left[l], bound[l] = math.MaxInt64, math.MaxInt64, math.MaxInt64
 				continue
@@ -323,7 +324,7 @@ func TestGrantProperties(t *testing.T) {
 			fail("less than Min %+v, which fits", req.Min)
 		}
 		over := false
-		for _, l := range governor.AllLimits {
+		for l := range governor.NumLimits {
 			if g.On(l) > bound[l] {
 				fail("%s uses %d, over its bound of %d", l, g.On(l), bound[l])
 			}
@@ -351,7 +352,7 @@ func TestGrantProperties(t *testing.T) {
 				continue
 			}
 			within := true
-			for _, l := range governor.AllLimits {
+			for l := range governor.NumLimits {
 				within = within && more.On(l) <= bound[l]
 			}
 			if within {
@@ -376,7 +377,7 @@ func TestGrantSumsStayWithinLimits(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	for round := range 2000 {
 		var limits [governor.NumLimits]int64
-		for _, l := range governor.AllLimits {
+		for l := range governor.NumLimits {
 			if r.IntN(2) == 0 {
 				limits[l] = 1 + r.Int64N(5000)
 			}
@@ -406,7 +407,7 @@ func TestGrantSumsStayWithinLimits(t *testing.T) {
 			if others > 0 {
 				s = weights[n] / total
 			}
-			for _, l := range governor.AllLimits {
+			for l := range governor.NumLimits {
 				if limits[l] == 0 {
 					continue
 				}

@@ -40,7 +40,7 @@ type stateCount struct {
 // keyView is one provider key on the overview.
 type keyView struct {
 	Key        string
-	Limits     []gaugeView // the limits in force, in governor.AllLimits order
+	Limits     []gaugeView // the limits in force, in governor.Limit order
 	Holds      []waitView  // waits that are on no one limit: a provider pause, a turn
 	Chart      template.HTML
 	ChartNote  string
@@ -161,7 +161,7 @@ func (h *Handler) keySamples(ctx context.Context, k governor.Stats, now time.Tim
 // on the page.
 func keyOf(k governor.Stats, samples []store.Sample, known map[string]bool, now time.Time, i int) (keyView, error) {
 	kv := keyView{Key: k.Key}
-	for _, l := range governor.AllLimits {
+	for l := range governor.NumLimits {
 		ls := k.Limits[l]
 		if ls.Max <= 0 {
 			continue // not in force
@@ -206,12 +206,12 @@ func keyOf(k governor.Stats, samples []store.Sample, known map[string]bool, now 
 			}
 		}
 		kv.Flows = append(kv.Flows, fv)
-		for _, l := range governor.AllLimits {
+		for l := range governor.NumLimits {
 			rejections[l] += f.Rejections[l]
 			refusals[l] += f.Refusals[l]
 		}
 	}
-	for _, l := range governor.AllLimits {
+	for l := range governor.NumLimits {
 		inForce := k.Limits[l].Max > 0
 		if !inForce && rejections[l] == 0 && refusals[l] == 0 && day[l.String()] == 0 {
 			continue
@@ -261,7 +261,7 @@ func useChart(k governor.Stats, samples []store.Sample, now time.Time, i int) (t
 	p := chart.Panel{Title: "Use per limit, 5-minute averages", Unit: "% of limit", YMax: chartTop, Lines: []chart.Line{{Value: 100, Label: "limit"}}}
 	minutes := chartBucket.Minutes()
 	partTokens := false
-	for _, l := range governor.AllLimits {
+	for l := range governor.NumLimits {
 		lim := k.Limits[l].Max
 		if lim <= 0 {
 			continue

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/govtext"
 	"github.com/sluice-dev/sluice/internal/plan"
 )
 
@@ -81,12 +82,12 @@ func (h *Handler) plan(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// limitOrder is a limit name's place in governor.AllLimits, after them
+// limitOrder is a limit name's place in governor.Limit order, after them
 // all when it is none of them.
 func limitOrder(name string) int {
-	l, err := governor.ParseLimit(name)
+	l, err := govtext.Limit(name)
 	if err != nil {
-		return governor.NumLimits
+		return int(governor.NumLimits)
 	}
 	return int(l)
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/govtext"
 	"github.com/sluice-dev/sluice/internal/store"
 )
 
@@ -934,9 +935,9 @@ func add(a, b governor.Cost) governor.Cost {
 }
 
 // leaseRequest is node's request on key groq at at for want, with no Min,
-// a weight of 1, a TTL of 10 s and limits as ParseLimits reads them.
+// a weight of 1, a TTL of 10 s and limits as governor.Limits.UnmarshalText reads them.
 func leaseRequest(node string, at time.Time, want governor.Cost, limits string) store.LeaseRequest {
-	ls, err := governor.ParseLimits(limits)
+	ls, err := govtext.Limits(limits)
 	if err != nil {
 		panic(err)
 	}

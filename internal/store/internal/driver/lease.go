@@ -261,7 +261,7 @@ func checkLease(req store.LeaseRequest) error {
 			return fmt.Errorf("flow %q has weight %v: want a finite number ≥ 0", f, w)
 		}
 	}
-	for _, lim := range governor.AllLimits {
+	for lim := range governor.NumLimits {
 		switch n := req.Limits[lim]; {
 		case n < 0:
 			return fmt.Errorf("limit %s %d is negative", lim, n)
