@@ -457,7 +457,12 @@ func (c *crashRun) finish(ctx context.Context) error {
 	}
 	rep.Builds = len(c.builds)
 	c.sent = max(c.sent, w.sentCount())
-	if err := crashCheck(ctx, c.db, rep, c.sent, c.calls.snapshot(), c.breaks); err != nil {
+	runs, err := openDBOSRuns(ctx, c.db)
+	if err != nil {
+		return err
+	}
+	defer runs.close()
+	if err := crashCheck(ctx, c.db, runs, rep, c.sent, c.calls.snapshot(), c.breaks); err != nil {
 		return err
 	}
 	for i, n := range rep.perBreak {

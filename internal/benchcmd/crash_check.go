@@ -2,7 +2,6 @@ package benchcmd
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"slices"
 	"strings"
@@ -78,45 +77,21 @@ const stepGrace = time.Millisecond
 
 // crashCheck fills rep from what the database holds once every worker has
 // stopped, and from the simulator's log: runs and their status, documents
-// saved, and each LLM step's record against the calls made for it.
-func crashCheck(ctx context.Context, dbURL string, rep *crashReport, sent int, log *callLog, breaks []crashBreak) error {
+// saved, and each LLM step's record against the calls made for it. runs
+// reads the database's runs; dbURL names it, for the documents saved.
+func crashCheck(ctx context.Context, dbURL string, runs *dbosRuns, rep *crashReport, sent int, log *callLog, breaks []crashBreak) error {
 	if log.bad > 0 {
 		// The prompts changed in examples/summarize: crashSteps must follow.
 		return fmt.Errorf("%d calls name no document and step, e.g. %s", log.bad, log.eg)
+	}
+	if err := countCrashRuns(runs, rep); err != nil {
+		return fmt.Errorf("list runs: %w", err)
 	}
 	db, err := openBenchDB(ctx, dbURL)
 	if err != nil {
 		return err
 	}
 	defer db.close()
-	prefix := summarize.FunctionID + ":key:" // run IDs, see docs/engine.md
-	rep.Versions = nil
-	err = db.each(ctx, `SELECT workflow_uuid, status, COALESCE(error, ''), COALESCE(application_version, '') FROM `+db.table("workflow_status")+` WHERE name = $1 ORDER BY workflow_uuid`,
-		[]any{summarize.FunctionID}, func(scan func(...any) error) error {
-			var id, status, msg, version string
-			if err := scan(&id, &status, &msg, &version); err != nil {
-				return err
-			}
-			rep.Runs++
-			if !slices.Contains(rep.Versions, version) {
-				rep.Versions = append(rep.Versions, version)
-			}
-			if status == string(dbos.WorkflowStatusSuccess) {
-				rep.Completed++
-				return nil
-			}
-			rep.Stuck++
-			if status == string(dbos.WorkflowStatusCancelled) {
-				rep.Cancelled++
-			}
-			if len(rep.StuckRuns) < 20 {
-				rep.StuckRuns = append(rep.StuckRuns, fmt.Sprintf("%s %s %.200s", id, status, msg))
-			}
-			return nil
-		})
-	if err != nil {
-		return fmt.Errorf("list runs: %w", err)
-	}
 	// Every document a run was started for must be saved; documents are
 	// numbered from 0 in the order they were sent.
 	var saved int64
@@ -132,22 +107,7 @@ func crashCheck(ctx context.Context, dbURL string, rep *crashReport, sent int, l
 	}
 	rep.Lost = int(max(int64(max(rep.Runs, sent))-saved, 0))
 
-	// When each LLM step was recorded (a failed attempt records an error).
-	recorded := map[stepKey]time.Time{}
-	err = db.each(ctx, `SELECT workflow_uuid, function_name, completed_at_epoch_ms FROM `+db.table("operation_outputs")+
-		` WHERE function_name IN ('summarize', 'classify') AND error IS NULL AND workflow_uuid LIKE $1`,
-		[]any{prefix + "%"}, func(scan func(...any) error) error {
-			var id, step string
-			var ms sql.NullInt64
-			if err := scan(&id, &step, &ms); err != nil {
-				return err
-			}
-			if !ms.Valid {
-				return fmt.Errorf("step %s of run %s has no completion time", step, id)
-			}
-			recorded[stepKey{strings.TrimPrefix(id, prefix), step}] = time.UnixMilli(ms.Int64)
-			return nil
-		})
+	recorded, err := recordedSteps(runs)
 	if err != nil {
 		return fmt.Errorf("read step records: %w", err)
 	}
@@ -168,6 +128,86 @@ func crashCheck(ctx context.Context, dbURL string, rep *crashReport, sent int, l
 	}
 	rep.RebilledCalls = rep.RebilledInFlight + rep.RebilledFinished
 	return nil
+}
+
+// countCrashRuns counts the pipeline's runs into rep by status, lists the
+// versions they ran under, and names the first 20 that did not complete,
+// in the order of their IDs.
+func countCrashRuns(runs *dbosRuns, rep *crashReport) error {
+	ws, err := dbos.ListWorkflows(runs.c, dbos.WithFilterName(summarize.FunctionID), dbos.WithFilterLoadInput(false), dbos.WithFilterLoadOutput(false))
+	if err != nil {
+		return err
+	}
+	slices.SortFunc(ws, func(a, b dbos.WorkflowStatus) int { return strings.Compare(a.ID, b.ID) })
+	rep.Versions = nil
+	var stuck []dbos.WorkflowStatus
+	for _, w := range ws {
+		rep.Runs++
+		if !slices.Contains(rep.Versions, w.ApplicationVersion) {
+			rep.Versions = append(rep.Versions, w.ApplicationVersion)
+		}
+		if w.Status == dbos.WorkflowStatusSuccess {
+			rep.Completed++
+			continue
+		}
+		rep.Stuck++
+		if w.Status == dbos.WorkflowStatusCancelled {
+			rep.Cancelled++
+		}
+		if len(rep.StuckRuns)+len(stuck) < 20 {
+			stuck = append(stuck, w)
+		}
+	}
+	if len(stuck) == 0 {
+		return nil
+	}
+	// DBOS reads a run's error only with its output: read it for the runs
+	// named only.
+	ids := make([]string, len(stuck))
+	for i, w := range stuck {
+		ids[i] = w.ID
+	}
+	withErrors, err := dbos.ListWorkflows(runs.c, dbos.WithFilterWorkflowIDs(ids...), dbos.WithFilterLoadInput(false), dbos.WithFilterLoadOutput(true))
+	if err != nil {
+		return fmt.Errorf("read errors: %w", err)
+	}
+	msgs := make(map[string]string, len(withErrors))
+	for _, w := range withErrors {
+		if w.Error != nil {
+			msgs[w.ID] = w.Error.Error()
+		}
+	}
+	for _, w := range stuck {
+		rep.StuckRuns = append(rep.StuckRuns, fmt.Sprintf("%s %s %.200s", w.ID, w.Status, msgs[w.ID]))
+	}
+	return nil
+}
+
+// recordedSteps reads when each LLM step of the pipeline's runs was
+// recorded; a failed attempt records an error, and is left out.
+func recordedSteps(runs *dbosRuns) (map[stepKey]time.Time, error) {
+	prefix := summarize.FunctionID + ":key:" // run IDs, see docs/engine.md
+	ws, err := dbos.ListWorkflows(runs.c, dbos.WithFilterWorkflowIDPrefix(prefix), dbos.WithFilterLoadInput(false), dbos.WithFilterLoadOutput(false))
+	if err != nil {
+		return nil, err
+	}
+	recorded := map[stepKey]time.Time{}
+	for _, w := range ws {
+		steps, err := dbos.GetWorkflowSteps(runs.c, w.ID, dbos.WithStepsLoadOutput(false))
+		if err != nil {
+			return nil, fmt.Errorf("run %s: %w", w.ID, err)
+		}
+		for _, st := range steps {
+			if st.StepName != "summarize" && st.StepName != "classify" || st.Error != nil {
+				continue
+			}
+			if st.CompletedAt.IsZero() {
+				return nil, fmt.Errorf("step %s of run %s has no completion time", st.StepName, w.ID)
+			}
+			recorded[stepKey{strings.TrimPrefix(w.ID, prefix), st.StepName}] = st.CompletedAt
+		}
+	}
+	return recorded, nil
 }
 
 // stepKey names an LLM step of one document's run.

@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/dbos-inc/dbos-transact-golang/dbos"
 	"github.com/sluice-dev/sluice"
 	"github.com/sluice-dev/sluice/examples/summarize"
 	"github.com/sluice-dev/sluice/internal/cli"
@@ -46,23 +45,39 @@ func crashWorker(ctx context.Context, env *cli.Env, mode, stamp string) (err err
 			err = errors.Join(err, fmt.Errorf("stop: %w", serr))
 		}
 	}()
-	s := &crashSender{app: app, dbURL: dbURL}
-	if s.db, err = openBenchDB(ctx, dbURL); err != nil {
-		return err
-	}
-	defer func() { s.db.close() }()
 	// The pipeline's saves create its table if missing, but on PostgreSQL
 	// the first saves of a new database would race to: create it before
 	// any run starts, and so that the check can count saves when none was
 	// made.
-	if err := s.db.exec(ctx, summarize.Schema); err != nil {
-		return fmt.Errorf("create %s: %w", summarize.Table, err)
+	if err := createSummarizeTable(ctx, dbURL); err != nil {
+		return err
 	}
 	if err := app.Start(ctx); err != nil {
 		return err
 	}
+	// DBOS's tables exist once the app has started.
+	runs, err := openDBOSRuns(ctx, dbURL)
+	if err != nil {
+		return err
+	}
+	defer runs.close()
 	fmt.Fprintln(env.Stdout, crashReady)
+	s := &crashSender{app: app, runs: runs}
 	return s.send(ctx, env.Stdout, mode, st)
+}
+
+// createSummarizeTable creates the pipeline's table in the database dbURL
+// names, if missing.
+func createSummarizeTable(ctx context.Context, dbURL string) error {
+	db, err := openBenchDB(ctx, dbURL)
+	if err != nil {
+		return err
+	}
+	defer db.close()
+	if err := db.exec(ctx, summarize.Schema); err != nil {
+		return fmt.Errorf("create %s: %w", summarize.Table, err)
+	}
+	return nil
 }
 
 // crashSettings are what the parent tells a worker in its variables.
@@ -98,25 +113,21 @@ func readCrashSettings(env *cli.Env) (crashSettings, error) {
 
 // crashSender sends a worker's documents and reads their runs' progress.
 type crashSender struct {
-	app   *sluice.App
-	db    *benchDB
-	dbURL string
+	app  *sluice.App
+	runs *dbosRuns
 }
 
-func (s *crashSender) count(ctx context.Context, q string) (int, error) {
-	var n int64
-	err := s.db.each(ctx, q, []any{summarize.FunctionID}, func(scan func(...any) error) error { return scan(&n) })
-	return int(n), err
+// count counts the pipeline's runs, and those of them not ended.
+func (s *crashSender) count() (runs, pending int, err error) {
+	n, err := s.runs.countByStatus(summarize.FunctionID)
+	return n.total(), n.notEnded(), err
 }
 
-// retry opens another connection: a database restart breaks the reading
-// one. It reports false once ctx has ended: a stop was asked for, and the
-// worker returns without an error.
+// retry waits before the next try: DBOS's client retries a call a database
+// restart broke until it reconnects, but a send the restart broke returns
+// its error. It reports false once ctx has ended: a stop was asked for, and
+// the worker returns without an error.
 func (s *crashSender) retry(ctx context.Context) bool {
-	s.db.close()
-	if d, err := openBenchDB(ctx, s.dbURL); err == nil {
-		s.db = d
-	}
 	select {
 	case <-ctx.Done():
 		return false
@@ -128,20 +139,17 @@ func (s *crashSender) retry(ctx context.Context) bool {
 // send sends documents as mode says, printing how many in all after
 // each, until the worker is done or stopped.
 func (s *crashSender) send(ctx context.Context, out io.Writer, mode string, st crashSettings) error {
-	runsQ := `SELECT COUNT(*) FROM ` + s.db.table("workflow_status") + ` WHERE name = $1`
-	pendingQ := runsQ + fmt.Sprintf(` AND status NOT IN ('%s', '%s', '%s', '%s')`, dbos.WorkflowStatusSuccess, dbos.WorkflowStatusError,
-		dbos.WorkflowStatusCancelled, dbos.WorkflowStatusMaxRecoveryAttemptsExceeded)
-	next, err := s.count(ctx, runsQ)
+	next, _, err := s.count()
 	for err != nil {
 		if !s.retry(ctx) {
 			return nil
 		}
-		next, err = s.count(ctx, runsQ)
+		next, _, err = s.count()
 	}
 	backlog := 2 * st.concurrency
 	last, lastChange := -1, time.Now()
 	for {
-		pending, err := s.count(ctx, pendingQ)
+		_, pending, err := s.count()
 		if err != nil {
 			if !s.retry(ctx) {
 				return nil

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dbos-inc/dbos-transact-golang/dbos"
 	"github.com/sluice-dev/sluice"
 	"github.com/sluice-dev/sluice/internal/govtext"
 	"github.com/sluice-dev/sluice/internal/health"
@@ -149,6 +150,13 @@ func (b *scaleBench) seed(ctx context.Context, rep *scaleReport) error {
 	if err := app.Start(ctx); err != nil {
 		return err
 	}
+	// On st's pool, which the client closes: it closes after st's last
+	// use, before st's deferred Close.
+	runs, err := dbosRunsOn(ctx, st)
+	if err != nil {
+		return err
+	}
+	defer runs.close()
 	job, err := b.waitItems(ctx, st)
 	if err != nil {
 		return fmt.Errorf("the backfill: %w", err)
@@ -159,7 +167,7 @@ func (b *scaleBench) seed(ctx context.Context, rep *scaleReport) error {
 	rep.Items = map[string]int64{"saved": job.Saved, "parked": job.Parked, "pending": job.Pending, "rejected": job.Rejected}
 
 	t = time.Now()
-	if err := b.seedRuns(ctx, app, rep); err != nil {
+	if err := b.seedRuns(ctx, app, runs, rep); err != nil {
 		return fmt.Errorf("the runs: %w", err)
 	}
 	rep.Seeding.RunsS = time.Since(t).Seconds()
@@ -216,7 +224,7 @@ func scaleKind(i int) string {
 // seedRuns sends the events of b.runs runs, and then events the rate limit
 // drops, from scaleSenders goroutines that wait while more than
 // scaleBacklog runs are queued, and waits until every run has ended.
-func (b *scaleBench) seedRuns(ctx context.Context, app *sluice.App, rep *scaleReport) error {
+func (b *scaleBench) seedRuns(ctx context.Context, app *sluice.App, runs *dbosRuns, rep *scaleReport) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	s := &scaleSender{b: b, app: app, cancel: cancel, drops: min(max(b.runs/100, 1), 1000), tag: strconv.FormatInt(time.Now().UnixNano(), 36)}
@@ -236,10 +244,10 @@ func (b *scaleBench) seedRuns(ctx context.Context, app *sluice.App, rep *scaleRe
 	}
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
-	if err := s.waitRuns(ctx, done); err != nil {
+	if err := s.waitRuns(ctx, runs, done); err != nil {
 		return err
 	}
-	if err := b.countRuns(ctx, rep); err != nil {
+	if err := b.countRuns(runs, rep); err != nil {
 		return err
 	}
 	if len(s.stepsRuns) == 0 {
@@ -316,18 +324,18 @@ func (s *scaleSender) send(ctx context.Context) {
 // waitRuns counts the backlog again from the database every 200 ms (the
 // senders add their runs to it in between) until the senders are done and
 // no run is left to end.
-func (s *scaleSender) waitRuns(ctx context.Context, done chan struct{}) error {
-	unfinished := `SELECT COUNT(*) FROM ` + s.b.src.table("workflow_status") + ` WHERE status IN ('ENQUEUED', 'PENDING') AND name IN (` + scaleNames() + `)`
+func (s *scaleSender) waitRuns(ctx context.Context, runs *dbosRuns, done chan struct{}) error {
 	sending := true
 	for {
-		var n int64
-		if err := s.b.src.each(ctx, unfinished, nil, func(scan func(...any) error) error { return scan(&n) }); err != nil {
+		counts, err := runs.countByStatus(scaleFunctions...)
+		if err != nil {
 			if c := context.Cause(ctx); c != nil {
 				return c
 			}
 			return fmt.Errorf("count the runs not ended: %w", err)
 		}
-		s.backlog.Store(n)
+		n := counts.of(dbos.WorkflowStatusEnqueued, dbos.WorkflowStatusPending)
+		s.backlog.Store(int64(n))
 		if !sending && n == 0 {
 			return nil
 		}
@@ -345,31 +353,23 @@ func (s *scaleSender) waitRuns(ctx context.Context, done chan struct{}) error {
 	}
 }
 
-// scaleNames lists scaleFunctions for an SQL IN.
-func scaleNames() string { return "'" + strings.Join(scaleFunctions, "', '") + "'" }
-
 // countRuns counts the seeded runs by status, as the API names them, and
 // checks that every one ended completed or failed.
-func (b *scaleBench) countRuns(ctx context.Context, rep *scaleReport) error {
-	rep.Runs = map[string]int{}
-	err := b.src.each(ctx, `SELECT status, COUNT(*) FROM `+b.src.table("workflow_status")+` WHERE name IN (`+scaleNames()+`) GROUP BY status`, nil,
-		func(scan func(...any) error) error {
-			var status string
-			var n int
-			if err := scan(&status, &n); err != nil {
-				return err
-			}
-			switch status {
-			case "SUCCESS":
-				status = string(run.Completed)
-			case "ERROR":
-				status = string(run.Failed)
-			}
-			rep.Runs[status] += n
-			return nil
-		})
+func (b *scaleBench) countRuns(runs *dbosRuns, rep *scaleReport) error {
+	counts, err := runs.countByStatus(scaleFunctions...)
 	if err != nil {
 		return err
+	}
+	rep.Runs = map[string]int{}
+	for status, n := range counts {
+		name := string(status)
+		switch status {
+		case dbos.WorkflowStatusSuccess:
+			name = string(run.Completed)
+		case dbos.WorkflowStatusError:
+			name = string(run.Failed)
+		}
+		rep.Runs[name] += n
 	}
 	if total := rep.Runs[string(run.Completed)] + rep.Runs[string(run.Failed)]; total != b.runs || len(rep.Runs) != 2 {
 		return fmt.Errorf("the engine's tables hold %v, want %d runs completed or failed", rep.Runs, b.runs)

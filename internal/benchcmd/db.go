@@ -79,14 +79,6 @@ func (d *benchDB) close() {
 	_ = d.lite.Close()
 }
 
-// table names a DBOS table: in the dbos schema on PostgreSQL.
-func (d *benchDB) table(name string) string {
-	if d.pg != nil {
-		return "dbos." + name
-	}
-	return name
-}
-
 // exec runs q, a statement that returns no rows.
 func (d *benchDB) exec(ctx context.Context, q string, args ...any) error {
 	if d.pg != nil {

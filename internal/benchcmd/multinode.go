@@ -329,6 +329,11 @@ func (b *multinodeBench) run(ctx context.Context, name string, n, kill int) (mul
 	if err := c.start(ctx, n); err != nil {
 		return res, err
 	}
+	// DBOS's tables exist once a node is ready.
+	if c.runs, err = openDBOSRuns(ctx, db); err != nil {
+		return res, err
+	}
+	defer c.runs.close()
 	began := time.Now()
 	deadline := began.Add(b.timeout)
 	var rolled chan error
@@ -363,7 +368,7 @@ func (b *multinodeBench) run(ctx context.Context, name string, n, kill int) (mul
 	res.postRetries = c.retries
 	res.adopted = c.adopted()
 
-	if err := crashCheck(ctx, db, &res.check, b.events, calls.snapshot(), nil); err != nil {
+	if err := crashCheck(ctx, db, c.runs, &res.check, b.events, calls.snapshot(), nil); err != nil {
 		return res, err
 	}
 	res.lost = max(res.check.Lost, b.events-res.check.Completed)

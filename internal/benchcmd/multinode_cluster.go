@@ -28,6 +28,7 @@ import (
 type multinodeCluster struct {
 	b        *multinodeBench
 	db       string
+	runs     *dbosRuns // reads the runs in db
 	provider string
 	client   *http.Client
 
@@ -204,7 +205,7 @@ func (c *multinodeCluster) send(ctx context.Context, nd *multinodeNode, body []b
 // negative, restarts each with its name restartAfter later; it returns when
 // each was killed.
 func (c *multinodeCluster) kill(ctx context.Context, k int) {
-	busy := c.runsUnderWay(ctx)
+	busy := c.runsUnderWay()
 	c.mu.Lock()
 	slices.SortStableFunc(c.live, func(a, b *multinodeNode) int { return cmp.Compare(busy[a.name], busy[b.name]) })
 	victims := c.live[len(c.live)-k:]
@@ -256,8 +257,8 @@ func (c *multinodeCluster) roll(ctx context.Context) error {
 		// A deploy stops a node at work: wait until it has runs under
 		// way, unless none is left to run.
 		for {
-			busy := c.runsUnderWay(ctx)
-			if n := busy[nd.name]; n > 0 || c.unfinished(ctx) == 0 {
+			busy := c.runsUnderWay()
+			if n := busy[nd.name]; n > 0 || c.unfinished() == 0 {
 				c.atStops += n
 				break
 			}
@@ -311,20 +312,12 @@ func (c *multinodeCluster) waitRestarts() error {
 // deadline passes (the runs not ended then are lost); it fails if a live
 // node exits.
 func (c *multinodeCluster) waitRuns(ctx context.Context, n int, deadline time.Time) error {
-	db, err := openBenchDB(ctx, c.db)
-	if err != nil {
-		return err
-	}
-	defer db.close()
-	q := `SELECT COUNT(*), COUNT(*) FILTER (WHERE status NOT IN ($2, $3, $4, $5)) FROM ` + db.table("workflow_status") + ` WHERE name = $1`
-	args := []any{summarize.FunctionID, string(dbos.WorkflowStatusSuccess), string(dbos.WorkflowStatusError),
-		string(dbos.WorkflowStatusCancelled), string(dbos.WorkflowStatusMaxRecoveryAttemptsExceeded)}
 	for {
-		var runs, pending int64
-		if err := db.each(ctx, q, args, func(scan func(...any) error) error { return scan(&runs, &pending) }); err != nil {
+		counts, err := c.runs.countByStatus(summarize.FunctionID)
+		if err != nil {
 			return fmt.Errorf("count runs: %w", err)
 		}
-		if runs >= int64(n) && pending == 0 {
+		if counts.total() >= n && counts.notEnded() == 0 {
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -354,38 +347,22 @@ func (c *multinodeCluster) liveNodes() []*multinodeNode {
 
 // runsUnderWay counts each executor's pending runs (none when the database
 // cannot say: the kill then takes the last nodes started).
-func (c *multinodeCluster) runsUnderWay(ctx context.Context) map[string]int {
-	n := map[string]int{}
-	db, err := openBenchDB(ctx, c.db)
+func (c *multinodeCluster) runsUnderWay() map[string]int {
+	n, err := c.runs.pendingByExecutor()
 	if err != nil {
-		return n
+		return map[string]int{}
 	}
-	defer db.close()
-	_ = db.each(ctx, `SELECT executor_id, count(*) FROM dbos.workflow_status WHERE status = 'PENDING' GROUP BY executor_id`, nil,
-		func(scan func(...any) error) error {
-			var ex string
-			var k int
-			if err := scan(&ex, &k); err != nil {
-				return err
-			}
-			n[ex] = k
-			return nil
-		})
 	return n
 }
 
 // unfinished counts the pipeline's runs that have not ended (-1 when the
 // database cannot say).
-func (c *multinodeCluster) unfinished(ctx context.Context) int {
-	db, err := openBenchDB(ctx, c.db)
+func (c *multinodeCluster) unfinished() int {
+	counts, err := c.runs.countByStatus(summarize.FunctionID)
 	if err != nil {
 		return -1
 	}
-	defer db.close()
-	n := -1
-	_ = db.each(ctx, `SELECT count(*) FROM dbos.workflow_status WHERE name = $1 AND status IN ('PENDING', 'ENQUEUED')`,
-		[]any{summarize.FunctionID}, func(scan func(...any) error) error { return scan(&n) })
-	return n
+	return counts.of(dbos.WorkflowStatusPending, dbos.WorkflowStatusEnqueued)
 }
 
 // adoptedLine is what a node logs when it hands the runs of a node that no
