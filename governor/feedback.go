@@ -138,7 +138,7 @@ func (in inside) Rejected(now time.Time, l Limit, retryAfter time.Duration) {
 
 // RejectedUnclassified records a rate-limit rejection that named no limit:
 // the key pauses briefly, longer each time in a row (1 s, 2 s, 4 s … 60 s),
-// until a call settles.
+// until a call succeeds (Settle; a Fault does not count).
 func (in inside) RejectedUnclassified(now time.Time) {
 	g := in.g
 	g.mu.Lock()

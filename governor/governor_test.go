@@ -438,13 +438,24 @@ func TestUnclassifiedRejectionPausesBrieflyAndGrows(t *testing.T) {
 	if !r.Admitted() {
 		t.Fatal("not admitted after the pause")
 	}
-	r.Settle(at(3*time.Second), Cost{})
+	// A failure the provider may have counted (a 5xx, a timeout) keeps the
+	// charge but is no success: the next refusal pauses longer still.
+	r.Fault(at(3*time.Second), Cost{})
 	in(g).RejectedUnclassified(at(3 * time.Second))
 	r2 := mustReserve(t, g, at(3*time.Second), "a", Cost{Requests: 1})
-	if next := g.Advance(at(3 * time.Second)); !next.Equal(at(4 * time.Second)) {
-		t.Fatalf("pause after a success ends %v, want it back to 1s", next.Sub(at(3*time.Second)))
+	if next := g.Advance(at(3 * time.Second)); !next.Equal(at(7 * time.Second)) {
+		t.Fatalf("pause after a fault ends %v, want 4s: a fault is no success", next.Sub(at(3*time.Second)))
 	}
-	_ = r2
+	g.Advance(at(7 * time.Second))
+	if !r2.Admitted() {
+		t.Fatal("not admitted after the third pause")
+	}
+	r2.Settle(at(8*time.Second), Cost{})
+	in(g).RejectedUnclassified(at(8 * time.Second))
+	mustReserve(t, g, at(8*time.Second), "a", Cost{Requests: 1})
+	if next := g.Advance(at(8 * time.Second)); !next.Equal(at(9 * time.Second)) {
+		t.Fatalf("pause after a success ends %v, want it back to 1s", next.Sub(at(8*time.Second)))
+	}
 }
 
 func TestObserveLearnsOthersUse(t *testing.T) {

@@ -127,8 +127,10 @@ func (r *Reservation) settle(now time.Time, used Cost, accepted bool) {
 	g.amend(r, c)
 	r.doneWithLease()
 	r.state = settled
-	g.pauseLevel = 0
 	if accepted {
+		// Only an answer the provider accepted ends a run of refusals that
+		// named no limit: a 5xx or a timeout says nothing of the key's room.
+		g.pauseLevel = 0
 		g.accept(n, c)
 	}
 	g.broadcast()

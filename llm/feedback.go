@@ -33,7 +33,7 @@ import (
 //     full for RetryAfter (a whole period without one), and the rejection
 //     is counted in r's flow ([governor.FlowStats].Rejections); a 429 that
 //     names none pauses the key briefly, longer each time in a row (1 s,
-//     2 s, 4 s … 60 s), until a call settles. A wait the provider asked
+//     2 s, 4 s … 60 s), until a call succeeds. A wait the provider asked
 //     for beyond its bound (see RateLimitError.RetryAfter) is given to the
 //     governor as asked, which holds the limit for at most its period plus
 //     its lag and logs the number; one that named no limit is logged
