@@ -271,10 +271,11 @@ type Backfill struct {
 	// $1 is the key to list after, $2 the most keys to list; its one column
 	// is the key, in increasing order.
 	PendingSQL string
-	// MaxBatch is the most items one call carries (default 1). The
-	// governor picks the size of each batch up to it: the largest that
-	// fits every limit and is done within about Within at the share of the
-	// key the flow can expect.
+	// MaxBatch is the most items one call carries (default 1): a hard
+	// bound, so that a Parse written for batches of at most MaxBatch items
+	// never gets a larger one. The governor picks the size of each batch
+	// up to it: the largest that fits every limit and is done within about
+	// Within at the share of the key the flow can expect.
 	MaxBatch int
 	Within   time.Duration // default 1 min
 	// StallAfter: items are eligible and none was processed for this long

@@ -38,9 +38,10 @@ func (bt batch) empty() bool { return len(bt.Keys) == 0 && len(bt.TooLarge) == 0
 
 // selectBatch takes the next eligible items of lane — the pending ones
 // after the cursor after, and the rejected ones due again — but those of
-// skip, sizes the batch with the governor, and keeps their data in cache
-// for the call. Items found gone from the source are passed over, the
-// cursor going past them.
+// skip, at most MaxBatch of them and no more than the governor sizes the
+// batch for, and keeps their data in cache for the call. Items found gone
+// from the source are passed over, the cursor going past them; those left
+// for a later batch are not, the cursor stopping before them.
 func (b *backfill) selectBatch(ctx context.Context, after store.Cursor, lane store.Lane, cache map[string]json.RawMessage, skip batch) (selection, error) {
 	sel := selection{After: after}
 	passed := map[string]bool{} // skip's items, which a read may still return
@@ -51,6 +52,7 @@ func (b *backfill) selectBatch(ctx context.Context, after store.Cursor, lane sto
 		passed[o.Key] = true
 	}
 	for {
+		// Enough that MaxBatch are left when every item of skip comes back.
 		next, err := b.set.rec.NextItems(ctx, b.ID, b.set.now(), b.MaxBatch+len(passed), sel.After, lane)
 		if err != nil {
 			return sel, err
@@ -85,6 +87,9 @@ func (b *backfill) selectBatch(ctx context.Context, after store.Cursor, lane sto
 			sel.After = moved
 			continue
 		}
+		// A batch carries at most MaxBatch items, however many came back:
+		// those after it go in a later batch.
+		items = items[:min(len(items), b.MaxBatch)]
 		n, tooLarge, err := b.size(items)
 		if err != nil {
 			return selection{}, err

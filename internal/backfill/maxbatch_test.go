@@ -1,0 +1,141 @@
+package backfill
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/forecast"
+	"github.com/sluice-dev/sluice/internal/sim"
+	"github.com/sluice-dev/sluice/internal/store"
+	"github.com/sluice-dev/sluice/internal/testenv"
+	"github.com/sluice-dev/sluice/llm"
+)
+
+// itemText is how the bench's items appear in a request.
+var itemText = regexp.MustCompile(`text of (k\d+)`)
+
+// batchSizes passes calls to a simulated provider and records how many
+// items each call carried.
+type batchSizes struct {
+	sim *sim.Server
+
+	mu    sync.Mutex
+	sizes []int // each call's items, in the order calls came
+}
+
+func (p *batchSizes) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	p.mu.Lock()
+	p.sizes = append(p.sizes, len(itemText.FindAllString(string(body), -1)))
+	p.mu.Unlock()
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	p.sim.ServeHTTP(w, r)
+}
+
+// A batch never carries more than MaxBatch items — not a lane's later
+// batches, nor those with rejected items due again — and a Parse that
+// gives exactly one output per item of so many is never refused a batch:
+// every item is saved once.
+func TestBackfillKeepsToMaxBatch(t *testing.T) {
+	t.Parallel()
+	for _, maxBatch := range []int{1, 3} {
+		t.Run(fmt.Sprintf("max%d", maxBatch), func(t *testing.T) {
+			t.Parallel()
+			testenv.Databases(t, func(t *testing.T, url string) {
+				testMaxBatch(t, url, maxBatch)
+			})
+		})
+	}
+}
+
+// testMaxBatch runs a backfill of 60 items in 4 lanes, at most maxBatch
+// items a call, and checks that no call carried more.
+func testMaxBatch(t *testing.T, url string, maxBatch int) {
+	const n, inFlight = 60, 4
+	b := setup(t, url, governor.Limits{})
+	model, err := forecast.NewModel(forecast.ModelConfig{Profile: "groq", Latency: 5 * time.Millisecond, Wire: true, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &batchSizes{sim: sim.NewServer(model, sim.ServerConfig{})}
+	srv := httptest.NewServer(p)
+	t.Cleanup(srv.Close)
+	if b.p.Client, err = llm.NewClient(llm.Config{BaseURL: srv.URL + "/v1", Profile: llm.Groq}); err != nil {
+		t.Fatal(err)
+	}
+	b.add(keys(n)...)
+	var mu sync.Mutex
+	rejected := map[string]bool{}
+	var refused []string // the batches Parse refused
+	c := b.config("titles", func(k string) string {
+		mu.Lock()
+		defer mu.Unlock()
+		// Every seventh item's first output is refused: it comes back due
+		// again among the lane's later batches.
+		if k[len(k)-1]%7 == 0 && !rejected[k] {
+			rejected[k] = true
+			return "not English"
+		}
+		return ""
+	})
+	parse := c.Parse
+	c.Parse = func(resp *llm.ChatResponse, items []Item) ([]string, error) {
+		// One output for one item, as a Parse written for MaxBatch 1 gives;
+		// at most maxBatch outputs for a larger one.
+		if maxBatch == 1 && len(items) != 1 || len(items) > maxBatch {
+			mu.Lock()
+			refused = append(refused, fmt.Sprintf("%d items", len(items)))
+			mu.Unlock()
+			return nil, fmt.Errorf("a batch of %d items: want at most %d", len(items), maxBatch)
+		}
+		return parse(resp, items)
+	}
+	c.MaxBatch, c.InFlight, c.MaxRejects, c.BatchesPerRun = maxBatch, inFlight, 3, 100
+	if err := b.set.Add(c, b.p); err != nil {
+		t.Fatal(err)
+	}
+	b.start(t)
+	j := b.waitJob(t, "titles", func(j store.Job) bool { return j.Saved == n || j.ConsecutiveFailures > 0 })
+	mu.Lock()
+	if len(refused) > 0 {
+		t.Errorf("Parse refused %d batches (%v): want none", len(refused), refused)
+	}
+	retried := len(rejected)
+	mu.Unlock()
+	if j.Saved != n || j.ConsecutiveFailures != 0 {
+		t.Errorf("job %+v: want all %d saved, no failure", j, n)
+	}
+	for k, w := range b.writes(t, "titles") {
+		if w != 1 {
+			t.Errorf("item %s written %d times, want once", k, w)
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	carried := 0
+	for i, size := range p.sizes {
+		if size < 1 || size > maxBatch {
+			t.Errorf("call %d carried %d items: want 1 to %d", i, size, maxBatch)
+		}
+		carried += size
+	}
+	// Each item once, and the rejected ones once more.
+	if want := n + retried; carried != want {
+		t.Errorf("the calls carried %d items, want %d", carried, want)
+	}
+	if len(p.sizes) < 2*inFlight {
+		t.Errorf("%d calls: want the lanes to make several each", len(p.sizes))
+	}
+}
