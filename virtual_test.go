@@ -1,7 +1,6 @@
 package sluice_test
 
 import (
-	"net/http"
 	"testing"
 
 	"github.com/sluice-dev/sluice/governor"
@@ -41,24 +40,6 @@ func simInBubble(t *testing.T, limits governor.Limits, cfg sim.ServerConfig) (*f
 	if err != nil {
 		t.Fatal(err)
 	}
-	pn := testenv.NewPipeNet()
-	ln, err := pn.Listen("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: sim.NewServer(model, cfg)}
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		_ = srv.Serve(ln)
-	}()
-	tr := pn.Transport()
-	// Every goroutine of the bubble must have ended when the test does:
-	// the server's, and the client's idle connections.
-	t.Cleanup(func() {
-		_ = srv.Close()
-		tr.CloseIdleConnections()
-		<-served
-	})
-	return model, llm.Config{BaseURL: "http://sim/v1", Profile: llm.Groq, HTTPClient: &http.Client{Transport: tr}}
+	client := testenv.ServePipe(t, sim.NewServer(model, cfg))
+	return model, llm.Config{BaseURL: "http://sim/v1", Profile: llm.Groq, HTTPClient: client}
 }

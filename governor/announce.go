@@ -84,7 +84,8 @@ func (g *Governor) announce(now int64, l Limit, v int64, source string) {
 }
 
 // accept records that the provider accepted a call charged c at now, which
-// may raise the floor of an announced allowance.
+// may raise the floor of an announced allowance and puts more of the
+// pacers' start credit in hand.
 func (g *Governor) accept(now int64, c Cost) {
 	for l := range NumLimits {
 		v, lr := c.On(l), &g.learned[l]
@@ -95,6 +96,7 @@ func (g *Governor) accept(now int64, c Cost) {
 	if g.relearnAt != never {
 		g.relimit(now)
 	}
+	g.release(c)
 }
 
 // relearn applies, at now, what changed by itself since: an announced

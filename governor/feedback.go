@@ -174,8 +174,8 @@ func (g *Governor) Restore(now time.Time, charges []Charge) {
 		}
 	}
 	g.expire(n)
-	// The pacers start as on a fresh start, with nothing in hand; the
-	// restored window holds the day's usage.
+	// The pacers start with what credit the restored day leaves (see
+	// pacer): none after a day at the even pace, the whole burst after none.
 	g.start(n)
 }
 

@@ -227,6 +227,7 @@ func (g *Governor) setScales() {
 
 // expire drops what no longer counts at now.
 func (g *Governor) expire(now int64) {
+	g.endPayBack(now)
 	g.relearn(now)
 	g.minute.expire(now)
 	g.day.expire(now)
@@ -237,15 +238,12 @@ func (g *Governor) expire(now int64) {
 	}
 }
 
+// start starts the governor's clock, and its pacers, at its first call (or
+// Restore).
 func (g *Governor) start(now int64) {
 	if g.epoch == math.MinInt64 {
 		g.epoch = now
-		// The pacers start with no burst in hand: under a rolling window a
-		// day paced from the first call never holds more than the limit, so
-		// the window itself never stops everything a day later.
-		for l := range g.pace {
-			g.pace[l].tat = addSat(now, g.pace[l].burst)
-		}
+		g.startPacers(now)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"strings"
 	"sync"
@@ -333,27 +334,50 @@ func TestLargeRequestIsNotStarvedBySmallOnes(t *testing.T) {
 
 func TestDayLimitIsPaced(t *testing.T) {
 	t.Parallel()
-	g := mustNew(t, Config{Limits: Limits{TPD: 240000}, DayBurst: time.Hour})
-	c := Cost{Requests: 1, Input: 1000}
-	var byHour [24]int64
+	const limit = 240000
+	g := mustNew(t, Config{Limits: Limits{TPD: limit}, DayBurst: time.Hour})
+	c := Cost{Requests: 1, Input: 100}
+	var byHour [48]int64
 	now := t0
 	var r *Reservation
-	for now.Before(at(24 * time.Hour)) {
+	for now.Before(at(48 * time.Hour)) {
 		if r == nil || r.Admitted() {
 			if r != nil {
 				byHour[r.AdmittedAt().Sub(t0)/time.Hour] += r.Cost().Tokens()
+				r.Settle(now, Cost{Input: c.Input})
 			}
 			r = mustReserve(t, g, now, "backfill", c)
 		}
 		g.Advance(now)
-		now = now.Add(10 * time.Second)
+		now = now.Add(5 * time.Second)
 	}
-	// 10,000 tokens an hour from the start: no burst in hand at the first call,
-	// so a rolling day window never fills before the day is over.
-	for h := 0; h < 23; h++ {
-		if byHour[h] < 9000 || byHour[h] > 11000 {
-			t.Fatalf("hour %d spent %d tokens, want ≈ 10,000 (the day's budget spread over the day)", h, byHour[h])
+	// A fresh governor answers at once: the hour's burst comes in hand as
+	// the provider accepts the first calls. The first day pays it back, at 24/25 of the even pace
+	// (0.995 × 240,000 / 24 = 9,950 an hour), so the burst and the day's
+	// paced spend fill the day's paced budget and no more: the rolling day
+	// window never fills, and the second day runs at the even pace with no
+	// stall at the boundary, when the burst ages out.
+	pace := 0.995 * limit / 24
+	want := func(h int) float64 {
+		switch {
+		case h == 0:
+			return pace * 2 * 24 / 25 // the burst and the first hour
+		case h < 24:
+			return pace * 24 / 25
 		}
+		return pace
+	}
+	var day int64
+	for h := range 47 {
+		if got := float64(byHour[h]); math.Abs(got-want(h)) > 0.01*want(h)+float64(c.Input) { // ± a call
+			t.Errorf("hour %d spent %.0f tokens, want ≈ %.0f", h, got, want(h))
+		}
+		if h < 24 {
+			day += byHour[h]
+		}
+	}
+	if day > 0.995*limit+c.Input {
+		t.Errorf("the first day spent %d tokens, more than its paced budget %.0f (and one call)", day, 0.995*limit)
 	}
 }
 
@@ -631,20 +655,37 @@ func TestRestoreRemembersTheDay(t *testing.T) {
 
 func TestRestoreKeepsPacing(t *testing.T) {
 	t.Parallel()
-	// A restart with no usage recorded must not hand out a burst the fresh
-	// governor would not have had.
-	g := mustNew(t, Config{Limits: Limits{TPD: 20000000}})
-	g.Restore(t0, nil)
-	n := 0
-	for range 50 {
-		r := mustReserve(t, g, t0, "a", Cost{Requests: 1, Input: 250, Output: 250})
-		g.Advance(t0)
-		if r.Admitted() {
-			n++
+	burst := func(g *Governor, now time.Time) int {
+		n := 0
+		for range 50 {
+			r := mustReserve(t, g, now, "a", Cost{Requests: 1, Input: 250, Output: 250})
+			g.Advance(now)
+			if r.Admitted() {
+				n++
+				r.Settle(now, Cost{Input: 250, Output: 250})
+			}
 		}
+		return n
 	}
-	if n != 1 {
-		t.Fatalf("%d calls admitted at once after a restore, want 1 (the day is paced from the start)", n)
+	// A restart after a day at the even pace paces on as if it had been
+	// running: no burst in hand, one call now and the next at its slot.
+	const limit = 20000000
+	var day []Charge
+	step := 24 * time.Hour * 500 / (0.995 * limit)
+	for at, id := t0.Add(-24*time.Hour+time.Second), uint64(1); at.Before(t0); at, id = at.Add(step), id+1 {
+		day = append(day, Charge{ID: id, Flow: "a", At: at, Cost: Cost{Requests: 1, Input: 250, Output: 250}})
+	}
+	g := mustNew(t, Config{Limits: Limits{TPD: limit}})
+	g.Restore(t0, day)
+	if n := burst(g, t0); n > 1 {
+		t.Errorf("%d calls admitted at once after a restore of a paced day, want at most 1 (the day is paced as before)", n)
+	}
+	// A restart with no usage recorded is a fresh start: an idle key
+	// answers at once, each call sent when the last was answered.
+	fresh := mustNew(t, Config{Limits: Limits{TPD: limit}})
+	fresh.Restore(t0, nil)
+	if n := burst(fresh, t0); n != 50 {
+		t.Errorf("%d of 50 calls admitted at once after a restore with nothing recorded, want 50 (an hour's burst in hand)", n)
 	}
 }
 
@@ -779,5 +820,58 @@ func TestRefusalsCounted(t *testing.T) {
 	}
 	if got["analysis"][OTPM] != 1 || got["title"][TPM] != 1 || got["analysis"][TPM] != 0 {
 		t.Errorf("refusals %v", got)
+	}
+}
+
+// TestIdleKeyAnswersAtOnce: on a fresh key with the limits sluice serve
+// starts with (Groq's free tier, DevPick's RPD), ten small calls in a row,
+// each sent when the one before has answered, are each admitted at once:
+// a day pacer starts with its burst in hand.
+func TestIdleKeyAnswersAtOnce(t *testing.T) {
+	t.Parallel()
+	g := mustNew(t, Config{Limits: Limits{RPM: 30, RPD: 1000, TPM: 8000, TPD: 200000, OTPM: 1000}})
+	now := t0
+	for i := range 10 {
+		r := mustReserve(t, g, now, "title", Cost{Requests: 1, Input: 20, Output: 60})
+		g.Advance(now)
+		if !r.Admitted() {
+			t.Fatalf("call %d waits on %v on an idle key; want it admitted at once", i+1, g.Blocker(now, r))
+		}
+		now = now.Add(800 * time.Millisecond) // the call's answer
+		r.Settle(now, Cost{Input: 20, Output: 12})
+	}
+}
+
+// TestStartCreditRampsWithAnswers: a fresh key's burst comes in hand as the
+// provider accepts calls: of ten calls sent at once one goes, and each
+// round of answers lets twice as many go as the round before (1, 2, 4 …) —
+// so a limit nobody announced is met by a call or two, not by the burst.
+func TestStartCreditRampsWithAnswers(t *testing.T) {
+	t.Parallel()
+	g := mustNew(t, Config{Limits: Limits{TPD: 200000}})
+	var rs []*Reservation
+	for range 10 {
+		rs = append(rs, mustReserve(t, g, t0, "a", Cost{Requests: 1, Input: 100}))
+	}
+	admitted := func(now time.Time) (n int) {
+		g.Advance(now)
+		for _, r := range rs {
+			if r.Admitted() {
+				n++
+			}
+		}
+		return n
+	}
+	now := t0
+	for i, want := range []int{1, 3, 7, 10} {
+		if got := admitted(now); got != want {
+			t.Fatalf("after %d rounds of answers %d calls admitted, want %d", i, got, want)
+		}
+		now = now.Add(time.Second)
+		for _, r := range rs {
+			if r.Admitted() {
+				r.Settle(now, Cost{Input: 100}) // settling twice does nothing
+			}
+		}
 	}
 }

@@ -100,6 +100,20 @@ func (lg *ledger) resetAt(now int64, l Limit) int64 {
 	return now
 }
 
+// agesOut is when charge e stops counting: a period (and lag) after it was
+// made under a rolling window, at the current window's end (one more for a
+// charge made within lag of it) under a fixed one.
+func (lg *ledger) agesOut(e charge) int64 {
+	if lg.fixed {
+		end := addSat(lg.start, lg.period)
+		if e.at >= end-lg.lag {
+			end = addSat(end, lg.period)
+		}
+		return end
+	}
+	return addSat(addSat(e.at, lg.period), lg.lag)
+}
+
 // add records a charge made at now (not before any earlier charge) and returns its sequence number.
 func (lg *ledger) add(now int64, c Cost) uint64 {
 	seq := lg.next

@@ -14,6 +14,8 @@ func TestPriorityIsNotHeldByDayPacing(t *testing.T) {
 	g := mustNew(t, Config{
 		Limits: Limits{RPM: 30, TPM: 8000, TPD: 200000},
 		Flows:  []FlowConfig{{Name: "analysis", Priority: 1}, {Name: "backfill"}},
+		// A minute's burst: the backfill meets the pacer before TPM.
+		DayBurst: time.Minute,
 	})
 	now := t0
 	var back *Reservation

@@ -59,6 +59,7 @@ type gatewayFile struct {
 	IdleTimeout      string           `yaml:"idle_timeout"`
 	AllowedHosts     []string         `yaml:"allowed_hosts"`
 	Lag              string           `yaml:"lag"`
+	DayBurst         string           `yaml:"day_burst"`
 	RetryBase        string           `yaml:"retry_base"`
 	DB               string           `yaml:"db"`
 	LogLevel         string           `yaml:"log_level"`
@@ -185,7 +186,7 @@ func runGateway(ctx context.Context, env *cli.Env, args []string) error {
 // gatewayFlags are the gateway command's flags.
 type gatewayFlags struct {
 	configF, upstream, profile, limitsF, addr, keyEnv, keyName, clientEnv, window, accounting, dbURL *string
-	maxWait, keepPlace, lag, retryBase                                                               *time.Duration
+	maxWait, keepPlace, lag, retryBase, dayBurst                                                     *time.Duration
 	maxParked, defMax, maxWaiting, maxFlowW                                                          *int
 	maxBody, maxWBytes                                                                               *int64
 	flows                                                                                            flowFlags
@@ -211,6 +212,7 @@ func addGatewayFlags(fs *flag.FlagSet) *gatewayFlags {
 		defMax:     fs.Int("default-max-tokens", 1024, "maximum output given to a request that sets none, when its flow has no default (sent as max_completion_tokens on openai and groq, max_tokens on anthropic)"),
 		maxBody:    fs.Int64("max-body-bytes", 4<<20, "largest request body accepted; larger ones get 413"),
 		lag:        fs.Duration("lag", time.Second, "how much later than its admission the provider may count a call; charges are held that much longer (negative: off)"),
+		dayBurst:   fs.Duration("day-burst", time.Hour, "how far ahead of an even pace the day limits (rpd, tpd) may be spent: an idle key answers at once from it, and a backlog spends the day's budget evenly (at most 24h; negative: no pacing)"),
 		retryBase:  fs.Duration("retry-base", 250*time.Millisecond, "first backoff after a 5xx, overload, timeout or reset; doubles per attempt, within the request's max wait"),
 		maxWaiting: fs.Int("max-waiting", 1024, "most requests that may wait for admission on the key; one more gets 429 naming the bound"),
 		maxFlowW:   fs.Int("max-flow-waiting", 512, "most requests of one flow that may wait for admission"),
@@ -302,6 +304,10 @@ func (f *gatewayFlags) keyConfig(cfg *gateway.Config, refuse func(string, error)
 	}
 	cfg.KeepPlace = cmp.Or(*f.keepPlace, -1) // 0 means "keep none", not "the default"
 	cfg.Lag = cmp.Or(*f.lag, -1)
+	if *f.dayBurst == 0 || *f.dayBurst > 24*time.Hour {
+		return refuse("day-burst", fmt.Errorf("%s: want from 1ns to 24h, or negative for no pacing", *f.dayBurst))
+	}
+	cfg.DayBurst = *f.dayBurst
 	cfg.RetryBase = *f.retryBase
 	return nil
 }

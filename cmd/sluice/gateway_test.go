@@ -308,7 +308,7 @@ func TestGatewayHelp(t *testing.T) {
 		t.Fatalf("exit %d", code)
 	}
 	for _, flag := range []string{"-config", "-upstream", "-profile", "-limits", "-addr", "-key-env", "-key-name", "-client-keys-env",
-		"-window", "-accounting", "-max-wait", "-default-max-tokens", "-max-body-bytes", "-lag", "-retry-base", "-log-level", "-flow", "-db",
+		"-window", "-accounting", "-max-wait", "-default-max-tokens", "-max-body-bytes", "-lag", "-day-burst", "-retry-base", "-log-level", "-flow", "-db",
 		"-max-waiting", "-max-flow-waiting", "-max-waiting-bytes", "-header-timeout", "-body-timeout", "-write-timeout", "-idle-timeout", "-allowed-hosts"} {
 		if !strings.Contains(stdout.String(), "  "+flag+" ") && !strings.Contains(stdout.String(), "  "+flag+"\n") {
 			t.Errorf("help does not document %s", flag)
@@ -357,6 +357,8 @@ func TestGatewayFileAndFlagsAgree(t *testing.T) {
 		{"negative max wait", []string{"--max-wait", "-1s"}, "max_wait: -1s\n", "-1s is negative", "max_wait", 2},
 		{"duration in words", []string{"--max-wait", "4 minutes"}, "max_wait: 4 minutes\n", `invalid value "4 minutes"`, "max_wait", 2},
 		{"duration without a unit", []string{"--lag", "10"}, "lag: 10\n", `invalid value "10"`, "lag", 2},
+		{"day burst of 0", []string{"--day-burst", "0"}, "day_burst: 0s\n", "0s: want from 1ns to 24h, or negative for no pacing", "day_burst", 2},
+		{"day burst over a day", []string{"--day-burst", "25h"}, "day_burst: 25h\n", "25h0m0s: want from 1ns to 24h, or negative for no pacing", "day_burst", 2},
 		{"window", []string{"--window", "sliding"}, "window: sliding\n", `"sliding" is not rolling or fixed`, "window", 2},
 		{"window in capitals", []string{"--window", "Fixed"}, "window: Fixed\n", `"Fixed" is not rolling or fixed`, "window", 2},
 		{"accounting", []string{"--accounting", "later"}, "accounting: later\n", `"later" is not reserve or settle`, "accounting", 2},

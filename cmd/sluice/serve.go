@@ -61,6 +61,7 @@ type serveFile struct {
 	MaxFlowParked    string   `yaml:"max_flow_parked"`
 	Node             string   `yaml:"node"`
 	LeaseTTL         string   `yaml:"lease_ttl"`
+	DayBurst         string   `yaml:"day_burst"`
 	AdoptEvery       string   `yaml:"adopt_every"`
 	StopGrace        string   `yaml:"stop_grace"`
 	AppVersion       string   `yaml:"app_version"`
@@ -126,6 +127,7 @@ func addServeFlags(fs *flag.FlagSet) *serveFlags {
 	fs.StringVar(&f.clientEnv, "client-keys-env", "SLUICE_GATEWAY_KEYS", "`NAME` of an environment variable holding the gateway's client keys as KEY[=FLOW],…; the API token is one too")
 	f.maxParked = maxFlowParkedFlag(fs)
 	fs.StringVar(&f.app.Node, "node", "", "this process's `NAME` among several sluice serve on one PostgreSQL database: its DBOS executor ID (restarted with the same name, it resumes its runs) and its name in the quota leases; set, the key's limits hold in aggregate across the nodes (docs/multinode.md)")
+	fs.DurationVar(&f.app.DayBurst, "day-burst", time.Hour, "how far ahead of an even pace the day limits (rpd, tpd) may be spent: an idle key answers at once from it, and a backlog spends the day's budget evenly (at most 24h; negative: no pacing, a day limit is spent as fast as the others allow)")
 	fs.DurationVar(&f.app.LeaseTTL, "lease-ttl", 2*time.Second, "with --node: how long a lease of the key's capacity lasts (1ms to 1h)")
 	fs.DurationVar(&f.stopGrace, "stop-grace", 30*time.Second, "at SIGTERM or Ctrl-C: how long the calls and requests in flight may take to finish; no new work starts, and every unfinished run resumes at the next start (0 to 1h; a second signal stops at once)")
 	fs.StringVar(&f.app.AppVersion, "app-version", "", "the version runs are recorded under; a process resumes only the runs of its own version (default $SLUICE_APP_VERSION, else one derived from the functions' names, the same for every build; see docs/operations.md)")
@@ -214,6 +216,9 @@ func (f *serveFlags) checkBounds(env *cli.Env, refuse func(string, error) error)
 		if err := ui.CheckPublicURL(f.publicURL); err != nil {
 			return refuse("public-url", err)
 		}
+	}
+	if o.DayBurst == 0 || o.DayBurst > 24*time.Hour {
+		return refuse("day-burst", fmt.Errorf("%s: want from 1ns to 24h, or negative for no pacing", o.DayBurst))
 	}
 	if o.LeaseTTL < time.Millisecond || o.LeaseTTL > time.Hour {
 		return refuse("lease-ttl", fmt.Errorf("%s: want from 1ms to 1h", o.LeaseTTL))

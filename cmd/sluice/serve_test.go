@@ -210,6 +210,8 @@ func TestServeConfigFile(t *testing.T) {
 		{"a node name with a space", "", []string{"--node", "node a"}, `--node: "node a": letters, digits, '.', '_' and '-' only`},
 		{"a node name too long", "node: " + strings.Repeat("n", 65) + "\n", nil, "node: " + `"` + strings.Repeat("n", 64) + `…": at most 64 bytes (line 1)`},
 		{"a lease TTL out of range", "lease_ttl: 2h\n", nil, "lease_ttl: 2h0m0s: want from 1ms to 1h (line 1)"},
+		{"a day burst over a day", "day_burst: 25h\n", nil, "day_burst: 25h0m0s: want from 1ns to 24h, or negative for no pacing (line 1)"},
+		{"a day burst of 0", "", []string{"--day-burst", "0"}, "--day-burst: 0s: want from 1ns to 24h, or negative for no pacing"},
 		{"an adoption period of 0", "", []string{"--adopt-every", "0"}, "--adopt-every: 0s: want from 1ns to 1h, or negative for never"},
 		{"an adoption period over an hour", "adopt_every: 61m\n", nil, "adopt_every: 1h1m0s: want from 1ns to 1h, or negative for never (line 1)"},
 	}

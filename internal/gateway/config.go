@@ -165,6 +165,13 @@ type Config struct {
 	// negative turns it off.
 	Lag time.Duration
 
+	// DayBurst is how far ahead of an even pace the day limits (RPD, TPD)
+	// may be spent (governor.Config.DayBurst): an idle key answers at once
+	// from it, and a backlog spends the day's budget evenly. Default 1h;
+	// negative: no pacing. At most 24h. A Governor given in Config is paced
+	// as its owner configured it.
+	DayBurst time.Duration
+
 	// RetryBase is the first backoff after a transient upstream failure
 	// (5xx, overload, timeout, reset); it doubles each attempt, and a
 	// provider's retry-after wins when longer. Retries happen only within

@@ -123,8 +123,8 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 // set, with the ledger that keeps its charges there.
 func governorOf(ctx context.Context, cfg Config, flows []governor.FlowConfig) (*governor.Governor, *quota.Ledger, error) {
 	if gov := cfg.Governor; gov != nil {
-		if cfg.Limits != (governor.Limits{}) || cfg.FixedWindows || cfg.Store != nil {
-			return nil, nil, errors.New("gateway: with a governor given, its owner sets the limits, the window and the store: leave them zero")
+		if cfg.Limits != (governor.Limits{}) || cfg.FixedWindows || cfg.DayBurst != 0 || cfg.Store != nil {
+			return nil, nil, errors.New("gateway: with a governor given, its owner sets the limits, the window, the day pacing and the store: leave them zero")
 		}
 		st := gov.Stats(cfg.Now())
 		for _, want := range flows {
@@ -139,7 +139,7 @@ func governorOf(ctx context.Context, cfg Config, flows []governor.FlowConfig) (*
 		return gov, nil, nil
 	}
 	gcfg := governor.Config{Key: cfg.Key, Limits: cfg.Limits, FixedWindows: cfg.FixedWindows,
-		SettleOutput: cfg.SettleOutput, Flows: flows, Now: cfg.Now, Speed: cfg.Speed, Journal: cfg.journal, Lag: max(cfg.Lag, 0), Logger: cfg.Logger}
+		SettleOutput: cfg.SettleOutput, Flows: flows, Now: cfg.Now, Speed: cfg.Speed, Journal: cfg.journal, Lag: max(cfg.Lag, 0), DayBurst: cfg.DayBurst, Logger: cfg.Logger}
 	if cfg.Store == nil {
 		gov, err := governor.New(gcfg)
 		if err != nil {

@@ -33,10 +33,12 @@ type Options struct {
 	Timeouts              llm.Timeouts // of each provider call
 	Logger                *slog.Logger // nil: slog.Default()
 	Flows                 []governor.FlowConfig
-	Node                  string        // empty: not one of a cluster
-	LeaseTTL, AdoptEvery  time.Duration // with Node
-	AppVersion            string        // empty: the default
-	StopGrace             time.Duration // 0: the default; negative: none
+	// DayBurst is the key's sluice.Provider.DayBurst (0: its default).
+	DayBurst             time.Duration
+	Node                 string        // empty: not one of a cluster
+	LeaseTTL, AdoptEvery time.Duration // with Node
+	AppVersion           string        // empty: the default
+	StopGrace            time.Duration // 0: the default; negative: none
 }
 
 // New builds an app running the summarize pipeline; getenv reads the
@@ -77,9 +79,10 @@ func New(ctx context.Context, getenv func(string) string, o Options) (*sluice.Ap
 		AppVersion:  o.AppVersion,
 		StopGrace:   o.StopGrace,
 		Providers: []sluice.Provider{{
-			Name:   o.Profile,
-			LLM:    llm.Config{BaseURL: o.ProviderURL, APIKey: key, Profile: prof, Timeouts: o.Timeouts},
-			Limits: ls,
+			Name:     o.Profile,
+			LLM:      llm.Config{BaseURL: o.ProviderURL, APIKey: key, Profile: prof, Timeouts: o.Timeouts},
+			Limits:   ls,
+			DayBurst: o.DayBurst,
 		}},
 	})
 	if err != nil {

@@ -133,6 +133,32 @@ func (n *PipeNet) Transport() *http.Transport {
 	return n.tr
 }
 
+// ServePipe serves h over a new PipeNet until t ends, and returns the
+// client that reaches it (any host name dials it). Call it inside a
+// bubble: at t's end the server, and the client's idle connections, are
+// closed, so no goroutine of theirs outlives the bubble.
+func ServePipe(t testing.TB, h http.Handler) *http.Client {
+	t.Helper()
+	pn := NewPipeNet()
+	ln, err := pn.Listen("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = srv.Serve(ln)
+	}()
+	tr := pn.Transport()
+	t.Cleanup(func() {
+		_ = srv.Close()
+		tr.CloseIdleConnections()
+		<-served
+	})
+	return &http.Client{Transport: tr}
+}
+
 type pipeListener struct {
 	conns chan net.Conn
 	done  chan struct{}
