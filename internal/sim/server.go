@@ -286,62 +286,8 @@ func (req *chatRequest) texts() []string {
 }
 
 func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
-	var raw json.RawMessage
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
-	err := dec.Decode(&raw)
-	if err == nil {
-		switch extra := dec.Decode(&struct{}{}); {
-		case extra == io.EOF:
-		case errors.As(extra, new(*http.MaxBytesError)):
-			err = extra
-		default:
-			err = errors.New("data after the JSON value")
-		}
-	}
-	if err != nil {
-		if errors.As(err, new(*http.MaxBytesError)) {
-			typ := "invalid_request_error"
-			if s.mc.Profile == "anthropic" {
-				typ = "request_too_large"
-			}
-			s.writeError(w, http.StatusRequestEntityTooLarge, typ, "",
-				fmt.Sprintf("Request body too large: the simulator reads at most %d bytes.", int64(MaxRequestBytes)))
-			return
-		}
-		// The decoder's own words name Go types: the client gets the provider's.
-		s.writeError(w, http.StatusBadRequest, "invalid_request_error", "", invalidJSON)
-		return
-	}
-	req, msg := parseChat(raw)
-	var maxTok, n int64
-	switch {
-	case msg != "":
-	case req.Model == "":
-		msg = missingModel(s.mc.Profile)
-	case req.Messages == nil:
-		msg = "Missing required parameter: 'messages'."
-	case len(req.Messages) == 0:
-		msg = "'messages' must contain at least one message."
-	}
-	if msg == "" {
-		maxTok, msg = maxTokens(&req, s.mc.MaxOutputTokens)
-	}
-	if msg == "" {
-		n, msg = choices(s.mc.Profile, req.N)
-	}
-	limit := maxTok // each choice's max
-	if limit == 0 {
-		limit = s.mc.DefaultMaxTokens
-	}
-	if msg == "" && n*limit > MaxAnswerTokens {
-		msg = fmt.Sprintf("Invalid 'n': the simulator answers at most %d output tokens in all the choices of a request, and %d choices of %d tokens would be %d.",
-			MaxAnswerTokens, n, limit, n*limit)
-	}
-	if msg == "" && len(req.Model) > MaxModelName {
-		msg = fmt.Sprintf("Invalid 'model': a model name is at most %d bytes, got %d.", MaxModelName, len(req.Model))
-	}
-	if msg != "" {
-		s.writeError(w, http.StatusBadRequest, "invalid_request_error", "", msg)
+	req, maxTok, limit, n, ok := s.readChat(w, r)
+	if !ok {
 		return
 	}
 	input := req.inputTokens()
@@ -384,26 +330,97 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 			s.cfg.OnFinish(Call{ID: resp.ID(), Flow: flow, Messages: req.texts(), Fault: resp.Fault, Answered: answered, Start: start, End: end})
 		}
 	}()
+	answered = s.answer(w, r, &req, &resp, input, outs, limit)
+}
 
+// readChat reads and checks a chat request, answering the provider's error
+// when it is not one the provider would take. It returns the request, the
+// max_tokens it sets (0: none), that of each choice (the default when it
+// sets none) and the number of choices.
+func (s *Server) readChat(w http.ResponseWriter, r *http.Request) (req chatRequest, maxTok, limit, n int64, ok bool) {
+	var raw json.RawMessage
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
+	err := dec.Decode(&raw)
+	if err == nil {
+		switch extra := dec.Decode(&struct{}{}); {
+		case extra == io.EOF:
+		case errors.As(extra, new(*http.MaxBytesError)):
+			err = extra
+		default:
+			err = errors.New("data after the JSON value")
+		}
+	}
+	if err != nil {
+		if errors.As(err, new(*http.MaxBytesError)) {
+			typ := "invalid_request_error"
+			if s.mc.Profile == "anthropic" {
+				typ = "request_too_large"
+			}
+			s.writeError(w, http.StatusRequestEntityTooLarge, typ, "",
+				fmt.Sprintf("Request body too large: the simulator reads at most %d bytes.", int64(MaxRequestBytes)))
+			return req, 0, 0, 0, false
+		}
+		// The decoder's own words name Go types: the client gets the provider's.
+		s.writeError(w, http.StatusBadRequest, "invalid_request_error", "", invalidJSON)
+		return req, 0, 0, 0, false
+	}
+	req, msg := parseChat(raw)
+	switch {
+	case msg != "":
+	case req.Model == "":
+		msg = missingModel(s.mc.Profile)
+	case req.Messages == nil:
+		msg = "Missing required parameter: 'messages'."
+	case len(req.Messages) == 0:
+		msg = "'messages' must contain at least one message."
+	}
+	if msg == "" {
+		maxTok, msg = maxTokens(&req, s.mc.MaxOutputTokens)
+	}
+	if msg == "" {
+		n, msg = choices(s.mc.Profile, req.N)
+	}
+	limit = maxTok // each choice's max
+	if limit == 0 {
+		limit = s.mc.DefaultMaxTokens
+	}
+	if msg == "" && n*limit > MaxAnswerTokens {
+		msg = fmt.Sprintf("Invalid 'n': the simulator answers at most %d output tokens in all the choices of a request, and %d choices of %d tokens would be %d.",
+			MaxAnswerTokens, n, limit, n*limit)
+	}
+	if msg == "" && len(req.Model) > MaxModelName {
+		msg = fmt.Sprintf("Invalid 'model': a model name is at most %d bytes, got %d.", MaxModelName, len(req.Model))
+	}
+	if msg != "" {
+		s.writeError(w, http.StatusBadRequest, "invalid_request_error", "", msg)
+		return req, 0, 0, 0, false
+	}
+	return req, maxTok, limit, n, true
+}
+
+// answer answers an admitted call after its latency, as its fault says:
+// a hang, a reset, a 5xx, a body cut short or a whole answer. It reports
+// whether the answer began.
+func (s *Server) answer(w http.ResponseWriter, r *http.Request, req *chatRequest, resp *forecast.Response, input int64, outs []int64, limit int64) bool {
+	h := w.Header()
 	switch resp.Fault {
 	case forecast.FaultTimeout:
 		s.hang(r.Context())
 		abort(w, false)
-		return
+		return false
 	case forecast.FaultReset:
 		abort(w, true)
-		return
+		return false
 	}
 	if !s.wait(r.Context(), resp.Latency) {
 		abort(w, false) // the client gave up or the server stops: no half answer
-		return
+		return false
 	}
-	answered = true
 	if resp.Fault == forecast.Fault5xx {
 		h.Set("Content-Type", "application/json")
 		w.WriteHeader(resp.Status)
 		_, _ = w.Write(resp.Body)
-		return
+		return true
 	}
 	// The texts are the drawn lengths: resp.Output is zero for a cut-short
 	// body, whose text still exists.
@@ -417,9 +434,10 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	if req.Stream {
 		c.stream(w, req.IncludeUsage)
-		return
+		return true
 	}
 	c.write(w)
+	return true
 }
 
 // outputTokens returns the real output length of each of n choices: the
