@@ -777,6 +777,7 @@ func TestZeroGovernorPanicsSayingUseNew(t *testing.T) {
 		"Grant":                func(g *Governor) { in(g).Grant(t0, "", Cost{}, t0) },
 		"Demand":               func(g *Governor) { in(g).Demand(t0, 0) },
 		"LeaseUses":            func(g *Governor) { in(g).LeaseUses(t0) },
+		"CloseLeases":          func(g *Governor) { in(g).CloseLeases(t0) },
 		"LeaseWanted":          func(g *Governor) { in(g).LeaseWanted() },
 	}
 	for _, typ := range []reflect.Type{reflect.TypeFor[*Governor](), reflect.TypeFor[inside]()} {

@@ -191,6 +191,23 @@ func (in inside) LeaseUses(now time.Time) []leaseUse {
 	return out
 }
 
+// CloseLeases ends every open lease at now: nothing more is admitted on
+// them, and LeaseUses reports them, so a process that stops hands the room
+// it holds back at once instead of when its leases would have ended (for a
+// day limit, a day after that).
+func (in inside) CloseLeases(now time.Time) {
+	g := in.g
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := now.UnixNano()
+	for _, ls := range g.leases {
+		if !ls.closed {
+			ls.until = min(ls.until, n)
+			ls.closed, ls.dirty = true, true
+		}
+	}
+}
+
 // closeLeases closes the leases that ended by now.
 func (g *Governor) closeLeases(now int64) {
 	for _, ls := range g.leases {

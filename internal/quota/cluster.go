@@ -126,6 +126,10 @@ func (ls *leaser) run(ctx context.Context, stop <-chan struct{}) {
 	for {
 		select {
 		case <-stop:
+			// The process stops: its leases end now, and what they were
+			// used for is written down, so their unused room is everyone's
+			// at once.
+			ls.g.Inside(govkey.Key{}).CloseLeases(ls.now())
 			ls.settle(context.WithoutCancel(ctx))
 			return
 		case <-ctx.Done():

@@ -358,3 +358,41 @@ func leaseRows(t *testing.T, st store.Store, key string) int64 {
 	}
 	return n
 }
+
+// TestStopHandsBackTheRoom: a node that stops gracefully ends its open
+// leases and writes down what they were used for, so the room it was
+// granted and did not use is the other nodes' at once — not when its
+// leases would have ended, and for a day limit not a day after that.
+func TestStopHandsBackTheRoom(t *testing.T) {
+	t.Parallel()
+	testenv.Databases(t, func(t *testing.T, url string) {
+		ctx := context.Background()
+		clk := &stepClock{now: time.Date(2026, 10, 18, 7, 0, 0, 0, time.UTC)}
+		st := testenv.OpenStore(t, url)
+		l, err := quota.Open(ctx, st, governor.Config{Key: "groq", Limits: governor.Limits{governor.TPM: 100_000, governor.TPD: 1_000_000},
+			SettleOutput: true, Now: clk.Now, DayBurst: -1},
+			quota.Config{Now: clk.Now, Cluster: &quota.Cluster{Node: "n1", LeaseTTL: time.Hour}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Start(ctx)
+		r, err := l.Wait(ctx, "a", governor.Cost{Requests: 1, Input: 600, Output: 4000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Settle(clk.Now(), governor.Cost{Input: 500, Output: 200})
+		// The lease, granted for the call's reservation, is open for an
+		// hour more; the node stops now.
+		if err := l.Stop(ctx); err != nil {
+			t.Fatal(err)
+		}
+		minute, day, err := st.LeaseUse(ctx, "groq", clk.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := governor.Cost{Requests: 1, Input: 500, Output: 200}
+		if minute != want || day != want {
+			t.Errorf("after the stop the leases take %+v of the minute and %+v of the day, want the call's use %+v", minute, day, want)
+		}
+	})
+}
