@@ -337,6 +337,9 @@ func (g *Governor) fit(now int64, f *flow, c Cost) (int64, Blocker) {
 	if g.pauseUntil > at {
 		b, at = Blocker{Kind: "pause"}, g.pauseUntil
 	}
+	if held, until := g.probing(now); held && until > at {
+		b, at = Blocker{Kind: "probe"}, until
+	}
 	for l := range NumLimits {
 		lim, need := g.limits[l], c.On(l)
 		if lim == 0 || need == 0 {
@@ -425,6 +428,7 @@ func (g *Governor) admit(now int64, r *Reservation, how admission) {
 		g.chargeLease(now, r)
 	}
 	r.state = admitted
+	g.inflight++
 	r.at = now
 	r.minSeq = g.minute.add(now, r.cost)
 	r.daySeq = g.day.add(now, r.cost)

@@ -33,7 +33,11 @@ type Config struct {
 	// Limits is the allowance of each limit; 0 means the limit does not
 	// apply (until a provider announces one). A configured allowance is a
 	// ceiling: the provider can lower it, within a floor and for a while
-	// (LearnFor, LearnFloor), never raise it.
+	// (LearnFor, LearnFloor), never raise it. A governor told no limit at
+	// all probes the key: its first call goes alone, and each call the
+	// provider accepts lets one more be in flight, for its first minute at
+	// most (Blocker "probe"), so it learns the limits from a call or two
+	// instead of from a burst of refusals.
 	Limits Limits
 	// FixedWindows says the provider counts per window starting at whole
 	// minutes or days (UTC), and the whole allowance comes back at the

@@ -77,8 +77,10 @@ type Blocker struct {
 	// "pause" (the provider refused a call without naming a limit, or named
 	// one this governor was not told of), "lease" (the key is shared with
 	// other processes of sluice's cluster, and this one holds no lease with
-	// room for it yet), "turn" (it fits, but calls of other flows are ahead
-	// of it in fair order) or "" (nothing: it is about to be admitted).
+	// room for it yet), "probe" (the key was told no limit, and its first
+	// calls go a few at a time until the provider has answered some), "turn"
+	// (it fits, but calls of other flows are ahead of it in fair order) or
+	// "" (nothing: it is about to be admitted).
 	Kind  string
 	Limit Limit // for "limit" and "pacing"
 	// Until is when that stops holding it back, as far as the governor
@@ -98,6 +100,8 @@ func (b Blocker) String() string {
 		return "a provider pause"
 	case "lease":
 		return "a cluster lease"
+	case "probe":
+		return "the key's first answers"
 	case "turn":
 		return "its turn"
 	}

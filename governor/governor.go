@@ -40,6 +40,13 @@ type Governor struct {
 	pauseUntil int64 // an unclassified rejection pauses the key until then
 	pauseLevel int
 
+	// inflight counts the calls admitted and not yet ended (settled,
+	// faulted or cancelled). While probe > 0, before probeEnd, at most
+	// probe of them may be in flight: see probe.go.
+	inflight int
+	probe    int
+	probeEnd int64
+
 	flows map[string]*flow
 	// hot lists the priority flows (priority above 0) that reserved most
 	// recently, latest first: room is held for their next calls.
@@ -87,6 +94,9 @@ func New(cfg Config) (*Governor, error) {
 	}
 	for _, fc := range cfg.Flows {
 		g.addFlow(g.newFlow(fc))
+	}
+	if cfg.Limits == (Limits{}) {
+		g.probe = 1
 	}
 	g.setPacers()
 	g.setScales()
@@ -244,6 +254,7 @@ func (g *Governor) start(now int64) {
 	if g.epoch == math.MinInt64 {
 		g.epoch = now
 		g.startPacers(now)
+		g.probeEnd = addSat(now, int64(probeFor))
 	}
 }
 

@@ -127,6 +127,7 @@ func (r *Reservation) settle(now time.Time, used Cost, accepted bool) {
 	g.amend(r, c)
 	r.doneWithLease()
 	r.state = settled
+	g.ended(accepted)
 	if accepted {
 		// Only an answer the provider accepted ends a run of refusals that
 		// named no limit: a 5xx or a timeout says nothing of the key's room.
@@ -209,6 +210,7 @@ func (r *Reservation) Cancel(now time.Time) {
 		g.expire(now.UnixNano())
 		g.amend(r, Cost{})
 		r.doneWithLease()
+		g.ended(false)
 		r.f.admitted--
 	case parked:
 		g.unpark(r)
