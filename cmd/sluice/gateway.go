@@ -348,7 +348,7 @@ func (f *gatewayFlags) serve(ctx context.Context, env *cli.Env, cfg gateway.Conf
 		return err
 	}
 	if cfg.Limits == (governor.Limits{}) {
-		fmt.Fprintln(env.Stderr, "sluice gateway: warning: no --limits: the gateway governs nothing and sends every request upstream at once")
+		fmt.Fprintln(env.Stderr, "sluice gateway: warning: no --limits: the gateway knows no limit of the key until the provider says one; it probes the key (a request at a time at first, more as answers come) and learns the limits from the provider's headers and refusals")
 	}
 	if db := cmp.Or(*f.dbURL, env.Getenv("SLUICE_DB")); db != "" {
 		st, err := store.Open(ctx, db)

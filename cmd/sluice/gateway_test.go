@@ -389,12 +389,12 @@ func TestGatewayFileAndFlagsAgree(t *testing.T) {
 	}
 }
 
-func TestGatewayWarnsWhenItGovernsNothing(t *testing.T) {
+func TestGatewayWarnsWhenToldNoLimit(t *testing.T) {
 	t.Parallel()
 	_, upstream := startGatewaySim(t, "rpm=60")
 	_, log := startGateway(t, map[string]string{"SLUICE_UPSTREAM_KEY": gatewayTestKey}, "--upstream", upstream, "--addr", "127.0.0.1:0")
-	if !strings.Contains(log.String(), "no --limits: the gateway governs nothing") {
-		t.Errorf("no warning for an ungoverned gateway: %s", log.String())
+	if !strings.Contains(log.String(), "no --limits: the gateway knows no limit of the key until the provider says one") {
+		t.Errorf("no warning for a gateway told no limit: %s", log.String())
 	}
 }
 

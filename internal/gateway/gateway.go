@@ -93,7 +93,7 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 		mux: http.NewServeMux(), scrub: llm.NewScrubber(cfg.APIKey), line: newLine(cfg),
 		places: newPlaces(cfg.MaxWaiting, cfg.MaxFlowParked)}
 	if cfg.Limits == (governor.Limits{}) && cfg.Governor == nil {
-		cfg.Logger.Warn("no limits configured: the gateway governs nothing and every request goes upstream at once", "key", cfg.Key)
+		cfg.Logger.Warn("no limits configured: the governor probes the key and learns its limits from the provider's headers and refusals", "key", cfg.Key)
 	}
 	if g.m, err = newMetrics(g); err != nil {
 		return nil, err
