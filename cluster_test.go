@@ -90,6 +90,38 @@ func TestAppsOnOneDatabaseShareTheKey(t *testing.T) {
 		if used[0] != used[1] || used[0] == 0 {
 			t.Errorf("the apps see %v of rpm used, want the same cluster-wide figure", used)
 		}
+		// Every process lists the cluster's flows, wherever the runs ran:
+		// each process's calls of "ask", as it last wrote them down, in
+		// the API and in its metrics, which read what it last read.
+		time.Sleep(10 * time.Second) // each writes its flows down and reads the others' every 2 s
+		var lists []string
+		for _, app := range apps {
+			flows, err := app.ClusterFlows(context.Background(), "groq")
+			if err != nil {
+				t.Fatal(err)
+			}
+			lists = append(lists, fmt.Sprint(flows))
+			admitted, all := map[string]int64{}, int64(0)
+			for _, f := range flows {
+				if f.Flow == "ask" {
+					admitted[f.Node] = f.Admitted
+					all += f.Admitted
+				}
+			}
+			if all != calls {
+				t.Errorf("the cluster's flows as an app lists them: %+v; want the nodes' calls of ask, %d in all", flows, calls)
+			}
+			rec := httptest.NewRecorder()
+			app.MetricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+			for node, n := range admitted {
+				if want := fmt.Sprintf(`sluice_cluster_flow_admitted{flow="ask",key="groq",node=%q} %d`, node, n); !strings.Contains(rec.Body.String(), want) {
+					t.Errorf("/metrics lacks %s", want)
+				}
+			}
+		}
+		if lists[0] != lists[1] {
+			t.Errorf("the apps list the cluster's flows differently:\n%s\n%s", lists[0], lists[1])
+		}
 		// When the cluster's use cannot be read, Stats says so and gives
 		// the process's own figures.
 		cancelled, cancel := context.WithCancel(context.Background())

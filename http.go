@@ -85,6 +85,7 @@ func (a *App) Dashboard(cfg DashboardConfig) (http.Handler, error) {
 		Sender:        a.e,
 		Health:        a.monitor,
 		Keys:          a.keyStats,
+		Cluster:       a.clusterOfKey,
 		History:       a.st,
 		Items:         a.st,
 		Plan:          a.plan,
@@ -97,6 +98,23 @@ func (a *App) Dashboard(cfg DashboardConfig) (http.Handler, error) {
 		AppNow:        a.e.Now,
 		Links:         links,
 	})
+}
+
+// clusterOfKey is the cluster's flows on the provider key named key, for
+// the dashboard: nil when the app is not one of a cluster.
+func (a *App) clusterOfKey(ctx context.Context, key string) ([]ui.ClusterFlow, error) {
+	for name, p := range a.providers {
+		if a.clusters[name] == nil || p.Governor.Stats(a.e.Now()).Key != key {
+			continue
+		}
+		rows, err := a.ClusterFlows(ctx, name)
+		out := make([]ui.ClusterFlow, len(rows))
+		for i, r := range rows {
+			out[i] = ui.ClusterFlow{Node: r.Node, Flow: r.Flow, Waiting: int64(r.Waiting), Admitted: r.Admitted, Tokens: r.Tokens.Tokens()}
+		}
+		return out, err
+	}
+	return nil, nil
 }
 
 // keyStats is every provider key's governor statistics, by provider name,

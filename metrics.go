@@ -2,10 +2,12 @@ package sluice
 
 import (
 	"net/http"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-dev/sluice/internal/metrics"
+	"github.com/sluice-dev/sluice/internal/quota"
 )
 
 // MetricsHandler serves the app's Prometheus metrics (docs/metrics.md):
@@ -40,11 +42,30 @@ func (a *App) watchMetrics() error {
 	if err := a.metrics.AddHealth(a.monitor.Flows); err != nil {
 		return err
 	}
-	for _, p := range a.providers {
+	for name, p := range a.providers {
 		p.Metrics = a.metrics
 		if err := a.metrics.AddGovernor(p.Governor, p.Now); err != nil {
 			return err
 		}
+		if l := a.clusters[name]; l != nil {
+			key := p.Governor.Stats(time.Now()).Key // the name only
+			if err := a.metrics.AddCluster(key, clusterSeen(l)); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
+}
+
+// clusterSeen reads the flows of every process of l's cluster as l last
+// read them, for the metrics.
+func clusterSeen(l *quota.Ledger) func() []metrics.ClusterFlow {
+	return func() []metrics.ClusterFlow {
+		rows := l.SeenClusterFlows()
+		out := make([]metrics.ClusterFlow, len(rows))
+		for i, r := range rows {
+			out[i] = metrics.ClusterFlow{Node: r.Node, Flow: r.Flow, Waiting: r.Waiting, Admitted: r.Admitted, Input: r.Input, Output: r.Output}
+		}
+		return out
+	}
 }

@@ -354,6 +354,45 @@ func (a *App) statsOf(ctx context.Context, name string, now time.Time) (governor
 	return st, nil
 }
 
+// NodeFlow is what one process of a cluster (Config.Cluster) last said of
+// one of its flows on a provider's key: the calls waiting in its line, and
+// the calls it admitted since it started with the tokens charged to them,
+// as settled.
+type NodeFlow struct {
+	Node, Flow string
+	Waiting    int
+	Admitted   int64
+	Tokens     governor.Cost // Input and Output
+	// At is when the process said it, on its clock.
+	At time.Time
+}
+
+// ClusterFlows returns what every process of the app's cluster, this one
+// too, said of its flows on a provider's key ("" for the first provider)
+// in the last few seconds (each writes it down every lease, from a second
+// to five apart), by flow and then process: so any process shows the
+// whole cluster's flows. It is nil when the app is not one of a cluster.
+func (a *App) ClusterFlows(ctx context.Context, provider string) ([]NodeFlow, error) {
+	name := cmp.Or(provider, a.first)
+	if _, ok := a.providers[name]; !ok {
+		return nil, fmt.Errorf("unknown provider %q", provider)
+	}
+	l := a.clusters[name]
+	if l == nil {
+		return nil, nil
+	}
+	rows, _, err := l.ClusterFlows(ctx, a.e.Now())
+	if err != nil {
+		return nil, fmt.Errorf("read the cluster's flows of %s: %w", name, err)
+	}
+	out := make([]NodeFlow, len(rows))
+	for i, r := range rows {
+		out[i] = NodeFlow{Node: r.Node, Flow: r.Flow, Waiting: int(r.Waiting), Admitted: r.Admitted,
+			Tokens: governor.Cost{Input: r.Input, Output: r.Output}, At: r.At}
+	}
+	return out, nil
+}
+
 // Governor returns the governor of a provider's key (the first provider's
 // for ""), for code in the same process that must share the key with the
 // app's functions — an OpenAI-compatible gateway, another client's calls —

@@ -100,6 +100,14 @@ type leaseDemand struct {
 	// Flows each of those flows' weight.
 	Weight float64
 	Flows  map[string]float64
+	// DayPace and Burst are the governor's day pacing (Config.DayPace and
+	// DayBurst; Burst 0 when no day limit is paced), and Ahead the part of
+	// Want whose calls may run ahead of the pacers: a priority flow's first
+	// call on its credit, a failed call's retry. A grantor that paces the
+	// key's day limits for all its processes lets Ahead past its pacers.
+	DayPace float64
+	Burst   time.Duration
+	Ahead   Cost
 }
 
 // Demand says what the waiting calls need of new leases at now: of the
@@ -121,6 +129,9 @@ func (in inside) Demand(now time.Time, within time.Duration) leaseDemand {
 	}
 	g.expire(n)
 	var d leaseDemand
+	if g.pace[RPD].on || g.pace[TPD].on {
+		d.DayPace, d.Burst = g.cfg.DayPace, g.cfg.DayBurst
+	}
 	for _, f := range g.active.flows {
 		if len(f.queue) == 0 {
 			continue
@@ -133,7 +144,7 @@ func (in inside) Demand(now time.Time, within time.Duration) leaseDemand {
 		// The first calls of each line that fit every limit now and
 		// wait only for a lease: not calls a limit or a pacer holds back,
 		// whose lease would lie idle while other processes wait.
-		for _, r := range f.queue[:min(len(f.queue), demandPerFlow)] {
+		for k, r := range f.queue[:min(len(f.queue), demandPerFlow)] {
 			if _, b := g.fit(n, f, r.cost); b.Kind != "lease" && b.Kind != "" {
 				break
 			}
@@ -145,6 +156,9 @@ func (in inside) Demand(now time.Time, within time.Duration) leaseDemand {
 				continue
 			}
 			d.Want = d.Want.add(r.cost)
+			if k == 0 && d.Burst > 0 && (f.retry >= r.size || g.onCredit(f, n, r.size)) {
+				d.Ahead = d.Ahead.add(r.cost)
+			}
 			if d.Min == (Cost{}) {
 				d.Min = r.cost
 			}

@@ -176,3 +176,37 @@ func TestLeaseDemandLeavesOutCallsALimitHolds(t *testing.T) {
 		t.Errorf("demand %+v with the minute full, want none", d)
 	}
 }
+
+// A leased governor that paces a day limit tells its grantor how (DayPace,
+// Burst) and which of the calls it wants a lease for may run ahead of the
+// pace: a priority flow's call on its credit, not a backlog's.
+func TestDemandSaysWhatGoesAheadOfThePace(t *testing.T) {
+	t.Parallel()
+	g := mustNewLeased(t, Config{Limits: Limits{TPD: 200_000},
+		Flows: []FlowConfig{{Name: "analysis", Priority: 1}, {Name: "backfill"}}})
+	urgent, bulk := Cost{Requests: 1, Input: 300, Output: 200}, Cost{Requests: 1, Input: 2000, Output: 1000}
+	for _, r := range []struct {
+		flow string
+		c    Cost
+	}{{"backfill", bulk}, {"analysis", urgent}} {
+		if _, err := g.Reserve(t0, r.flow, r.c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := in(g).Demand(t0, 0)
+	if d.DayPace != 0.995 || d.Burst != time.Hour {
+		t.Errorf("demand's pacing %v, %v; want the defaults 0.995 and an hour", d.DayPace, d.Burst)
+	}
+	if d.Want != bulk.add(urgent) || d.Ahead != urgent {
+		t.Errorf("demand wants %+v with %+v ahead of the pace; want both calls, the priority one ahead", d.Want, d.Ahead)
+	}
+	// Without day pacing, nothing is ahead of it.
+	g = mustNewLeased(t, Config{Limits: Limits{TPD: 200_000}, DayBurst: -1,
+		Flows: []FlowConfig{{Name: "analysis", Priority: 1}}})
+	if _, err := g.Reserve(t0, "analysis", urgent); err != nil {
+		t.Fatal(err)
+	}
+	if d := in(g).Demand(t0, 0); d.Burst != 0 || d.Ahead != (Cost{}) || d.Want != urgent {
+		t.Errorf("demand without pacing %+v; want the call, no burst, nothing ahead", d)
+	}
+}

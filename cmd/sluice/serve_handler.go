@@ -159,5 +159,20 @@ func (p *gatewayPlan) build(ctx context.Context, app *sluice.App, providerURL, p
 		key = env.Getenv(keyEnv)
 	}
 	return gateway.New(ctx, gateway.Config{Upstream: providerURL, Profile: prof, APIKey: key, Governor: gov,
-		Flows: p.flows, ClientKeys: p.keys, MaxFlowParked: p.maxFlowParked, Metrics: set, Logger: cmp.Or(logger, slog.Default()), Stopping: ctx.Done()})
+		Flows: p.flows, ClientKeys: p.keys, MaxFlowParked: p.maxFlowParked, Metrics: set, Logger: cmp.Or(logger, slog.Default()), Stopping: ctx.Done(),
+		ClusterFlows: clusterFlows(app)})
+}
+
+// clusterFlows reads the flows of every process of app's cluster for the
+// gateway's /v1/flows; nil when app is not one of a cluster.
+func clusterFlows(app *sluice.App) func(context.Context) ([]gateway.NodeFlow, error) {
+	return func(ctx context.Context) ([]gateway.NodeFlow, error) {
+		rows, err := app.ClusterFlows(ctx, "")
+		out := make([]gateway.NodeFlow, len(rows))
+		for i, r := range rows {
+			out[i] = gateway.NodeFlow{Node: r.Node, Flow: r.Flow, Waiting: int64(r.Waiting), Admitted: r.Admitted,
+				Input: r.Tokens.Input, Output: r.Tokens.Output, At: r.At}
+		}
+		return out, err
+	}
 }

@@ -99,6 +99,11 @@ type MultinodeReport struct {
 	// was stopped: a node is stopped once it has some, as long as any is
 	// left to run.
 	RunsAtStops int `json:"runs_at_stops,omitempty"`
+	// DayPaceRatio is, when a day limit applies, the cluster's spend of
+	// it per second over the single node's: one pace for the cluster is
+	// 1 (it was the number of nodes while each paced the day alone).
+	DayPaceRatio float64 `json:"day_pace_ratio,omitempty"`
+	DayLimit     string  `json:"day_limit,omitempty"`
 	// StuckRuns lists the runs that did not complete: ID, status, error.
 	StuckRuns []string `json:"stuck_runs,omitempty"`
 }
@@ -130,6 +135,7 @@ func runBenchMultinode(ctx context.Context, env *cli.Env, args []string) error {
 		SingleNodeRequests: single.requests, SingleNodeProviderRejections: single.rejections,
 		SingleNodeMaxAggregateRatio: round4(single.peak), SingleNodeSeconds: round4(single.seconds),
 		SingleNodeAdmissionsPerSecond: round4(single.admissionsPerSecond()), StuckRuns: cluster.check.StuckRuns,
+		DayPaceRatio: round4(single.dayPaceRatio(cluster)), DayLimit: cluster.dayLimit,
 		WallSeconds: round4(time.Since(began).Seconds()), Rolled: cluster.rolled, MaxStopSeconds: round4(cluster.maxStop.Seconds()), RunsAtStops: cluster.atStops,
 	}
 	if err := printReport(env.Stdout, asJSON, "", rep, func(w io.Writer) { printMultinodeReport(w, rep, b.rolling) }); err != nil {
@@ -164,6 +170,7 @@ func parseMultinodeFlags(env *cli.Env, args []string) (b *multinodeBench, nodes,
 	limitsF := fs.String("limits", "rpm=2000,tpm=1000000,otpm=72000", "the key's limits, in the simulator and on every node: tight enough that they, not the CPU, bound the run")
 	fs.DurationVar(&b.latency, "latency", 200*time.Millisecond, "mean response time of the simulated provider")
 	fs.DurationVar(&b.leaseTTL, "lease-ttl", 2*time.Second, "the nodes' --lease-ttl")
+	fs.DurationVar(&b.dayBurst, "day-burst", 0, "the nodes' --day-burst, for --limits with a day limit (0: serve's default)")
 	fs.DurationVar(&b.restartAfter, "restart-after", -1, "restart each killed node with its name this long after its kill (negative: never; the live nodes resume its runs)")
 	fs.DurationVar(&b.adoptEvery, "adopt-every", time.Second, "the nodes' --adopt-every: how often each looks for the runs of nodes that no longer run")
 	fs.DurationVar(&b.timeout, "timeout", 5*time.Minute, "deadline of each run, from its first post to the end of its last document's run")
@@ -186,6 +193,7 @@ func parseMultinodeFlags(env *cli.Env, args []string) (b *multinodeBench, nodes,
 		wrapIf(limitsErr, "--limits"),
 		between("latency", b.latency, 0, time.Minute),
 		between("lease-ttl", b.leaseTTL, time.Millisecond, time.Hour),
+		refuseIf(b.dayBurst < 0 || b.dayBurst > 24*time.Hour, "--day-burst must be from 0 to 24h"),
 		refuseIf(b.restartAfter > 10*time.Minute, "--restart-after must be at most 10m (negative: never)"),
 		refuseIf(b.adoptEvery == 0 || b.adoptEvery > time.Hour, "--adopt-every must be at most 1h, and not 0 (negative: never)"),
 		refuseIf(b.timeout < time.Second, "--timeout must be at least 1s"),
@@ -219,6 +227,9 @@ func printMultinodeReport(w io.Writer, rep MultinodeReport, rolling bool) {
 			rep.MaxAggregateRatio, rep.MaxAggregateLimit, rep.Bottleneck, rep.Utilization, rep.SingleNodeUtilization, rep.Utilization/rep.SingleNodeUtilization,
 			rep.AdmissionsPerSecond, rep.Seconds, rep.SingleNodeAdmissionsPerSecond, rep.SingleNodeSeconds, rep.PostRetries, rep.AdoptedRuns,
 			rep.RebilledInFlight, rep.RebilledFinished, rep.WallSeconds)
+	}
+	if rep.DayLimit != "" && !rolling {
+		fmt.Fprintf(w, "day limit %s: the cluster spends it at %.3f × the single node's pace\n", rep.DayLimit, rep.DayPaceRatio)
 	}
 	for _, r := range rep.StuckRuns {
 		fmt.Fprintln(w, "stuck:", r)
@@ -260,6 +271,7 @@ type multinodeBench struct {
 	token           string
 	rolling         bool          // a rolling deploy instead of kills
 	stopGrace       time.Duration // the nodes' --stop-grace
+	dayBurst        time.Duration // the nodes' --day-burst; 0: their default
 }
 
 // multinodeRun is what one run (the single node's or the cluster's)
@@ -281,6 +293,18 @@ type multinodeRun struct {
 	rolled               int           // nodes stopped and started again as a new build (--rolling)
 	maxStop              time.Duration // the longest of those stops
 	atStops              int           // runs under way on them at their stops
+	dayLimit             string        // the day limit spent fastest, of its limit; "" when none applies
+	daySpend             float64       // its units charged per second of the run
+	dayOf                int64         // its limit
+}
+
+// dayPaceRatio is how fast other spent the day limit beside r, 0 when
+// either spent none.
+func (r multinodeRun) dayPaceRatio(other multinodeRun) float64 {
+	if r.daySpend <= 0 || other.daySpend <= 0 {
+		return 0
+	}
+	return other.daySpend / r.daySpend
 }
 
 func (r multinodeRun) admissionsPerSecond() float64 {
@@ -404,6 +428,13 @@ func (res *multinodeRun) measure(st forecast.Stats, limits governor.Limits, span
 		}
 		if u := utilization(st.Charged.On(l), limits[l], l.Period(), last.Sub(first)); u > res.utilization || res.bottleneck == "" {
 			res.utilization, res.bottleneck = u, l.String()
+		}
+		if span := last.Sub(first).Seconds(); l.Period() > time.Hour && span > 0 {
+			// The day limit spent fastest, of its limit.
+			v := float64(st.Charged.On(l)) / span
+			if res.dayLimit == "" || v/float64(limits[l]) > res.daySpend/float64(res.dayOf) {
+				res.dayLimit, res.daySpend, res.dayOf = l.String(), v, limits[l]
+			}
 		}
 	}
 }

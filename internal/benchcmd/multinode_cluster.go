@@ -79,6 +79,9 @@ func (c *multinodeCluster) startNode(ctx context.Context, exe, name string) (*mu
 		"--provider-url", c.provider, "--profile", "groq", "--limits", b.limits.String(), "--lease-ttl", b.leaseTTL.String(),
 		"--adopt-every", b.adoptEvery.String(), "--addr", "127.0.0.1:0", "--token-env", multinodeTokenEnv,
 		"--stop-grace", b.stopGrace.String())
+	if b.dayBurst > 0 {
+		cmd.Args = append(cmd.Args, "--day-burst", b.dayBurst.String())
+	}
 	cmd.Env = append(os.Environ(), MultinodeNodeEnv+"="+name, multinodeTokenEnv+"="+b.token)
 	p := &crashWorkerProc{cmd: cmd, done: make(chan error, 1), ready: make(chan struct{})}
 	nd := &multinodeNode{name: name, proc: p}

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -208,6 +209,13 @@ type Config struct {
 	// one of the governor's with the same weight and priority. Nil: the
 	// gateway builds its own.
 	Governor *governor.Governor
+
+	// ClusterFlows, on a process of a cluster, reads what every process of
+	// it last said of its flows on the key, this one too (sluice.App's
+	// ClusterFlows): GET /v1/flows then shows each flow on every process
+	// and in total. Nil: this process's flows only.
+	ClusterFlows func(context.Context) ([]NodeFlow, error)
+
 	// Store, if set, keeps the key's charges (under Key) so a restarted
 	// gateway remembers the day's usage instead of spending the day's
 	// budget again: they are restored at New, written every second from

@@ -333,6 +333,38 @@ type FlowView struct {
 	Tokens map[string]int64 `json:"tokens"`
 	// Rejections counts provider rejections of the flow's calls by limit.
 	Rejections map[string]int64 `json:"rejections"`
+	// Cluster, on a process of a cluster (Config.ClusterFlows), is the
+	// flow on every process of it, this one too, and in total; the fields
+	// above are this process's own.
+	Cluster *ClusterFlowView `json:"cluster,omitempty"`
+}
+
+// ClusterFlowView is a flow across the processes of a cluster: what each
+// last said of it and the sums.
+type ClusterFlowView struct {
+	Waiting  int64            `json:"waiting"`
+	Admitted int64            `json:"admitted"`
+	Tokens   map[string]int64 `json:"tokens"`
+	Nodes    []NodeFlowView   `json:"nodes"`
+}
+
+// NodeFlowView is a flow on one process of a cluster, as it last said.
+type NodeFlowView struct {
+	Node     string           `json:"node"`
+	Waiting  int64            `json:"waiting"`
+	Admitted int64            `json:"admitted"`
+	Tokens   map[string]int64 `json:"tokens"`
+	// At is when the process said it.
+	At time.Time `json:"at"`
+}
+
+// NodeFlow is what a process of a cluster said of one of its flows (see
+// Config.ClusterFlows).
+type NodeFlow struct {
+	Node, Flow        string
+	Waiting, Admitted int64
+	Input, Output     int64
+	At                time.Time
 }
 
 // Flows returns the state GET /v1/flows serves.
@@ -366,8 +398,56 @@ func (g *Gateway) Flows() FlowsView {
 		fv.State = flowState(now, fv.LastProgressAt, g.cfg.ProgressWindow, f.Waiting)
 		v.Flows = append(v.Flows, fv)
 	}
+	g.addCluster(&v)
 	return v
 }
+
+// addCluster adds to v what every process of the cluster said of its
+// flows, when the gateway runs on one: a flow only other processes have is
+// listed too, with nothing of this process's own.
+func (g *Gateway) addCluster(v *FlowsView) {
+	if g.cfg.ClusterFlows == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), clusterReadTimeout)
+	defer cancel()
+	rows, err := g.cfg.ClusterFlows(ctx)
+	if err != nil {
+		g.cfg.Logger.Warn("sluice gateway: cannot read the cluster's flows; /v1/flows shows this process's", "err", err)
+		return
+	}
+	at := map[string]int{}
+	for i, f := range v.Flows {
+		at[f.Name] = i
+	}
+	for _, r := range rows {
+		i, ok := at[r.Flow]
+		if !ok {
+			i = len(v.Flows)
+			at[r.Flow] = i
+			v.Flows = append(v.Flows, FlowView{Flow: health.Flow{Name: r.Flow, State: health.Idle},
+				Tokens: map[string]int64{"input": 0, "output": 0, "total": 0}, Rejections: map[string]int64{}})
+		}
+		f := &v.Flows[i]
+		if f.Cluster == nil {
+			f.Cluster = &ClusterFlowView{Tokens: map[string]int64{"input": 0, "output": 0, "total": 0}}
+		}
+		c := f.Cluster
+		c.Waiting += r.Waiting
+		c.Admitted += r.Admitted
+		c.Tokens["input"] += r.Input
+		c.Tokens["output"] += r.Output
+		c.Tokens["total"] += r.Input + r.Output
+		c.Nodes = append(c.Nodes, NodeFlowView{Node: r.Node, Waiting: r.Waiting, Admitted: r.Admitted,
+			Tokens: map[string]int64{"input": r.Input, "output": r.Output, "total": r.Input + r.Output}, At: r.At.UTC()})
+		if f.Waiting == 0 && f.Admitted == 0 && c.Waiting > 0 {
+			f.State = health.WaitingForQuota // only other processes have it
+		}
+	}
+}
+
+// clusterReadTimeout bounds the read of the cluster's flows for /v1/flows.
+const clusterReadTimeout = 2 * time.Second
 
 // flowState is a gateway flow's state: progressing while it admitted a
 // call within window, waiting-for-quota while calls wait, idle otherwise.

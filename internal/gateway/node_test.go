@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"math"
 	"net/http"
@@ -288,4 +289,46 @@ func backlogged(admitted []governor.Charge, arrived []arrival, weights map[strin
 		}
 	}
 	return tokens, n
+}
+
+// On a process of a cluster, GET /v1/flows shows each flow on every
+// process and in total, this process's own figures beside: a flow only
+// another process has is listed too.
+func TestFlowsShowTheCluster(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 12, 6, 3, 0, 0, 0, time.UTC)
+	b := setup(t, forecast.ModelConfig{Profile: "groq", Limits: limits("rpm=30,tpm=6000")},
+		Config{Limits: limits("rpm=30,tpm=6000"), Flows: []Flow{{Name: "summary"}},
+			ClusterFlows: func(context.Context) ([]NodeFlow, error) {
+				return []NodeFlow{
+					{Node: "n1", Flow: "summary", Waiting: 1, Admitted: 4, Input: 40, Output: 20, At: at},
+					{Node: "n2", Flow: "summary", Waiting: 2, Admitted: 5, Input: 50, Output: 25, At: at},
+					{Node: "n2", Flow: "title", Waiting: 3, Admitted: 0, At: at},
+				}, nil
+			}})
+	resp, body := b.do(t, "GET", "/v1/flows", "", nil)
+	if resp == nil || resp.StatusCode != 200 {
+		t.Fatalf("GET /v1/flows: %v %s", resp, body)
+	}
+	var v FlowsView
+	if err := json.Unmarshal(body, &v); err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]FlowView{}
+	for _, f := range v.Flows {
+		byName[f.Name] = f
+	}
+	s := byName["summary"]
+	if c := s.Cluster; c == nil || c.Waiting != 3 || c.Admitted != 9 || c.Tokens["total"] != 135 || len(c.Nodes) != 2 || c.Nodes[1].Node != "n2" || c.Nodes[1].Tokens["input"] != 50 {
+		t.Errorf("summary's cluster view %+v; want 3 waiting, 9 admitted, 135 tokens over n1 and n2", s.Cluster)
+	}
+	title, ok := byName["title"]
+	if !ok || title.Cluster == nil || title.Cluster.Waiting != 3 || title.State != "waiting-for-quota" || title.Waiting != 0 {
+		t.Errorf("title, only on n2: %+v (listed %v); want it listed, waiting for quota, 3 waiting on n2 and none here", title, ok)
+	}
+	// Without a cluster, nothing of it is said.
+	solo := setup(t, forecast.ModelConfig{Profile: "groq", Limits: limits("rpm=30")}, Config{Limits: limits("rpm=30"), Flows: []Flow{{Name: "summary"}}})
+	if _, body := solo.do(t, "GET", "/v1/flows", "", nil); strings.Contains(string(body), `"cluster"`) {
+		t.Errorf("a gateway on no cluster shows a cluster: %s", body)
+	}
 }

@@ -192,3 +192,59 @@ func (c *healthCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(failuresDesc, float64(f.ConsecutiveFailures), f.Name)
 	}
 }
+
+// The series of the flows of every process of a cluster, as the process
+// last read them from the store (every few seconds, in memory at scrape
+// time).
+var (
+	clusterWaitingDesc = prometheus.NewDesc("sluice_cluster_flow_waiting",
+		"Calls waiting for admission on each process of the cluster, by flow and process (node), as that process last said.",
+		[]string{"key", "flow", "node"}, nil)
+	clusterAdmittedDesc = prometheus.NewDesc("sluice_cluster_flow_admitted",
+		"Calls admitted by each process of the cluster since it started, by flow and process (node), as that process last said.",
+		[]string{"key", "flow", "node"}, nil)
+	clusterTokensDesc = prometheus.NewDesc("sluice_cluster_flow_tokens",
+		"Tokens charged to the calls each process of the cluster admitted since it started, as settled, by flow, process (node) and kind (input, output).",
+		[]string{"key", "flow", "node", "kind"}, nil)
+)
+
+// ClusterFlow is one flow on one process of a cluster (see AddCluster).
+type ClusterFlow struct {
+	Node, Flow        string
+	Waiting, Admitted int64
+	Input, Output     int64
+}
+
+// clusterCollector reads the cluster flows of every key added to it.
+type clusterCollector struct {
+	mu   sync.Mutex
+	keys []clusterSource
+}
+
+type clusterSource struct {
+	key   string
+	flows func() []ClusterFlow
+}
+
+func (c *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{clusterWaitingDesc, clusterAdmittedDesc, clusterTokensDesc} {
+		ch <- d
+	}
+}
+
+func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	keys := append([]clusterSource(nil), c.keys...)
+	c.mu.Unlock()
+	gauge := func(d *prometheus.Desc, v int64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), labels...)
+	}
+	for _, k := range keys {
+		for _, f := range k.flows() {
+			gauge(clusterWaitingDesc, f.Waiting, k.key, f.Flow, f.Node)
+			gauge(clusterAdmittedDesc, f.Admitted, k.key, f.Flow, f.Node)
+			gauge(clusterTokensDesc, f.Input, k.key, f.Flow, f.Node, "input")
+			gauge(clusterTokensDesc, f.Output, k.key, f.Flow, f.Node, "output")
+		}
+	}
+}

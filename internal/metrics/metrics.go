@@ -58,6 +58,7 @@ type Set struct {
 
 	governors *governorCollector
 	health    *healthCollector
+	cluster   *clusterCollector
 	runtime   sync.Once
 }
 
@@ -108,6 +109,8 @@ func On(reg *prometheus.Registry) (*Set, error) {
 	s.governors, err = shared(reg, &governorCollector{})
 	errs = append(errs, err)
 	s.health, err = shared(reg, &healthCollector{})
+	errs = append(errs, err)
+	s.cluster, err = shared(reg, &clusterCollector{})
 	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
@@ -282,6 +285,26 @@ func (s *Set) AddGovernor(g *governor.Governor, now func() time.Time) error {
 		now = time.Now
 	}
 	return s.governors.add(g, now)
+}
+
+// AddCluster makes the registry read, at every scrape, the flows of every
+// process of the cluster on key from flows (in memory: what the process
+// last read from the store). A key is read from one source; a second
+// fails.
+func (s *Set) AddCluster(key string, flows func() []ClusterFlow) error {
+	if flows == nil {
+		return errors.New("metrics: no cluster source")
+	}
+	c := s.cluster
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, k := range c.keys {
+		if k.key == key {
+			return fmt.Errorf("metrics: the cluster's flows of key %q are already read from another source", key)
+		}
+	}
+	c.keys = append(c.keys, clusterSource{key: key, flows: flows})
+	return nil
 }
 
 // AddHealth makes the registry read the backfills' health from flows at

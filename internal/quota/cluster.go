@@ -86,6 +86,15 @@ type leaser struct {
 	mu      sync.Mutex
 	unsaved map[string]leaseUse // uses the store did not take yet
 	failing bool                // the last transaction failed: warned once
+	said    time.Time           // when the flows were last written down (see sayFlows)
+	seen    []store.NodeFlow    // the cluster's flows as last read, after that write
+}
+
+// flowsEvery is how often a node writes down its flows for the others to
+// show: every lease, from a second to five. What a node wrote more than
+// three times that long ago is no longer shown (see ClusterFlows).
+func (ls *leaser) flowsEvery() time.Duration {
+	return min(max(ls.cfg.LeaseTTL, time.Second), 5*time.Second)
 }
 
 // leaseUse is what a lease was used for, as the governor last reported it.
@@ -145,13 +154,19 @@ func (ls *leaser) run(ctx context.Context, stop <-chan struct{}) {
 func (ls *leaser) once(ctx context.Context) {
 	ls.settle(ctx)
 	now := ls.now()
+	ls.sayFlows(ctx, now)
 	d := ls.g.Inside(govkey.Key{}).Demand(now, ls.cfg.LeaseTTL/4)
 	if d.Want == (governor.Cost{}) {
 		return
 	}
+	var pace *store.LeasePace
+	if d.Burst > 0 {
+		// The day limits are paced for the whole cluster, by the store.
+		pace = &store.LeasePace{DayPace: d.DayPace, Burst: d.Burst, Ahead: d.Ahead}
+	}
 	got, err := ls.st.TakeLease(ctx, store.LeaseRequest{
 		Key: ls.key, Node: ls.cfg.Node, At: now, TTL: min(ls.cfg.LeaseTTL+ls.lag, store.MaxLeaseTTL),
-		Want: d.Want, Min: d.Min, Weight: d.Weight, Flows: d.Flows, Limits: ls.g.Limits(),
+		Want: d.Want, Min: d.Min, Weight: d.Weight, Flows: d.Flows, Limits: ls.g.Limits(), Pace: pace,
 	})
 	if ctx.Err() != nil {
 		return // stopping: the lease, if any, goes unused
@@ -170,6 +185,59 @@ func (ls *leaser) once(ctx context.Context) {
 	// The transaction outlasted the lease: nothing can be admitted on it.
 	// Written down unused and final, it frees its room at once, and folds.
 	ls.failed(ls.st.SettleLease(ctx, ls.key, got.ID, governor.Cost{}, got.At, true), "settle a lease")
+}
+
+// sayFlows writes down this node's flows on the key (what waits, what
+// was admitted and its tokens), at most every flowsEvery, for every node
+// to show the cluster's (ClusterFlows).
+func (ls *leaser) sayFlows(ctx context.Context, now time.Time) {
+	if !ls.said.IsZero() && now.Sub(ls.said) < ls.flowsEvery() && !now.Before(ls.said) {
+		return
+	}
+	ls.said = now
+	st := ls.g.Stats(now)
+	flows := make([]store.NodeFlow, 0, min(len(st.Flows), store.MaxLeaseFlows))
+	for _, f := range st.Flows[:min(len(st.Flows), store.MaxLeaseFlows)] {
+		flows = append(flows, store.NodeFlow{Flow: f.Name, Waiting: int64(f.Waiting), Admitted: min(f.Admitted, governor.MaxCost),
+			Input: min(f.Tokens.Input, governor.MaxCost), Output: min(f.Tokens.Output, governor.MaxCost)})
+	}
+	err := ls.st.RecordNodeFlows(ctx, ls.key, ls.cfg.Node, now, flows)
+	ls.failed(err, "write down the flows")
+	if err != nil {
+		return
+	}
+	seen, err := ls.st.NodeFlows(ctx, ls.key, now.Add(-3*ls.flowsEvery()))
+	ls.failed(err, "read the cluster's flows")
+	if err == nil {
+		ls.mu.Lock()
+		ls.seen = seen
+		ls.mu.Unlock()
+	}
+}
+
+// SeenClusterFlows returns the cluster's flows as the Ledger last read them
+// (see ClusterFlows), every few seconds, from memory: what metrics show
+// without reading the store at each scrape. Nil when the Ledger is not one
+// of a cluster, or has not read them yet.
+func (l *Ledger) SeenClusterFlows() []store.NodeFlow {
+	if l.lease == nil {
+		return nil
+	}
+	l.lease.mu.Lock()
+	defer l.lease.mu.Unlock()
+	return l.lease.seen
+}
+
+// ClusterFlows returns what every node of the Ledger's cluster, this one
+// too, last wrote down of its flows on the key, as long as it is fresh
+// (written within three times the time between two writes), by flow and
+// node; ok is false when the Ledger is not one of a cluster.
+func (l *Ledger) ClusterFlows(ctx context.Context, now time.Time) (flows []store.NodeFlow, ok bool, err error) {
+	if l.lease == nil {
+		return nil, false, nil
+	}
+	flows, err = l.lease.st.NodeFlows(ctx, l.lease.key, now.Add(-3*l.lease.flowsEvery()))
+	return flows, true, err
 }
 
 // settle writes what the leases were used for; what cannot be written is

@@ -2,14 +2,11 @@ package quota_test
 
 import (
 	"context"
-	"fmt"
-	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
-	"github.com/sluice-dev/sluice/internal/govkey"
 	"github.com/sluice-dev/sluice/internal/quota"
 	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/internal/testenv"
@@ -22,178 +19,26 @@ type call struct {
 	cost       governor.Cost // as settled
 }
 
-// Three processes share one key through the store, each on a handle of its
-// own: flow a's calls wait on one node, flow b's on the two others. On both
+// Three processes share one key through the store (see clusterSim): flow
+// a's calls wait on one node, flow b's on the two others. On both
 // databases, what all three admit in any minute never exceeds a limit, the
 // key is used near its bottleneck, and a and b get the same share, wherever
 // their work waits; and a node that dies midway spends nothing twice: the
 // two others go on under the limits with its charges counted.
-//
-// The three share one clock that the test moves on to the next event (a
-// call may be admitted, a grant loop's tick, the node's death, the end)
-// once every node is still: all its calls wait in line, its grant loop has
-// turned if a call waits for a lease or at its tick, as Start turns it, and
-// nothing more can be admitted. So what happens depends on what the nodes
-// do, not on how fast the machine runs them.
 func TestClusterHoldsTheLimitsInAggregate(t *testing.T) {
 	t.Parallel()
 	testenv.Databases(t, func(t *testing.T, url string) {
-		clk := &stepClock{now: time.Date(2026, 10, 18, 7, 0, 0, 0, time.UTC)}
 		limits := governor.Limits{governor.RPM: 120, governor.TPM: 12_000, governor.OTPM: 3_000}
-		reserve := governor.Cost{Requests: 1, Input: 60, Output: 40}
-		used := governor.Cost{Input: 60, Output: 20}
-		const ttl = 20 * time.Second
-		tick := ttl / 4 // the grant loop's, as Start runs it
-		// The clock moves half a second at least: a call a lease holds back
-		// looks again every 50 ms and wakes its grant loop each time, which
-		// answers in a store transaction's time.
-		const step = 500 * time.Millisecond
-
-		var mu sync.Mutex
-		var calls []call
+		const run = 3 * time.Minute // of the clock
+		sim := clusterSim{
+			limits: limits, dayBurst: -1,
+			reserve: governor.Cost{Requests: 1, Input: 60, Output: 40}, used: governor.Cost{Input: 60, Output: 20},
+			ttl: 20 * time.Second, step: 500 * time.Millisecond, run: run,
+			nodes: []simNode{{"n1", []string{"a", "a"}}, {"n2", []string{"b", "b"}}, {"n3", []string{"b", "b"}}},
+			kill:  2,
+		}
+		calls, end := sim.simulate(t, url, time.Date(2026, 10, 18, 7, 0, 0, 0, time.UTC))
 		ctx := context.Background()
-		run := 3 * time.Minute // of the clock
-		type node struct {
-			name   string
-			flows  []string
-			l      *quota.Ledger
-			cancel context.CancelFunc
-			wg     sync.WaitGroup
-		}
-		nodes := []*node{{name: "n1", flows: []string{"a", "a"}}, {name: "n2", flows: []string{"b", "b"}}, {name: "n3", flows: []string{"b", "b"}}}
-		for _, n := range nodes {
-			st := testenv.OpenStore(t, url)
-			// Wait sleeps on no timer: the test admits what the clock
-			// allows by calling Advance when it moves the clock.
-			l, err := quota.Open(ctx, st, governor.Config{Key: "groq", Limits: limits, SettleOutput: true,
-				Now: clk.Now, After: func(time.Duration) <-chan time.Time { return nil }, DayBurst: -1},
-				quota.Config{Now: clk.Now, Cluster: &quota.Cluster{Node: n.name, LeaseTTL: ttl}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if l.Node() != n.name {
-				t.Fatalf("node %q, want %q", l.Node(), n.name)
-			}
-			n.l = l
-		}
-		began := clk.Now()
-		for _, n := range nodes {
-			nctx, cancel := context.WithCancel(ctx)
-			n.cancel = cancel
-			l := n.l
-			for _, f := range n.flows {
-				n.wg.Go(func() {
-					for {
-						r, err := l.Wait(nctx, f, reserve)
-						if err != nil {
-							return // the node died, or the run is over
-						}
-						at := r.AdmittedAt()
-						r.Settle(clk.Now(), used)
-						mu.Lock()
-						calls = append(calls, call{node: n.name, flow: f, at: at, cost: r.Cost()})
-						mu.Unlock()
-					}
-				})
-			}
-		}
-		// still waits until every call of the live nodes waits in line
-		// and none of them can be admitted at the clock's time; it reports
-		// whether any was.
-		still := func(live []*node) bool {
-			any := false
-			for {
-				now := clk.Now()
-				for _, n := range live {
-					waitUntil(t, func() (bool, string) {
-						w := waitingOf(n.l, now)
-						return w == len(n.flows), fmt.Sprintf("%s: %d of its %d calls wait in line", n.name, w, len(n.flows))
-					})
-				}
-				admitted := false
-				for _, n := range live {
-					n.l.Advance(now)
-					admitted = admitted || waitingOf(n.l, now) < len(n.flows)
-				}
-				if !admitted {
-					return any
-				}
-				any = true
-			}
-		}
-		// turn runs the grant loops of the live nodes that a call waits a
-		// lease on, or all at a tick, at once as their processes would, and
-		// admits what the leases allow, until the nodes are still.
-		turn := func(live []*node, tick bool) {
-			for {
-				var wg sync.WaitGroup
-				for _, n := range live {
-					select {
-					case <-n.l.Inside(govkey.Key{}).LeaseWanted():
-					default:
-						if !tick {
-							continue
-						}
-					}
-					wg.Go(func() { n.l.LeaseOnce(ctx) })
-				}
-				wg.Wait()
-				if !still(live) {
-					return
-				}
-				tick = false
-			}
-		}
-		live := nodes
-		died := false
-		nextTick := began
-		for {
-			now := clk.Now()
-			if !died && now.Sub(began) >= run/3 {
-				// n3 dies at a third of the run, without a word to the store.
-				nodes[2].cancel()
-				nodes[2].wg.Wait()
-				live, died = nodes[:2], true
-			}
-			if now.Sub(began) >= run {
-				break
-			}
-			still(live)
-			ticked := !now.Before(nextTick)
-			if ticked {
-				nextTick = now.Add(tick)
-			}
-			turn(live, ticked)
-			// The next event: a call may be admitted (a step on at least),
-			// a tick, the death, the end.
-			next := nextTick
-			for _, n := range live {
-				if at := n.l.Advance(now); !at.IsZero() && at.Before(next) {
-					next = at
-				}
-			}
-			if least := now.Add(step); next.Before(least) {
-				next = least
-			}
-			for _, at := range []time.Time{began.Add(run / 3), began.Add(run)} {
-				if at.After(now) && at.Before(next) {
-					next = at
-				}
-			}
-			clk.set(next)
-		}
-		for _, n := range live {
-			n.cancel()
-			n.wg.Wait()
-			n.l.LeaseOnce(ctx) // the leases' last use, as Stop writes it down
-			if err := n.l.Stop(ctx); err != nil {
-				t.Error(err)
-			}
-		}
-
-		mu.Lock()
-		defer mu.Unlock()
-		slices.SortFunc(calls, func(a, b call) int { return a.at.Compare(b.at) })
 		// Every window of a minute that ends at an admission.
 		worst := [governor.NumLimits]float64{}
 		for i, c := range calls {
@@ -233,7 +78,7 @@ func TestClusterHoldsTheLimitsInAggregate(t *testing.T) {
 		// What the store holds agrees: the leases of the last minute sum to
 		// at most the limits.
 		st := testenv.OpenStore(t, url)
-		minute, _, err := st.LeaseUse(ctx, "groq", clk.Now())
+		minute, _, err := st.LeaseUse(ctx, "groq", end)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -393,6 +238,55 @@ func TestStopHandsBackTheRoom(t *testing.T) {
 		want := governor.Cost{Requests: 1, Input: 500, Output: 200}
 		if minute != want || day != want {
 			t.Errorf("after the stop the leases take %+v of the minute and %+v of the day, want the call's use %+v", minute, day, want)
+		}
+	})
+}
+
+// TestClusterPacesTheDayAsOne: three processes pace a day limit together
+// at the pace one process would, through the store's shared pacer; alone
+// each would pace it at the full even rate, and three would spend the day
+// three times as fast. Flows a (on one node) and b (on two) share the pace
+// evenly. On both databases, on a clock the run moves.
+func TestClusterPacesTheDayAsOne(t *testing.T) {
+	t.Parallel()
+	testenv.Databases(t, func(t *testing.T, url string) {
+		// 2,880 calls a day: the even pace is a call each 30 s. Leases of
+		// a minute: the grant loops turn every 15 s of the clock.
+		limits := governor.Limits{governor.RPM: 100, governor.RPD: 2_880}
+		const run, burst = 2 * time.Hour, 5 * time.Minute
+		sim := clusterSim{
+			limits: limits, dayBurst: burst,
+			reserve: governor.Cost{Requests: 1, Input: 10, Output: 10}, used: governor.Cost{Input: 10, Output: 5},
+			ttl: time.Minute, step: 5 * time.Second, run: run, kill: -1,
+		}
+		began := time.Date(2026, 10, 18, 7, 0, 0, 0, time.UTC)
+		sim.nodes = []simNode{{"solo", []string{"a", "b"}}}
+		one, _ := sim.simulate(t, url, began)
+		// The same on a key of its own, three nodes.
+		sim.limits[governor.RPM]++ // another key's leases: the name is the same, so the day is apart by a day
+		began = began.Add(72 * time.Hour)
+		sim.nodes = []simNode{{"n1", []string{"a", "a"}}, {"n2", []string{"b"}}, {"n3", []string{"b"}}}
+		three, _ := sim.simulate(t, url, began)
+
+		// The even pace of the run and the burst, paid back over the day.
+		day := 24 * time.Hour
+		pace := float64(limits[governor.RPD]) * 0.995 * run.Seconds() / day.Seconds() * float64(day) / float64(day+burst)
+		most := pace + float64(limits[governor.RPD])*0.995*burst.Seconds()/day.Seconds() + 1
+		perFlow := map[string]int{}
+		for _, c := range three {
+			perFlow[c.flow]++
+		}
+		t.Logf("one node: %d calls in %s; three nodes: %d (%v); the pace allows %.0f", len(one), run, len(three), perFlow, most)
+		for name, n := range map[string]int{"one node": len(one), "three nodes": len(three)} {
+			if float64(n) > most {
+				t.Errorf("%s made %d calls in %s, over the day's pace and burst, %.0f", name, n, run, most)
+			}
+		}
+		if r := float64(len(three)) / float64(len(one)); r < 0.9 || r > 1.1 {
+			t.Errorf("three nodes made %d calls, one %d: %.2f × one node's pace, want within 10 %%", len(three), len(one), r)
+		}
+		if d := float64(perFlow["a"]-perFlow["b"]) / float64(len(three)); d > 0.15 || d < -0.15 {
+			t.Errorf("flow a had %d calls, flow b %d: want them within 15 %% of the total, whatever node their calls wait on", perFlow["a"], perFlow["b"])
 		}
 	})
 }

@@ -69,6 +69,10 @@ type LeaseRequest struct {
 	// Limits is each limit's allowance, indexed by governor.Limit; 0: the
 	// limit does not apply. Each from 0 to governor.MaxCost.
 	Limits [governor.NumLimits]int64
+	// Pace, when set with a Burst, has the key's day limits paced across
+	// its processes by shared pacers (see LeasePace): every process of the
+	// key must set it alike.
+	Pace *LeasePace
 }
 
 // Lease is capacity granted to one process on a key.
@@ -84,6 +88,17 @@ type Lease struct {
 	// UTC at millisecond precision.
 	At    time.Time
 	Until time.Time
+}
+
+// NodeFlow is what a node of a cluster said of one of its flows on a key:
+// the calls waiting in its line, and the calls admitted since the node
+// started with the tokens charged to them, as settled.
+type NodeFlow struct {
+	Node, Flow        string
+	Waiting, Admitted int64
+	Input, Output     int64
+	// At is when the node said it.
+	At time.Time
 }
 
 // unbounded is the room on a limit that does not apply.
@@ -103,6 +118,13 @@ type Claim struct {
 	// granted or not: a node below its share so keeps room for one more
 	// ask like its last.
 	Want governor.Cost
+	// Pace is what its leases take in the pace window (see Paced), on a
+	// paced key; PacedOut that its last grant was cut on a paced day
+	// limit: it wants more of the pace than it gets, and so claims all its
+	// share of it, where a node that got what it asked claims only its use
+	// and its ask, and leaves the rest of the pace to the others.
+	Pace     governor.Cost
+	PacedOut bool
 }
 
 // Grant returns what of req.Want a lease may grant, given minute and day,
@@ -148,6 +170,21 @@ type Claim struct {
 // a weight that is not above 0 as 0, and a claim's negative parts as 0. It
 // has no side effects and does no arithmetic that can overflow.
 func Grant(req LeaseRequest, minute, day, ownMinute, ownDay governor.Cost, others []Claim) governor.Cost {
+	return grant(req, minute, day, ownMinute, ownDay, others, nil)
+}
+
+// GrantPaced is Grant on a paced key (req.Pace with a Burst): each day
+// limit's grant is also bounded by paceShare's (the room its shared pacer
+// leaves, and the asking node's share of the pace window), beyond which only
+// req.Pace.Ahead goes; when Min does not fit that, the grant is zero.
+func GrantPaced(req LeaseRequest, minute, day, ownMinute, ownDay governor.Cost, others []Claim, p Paced) governor.Cost {
+	if req.Pace == nil || req.Pace.Burst <= 0 || !(req.Pace.DayPace > 0) {
+		return Grant(req, minute, day, ownMinute, ownDay, others)
+	}
+	return grant(req, minute, day, ownMinute, ownDay, others, &p)
+}
+
+func grant(req LeaseRequest, minute, day, ownMinute, ownDay governor.Cost, others []Claim, paced *Paced) governor.Cost {
 	want := clampCost(req.Want, governor.Cost{Requests: governor.MaxCost, Input: governor.MaxCost, Output: governor.MaxCost})
 	least := clampCost(req.Min, want)
 	if want == (governor.Cost{}) {
@@ -182,6 +219,13 @@ func Grant(req LeaseRequest, minute, day, ownMinute, ownDay governor.Cost, other
 		if need > left {
 			return governor.Cost{} // its share of the window is taken: it waits for its own leases to age out
 		}
+		if paced != nil && (l == governor.RPD || l == governor.TPD) {
+			pace := paceShare(l, limit, req, *paced, self, weights, others, need)
+			if need > pace {
+				return governor.Cost{} // the pace holds it back
+			}
+			left = min(left, pace)
+		}
 		bound[l] = left
 	}
 	g := governor.Cost{
@@ -200,16 +244,23 @@ func Grant(req LeaseRequest, minute, day, ownMinute, ownDay governor.Cost, other
 // water-filling (see Grant): self is its weight and weights the others',
 // as weighOf scales them; others their claims. It is at most limit.
 func fairShare(l governor.Limit, limit int64, self float64, weights []float64, others []Claim) int64 {
+	use := func(c Claim) int64 { return c.Minute.On(l) }
+	if l.Period() > time.Minute {
+		use = func(c Claim) int64 { return c.Day.On(l) }
+	}
+	return share(limit, self, weights, others, use, l)
+}
+
+// share is fairShare over a window in which use says what each other
+// node's leases take.
+func share(limit int64, self float64, weights []float64, others []Claim, use func(Claim) int64, l governor.Limit) int64 {
 	type claim struct{ w, c, per float64 } // per: claim per weight
 	var cs []claim
 	for i, o := range others {
 		if !(weights[i] > 0) {
 			continue
 		}
-		use := o.Minute.On(l)
-		if l.Period() > time.Minute {
-			use = o.Day.On(l)
-		}
+		use := use(o)
 		// Each part is cut to the limit: the sum of two is below 2^42 and
 		// exact in float64.
 		c := float64(min(max(use, 0), limit) + min(max(o.Want.On(l), 0), limit))

@@ -343,9 +343,22 @@ type Store interface {
 	LeaseUse(ctx context.Context, key string, at time.Time) (minute, day governor.Cost, err error)
 
 	// PruneLeases deletes key's leases and folds that ended before before
-	// (a fold when the last of its leases did), and key's nodes last seen
-	// before it, and returns how many rows of leases and folds it deleted.
+	// (a fold when the last of its leases did), and key's nodes and their
+	// flows last seen before it, and returns how many rows of leases and
+	// folds it deleted.
 	PruneLeases(ctx context.Context, key string, before time.Time) (int64, error)
+
+	// RecordNodeFlows writes down what node says of its flows on key at at
+	// (see NodeFlow; its Node and At are node and at), each flow's row
+	// replacing the last. More than MaxLeaseFlows flows, a flow's name
+	// empty, over MaxKeyBytes or given twice, a count negative or over
+	// governor.MaxCost, or a zero at is an error naming it, and writes
+	// nothing.
+	RecordNodeFlows(ctx context.Context, key, node string, at time.Time, flows []NodeFlow) error
+
+	// NodeFlows returns what the nodes of key last said of their flows, of
+	// those that said it at since or later, by flow and then node.
+	NodeFlows(ctx context.Context, key string, since time.Time) ([]NodeFlow, error)
 
 	// Locks: what keeps one process at a time doing a thing on the
 	// database, however many share it (see Lock).

@@ -2,6 +2,7 @@ package ui
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"html/template"
@@ -46,6 +47,24 @@ type keyView struct {
 	ChartNote  string
 	Rejections []rejectionView
 	Flows      []keyFlowView
+	// Cluster lists each flow on every process of the cluster, with the
+	// sums; empty when the process is not one of a cluster.
+	Cluster []clusterFlowView
+}
+
+// ClusterFlow is one flow on one process of a cluster (Config.Cluster).
+type ClusterFlow struct {
+	Node, Flow string
+	Waiting    int64
+	Admitted   int64
+	Tokens     int64
+}
+
+// clusterFlowView is a flow's row of the cluster's table: one process's,
+// or (Node "") the sum of every process's.
+type clusterFlowView struct {
+	ClusterFlow
+	Total bool
 }
 
 // gaugeView is one limit of a key now.
@@ -133,10 +152,41 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
+		if h.cfg.Cluster != nil {
+			rows, err := h.cfg.Cluster(r.Context(), k.Key)
+			if err != nil {
+				return fmt.Errorf("read the cluster's flows of key %s: %w", k.Key, err)
+			}
+			kv.Cluster = clusterRows(rows)
+		}
 		v.Keys = append(v.Keys, kv)
 	}
 	h.renderLive(w, r, "overview", "Overview", "overview", v)
 	return nil
+}
+
+// clusterRows lays out the cluster's flows, sorted by flow and then
+// process: each flow's processes, then their sum when there are several.
+func clusterRows(rows []ClusterFlow) []clusterFlowView {
+	rows = slices.Clone(rows)
+	slices.SortStableFunc(rows, func(a, b ClusterFlow) int {
+		return cmp.Or(strings.Compare(a.Flow, b.Flow), strings.Compare(a.Node, b.Node))
+	})
+	var out []clusterFlowView
+	for i := 0; i < len(rows); {
+		j, sum := i, ClusterFlow{Flow: rows[i].Flow}
+		for ; j < len(rows) && rows[j].Flow == rows[i].Flow; j++ {
+			out = append(out, clusterFlowView{ClusterFlow: rows[j]})
+			sum.Waiting += rows[j].Waiting
+			sum.Admitted += rows[j].Admitted
+			sum.Tokens += rows[j].Tokens
+		}
+		if j-i > 1 {
+			out = append(out, clusterFlowView{ClusterFlow: sum, Total: true})
+		}
+		i = j
+	}
+	return out
 }
 
 // keySamples reads the last day's samples of the key's flows, a flow at a

@@ -244,3 +244,42 @@ func TestUseSpreadsSamplesOverTheirInterval(t *testing.T) {
 		}
 	}
 }
+
+// On a process of a cluster, the overview lists each flow of a key on
+// every process, with the sum where it runs on several; a key of no
+// cluster has no such table.
+func TestOverviewShowsTheClustersFlows(t *testing.T) {
+	t.Parallel()
+	h := newUI(t, ui.Config{
+		Keys: func(context.Context, time.Time) []governor.Stats {
+			return []governor.Stats{
+				keyStats("groq", map[governor.Limit][2]int64{governor.RPM: {30, 1}}, governor.FlowStats{Name: "summary"}),
+				keyStats("openai", map[governor.Limit][2]int64{governor.RPM: {30, 1}}, governor.FlowStats{Name: "chat"}),
+			}
+		},
+		Cluster: func(_ context.Context, key string) ([]ui.ClusterFlow, error) {
+			if key != "groq" {
+				return nil, nil
+			}
+			return []ui.ClusterFlow{
+				{Node: "n2", Flow: "summary", Waiting: 2, Admitted: 5, Tokens: 700},
+				{Node: "n2", Flow: "title", Waiting: 1, Admitted: 0},
+				{Node: "n1", Flow: "summary", Waiting: 1, Admitted: 4, Tokens: 300},
+			}, nil
+		},
+	}, nil)
+	_, page := get(t, h, "/")
+	rows := page.all(func(n node) bool { return n.Name == "tr" && n.Attrs["data-cluster-flow"] != "" })
+	var got []string
+	for _, r := range rows {
+		got = append(got, strings.Join(strings.Fields(r.text()), " "))
+	}
+	want := []string{"summary n1 1 4 300", "summary n2 2 5 700", "summary all nodes 3 9 1,000", "title n2 1 0 0"}
+	if !slices.Equal(got, want) {
+		t.Errorf("the cluster's rows %q, want %q", got, want)
+	}
+	openai := page.one(t, "key openai", func(n node) bool { return n.Name == "section" && n.Attrs["data-key"] == "openai" })
+	if len(openai.all(classed("cluster-flows"))) != 0 {
+		t.Error("a key of no cluster shows a cluster's table")
+	}
+}

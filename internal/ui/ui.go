@@ -129,6 +129,11 @@ type Config struct {
 	// the overview's gauges, reading what it needs under ctx (the page's
 	// request). Default nil: no keys.
 	Keys func(ctx context.Context, now time.Time) []governor.Stats
+	// Cluster returns, on a process of a cluster, what every process of
+	// it last said of its flows on the key named key (governor.Stats.Key),
+	// for the overview's table of the cluster's flows. Default nil, or no
+	// rows: no such table.
+	Cluster func(ctx context.Context, key string) ([]ClusterFlow, error)
 	// History reads the samples behind the overview's 24 h charts and
 	// rates. Default nil: no charts and no rates.
 	History History

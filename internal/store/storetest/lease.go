@@ -412,6 +412,112 @@ func exerciseLeases(t *testing.T, newDB NewDatabase) {
 		}
 	})
 
+	t.Run("LeaseDayPacedAcrossNodes", func(t *testing.T) {
+		t.Parallel()
+		s := open(t)
+		// A request a second is the even pace of 86,400 a day; a pacer
+		// made now pays back its minute's burst over the day, each unit
+		// worth (day + burst) / day of a second.
+		paced := func(node string, at time.Time, want int64, ahead int64) store.LeaseRequest {
+			req := leaseRequest(node, at, cost(want, 0, 0), "rpd=86400")
+			req.Min = cost(1, 0, 0)
+			req.Pace = &store.LeasePace{DayPace: 1, Burst: time.Minute, Ahead: cost(ahead, 0, 0)}
+			return req
+		}
+		// The burst in hand: 59 of the 100 asked (60 s over 1.0007 s).
+		first := mustTakeLease(t, s, paced("n1", base, 100, 0))
+		assertLease(t, first, "n1", cost(59, 0, 0), base, base.Add(ttl))
+		// Another node finds the pace taken: the day's room does not help.
+		if l := mustTakeLease(t, s, paced("n2", base, 10, 0)); l != (store.Lease{}) {
+			t.Fatalf("a second node's lease with the pace taken = %+v, want none", l)
+		}
+		// What may run ahead of the pace (a priority call on its credit)
+		// goes.
+		assertLease(t, mustTakeLease(t, s, paced("n2", base, 10, 1)), "n2", cost(1, 0, 0), base, base.Add(ttl))
+		// Ten seconds on, what the pace has made since: 9 (the call ahead
+		// took one second of it).
+		at := base.Add(10 * time.Second)
+		assertLease(t, mustTakeLease(t, s, paced("n2", at, 100, 0)), "n2", cost(9, 0, 0), at, at.Add(ttl))
+		// The first lease, settled unused, gives its 59 back to the pace.
+		mustSettleLease(t, s, "groq", first.ID, governor.Cost{}, base, true)
+		assertLease(t, mustTakeLease(t, s, paced("n2", at, 100, 0)), "n2", cost(59, 0, 0), at, at.Add(ttl))
+		// A pace out of range is refused, naming it.
+		for _, tc := range []struct {
+			pace store.LeasePace
+			want string
+		}{
+			{store.LeasePace{DayPace: 1.5, Burst: time.Minute}, "day pace 1.5"},
+			{store.LeasePace{DayPace: math.NaN(), Burst: time.Minute}, "day pace NaN"},
+			{store.LeasePace{DayPace: 1, Burst: 25 * time.Hour}, "burst 25h0m0s"},
+			{store.LeasePace{DayPace: 1, Burst: time.Minute, Ahead: cost(11, 0, 0)}, "Pace.Ahead.Requests 11 is over Want.Requests 10"},
+		} {
+			req := paced("n3", at, 10, 0)
+			req.Pace = &tc.pace
+			if _, err := s.TakeLease(ctx, req); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("TakeLease with pace %+v = %v, want an error naming %q", tc.pace, err, tc.want)
+			}
+		}
+	})
+
+	t.Run("NodeFlowsOfTheCluster", func(t *testing.T) {
+		t.Parallel()
+		s := open(t)
+		flow := func(node, name string, waiting, admitted int64, at time.Time) store.NodeFlow {
+			return store.NodeFlow{Node: node, Flow: name, Waiting: waiting, Admitted: admitted, Input: 10 * admitted, Output: 5 * admitted, At: at}
+		}
+		record := func(node string, at time.Time, flows ...store.NodeFlow) {
+			t.Helper()
+			if err := s.RecordNodeFlows(ctx, "groq", node, at, flows); err != nil {
+				t.Fatal(err)
+			}
+		}
+		check := func(since time.Time, want ...store.NodeFlow) {
+			t.Helper()
+			got, err := s.NodeFlows(ctx, "groq", since)
+			if err != nil || !slices.Equal(got, want) {
+				t.Fatalf("NodeFlows since %s = %+v, %v; want %+v", showTime(since), got, err, want)
+			}
+		}
+		later := base.Add(2 * time.Second)
+		record("n2", base, flow("n2", "summary", 4, 7, base))
+		record("n1", base, flow("n1", "title", 0, 3, base), flow("n1", "summary", 2, 9, base))
+		check(base, flow("n1", "summary", 2, 9, base), flow("n2", "summary", 4, 7, base), flow("n1", "title", 0, 3, base))
+		// A node's next word replaces its last; a node that said nothing
+		// since is left out.
+		record("n1", later, flow("n1", "summary", 0, 12, later))
+		check(later, flow("n1", "summary", 0, 12, later))
+		check(base, flow("n1", "summary", 0, 12, later), flow("n2", "summary", 4, 7, base), flow("n1", "title", 0, 3, base))
+		// Another key's are its own.
+		if got, err := s.NodeFlows(ctx, "openai", base); err != nil || len(got) != 0 {
+			t.Fatalf("NodeFlows of another key = %+v, %v; want none", got, err)
+		}
+		// Bad input names what is wrong and writes nothing.
+		for _, tc := range []struct {
+			node  string
+			flows []store.NodeFlow
+			want  string
+		}{
+			{"", nil, "node"},
+			{"n3", []store.NodeFlow{flow("n3", "", 1, 1, later)}, "flow"},
+			{"n3", []store.NodeFlow{flow("n3", "a", 1, 1, later), flow("n3", "a", 2, 2, later)}, `flow "a" is given twice`},
+			{"n3", []store.NodeFlow{flow("n3", "a", -1, 1, later)}, `flow "a": waiting -1 is out of range`},
+			{"n3", []store.NodeFlow{flow("n3", "a", 1, 1<<41, later)}, `flow "a": admitted 2199023255552 is out of range`},
+		} {
+			if err := s.RecordNodeFlows(ctx, "groq", tc.node, later, tc.flows); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("RecordNodeFlows(%q, %+v) = %v, want an error naming %q", tc.node, tc.flows, err, tc.want)
+			}
+		}
+		if err := s.RecordNodeFlows(ctx, "groq", "n3", time.Time{}, nil); err == nil || !strings.Contains(err.Error(), "time") {
+			t.Errorf("RecordNodeFlows at the zero time = %v, want an error naming the time", err)
+		}
+		check(later, flow("n1", "summary", 0, 12, later))
+		// Pruned with the leases' nodes.
+		if _, err := s.PruneLeases(ctx, "groq", later); err != nil {
+			t.Fatal(err)
+		}
+		check(base, flow("n1", "summary", 0, 12, later))
+	})
+
 	t.Run("PruneLeasesEndedAndNodesGone", func(t *testing.T) {
 		t.Parallel()
 		s := open(t)

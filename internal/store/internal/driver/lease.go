@@ -30,16 +30,23 @@ type Leases struct {
 // leaseStatements are the files of a driver's sql folder that NewLeases
 // reads, each in the driver's dialect, with the parameters listed.
 var leaseStatements = []string{
-	"lock_lease_key",    // key; keeps the key's other TakeLease calls out until the transaction ends
-	"record_lease_node", // key, node, weight, flows (JSON), seen at, what it asked for: requests, input, output
-	"lease_others",      // key, node, seen from (inclusive; a node seen later counts too: its clock, or its turn at the lock, was ahead); returns the node, weight, flows and wanted requests, input, output of each other node with a weight
-	"lease_use_by_node", // key, minute's start, day's start (both exclusive); returns of each node with leases in the day: the node, requests, input, output of the minute, then of the day
-	"take_final_leases", // key, ended by (inclusive); deletes the final leases that ended by then and returns the node, end, grant time, requests, input, output of each
-	"add_lease_fold",    // key, ID, node, at, until, requests, input, output, the most of each sum; adds to the fold of that ID, made if there is none
-	"insert_lease",      // key, ID, node, at, until, requests, input, output
-	"settle_lease",      // key, ID, requests, input, output, last, 1 if final else 0; affects 1 row, or 0 for an unknown lease or a fold
-	"prune_leases",      // key, before; affects the rows deleted
-	"prune_lease_nodes", // key, before
+	"lock_lease_key",     // key; keeps the key's other TakeLease calls out until the transaction ends
+	"record_lease_node",  // key, node, weight, flows (JSON), seen at, what it asked for: requests, input, output; 1 if its grant was cut on a paced day limit, else 0
+	"lease_others",       // key, node, seen from (inclusive; a node seen later counts too: its clock, or its turn at the lock, was ahead); returns the node, weight, flows, wanted requests, input, output and whether it was paced out of each other node with a weight
+	"lease_use_by_node",  // key, minute's start, day's start, pace window's start (all exclusive); returns of each node with leases in the day: the node, requests, input, output of the minute, then of the pace window, then of the day
+	"take_final_leases",  // key, ended by (inclusive); deletes the final leases that ended by then and returns the node, end, grant time, requests, input, output of each
+	"add_lease_fold",     // key, ID, node, at, until, requests, input, output, the most of each sum; adds to the fold of that ID, made if there is none
+	"insert_lease",       // key, ID, node, at, until, requests, input, output
+	"settle_lease",       // key, ID, requests, input, output, last, 1 if final else 0; affects 1 row, or 0 for an unknown lease or a fold
+	"prune_leases",       // key, before; affects the rows deleted
+	"prune_lease_nodes",  // key, before
+	"lease_pacers",       // key; returns the limit, TAT, start and nanoseconds per unit of each of the key's day pacers
+	"record_lease_pacer", // key, limit, TAT, start, nanoseconds per unit; makes the pacer, or moves it on (its start stays)
+	"give_back_pace",     // key, limit, nanoseconds; moves the pacer back
+	"lease_granted",      // key, ID; returns the lease's requests, input, output, no row for an unknown lease or a fold
+	"record_node_flow",   // key, node, flow, waiting, admitted, input, output, at; replaces the node's row of the flow
+	"node_flows",         // key, seen from (inclusive); returns the node, flow, waiting, admitted, input, output, at of each row, by flow and node
+	"prune_node_flows",   // key, before
 }
 
 // NewLeases returns the leases' tables on a driver's database: conn runs
@@ -85,6 +92,10 @@ func (l Leases) TakeLease(ctx context.Context, req store.LeaseRequest) (store.Le
 	if req.Limits[governor.RPD] == 0 && req.Limits[governor.TPD] == 0 {
 		dayFrom = at - minuteMillis
 	}
+	paceFrom := at - minuteMillis
+	if paced(req) {
+		paceFrom = at - store.PaceWindow(req.Pace.Burst).Milliseconds()
+	}
 	var lease store.Lease
 	err = l.conn.InTx(ctx, func(tx store.Tx) error {
 		if _, err := tx.Exec(ctx, l.sql["lock_lease_key"], req.Key); err != nil {
@@ -97,7 +108,7 @@ func (l Leases) TakeLease(ctx context.Context, req store.LeaseRequest) (store.Le
 		err := txQuery(tx)(ctx, l.sql["lease_others"], []any{req.Key, req.Node, at - 2*ttl}, func(r Row) error {
 			var n nodeWeight
 			var flows string
-			if err := r.Scan(&n.node, &n.weight, &flows, &n.want.Requests, &n.want.Input, &n.want.Output); err != nil {
+			if err := r.Scan(&n.node, &n.weight, &flows, &n.want.Requests, &n.want.Input, &n.want.Output, &n.pacedOut); err != nil {
 				return err
 			}
 			if flows != "" {
@@ -111,7 +122,11 @@ func (l Leases) TakeLease(ctx context.Context, req store.LeaseRequest) (store.Le
 		if err != nil {
 			return err
 		}
-		uses, err := l.useByNode(ctx, txQuery(tx), req.Key, at-minuteMillis, dayFrom)
+		uses, err := l.useByNode(ctx, txQuery(tx), req.Key, at-minuteMillis, dayFrom, paceFrom)
+		if err != nil {
+			return err
+		}
+		pacers, err := l.pacers(ctx, tx, req)
 		if err != nil {
 			return err
 		}
@@ -122,18 +137,23 @@ func (l Leases) TakeLease(ctx context.Context, req store.LeaseRequest) (store.Le
 		claims := make([]store.Claim, len(nodes))
 		for i, n := range nodes {
 			u := uses.of[n.node]
-			claims[i] = store.Claim{Weight: weights[i], Minute: u.minute, Day: u.day, Want: n.want}
+			claims[i] = store.Claim{Weight: weights[i], Minute: u.minute, Day: u.day, Want: n.want, Pace: u.pace, PacedOut: n.pacedOut != 0}
 		}
 		own := uses.of[req.Node]
-		grant := store.Grant(req, uses.minute, uses.day, own.minute, own.day, claims)
+		grant := store.GrantPaced(req, uses.minute, uses.day, own.minute, own.day, claims,
+			store.Paced{Window: uses.pace, Own: own.pace, Room: pacers.room(req)})
 		// What the node asked for, for the others' claims of it: granted
 		// or not, it holds room for one more ask like this one while it
 		// is below its share.
-		if _, err := tx.Exec(ctx, l.sql["record_lease_node"], asked.Key, asked.Node, asked.Weight, flowsJSON, at, asked.Want.Requests, asked.Want.Input, asked.Want.Output); err != nil {
+		if _, err := tx.Exec(ctx, l.sql["record_lease_node"], asked.Key, asked.Node, asked.Weight, flowsJSON, at,
+			asked.Want.Requests, asked.Want.Input, asked.Want.Output, pacedOut(req, grant)); err != nil {
 			return err
 		}
 		if grant == (governor.Cost{}) {
 			return nil
+		}
+		if err := l.chargePacers(ctx, tx, req, pacers, grant); err != nil {
+			return err
 		}
 		id := leaseID(req.Node)
 		if _, err := tx.Exec(ctx, l.sql["insert_lease"], req.Key, id, req.Node, at, at+ttl, grant.Requests, grant.Input, grant.Output); err != nil {
@@ -238,6 +258,9 @@ func checkLease(req store.LeaseRequest) error {
 			return fmt.Errorf("%s.%s %d is over Want.%s %d", "Min", p.name, p.n, p.name, want[i].n)
 		}
 	}
+	if err := checkPace(req); err != nil {
+		return err
+	}
 	switch w := req.Weight; {
 	case math.IsNaN(w) || math.IsInf(w, 0):
 		return fmt.Errorf("weight %v is not a finite number", w)
@@ -267,6 +290,30 @@ func checkLease(req store.LeaseRequest) error {
 			return fmt.Errorf("limit %s %d is negative", lim, n)
 		case n > governor.MaxCost:
 			return fmt.Errorf("limit %s %d is over the bound of %d (governor.MaxCost)", lim, n, int64(governor.MaxCost))
+		}
+	}
+	return nil
+}
+
+// checkPace returns an error naming what of req.Pace is out of range.
+func checkPace(req store.LeaseRequest) error {
+	p := req.Pace
+	if p == nil {
+		return nil
+	}
+	switch {
+	case !(p.DayPace > 0 && p.DayPace <= 1):
+		return fmt.Errorf("pace: day pace %v: want a number in (0, 1]", p.DayPace)
+	case p.Burst < 0 || p.Burst > store.MaxDayBurst:
+		return fmt.Errorf("pace: burst %s: want 0 to %s", p.Burst, store.MaxDayBurst)
+	}
+	if err := checkCost("Pace.Ahead", p.Ahead); err != nil {
+		return err
+	}
+	ahead, want := costParts(p.Ahead), costParts(req.Want)
+	for i, a := range ahead {
+		if a.n > want[i].n {
+			return fmt.Errorf("%s.%s %d is over Want.%s %d", "Pace.Ahead", a.name, a.n, a.name, want[i].n)
 		}
 	}
 	return nil
@@ -329,12 +376,23 @@ func (l Leases) SettleLease(ctx context.Context, key, id string, used governor.C
 		if final {
 			state = 1
 		}
+		var was governor.Cost
+		err := txQuery(tx)(ctx, l.sql["lease_granted"], []any{key, id}, func(r Row) error {
+			return r.Scan(&was.Requests, &was.Input, &was.Output)
+		})
+		if err != nil {
+			return err
+		}
 		res, err := tx.Exec(ctx, l.sql["settle_lease"], key, id, used.Requests, used.Input, used.Output, last.UnixMilli(), state)
 		if err != nil {
 			return err
 		}
-		n, err = res.RowsAffected()
-		return err
+		if n, err = res.RowsAffected(); err != nil || n == 0 {
+			return err
+		}
+		// Each part only goes down: the room it gives back is the pace's.
+		now := governor.Cost{Requests: min(was.Requests, used.Requests), Input: min(was.Input, used.Input), Output: min(was.Output, used.Output)}
+		return l.giveBackPace(ctx, tx, key, was, now)
 	})
 	if err == nil && n == 0 {
 		err = store.ErrNoLease
@@ -355,15 +413,16 @@ func (l Leases) LeaseUse(ctx context.Context, key string, at time.Time) (minute,
 		return minute, day, fmt.Errorf("%s: %w", op, err)
 	}
 	ms := at.UnixMilli()
-	u, err := l.useByNode(ctx, l.conn.Query, key, ms-minuteMillis, ms-dayMillis)
+	u, err := l.useByNode(ctx, l.conn.Query, key, ms-minuteMillis, ms-dayMillis, ms-minuteMillis)
 	if err != nil {
 		return governor.Cost{}, governor.Cost{}, fmt.Errorf("%s: %w", op, err)
 	}
 	return u.minute, u.day, nil
 }
 
-// windowUse is what leases take in the windows of a minute and a day.
-type windowUse struct{ minute, day governor.Cost }
+// windowUse is what leases take in the windows of a minute, of the pace
+// (see store.Paced) and of a day.
+type windowUse struct{ minute, pace, day governor.Cost }
 
 // keyUse is what a key's leases take: all of them, and each node's.
 type keyUse struct {
@@ -372,18 +431,21 @@ type keyUse struct {
 }
 
 // useByNode returns the sums of key's leases that count in the minute from
-// minuteFrom and the day from dayFrom, all of them and each node's. The
-// sums of all saturate at the largest int64, which holds back every limit.
-func (l Leases) useByNode(ctx context.Context, query queryFunc, key string, minuteFrom, dayFrom int64) (keyUse, error) {
+// minuteFrom, the day from dayFrom and the pace window from paceFrom (at
+// or after dayFrom), all of them and each node's. The sums of all saturate
+// at the largest int64, which holds back every limit.
+func (l Leases) useByNode(ctx context.Context, query queryFunc, key string, minuteFrom, dayFrom, paceFrom int64) (keyUse, error) {
 	u := keyUse{of: map[string]windowUse{}}
-	err := query(ctx, l.sql["lease_use_by_node"], []any{key, minuteFrom, dayFrom}, func(r Row) error {
+	err := query(ctx, l.sql["lease_use_by_node"], []any{key, minuteFrom, dayFrom, paceFrom}, func(r Row) error {
 		var node string
 		var n windowUse
-		if err := r.Scan(&node, &n.minute.Requests, &n.minute.Input, &n.minute.Output, &n.day.Requests, &n.day.Input, &n.day.Output); err != nil {
+		if err := r.Scan(&node, &n.minute.Requests, &n.minute.Input, &n.minute.Output,
+			&n.pace.Requests, &n.pace.Input, &n.pace.Output, &n.day.Requests, &n.day.Input, &n.day.Output); err != nil {
 			return err
 		}
 		u.of[node] = n
 		u.minute, u.day = saturatingAdd(u.minute, n.minute), saturatingAdd(u.day, n.day)
+		u.pace = saturatingAdd(u.pace, n.pace)
 		return nil
 	})
 	return u, err
@@ -416,7 +478,10 @@ func (l Leases) PruneLeases(ctx context.Context, key string, before time.Time) (
 		if n, err = res.RowsAffected(); err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, l.sql["prune_lease_nodes"], key, before.UnixMilli())
+		if _, err = tx.Exec(ctx, l.sql["prune_lease_nodes"], key, before.UnixMilli()); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, l.sql["prune_node_flows"], key, before.UnixMilli())
 		return err
 	})
 	if err != nil {
@@ -433,6 +498,8 @@ type nodeWeight struct {
 	weight float64
 	flows  map[string]float64
 	want   governor.Cost
+	// pacedOut is 1 when its last grant was cut on a paced day limit.
+	pacedOut int64
 }
 
 // shares returns self's weight and each of the others', a flow that waits

@@ -1,11 +1,15 @@
 -- Of each node with leases that end after the day's start ($3, at or
--- before the minute's, $2): the minute's sums, then the day's. bigint: a
--- sum over the bound is an error, never a wrapped sum.
+-- before the minute's, $2, and the pace window's, $4): the minute's sums,
+-- then the pace window's, then the day's. bigint: a sum over the bound is
+-- an error, never a wrapped sum.
 SELECT
     node,
     coalesce(sum(requests) FILTER (WHERE until_ms > $2), 0)::bigint,
     coalesce(sum(input)    FILTER (WHERE until_ms > $2), 0)::bigint,
     coalesce(sum(output)   FILTER (WHERE until_ms > $2), 0)::bigint,
+    coalesce(sum(requests) FILTER (WHERE until_ms > $4), 0)::bigint,
+    coalesce(sum(input)    FILTER (WHERE until_ms > $4), 0)::bigint,
+    coalesce(sum(output)   FILTER (WHERE until_ms > $4), 0)::bigint,
     sum(requests)::bigint,
     sum(input)::bigint,
     sum(output)::bigint

@@ -1,3 +1,3 @@
-SELECT node, weight, flows, want_requests, want_input, want_output
+SELECT node, weight, flows, want_requests, want_input, want_output, paced_out
 FROM sluice_lease_nodes
 WHERE key = ?1 AND node <> ?2 AND seen_ms >= ?3 AND weight > 0;
