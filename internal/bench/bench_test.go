@@ -160,6 +160,7 @@ func TestVariedScenarios(t *testing.T) {
 		{file: "big-call.yaml", shares: []string{"big", "small-a", "small-b"}},
 		{file: "tenants.yaml", shares: []string{"tenant-1", "tenant-2", "tenant-3", "tenant-4"}},
 		{file: "faults-day.yaml", shares: []string{"backfill-a", "backfill-b"}},
+		{file: "fixed-weighted.yaml", shares: []string{"heavy", "light"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
