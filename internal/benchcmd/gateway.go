@@ -31,14 +31,19 @@ func newGatewayCommand(Config) *cli.Command {
 }
 
 type latencyStats struct {
-	Requests int64   `json:"requests"`
-	Errors   int64   `json:"errors"`
-	P50US    float64 `json:"p50_us"`
-	P99US    float64 `json:"p99_us"`
+	Requests int64 `json:"requests"`
+	Errors   int64 `json:"errors"`
+	// Unsent counts the requests due while --max-open of the path's were
+	// still unanswered: not sent, so that the load generator holds no
+	// more open than that. Above 0, the path is saturated at --rate.
+	Unsent int64   `json:"unsent"`
+	P50US  float64 `json:"p50_us"`
+	P99US  float64 `json:"p99_us"`
 }
 
 type gatewayReport struct {
 	Rate            float64      `json:"rate_per_s"`
+	MaxOpen         int          `json:"max_open"`
 	Duration        string       `json:"duration"`
 	Direct          latencyStats `json:"direct"`
 	Proxy           latencyStats `json:"reverse_proxy"`
@@ -56,6 +61,7 @@ type gatewayReport struct {
 // gatewayOptions are the gateway bench's flags.
 type gatewayOptions struct {
 	rate                float64
+	maxOpen             int
 	duration, tput      time.Duration
 	concurrency, rounds int
 	cpuProfile          string
@@ -74,6 +80,7 @@ func runBenchGateway(ctx context.Context, env *cli.Env, args []string) error {
 			"mean of its rounds. Every request sets max_tokens, as a governed request should.")
 	fs.Float64Var(&o.rate, "rate", 500, "requests per second to each of the three paths in the latency phase")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "length of the latency phase")
+	fs.IntVar(&o.maxOpen, "max-open", 256, "most requests of one path unanswered at once in the latency phase; one due beyond it is not sent, and counted as unsent (saturation)")
 	fs.IntVar(&o.concurrency, "concurrency", 16, "clients sending back to back in the throughput phase")
 	fs.DurationVar(&o.tput, "throughput-duration", 3*time.Second, "length of each throughput round")
 	fs.IntVar(&o.rounds, "rounds", 3, "throughput rounds; each runs the proxy and the gateway once, the first side alternating")
@@ -82,10 +89,13 @@ func runBenchGateway(ctx context.Context, env *cli.Env, args []string) error {
 	if err := cli.ParseFlags(fs, env, args); err != nil {
 		return err
 	}
-	if o.rate <= 0 || o.duration <= 0 || o.concurrency < 1 || o.tput <= 0 || o.rounds < 1 {
-		return errors.New("--rate, --duration, --concurrency, --throughput-duration and --rounds must be positive")
+	if o.rate <= 0 || o.duration <= 0 || o.concurrency < 1 || o.tput <= 0 || o.rounds < 1 || o.maxOpen < 1 {
+		return errors.New("--rate, --duration, --max-open, --concurrency, --throughput-duration and --rounds must be positive")
 	}
-	b, stop, err := startGatewayPaths(ctx)
+	if o.maxOpen > 4096 || o.concurrency > 4096 {
+		return errors.New("--max-open and --concurrency must be at most 4096")
+	}
+	b, stop, err := startGatewayPaths(ctx, max(o.maxOpen, o.concurrency))
 	defer stop()
 	if err != nil {
 		return err
@@ -103,7 +113,7 @@ func runBenchGateway(ctx context.Context, env *cli.Env, args []string) error {
 		return err
 	}
 	defer stopProfile()
-	stats, err := b.latency(ctx, o.rate, o.duration)
+	stats, err := b.latency(ctx, o.rate, o.duration, o.maxOpen)
 	if err != nil {
 		return err
 	}
@@ -112,7 +122,7 @@ func runBenchGateway(ctx context.Context, env *cli.Env, args []string) error {
 		return err
 	}
 	rep := gatewayReport{
-		Rate: o.rate, Duration: o.duration.String(), Direct: stats[0], Proxy: stats[1], Gateway: stats[2],
+		Rate: o.rate, MaxOpen: o.maxOpen, Duration: o.duration.String(), Direct: stats[0], Proxy: stats[1], Gateway: stats[2],
 		ProxyAddedP50: stats[1].P50US - stats[0].P50US, ProxyAddedP99: stats[1].P99US - stats[0].P99US,
 		GatewayAddedP50: stats[2].P50US - stats[0].P50US, GatewayAddedP99: stats[2].P99US - stats[0].P99US,
 		Concurrency: o.concurrency, ProxyRPS: mean(proxyRPS), GatewayRPS: mean(gatewayRPS),
@@ -137,7 +147,7 @@ type gatewayPaths struct {
 
 // startGatewayPaths serves the simulator and, in front of it, the gateway
 // and the reverse proxy; stop stops them all.
-func startGatewayPaths(ctx context.Context) (b *gatewayPaths, stop func(), err error) {
+func startGatewayPaths(ctx context.Context, maxOpen int) (b *gatewayPaths, stop func(), err error) {
 	var stops []func()
 	stop = func() {
 		for _, s := range slices.Backward(stops) {
@@ -191,7 +201,10 @@ func startGatewayPaths(ctx context.Context) (b *gatewayPaths, stop func(), err e
 		return nil, stop, err
 	}
 	b.paths = []string{b.direct, b.proxy, b.gateway}
-	b.client = &http.Client{Transport: &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, IdleConnTimeout: time.Minute}}
+	// At most maxOpen connections to each path, as many as requests of
+	// it may be open at once: what the bench holds open is bounded.
+	b.client = &http.Client{Timeout: time.Minute, Transport: &http.Transport{MaxIdleConns: 3 * maxOpen, MaxIdleConnsPerHost: maxOpen,
+		MaxConnsPerHost: maxOpen, IdleConnTimeout: time.Minute}}
 	return b, stop, nil
 }
 
@@ -218,10 +231,18 @@ func (b *gatewayPaths) send(base string) (time.Duration, error) {
 
 // latency sends rate requests a second to each path for d, the three paths
 // taking turns at the same pace so that each sees the same machine at the
-// same moments, and returns each path's figures.
-func (b *gatewayPaths) latency(ctx context.Context, rate float64, d time.Duration) ([]latencyStats, error) {
+// same moments, and returns each path's figures. A request due while
+// maxOpen of its path's are unanswered is not sent but counted (Unsent):
+// an open-loop generator that opened one more for each would hold an
+// unbounded number open once a path saturates.
+func (b *gatewayPaths) latency(ctx context.Context, rate float64, d time.Duration, maxOpen int) ([]latencyStats, error) {
 	lat := make([][]time.Duration, len(b.paths))
 	errs := make([]int64, len(b.paths))
+	unsent := make([]int64, len(b.paths))
+	open := make([]chan struct{}, len(b.paths))
+	for p := range open {
+		open[p] = make(chan struct{}, maxOpen)
+	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	interval := time.Duration(float64(time.Second) / (rate * float64(len(b.paths))))
@@ -239,9 +260,16 @@ func (b *gatewayPaths) latency(ctx context.Context, rate float64, d time.Duratio
 			}
 		}
 		p := i % len(b.paths)
+		select {
+		case open[p] <- struct{}{}:
+		default:
+			unsent[p]++ // the path has maxOpen unanswered
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer func() { <-open[p] }()
 			d, err := b.send(b.paths[p])
 			mu.Lock()
 			defer mu.Unlock()
@@ -255,7 +283,8 @@ func (b *gatewayPaths) latency(ctx context.Context, rate float64, d time.Duratio
 	wg.Wait()
 	stats := make([]latencyStats, len(b.paths))
 	for p := range b.paths {
-		stats[p] = latencyStats{Requests: int64(len(lat[p])) + errs[p], Errors: errs[p], P50US: percentile(lat[p], 0.50), P99US: percentile(lat[p], 0.99)}
+		stats[p] = latencyStats{Requests: int64(len(lat[p])) + errs[p], Errors: errs[p], Unsent: unsent[p],
+			P50US: percentile(lat[p], 0.50), P99US: percentile(lat[p], 0.99)}
 	}
 	return stats, nil
 }
@@ -316,6 +345,12 @@ func printGatewayReport(w io.Writer, rep gatewayReport) {
 	fmt.Fprintf(w, "  %-14s %8.0f %8.0f\n", "direct", rep.Direct.P50US, rep.Direct.P99US)
 	fmt.Fprintf(w, "  %-14s %8.0f %8.0f %10.0f %10.0f\n", "reverse proxy", rep.Proxy.P50US, rep.Proxy.P99US, rep.ProxyAddedP50, rep.ProxyAddedP99)
 	fmt.Fprintf(w, "  %-14s %8.0f %8.0f %10.0f %10.0f\n", "gateway", rep.Gateway.P50US, rep.Gateway.P99US, rep.GatewayAddedP50, rep.GatewayAddedP99)
+	for i, s := range []latencyStats{rep.Direct, rep.Proxy, rep.Gateway} {
+		if s.Unsent > 0 {
+			fmt.Fprintf(w, "  saturated: %s left %d of %d due requests unsent, %d of its requests being open\n",
+				[]string{"direct", "reverse proxy", "gateway"}[i], s.Unsent, s.Unsent+s.Requests, rep.MaxOpen)
+		}
+	}
 	fmt.Fprintf(w, "throughput with %d clients: reverse proxy %.0f/s, gateway %.0f/s, ratio %.2f\n",
 		rep.Concurrency, rep.ProxyRPS, rep.GatewayRPS, rep.ThroughputRatio)
 }
