@@ -31,7 +31,7 @@ func (g *Governor) Reserve(now time.Time, flow string, c Cost) (*Reservation, er
 		g.learnCall(f, c, size)
 		g.touch(f)
 		if len(f.queue) == 0 {
-			g.urgent = append(g.urgent, f)
+			g.urge(f)
 		}
 	}
 	g.seq++
@@ -41,15 +41,19 @@ func (g *Governor) Reserve(now time.Time, flow string, c Cost) (*Reservation, er
 	r.start = g.startOf(f, now.UnixNano())
 	r.finish = r.start + size
 	f.finish = r.finish
+	g.aheadAdd(r)
 	if len(f.queue) == 0 {
 		// Reuse the line's memory: a flow that makes one call at a time
 		// allocates nothing for its line.
 		f.queue = append(f.qbuf[:0], r)
 		f.qbuf = f.queue[:0]
 		heap.Push(&g.active, f)
+		g.promoUpdate(f, now.UnixNano())
 	} else {
 		f.queue = append(f.queue, r)
 	}
+	g.creditChanged(f)
+	g.busyChanged(f)
 	return r, nil
 }
 
@@ -125,7 +129,7 @@ func (g *Governor) advance(now int64) int64 {
 	g.lapse(now)
 	admitted := false
 	promoted := g.promoted(now)
-	if len(g.urgent) > 0 && g.prompt(now, promoted) {
+	if g.creditedN > 0 && g.prompt(now, promoted) {
 		admitted = true
 		promoted = g.promoted(now) // the promoted flow may have been a priority flow
 	}
@@ -153,7 +157,7 @@ func (g *Governor) advance(now int64) int64 {
 				// A limit learned lower than when the call was queued: it
 				// can never fit now, so it fails at once instead of holding
 				// the line.
-				g.refuse(r, err)
+				g.refuse(now, r, err)
 				admitted = true // something changed: wake the waiters
 				promoted = g.promoted(now)
 				continue
@@ -175,32 +179,6 @@ func (g *Governor) advance(now int64) int64 {
 		next = min(next, g.relearnAt)
 	}
 	return next
-}
-
-// promoted returns the flow whose first waiting call has gone longest
-// without the flow getting a call admitted, if that is at least
-// PromoteAfter and at least the time its share of the key takes to earn
-// the call (its size ÷ its fraction of all flows' shares): a flow is never
-// promoted to more than its share. nil if there is none.
-func (g *Governor) promoted(now int64) *flow {
-	if g.cfg.PromoteAfter < 0 {
-		return nil
-	}
-	limit := now - int64(g.cfg.PromoteAfter)
-	var best *flow
-	var bestSince int64
-	for _, f := range g.active.flows {
-		r := f.queue[0]
-		since := max(r.queued, f.lastAdmit)
-		if since > limit || (best != nil && since >= bestSince) {
-			continue
-		}
-		if earn := r.size * g.shares / f.share * float64(time.Second); float64(now-since) < earn {
-			continue
-		}
-		best, bestSince = f, since
-	}
-	return best
 }
 
 // backfillScan bounds how many other flows one backfill pass looks at, so a
@@ -244,7 +222,7 @@ func (g *Governor) backfill(now int64, head *Reservation, at int64) (int, int64)
 		}
 		if t == never {
 			if err := g.check(now, r.cost); err != nil {
-				g.refuse(r, err)
+				g.refuse(now, r, err)
 				count++ // a change: the caller looks at the line again
 				continue
 			}
@@ -410,6 +388,8 @@ func (g *Governor) admit(now int64, r *Reservation, how admission) {
 	f := r.f
 	f.queue[0] = nil
 	f.queue = f.queue[1:]
+	g.aheadRemove(r)
+	g.busyChanged(f)
 	if how == inTurn {
 		g.vtime = r.start
 	}
@@ -453,6 +433,7 @@ func (g *Governor) admit(now int64, r *Reservation, how admission) {
 			r.credit = min(r.size, max(f.prio.credit, 0))
 			f.prio.credit -= r.credit
 		}
+		g.creditChanged(f)
 	}
 	for l := range NumLimits {
 		if p := &g.pace[l]; p.on {
@@ -461,8 +442,9 @@ func (g *Governor) admit(now int64, r *Reservation, how admission) {
 	}
 	f.admitted++
 	f.lastAdmit = now
+	g.promoUpdate(f, now)
 	f.tokens = f.tokens.add(r.cost)
-	f.addRate(now, r.size)
+	g.addRate(f, now, r.size)
 	if g.cfg.Journal != nil {
 		g.cfg.Journal(Charge{ID: r.id, Flow: f.name, At: time.Unix(0, now), Cost: r.cost})
 	}

@@ -17,13 +17,23 @@ type flow struct {
 	qbuf   []*Reservation // the line's memory, reused when it empties
 	finish float64        // finish tag of the last reservation queued
 	index  int            // position in the active heap, -1 when idle
-	idleAt int64          // when its line last emptied
-	idleV  float64        // the virtual time then
+	// Its place in the promotion index (promote.go): which heap, where,
+	// and the keys it is filed under.
+	promoIn    uint8
+	busy       bool // it has calls waiting or parked: its share is in Governor.busyShares
+	promoVer   uint32
+	promoPos   int32
+	promoSince int64
+	promoAt    int64
+	idleAt     int64   // when its line last emptied
+	idleV      float64 // the virtual time then
 
 	// rate is an exponentially weighted average of the flow's admitted size
 	// (seconds of a limit's capacity) per second, as of rateAt.
-	rate   float64
-	rateAt int64
+	rate    float64
+	rateAt  int64
+	rateRef float64 // its part of Governor.rateSum
+	rateF   float64 // e^((rateAt − Governor.rateRef)/rateWindow); 0: not known
 
 	admitted   int64
 	lastAdmit  int64   // when a call of it was last admitted
@@ -33,6 +43,26 @@ type flow struct {
 	refusals   [NumLimits]int64
 
 	prio *prio // for a flow of priority above 0: see priority.go
+}
+
+// busyChanged keeps busyShares, the sum of the shares of the flows with
+// calls waiting or parked, after f's line or its parked calls changed.
+func (g *Governor) busyChanged(f *flow) {
+	busy := len(f.queue) > 0 || len(f.parked) > 0
+	if busy == f.busy {
+		return
+	}
+	f.busy = busy
+	if busy {
+		g.busyN++
+		g.busyShares += f.share
+		return
+	}
+	g.busyN--
+	g.busyShares -= f.share
+	if g.busyN == 0 {
+		g.busyShares = 0 // no rounding left over from what was added and taken
+	}
 }
 
 func (g *Governor) newFlow(fc FlowConfig) *flow {
@@ -73,7 +103,7 @@ func (g *Governor) addFlow(f *flow) {
 	g.flows[f.name] = f
 	g.shares += f.share
 	if f.priority > 0 {
-		f.prio = &prio{}
+		f.prio = &prio{urgentAt: -1}
 	}
 }
 
@@ -128,9 +158,53 @@ func (f *flow) rateNow(now int64) float64 {
 	return f.rate * math.Exp(-float64(now-f.rateAt)/rateWindow)
 }
 
-func (f *flow) addRate(now int64, size float64) {
-	f.rate = f.rateNow(now) + size*float64(time.Second)/rateWindow
+// The rates of all flows decay at one time constant, so their sum is kept
+// as one number instead of summed over the flows at every question: each
+// flow's rate as of a common reference time (rateRef), rate × e^((rateAt −
+// rateRef)/rateWindow), is its part of rateSum, and the sum at t is rateSum
+// × e^(−(t − rateRef)/rateWindow). The reference moves forward when the
+// factors grow large, long before they could overflow.
+
+// rateRebase is how far, in rateWindows, the reference may fall behind.
+const rateRebase = 200
+
+// addRate adds an admitted call of the given size to f's rate, and to the
+// sum of the rates.
+func (g *Governor) addRate(f *flow, now int64, size float64) {
+	// f.addRate, with the decay kept: it gives the flow's factor e^((now −
+	// rateRef)/rateWindow) from the last one without another exponential.
+	decay := 1.0
+	if f.rate != 0 && now > f.rateAt {
+		decay = math.Exp(-float64(now-f.rateAt) / rateWindow)
+	}
+	f.rate = f.rate*decay + size*float64(time.Second)/rateWindow
 	f.rateAt = now
+	if g.rateRef == 0 || float64(now-g.rateRef) > rateRebase*rateWindow {
+		g.rateRef = now
+		g.rateSum = 0
+		for _, o := range g.flows {
+			o.rateF = math.Exp(float64(o.rateAt-now) / rateWindow)
+			o.rateRef = o.rate * o.rateF
+			g.rateSum += o.rateRef
+		}
+		return
+	}
+	if f.rateF == 0 || decay != 1 && decay < 1e-100 || decay == 1 && f.rateRef == 0 {
+		f.rateF = math.Exp(float64(now-g.rateRef) / rateWindow)
+	} else {
+		f.rateF /= decay
+	}
+	part := f.rate * f.rateF
+	g.rateSum += part - f.rateRef
+	f.rateRef = part
+}
+
+// ratesNow is the sum of every flow's rate at now.
+func (g *Governor) ratesNow(now int64) float64 {
+	if g.rateRef == 0 {
+		return 0
+	}
+	return g.rateSum * math.Exp(-float64(now-g.rateRef)/rateWindow)
 }
 
 // BatchSize returns how many items the next call of flow should carry so
@@ -151,12 +225,7 @@ func (g *Governor) BatchSize(now time.Time, flow string, base, item Cost, maxIte
 	defer g.mu.Unlock()
 	t := now.UnixNano()
 	f := g.flow(flow)
-	var others float64
-	for _, o := range g.flows {
-		if o != f {
-			others += o.rateNow(t)
-		}
-	}
+	others := max(g.ratesNow(t)-f.rateNow(t), 0)
 	// Until there is some history, expect the weighted fair share; the
 	// measured rates are corrected for the average's warm-up.
 	free := f.share / g.shares

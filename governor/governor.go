@@ -56,16 +56,32 @@ type Governor struct {
 	heldMax [NumLimits]int64
 	// urgent lists the priority flows with calls waiting.
 	urgent []*flow
-	shares float64 // the sum of every known flow's share
-	active flowHeap
-	vtime  float64
-	seq    uint64
-	epoch  int64 // time of the first call, to start the pacers
+	// credited holds the places in urgent of the flows whose credit covers
+	// their first waiting call: only they may be admitted on credit
+	// (prompt), and they are found without a look at the others.
+	credited   bitIndex
+	creditedN  int
+	shares     float64 // the sum of every known flow's share
+	busyShares float64 // the sum of the shares of the flows with calls waiting or parked
+	busyN      int     // how many flows they are
+	// rateSum is the sum of the flows' rates (flow.rate), as of rateRef:
+	// see addRate.
+	rateSum float64
+	rateRef int64
+	active  flowHeap
+	promo   promoIndex // the flows of active, to find the one to promote (promote.go)
+	// ahead orders every reservation waiting or parked by its tags, with
+	// sums of their costs, for the wait estimate (ahead.go).
+	ahead   *Reservation
+	aheadOn bool // ahead is kept: an estimate was asked for
+	scratch estimateScratch
+	vtime   float64
+	seq     uint64
+	epoch   int64 // time of the first call, to start the pacers
 
 	changed chan struct{} // closed and replaced when something may admit
 
-	parkedN int   // reservations parked, of every flow (place.go)
-	lapseAt int64 // when the first parked place lapses
+	places placeHeap // the reservations parked, of every flow, by when their places lapse (place.go)
 
 	leased      bool          // admit only on leases (inside's Leased)
 	leases      []*lease      // open, and closed ones not yet reported (lease.go)
@@ -79,13 +95,12 @@ func New(cfg Config) (*Governor, error) {
 		return nil, err
 	}
 	g := &Governor{
-		cfg:     cfg,
-		limits:  cfg.Limits,
-		minute:  newLedger(time.Minute, cfg.Lag, 0, cfg.FixedWindows),
-		day:     newLedger(24*time.Hour, cfg.Lag, time.Second, cfg.FixedWindows),
-		flows:   make(map[string]*flow, len(cfg.Flows)),
-		epoch:   math.MinInt64,
-		lapseAt: math.MaxInt64,
+		cfg:    cfg,
+		limits: cfg.Limits,
+		minute: newLedger(time.Minute, cfg.Lag, 0, cfg.FixedWindows),
+		day:    newLedger(24*time.Hour, cfg.Lag, time.Second, cfg.FixedWindows),
+		flows:  make(map[string]*flow, len(cfg.Flows)),
+		epoch:  math.MinInt64,
 
 		relearnAt: never,
 		noticed:   map[noticeKey]int64{},
@@ -302,41 +317,4 @@ func (g *Governor) EstimateWait(now time.Time, r *Reservation) time.Duration {
 	n := now.UnixNano()
 	g.expire(n)
 	return g.estimate(n, r.f, r, r.start, r.cost)
-}
-
-// estimate is the time until a call of f costing c with start tag start
-// (r itself, when it is reserved) is admitted: every call ahead of it in
-// fair order, those parked included, must be admitted first, and each
-// limit admits at its allowance per period, each day limit at its pacer's
-// rate. It assumes expire(now) ran.
-func (g *Governor) estimate(n int64, f *flow, r *Reservation, start float64, c Cost) time.Duration {
-	ahead := c
-	for _, o := range g.flows {
-		for _, list := range [2][]*Reservation{o.queue, o.parked} {
-			for _, q := range list {
-				if q != r && q.start <= start {
-					ahead = ahead.add(q.cost)
-				}
-			}
-		}
-	}
-	at := g.fitAt(n, f, c)
-	for l := range NumLimits {
-		lim := g.limits[l]
-		if lim == 0 {
-			continue
-		}
-		lg := g.ledgerOf(l)
-		need := subSat(addSat(lg.sum.On(l), ahead.On(l)), lim)
-		if need > 0 {
-			// the backlog drains at the limit's rate
-			rate := float64(lim) / float64(l.Period())
-			at = max(at, addSat(n, nanos(float64(need)/rate)))
-		}
-		if p := &g.pace[l]; p.on {
-			// and a day limit's no faster than its pacer
-			at = max(at, addSat(max(p.readyAt(), n), nanos(float64(subSat(ahead.On(l), c.On(l)))*p.perUnit)))
-		}
-	}
-	return time.Duration(subSat(at, n))
 }

@@ -3,7 +3,6 @@ package governor
 import (
 	"container/heap"
 	"context"
-	"math"
 	"time"
 )
 
@@ -81,10 +80,10 @@ func (r *Reservation) leave(now, until time.Time) bool {
 		return r.state == cancelled || r.state == parked
 	}
 	if until.IsZero() {
-		g.dequeue(r)
+		g.dequeue(now.UnixNano(), r)
 		r.state = cancelled
 	} else {
-		g.park(r, until.UnixNano())
+		g.park(now.UnixNano(), r, until.UnixNano())
 	}
 	g.broadcast()
 	return true
@@ -92,18 +91,18 @@ func (r *Reservation) leave(now, until time.Time) bool {
 
 // park moves waiting r from its flow's line to the parked list, keeping its
 // tags and those of the calls behind it.
-func (g *Governor) park(r *Reservation, until int64) {
+func (g *Governor) park(now int64, r *Reservation, until int64) {
 	f := r.f
 	i := f.unqueue(r)
 	if i < 0 {
 		return
 	}
-	g.lineChanged(f, i)
+	g.lineChanged(now, f, i)
 	r.state = parked
 	r.keptUntil = until
 	f.parked = append(f.parked, r)
-	g.parkedN++
-	g.lapseAt = min(g.lapseAt, until)
+	heap.Push(&g.places, r)
+	g.busyChanged(f)
 }
 
 // Rejoin puts parked reservation r back in line at the place it kept, and
@@ -124,7 +123,7 @@ func (r *Reservation) Rejoin(now time.Time) bool {
 		g.refill(f, n)
 		g.touch(f)
 		if len(f.queue) == 0 {
-			g.urgent = append(g.urgent, f)
+			g.urge(f)
 		}
 	}
 	i := len(f.queue)
@@ -137,9 +136,13 @@ func (r *Reservation) Rejoin(now time.Time) bool {
 	switch {
 	case len(f.queue) == 1:
 		heap.Push(&g.active, f)
+		g.promoUpdate(f, n)
 	case i == 0:
 		heap.Fix(&g.active, f.index)
+		g.promoUpdate(f, n)
 	}
+	g.creditChanged(f)
+	g.busyChanged(f)
 	r.state = waiting
 	r.keptUntil = 0
 	g.broadcast()
@@ -155,7 +158,8 @@ func (g *Governor) unpark(r *Reservation) {
 			f.parked[i] = f.parked[last]
 			f.parked[last] = nil
 			f.parked = f.parked[:last]
-			g.parkedN--
+			heap.Remove(&g.places, int(r.placePos))
+			g.busyChanged(f)
 			return
 		}
 	}
@@ -164,40 +168,52 @@ func (g *Governor) unpark(r *Reservation) {
 // lapse gives up the places whose time has passed: the calls of their flow
 // behind them move up by their size.
 func (g *Governor) lapse(now int64) {
-	if g.parkedN == 0 || now < g.lapseAt {
-		return
+	for len(g.places.rs) > 0 && g.places.rs[0].keptUntil <= now {
+		r := g.places.rs[0]
+		g.unpark(r)
+		g.giveUpPlace(r) // while it is still parked: see aheadRemove
+		r.state = cancelled
 	}
-	g.lapseAt = math.MaxInt64
-	for _, f := range g.flows {
-		for i := 0; i < len(f.parked); {
-			r := f.parked[i]
-			if r.keptUntil > now {
-				g.lapseAt = min(g.lapseAt, r.keptUntil)
-				i++
-				continue
-			}
-			g.unpark(r) // moves the last parked to i
-			r.state = cancelled
-			g.giveUpPlace(r)
-		}
-	}
+}
+
+// placeHeap orders the parked reservations of every flow by when their
+// places lapse, so that lapse looks at those that do and no others.
+type placeHeap struct{ rs []*Reservation }
+
+func (h *placeHeap) Len() int           { return len(h.rs) }
+func (h *placeHeap) Less(i, j int) bool { return h.rs[i].keptUntil < h.rs[j].keptUntil }
+func (h *placeHeap) Swap(i, j int) {
+	h.rs[i], h.rs[j] = h.rs[j], h.rs[i]
+	h.rs[i].placePos = int32(i)
+	h.rs[j].placePos = int32(j)
+}
+func (h *placeHeap) Push(x any) {
+	r := x.(*Reservation)
+	r.placePos = int32(len(h.rs))
+	h.rs = append(h.rs, r)
+}
+func (h *placeHeap) Pop() any {
+	n := len(h.rs) - 1
+	r := h.rs[n]
+	h.rs[n] = nil
+	h.rs = h.rs[:n]
+	return r
 }
 
 // giveUpPlace moves the calls of r's flow queued or parked behind r up by
 // r's size, as dequeue does for a call that leaves the line.
 func (g *Governor) giveUpPlace(r *Reservation) {
 	f := r.f
+	g.aheadRemove(r)
 	size := r.finish - r.start
-	for _, q := range f.queue {
-		if q.start > r.start {
-			q.start -= size
-			q.finish -= size
-		}
-	}
-	for _, q := range f.parked {
-		if q.start > r.start {
-			q.start -= size
-			q.finish -= size
+	for _, list := range [2][]*Reservation{f.queue, f.parked} {
+		for _, q := range list {
+			if q.start > r.start {
+				g.aheadRemove(q)
+				q.start -= size
+				q.finish -= size
+				g.aheadAdd(q)
+			}
 		}
 	}
 	if f.finish >= r.finish {
@@ -248,13 +264,11 @@ func (in inside) Outlook(now time.Time, flow string, c Cost) outlook {
 		o.Limits[l] = g.limitStats(n, l)
 	}
 	f := g.known(flow)
-	busy := f.share
-	for _, x := range g.flows {
-		if x != f && (len(x.queue) > 0 || len(x.parked) > 0) {
-			busy += x.share
-		}
+	busy := g.busyShares
+	if !f.busy {
+		busy += f.share
 	}
-	o.Share = f.share / busy
+	o.Share = min(f.share/busy, 1)
 	o.Waiting = len(f.queue)
 	if c != (Cost{}) {
 		o.Estimate = g.estimate(n, f, nil, g.startOf(f, n), c)

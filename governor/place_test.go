@@ -267,3 +267,57 @@ func TestWaitOnAFakeClock(t *testing.T) {
 		t.Fatalf("second call admitted at %v, want %v: a minute after the first on the fake clock", got, want)
 	}
 }
+
+// The estimate counts the calls ahead whole: a 990-token call admitted on
+// a TPM of 1,000, another waiting, and a 40-token call behind it can be
+// admitted only once both 990-token charges have aged out — two minutes
+// and two lags, not the 62 s a drain of the backlog at the limit's rate
+// told (a client that obeyed that retry-after came back a minute early).
+func TestEstimateCountsCallsAheadWhole(t *testing.T) {
+	t.Parallel()
+	const lag = time.Second
+	now := t0
+	g := mustNew(t, Config{Limits: Limits{TPM: 1000}, Lag: lag, Now: func() time.Time { return now }})
+	big := Cost{Requests: 1, Input: 890, Output: 100}
+	first := mustReserve(t, g, now, "a", big)
+	g.Advance(now)
+	if !first.Admitted() {
+		t.Fatal("the first call was not admitted on an empty key")
+	}
+	second := mustReserve(t, g, now, "b", big)
+	small := mustReserve(t, g, now, "c", Cost{Requests: 1, Input: 30, Output: 10})
+	g.Advance(now)
+	// The small call's caller gives up at once, keeping its place, as a
+	// gateway's caller with a short max wait does.
+	err := g.Await(doneCtx(), small, time.Minute)
+	we, ok := errors.AsType[*WaitError](err)
+	if !ok {
+		t.Fatalf("Await: %v, want a *WaitError", err)
+	}
+	told := []time.Duration{we.EstimatedWait}
+	if !small.Rejoin(now) {
+		t.Fatal("the small call could not take its place back")
+	}
+	// Run the key on its virtual clock until the small call is admitted,
+	// asking for its estimate again once the second big call went.
+	for !small.Admitted() {
+		next := g.Advance(now)
+		if next.IsZero() {
+			t.Fatal("nothing left to wake for, and the small call is not admitted")
+		}
+		now = next
+		g.Advance(now)
+		if second.Admitted() && len(told) == 1 && !small.Admitted() {
+			told = append(told, now.Sub(t0)+g.EstimateWait(now, small))
+		}
+	}
+	admitted := small.AdmittedAt().Sub(t0)
+	if want := 2 * (time.Minute + lag); admitted != want {
+		t.Fatalf("the small call was admitted at %v, want %v: after both big calls aged out", admitted, want)
+	}
+	for i, d := range told {
+		if d < admitted || d > admitted+time.Second {
+			t.Errorf("estimate %d puts the admission at %v, the call was admitted at %v: want it no earlier, and within a second", i, d, admitted)
+		}
+	}
+}

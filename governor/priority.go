@@ -52,6 +52,7 @@ type prio struct {
 	hot      bool             // among Governor.hot
 	heldAs   [NumLimits]int64 // while hot: room for its next calls on each day limit, its part of Governor.heldMax
 	creditAt int64
+	urgentAt int // its place in Governor.urgent, -1 when it has no call waiting
 }
 
 // creditRate is the rate, in seconds of dominant share per nanosecond, at
@@ -164,10 +165,17 @@ func (g *Governor) learnCall(f *flow, c Cost, size float64) {
 	}
 }
 
+// promptScan bounds how many flows with credit one prompt pass looks at,
+// as backfillScan bounds backfill: the work of a decision stays bounded
+// however many priority flows have credit and calls that do not fit yet.
+const promptScan = 32
+
 // prompt admits, ahead of their turn, the first calls of priority flows
 // that fit now and that their flows have credit for — but for a call that
 // would make a promoted flow's call (see Config.PromoteAfter) start later.
-// It reports whether it admitted any.
+// It looks only at the flows whose credit covers their first call (at most
+// promptScan of them), in the order of the urgent list. It reports whether
+// it admitted any.
 func (g *Governor) prompt(now int64, promoted *flow) bool {
 	var head *Reservation
 	var at int64
@@ -176,8 +184,10 @@ func (g *Governor) prompt(now int64, promoted *flow) bool {
 		at = g.fitAt(now, p, head.cost)
 	}
 	any := false
-	for i := 0; i < len(g.urgent); i++ {
+	seen := 0
+	for i := g.credited.next(0); i >= 0 && seen < promptScan; i = g.credited.next(i + 1) {
 		f := g.urgent[i]
+		seen++
 		for len(f.queue) > 0 && (g.active.Len() == 0 || g.active.flows[0] != f) {
 			r := f.queue[0]
 			if !g.onCredit(f, now, r.size) || g.admitAt(now, f, r.cost) > now {
@@ -227,15 +237,49 @@ func (g *Governor) holdAs(f *flow) {
 	}
 }
 
-// calm takes priority flow f, whose line emptied, off the urgent list.
-func (g *Governor) calm(f *flow) {
-	for i, o := range g.urgent {
-		if o == f {
-			last := len(g.urgent) - 1
-			g.urgent[i] = g.urgent[last]
-			g.urgent[last] = nil
-			g.urgent = g.urgent[:last]
-			return
-		}
+// urge puts priority flow f, whose line was empty, on the urgent list.
+func (g *Governor) urge(f *flow) {
+	f.prio.urgentAt = len(g.urgent)
+	g.urgent = append(g.urgent, f)
+}
+
+// creditChanged files f again in credited after its credit or its first
+// waiting call changed: a flow of priority above 0 with calls waiting.
+func (g *Governor) creditChanged(f *flow) {
+	if p := f.prio; p != nil && p.urgentAt >= 0 {
+		g.recredit(f, p)
 	}
+}
+
+func (g *Governor) recredit(f *flow, p *prio) {
+	g.setCredited(p.urgentAt, len(f.queue) > 0 && p.credit >= f.queue[0].size)
+}
+
+func (g *Governor) setCredited(i int, in bool) {
+	if g.credited.has(i) != in {
+		if in {
+			g.creditedN++
+		} else {
+			g.creditedN--
+		}
+		g.credited.put(i, in)
+	}
+}
+
+// calm takes priority flow f, whose line emptied, off the urgent list: the
+// last one takes its place there.
+func (g *Governor) calm(f *flow) {
+	i := f.prio.urgentAt
+	if i < 0 {
+		return
+	}
+	last := len(g.urgent) - 1
+	moved := g.urgent[last]
+	g.urgent[i] = moved
+	moved.prio.urgentAt = i
+	g.setCredited(i, g.credited.has(last))
+	g.setCredited(last, false)
+	g.urgent[last] = nil
+	g.urgent = g.urgent[:last]
+	f.prio.urgentAt = -1
 }

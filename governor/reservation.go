@@ -17,6 +17,7 @@ type Reservation struct {
 	start, finish float64 // fair-queuing tags
 	size          float64 // dominant share of cost, in seconds
 	state         resState
+	placePos      int32 // parked: its place in Governor.places
 	at            int64 // admitted at
 	sent          int64 // its charge counts from then (admission, or Sent)
 	minSeq        uint64
@@ -26,8 +27,9 @@ type Reservation struct {
 	queued        int64            // when it was reserved
 	keptUntil     int64            // parked: when its place lapses
 	ready         chan struct{}
-	err           error  // why a waiting reservation was refused
-	lease         *lease // the lease it was admitted on (Leased), until its charge changes no more
+	err           error      // why a waiting reservation was refused
+	lease         *lease     // the lease it was admitted on (Leased), until its charge changes no more
+	node          *aheadNode // while waiting or parked: its place in Governor.ahead, once it is kept (ahead.go)
 }
 
 type resState uint8
@@ -205,7 +207,7 @@ func (r *Reservation) Cancel(now time.Time) {
 	defer g.mu.Unlock()
 	switch r.state {
 	case waiting:
-		g.dequeue(r)
+		g.dequeue(now.UnixNano(), r)
 	case admitted:
 		g.expire(now.UnixNano())
 		g.amend(r, Cost{})
@@ -236,6 +238,7 @@ func (g *Governor) amend(r *Reservation, c Cost) {
 		back := min(r.credit, max(r.credit-g.size(c), 0))
 		r.credit -= back
 		r.f.prio.credit = min(r.f.prio.credit+back, g.creditCap(r.f))
+		g.creditChanged(r.f)
 	}
 	r.f.tokens = r.f.tokens.sub(r.cost).add(c)
 	r.amendLease(r.cost, c)
@@ -247,19 +250,22 @@ func (g *Governor) amend(r *Reservation, c Cost) {
 
 // dequeue takes waiting r out of its flow's line; the calls behind it move
 // up by its size.
-func (g *Governor) dequeue(r *Reservation) {
+func (g *Governor) dequeue(now int64, r *Reservation) {
 	f := r.f
 	i := f.unqueue(r)
 	if i < 0 {
 		return
 	}
+	g.aheadRemove(r)
 	size := r.finish - r.start
 	for _, q := range f.queue[i:] {
+		g.aheadRemove(q)
 		q.start -= size
 		q.finish -= size
+		g.aheadAdd(q)
 	}
 	f.finish -= size
-	g.lineChanged(f, i)
+	g.lineChanged(now, f, i)
 }
 
 // unqueue takes r out of f's line and returns where it stood, -1 when it
@@ -276,23 +282,29 @@ func (f *flow) unqueue(r *Reservation) int {
 }
 
 // lineChanged restores the order of the flows after f's line lost its call
-// at position i: a line left empty leaves the heap (and a priority flow the
-// urgent list), a new first call moves the flow in it.
-func (g *Governor) lineChanged(f *flow, i int) {
+// at position i at now: a line left empty leaves the heap (and a priority
+// flow the urgent list, and starts earning credit again: none is earned
+// while calls wait), a new first call moves the flow in it.
+func (g *Governor) lineChanged(now int64, f *flow, i int) {
 	if len(f.queue) == 0 {
 		f.queue = f.qbuf[:0]
 		heap.Remove(&g.active, f.index)
 		if f.prio != nil {
+			f.prio.creditAt = max(f.prio.creditAt, now)
 			g.calm(f)
 		}
+		g.promoUpdate(f, now)
+		g.busyChanged(f)
 	} else if i == 0 {
 		heap.Fix(&g.active, f.index)
+		g.promoUpdate(f, now)
+		g.creditChanged(f)
 	}
 }
 
 // refuse ends waiting reservation r with err.
-func (g *Governor) refuse(r *Reservation, err error) {
-	g.dequeue(r)
+func (g *Governor) refuse(now int64, r *Reservation, err error) {
+	g.dequeue(now, r)
 	r.state = refused
 	r.err = err
 	if r.ready != nil {

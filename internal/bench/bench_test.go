@@ -161,6 +161,7 @@ func TestVariedScenarios(t *testing.T) {
 		{file: "tenants.yaml", shares: []string{"tenant-1", "tenant-2", "tenant-3", "tenant-4"}},
 		{file: "faults-day.yaml", shares: []string{"backfill-a", "backfill-b"}},
 		{file: "fixed-weighted.yaml", shares: []string{"heavy", "light"}},
+		{file: "many-flows.yaml", shares: []string{"flow-001", "flow-003", "flow-006", "flow-008", "flow-011", "flow-013"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {

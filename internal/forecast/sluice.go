@@ -32,6 +32,7 @@ var _ Policy = (*sluicePolicy)(nil)
 type sluiceFlow struct {
 	f        *FlowState
 	pending  []pendingCall // reservations waiting, oldest first
+	covered  int           // the items pending's reservations are for
 	inflight int
 	retryAt  time.Time // after a fault, back off before the next call
 	backoff  time.Duration
@@ -50,7 +51,18 @@ const defaultProgressEvery = 15 * time.Minute
 // pendingCall is a reservation for up to batch items of a flow.
 type pendingCall struct {
 	r     *governor.Reservation
+	ready <-chan struct{} // r.Ready(): closed once r is admitted or refused
 	batch int
+}
+
+// closed reports whether ch is closed, without waiting.
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // maxQueued is how many reservations one flow keeps in line. Calls in
@@ -102,20 +114,22 @@ func (p *sluicePolicy) Wake(w *World) {
 		next := p.g.Advance(w.now)
 		called := false
 		for _, sf := range p.flows {
-			// A reservation the governor refused — a limit learned lower
-			// than its batch needs — is dropped; reserve sizes the next
-			// batch to the limits as they are now, down to one item.
-			kept := sf.pending[:0]
-			for _, pc := range sf.pending {
-				if pc.r.Err() == nil {
-					kept = append(kept, pc)
+			// Only the first reservation of a flow's line can have been
+			// admitted or refused since the last look: the governor
+			// admits and refuses a flow's calls in their order. Its Ready
+			// channel says so without a lock, so a wake costs one look per
+			// flow, not one per reservation.
+			for len(sf.pending) > 0 && closed(sf.pending[0].ready) {
+				if sf.pending[0].r.Err() != nil {
+					// A reservation the governor refused — a limit learned
+					// lower than its batch needs — is dropped; reserve sizes
+					// the next batch to the limits as they are now, down to
+					// one item.
+					sf.covered -= sf.pending[0].batch
+					sf.pending = sf.pending[1:]
 				} else {
-					called = true
+					p.call(w, sf)
 				}
-			}
-			sf.pending = kept
-			for len(sf.pending) > 0 && sf.pending[0].r.Admitted() {
-				p.call(w, sf)
 				called = true
 			}
 		}
@@ -139,11 +153,7 @@ func (p *sluicePolicy) reserve(w *World) {
 		if w.now.Before(sf.retryAt) {
 			continue
 		}
-		covered := 0
-		for _, pr := range sf.pending {
-			covered += pr.batch
-		}
-		for len(f.queue) > covered && len(sf.pending) < maxQueued {
+		for len(f.queue) > sf.covered && len(sf.pending) < maxQueued {
 			base := governor.Cost{Requests: 1, Input: f.cfg.PromptTokens}
 			per := governor.Cost{Input: f.cfg.ItemInputTokens, Output: f.cfg.ItemMaxTokens}
 			if f.cfg.ItemMaxTokens == 0 {
@@ -156,10 +166,10 @@ func (p *sluicePolicy) reserve(w *World) {
 			// Reserve for the items there are, not for a full batch: a call
 			// of a flow whose items arrive one by one is not charged, nor
 			// made to wait, for items it does not carry.
-			n = min(n, len(f.queue)-covered)
+			n = min(n, len(f.queue)-sf.covered)
 			if n == 0 {
 				// No call carrying even one item can ever fit: refuse, don't wait.
-				w.Refuse(f, w.Take(f, len(f.queue)-covered))
+				w.Refuse(f, w.Take(f, len(f.queue)-sf.covered))
 				break
 			}
 			// Reserve for a full batch; the items are taken when the call is
@@ -167,11 +177,11 @@ func (p *sluicePolicy) reserve(w *World) {
 			// what is not used is given back then.
 			r, err := p.g.Reserve(w.now, f.cfg.Name, p.cost(f, n))
 			if err != nil {
-				w.Refuse(f, w.Take(f, len(f.queue)-covered))
+				w.Refuse(f, w.Take(f, len(f.queue)-sf.covered))
 				break
 			}
-			sf.pending = append(sf.pending, pendingCall{r: r, batch: n})
-			covered += n
+			sf.pending = append(sf.pending, pendingCall{r: r, ready: r.Ready(), batch: n})
+			sf.covered += n
 		}
 	}
 }
@@ -180,6 +190,7 @@ func (p *sluicePolicy) call(w *World, sf *sluiceFlow) {
 	pc, f := sf.pending[0], sf.f
 	r := pc.r
 	sf.pending = sf.pending[1:]
+	sf.covered -= pc.batch
 	sf.inflight++
 	items := w.Take(f, pc.batch)
 	if len(items) == 0 {

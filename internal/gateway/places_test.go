@@ -104,11 +104,58 @@ func TestOneCallerCannotSpendThePlaces(t *testing.T) {
 				return // one caller: the patient one is the flooder, at its bound
 			}
 			// A new request waits behind the flood's bounded places only: a
-			// minute for each request ahead of it, on one request a minute.
+			// minute and the gateway's lag (a charge counts that much longer
+			// than its window) for each request ahead of it, on one request
+			// a minute.
 			st, fresh, body := post("the patient caller's next request", patient)
-			if want := kept + (bound+1)*time.Minute; st != 429 || fresh > want+time.Second {
+			if want := kept + (bound+1)*(time.Minute+time.Second); st != 429 || fresh > want+time.Second {
 				t.Errorf("a new request after the flood: %d, retry-after %v, want at most %v (%d places ahead of it)\n%s", st, fresh, want, bound+1, body)
 			}
 		})
+	}
+}
+
+// A client that obeys Retry-After is not refused again for a call waiting
+// behind a larger one: with one call of nearly the whole TPM admitted and
+// another waiting, a small call is told to come back once both have gone
+// through the window — two minutes and two lags — not after the minute a
+// drain of the tokens at the limit's rate would take, when the second
+// large call still fills the window.
+func TestRetryAfterCountsLargeCallsAheadWhole(t *testing.T) {
+	t.Parallel()
+	c := newManualClock()
+	b := setup(t, forecast.ModelConfig{Profile: "openai", Limits: limits("tpm=1000")},
+		Config{Limits: limits("tpm=1000"), Now: c.Now})
+	wait := map[string]string{MaxWaitHeader: "1ms"}
+	post := func(content string, maxTokens int) (int, time.Duration, string) {
+		resp, body := b.do(t, "POST", "/v1/chat/completions", chatBody(content, maxTokens, ""), wait)
+		if status(resp) != 429 {
+			return status(resp), 0, string(body)
+		}
+		return 429, retryAfter(t, resp), string(body)
+	}
+	if st, _, body := post("the first large call", 960); st != 200 {
+		t.Fatalf("the first call on an idle key: %d %s", st, body)
+	}
+	st, large, body := post("the second large call", 960)
+	if st != 429 {
+		t.Fatalf("a second large call within the minute: %d %s", st, body)
+	}
+	st, small, body := post("a small call", 20)
+	if st != 429 {
+		t.Fatalf("a small call behind a large one, in a window with no room for it: %d %s", st, body)
+	}
+	// The second large call goes once the first ages out; the small one
+	// only once the second has: the window never has room for both.
+	if want := large + time.Minute + time.Second; small < want {
+		t.Errorf("the small call was told to come back in %v, before the large call ahead of it ages out at %v\n%s", small, want, body)
+	}
+	c.advance(b, large)
+	if st, _, body := post("the second large call", 960); st != 200 {
+		t.Fatalf("the second large call back after its retry-after: %d %s", st, body)
+	}
+	c.advance(b, small-large)
+	if st, _, body := post("a small call", 20); st != 200 {
+		t.Fatalf("the small call back after its retry-after, %v: %d %s", small, st, body)
 	}
 }
