@@ -256,6 +256,11 @@ var (
 	// ErrExecutorRunning is returned by Start while another process (or
 	// App) with the same executor ID runs on the database.
 	ErrExecutorRunning = engine.ErrExecutorRunning
+	// ErrDatabaseLocked is returned by Send when its SQLite database stayed
+	// locked by another connection or process for the whole of the 30 s
+	// Send waits for it: nothing was started, and the same event may be
+	// sent again under its ID.
+	ErrDatabaseLocked = store.ErrLocked
 )
 
 // Send sends an event: every function it triggers starts a run. id

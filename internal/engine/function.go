@@ -334,7 +334,11 @@ func (e *Engine) start(ctx dbos.Context, f *Function, ev eventData) (run.Sent, e
 	}
 	if rl := f.RateLimit; rl != nil {
 		key, _ := ev.field(rl.Key)
-		ok, err := e.st.CountStart(ctx, f.ID, key, rl.Period, rl.Limit, e.cfg.Now())
+		var ok bool
+		err := e.whileLocked(ctx, "count the start of "+f.ID, func() (err error) {
+			ok, err = e.st.CountStart(ctx, f.ID, key, rl.Period, rl.Limit, e.cfg.Now())
+			return err
+		})
 		if err != nil {
 			return s, err
 		}
@@ -344,8 +348,10 @@ func (e *Engine) start(ctx dbos.Context, f *Function, ev eventData) (run.Sent, e
 			if key != "" {
 				s.Reason += fmt.Sprintf(" for %s=%q", rl.Key, key)
 			}
-			return s, e.st.RecordDroppedEvent(ctx, store.DroppedEvent{
-				Function: f.ID, EventID: ev.ID, EventName: ev.Name, Key: key, Reason: s.Reason, At: e.cfg.Now(),
+			return s, e.whileLocked(ctx, "record the dropped event of "+f.ID, func() error {
+				return e.st.RecordDroppedEvent(ctx, store.DroppedEvent{
+					Function: f.ID, EventID: ev.ID, EventName: ev.Name, Key: key, Reason: s.Reason, At: e.cfg.Now(),
+				})
 			})
 		}
 	}

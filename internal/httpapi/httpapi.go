@@ -172,6 +172,9 @@ func (a *api) auth(h func(w http.ResponseWriter, r *http.Request) error) http.Ha
 		}
 		if err := h(w, r); err != nil {
 			status := httperr.Status(err)
+			if s := httperr.RetryAfter(err); s > 0 {
+				w.Header().Set("Retry-After", strconv.Itoa(s))
+			}
 			if status == http.StatusInternalServerError {
 				err = a.internal(r, err)
 			}

@@ -10,6 +10,7 @@ import (
 	"net/http"
 
 	"github.com/sluice-dev/sluice/internal/engine"
+	"github.com/sluice-dev/sluice/internal/store"
 )
 
 // marked is an error marked with the status it answers with.
@@ -32,6 +33,15 @@ func Forbidden(err error) error { return marked{err, http.StatusForbidden} }
 // TooLarge marks err as a body over its bound: 413.
 func TooLarge(err error) error { return marked{err, http.StatusRequestEntityTooLarge} }
 
+// RetryAfter is the Retry-After, in seconds, of an answer to err: 1 for a
+// database that was locked for the whole wait, else 0 (none).
+func RetryAfter(err error) int {
+	if errors.Is(err, store.ErrLocked) {
+		return 1
+	}
+	return 0
+}
+
 // Status is the HTTP status err answers with: its mark, else the engine's
 // error's, else 500.
 func Status(err error) int {
@@ -46,6 +56,8 @@ func Status(err error) int {
 		return http.StatusNotFound
 	case errors.Is(err, engine.ErrNotRerunnable), errors.Is(err, engine.ErrEnded), errors.Is(err, engine.ErrSameVersion):
 		return http.StatusConflict
+	case errors.Is(err, store.ErrLocked):
+		return http.StatusServiceUnavailable // a busy SQLite database: try again (see RetryAfter)
 	}
 	return http.StatusInternalServerError
 }

@@ -431,6 +431,12 @@ const (
 // not recorded.
 var ErrNoJob = errors.New("no such job")
 
+// ErrLocked is matched (errors.Is) by the error of a statement that waited
+// its whole busy timeout for a lock another connection or process holds on
+// an SQLite database: nothing was written, and the same call may be made
+// again once the lock is free.
+var ErrLocked = errors.New("store: the database is locked")
+
 // Tx is what Settle needs of a transaction that its caller opened and will
 // commit or roll back: dbos.Tx, which dbos.RunAsTransaction (and so
 // sluice.Transaction) gives its function, is one. Statements use $1, $2 …

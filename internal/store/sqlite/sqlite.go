@@ -88,6 +88,9 @@ func (e *LockedError) Error() string {
 
 func (e *LockedError) Unwrap() error { return e.Err }
 
+// Is reports that a *LockedError is store.ErrLocked.
+func (e *LockedError) Is(target error) bool { return target == store.ErrLocked }
+
 // The primary result codes of SQLite's lock errors; extended codes
 // (SQLITE_BUSY_SNAPSHOT, …) carry them in the low byte.
 const (
