@@ -3,7 +3,11 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"runtime"
 	"strings"
 	"sync"
@@ -85,5 +89,48 @@ func BenchmarkAnswerHeaders(b *testing.B) {
 	for b.Loop() {
 		clear(w.Header())
 		c.limitHeaders()
+	}
+}
+
+// BenchmarkChatRoundTrip measures one non-streamed chat completion served
+// in process (ServeHTTP on a recorder) against a loopback upstream that
+// answers at once, through the gateway (no limits: every request admitted
+// at once) and through a plain httputil.ReverseProxy to the same upstream:
+// what the gateway's own work costs per request, in time and allocations,
+// beside the proxy's.
+func BenchmarkChatRoundTrip(b *testing.B) {
+	answer := []byte(`{"id":"c1","object":"chat.completion","created":1,"model":"sim-model","choices":[{"index":0,` +
+		`"message":{"role":"assistant","content":"Rivers and their towns"},"finish_reason":"stop"}],` +
+		`"usage":{"prompt_tokens":31,"completion_tokens":5,"total_tokens":36}}`)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(answer)
+	}))
+	defer up.Close()
+	body := chatBody("Give this article a title: rivers, bridges and the towns between them.", 16, "")
+	g, err := New(context.Background(), Config{Upstream: up.URL + "/v1", Profile: "openai"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	start(b, g)
+	target, _ := url.Parse(up.URL)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	for _, tc := range []struct {
+		name string
+		h    http.Handler
+	}{{"gateway", g}, {"reverse-proxy", proxy}} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				req := httptest.NewRequest("POST", "/v1/chat/completions", strings.NewReader(body))
+				req.Header.Set("Content-Type", "application/json")
+				w := httptest.NewRecorder()
+				tc.h.ServeHTTP(w, req)
+				if w.Code != 200 {
+					b.Fatalf("%s: %d %s", tc.name, w.Code, w.Body)
+				}
+			}
+		})
 	}
 }
