@@ -163,7 +163,7 @@ func (g *Governor) advance(now int64) int64 {
 				continue
 			}
 		}
-		n, wake := g.backfill(now, r, at)
+		n, wake := g.backfill(now, r, at, how == inTurn)
 		if n > 0 {
 			admitted = true
 			continue // what was admitted may have made room for more, or changed the line
@@ -188,31 +188,34 @@ const backfillScan = 32
 // backfill admits, while the call at the front of the line (head) cannot
 // start before at, the front calls of other flows that fit now and would
 // not make head start later — the backfilling rule of batch schedulers
-// (EASY): capacity the front call cannot use yet is not left idle, and the
-// front call's start is never delayed by it. Candidates are taken in fair
-// order. It returns how many calls it admitted (or refused, as advance
-// does: see refuse) and the earliest time a candidate that did not fit may
-// fit.
+// (EASY): capacity the front call cannot use yet is not left idle. Candidates
+// are taken in fair order. It returns how many calls it admitted (or
+// refused, as advance does: see refuse) and the earliest time a candidate
+// that did not fit may fit.
+//
+// With one exception, head's start is never delayed. With two token
+// limits, the first call in line may wait for room on one (output) while
+// the other (input) idles, and a call that would fill that room holds a
+// charge there for a whole window, a little past head's start. So one call
+// may move head's start later, through a minute limit that has room for
+// head now, when:
+//   - the delay is less than the time left until head's start: its charge
+//     spends more of its window in room head could not use than in room
+//     head would have used;
+//   - its flow is due in fair order before head's call is done (its start
+//     tag is below head's finish tag), so it is this round's call, not one
+//     of a flow already ahead of its share — else a flow whose calls always
+//     fit would take, a little at a time, the room the others wait for;
+//   - head is in its turn (not promoted), and no call delayed it before:
+//     head loses less than one window to it.
 //
 // The unfairness this allows is bounded: a call admitted ahead of its turn
-// takes only room the front call could not use before its start, and its
-// flow's fair-queuing tags advance as if it had waited, so its flow is
-// admitted that much later once the front call has gone.
-func (g *Governor) backfill(now int64, head *Reservation, at int64) (int, int64) {
-	var cand [backfillScan]*flow
-	n := 0
-	for i := 0; i < len(g.active.flows) && n < backfillScan; i++ {
-		if f := g.active.flows[i]; f != head.f {
-			cand[n] = f
-			n++
-		}
-	}
-	// Insertion sort into fair order: n is small.
-	for i := 1; i < n; i++ {
-		for j := i; j > 0 && g.active.less(cand[j], cand[j-1]); j-- {
-			cand[j], cand[j-1] = cand[j-1], cand[j]
-		}
-	}
+// takes only room the front call could not use before its start (or, once,
+// a little more), and its flow's fair-queuing tags advance as if it had
+// waited, so its flow is admitted that much later once the front call has
+// gone.
+func (g *Governor) backfill(now int64, head *Reservation, at int64, inTurn bool) (int, int64) {
+	cand, n := g.backfillCandidates(head)
 	wake, count := int64(never), 0
 	for _, f := range cand[:n] {
 		r := f.queue[0]
@@ -231,8 +234,12 @@ func (g *Governor) backfill(now int64, head *Reservation, at int64) (int, int64)
 			wake = min(wake, t)
 			continue
 		}
-		if g.delays(now, head, at, f, r.cost) {
-			continue
+		if nt := g.pushedTo(now, head, at, f, r.cost); nt > at {
+			if !inTurn || head.pushed || nt == never || nt-at >= at-now || r.start >= head.finish {
+				continue
+			}
+			head.pushed = true
+			at = nt
 		}
 		g.admit(now, r, aheadOfTurn)
 		count++
@@ -240,11 +247,43 @@ func (g *Governor) backfill(now int64, head *Reservation, at int64) (int, int64)
 	return count, wake
 }
 
+// backfillCandidates returns up to backfillScan flows with calls waiting,
+// other than head's, in fair order.
+func (g *Governor) backfillCandidates(head *Reservation) ([backfillScan]*flow, int) {
+	var cand [backfillScan]*flow
+	n := 0
+	for i := 0; i < len(g.active.flows) && n < backfillScan; i++ {
+		if f := g.active.flows[i]; f != head.f {
+			cand[n] = f
+			n++
+		}
+	}
+	// Insertion sort into fair order: n is small.
+	for i := 1; i < n; i++ {
+		for j := i; j > 0 && g.active.less(cand[j], cand[j-1]); j-- {
+			cand[j], cand[j-1] = cand[j-1], cand[j]
+		}
+	}
+	return cand, n
+}
+
 // delays reports whether charging c now would make head, which fits at
-// at, fit only later. Under a rolling window a charge made now is gone by
-// now + period + lag; under a fixed one at the end of its window; on a day
-// pacer it moves the time head may start by its own amount.
+// at, fit only later.
 func (g *Governor) delays(now int64, head *Reservation, at int64, f *flow, c Cost) bool {
+	return g.pushedTo(now, head, at, f, c) > at
+}
+
+// pushedTo returns when head, which fits at at, would fit if a call of f
+// costing c were charged now: at when the charge is gone by then or leaves
+// room for both, else when a minute window that has room for head now has
+// room for both, or the charge ages out of it. Under a rolling window a
+// charge made now is gone by now + period + lag; under a fixed one at the
+// end of its window. It returns never when the charge would take room head
+// waits for (a window without room for it now), or would hold it back on a
+// day window or pacer: a charge there is gone only a day later, and on a
+// pacer every charge moves head's start by its own amount.
+func (g *Governor) pushedTo(now int64, head *Reservation, at int64, f *flow, c Cost) int64 {
+	to := at
 	for l := range NumLimits {
 		lim, need, extra := g.limits[l], head.cost.On(l), c.On(l)
 		if lim == 0 || need == 0 || extra == 0 {
@@ -270,17 +309,22 @@ func (g *Governor) delays(now int64, head *Reservation, at int64, f *flow, c Cos
 				gone = addSat(gone, lg.period)
 			}
 		}
-		if at < gone && lg.freeAt(now, l, addSat(need, extra), lim, g.phantom[l]) > at {
-			return true
+		if at < gone {
+			if t := lg.freeAt(now, l, addSat(need, extra), lim, g.phantom[l]); t > at {
+				if l.Period() != time.Minute || lg.freeAt(now, l, need, lim, g.phantom[l]) > now {
+					return never // a day window, or the room head waits for
+				}
+				to = max(to, min(t, gone))
+			}
 		}
 		if p := &g.pace[l]; p.on && !g.onCredit(head.f, now, head.size) && head.f.retry < head.size {
 			tat := addSat(max(p.tat, now), nanos(float64(extra)*p.perUnit))
 			if subSat(tat, p.burst) > at {
-				return true
+				return never
 			}
 		}
 	}
-	return false
+	return to
 }
 
 // blocker says what holds call c back at now: the limit (window or day

@@ -159,3 +159,49 @@ func TestWaitReturnsRefusal(t *testing.T) {
 		t.Fatal("Wait still waits for a call that can never fit")
 	}
 }
+
+// TestBackfillFillsTheOtherTokenLimit: with separate input and output
+// limits, the first call in line waits for output room while the input
+// limit idles. A call that needs little output goes now, although its input
+// charge outlasts the first call's start by a few seconds: it fills far
+// more room that would idle than it delays the first call. It may do so
+// once per call: a second such call waits.
+func TestBackfillFillsTheOtherTokenLimit(t *testing.T) {
+	t.Parallel()
+	g := mustNew(t, Config{Limits: Limits{ITPM: 20000, OTPM: 4000}, SettleOutput: true})
+	write := mustReserve(t, g, at(0), "write", Cost{Requests: 1, Input: 600, Output: 4000})
+	g.Advance(at(0))
+	if !write.Admitted() {
+		t.Fatal("the first call was not admitted")
+	}
+	extract := mustReserve(t, g, at(time.Second), "extract", Cost{Requests: 1, Input: 14000, Output: 1200})
+	huge := mustReserve(t, g, at(time.Second), "huge", Cost{Requests: 1, Input: 7000, Output: 400})
+	g.Advance(at(time.Second))
+	write.Settle(at(8*time.Second), Cost{Requests: 1, Input: 600, Output: 3200})
+	next := g.Advance(at(8 * time.Second))
+	if !huge.Admitted() || extract.Admitted() {
+		t.Fatalf("at 8s, with 800 output tokens free and 19,400 input: huge admitted %v, extract %v; want only huge", huge.Admitted(), extract.Admitted())
+	}
+	// extract waited for the first call's output charge to age out (at
+	// 60s), and now for huge's input charge too (at 68s): 8s later, for 52s
+	// of input room filled.
+	if want := at(68 * time.Second); !next.Equal(want) {
+		t.Errorf("Advance says to come back at %v, want %v", next.Sub(t0), want.Sub(t0))
+	}
+	// other fits now and would delay extract by a second only: but extract
+	// was delayed once already.
+	other := mustReserve(t, g, at(9*time.Second), "other", Cost{Requests: 1, Input: 7000, Output: 10})
+	g.Advance(at(9 * time.Second))
+	if other.Admitted() {
+		t.Fatal("at 9s a second call delayed the first in line again")
+	}
+	// At 60s it would delay extract by 52s for 8s of room: it waits too.
+	g.Advance(at(60 * time.Second))
+	if other.Admitted() || extract.Admitted() {
+		t.Fatalf("at 60s: other admitted %v, extract %v; want neither", other.Admitted(), extract.Admitted())
+	}
+	g.Advance(at(68 * time.Second))
+	if !extract.Admitted() || !extract.AdmittedAt().Equal(at(68*time.Second)) {
+		t.Errorf("extract admitted %v at %v, want at 68s", extract.Admitted(), extract.AdmittedAt().Sub(t0))
+	}
+}

@@ -70,6 +70,13 @@ type Governor struct {
 	rateRef int64
 	active  flowHeap
 	promo   promoIndex // the flows of active, to find the one to promote (promote.go)
+	// promoHeld is the least room held for priority flows on RPD and TPD
+	// since flow f was promoted, at version ver of its line (see held).
+	promoHeld struct {
+		f     *flow
+		ver   uint32
+		least [2]int64
+	}
 	// ahead orders every reservation waiting or parked by its tags, with
 	// sums of their costs, for the wait estimate (ahead.go).
 	ahead   *Reservation

@@ -124,6 +124,11 @@ func (g *Governor) onCredit(f *flow, now int64, size float64) bool {
 // fit an empty window. Minute windows hold no room: they free themselves
 // within the minute, and room held in them is lost whole when calls are
 // large (four tenants with calls of a third of TPM lost a third of the key).
+//
+// For the flow promoted for having waited PromoteAfter (see promoted) the
+// room held only shrinks: while it waits for a day window, the room held
+// for priority flows grows as their credit refills, and would push its
+// start later and later, as the prompt admissions it is shielded from would.
 func (g *Governor) held(f *flow, l Limit, need, lim, now int64) int64 {
 	if l.Period() == time.Minute {
 		return 0
@@ -140,7 +145,30 @@ func (g *Governor) held(f *flow, l Limit, need, lim, now int64) int64 {
 		g.refill(o, now)
 		h = addSat(h, max(min(p.heldAs[l], nanos(p.credit/g.scale[l])), 0))
 	}
-	return min(h, max(subSat(lim, need), 0))
+	h = min(h, max(subSat(lim, need), 0))
+	if g.promotedNow(f) {
+		h = g.heldSince(f, l, h)
+	}
+	return h
+}
+
+// heldSince returns h, or less if less room was held on day limit l for
+// promoted flow f since it was promoted, and remembers the least. Only one
+// flow is promoted at a time: the governor remembers it for that one.
+func (g *Governor) heldSince(f *flow, l Limit, h int64) int64 {
+	i := 0
+	if l != RPD {
+		i = 1
+	}
+	p := &g.promoHeld
+	if p.f != f || p.ver != f.promoVer {
+		// Promoted anew (its line changed since): what was held before
+		// does not count.
+		p.f, p.ver, p.least = f, f.promoVer, [2]int64{never, never}
+	}
+	h = min(h, p.least[i])
+	p.least[i] = h
+	return h
 }
 
 // learnCall records the size of a call of priority flow f costing c, whose

@@ -223,3 +223,57 @@ func TestShortCreditWaitsForThePacer(t *testing.T) {
 		now = b.Until
 	}
 }
+
+// TestPromotedFlowIsNotPushedByHeldRoom: a flow promoted for having waited
+// PromoteAfter, waiting for a full day window to free room, is not pushed
+// later by the room held for a priority flow as that flow's credit refills:
+// the time it will fit, once promoted, does not move later, and it is
+// admitted then.
+func TestPromotedFlowIsNotPushedByHeldRoom(t *testing.T) {
+	t.Parallel()
+	g := mustNew(t, Config{
+		Limits:   Limits{TPD: 100000},
+		DayBurst: -1, // no pacing: the window alone
+		// Equal shares: the urgent flow's credit refills at half the key,
+		// about 35 tokens a minute.
+		Flows: []FlowConfig{{Name: "urgent", Priority: 1, Weight: 250}, {Name: "bulk", Weight: 1000}},
+	})
+	// Yesterday's charges: the window is full but for 500 tokens; 100
+	// tokens age out each minute from 41 min on, the rest in 10 hours.
+	charges := []Charge{{ID: 1, Flow: "old", At: at(-14 * time.Hour), Cost: Cost{Requests: 1, Input: 89500}}}
+	for k := range 100 {
+		charges = append(charges, Charge{ID: uint64(k + 2), Flow: "old", At: at(-24*time.Hour + time.Duration(41+k)*time.Minute), Cost: Cost{Requests: 1, Input: 100}})
+	}
+	g.Restore(t0, charges)
+	// One call teaches the governor urgent's size (room for two such is
+	// held, as far as its credit goes); it leaves, and credit refills.
+	mustReserve(t, g, t0, "urgent", Cost{Requests: 1, Input: 3000}).Cancel(t0)
+	bulk := mustReserve(t, g, t0, "bulk", Cost{Requests: 1, Input: 1000})
+	now := at(35*time.Minute + time.Second)
+	g.Advance(now)
+	if bulk.Admitted() {
+		t.Fatal("bulk was admitted before the window freed room: the test needs it to wait")
+	}
+	if !g.promotedNow(bulk.f) {
+		t.Fatal("bulk is not promoted after waiting PromoteAfter: the test needs it to be")
+	}
+	until := g.Blocker(now, bulk).Until
+	if !until.After(at(41 * time.Minute)) {
+		t.Fatalf("bulk fits at %v, want later than 41 min: the test needs it to wait for the window", until.Sub(t0))
+	}
+	for now.Before(until) {
+		if now = now.Add(time.Minute); now.After(until) {
+			now = until
+		}
+		g.Advance(now)
+		if bulk.Admitted() {
+			break
+		}
+		if u := g.Blocker(now, bulk).Until; u.After(until) {
+			t.Fatalf("at %v promoted bulk fits at %v, later than %v when it was promoted", now.Sub(t0), u.Sub(t0), until.Sub(t0))
+		}
+	}
+	if !bulk.Admitted() || bulk.AdmittedAt().After(until) {
+		t.Errorf("bulk admitted %v at %v, want by %v", bulk.Admitted(), bulk.AdmittedAt().Sub(t0), until.Sub(t0))
+	}
+}

@@ -155,6 +155,13 @@ func (x *promoIndex) compact() {
 	x.stale = 0
 }
 
+// promotedNow reports whether f is the flow promoted (see promoted) as of
+// the governor's last question.
+func (g *Governor) promotedNow(f *flow) bool {
+	d := g.promo.due.flows
+	return len(d) > 0 && d[0] == f
+}
+
 // promoted returns the flow whose first waiting call has gone longest
 // without the flow getting a call admitted, if that is at least
 // PromoteAfter and at least the time its share of the key takes to earn

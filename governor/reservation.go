@@ -30,6 +30,7 @@ type Reservation struct {
 	err           error      // why a waiting reservation was refused
 	lease         *lease     // the lease it was admitted on (Leased), until its charge changes no more
 	node          *aheadNode // while waiting or parked: its place in Governor.ahead, once it is kept (ahead.go)
+	pushed        bool       // a backfill moved its start later (see backfill): no other may
 }
 
 type resState uint8

@@ -162,6 +162,8 @@ func TestVariedScenarios(t *testing.T) {
 		{file: "faults-day.yaml", shares: []string{"backfill-a", "backfill-b"}},
 		{file: "fixed-weighted.yaml", shares: []string{"heavy", "light"}},
 		{file: "many-flows.yaml", shares: []string{"flow-001", "flow-003", "flow-006", "flow-008", "flow-011", "flow-013"}},
+		{file: "two-limits-huge.yaml", shares: []string{"huge", "write", "extract"}},
+		{file: "two-limits-output.yaml", shares: []string{"huge", "write", "extract"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
@@ -607,6 +609,14 @@ func TestUnannounced(t *testing.T) {
 	// as too large is split rather than refused.
 	told := run(t, load(t, "devpick.yaml"), Options{})["sluice"]
 	checkLearns(t, res["sluice"], told, 0.97, 10)
+	// Learning OTPM costs no flow a stall past the hour: the promoted
+	// flow's start is not pushed later by room held for the priority flow
+	// as its credit refills (it was 61.4 min).
+	for name, f := range res["sluice"].Flows {
+		if f.MaxStallMinutes > 60 {
+			t.Errorf("sluice flow %s stalled %.1f min, want ≤ 60", name, f.MaxStallMinutes)
+		}
+	}
 }
 
 // TestAllUnannounced: a governor told nothing of the key but its provider's
