@@ -39,19 +39,8 @@ func (l Leases) pacers(ctx context.Context, tx store.Tx, req store.LeaseRequest)
 	if !paced(req) {
 		return k, nil
 	}
-	err := txQuery(tx)(ctx, l.sql["lease_pacers"], []any{req.Key}, func(r Row) error {
-		var lim int64
-		var p dayPacer
-		if err := r.Scan(&lim, &p.TAT, &p.Start, &p.every); err != nil {
-			return err
-		}
-		if lim == int64(governor.RPD) || lim == int64(governor.TPD) {
-			p.found = true
-			k.of[lim] = p
-		}
-		return nil
-	})
-	if err != nil {
+	var err error
+	if k.of, err = l.readPacers(ctx, tx, req.Key); err != nil {
 		return k, err
 	}
 	for _, lim := range dayLimits {
@@ -62,6 +51,25 @@ func (l Leases) pacers(ctx context.Context, tx store.Tx, req store.LeaseRequest)
 		p.every = store.PaceEvery(req.Limits[lim], *req.Pace, p.Start, k.now)
 	}
 	return k, nil
+}
+
+// readPacers reads key's shared pacers in tx, by limit: those not made
+// yet are not found.
+func (l Leases) readPacers(ctx context.Context, tx store.Tx, key string) ([governor.NumLimits]dayPacer, error) {
+	var of [governor.NumLimits]dayPacer
+	err := txQuery(tx)(ctx, l.sql["lease_pacers"], []any{key}, func(r Row) error {
+		var lim int64
+		var p dayPacer
+		if err := r.Scan(&lim, &p.TAT, &p.Start, &p.every); err != nil {
+			return err
+		}
+		if lim == int64(governor.RPD) || lim == int64(governor.TPD) {
+			p.found = true
+			of[lim] = p
+		}
+		return nil
+	})
+	return of, err
 }
 
 // room returns the room each day limit's shared pacer leaves, by limit:
@@ -115,24 +123,13 @@ func (l Leases) giveBackPace(ctx context.Context, tx store.Tx, key string, was, 
 	if !some {
 		return nil
 	}
-	var every [governor.NumLimits]float64
-	err := txQuery(tx)(ctx, l.sql["lease_pacers"], []any{key}, func(r Row) error {
-		var lim int64
-		var p dayPacer
-		if err := r.Scan(&lim, &p.TAT, &p.Start, &p.every); err != nil {
-			return err
-		}
-		if lim == int64(governor.RPD) || lim == int64(governor.TPD) {
-			every[lim] = p.every
-		}
-		return nil
-	})
+	pacers, err := l.readPacers(ctx, tx, key)
 	if err != nil {
 		return err
 	}
 	for _, lim := range dayLimits {
-		if back[lim] > 0 && every[lim] > 0 {
-			if _, err := tx.Exec(ctx, l.sql["give_back_pace"], key, int64(lim), store.PaceGiveBack(back[lim], every[lim])); err != nil {
+		if p := pacers[lim]; back[lim] > 0 && p.found && p.every > 0 {
+			if _, err := tx.Exec(ctx, l.sql["give_back_pace"], key, int64(lim), store.PaceGiveBack(back[lim], p.every)); err != nil {
 				return err
 			}
 		}
