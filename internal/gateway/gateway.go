@@ -380,7 +380,7 @@ func (g *Gateway) Flows() FlowsView {
 	for _, f := range st.Flows {
 		fv := FlowView{Flow: health.Flow{Name: f.Name, Done: f.Admitted, Remaining: int64(f.Waiting)},
 			Weight: f.Weight, Priority: f.Priority, Waiting: f.Waiting, Parked: f.Parked, Admitted: f.Admitted,
-			Tokens:     map[string]int64{"input": f.Tokens.Input, "output": f.Tokens.Output, "total": f.Tokens.Tokens()},
+			Tokens:     tokenMap(f.Tokens.Input, f.Tokens.Output),
 			Rejections: map[string]int64{}}
 		for l := range governor.NumLimits {
 			if n := f.Rejections[l]; n > 0 {
@@ -426,11 +426,11 @@ func (g *Gateway) addCluster(v *FlowsView) {
 			i = len(v.Flows)
 			at[r.Flow] = i
 			v.Flows = append(v.Flows, FlowView{Flow: health.Flow{Name: r.Flow, State: health.Idle},
-				Tokens: map[string]int64{"input": 0, "output": 0, "total": 0}, Rejections: map[string]int64{}})
+				Tokens: tokenMap(0, 0), Rejections: map[string]int64{}})
 		}
 		f := &v.Flows[i]
 		if f.Cluster == nil {
-			f.Cluster = &ClusterFlowView{Tokens: map[string]int64{"input": 0, "output": 0, "total": 0}}
+			f.Cluster = &ClusterFlowView{Tokens: tokenMap(0, 0)}
 		}
 		c := f.Cluster
 		c.Waiting += r.Waiting
@@ -439,11 +439,16 @@ func (g *Gateway) addCluster(v *FlowsView) {
 		c.Tokens["output"] += r.Output
 		c.Tokens["total"] += r.Input + r.Output
 		c.Nodes = append(c.Nodes, NodeFlowView{Node: r.Node, Waiting: r.Waiting, Admitted: r.Admitted,
-			Tokens: map[string]int64{"input": r.Input, "output": r.Output, "total": r.Input + r.Output}, At: r.At.UTC()})
+			Tokens: tokenMap(r.Input, r.Output), At: r.At.UTC()})
 		if f.Waiting == 0 && f.Admitted == 0 && c.Waiting > 0 {
 			f.State = health.WaitingForQuota // only other processes have it
 		}
 	}
+}
+
+// tokenMap is a flow's tokens by kind, as /v1/flows shows them.
+func tokenMap(input, output int64) map[string]int64 {
+	return map[string]int64{"input": input, "output": output, "total": input + output}
 }
 
 // clusterReadTimeout bounds the read of the cluster's flows for /v1/flows.
