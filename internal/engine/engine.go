@@ -152,6 +152,11 @@ type Engine struct {
 
 	classify Classifier // for errors the engine does not know; default ClassifyLLM
 
+	// partEnded is closed, and replaced, whenever a part this process
+	// runs returns: a run waiting for its parts looks again then.
+	partsMu   sync.Mutex
+	partEnded chan struct{}
+
 	mu       sync.RWMutex
 	fns      map[string]*Function
 	byEvent  map[string][]*Function

@@ -49,6 +49,30 @@ type Provider struct {
 // Fields set in t override the provider client's deadlines for this call
 // (llm.WithTimeouts); the zero value keeps them.
 func LLM(r *Run, name string, p *Provider, req *llm.ChatRequest, t llm.Timeouts) (*llm.ChatResponse, error) {
+	return ObservedLLM(r, name, p, req, t, nil)
+}
+
+// CallObserver hears how the governed calls of an ObservedLLM step go, in
+// the engine's clock: a caller that sizes how many calls it keeps going
+// learns from it what the governor admits and how long the provider takes.
+// Its methods are called from the step's goroutine.
+type CallObserver interface {
+	// Admitted: the governor admitted a call after it waited waited in
+	// the governor's line.
+	Admitted(waited time.Duration)
+	// Queued: a call gave up waiting for quota after waited, to wait
+	// durably instead (see Provider.MaxInlineWait).
+	Queued(waited time.Duration)
+	// Answered: the provider answered an admitted call, or failed it,
+	// latency after it was sent.
+	Answered(latency time.Duration)
+}
+
+type observerKey struct{}
+
+// ObservedLLM is LLM, telling o (if not nil) how each attempt's call goes.
+// A replay of a recorded call tells it nothing.
+func ObservedLLM(r *Run, name string, p *Provider, req *llm.ChatRequest, t llm.Timeouts, o CallObserver) (*llm.ChatResponse, error) {
 	if p == nil {
 		return nil, fmt.Errorf("step %s: no provider configured for LLM calls", name)
 	}
@@ -56,6 +80,9 @@ func LLM(r *Run, name string, p *Provider, req *llm.ChatRequest, t llm.Timeouts)
 	return Step(r, name, func(ctx context.Context) (*llm.ChatResponse, error) {
 		if t != (llm.Timeouts{}) {
 			ctx = llm.WithTimeouts(ctx, t)
+		}
+		if o != nil {
+			ctx = context.WithValue(ctx, observerKey{}, o)
 		}
 		return p.Call(ctx, flow, req)
 	})
@@ -86,6 +113,7 @@ func (p *Provider) Call(ctx context.Context, flow string, req *llm.ChatRequest) 
 	cancel()
 	drained := errors.Is(context.Cause(dctx), errDraining)
 	release()
+	o, _ := ctx.Value(observerKey{}).(CallObserver)
 	if err != nil {
 		var we *governor.WaitError
 		if tl, ok := errors.AsType[*governor.TooLargeError](err); ok {
@@ -99,6 +127,9 @@ func (p *Provider) Call(ctx context.Context, flow string, req *llm.ChatRequest) 
 		case drained && ctx.Err() == nil:
 			return nil, errDraining
 		case errors.As(err, &we) && ctx.Err() == nil:
+			if o != nil {
+				o.Queued(now().Sub(t0))
+			}
 			return nil, &quotaWait{err: fmt.Errorf("waiting for quota on %s: %w", p.Name, err), d: max(we.EstimatedWait, time.Second)}
 		}
 		return nil, err
@@ -108,10 +139,17 @@ func (p *Provider) Call(ctx context.Context, flow string, req *llm.ChatRequest) 
 		return nil, err
 	}
 	fm := p.Metrics.Flow(p.Name, flow)
-	fm.Admitted(now().Sub(t0))
-	res.Sent(now()) // its charge counts from when the call leaves
+	sent := now()
+	fm.Admitted(sent.Sub(t0))
+	if o != nil {
+		o.Admitted(sent.Sub(t0))
+	}
+	res.Sent(sent) // its charge counts from when the call leaves
 	resp, err := p.Client.Chat(ctx, req)
 	t := now()
+	if o != nil {
+		o.Answered(t.Sub(sent))
+	}
 	if err != nil {
 		llm.Feedback(t, p.Governor, res, governor.Cost{}, governor.Snapshot{}, err)
 		p.Metrics.Rejected(p.Name, err)

@@ -119,3 +119,89 @@ func TestPartsRunAtOnce(t *testing.T) {
 		}
 	})
 }
+
+// PartsEnded gives the parts that ended, whichever ends first, not each in
+// turn; its wait ends sooner when asked to; and a later run finds a part
+// an earlier one started, by its ID, and gets its output.
+func TestPartsEnded(t *testing.T) {
+	t.Parallel()
+	testenv.Databases(t, func(t *testing.T, url string) {
+		release := make(chan struct{}) // the slow part ends once closed
+		var asked atomic.Bool
+		f := &Function{Function: run.Function{ID: "race", Event: "race/go"}}
+		f.Handler = func(r *Run, ev Event) (any, error) {
+			if ev.ID == "second" {
+				// A part the first run handed on.
+				var handed struct {
+					Part string `json:"part"`
+				}
+				if err := json.Unmarshal(ev.Data, &handed); err != nil {
+					return nil, err
+				}
+				p, err := PartOf(r, handed.Part)
+				if err != nil {
+					return nil, err
+				}
+				out, err := p.Wait()
+				return string(out), err
+			}
+			slow, err := StartPart(r, "sleep", "slow", true)
+			if err != nil {
+				return nil, err
+			}
+			quick, err := StartPart(r, "sleep", "quick", false)
+			if err != nil {
+				return nil, err
+			}
+			ended, n, err := PartsEnded(r, "wait-0", []string{slow.ID(), quick.ID()}, func() int { return 7 }, nil)
+			if err != nil {
+				return nil, err
+			}
+			if len(ended) != 1 || ended[0] != quick.ID() || n != 7 {
+				return nil, fmt.Errorf("ended %v, %d: want only %s, 7", ended, n, quick.ID())
+			}
+			if _, err := quick.Wait(); err != nil {
+				return nil, err
+			}
+			// Nothing else ends until asked: the wait ends sooner.
+			asked.Store(true)
+			ended, _, err = PartsEnded(r, "wait-1", []string{slow.ID()}, func() int { return 0 }, asked.Load)
+			if err != nil || len(ended) != 0 {
+				return nil, fmt.Errorf("the sooner wait: %v, %v; want nothing ended", ended, err)
+			}
+			close(release)
+			return slow.ID(), nil
+		}
+		e := openEngine(t, url)
+		if err := e.Register(f); err != nil {
+			t.Fatal(err)
+		}
+		err := e.RegisterPart(f, "sleep", func(r *Run, in json.RawMessage) (any, error) {
+			if string(in) == "true" {
+				<-release
+			}
+			return "done " + string(in), nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Launch(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		s := send(t, e, "race/go", "first", map[string]any{})
+		if sum := wait(t, e, s.RunID); sum.Status != run.Completed {
+			t.Fatalf("first run %+v", sum)
+		}
+		var slowID string
+		if err := json.Unmarshal(detail(t, e, s.RunID).Output, &slowID); err != nil {
+			t.Fatal(err)
+		}
+		s2 := send(t, e, "race/go", "second", map[string]any{"part": slowID})
+		if sum := wait(t, e, s2.RunID); sum.Status != run.Completed {
+			t.Fatalf("second run %+v", sum)
+		}
+		if out := string(detail(t, e, s2.RunID).Output); !strings.Contains(out, "done true") {
+			t.Fatalf("second run's output %s: want the slow part's", out)
+		}
+	})
+}
