@@ -125,5 +125,9 @@ func RegisterBackfill[T any](app *App, b Backfill[T]) error {
 	flow := cmp.Or(b.Flow, b.ID)
 	app.quotas[b.ID] = func(now time.Time) health.Quota { return health.QuotaOf(p.Governor, flow, now) }
 	app.counters[b.ID] = func(now time.Time) health.Counters { return health.CountersOf(p.Governor, flow, now) }
+	app.inFlight[b.ID] = func() health.InFlight {
+		st, _ := app.backfills.InFlight(b.ID)
+		return health.InFlight{Calls: st.InFlight, Target: st.Target, LimitedBy: st.LimitedBy}
+	}
 	return nil
 }

@@ -41,6 +41,7 @@ type App struct {
 	thresholds map[string]time.Duration
 	quotas     map[string]func(now time.Time) health.Quota
 	counters   map[string]func(now time.Time) health.Counters
+	inFlight   map[string]func() health.InFlight
 	first      string
 	metrics    *metrics.Set // the series MetricsHandler serves (metrics.go)
 	plans      planCache    // the dashboard's Plan page (plan.go)
@@ -83,6 +84,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	a.backfills = backfill.NewSet(e, st, e.Logger(), now)
 	a.thresholds, a.quotas = map[string]time.Duration{}, map[string]func(time.Time) health.Quota{}
 	a.counters = map[string]func(time.Time) health.Counters{}
+	a.inFlight = map[string]func() health.InFlight{}
 	if a.monitor, err = a.newMonitor(); err != nil {
 		_ = a.shutdown(time.Second)
 		return nil, fmt.Errorf("sluice config: %w", err)
@@ -127,6 +129,12 @@ func (a *App) newMonitor() (*health.Monitor, error) {
 				return c(now)
 			}
 			return health.Counters{}
+		},
+		InFlight: func(job string) health.InFlight {
+			if f := a.inFlight[job]; f != nil {
+				return f()
+			}
+			return health.InFlight{}
 		},
 		Webhook: a.cfg.AlertWebhook,
 		Logger:  a.e.Logger(),

@@ -290,13 +290,17 @@ type Backfill struct {
 	// Poll is how often a run starts to look for new items (default 1 min);
 	// a run that has more to do hands on to the next at once.
 	Poll time.Duration
-	// BatchesPerRun is how many calls one run makes before it hands on to
-	// the next (default 100), so no run's record grows without bound.
+	// BatchesPerRun is how many calls one run gives out before it hands
+	// on to the next (default 100), so no run's record grows without
+	// bound. The calls going then are handed on, not waited for.
 	BatchesPerRun int
-	// InFlight is how many of its batches may be going at once (default
-	// 4, at most 100, and no more than BatchesPerRun): a run splits the
-	// items into that many shares that no two share an item of, and goes
-	// through each at once. The governor still admits each call only when
-	// it fits every limit.
+	// InFlight is the most batches going at once (at most 1,024). 0, the
+	// default, keeps as many going as the key's quota and the provider's
+	// latency need: what the governor admits times the latency observed,
+	// with headroom, grown while calls are admitted without waiting and
+	// cut back when they wait in the governor's line. A run splits the
+	// items into shares that no two share an item of, and goes through
+	// several at once. The governor still admits each call only when it
+	// fits every limit.
 	InFlight int
 }

@@ -38,8 +38,9 @@ type Config struct {
 	// StallAfter is how long without progress, with articles left, makes a
 	// job stalled (default 2 h, the seed's own threshold).
 	StallAfter time.Duration
-	// InFlight is how many of a job's batches may be going at once
-	// (default 4); each call is still admitted by the governor.
+	// InFlight is the most of a job's batches going at once (default 0:
+	// as many as the key's quota and the provider's latency need); each
+	// call is still admitted by the governor.
 	InFlight int
 	// TitleAfterSummary makes the title backfill run After the summary
 	// backfill (an article's title is eligible the moment the backfill

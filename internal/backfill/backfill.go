@@ -87,9 +87,10 @@ const (
 	DefaultRetryAfter    = 10 * time.Minute
 	DefaultPoll          = time.Minute
 	DefaultBatchesPerRun = 100
-	DefaultInFlight      = 4
-	MaxInFlight          = 100
 	DefaultDiscoverPage  = 1000
+	// MaxInFlight is the most calls a backfill keeps going at once: one
+	// per lane of its items, so that no two share an item.
+	MaxInFlight = store.MaxLanes
 )
 
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$`)
@@ -104,7 +105,6 @@ func (c Config) withDefaults() Config {
 	c.RetryAfter = cmp.Or(c.RetryAfter, DefaultRetryAfter)
 	c.Poll = cmp.Or(c.Poll, DefaultPoll)
 	c.BatchesPerRun = cmp.Or(c.BatchesPerRun, DefaultBatchesPerRun)
-	c.InFlight = cmp.Or(c.InFlight, DefaultInFlight)
 	c.DiscoverPage = cmp.Or(c.DiscoverPage, DefaultDiscoverPage)
 	if c.Parse == nil {
 		c.Parse = parseOne
@@ -130,7 +130,7 @@ func (c Config) validate() error {
 	case c.MaxBatch > 10000:
 		return fmt.Errorf("backfill %s: max batch %d: want at most 10000", c.ID, c.MaxBatch)
 	case c.InFlight > MaxInFlight:
-		return fmt.Errorf("backfill %s: in flight %d: want at most %d", c.ID, c.InFlight, MaxInFlight)
+		return fmt.Errorf("backfill %s: in flight %d: want at most %d (0 sizes it to the quota)", c.ID, c.InFlight, MaxInFlight)
 	}
 	return nil
 }
@@ -197,6 +197,7 @@ type backfill struct {
 	set      *Set
 	provider *engine.Provider
 	then     []string // backfills that run after this one
+	win      *window  // how many calls to keep going at once
 }
 
 // EventName is the event that starts a run of backfill id.
@@ -228,6 +229,8 @@ func (s *Set) Add(c Config, p *engine.Provider) error {
 		return fmt.Errorf("backfill %s: already registered", c.ID)
 	}
 	b := &backfill{Config: c, set: s, provider: p}
+	gov, flow := p.Governor, c.Flow
+	b.win = newWindow(c.InFlight, s.now, func(now time.Time) float64 { return quotaRate(gov, flow, now) })
 	f := &engine.Function{Function: run.Function{
 		ID:          FunctionID(c.ID),
 		Event:       EventName(c.ID),
@@ -243,6 +246,16 @@ func (s *Set) Add(c Config, p *engine.Provider) error {
 	s.byID[c.ID] = b
 	s.order = append(s.order, b)
 	return nil
+}
+
+// InFlight returns how many calls backfill id keeps going, as this
+// process sees them; false if there is no such backfill.
+func (s *Set) InFlight(id string) (InFlightState, bool) {
+	b, ok := s.byID[id]
+	if !ok {
+		return InFlightState{}, false
+	}
+	return b.win.state(), true
 }
 
 // Settings returns each backfill's settings, in the order they were added.

@@ -467,6 +467,8 @@ type inflightProvider struct {
 	// another does not, and its first call gives up waiting after budget.
 	wave int
 	all  chan struct{} // closed once wave calls were in flight at once
+	// gate, if not nil, holds every call until it is closed.
+	gate chan struct{}
 }
 
 func (p *inflightProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -503,6 +505,13 @@ func (p *inflightProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case <-time.After(budget):
 		}
 	}
+	if p.gate != nil {
+		select {
+		case <-p.gate:
+		case <-r.Context().Done():
+		case <-time.After(budget):
+		}
+	}
 	defer func() {
 		p.mu.Lock()
 		delete(p.active, id)
@@ -519,7 +528,7 @@ func (p *inflightProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func TestBackfillCallsInFlight(t *testing.T) {
 	t.Parallel()
 	testenv.Databases(t, func(t *testing.T, url string) {
-		b := setup(t, url, governor.Limits{})
+		b := setup(t, url, governor.Limits{governor.RPM: 100_000, governor.TPM: 10_000_000})
 		model, err := forecast.NewModel(forecast.ModelConfig{Profile: "groq", Latency: 60 * time.Millisecond, Wire: true, Seed: 1})
 		if err != nil {
 			t.Fatal(err)
@@ -656,5 +665,143 @@ func TestBackfillCountsRejectionsWhateverTheProviderID(t *testing.T) {
 		if calls["k01"] != 3 {
 			t.Errorf("k01 was saved %d times, want 3: one per reject", calls["k01"])
 		}
+	})
+}
+
+// heldBackfill starts backfill "titles" of n items, one per call, inFlight
+// calls going at once, on a provider that holds every call until its gate
+// is closed, and returns once inFlight calls are held. Each run gives out
+// two calls: each hands on the parts it started, and no Poll starts a run
+// while the test goes.
+func heldBackfill(t *testing.T, url string, n, inFlight int) (*bench, *inflightProvider) {
+	t.Helper()
+	b := setup(t, url, governor.Limits{governor.RPM: 100_000, governor.TPM: 10_000_000})
+	model, err := forecast.NewModel(forecast.ModelConfig{Profile: "groq", Wire: true, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &inflightProvider{sim: sim.NewServer(model, sim.ServerConfig{}), active: map[int]bool{}, gate: make(chan struct{})}
+	srv := httptest.NewServer(p)
+	t.Cleanup(srv.Close)
+	if b.p.Client, err = llm.NewClient(llm.Config{BaseURL: srv.URL + "/v1", Profile: llm.Groq}); err != nil {
+		t.Fatal(err)
+	}
+	b.add(keys(n)...)
+	c := b.config("titles", func(string) string { return "" })
+	c.MaxBatch, c.InFlight, c.BatchesPerRun, c.Poll = 1, inFlight, 2, time.Hour
+	if err := b.set.Add(c, b.p); err != nil {
+		t.Fatal(err)
+	}
+	b.start(t)
+	waitUntil(t, func() (bool, string) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.now == inFlight, fmt.Sprintf("%d calls in flight, want %d", p.now, inFlight)
+	})
+	return b, p
+}
+
+// savedOnce waits until the n items of "titles" are saved, and checks
+// that each was written once, by one call of its own.
+func savedOnce(t *testing.T, b *bench, p *inflightProvider, n int) {
+	t.Helper()
+	j := b.waitJob(t, "titles", func(j store.Job) bool { return j.Saved == int64(n) })
+	for k, w := range b.writes(t, "titles") {
+		if w != 1 {
+			t.Errorf("item %s written %d times, want once", k, w)
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.shared) > 0 || len(p.carried) != n {
+		t.Errorf("job %+v: %d calls for %d items, items %v carried by two calls at once: want one call each", j, len(p.carried), n, p.shared)
+	}
+}
+
+// A run that no earlier run handed on to (a Poll's, or one sent by hand)
+// while the parts of a run that handed on are still going leaves the items
+// to the run in line, which waits for those parts: started on its own, it
+// would start parts on items they hold, and a batch would be billed and
+// saved twice.
+func TestBackfillRunLeavesItemsToTheRunInLine(t *testing.T) {
+	t.Parallel()
+	testenv.Databases(t, func(t *testing.T, url string) {
+		const n, inFlight = 24, 4
+		b, p := heldBackfill(t, url, n, inFlight)
+		// Every call is held, so a run that handed on is in line or waits
+		// for the parts: a run started now goes after it.
+		ctx := context.Background()
+		if _, err := b.e.Send(ctx, engine.Event{Name: EventName("titles"), ID: "titles@by-hand"}); err != nil {
+			t.Fatal(err)
+		}
+		close(p.gate)
+		byHand := FunctionID("titles") + ":titles@by-hand"
+		var out store.BackfillRun
+		waitUntil(t, func() (bool, string) {
+			d, err := b.e.RunDetail(ctx, byHand, 1<<20)
+			if err != nil || d.Status != run.Completed {
+				return false, fmt.Sprintf("run %s: %+v (%v)", byHand, d, err)
+			}
+			return json.Unmarshal(d.Output, &out) == nil, string(d.Output)
+		})
+		if !strings.HasPrefix(out.Stopped, "left to "+FunctionID("titles")+":") {
+			t.Errorf("the run sent by hand stopped %q, want it left to the run in line", out.Stopped)
+		}
+		savedOnce(t, b, p, n)
+	})
+}
+
+// A run that no earlier run handed on to takes on the parts of earlier runs
+// still going: here those handed on to a run an operator cancelled, which
+// are not its own and go on. It waits for them as for its own, and starts
+// none on the items they hold.
+func TestBackfillRunTakesOnPartsLeftGoing(t *testing.T) {
+	t.Parallel()
+	testenv.Databases(t, func(t *testing.T, url string) {
+		// Enough items that each of the 8 shares of 4 calls in flight
+		// holds some (lanes are drawn at random): each part makes its call.
+		const n, inFlight = 96, 4
+		b, p := heldBackfill(t, url, n, inFlight)
+		// The two runs before it started the four parts, two each, and
+		// handed them on: the run going waits for them, and starts none.
+		ctx := context.Background()
+		var going string
+		waitUntil(t, func() (bool, string) {
+			runs, err := b.e.Runs(ctx, engine.RunFilter{Function: FunctionID("titles")})
+			states := map[run.State][]string{}
+			for _, r := range runs {
+				states[r.Status] = append(states[r.Status], r.ID)
+			}
+			if len(states[run.Running]) == 1 {
+				going = states[run.Running][0]
+			}
+			return err == nil && len(states[run.Completed]) == 2 && len(states[run.Running]) == 1 && len(runs) == 3,
+				fmt.Sprintf("runs: %v (%v)", states, err)
+		})
+		if err := b.e.Cancel(ctx, going); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.e.Send(ctx, engine.Event{Name: EventName("titles"), ID: "titles@by-hand"}); err != nil {
+			t.Fatal(err)
+		}
+		byHand := FunctionID("titles") + ":titles@by-hand"
+		var found []engine.GoingPart
+		waitUntil(t, func() (bool, string) {
+			d, err := b.e.RunDetail(ctx, byHand, 1<<20)
+			if err != nil {
+				return false, err.Error()
+			}
+			i := slices.IndexFunc(d.Steps, func(s engine.StepView) bool { return s.Name == "parts-going" })
+			return i >= 0 && json.Unmarshal(d.Steps[i].Output, &found) == nil, fmt.Sprintf("run %s: steps %+v", byHand, d.Steps)
+		})
+		if len(found) != inFlight {
+			ids := make([]string, len(found))
+			for i, g := range found {
+				ids[i] = g.ID
+			}
+			t.Errorf("the run sent by hand found parts going %v, want the %d", ids, inFlight)
+		}
+		close(p.gate)
+		savedOnce(t, b, p, n)
 	})
 }

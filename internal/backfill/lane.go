@@ -135,7 +135,7 @@ func (b *backfill) lane(r *engine.Run, prefix string, in laneInput) (laneDone, e
 				return b.selectBatch(ctx, d.After, in.Lane, cache, bt)
 			}
 		}
-		sv, failed, err := b.batch(r, prefix, i, in.RunID, in.Lane.Index, items, rejects, bt.TooLarge, next)
+		sv, failed, err := b.batch(r, prefix, i, in.RunID, in.Lane, items, rejects, bt.TooLarge, next)
 		if err != nil {
 			return fail(err)
 		}
@@ -144,7 +144,7 @@ func (b *backfill) lane(r *engine.Run, prefix string, in laneInput) (laneDone, e
 			d.Failed, d.Aborted = failed.Error(), failed.Error()
 			return d, nil
 		}
-		if !more {
+		if !more || sv.Stop {
 			break
 		}
 		if sv.Next != nil {
@@ -185,6 +185,8 @@ func callID(runID, step, providerID string) string {
 type savedNext struct {
 	saved
 	Next *selection `json:"next,omitempty"` // nil: to be selected by a step of its own
+	// Stop: the lane ends here, its share now too coarse (see coarse).
+	Stop bool `json:"stop,omitempty"`
 }
 
 // batch calls and saves the i-th batch of a lane (which settles in its
@@ -192,7 +194,7 @@ type savedNext struct {
 // each) and tooLarge, parked without a call; its save step also records
 // the next batch, which next selects (nil: none). A response that cannot be parsed fails the
 // lane (failed); err is a step's failure.
-func (b *backfill) batch(r *engine.Run, prefix string, i int, runID string, shard int, items []Item, rejects []int, tooLarge []store.Outcome,
+func (b *backfill) batch(r *engine.Run, prefix string, i int, runID string, lane store.Lane, items []Item, rejects []int, tooLarge []store.Outcome,
 	next func(context.Context) (selection, error)) (sv savedNext, failed, err error) {
 	var outputs []string
 	var requestID string
@@ -203,7 +205,9 @@ func (b *backfill) batch(r *engine.Run, prefix string, i int, runID string, shar
 		if err != nil {
 			return sv, fmt.Errorf("build the request of batch %d: %w", i, err), nil
 		}
-		resp, err := engine.LLM(r, fmt.Sprintf("%scall-%d", prefix, i), b.provider, req, llm.Timeouts{})
+		c := b.win.begin()
+		resp, err := engine.ObservedLLM(r, fmt.Sprintf("%scall-%d", prefix, i), b.provider, req, llm.Timeouts{}, c)
+		c.end()
 		if err != nil {
 			return sv, nil, err
 		}
@@ -227,11 +231,22 @@ func (b *backfill) batch(r *engine.Run, prefix string, i int, runID string, shar
 			sel = &got
 		}
 	}
+	stop := b.coarse(lane)
 	sv, err = engine.Transaction(r, fmt.Sprintf("%ssave-%d", prefix, i), func(ctx context.Context, tx dbos.Tx) (savedNext, error) {
-		saved, err := b.save(ctx, tx, runID, shard, requestID, items, rejects, tooLarge, outputs)
-		return savedNext{saved: saved, Next: sel}, err
+		saved, err := b.save(ctx, tx, runID, lane.Index, requestID, items, rejects, tooLarge, outputs)
+		return savedNext{saved: saved, Next: sel, Stop: stop}, err
 	})
 	return sv, nil, err
+}
+
+// coarse reports whether a lane's share l is four times as large as the
+// shares the run would split the items into now: the window has grown,
+// and the part going through l holds the items of several shares the run
+// would start parts on. Such a part ends after its batch, so that the
+// run grows with the window instead of after the part's calls; the save
+// step records it, so a replay ends there too.
+func (b *backfill) coarse(l store.Lane) bool {
+	return l.Of > 0 && shares(b.win.limit()) >= 4*l.Of
 }
 
 // items are the items of batch bt with the data its select step loaded,

@@ -67,6 +67,41 @@ type Flow struct {
 	// waits.
 	WaitingOn    string    `json:"waiting_on,omitempty"`
 	WaitingUntil time.Time `json:"waiting_until,omitzero"`
+	// InFlight counts a backfill's calls going now (waiting in the
+	// governor's line included), InFlightTarget how many it would keep
+	// going — what the governor admits times the latency it observes, with
+	// headroom — and LimitedBy what keeps it from more: "quota" (its calls
+	// wait in the governor's line), "in_flight" (its InFlight setting
+	// holds it under what the governor would admit), "items" (fewer of its
+	// shares have eligible items), "latency" (it keeps the most calls
+	// going a backfill may, and none waits), "growing" (it is still
+	// growing towards what the governor admits). As the process answering
+	// sees them; left out for a job no process here runs.
+	InFlight       int    `json:"in_flight,omitempty"`
+	InFlightTarget int    `json:"in_flight_target,omitempty"`
+	LimitedBy      string `json:"limited_by,omitempty"`
+}
+
+// InFlight is how many calls a backfill keeps going, and why no more, as
+// the Flow fields of the same names say.
+type InFlight struct {
+	Calls, Target int
+	LimitedBy     string
+}
+
+// WithInFlight adds f to v: its Flow's fields, and, for a job that
+// progresses while its InFlight setting holds it under what the governor
+// would admit, a word in its Reason, so that a job running far below its
+// quota says so.
+func (v View) WithInFlight(f InFlight) View {
+	if f.Target <= 0 {
+		return v
+	}
+	v.InFlight, v.InFlightTarget, v.LimitedBy = f.Calls, f.Target, f.LimitedBy
+	if f.LimitedBy == "in_flight" && v.State == Progressing {
+		v.Reason += fmt.Sprintf("; its InFlight setting holds it to %d calls at once, where the quota would admit about %d", f.Calls, f.Target)
+	}
+	return v
 }
 
 // View is a job's health as Evaluate judges it: its Flow, and why.

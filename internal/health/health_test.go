@@ -290,3 +290,30 @@ func TestQuotaOf(t *testing.T) {
 		}
 	}
 }
+
+// A backfill's calls in flight show in its Flow; one that progresses while
+// its InFlight setting holds it under what the quota would admit says so.
+func TestWithInFlight(t *testing.T) {
+	t.Parallel()
+	job := store.Job{Name: "titles", MonitoringSince: t0.Add(-time.Hour), LastProgressAt: t0.Add(-time.Minute), Pending: 2000, Saved: 400}
+	v := Evaluate(job, 0, Quota{}, nil, t0).WithInFlight(InFlight{Calls: 4, Target: 62, LimitedBy: "in_flight"})
+	if v.InFlight != 4 || v.InFlightTarget != 62 || v.LimitedBy != "in_flight" || !strings.Contains(v.Reason, "holds it to 4 calls at once, where the quota would admit about 62") {
+		t.Fatalf("%+v: want 4 in flight of a target of 62, limited by in_flight, and the reason saying so", v)
+	}
+	b, err := json.Marshal(v.Flow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"in_flight":4`, `"in_flight_target":62`, `"limited_by":"in_flight"`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("%s: want %s", b, want)
+		}
+	}
+	q := Evaluate(job, 0, Quota{}, nil, t0)
+	if w := q.WithInFlight(InFlight{Calls: 55, Target: 62, LimitedBy: "quota"}); w.Reason != q.Reason {
+		t.Errorf("a job held by its quota: reason %q, want it unchanged %q", w.Reason, q.Reason)
+	}
+	if w := q.WithInFlight(InFlight{}); w.LimitedBy != "" || w.InFlightTarget != 0 {
+		t.Errorf("no figures: %+v, want the fields left out", w.Flow)
+	}
+}

@@ -57,6 +57,9 @@ type Config struct {
 	// Counters reads a job's governor totals at now (CountersOf), for the
 	// samples' calls, tokens, rejections and refusals. Default: none.
 	Counters func(job string, now time.Time) Counters
+	// InFlight reads how many calls a job keeps going (see Flow.InFlight).
+	// Default: none, and the fields are left out.
+	InFlight func(job string) InFlight
 
 	// Webhook, when set, receives each alert as a JSON POST (see Alert).
 	// Default: none; alerts are only logged.
@@ -283,6 +286,9 @@ func (m *Monitor) Poll(ctx context.Context) error {
 			q = m.cfg.Quota(j.Name, now)
 		}
 		v := Evaluate(j, m.threshold(j.Name), q, s, now)
+		if m.cfg.InFlight != nil {
+			v = v.WithInFlight(m.cfg.InFlight(j.Name))
+		}
 		views = append(views, v)
 		if to, ok := alertFor(j.Alert, v.State); ok {
 			m.alert(ctx, j, to, v, now)
