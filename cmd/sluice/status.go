@@ -239,9 +239,9 @@ func renderStatus(w io.Writer, flows []health.Flow, now time.Time) error {
 	}
 	var b strings.Builder
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tSTATE\tPROGRESS\tRATE/H\tETA\tLAST PROGRESS\tFAILURES\tLAST ERROR / WAITING ON")
+	fmt.Fprintln(tw, "NAME\tSTATE\tPROGRESS\tRATE/H\tETA\tLAST PROGRESS\tFAILURES\tIN FLIGHT\tLAST ERROR / WAITING ON")
 	for _, f := range flows {
-		rate, eta, last, failures := "-", "-", "never", "-"
+		rate, eta, last, failures, inFlight := "-", "-", "never", "-", "-"
 		if f.RatePerHour > 0 {
 			rate = fmt.Sprintf("%.1f", f.RatePerHour)
 		}
@@ -254,7 +254,12 @@ func renderStatus(w io.Writer, flows []health.Flow, now time.Time) error {
 		if f.ConsecutiveFailures > 0 {
 			failures = fmt.Sprint(f.ConsecutiveFailures)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", f.Name, f.State, cli.Bar(f.Done, f.Remaining), rate, eta, last, failures, note(f, now))
+		if f.InFlightTarget > 0 {
+			// A backfill's calls going, of how many it would keep going, and
+			// what keeps it from more.
+			inFlight = fmt.Sprintf("%d/%d %s", f.InFlight, f.InFlightTarget, f.LimitedBy)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", f.Name, f.State, cli.Bar(f.Done, f.Remaining), rate, eta, last, failures, inFlight, note(f, now))
 	}
 	_ = tw.Flush() // into a strings.Builder: cannot fail
 	// The padding of an empty last column is not worth a line's width.

@@ -141,17 +141,17 @@ func TestRenderStatus(t *testing.T) {
 		{Name: "summaries", State: health.WaitingForQuota, Done: 1, Remaining: 3, RatePerHour: 2.25, ETA: now.Add(90 * time.Minute),
 			LastProgressAt: now.Add(-45 * time.Second), WaitingOn: "tpm", WaitingUntil: now.Add(40 * time.Second)},
 		{Name: "titles", State: health.Stalled, Done: 888, Remaining: 524, LastProgressAt: now.Add(-(2*time.Hour + 31*time.Minute)),
-			ConsecutiveFailures: 8, LastError: "line one\nline two " + strings.Repeat("x", 100)},
+			ConsecutiveFailures: 8, LastError: "line one\nline two " + strings.Repeat("x", 100), InFlight: 4, InFlightTarget: 50, LimitedBy: "in_flight"},
 		{Name: "old", State: health.Done, Done: 10, LastProgressAt: now.Add(-50 * time.Hour)},
 	}, now)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []string{
-		"analysis   idle               -                                      -       -         never          -\n",
-		"summaries  waiting-for-quota  [#####...............]  25% 1/4        2.2     in 1h30m  45s ago        -         waiting on tpm until 08:01:40Z (in 40s)\n",
-		"titles     stalled            [############........]  62% 888/1,412  -       -         2h31m ago      8         error: line one line two xxx",
-		"old        done               [####################] 100% 10/10      -       -         2d02h ago      -\n",
+		"analysis   idle               -                                      -       -         never          -         -\n",
+		"summaries  waiting-for-quota  [#####...............]  25% 1/4        2.2     in 1h30m  45s ago        -         -               waiting on tpm until 08:01:40Z (in 40s)\n",
+		"titles     stalled            [############........]  62% 888/1,412  -       -         2h31m ago      8         4/50 in_flight  error: line one line two xxx",
+		"old        done               [####################] 100% 10/10      -       -         2d02h ago      -         -\n",
 	}
 	for _, w := range want {
 		if !strings.Contains(b.String(), w) {
