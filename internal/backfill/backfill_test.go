@@ -805,3 +805,85 @@ func TestBackfillRunTakesOnPartsLeftGoing(t *testing.T) {
 		savedOnce(t, b, p, n)
 	})
 }
+
+// A backfill of a few items on a key that admits hundreds of calls at once
+// splits them into a few shares: it starts a part for each of a few, not
+// one for each of hundreds of shares that are mostly empty, each a child
+// workflow of its own.
+func TestBackfillOfFewItemsStartsFewParts(t *testing.T) {
+	t.Parallel()
+	testenv.Databases(t, func(t *testing.T, url string) {
+		limits := governor.Limits{governor.RPM: 1_000_000, governor.TPM: 1_000_000_000}
+		b := setup(t, url, limits)
+		// Answers that take 100 ms on a key of a million calls a minute:
+		// the window grows to hundreds of calls.
+		model, err := forecast.NewModel(forecast.ModelConfig{Profile: "groq", Limits: limits, Latency: 100 * time.Millisecond, Wire: true, Seed: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(sim.NewServer(model, sim.ServerConfig{}))
+		t.Cleanup(srv.Close)
+		if b.p.Client, err = llm.NewClient(llm.Config{BaseURL: srv.URL + "/v1", Profile: llm.Groq}); err != nil {
+			t.Fatal(err)
+		}
+		const first, more = 60, 3
+		b.add(keys(first)...)
+		c := b.config("titles", func(string) string { return "" })
+		c.MaxBatch, c.BatchesPerRun, c.Poll = 1, 100, time.Hour
+		if err := b.set.Add(c, b.p); err != nil {
+			t.Fatal(err)
+		}
+		b.start(t)
+		b.waitJob(t, "titles", func(j store.Job) bool { return j.Saved == first })
+		win := b.set.byID["titles"].win
+		waitUntil(t, func() (bool, string) {
+			return win.limit() >= 64, fmt.Sprintf("the window keeps %d calls going, want at least 64", win.limit())
+		})
+		// Once the runs of the first items have ended.
+		ctx := context.Background()
+		waitUntil(t, func() (bool, string) {
+			var going []run.Summary
+			for _, st := range []run.State{run.Running, run.Queued} {
+				rs, err := b.e.Runs(ctx, engine.RunFilter{Function: FunctionID("titles"), Status: st})
+				if err != nil {
+					return false, err.Error()
+				}
+				going = append(going, rs...)
+			}
+			return len(going) == 0, fmt.Sprintf("runs going: %+v", going)
+		})
+		before := countParts(t, b)
+		for i := range more {
+			b.add(fmt.Sprintf("m%02d", i))
+		}
+		if _, err := b.e.Send(ctx, engine.Event{Name: EventName("titles"), ID: "titles@more"}); err != nil {
+			t.Fatal(err)
+		}
+		b.waitJob(t, "titles", func(j store.Job) bool { return j.Saved == first+more })
+		// Three items are in at most three shares, of the 8 a split for
+		// three calls has: the run may try each share once.
+		if parts := countParts(t, b) - before; parts > 8 {
+			t.Errorf("%d parts started for %d new items of one call each, want at most 8", parts, more)
+		}
+	})
+}
+
+// countParts counts the parts of backfill "titles" started so far.
+func countParts(t *testing.T, b *bench) int {
+	t.Helper()
+	h, err := b.st.Handle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := `SELECT count(*) FROM %sworkflow_status WHERE parent_workflow_id IS NOT NULL AND name LIKE 'backfill:titles/%%'`
+	var parts int
+	if h.Postgres != nil {
+		err = h.Postgres.QueryRow(context.Background(), fmt.Sprintf(q, "dbos.")).Scan(&parts)
+	} else {
+		err = h.SQLite.QueryRow(fmt.Sprintf(q, "")).Scan(&parts)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return parts
+}

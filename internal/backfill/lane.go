@@ -29,6 +29,10 @@ type laneInput struct {
 	Lane   store.Lane   `json:"lane"`
 	After  store.Cursor `json:"after,omitzero"`
 	Budget int          `json:"budget"`
+	// Held is the calls at once the run's eligible items held it to when
+	// it started the part (0: none): a window grown past it splits the
+	// run's items no finer.
+	Held int `json:"held,omitempty"`
 }
 
 // laneDone is what a lane's part returns: what it did, where it stopped,
@@ -135,7 +139,7 @@ func (b *backfill) lane(r *engine.Run, prefix string, in laneInput) (laneDone, e
 				return b.selectBatch(ctx, d.After, in.Lane, cache, bt)
 			}
 		}
-		sv, failed, err := b.batch(r, prefix, i, in.RunID, in.Lane, items, rejects, bt.TooLarge, next)
+		sv, failed, err := b.batch(r, prefix, i, in, items, rejects, bt.TooLarge, next)
 		if err != nil {
 			return fail(err)
 		}
@@ -194,7 +198,7 @@ type savedNext struct {
 // each) and tooLarge, parked without a call; its save step also records
 // the next batch, which next selects (nil: none). A response that cannot be parsed fails the
 // lane (failed); err is a step's failure.
-func (b *backfill) batch(r *engine.Run, prefix string, i int, runID string, lane store.Lane, items []Item, rejects []int, tooLarge []store.Outcome,
+func (b *backfill) batch(r *engine.Run, prefix string, i int, in laneInput, items []Item, rejects []int, tooLarge []store.Outcome,
 	next func(context.Context) (selection, error)) (sv savedNext, failed, err error) {
 	var outputs []string
 	var requestID string
@@ -231,22 +235,27 @@ func (b *backfill) batch(r *engine.Run, prefix string, i int, runID string, lane
 			sel = &got
 		}
 	}
-	stop := b.coarse(lane)
+	stop := b.coarse(in)
 	sv, err = engine.Transaction(r, fmt.Sprintf("%ssave-%d", prefix, i), func(ctx context.Context, tx dbos.Tx) (savedNext, error) {
-		saved, err := b.save(ctx, tx, runID, lane.Index, requestID, items, rejects, tooLarge, outputs)
+		saved, err := b.save(ctx, tx, in.RunID, in.Lane.Index, requestID, items, rejects, tooLarge, outputs)
 		return savedNext{saved: saved, Next: sel, Stop: stop}, err
 	})
 	return sv, nil, err
 }
 
-// coarse reports whether a lane's share l is four times as large as the
-// shares the run would split the items into now: the window has grown,
-// and the part going through l holds the items of several shares the run
-// would start parts on. Such a part ends after its batch, so that the
-// run grows with the window instead of after the part's calls; the save
-// step records it, so a replay ends there too.
-func (b *backfill) coarse(l store.Lane) bool {
-	return l.Of > 0 && shares(b.win.limit()) >= 4*l.Of
+// coarse reports whether the share of a part started with in is four
+// times as large as the shares the run would split the items into now: the
+// window has grown, and the part holds the items of several shares the run
+// would start parts on. Such a part ends after its batch, so that the run
+// grows with the window instead of after the part's calls; the save step
+// records it, so a replay ends there too. A run held to fewer calls by its
+// eligible items splits no finer than they allow.
+func (b *backfill) coarse(in laneInput) bool {
+	limit := b.win.limit()
+	if in.Held > 0 {
+		limit = min(limit, in.Held)
+	}
+	return in.Lane.Of > 0 && shares(limit) >= 4*in.Lane.Of
 }
 
 // items are the items of batch bt with the data its select step loaded,

@@ -85,6 +85,9 @@ func (b *backfill) run(r *engine.Run, ev engine.Event) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	if _, err := b.bound(r, p, "eligible"); err != nil {
+		return nil, err
+	}
 	for k := 0; ; k++ {
 		more, err := b.advance(r, p, k)
 		if err != nil {
@@ -113,6 +116,8 @@ type progress struct {
 	after     []store.Cursor // each share's cursor
 	exhausted []bool         // nothing more was eligible in the share, since the run last looked
 	next      int            // the share to start first, next time
+	bound     int            // calls the eligible items can keep going; 0: any number
+	window    int            // calls the window would keep going, as last recorded
 	going     []goingPart    // parts going, this run's and those handed on to it
 	// origins are the records of the earlier runs whose parts were handed
 	// on to this one: what those parts did counts in their runs' records,
@@ -147,6 +152,7 @@ func (b *backfill) newProgress(r *engine.Run, ev engine.Event, started time.Time
 	p := &progress{
 		rec:      store.BackfillRun{RunID: r.ID(), Backfill: b.ID, StartedAt: started, Rejected: map[string]int{}, Stopped: "done"},
 		limit:    limit,
+		window:   limit,
 		of:       shares(limit),
 		origins:  map[string]*store.BackfillRun{},
 		credited: map[string]bool{},
@@ -221,15 +227,53 @@ func (p *progress) reset() {
 	p.next = 0
 }
 
-// reshape sets the calls to keep going to limit, and splits the items
-// anew when the shares are too few for it, or four times as many as it
-// needs (fewer, larger shares fill larger batches).
+// bound records, as step name, how many calls the items eligible now can
+// keep going: one per MaxBatch of them, when they are fewer than the window
+// would keep going in batches of MaxBatch. A run of a few items on a key
+// that admits hundreds of calls at once then splits them into a few shares,
+// not hundreds that are mostly empty, each of which a part would be started
+// on to find out.
+func (b *backfill) bound(r *engine.Run, p *progress, name string) (eligible int, err error) {
+	want := min(p.window*b.MaxBatch, maxEligibleRead)
+	eligible, err = engine.Step(r, name, func(ctx context.Context) (int, error) {
+		items, err := b.set.rec.NextItems(ctx, b.ID, b.set.now(), want, store.Cursor{}, store.Lane{})
+		return len(items), err
+	})
+	if err != nil {
+		return 0, err
+	}
+	p.bound = 0 // enough for any split
+	if eligible < want {
+		p.bound = max(1, (eligible+b.MaxBatch-1)/b.MaxBatch)
+	}
+	p.reshape(p.window)
+	return eligible, nil
+}
+
+// maxEligibleRead bounds the items a run reads to find how many calls its
+// items can keep going: past it, they can keep any number going.
+const maxEligibleRead = 4096
+
+// reshape sets the calls to keep going to limit, held to what the items
+// can keep going, and splits the items anew when the shares are too few for
+// it, or four times as many as it needs (fewer, larger shares fill larger
+// batches).
 func (p *progress) reshape(limit int) {
-	p.limit = limit
-	if of := shares(limit); of > p.of || of*4 <= p.of {
+	p.window = limit
+	p.limit = p.held(limit)
+	if of := shares(p.limit); of > p.of || of*4 <= p.of {
 		p.of = of
 		p.reset()
 	}
+}
+
+// held is limit calls at once held to what the eligible items can keep
+// going.
+func (p *progress) held(limit int) int {
+	if p.bound > 0 {
+		return min(limit, p.bound)
+	}
+	return limit
 }
 
 // fail records err as what the run stops on.
@@ -325,8 +369,11 @@ func (b *backfill) ranOut(r *engine.Run, p *progress, k int) {
 		p.done = true
 		return
 	}
-	if b.look(r, p, k) {
+	if eligible, ok := b.look(r, p, k); ok {
 		p.reset()
+		// With none eligible, the run is done without going through
+		// every share again to find that out.
+		p.done = eligible == 0
 	}
 }
 
@@ -352,14 +399,20 @@ func (b *backfill) peek(r *engine.Run, p *progress, k int) bool {
 	return false
 }
 
-// look looks for new items in the source; false if that failed.
-func (b *backfill) look(r *engine.Run, p *progress, k int) bool {
+// look looks for new items in the source, and sizes the run for the items
+// eligible then, which it returns; false if that failed.
+func (b *backfill) look(r *engine.Run, p *progress, k int) (int, bool) {
 	p.discovered = true
 	if err := b.discover(r, k); err != nil {
 		p.fail(err)
-		return false
+		return 0, false
 	}
-	return true
+	eligible, err := b.bound(r, p, fmt.Sprintf("eligible-%d", k))
+	if err != nil {
+		p.fail(err)
+		return 0, false
+	}
+	return eligible, true
 }
 
 // inline goes through the run's one share in the run itself.

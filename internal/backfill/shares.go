@@ -24,7 +24,7 @@ func (b *backfill) startParts(r *engine.Run, p *progress) error {
 		if !p.free(j) {
 			continue
 		}
-		in := laneInput{RunID: r.ID(), Lane: l, After: p.after[j], Budget: min(per, b.BatchesPerRun-p.handed)}
+		in := laneInput{RunID: r.ID(), Lane: l, After: p.after[j], Budget: min(per, b.BatchesPerRun-p.handed), Held: p.bound}
 		part, err := engine.StartPart(r, lanePart, fmt.Sprintf("p%d-lane-%d", p.started, j), in)
 		if err != nil {
 			return err
@@ -34,7 +34,7 @@ func (b *backfill) startParts(r *engine.Run, p *progress) error {
 		p.going = append(p.going, goingPart{part: part, lane: l, run: r.ID(), budget: in.Budget})
 		p.next = (j + 1) % p.of
 	}
-	b.win.shortOfItems(len(p.going) < p.limit && p.handed < b.BatchesPerRun)
+	b.win.shortOfItems(len(p.going) < p.limit && p.handed < b.BatchesPerRun || p.limit < p.window)
 	return nil
 }
 
@@ -96,7 +96,7 @@ func (b *backfill) collect(r *engine.Run, p *progress, k int) error {
 	// The wait also ends when the window has grown past the parts going,
 	// so that a run whose parts each have calls to go grows with it.
 	stopping := p.failure != nil || p.done
-	sooner := func() bool { return !stopping && p.wantsMore(b.win.limit(), b.BatchesPerRun) }
+	sooner := func() bool { return !stopping && p.wantsMore(p.held(b.win.limit()), b.BatchesPerRun) }
 	ended, limit, err := engine.PartsEnded(r, fmt.Sprintf("wait-%d", k), ids, b.win.limit, sooner)
 	if err != nil {
 		return err
