@@ -327,7 +327,7 @@ func (s *scaleSender) send(ctx context.Context) {
 func (s *scaleSender) waitRuns(ctx context.Context, runs *dbosRuns, done chan struct{}) error {
 	sending := true
 	for {
-		counts, err := runs.countByStatus(scaleFunctions...)
+		counts, err := runs.countUnended(scaleFunctions...)
 		if err != nil {
 			if c := context.Cause(ctx); c != nil {
 				return c

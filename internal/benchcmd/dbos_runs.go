@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
+
+	"github.com/sluice-dev/sluice/internal/engine"
 	"github.com/sluice-dev/sluice/internal/store"
 )
 
@@ -92,7 +94,13 @@ func (n runCounts) notEnded() int { return n.total() - n.of(endedStatuses...) }
 
 // countByStatus counts the runs of the functions names by status.
 func (r *dbosRuns) countByStatus(names ...string) (runCounts, error) {
-	rows, err := dbos.GetWorkflowAggregates(r.c, dbos.GetWorkflowAggregatesInput{GroupByStatus: true, SelectCount: true, Name: names})
+	return r.byStatus(dbos.GetWorkflowAggregatesInput{Name: names})
+}
+
+// byStatus counts the runs in selects by status.
+func (r *dbosRuns) byStatus(in dbos.GetWorkflowAggregatesInput) (runCounts, error) {
+	in.GroupByStatus, in.SelectCount = true, true
+	rows, err := dbos.GetWorkflowAggregates(r.c, in)
 	if err != nil {
 		return nil, err
 	}
@@ -105,6 +113,19 @@ func (r *dbosRuns) countByStatus(names ...string) (runCounts, error) {
 		n[dbos.WorkflowStatusType(*status)] += int(*count)
 	}
 	return n, nil
+}
+
+// countUnended counts the runs of the functions names that are queued or
+// under way, by status. It asks by their queues, which an index of SQLite
+// (and DBOS's on PostgreSQL) finds them by, so that a count made every
+// fraction of a second does not read every run ever made.
+func (r *dbosRuns) countUnended(names ...string) (runCounts, error) {
+	queues := make([]string, len(names))
+	for i, name := range names {
+		queues[i] = engine.QueueName(name)
+	}
+	return r.byStatus(dbos.GetWorkflowAggregatesInput{Name: names, QueueName: queues,
+		Status: []dbos.WorkflowStatusType{dbos.WorkflowStatusEnqueued, dbos.WorkflowStatusPending}})
 }
 
 // pendingByExecutor counts the runs under way (PENDING) of every function

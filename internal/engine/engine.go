@@ -551,7 +551,10 @@ func newDBOSContext(ctx context.Context, st store.Store, cfg dbos.Config) (dbos.
 	err := st.LockDBOSMigrations(ctx, func() error {
 		var err error
 		dctx, err = dbos.NewContext(context.WithoutCancel(ctx), cfg)
-		return err
+		if err != nil || cfg.SQLiteSystemDB == nil {
+			return err
+		}
+		return indexQueues(ctx, cfg.SQLiteSystemDB)
 	})
 	return dctx, err
 }

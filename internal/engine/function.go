@@ -53,7 +53,10 @@ type Function struct {
 // ConfigName makes each function its own DBOS registration.
 func (f *Function) ConfigName() string { return f.ID }
 
-func (f *Function) queueName() string { return "sluice:" + f.ID }
+func (f *Function) queueName() string { return QueueName(f.ID) }
+
+// QueueName is the DBOS queue of the runs of function id.
+func QueueName(id string) string { return "sluice:" + id }
 
 // partitionKey is the event field that partitions the queue, if any.
 func (f *Function) partitionKey() string {

@@ -113,7 +113,13 @@ func (e *Engine) Runs(ctx context.Context, f RunFilter) ([]run.Summary, error) {
 	current := c.GetApplicationVersion()
 	switch f.Status {
 	case run.Queued, run.Running:
-		opts = append(opts, dbos.WithFilterAppVersion(current))
+		// A run is on its function's queue: asked by queue, SQLite finds
+		// the few not ended by queueIndex instead of reading every run.
+		queues := make([]string, len(names))
+		for i, name := range names {
+			queues[i] = QueueName(name)
+		}
+		opts = append(opts, dbos.WithFilterAppVersion(current), dbos.WithFilterQueueName(queues...))
 	case run.OtherVersion:
 		others, err := otherVersionNames(c, names, f.Since)
 		if err != nil {
