@@ -1,10 +1,11 @@
 package engine
 
 import (
-	"context"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sluice-dev/sluice/internal/testenv"
 )
 
 // On SQLite, the queries DBOS's queues make on every poll, with the queue
@@ -24,23 +25,8 @@ func TestSQLiteQueuePollsUseAnIndex(t *testing.T) {
 		`SELECT workflow_uuid FROM workflow_status WHERE queue_name = ?1 AND status = ?2
 		 AND (application_version = ?3 OR application_version IS NULL) ORDER BY priority ASC, created_at ASC LIMIT 10`,
 	} {
-		rows, err := h.SQLite.QueryContext(context.Background(), "EXPLAIN QUERY PLAN "+q, "sluice:f", "ENQUEUED", "v1")
-		if err != nil {
-			t.Fatal(err)
-		}
-		var plan []string
-		for rows.Next() {
-			var id, parent, unused int
-			var detail string
-			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
-				t.Fatal(err)
-			}
-			plan = append(plan, detail)
-		}
-		if err := rows.Close(); err != nil {
-			t.Fatal(err)
-		}
-		if p := strings.Join(plan, "; "); !strings.Contains(p, "SEARCH workflow_status USING") || !strings.Contains(p, "(queue_name=? AND status=?)") {
+		p := testenv.QueryPlan(t, h.SQLite, q, "sluice:f", "ENQUEUED", "v1")
+		if !strings.Contains(p, "SEARCH workflow_status USING") || !strings.Contains(p, "(queue_name=? AND status=?)") {
 			t.Errorf("the plan of %q is %q: want a search by queue and status", q, p)
 		}
 	}

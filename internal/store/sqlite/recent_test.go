@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/store/sqlite"
+	"github.com/sluice-dev/sluice/internal/testenv"
 )
 
 // RecentItems reads a page of a backfill's items from the index on their
@@ -45,21 +46,7 @@ func TestRecentItemsReadsTheIndex(t *testing.T) {
 			}
 		}
 		for _, cursor := range [][2]any{{int64(math.MaxInt64), ""}, {at.Add(5 * time.Minute).UnixMilli(), "item-005500"}} {
-			rows, err := s.DB().QueryContext(ctx, "EXPLAIN QUERY PLAN "+string(q), "bench", 50, cursor[0], cursor[1])
-			if err != nil {
-				t.Fatal(err)
-			}
-			var plan []string
-			for rows.Next() {
-				var id, parent, unused int
-				var detail string
-				if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
-					t.Fatal(err)
-				}
-				plan = append(plan, detail)
-			}
-			rows.Close()
-			all := strings.Join(plan, "; ")
+			all := testenv.QueryPlan(t, s.DB(), string(q), "bench", 50, cursor[0], cursor[1])
 			if !strings.Contains(all, "USING INDEX sluice_backfill_items_recent (backfill=? AND") || strings.Contains(all, "TEMP B-TREE") {
 				t.Errorf("analyzed %v, cursor %v: plan %q: want a range of sluice_backfill_items_recent, and no sort", analyzed, cursor, all)
 			}
