@@ -165,13 +165,16 @@ func (b *backfill) newProgress(r *engine.Run, ev engine.Event, started time.Time
 		cont.Of = len(cont.After)
 	}
 	p.reset()
-	if cont.Of == p.of && len(cont.After) == p.of {
-		// Else another number of shares: start from the first item.
-		p.after = cont.After
-		if len(cont.Exhausted) == p.of {
+	if of := cont.Of; of > 0 && of <= store.MaxLanes && of&(of-1) == 0 && len(cont.After) == of {
+		// It goes on in the split the run before it left off in, where
+		// each share is, which shares ran out and which is next; the run
+		// splits anew only if the calls it keeps going need (reshape).
+		// Else (a split of an older version): from the first item.
+		p.of, p.after, p.next = of, cont.After, cont.Next%of
+		p.exhausted = make([]bool, of)
+		if len(cont.Exhausted) == of {
 			p.exhausted = cont.Exhausted
 		}
-		p.next = cont.Next % p.of
 	}
 	for _, rec := range cont.Runs {
 		p.origins[rec.RunID] = &rec
