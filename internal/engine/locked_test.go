@@ -50,7 +50,9 @@ func TestSendWaitsForALockedDatabase(t *testing.T) {
 	if err := e.Launch(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	other, err := sql.Open("sqlite", path)
+	// The other process waits for the engine's own short writes (its
+	// queues poll and record) to take the lock, as SQLite's clients do.
+	other, err := sql.Open("sqlite", path+"?_pragma=busy_timeout(10000)")
 	if err != nil {
 		t.Fatal(err)
 	}
