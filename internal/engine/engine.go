@@ -146,7 +146,8 @@ type Engine struct {
 	idle       chan struct{}
 	idleClosed bool // idle was closed
 
-	sys internals.SystemDatabase // DBOS's system database, for run owners
+	sys    internals.SystemDatabase // DBOS's system database, for run owners
+	owners ownerReads               // the owners of runs as they begin, read from sys
 
 	lock *lockWatch // the executor lock, from Launch on
 
@@ -194,7 +195,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	_ = ctx // DBOS starts at Launch
-	return &Engine{
+	e := &Engine{
 		cfg:     cfg,
 		st:      st,
 		h:       h,
@@ -204,7 +205,9 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		idle:    make(chan struct{}),
 
 		classify: ClassifyLLM,
-	}, nil
+	}
+	e.owners.read = e.readOwners
+	return e, nil
 }
 
 // Logger is the logger the engine writes to (Config.Logger).

@@ -226,7 +226,7 @@ func (f *Function) workflow(ctx dbos.Context, in input) (json.RawMessage, error)
 	defer f.e.leave()
 	r := &Run{dctx: ctx, fn: f, event: in.Event, started: time.Now()}
 	r.id, _ = dbos.GetWorkflowID(ctx)
-	r.owner = f.e.ownerOf(ctx, r.id)
+	r.owner = f.e.ownerOf(r.id)
 	f.e.cfg.Metrics.RunStarted(f.ID)
 	out, err := f.Handler(r, in.Event)
 	if err != nil {

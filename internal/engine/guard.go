@@ -89,12 +89,13 @@ func (r *Run) owned(ctx context.Context) error {
 
 // ownerOf reads the token of the execution that owns run id now: called as
 // the run begins, it is this execution's. nil when it cannot be read (the
-// run then calls without the check).
-func (e *Engine) ownerOf(ctx context.Context, id string) *string {
+// run then calls without the check). The runs that begin together are read
+// together (ownerReads).
+func (e *Engine) ownerOf(id string) *string {
 	if e.sys == nil {
 		return nil
 	}
-	owner, err := e.sys.GetWorkflowOwner(context.WithoutCancel(ctx), id)
+	owner, err := e.owners.get(id)
 	if err != nil {
 		e.cfg.Logger.Warn("sluice: cannot read a run's owner: its calls go without the ownership check", "run", id, "err", err)
 		return nil

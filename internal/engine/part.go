@@ -68,7 +68,7 @@ func (p *part) workflow(ctx dbos.Context, in json.RawMessage) (json.RawMessage, 
 	// A part has no event of its own: its input is what the run gave it.
 	r := &Run{dctx: ctx, fn: p.fn, started: time.Now()}
 	r.id, _ = dbos.GetWorkflowID(ctx)
-	r.owner = e.ownerOf(ctx, r.id)
+	r.owner = e.ownerOf(r.id)
 	defer e.notePartEnded()
 	out, err := p.h(r, in)
 	if err != nil {
