@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -160,6 +161,7 @@ func defaultHTTPClient(idle int) *http.Client {
 type Client struct {
 	cfg   Config
 	scrub *Scrubber // of cfg.APIKey; nil without one
+	auth  string    // the Authorization header's value; empty without a key
 }
 
 // NewClient checks cfg, fills its defaults and returns a Client.
@@ -176,7 +178,11 @@ func NewClient(cfg Config) (*Client, error) {
 		cfg.ModelMaxTokens = m
 	}
 	cfg.Header = cfg.Header.Clone()
-	return &Client{cfg: cfg, scrub: NewScrubber(cfg.APIKey)}, nil
+	c := &Client{cfg: cfg, scrub: NewScrubber(cfg.APIKey)}
+	if cfg.APIKey != "" {
+		c.auth = "Bearer " + cfg.APIKey
+	}
+	return c, nil
 }
 
 // String describes the client without its key.
@@ -264,17 +270,71 @@ func (c *Client) ChatRaw(ctx context.Context, body []byte) (*RawResponse, error)
 	if err != nil {
 		return nil, err
 	}
+	choices, usage, err := readAnswer(data)
+	if err != nil {
+		return nil, &TransportError{Kind: Malformed, Err: fmt.Errorf("chat completion body: %w", err)}
+	}
+	if len(choices) == 0 || string(choices) == "null" {
+		return nil, c.noChoices(resp.Header, data)
+	}
+	return &RawResponse{Header: resp.Header, Snapshot: c.cfg.Profile.Snapshot(resp.Header, c.cfg.Now()), Body: data, Usage: usage}, nil
+}
+
+// readAnswer reads a completion's choices (raw, a part of data) and usage
+// as encoding/json reads them into a struct, by walking the object: each
+// field matched regardless of case, as encoding/json matches it. An answer
+// that names a field twice, or whose usage does not decode, is left to
+// encoding/json, which reads it as it always did and words the error.
+func readAnswer(data []byte) (choices json.RawMessage, usage *Usage, err error) {
+	seen, other := false, false
+	if eachField(data, func(k string, v []byte) {
+		switch {
+		case strings.EqualFold(k, "choices"):
+			other = other || choices != nil
+			choices = v
+		case strings.EqualFold(k, "usage"):
+			other = other || seen
+			seen, usage = true, nil
+			if string(v) != "null" {
+				usage = new(Usage)
+				other = other || !readUsage(v, usage)
+			}
+		}
+	}) && !other {
+		return choices, usage, nil
+	}
 	var out struct {
 		Choices json.RawMessage `json:"choices"`
 		Usage   *Usage          `json:"usage"`
 	}
-	if err := json.Unmarshal(data, &out); err != nil {
-		return nil, &TransportError{Kind: Malformed, Err: fmt.Errorf("chat completion body: %w", err)}
-	}
-	if len(out.Choices) == 0 || string(out.Choices) == "null" {
-		return nil, c.noChoices(resp.Header, data)
-	}
-	return &RawResponse{Header: resp.Header, Snapshot: c.cfg.Profile.Snapshot(resp.Header, c.cfg.Now()), Body: data, Usage: out.Usage}, nil
+	err = json.Unmarshal(data, &out)
+	return out.Choices, out.Usage, err
+}
+
+// readUsage reads a usage object into u as encoding/json would, when each
+// of its counts is a whole number in int64 or null; it reports false, for
+// encoding/json to read and word the error, when one is not.
+func readUsage(v []byte, u *Usage) bool {
+	ok := true
+	return eachField(v, func(k string, v []byte) {
+		var dst *int64
+		switch {
+		case strings.EqualFold(k, "prompt_tokens"):
+			dst = &u.PromptTokens
+		case strings.EqualFold(k, "completion_tokens"):
+			dst = &u.CompletionTokens
+		case strings.EqualFold(k, "total_tokens"):
+			dst = &u.TotalTokens
+		default:
+			return
+		}
+		if string(v) == "null" {
+			return
+		}
+		n, err := strconv.ParseInt(string(v), 10, 64)
+		ok = ok && err == nil
+		*dst = n
+	}) && ok
 }
 
 // plain posts a non-streamed request body and returns the response with its
@@ -311,7 +371,7 @@ func (c *Client) Models(ctx context.Context) ([]Model, error) {
 	if err != nil {
 		return nil, fmt.Errorf("llm: models: %w", err)
 	}
-	c.setHeaders(hreq)
+	c.setHeaders(hreq, "", "")
 	resp, err := c.do(hreq)
 	if err != nil {
 		return nil, err
@@ -361,13 +421,11 @@ func (c *Client) postBody(ctx context.Context, body []byte, stream bool) (*http.
 	if err != nil {
 		return nil, fmt.Errorf("llm: chat: %w", err)
 	}
-	c.setHeaders(hreq)
-	hreq.Header.Set("Content-Type", "application/json")
+	accept := "application/json"
 	if stream {
-		hreq.Header.Set("Accept", "text/event-stream")
-	} else {
-		hreq.Header.Set("Accept", "application/json")
+		accept = "text/event-stream"
 	}
+	c.setHeaders(hreq, "application/json", accept)
 	resp, err := c.do(hreq)
 	if err != nil {
 		return nil, err
@@ -376,15 +434,31 @@ func (c *Client) postBody(ctx context.Context, body []byte, stream bool) (*http.
 	return resp, nil
 }
 
-func (c *Client) setHeaders(hreq *http.Request) {
+// setHeaders sets Config.Header on a request, then the client's own:
+// User-Agent unless Header names one, Authorization, and Content-Type and
+// Accept when given. The client's values share one array, each header's a
+// slice of it that ends with it: one allocation for them all.
+func (c *Client) setHeaders(hreq *http.Request, contentType, accept string) {
+	h := hreq.Header
 	for k, vs := range c.cfg.Header {
-		hreq.Header[k] = append([]string(nil), vs...)
+		h[k] = append([]string(nil), vs...)
 	}
-	if hreq.Header.Get("User-Agent") == "" {
-		hreq.Header.Set("User-Agent", "sluice-llm")
+	vals := make([]string, 0, 4)
+	set := func(k, v string) {
+		vals = append(vals, v)
+		h[k] = vals[len(vals)-1 : len(vals) : len(vals)]
 	}
-	if c.cfg.APIKey != "" {
-		hreq.Header.Set("Authorization", "Bearer "+c.cfg.APIKey)
+	if h.Get("User-Agent") == "" {
+		set("User-Agent", "sluice-llm")
+	}
+	if c.auth != "" {
+		set("Authorization", c.auth)
+	}
+	if contentType != "" {
+		set("Content-Type", contentType)
+	}
+	if accept != "" {
+		set("Accept", accept)
 	}
 }
 

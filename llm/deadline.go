@@ -89,52 +89,76 @@ func (e *deadlineError) Error() string {
 func (e *deadlineError) Is(target error) bool { return target == context.DeadlineExceeded }
 
 // deadlines runs one call's deadlines. Total is a timeout on the call's
-// context; Connect and FirstByte are timers started and stopped by the
+// context; Connect and FirstByte are one timer, started and stopped by the
 // transport's trace events, so they hold for any http.Client and a
 // transport that reports no events is bounded by Total alone.
 type deadlines struct {
 	ctx       context.Context
 	cancel    context.CancelCauseFunc
 	stopTotal context.CancelFunc
+	trace     httptrace.ClientTrace
+
+	// The phases' errors, made with the call rather than at each phase.
+	connect, firstByte deadlineError
 
 	mu    sync.Mutex
-	phase *time.Timer // the connect or first-byte timer running, if any
-	over  bool        // the response arrived or the call ended: no phase starts
+	timer *time.Timer    // the phases' timer, made at the first phase that has a deadline
+	phase *deadlineError // the phase running, if it has a deadline
+	ends  time.Time      // when it ends: the timer firing before that fired for an earlier phase
+	over  bool           // the response arrived or the call ended: no phase starts
 }
 
 func newDeadlines(ctx context.Context, t Timeouts) *deadlines {
-	d := &deadlines{stopTotal: func() {}}
+	d := &deadlines{stopTotal: func() {},
+		connect:   deadlineError{phase: "connect", missing: "connection", after: t.Connect},
+		firstByte: deadlineError{phase: "first-byte", missing: "first byte of the response", after: t.FirstByte}}
 	if t.Total > 0 {
 		ctx, d.stopTotal = context.WithTimeoutCause(ctx, t.Total,
 			&deadlineError{phase: "total", missing: "end of the response", after: t.Total})
 	}
 	ctx, d.cancel = context.WithCancelCause(ctx)
-	d.ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-		GetConn: func(string) {
-			d.start(&deadlineError{phase: "connect", missing: "connection", after: t.Connect})
-		},
-		GotConn: func(httptrace.GotConnInfo) { d.start(nil) },
-		WroteRequest: func(httptrace.WroteRequestInfo) {
-			d.start(&deadlineError{phase: "first-byte", missing: "first byte of the response", after: t.FirstByte})
-		},
+	d.trace = httptrace.ClientTrace{
+		GetConn:              func(string) { d.start(&d.connect) },
+		GotConn:              func(httptrace.GotConnInfo) { d.start(nil) },
+		WroteRequest:         func(httptrace.WroteRequestInfo) { d.start(&d.firstByte) },
 		GotFirstResponseByte: func() { d.start(nil) },
-	})
+	}
+	d.ctx = httptrace.WithClientTrace(ctx, &d.trace)
 	return d
 }
 
-// start stops the phase timer running and, unless next is nil or has no
+// start ends the phase running and, unless next is nil or has no
 // deadline, starts one that ends the call with next.
 func (d *deadlines) start(next *deadlineError) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.phase != nil {
-		d.phase.Stop()
-		d.phase = nil
+	d.phase = nil
+	if d.timer != nil {
+		d.timer.Stop()
 	}
 	if d.over || next == nil || next.after <= 0 {
 		return
 	}
-	d.phase = time.AfterFunc(next.after, func() { d.cancel(next) })
+	d.phase, d.ends = next, time.Now().Add(next.after)
+	if d.timer == nil {
+		d.timer = time.AfterFunc(next.after, d.fire)
+	} else {
+		d.timer.Reset(next.after)
+	}
+}
+
+// fire ends the call with the phase running, if its deadline has passed:
+// a timer stopped as it fired may still call it.
+func (d *deadlines) fire() {
+	d.mu.Lock()
+	phase := d.phase
+	if phase == nil || time.Now().Before(d.ends) {
+		phase = nil
+	}
+	d.mu.Unlock()
+	if phase != nil {
+		d.cancel(phase)
+	}
 }
 
 // endPhases stops the connect and first-byte deadlines: the response has

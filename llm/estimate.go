@@ -343,6 +343,9 @@ func promptKey(p Profile, req *ChatRequest) [sha256.Size]byte {
 		k.string(m.Content)
 		k.bytes(m.RawContent)
 		k.int(len(m.Extra))
+		if len(m.Extra) == 0 {
+			continue // no keys to sort
+		}
 		for _, name := range slices.Sorted(maps.Keys(m.Extra)) {
 			k.string(name)
 			k.string(string(m.Extra[name]))

@@ -1,7 +1,6 @@
 package llm
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"slices"
@@ -50,36 +49,42 @@ func (m Message) MarshalJSON() ([]byte, error) {
 }
 
 // UnmarshalJSON reads a message, keeping fields it does not model in Extra.
+// It reads the message as decoding it into a map[string]json.RawMessage
+// would, a key written twice keeping its last value, without building one.
 func (m *Message) UnmarshalJSON(data []byte) error {
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(data, &fields); err != nil {
-		return errors.New("a message must be a JSON object")
-	}
-	if fields == nil {
-		return errors.New("a message must be a JSON object")
-	}
-	*m = Message{}
-	if raw, ok := fields["role"]; ok {
-		if err := json.Unmarshal(raw, &m.Role); err != nil {
-			return errors.New(`"role" must be a string`)
-		}
-		delete(fields, "role")
-	}
-	if raw, ok := fields["content"]; ok {
-		m.contentSent = true
-		delete(fields, "content")
-		raw = bytes.TrimSpace(raw)
-		if len(raw) > 0 && raw[0] == '"' {
-			if err := json.Unmarshal(raw, &m.Content); err != nil {
-				return errors.New(`"content" is not a valid string`)
+	var role, content []byte
+	var extra map[string]json.RawMessage
+	if !eachField(data, func(k string, v []byte) {
+		switch k {
+		case "role":
+			role = v
+		case "content":
+			content = v
+		default:
+			if extra == nil {
+				extra = make(map[string]json.RawMessage)
 			}
-		} else {
-			m.RawContent = slices.Clone(raw)
-			m.Content = partsText(raw)
+			extra[k] = slices.Clone(v)
 		}
+	}) {
+		return errors.New("a message must be a JSON object")
 	}
-	if len(fields) > 0 {
-		m.Extra = fields
+	*m = Message{Extra: extra}
+	switch {
+	case role == nil || isNull(role):
+	case isString(role):
+		m.Role = unquote(role)
+	default:
+		return errors.New(`"role" must be a string`)
+	}
+	if content != nil {
+		m.contentSent = true
+		if isString(content) {
+			m.Content = unquote(content)
+		} else {
+			m.RawContent = slices.Clone(content)
+			m.Content = partsText(content)
+		}
 	}
 	return nil
 }
