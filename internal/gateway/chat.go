@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"net"
 	"net/http"
@@ -74,7 +75,11 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, who caller) {
 	} else {
 		g.m.requests.WithLabelValues(flow, strconv.Itoa(c.status)).Inc()
 	}
-	attrs := []any{"id", g.seq.Add(1), "key", g.cfg.Key, "flow", flow, "status", c.status,
+	id := g.seq.Add(1)
+	if !g.cfg.Logger.Enabled(context.Background(), slog.LevelInfo) {
+		return // as Info would, before its line's dozen values are built
+	}
+	attrs := []any{"id", id, "key", g.cfg.Key, "flow", flow, "status", c.status,
 		"stream", c.req != nil && c.req.Stream, "attempts", c.attempts, "waited", c.waited, "took", g.cfg.Now().Sub(start), "rejoined", c.rejoined}
 	if c.waitingOn != "" {
 		attrs = append(attrs, "waiting_on", c.waitingOn)

@@ -199,6 +199,11 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // cleanPath reports whether p is a path as http.ServeMux routes it without
 // a redirect: rooted, with no empty, "." or ".." segment.
 func cleanPath(p string) bool {
+	// Most paths have nothing to clean: no empty, "." or ".." segment.
+	if strings.HasPrefix(p, "/") && !strings.Contains(p, "//") && !strings.Contains(p, "/./") && !strings.Contains(p, "/../") &&
+		!strings.HasSuffix(p, "/.") && !strings.HasSuffix(p, "/..") {
+		return true
+	}
 	c := path.Clean("/" + p)
 	if strings.HasSuffix(p, "/") && c != "/" {
 		c += "/"

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"path"
 	"strings"
 	"sync"
 	"testing"
@@ -325,6 +326,22 @@ func TestCaseVariantKeysArePricedAsSent(t *testing.T) {
 	} {
 		if got := readKeysExact([]byte(body)); got != want {
 			t.Errorf("readKeysExact(%s) = %v, want %v", body, got, want)
+		}
+	}
+}
+
+// TestCleanPath: a path is clean when path.Clean leaves it as it is (a
+// final slash kept), whether or not it takes the quick check.
+func TestCleanPath(t *testing.T) {
+	t.Parallel()
+	for _, p := range []string{"/", "/v1/chat/completions", "/v1/models/", "", "v1", "//v1", "/v1//x", "/v1/./x", "/v1/../x",
+		"/v1/.", "/v1/..", "/.", "/..", "/v1/.x", "/v1/..x/", "/v1/x.", "/a/b/../"} {
+		c := path.Clean("/" + p)
+		if strings.HasSuffix(p, "/") && c != "/" {
+			c += "/"
+		}
+		if got, want := cleanPath(p), c == p; got != want {
+			t.Errorf("cleanPath(%q) = %v, want %v", p, got, want)
 		}
 	}
 }
