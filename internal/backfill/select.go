@@ -131,10 +131,11 @@ func (b *backfill) request(items []Item) (*llm.ChatRequest, error) {
 	return b.provider.Client.ApplyDefaults(req)
 }
 
-// size returns how many of items the next call carries: the governor's batch size for a call costing a base plus one item's share
-// per item (as the first two items cost), shrunk while the request's real
-// cost does not fit a limit (an item larger than the first two). 0 means
-// the first item alone does not fit: the string says which limit.
+// size returns how many of items the next call carries: the governor's
+// batch size for a call costing a base plus one item's share per item (the
+// average item of items, rounded up), shrunk while the request's real cost
+// does not fit a limit (items larger than the average). 0 means the first
+// item alone does not fit: the string says which limit.
 func (b *backfill) size(items []Item) (int, string, error) {
 	cost := func(n int) (*llm.ChatRequest, governor.Cost, error) {
 		req, err := b.request(items[:n])
@@ -143,19 +144,26 @@ func (b *backfill) size(items []Item) (int, string, error) {
 		}
 		return req, b.provider.Estimator.Cost(req), nil
 	}
-	n := 1
-	if len(items) > 1 {
+	// The whole batch is priced first: most often it is the call made, and
+	// its estimate is kept for pricing the call (the estimator caches it).
+	// The cost of one item and of what every call carries (the
+	// instructions) come from it and the first item alone, so the
+	// tokenizer goes over the first item twice and every other item once.
+	n := len(items)
+	if n > 1 {
+		_, all, err := cost(n)
+		if err != nil {
+			return 0, "", err
+		}
 		_, one, err := cost(1)
 		if err != nil {
 			return 0, "", err
 		}
-		_, two, err := cost(2)
-		if err != nil {
-			return 0, "", err
-		}
-		item := governor.Cost{Requests: max(two.Requests-one.Requests, 0), Input: max(two.Input-one.Input, 0), Output: max(two.Output-one.Output, 0)}
+		k := int64(n - 1)
+		each := func(a, b int64) int64 { return (max(a-b, 0) + k - 1) / k } // rounded up: never under
+		item := governor.Cost{Requests: each(all.Requests, one.Requests), Input: each(all.Input, one.Input), Output: each(all.Output, one.Output)}
 		base := governor.Cost{Requests: max(one.Requests-item.Requests, 0), Input: max(one.Input-item.Input, 0), Output: max(one.Output-item.Output, 0)}
-		n = max(b.provider.Governor.BatchSize(b.set.now(), b.Flow, base, item, len(items), b.Within), 1)
+		n = min(max(b.provider.Governor.BatchSize(b.set.now(), b.Flow, base, item, len(items), b.Within), 1), n)
 	}
 	for {
 		_, c, err := cost(n)
