@@ -164,7 +164,7 @@ func Reject(reason string) error {
 
 // Records is what a backfill keeps in sluice's store.
 type Records interface {
-	AddItems(ctx context.Context, backfill string, keys []string, at time.Time, after string) (int, error)
+	AddItemsIn(ctx context.Context, tx store.Tx, backfill string, keys []string, at time.Time, after string) (int, error)
 	NextItems(ctx context.Context, backfill string, now time.Time, limit int, after store.Cursor, lane store.Lane) ([]store.Item, error)
 	Settle(ctx context.Context, tx store.Tx, s store.Settlement) error
 	StartJob(ctx context.Context, name string, at time.Time) error

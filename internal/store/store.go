@@ -139,6 +139,12 @@ type Store interface {
 	// the job. An empty backfill name is an error.
 	AddItems(ctx context.Context, backfill string, keys []string, at time.Time, after string) (int, error)
 
+	// AddItemsIn is AddItems in tx, a transaction its caller opened and
+	// will commit or roll back (as Settle's tx): the items and the job's
+	// counts are recorded with the caller's other writes or not at all. A
+	// nil tx is AddItems.
+	AddItemsIn(ctx context.Context, tx Tx, backfill string, keys []string, at time.Time, after string) (int, error)
+
 	// NextItems returns at most limit items of backfill that may be
 	// processed at now: the pending ones after the cursor after, and the
 	// rejected ones whose RetryAt is at or before now, wherever they are;

@@ -125,13 +125,16 @@ func exerciseDBOS(t *testing.T, open func(t *testing.T) store.Store) {
 		mustAdd(t, s, "titles", base, "", "k1", "k2", "k3")
 		st := settlement("titles", "run-1", "req-1", base.Add(time.Minute), saved("k1"), rejected("k2", "too long"))
 		st.Then = []string{"summaries"}
-		// The step saves its outputs and settles the batch in one
-		// transaction, then fails or not.
+		// The step saves its outputs, settles the batch and adds the items
+		// of another backfill in one transaction, then fails or not.
 		errFail := errors.New("the step failed after settling")
 		save := func(dctx dbos.Context, fail bool) (string, error) {
 			return dbos.RunAsTransaction(dctx, ds, func(ctx context.Context, tx dbos.Tx) (string, error) {
 				if err := s.Settle(ctx, tx, st); err != nil {
 					return "", err
+				}
+				if n, err := s.AddItemsIn(ctx, tx, "found", []string{"f1", "f2"}, base, ""); err != nil || n != 2 {
+					return "", fmt.Errorf("AddItemsIn: %d added, %v; want 2", n, err)
 				}
 				if fail {
 					return "", errFail
@@ -163,6 +166,9 @@ func exerciseDBOS(t *testing.T, open func(t *testing.T) store.Store) {
 		if _, err := s.Job(ctx, "summaries"); !errors.Is(err, store.ErrNoJob) {
 			t.Fatalf("a rolled-back batch made the job of its Then: %v", err)
 		}
+		if _, err := s.Job(ctx, "found"); !errors.Is(err, store.ErrNoJob) {
+			t.Fatalf("items added in a rolled-back transaction made their job: %v", err)
+		}
 
 		if err := run(false); err != nil {
 			t.Fatalf("the step that commits: %v", err)
@@ -172,7 +178,8 @@ func exerciseDBOS(t *testing.T, open func(t *testing.T) store.Store) {
 			t.Fatalf("k1 after the step committed: %+v, want saved by req-1", got[0])
 		}
 		assertKeys(t, mustItems(t, s, "summaries", "k1", "k2"), "k1")
-		assertCounts(t, s, "titles", "summaries")
+		assertKeys(t, mustItems(t, s, "found", "f1", "f2"), "f1", "f2")
+		assertCounts(t, s, "titles", "summaries", "found")
 	})
 }
 

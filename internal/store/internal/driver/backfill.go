@@ -57,6 +57,11 @@ func NewBackfills(conn Conn, fsys fs.FS) (Backfills, error) {
 
 // AddItems implements store.Store.
 func (b Backfills) AddItems(ctx context.Context, backfill string, keys []string, at time.Time, after string) (int, error) {
+	return b.AddItemsIn(ctx, nil, backfill, keys, at, after)
+}
+
+// AddItemsIn implements store.Store.
+func (b Backfills) AddItemsIn(ctx context.Context, tx store.Tx, backfill string, keys []string, at time.Time, after string) (int, error) {
 	op, err := named("add items", " to ", "backfill name", backfill, store.MaxKeyBytes)
 	if err != nil {
 		return 0, err
@@ -74,13 +79,18 @@ func (b Backfills) AddItems(ctx context.Context, backfill string, keys []string,
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
 	var added int64
-	err = b.conn.InTx(ctx, func(tx store.Tx) error {
+	add := func(tx store.Tx) error {
 		var err error
 		if added, err = b.addItems(ctx, tx, backfill, keys, at, after); err != nil {
 			return err
 		}
 		return b.countJobItems(ctx, tx, backfill, at, 0, counts{store.ItemPending: added}, time.Time{})
-	})
+	}
+	if tx != nil {
+		err = add(tx)
+	} else {
+		err = b.conn.InTx(ctx, add)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
