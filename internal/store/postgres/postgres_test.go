@@ -173,7 +173,7 @@ func TestBatchStatementsReadOnlyTheBatch(t *testing.T) {
 	for name, args := range map[string][]any{
 		"lock_items":   {"bench", keys},
 		"items":        {"bench", keys},
-		"settle_items": {"bench", rows, "run", "request"},
+		"settle_items": {"bench", rows, int64(1)},
 	} {
 		var plan []struct{ Plan planNode }
 		if err := s.Pool().QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+postgres.Statement(name), args...).Scan(&plan); err != nil {

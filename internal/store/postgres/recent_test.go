@@ -27,8 +27,8 @@ func TestRecentItemsReadsTheIndex(t *testing.T) {
 	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	for _, q := range []string{
 		"ALTER TABLE sluice_backfill_items SET (autovacuum_enabled = false)",
-		`INSERT INTO sluice_backfill_items (backfill, item_key, state, eligible_at, processed_at, run_id, request_id, rejects, reason, retry_at, lane, active_at)
-		 SELECT 'bench', 'item-' || lpad(i::text, 6, '0'), 'pending', $1::bigint + (i / 1000) * 60000, NULL, '', '', 0, '', NULL, i % 1024, $1::bigint + (i / 1000) * 60000
+		`INSERT INTO sluice_backfill_items (backfill, item_key, state, eligible_at, processed_at, rejects, reason, retry_at, lane, active_at)
+		 SELECT 'bench', 'item-' || lpad(i::text, 6, '0'), 'pending', $1::bigint + (i / 1000) * 60000, NULL, 0, '', NULL, i % 1024, $1::bigint + (i / 1000) * 60000
 		 FROM generate_series(0, 199999) AS i`,
 	} {
 		if _, err := s.Pool().Exec(ctx, q, pgArgs(q, at.UnixMilli())...); err != nil {

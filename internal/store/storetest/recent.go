@@ -179,22 +179,10 @@ func exerciseRecentItems(t *testing.T, newDB NewDatabase) {
 		mustSettle(t, s, settlement("titles", "run-1", "req-1", base.Add(time.Minute), saved("s")))
 		mustSettle(t, s, settlement("titles", "run-1", "req-2", base.Add(2*time.Minute), rejected("r", "too long")))
 		// Back to the schema before items kept their latest activity.
-		h := mustHandle(t, s)
-		for _, q := range []string{
+		mustExec(t, mustHandle(t, s),
 			"DROP INDEX sluice_backfill_items_recent",
 			"ALTER TABLE sluice_backfill_items DROP COLUMN active_at",
-			"DELETE FROM sluice_migrations WHERE name = 'item_activity'",
-		} {
-			var err error
-			if h.SQLite != nil {
-				_, err = h.SQLite.ExecContext(ctx, q)
-			} else {
-				_, err = h.Postgres.Exec(ctx, q)
-			}
-			if err != nil {
-				t.Fatalf("%s: %v", q, err)
-			}
-		}
+			"DELETE FROM sluice_migrations WHERE name = 'item_activity'")
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
@@ -212,6 +200,76 @@ func exerciseRecentItems(t *testing.T, newDB NewDatabase) {
 			t.Fatalf("latest item after settling p: %+v, want p", got)
 		}
 	})
+
+	t.Run("ItemsRecordedBeforeCallsWereKeptOnce", func(t *testing.T) {
+		t.Parallel()
+		openDB := newDB(t)
+		s := openOn(t, openDB)
+		mustAdd(t, s, "titles", base, "", "p", "r", "s", "t")
+		mustSettle(t, s, settlement("titles", "run-1", "req-1", base.Add(time.Minute), saved("s"), saved("t")))
+		mustSettle(t, s, settlement("titles", "run-1", "req-2", base.Add(2*time.Minute), rejected("r", "too long")))
+		// Back to the schema before, where each item kept its call's run
+		// and request ID.
+		mustExec(t, mustHandle(t, s),
+			"ALTER TABLE sluice_backfill_items ADD COLUMN run_id TEXT NOT NULL DEFAULT ''",
+			"ALTER TABLE sluice_backfill_items ADD COLUMN request_id TEXT NOT NULL DEFAULT ''",
+			`UPDATE sluice_backfill_items SET
+				run_id = (SELECT c.run_id FROM sluice_backfill_calls AS c WHERE c.id = call_id),
+				request_id = (SELECT c.request_id FROM sluice_backfill_calls AS c WHERE c.id = call_id)
+			WHERE call_id <> 0`,
+			"ALTER TABLE sluice_backfill_items DROP COLUMN call_id",
+			"DROP TABLE sluice_backfill_calls",
+			"DELETE FROM sluice_migrations WHERE name = 'item_calls'")
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		// Migrated again, every item names the call it had, and the two
+		// calls are kept once each.
+		s = openOn(t, openDB)
+		want := map[string][2]string{"p": {"", ""}, "r": {"run-1", "req-2"}, "s": {"run-1", "req-1"}, "t": {"run-1", "req-1"}}
+		for _, it := range mustItems(t, s, "titles", "p", "r", "s", "t") {
+			if w := want[it.Key]; it.RunID != w[0] || it.RequestID != w[1] {
+				t.Errorf("item %s after the migration: run %q request %q, want %q %q", it.Key, it.RunID, it.RequestID, w[0], w[1])
+			}
+		}
+		var calls int64
+		q := "SELECT COUNT(*) FROM sluice_backfill_calls"
+		var err error
+		if h := mustHandle(t, s); h.SQLite != nil {
+			err = h.SQLite.QueryRowContext(ctx, q).Scan(&calls)
+		} else {
+			err = h.Postgres.QueryRow(ctx, q).Scan(&calls)
+		}
+		if err != nil || calls != 2 {
+			t.Fatalf("calls after the migration: %d (%v), want 2", calls, err)
+		}
+		// The same batch settled again changes nothing; another call does.
+		mustSettle(t, s, settlement("titles", "run-1", "req-2", base.Add(3*time.Minute), rejected("r", "too long")))
+		if got := mustItems(t, s, "titles", "r"); got[0].Rejects != 1 {
+			t.Fatalf("r after its batch was settled again: %+v, want 1 reject", got[0])
+		}
+		mustSettle(t, s, settlement("titles", "run-2", "req-3", base.Add(4*time.Minute), saved("r")))
+		if got := mustItems(t, s, "titles", "r"); got[0].State != store.ItemSaved || got[0].RunID != "run-2" || got[0].RequestID != "req-3" {
+			t.Fatalf("r after a new call saved it: %+v, want saved by run-2, req-3", got[0])
+		}
+		assertCounts(t, s, "titles")
+	})
+}
+
+// mustExec runs each statement of qs on the store's database, in order.
+func mustExec(t *testing.T, h store.Handle, qs ...string) {
+	t.Helper()
+	for _, q := range qs {
+		var err error
+		if h.SQLite != nil {
+			_, err = h.SQLite.ExecContext(context.Background(), q)
+		} else {
+			_, err = h.Postgres.Exec(context.Background(), q)
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
 }
 
 func mustRecent(t *testing.T, s store.Store, backfill string, limit int, before store.RecentCursor) []store.RecentItem {

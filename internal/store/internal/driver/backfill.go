@@ -34,7 +34,8 @@ var backfillStatements = []string{
 	"next_items",          // backfill, now, limit, cursor's eligible at, cursor's key, lanes, lane; returns the columns readItems scans
 	"items",               // backfill, keys; returns the columns readItems scans
 	"lock_items",          // as items, and locks them for the transaction
-	"settle_items",        // backfill, items read by lock_items (settledItem objects), run ID, request ID
+	"record_call",         // run ID, request ID; returns the call's number
+	"settle_items",        // backfill, items read by lock_items (settledItem objects), the call's number
 	"start_job",           // job, monitored since
 	"job",                 // job; returns the columns readJobs scans
 	"jobs",                // returns the columns readJobs scans

@@ -140,7 +140,12 @@ func (b Backfills) settle(ctx context.Context, tx store.Tx, s store.Settlement) 
 	if err != nil {
 		return err
 	}
-	if _, err := tx.Exec(ctx, b.sql["settle_items"], s.Backfill, string(rows), s.RunID, s.RequestID); err != nil {
+	var call int64
+	err = txQuery(tx)(ctx, b.sql["record_call"], []any{s.RunID, s.RequestID}, func(r Row) error { return r.Scan(&call) })
+	if err != nil {
+		return fmt.Errorf("record the call: %w", err)
+	}
+	if _, err := tx.Exec(ctx, b.sql["settle_items"], s.Backfill, string(rows), call); err != nil {
 		return err
 	}
 	jobs := map[string]counts{s.Backfill: c}

@@ -3,8 +3,8 @@
 -- is; with a backfill to run after ($4), only the keys it has saved are
 -- added. Each new item is given a lane at random, which it keeps; its
 -- latest activity is now.
-INSERT INTO sluice_backfill_items (backfill, item_key, state, eligible_at, processed_at, run_id, request_id, rejects, reason, retry_at, lane, active_at)
-SELECT $1, k.key, 'pending', $3, NULL, '', '', 0, '', NULL, floor(random() * 1024)::int, $3
+INSERT INTO sluice_backfill_items (backfill, item_key, state, eligible_at, processed_at, rejects, reason, retry_at, lane, active_at)
+SELECT $1, k.key, 'pending', $3, NULL, 0, '', NULL, floor(random() * 1024)::int, $3
 FROM jsonb_array_elements_text($2::text::jsonb) AS k (key)
 WHERE $4::text = '' OR EXISTS (
     SELECT 1 FROM sluice_backfill_items AS a

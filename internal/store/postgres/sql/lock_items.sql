@@ -4,8 +4,10 @@
 -- primary key is searched with, whatever the planner estimates of the
 -- table: as a join, a backfill whose statistics are older than its items
 -- was read whole for each batch.
-SELECT backfill, item_key, state, eligible_at, processed_at, run_id, request_id, rejects, reason, retry_at
-FROM sluice_backfill_items
-WHERE backfill = $1 AND item_key = ANY (ARRAY(SELECT jsonb_array_elements_text($2::text::jsonb)))
-ORDER BY item_key COLLATE "C"
-FOR UPDATE;
+SELECT i.backfill, i.item_key, i.state, i.eligible_at, i.processed_at, COALESCE(c.run_id, ''), COALESCE(c.request_id, ''),
+       i.rejects, i.reason, i.retry_at
+FROM sluice_backfill_items AS i
+LEFT JOIN sluice_backfill_calls AS c ON c.id = i.call_id
+WHERE i.backfill = $1 AND i.item_key = ANY (ARRAY(SELECT jsonb_array_elements_text($2::text::jsonb)))
+ORDER BY i.item_key COLLATE "C"
+FOR UPDATE OF i;

@@ -2,8 +2,10 @@
 -- of their latest activity, newest first, then by key in reverse byte
 -- order (keys are COLLATE "C", as SQLite orders them): read backwards in
 -- sluice_backfill_items_recent from the cursor, stopping at the limit $2.
-SELECT backfill, item_key, state, eligible_at, processed_at, run_id, request_id, rejects, reason, retry_at, active_at
-FROM sluice_backfill_items
-WHERE backfill = $1 AND (active_at, item_key) < ($3::bigint, $4::text)
-ORDER BY active_at DESC, item_key COLLATE "C" DESC
+SELECT i.backfill, i.item_key, i.state, i.eligible_at, i.processed_at, COALESCE(c.run_id, ''), COALESCE(c.request_id, ''),
+       i.rejects, i.reason, i.retry_at, i.active_at
+FROM sluice_backfill_items AS i
+LEFT JOIN sluice_backfill_calls AS c ON c.id = i.call_id
+WHERE i.backfill = $1 AND (i.active_at, i.item_key) < ($3::bigint, $4::text)
+ORDER BY i.active_at DESC, i.item_key COLLATE "C" DESC
 LIMIT $2;

@@ -8,8 +8,7 @@ UPDATE sluice_backfill_items AS i SET
     rejects      = u.rejects,
     reason       = u.reason,
     retry_at     = u.retry_at,
-    run_id       = $3,
-    request_id   = $4,
+    call_id      = $3,
     active_at    = u.active_at
 FROM jsonb_to_recordset($2::text::jsonb)
     AS u (key text, state text, processed_at bigint, rejects bigint, reason text, retry_at bigint, active_at bigint)

@@ -1,5 +1,7 @@
 -- A transaction on SQLite holds the database's write lock from BEGIN
 -- IMMEDIATE: what it reads stays as read until it ends.
-SELECT backfill, item_key, state, eligible_at, processed_at, run_id, request_id, rejects, reason, retry_at
-FROM sluice_backfill_items
-WHERE backfill = ?1 AND item_key IN (SELECT value FROM json_each(?2));
+SELECT i.backfill, i.item_key, i.state, i.eligible_at, i.processed_at, COALESCE(c.run_id, ''), COALESCE(c.request_id, ''),
+       i.rejects, i.reason, i.retry_at
+FROM sluice_backfill_items AS i
+LEFT JOIN sluice_backfill_calls AS c ON c.id = i.call_id
+WHERE i.backfill = ?1 AND i.item_key IN (SELECT value FROM json_each(?2));

@@ -1,10 +1,12 @@
--- Each branch reads sluice_backfill_items_next in order and stops at the
+-- Each branch reads its partial index (sluice_backfill_items_pending,
+-- sluice_backfill_items_rejected) in order and stops at the
 -- limit: the pending items after the cursor (?4, ?5: where the read starts
 -- in the index), and the rejected ones due again, wherever they are. Rejected
 -- items wait in the index, in eligibility order, among those not yet due:
 -- their keys are found in the index alone, then their rows. With ?6 lanes
 -- (0: all), only the items of lane ?7 of them, judged in the index too.
-SELECT backfill, item_key, state, eligible_at, processed_at, run_id, request_id, rejects, reason, retry_at
+SELECT i.backfill, i.item_key, i.state, i.eligible_at, i.processed_at, COALESCE(c.run_id, ''), COALESCE(c.request_id, ''),
+       i.rejects, i.reason, i.retry_at
 FROM (
     SELECT * FROM (
         SELECT * FROM sluice_backfill_items
@@ -22,6 +24,7 @@ FROM (
         ORDER BY eligible_at, item_key
         LIMIT ?3
     )
-)
-ORDER BY eligible_at, item_key
+) AS i
+LEFT JOIN sluice_backfill_calls AS c ON c.id = i.call_id
+ORDER BY i.eligible_at, i.item_key
 LIMIT ?3;
