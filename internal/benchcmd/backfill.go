@@ -84,6 +84,12 @@ type backfillSide struct {
 	// StoreBytesPerItem is what every table and index but the app's own
 	// takes per item: the engine's and the store's records.
 	StoreBytesPerItem float64 `json:"store_bytes_per_item"`
+	// StoreTables is StoreBytesPerItem by table, its indexes included.
+	StoreTables map[string]float64 `json:"store_bytes_per_item_by_table"`
+	// VacuumedBytesPerItem is, on PostgreSQL, StoreBytesPerItem after
+	// VACUUM FULL: the live rows only, without the versions that updates
+	// leave behind until VACUUM.
+	VacuumedBytesPerItem float64 `json:"store_bytes_per_item_vacuumed,omitempty"`
 	// DatabaseBytesPerItem is how much the whole database (SQLite: file and
 	// WAL) grew during the run per item, the outputs saved included.
 	DatabaseBytesPerItem float64 `json:"database_bytes_per_item"`
@@ -226,6 +232,9 @@ func printBackfillReport(w io.Writer, rep backfillReport) {
 		fmt.Fprintf(w, "%-10s %10.1f %9.1f %10d %11d %14.0f %12.1f %13.1f %13.1f\n",
 			s.name, s.ItemsPerS, s.WallSeconds, s.Processed, s.Saves, s.StoreBytesPerItem, s.PeakRSSMB, s.PeakHeapMB, s.PeakLiveMB)
 	}
+	if rep.Sluice.VacuumedBytesPerItem > 0 {
+		fmt.Fprintf(w, "store B/item after VACUUM FULL: sluice %.0f, plain DBOS %.0f\n", rep.Sluice.VacuumedBytesPerItem, rep.DBOS.VacuumedBytesPerItem)
+	}
 	fmt.Fprintf(w, "ratio sluice/DBOS %.2f; stall check p50 %.2f ms, p95 %.2f ms; GET /v1/flows p50 %.2f ms, p95 %.2f ms\n",
 		rep.Ratio, rep.StallCheck.P50, rep.StallCheck.P95, rep.Flows.P50, rep.Flows.P95)
 }
@@ -268,6 +277,8 @@ type backfillMeasure struct {
 	rssMB                     float64
 	processed, saves          int64
 	storeBytes, databaseBytes int64
+	tables                    map[string]int64
+	vacuumedBytes             int64 // PostgreSQL: storeBytes after VACUUM FULL
 }
 
 // add counts one round of rounds in s.
@@ -278,6 +289,13 @@ func (s *backfillSide) add(m backfillMeasure, rounds int) {
 	s.Saves += m.saves
 	s.StoreBytesPerItem += float64(m.storeBytes) / items / float64(rounds)
 	s.DatabaseBytesPerItem += float64(m.databaseBytes) / items / float64(rounds)
+	s.VacuumedBytesPerItem += float64(m.vacuumedBytes) / items / float64(rounds)
+	if s.StoreTables == nil {
+		s.StoreTables = make(map[string]float64, len(m.tables))
+	}
+	for t, n := range m.tables {
+		s.StoreTables[t] += float64(n) / items / float64(rounds)
+	}
 	s.PeakRSSMB = max(s.PeakRSSMB, m.rssMB)
 	s.PeakHeapMB = max(s.PeakHeapMB, m.res.PeakHeapMB)
 	s.PeakLiveMB = max(s.PeakLiveMB, m.res.PeakLiveMB)
@@ -394,17 +412,48 @@ func measureBackfill(ctx context.Context, dbURL string, seeded int64, m *backfil
 		return err
 	}
 	m.databaseBytes = size - seeded
+	m.tables = map[string]int64{}
+	table := func(scan func(...any) error) error {
+		var name string
+		var n int64
+		if err := scan(&name, &n); err != nil {
+			return err
+		}
+		m.tables[name] += n
+		m.storeBytes += n
+		return nil
+	}
 	if db.pg != nil {
-		return db.each(ctx, `SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_class c
+		const sizes = `SELECT c.relname::text, pg_total_relation_size(c.oid)::bigint FROM pg_class c
 			JOIN pg_namespace n ON n.oid = c.relnamespace
-			WHERE c.relkind IN ('r', 'm') AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND c.relname <> 'bench_items'`,
-			nil, func(scan func(...any) error) error { return scan(&m.storeBytes) })
+			WHERE c.relkind IN ('r', 'm') AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND c.relname <> 'bench_items'`
+		if err := db.each(ctx, sizes, nil, table); err != nil {
+			return err
+		}
+		// The same once VACUUM FULL has rewritten every table with its
+		// live rows only: what the records take without the row
+		// versions updates leave behind until VACUUM (autovacuum may be
+		// off on a bench server, as it is on a test one).
+		if err := db.exec(ctx, `VACUUM FULL`); err != nil {
+			return fmt.Errorf("vacuum: %w", err)
+		}
+		return db.each(ctx, sizes, nil, func(scan func(...any) error) error {
+			var name string
+			var n int64
+			if err := scan(&name, &n); err != nil {
+				return err
+			}
+			m.vacuumedBytes += n
+			return nil
+		})
 	}
 	if err := db.exec(ctx, `DROP TABLE bench_items`); err != nil {
 		return err
 	}
-	return db.each(ctx, `SELECT (page_count - freelist_count) * page_size FROM pragma_page_count(), pragma_freelist_count(), pragma_page_size()`,
-		nil, func(scan func(...any) error) error { return scan(&m.storeBytes) })
+	// Every b-tree's pages by the table it belongs to (an index's by its
+	// table's), and the schema's own page as "sqlite_schema".
+	return db.each(ctx, `SELECT COALESCE(m.tbl_name, d.name), SUM(d.pgsize) FROM dbstat d
+			LEFT JOIN sqlite_schema m ON m.name = d.name GROUP BY 1`, nil, table)
 }
 
 // worker runs job in a child process and returns what it measured and its
