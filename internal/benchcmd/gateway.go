@@ -171,7 +171,7 @@ func startGatewayPaths(ctx context.Context, maxOpen int) (b *gatewayPaths, stop 
 	// The proxy keeps as many idle upstream connections as the gateway's
 	// client does, so neither pays for new connections the other does not.
 	pt := http.DefaultTransport.(*http.Transport).Clone()
-	pt.MaxIdleConnsPerHost = 16
+	pt.MaxIdleConnsPerHost = gateway.UpstreamIdleConns
 	proxy.Transport = pt
 	var servers []*http.Server
 	stops = append(stops, func() {

@@ -179,10 +179,10 @@ type Config struct {
 	// the request's max wait. Default 250ms.
 	RetryBase time.Duration
 
-	// HTTPClient sends upstream requests. Default: llm's, keeping up to 64
-	// idle connections to the upstream. Either way each call gets 10s to
-	// connect and 10m for the answer's headers, and no overall deadline, so
-	// streams can run.
+	// HTTPClient sends upstream requests. Default: llm's, keeping up to
+	// UpstreamIdleConns (64) idle connections to the upstream. Either way
+	// each call gets 10s to connect and 10m for the answer's headers, and
+	// no overall deadline, so streams can run.
 	HTTPClient *http.Client
 
 	// Logger receives one line per request and every upstream failure.

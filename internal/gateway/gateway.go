@@ -45,6 +45,11 @@ type Gateway struct {
 
 var _ http.Handler = (*Gateway)(nil)
 
+// UpstreamIdleConns is how many idle connections to the provider the
+// gateway keeps when Config.HTTPClient is nil: every waiting caller may be
+// sent at once.
+const UpstreamIdleConns = 64
+
 // New checks cfg, fills its defaults and returns a Gateway. With a
 // Config.Store it restores the key's charges of the last day from it,
 // within ctx and at most 30 s. It starts nothing: see Start.
@@ -58,7 +63,7 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 	// non-streamed completion gets the HTTP client's 10 minutes for its
 	// headers. A caller that leaves ends the call.
 	client, err := llm.NewClient(llm.Config{BaseURL: cfg.Upstream, APIKey: cfg.APIKey, Profile: cfg.Profile,
-		HTTPClient: cfg.HTTPClient, IdleConns: 64, // every waiting caller may be sent at once
+		HTTPClient: cfg.HTTPClient, IdleConns: UpstreamIdleConns,
 		Now: cfg.Now, Timeouts: llm.Timeouts{FirstByte: 10 * time.Minute, Total: -1}})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
