@@ -1,11 +1,25 @@
 -- The page of backfill $1's items after the cursor ($3, $4) in the order
 -- of their latest activity, newest first, then by key in reverse byte
--- order (keys are COLLATE "C", as SQLite orders them): read backwards in
--- sluice_backfill_items_recent from the cursor, stopping at the limit $2.
+-- order (keys are COLLATE "C", as SQLite orders them). Items settled at
+-- least once are read backwards in sluice_backfill_items_recent, pending
+-- ones in sluice_backfill_items_pending, whose eligible_at is their latest
+-- activity (see migration 016): each read stops at the limit $2, and the
+-- two pages, in the same order, are merged.
 SELECT i.backfill, i.item_key, i.state, i.eligible_at, i.processed_at, COALESCE(c.run_id, ''), COALESCE(c.request_id, ''),
        i.rejects, i.reason, i.retry_at, i.active_at
-FROM sluice_backfill_items AS i
+FROM (
+    (SELECT backfill, item_key, state, eligible_at, processed_at, rejects, reason, retry_at, active_at, call_id
+     FROM sluice_backfill_items
+     WHERE backfill = $1 AND state <> 'pending' AND (active_at, item_key) < ($3::bigint, $4::text)
+     ORDER BY active_at DESC, item_key COLLATE "C" DESC
+     LIMIT $2)
+    UNION ALL
+    (SELECT backfill, item_key, state, eligible_at, processed_at, rejects, reason, retry_at, eligible_at, call_id
+     FROM sluice_backfill_items
+     WHERE backfill = $1 AND state = 'pending' AND (eligible_at, item_key) < ($3::bigint, $4::text)
+     ORDER BY eligible_at DESC, item_key COLLATE "C" DESC
+     LIMIT $2)
+) AS i
 LEFT JOIN sluice_backfill_calls AS c ON c.id = i.call_id
-WHERE i.backfill = $1 AND (i.active_at, i.item_key) < ($3::bigint, $4::text)
 ORDER BY i.active_at DESC, i.item_key COLLATE "C" DESC
 LIMIT $2;
