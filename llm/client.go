@@ -287,12 +287,12 @@ func (c *Client) ChatRaw(ctx context.Context, body []byte) (*RawResponse, error)
 // encoding/json, which reads it as it always did and words the error.
 func readAnswer(data []byte) (choices json.RawMessage, usage *Usage, err error) {
 	seen, other := false, false
-	if eachField(data, func(k string, v []byte) {
+	if eachField(data, func(k, v []byte) {
 		switch {
-		case strings.EqualFold(k, "choices"):
+		case strings.EqualFold(string(k), "choices"):
 			other = other || choices != nil
 			choices = v
-		case strings.EqualFold(k, "usage"):
+		case strings.EqualFold(string(k), "usage"):
 			other = other || seen
 			seen, usage = true, nil
 			if string(v) != "null" {
@@ -316,14 +316,14 @@ func readAnswer(data []byte) (choices json.RawMessage, usage *Usage, err error) 
 // encoding/json to read and word the error, when one is not.
 func readUsage(v []byte, u *Usage) bool {
 	ok := true
-	return eachField(v, func(k string, v []byte) {
+	return eachField(v, func(k, v []byte) {
 		var dst *int64
 		switch {
-		case strings.EqualFold(k, "prompt_tokens"):
+		case strings.EqualFold(string(k), "prompt_tokens"):
 			dst = &u.PromptTokens
-		case strings.EqualFold(k, "completion_tokens"):
+		case strings.EqualFold(string(k), "completion_tokens"):
 			dst = &u.CompletionTokens
-		case strings.EqualFold(k, "total_tokens"):
+		case strings.EqualFold(string(k), "total_tokens"):
 			dst = &u.TotalTokens
 		default:
 			return

@@ -14,12 +14,13 @@ import (
 // would: each key unquoted as it unquotes them, each value's bytes as a
 // json.RawMessage would hold them.
 
-// eachField calls f with every key of the JSON object data and the raw
-// value that follows it, without the white space around it, in the order
-// they are written; a key written twice is passed twice. It reports false,
-// calling f for nothing, when data is not valid JSON or not an object. f
-// must copy the value to keep it.
-func eachField(data []byte, f func(key string, value []byte)) bool {
+// eachField calls f with every key of the JSON object data, unquoted, and
+// the raw value that follows it, without the white space around it, in the
+// order they are written; a key written twice is passed twice. It reports
+// false, calling f for nothing, when data is not valid JSON or not an
+// object. Key and value are mostly parts of data: f must copy them to keep
+// them.
+func eachField(data []byte, f func(key, value []byte)) bool {
 	if !json.Valid(data) {
 		return false
 	}
@@ -30,7 +31,7 @@ func eachField(data []byte, f func(key string, value []byte)) bool {
 	i = skipSpace(data, i+1)
 	for data[i] != '}' {
 		end := valueEnd(data, i) // the key: a string
-		key := unquote(data[i:end])
+		key := unquoteBytes(data[i:end])
 		i = skipSpace(data, skipSpace(data, end)+1) // past the colon
 		end = valueEnd(data, i)
 		f(key, data[i:end])
@@ -45,13 +46,28 @@ func eachField(data []byte, f func(key string, value []byte)) bool {
 // without escapes and in valid UTF-8 is its bytes; any other is left to
 // encoding/json, which replaces invalid UTF-8 and lone surrogates.
 func unquote(s []byte) string {
-	in := s[1 : len(s)-1]
-	if bytes.IndexByte(in, '\\') < 0 && utf8.Valid(in) {
+	if in, ok := plainString(s); ok {
 		return string(in)
 	}
 	var out string
 	_ = json.Unmarshal(s, &out) // valid: it cannot fail
 	return out
+}
+
+// unquoteBytes is unquote without a copy of a string that has nothing to
+// unquote.
+func unquoteBytes(s []byte) []byte {
+	if in, ok := plainString(s); ok {
+		return in
+	}
+	return []byte(unquote(s))
+}
+
+// plainString returns what is between the quotes of a valid JSON string
+// literal when that is the string itself: no escape, valid UTF-8.
+func plainString(s []byte) ([]byte, bool) {
+	in := s[1 : len(s)-1]
+	return in, bytes.IndexByte(in, '\\') < 0 && utf8.Valid(in)
 }
 
 // isString reports whether the raw JSON value v is a string.

@@ -133,3 +133,17 @@ func FuzzReadAnswer(f *testing.F) {
 		}
 	})
 }
+
+// TestWalkAllocations: reading a message allocates its role and content
+// only, and an answer's usage only its Usage: no decoder, map or key.
+func TestWalkAllocations(t *testing.T) {
+	msg := []byte(`{"role":"user","content":"Give this article a title."}`)
+	var m Message
+	if n := testing.AllocsPerRun(100, func() { _ = m.UnmarshalJSON(msg) }); n > 2 {
+		t.Errorf("a message: %v allocations, want 2", n)
+	}
+	ans := []byte(`{"id":"c1","choices":[{"index":0}],"usage":{"prompt_tokens":31,"completion_tokens":5,"total_tokens":36}}`)
+	if n := testing.AllocsPerRun(100, func() { _, _, _ = readAnswer(ans) }); n > 1 {
+		t.Errorf("an answer: %v allocations, want 1", n)
+	}
+}

@@ -54,8 +54,8 @@ func (m Message) MarshalJSON() ([]byte, error) {
 func (m *Message) UnmarshalJSON(data []byte) error {
 	var role, content []byte
 	var extra map[string]json.RawMessage
-	if !eachField(data, func(k string, v []byte) {
-		switch k {
+	if !eachField(data, func(k, v []byte) {
+		switch string(k) {
 		case "role":
 			role = v
 		case "content":
@@ -64,7 +64,7 @@ func (m *Message) UnmarshalJSON(data []byte) error {
 			if extra == nil {
 				extra = make(map[string]json.RawMessage)
 			}
-			extra[k] = slices.Clone(v)
+			extra[string(k)] = slices.Clone(v)
 		}
 	}) {
 		return errors.New("a message must be a JSON object")
