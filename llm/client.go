@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/jsonwalk"
 	"github.com/sluice-dev/sluice/internal/redact"
 )
 
@@ -287,7 +288,7 @@ func (c *Client) ChatRaw(ctx context.Context, body []byte) (*RawResponse, error)
 // encoding/json, which reads it as it always did and words the error.
 func readAnswer(data []byte) (choices json.RawMessage, usage *Usage, err error) {
 	seen, other := false, false
-	if eachField(data, func(k, v []byte) {
+	if jsonwalk.Object(data, func(k, v []byte) {
 		switch {
 		case strings.EqualFold(string(k), "choices"):
 			other = other || choices != nil
@@ -316,7 +317,7 @@ func readAnswer(data []byte) (choices json.RawMessage, usage *Usage, err error) 
 // encoding/json to read and word the error, when one is not.
 func readUsage(v []byte, u *Usage) bool {
 	ok := true
-	return eachField(v, func(k, v []byte) {
+	return jsonwalk.Object(v, func(k, v []byte) {
 		var dst *int64
 		switch {
 		case strings.EqualFold(string(k), "prompt_tokens"):

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"slices"
 	"strings"
+
+	"github.com/sluice-dev/sluice/internal/jsonwalk"
 )
 
 // Message is one chat message. Content holds text; content that is not a
@@ -54,7 +56,7 @@ func (m Message) MarshalJSON() ([]byte, error) {
 func (m *Message) UnmarshalJSON(data []byte) error {
 	var role, content []byte
 	var extra map[string]json.RawMessage
-	if !eachField(data, func(k, v []byte) {
+	if !jsonwalk.Object(data, func(k, v []byte) {
 		switch string(k) {
 		case "role":
 			role = v
@@ -72,15 +74,15 @@ func (m *Message) UnmarshalJSON(data []byte) error {
 	*m = Message{Extra: extra}
 	switch {
 	case role == nil || isNull(role):
-	case isString(role):
-		m.Role = unquote(role)
+	case jsonwalk.IsString(role):
+		m.Role = jsonwalk.Unquote(role)
 	default:
 		return errors.New(`"role" must be a string`)
 	}
 	if content != nil {
 		m.contentSent = true
-		if isString(content) {
-			m.Content = unquote(content)
+		if jsonwalk.IsString(content) {
+			m.Content = jsonwalk.Unquote(content)
 		} else {
 			m.RawContent = slices.Clone(content)
 			m.Content = partsText(content)

@@ -12,6 +12,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/clock"
+	"github.com/sluice-dev/sluice/internal/jsonwalk"
 	"github.com/sluice-dev/sluice/llm"
 )
 
@@ -443,40 +445,39 @@ func writeEvent(w io.Writer, f http.Flusher, data []byte) bool {
 }
 
 // decode reads a chat request. A plain request that sets max_tokens is
-// forwarded byte for byte, so only what prices it is read: about half the
-// work of llm.DecodeChatRequest, which reads every field so that a request
-// can be written anew. Any other request, or one that does not read
-// cleanly, is decoded whole, with its errors.
+// forwarded byte for byte, so only what prices it is read (readPriced): a
+// fraction of the work of llm.DecodeChatRequest, which reads every field so
+// that a request can be written anew. Any other request, or one that does
+// not read cleanly, is decoded whole, with its errors.
 func decode(body []byte) (*llm.ChatRequest, error) {
-	var p struct {
-		Model               string          `json:"model"`
-		Messages            []llm.Message   `json:"messages"`
-		MaxTokens           *int            `json:"max_tokens"`
-		MaxCompletionTokens *int            `json:"max_completion_tokens"`
-		Stream              *bool           `json:"stream"`
-		N                   json.RawMessage `json:"n"`
-		Tools               json.RawMessage `json:"tools"`
-		Functions           json.RawMessage `json:"functions"`
-		ToolChoice          json.RawMessage `json:"tool_choice"`
-		ResponseFormat      json.RawMessage `json:"response_format"`
-	}
 	// encoding/json matches keys regardless of case; the provider does not,
 	// so the priced max_tokens must be spelled as the provider reads it.
 	named := (bytes.Contains(body, []byte(`"max_tokens"`)) || bytes.Contains(body, []byte(`"max_completion_tokens"`))) &&
 		readKeysExact(body)
 	// encoding/json would read invalid UTF-8 as U+FFFD and forward the
 	// bytes as they are: the whole decoder refuses them.
-	if !named || !utf8.Valid(body) || json.Unmarshal(body, &p) != nil || p.Model == "" || len(p.Messages) == 0 || (p.Stream != nil && *p.Stream) ||
-		p.MaxTokens != nil && *p.MaxTokens <= 0 || p.MaxCompletionTokens != nil && *p.MaxCompletionTokens <= 0 ||
-		p.MaxTokens == nil && p.MaxCompletionTokens == nil {
+	if !named || !utf8.Valid(body) {
 		return llm.DecodeChatRequest(body)
 	}
-	req := &llm.ChatRequest{Model: p.Model, Messages: p.Messages, MaxTokens: max(ptrOr(p.MaxTokens), ptrOr(p.MaxCompletionTokens)),
-		CompletionTokensName: p.MaxCompletionTokens != nil && ptrOr(p.MaxCompletionTokens) >= ptrOr(p.MaxTokens)}
+	p, ok := readPriced(body)
+	return p.request(body, ok)
+}
+
+// request returns the request p prices, validated; or body decoded whole
+// when p was not read cleanly (ok false) or is not a plain request with a
+// maximum of output tokens.
+func (p priced) request(body []byte, ok bool) (*llm.ChatRequest, error) {
+	if !ok || p.model == "" || len(p.messages) == 0 || (p.stream != nil && *p.stream) ||
+		p.maxTokens != nil && *p.maxTokens <= 0 || p.maxCompletionTokens != nil && *p.maxCompletionTokens <= 0 ||
+		p.maxTokens == nil && p.maxCompletionTokens == nil {
+		return llm.DecodeChatRequest(body)
+	}
+	req := &llm.ChatRequest{Model: p.model, Messages: p.messages, MaxTokens: max(ptrOr(p.maxTokens), ptrOr(p.maxCompletionTokens)),
+		CompletionTokensName: p.maxCompletionTokens != nil && ptrOr(p.maxCompletionTokens) >= ptrOr(p.maxTokens)}
 	for _, f := range [...]struct {
 		name string
 		raw  json.RawMessage
-	}{{"n", p.N}, {"tools", p.Tools}, {"functions", p.Functions}, {"tool_choice", p.ToolChoice}, {"response_format", p.ResponseFormat}} {
+	}{{"n", p.n}, {"tools", p.tools}, {"functions", p.functions}, {"tool_choice", p.toolChoice}, {"response_format", p.responseFormat}} {
 		if len(f.raw) > 0 {
 			if req.Extra == nil {
 				req.Extra = map[string]any{}
@@ -489,6 +490,94 @@ func decode(body []byte) (*llm.ChatRequest, error) {
 		return nil, err
 	}
 	return req, nil
+}
+
+// priced are the fields of a chat request that price it (readKeys).
+type priced struct {
+	model                          string
+	messages                       []llm.Message
+	maxTokens, maxCompletionTokens *int
+	stream                         *bool
+	n, tools, functions            json.RawMessage
+	toolChoice, responseFormat     json.RawMessage
+}
+
+// readPriced reads the fields that price a request as encoding/json reads
+// them into a struct of them, keys spelled exactly (decode has checked that
+// with readKeysExact), by walking the object instead: a field written twice
+// is read twice, the last winning; null leaves the model as it was and
+// unsets the others; any value of the wrong type reports false, as
+// encoding/json would fail.
+func readPriced(body []byte) (p priced, ok bool) {
+	ok = true
+	walked := jsonwalk.Object(body, func(k, v []byte) {
+		if !ok {
+			return
+		}
+		switch string(k) {
+		case "model":
+			if jsonwalk.IsString(v) {
+				p.model = jsonwalk.Unquote(v)
+			} else {
+				ok = isNull(v)
+			}
+		case "messages":
+			p.messages = nil
+			if isNull(v) {
+				break
+			}
+			ok = jsonwalk.Elements(v, func(e []byte) {
+				var m llm.Message
+				ok = ok && m.UnmarshalJSON(e) == nil
+				p.messages = append(p.messages, m)
+			}) && ok
+		case "max_tokens":
+			p.maxTokens, ok = readInt(v)
+		case "max_completion_tokens":
+			p.maxCompletionTokens, ok = readInt(v)
+		case "stream":
+			p.stream, ok = readBool(v)
+		case "n":
+			p.n = slices.Clone(v)
+		case "tools":
+			p.tools = slices.Clone(v)
+		case "functions":
+			p.functions = slices.Clone(v)
+		case "tool_choice":
+			p.toolChoice = slices.Clone(v)
+		case "response_format":
+			p.responseFormat = slices.Clone(v)
+		}
+	})
+	return p, walked && ok
+}
+
+func isNull(v []byte) bool { return string(v) == "null" }
+
+// readInt reads a JSON number into an int as encoding/json does: a whole
+// number that fits, or null for none.
+func readInt(v []byte) (*int, bool) {
+	if isNull(v) {
+		return nil, true
+	}
+	n, err := strconv.ParseInt(string(v), 10, strconv.IntSize)
+	if err != nil {
+		return nil, false
+	}
+	i := int(n)
+	return &i, true
+}
+
+// readBool reads true, false or null (none).
+func readBool(v []byte) (*bool, bool) {
+	switch string(v) {
+	case "null":
+		return nil, true
+	case "true", "false":
+		b := string(v) == "true"
+		return &b, true
+	}
+	return nil, false
 }
 
 func ptrOr(p *int) int {

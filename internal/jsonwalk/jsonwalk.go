@@ -1,4 +1,10 @@
-package llm
+// Package jsonwalk reads JSON objects and arrays that json.Valid accepts
+// by walking their bytes, for the paths where encoding/json's reflection
+// (a decoder, a map and a copy of every value per object) costs several
+// times the walk: every request a proxy serves. It reads what encoding/json
+// reads: each key unquoted as it unquotes them, each value's bytes as a
+// json.RawMessage would hold them.
+package jsonwalk
 
 import (
 	"bytes"
@@ -6,21 +12,13 @@ import (
 	"unicode/utf8"
 )
 
-// The request and answer bodies on a proxy's path are read by walking
-// their objects here rather than by encoding/json's reflection, which
-// costs a decoder, a map and a copy of every value per object: several
-// times the CPU of the walk, on every request a proxy serves. The walk
-// only reads JSON that json.Valid accepted, and gives what encoding/json
-// would: each key unquoted as it unquotes them, each value's bytes as a
-// json.RawMessage would hold them.
-
-// eachField calls f with every key of the JSON object data, unquoted, and
+// Object calls f with every key of the JSON object data, unquoted, and
 // the raw value that follows it, without the white space around it, in the
 // order they are written; a key written twice is passed twice. It reports
 // false, calling f for nothing, when data is not valid JSON or not an
 // object. Key and value are mostly parts of data: f must copy them to keep
 // them.
-func eachField(data []byte, f func(key, value []byte)) bool {
+func Object(data []byte, f func(key, value []byte)) bool {
 	if !json.Valid(data) {
 		return false
 	}
@@ -31,7 +29,7 @@ func eachField(data []byte, f func(key, value []byte)) bool {
 	i = skipSpace(data, i+1)
 	for data[i] != '}' {
 		end := valueEnd(data, i) // the key: a string
-		key := unquoteBytes(data[i:end])
+		key := UnquoteBytes(data[i:end])
 		i = skipSpace(data, skipSpace(data, end)+1) // past the colon
 		end = valueEnd(data, i)
 		f(key, data[i:end])
@@ -42,10 +40,29 @@ func eachField(data []byte, f func(key, value []byte)) bool {
 	return true
 }
 
-// unquote returns the string a valid JSON string literal s holds. One
+// Elements calls f with every element of the JSON array v, raw, without
+// the white space around it, in order. v must be valid JSON (a value
+// Object passed, say); it reports false, calling f for nothing, when v is
+// not an array.
+func Elements(v []byte, f func(elem []byte)) bool {
+	i := skipSpace(v, 0)
+	if i >= len(v) || v[i] != '[' {
+		return false
+	}
+	for i = skipSpace(v, i+1); v[i] != ']'; {
+		end := valueEnd(v, i)
+		f(v[i:end])
+		if i = skipSpace(v, end); v[i] == ',' {
+			i = skipSpace(v, i+1)
+		}
+	}
+	return true
+}
+
+// Unquote returns the string a valid JSON string literal s holds. One
 // without escapes and in valid UTF-8 is its bytes; any other is left to
 // encoding/json, which replaces invalid UTF-8 and lone surrogates.
-func unquote(s []byte) string {
+func Unquote(s []byte) string {
 	if in, ok := plainString(s); ok {
 		return string(in)
 	}
@@ -54,13 +71,13 @@ func unquote(s []byte) string {
 	return out
 }
 
-// unquoteBytes is unquote without a copy of a string that has nothing to
+// UnquoteBytes is Unquote without a copy of a string that has nothing to
 // unquote.
-func unquoteBytes(s []byte) []byte {
+func UnquoteBytes(s []byte) []byte {
 	if in, ok := plainString(s); ok {
 		return in
 	}
-	return []byte(unquote(s))
+	return []byte(Unquote(s))
 }
 
 // plainString returns what is between the quotes of a valid JSON string
@@ -70,8 +87,8 @@ func plainString(s []byte) ([]byte, bool) {
 	return in, bytes.IndexByte(in, '\\') < 0 && utf8.Valid(in)
 }
 
-// isString reports whether the raw JSON value v is a string.
-func isString(v []byte) bool { return len(v) > 0 && v[0] == '"' }
+// IsString reports whether the raw JSON value v is a string.
+func IsString(v []byte) bool { return len(v) > 0 && v[0] == '"' }
 
 func skipSpace(data []byte, i int) int {
 	for i < len(data) {
