@@ -122,6 +122,7 @@ func BenchmarkChatRoundTrip(b *testing.B) {
 	}{{"gateway", g}, {"reverse-proxy", proxy}} {
 		b.Run(tc.name, func(b *testing.B) {
 			b.ReportAllocs()
+			cpu0 := processCPU()
 			for b.Loop() {
 				req := httptest.NewRequest("POST", "/v1/chat/completions", strings.NewReader(body))
 				req.Header.Set("Content-Type", "application/json")
@@ -130,6 +131,12 @@ func BenchmarkChatRoundTrip(b *testing.B) {
 				if w.Code != 200 {
 					b.Fatalf("%s: %d %s", tc.name, w.Code, w.Body)
 				}
+			}
+			// The process's CPU time (the upstream's too, the same for
+			// both): on a machine shared with other work the wall time
+			// a request takes moves with their load, its CPU much less.
+			if cpu := processCPU() - cpu0; cpu > 0 {
+				b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
 			}
 		})
 	}
