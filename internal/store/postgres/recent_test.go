@@ -90,16 +90,6 @@ type indexedNode struct {
 	Plans     []indexedNode `json:"Plans"`
 }
 
-// all yields n and every node below it.
-func (n indexedNode) all(yield func(indexedNode) bool) {
-	if !yield(n) {
-		return
-	}
-	for _, c := range n.Plans {
-		c.all(yield)
-	}
-}
-
 // pgArgs is args for a statement with parameters, none for one without.
 func pgArgs(q string, args ...any) []any {
 	if strings.Contains(q, "$1") {
