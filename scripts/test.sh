@@ -4,7 +4,8 @@
 # Chromium (from the distribution's packages), then runs each stage: go vet,
 # gofmt (every Go file formatted), go mod tidy -diff, staticcheck (fetched at
 # a fixed version from the Go module proxy), the Go tests with the race
-# detector, and every fuzz target briefly (FUZZTIME, default 10s each;
+# detector, the allocation tests (Test…Allocations) again without it, and
+# every fuzz target briefly (FUZZTIME, default 10s each;
 # SLUICE_FUZZ=0 skips them). A stage that fails does not stop the others: the
 # end prints one line per stage, the tests that failed, the 10 slowest tests
 # and the wall time, and the script fails if any stage did. Extra arguments
@@ -106,6 +107,11 @@ if [ "$#" -eq 0 ]; then
   stage "staticcheck" go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 fi
 stage "go test -race" go_test "${@:-./...}"
+if [ "$#" -eq 0 ]; then
+  # Allocation counts are pinned in a build without the race detector,
+  # whose instrumentation makes more values escape to the heap.
+  stage "allocation tests without -race" go test -count=1 -run 'Allocations$' ./...
+fi
 if [ "$#" -eq 0 ] && [ "${SLUICE_FUZZ:-1}" != 0 ]; then
   stage "fuzz (scripts/fuzz.sh)" env FUZZTIME="${FUZZTIME:-10s}" scripts/fuzz.sh
 fi

@@ -1,0 +1,5 @@
+//go:build !race
+
+package llm
+
+const raceOn = false
