@@ -27,7 +27,7 @@ func (b *backfill) discover(r *engine.Run, i int) error {
 			got, err = engine.Step(r, name, func(ctx context.Context) (listed, error) {
 				keys, err := b.Pending(ctx, after, b.DiscoverPage)
 				if err != nil {
-					return listed{}, err
+					return listed{}, fmt.Errorf("list pending items: %w", err)
 				}
 				return b.recordPage(ctx, nil, keys, after)
 			})
@@ -35,7 +35,7 @@ func (b *backfill) discover(r *engine.Run, i int) error {
 			got, err = engine.Transaction(r, name, func(ctx context.Context, tx dbos.Tx) (listed, error) {
 				keys, err := queryKeys(ctx, tx, b.PendingSQL, after, b.DiscoverPage)
 				if err != nil {
-					return listed{}, err
+					return listed{}, fmt.Errorf("list pending items: %w", err)
 				}
 				return b.recordPage(ctx, tx, keys, after)
 			})
