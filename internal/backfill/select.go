@@ -137,12 +137,12 @@ func (b *backfill) request(items []Item) (*llm.ChatRequest, error) {
 // does not fit a limit (items larger than the average). 0 means the first
 // item alone does not fit: the string says which limit.
 func (b *backfill) size(items []Item) (int, string, error) {
-	cost := func(n int) (*llm.ChatRequest, governor.Cost, error) {
+	cost := func(n int) (governor.Cost, error) {
 		req, err := b.request(items[:n])
 		if err != nil {
-			return nil, governor.Cost{}, err
+			return governor.Cost{}, err
 		}
-		return req, b.provider.Estimator.Cost(req), nil
+		return b.provider.Estimator.Cost(req), nil
 	}
 	// The whole batch is priced first: most often it is the call made, and
 	// its estimate is kept for pricing the call (the estimator caches it).
@@ -150,26 +150,27 @@ func (b *backfill) size(items []Item) (int, string, error) {
 	// instructions) come from it and the first item alone, so the
 	// tokenizer goes over the first item twice and every other item once.
 	n := len(items)
+	c, err := cost(n)
+	if err != nil {
+		return 0, "", err
+	}
 	if n > 1 {
-		_, all, err := cost(n)
-		if err != nil {
-			return 0, "", err
-		}
-		_, one, err := cost(1)
+		one, err := cost(1)
 		if err != nil {
 			return 0, "", err
 		}
 		k := int64(n - 1)
 		each := func(a, b int64) int64 { return (max(a-b, 0) + k - 1) / k } // rounded up: never under
-		item := governor.Cost{Requests: each(all.Requests, one.Requests), Input: each(all.Input, one.Input), Output: each(all.Output, one.Output)}
+		item := governor.Cost{Requests: each(c.Requests, one.Requests), Input: each(c.Input, one.Input), Output: each(c.Output, one.Output)}
 		base := governor.Cost{Requests: max(one.Requests-item.Requests, 0), Input: max(one.Input-item.Input, 0), Output: max(one.Output-item.Output, 0)}
-		n = min(max(b.provider.Governor.BatchSize(b.set.now(), b.Flow, base, item, len(items), b.Within), 1), n)
+		if m := min(max(b.provider.Governor.BatchSize(b.set.now(), b.Flow, base, item, len(items), b.Within), 1), n); m < n {
+			n = m
+			if c, err = cost(n); err != nil {
+				return 0, "", err
+			}
+		}
 	}
 	for {
-		_, c, err := cost(n)
-		if err != nil {
-			return 0, "", err
-		}
 		err = b.provider.Governor.Check(c)
 		if err == nil {
 			return n, "", nil
@@ -182,5 +183,8 @@ func (b *backfill) size(items []Item) (int, string, error) {
 			return 0, err.Error(), nil
 		}
 		n /= 2
+		if c, err = cost(n); err != nil {
+			return 0, "", err
+		}
 	}
 }
