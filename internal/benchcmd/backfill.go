@@ -412,22 +412,26 @@ func measureBackfill(ctx context.Context, dbURL string, seeded int64, m *backfil
 		return err
 	}
 	m.databaseBytes = size - seeded
-	m.tables = map[string]int64{}
-	table := func(scan func(...any) error) error {
-		var name string
-		var n int64
-		if err := scan(&name, &n); err != nil {
-			return err
+	// sizes adds each row's bytes (table name, bytes) to tables and total.
+	sizes := func(tables map[string]int64, total *int64) func(scan func(...any) error) error {
+		return func(scan func(...any) error) error {
+			var name string
+			var n int64
+			if err := scan(&name, &n); err != nil {
+				return err
+			}
+			tables[name] += n
+			*total += n
+			return nil
 		}
-		m.tables[name] += n
-		m.storeBytes += n
-		return nil
 	}
+	m.tables = map[string]int64{}
+	table := sizes(m.tables, &m.storeBytes)
 	if db.pg != nil {
-		const sizes = `SELECT c.relname::text, pg_total_relation_size(c.oid)::bigint FROM pg_class c
+		const relations = `SELECT c.relname::text, pg_total_relation_size(c.oid)::bigint FROM pg_class c
 			JOIN pg_namespace n ON n.oid = c.relnamespace
 			WHERE c.relkind IN ('r', 'm') AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND c.relname <> 'bench_items'`
-		if err := db.each(ctx, sizes, nil, table); err != nil {
+		if err := db.each(ctx, relations, nil, table); err != nil {
 			return err
 		}
 		// The same once VACUUM FULL has rewritten every table with its
@@ -437,15 +441,7 @@ func measureBackfill(ctx context.Context, dbURL string, seeded int64, m *backfil
 		if err := db.exec(ctx, `VACUUM FULL`); err != nil {
 			return fmt.Errorf("vacuum: %w", err)
 		}
-		return db.each(ctx, sizes, nil, func(scan func(...any) error) error {
-			var name string
-			var n int64
-			if err := scan(&name, &n); err != nil {
-				return err
-			}
-			m.vacuumedBytes += n
-			return nil
-		})
+		return db.each(ctx, relations, nil, sizes(map[string]int64{}, &m.vacuumedBytes))
 	}
 	if err := db.exec(ctx, `DROP TABLE bench_items`); err != nil {
 		return err

@@ -1100,18 +1100,19 @@ func assertLease(t *testing.T, l store.Lease, node string, c governor.Cost, at, 
 func leaseRows(t *testing.T, s store.Store, key string) (rows, folds int64) {
 	t.Helper()
 	const q = `SELECT count(*), coalesce(sum(CASE WHEN state = 2 THEN 1 ELSE 0 END), 0) FROM sluice_leases WHERE key = $1`
-	ctx := context.Background()
-	h := mustHandle(t, s)
-	var err error
-	if h.SQLite != nil {
-		err = h.SQLite.QueryRowContext(ctx, q, key).Scan(&rows, &folds)
-	} else {
-		err = h.Postgres.QueryRow(ctx, q, key).Scan(&rows, &folds)
-	}
-	if err != nil {
+	if err := scanRow(mustHandle(t, s), q, []any{key}, &rows, &folds); err != nil {
 		t.Fatalf("count the leases of %s: %v", key, err)
 	}
 	return rows, folds
+}
+
+// scanRow runs q, which returns one row, on the store's database through
+// its handle, and scans the row into dest.
+func scanRow(h store.Handle, q string, args []any, dest ...any) error {
+	if h.SQLite != nil {
+		return h.SQLite.QueryRowContext(context.Background(), q, args...).Scan(dest...)
+	}
+	return h.Postgres.QueryRow(context.Background(), q, args...).Scan(dest...)
 }
 
 // foldIDs returns the IDs of key's folds, through the store's handle.

@@ -233,14 +233,7 @@ func exerciseRecentItems(t *testing.T, newDB NewDatabase) {
 			}
 		}
 		var calls int64
-		q := "SELECT COUNT(*) FROM sluice_backfill_calls"
-		var err error
-		if h := mustHandle(t, s); h.SQLite != nil {
-			err = h.SQLite.QueryRowContext(ctx, q).Scan(&calls)
-		} else {
-			err = h.Postgres.QueryRow(ctx, q).Scan(&calls)
-		}
-		if err != nil || calls != 2 {
+		if err := scanRow(mustHandle(t, s), "SELECT COUNT(*) FROM sluice_backfill_calls", nil, &calls); err != nil || calls != 2 {
 			t.Fatalf("calls after the migration: %d (%v), want 2", calls, err)
 		}
 		// The same batch settled again changes nothing; another call does.
