@@ -176,4 +176,19 @@ func mean(xs []float64) float64 {
 	return s / float64(len(xs))
 }
 
+// median returns the middle of xs, the mean of the two middle ones when
+// their number is even; 0 for none.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if n := len(s); n%2 == 1 {
+		return s[n/2]
+	} else {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+}
+
 func round4(x float64) float64 { return math.Round(x*1e4) / 1e4 }
