@@ -55,7 +55,16 @@ type gatewayReport struct {
 	Concurrency     int          `json:"concurrency"`
 	ProxyRPS        float64      `json:"reverse_proxy_requests_per_s"`
 	GatewayRPS      float64      `json:"gateway_requests_per_s"`
-	ThroughputRatio float64      `json:"throughput_ratio"`
+	// ThroughputRatio is the mean gateway throughput over the mean proxy
+	// throughput.
+	ThroughputRatio float64 `json:"throughput_ratio"`
+	// ThroughputRatios are each round's gateway throughput over the
+	// proxy's of the same round, and ThroughputRatioMedian their median:
+	// the two sides of a round saw the same machine within seconds of each
+	// other, where the means mix rounds the machine's other work slowed
+	// differently.
+	ThroughputRatios      []float64 `json:"throughput_ratios"`
+	ThroughputRatioMedian float64   `json:"throughput_ratio_median"`
 }
 
 // gatewayOptions are the gateway bench's flags.
@@ -76,8 +85,10 @@ func runBenchGateway(ctx context.Context, env *cli.Env, args []string) error {
 			"in this process. Latency: requests go at --rate per second to each of the three — straight\n"+
 			"to the simulator, through the proxy, through the gateway — in turn, for --duration; the\n"+
 			"latency added is each path's percentile minus the direct one. Throughput: --concurrency\n"+
-			"clients send back to back through the proxy and the gateway in turn; each throughput is the\n"+
-			"mean of its rounds. Every request sets max_tokens, as a governed request should.")
+			"clients send back to back through the proxy and the gateway in turn, --rounds times, the\n"+
+			"first side alternating; each throughput is the mean of its rounds, and the ratio is given\n"+
+			"both as the ratio of those means and as the median of each round's gateway/proxy ratio.\n"+
+			"Every request sets max_tokens, as a governed request should.")
 	fs.Float64Var(&o.rate, "rate", 500, "requests per second to each of the three paths in the latency phase")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "length of the latency phase")
 	fs.IntVar(&o.maxOpen, "max-open", 256, "most requests of one path unanswered at once in the latency phase; one due beyond it is not sent, and counted as unsent (saturation)")
@@ -128,6 +139,7 @@ func runBenchGateway(ctx context.Context, env *cli.Env, args []string) error {
 		Concurrency: o.concurrency, ProxyRPS: mean(proxyRPS), GatewayRPS: mean(gatewayRPS),
 	}
 	rep.ThroughputRatio = rep.GatewayRPS / rep.ProxyRPS
+	rep.ThroughputRatios, rep.ThroughputRatioMedian = throughputRatios(proxyRPS, gatewayRPS)
 	for _, s := range stats {
 		if s.Errors > 0 {
 			return fmt.Errorf("latency phase: %d of %d requests failed", s.Errors, s.Requests)
@@ -312,6 +324,16 @@ func (b *gatewayPaths) throughput(ctx context.Context, o gatewayOptions) (proxyR
 	return proxyRPS, gatewayRPS, nil
 }
 
+// throughputRatios returns each round's gateway throughput over the
+// proxy's of the same round, and their median.
+func throughputRatios(proxyRPS, gatewayRPS []float64) (ratios []float64, med float64) {
+	ratios = make([]float64, min(len(proxyRPS), len(gatewayRPS)))
+	for i := range ratios {
+		ratios[i] = gatewayRPS[i] / proxyRPS[i]
+	}
+	return ratios, median(ratios)
+}
+
 // closedLoop has clients send to base back to back for d and returns the
 // requests answered a second.
 func (b *gatewayPaths) closedLoop(ctx context.Context, base string, clients int, d time.Duration) (float64, error) {
@@ -353,4 +375,9 @@ func printGatewayReport(w io.Writer, rep gatewayReport) {
 	}
 	fmt.Fprintf(w, "throughput with %d clients: reverse proxy %.0f/s, gateway %.0f/s, ratio %.2f\n",
 		rep.Concurrency, rep.ProxyRPS, rep.GatewayRPS, rep.ThroughputRatio)
+	fmt.Fprintf(w, "  ratio by round (gateway/proxy):")
+	for _, r := range rep.ThroughputRatios {
+		fmt.Fprintf(w, " %.3f", r)
+	}
+	fmt.Fprintf(w, "; median %.3f\n", rep.ThroughputRatioMedian)
 }

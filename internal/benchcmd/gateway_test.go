@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
+	"slices"
 	"testing"
 
 	"github.com/sluice-dev/sluice/internal/cli"
@@ -32,7 +34,34 @@ func TestBenchGateway(t *testing.T) {
 	if rep.ProxyRPS <= 0 || rep.GatewayRPS <= 0 || rep.ThroughputRatio != rep.GatewayRPS/rep.ProxyRPS {
 		t.Errorf("throughput %+v", rep)
 	}
+	// One round: its ratio is the median and the ratio of the means.
+	if len(rep.ThroughputRatios) != 1 || rep.ThroughputRatios[0] != rep.ThroughputRatio || rep.ThroughputRatioMedian != rep.ThroughputRatio {
+		t.Errorf("ratios %v, median %v, want [%v] and %[3]v", rep.ThroughputRatios, rep.ThroughputRatioMedian, rep.ThroughputRatio)
+	}
 }
+
+// TestThroughputRatios: each round's ratio is of the same round's two
+// sides, and the median is the middle one, or the mean of the middle two.
+func TestThroughputRatios(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		proxy, gateway, ratios []float64
+		median                 float64
+	}{
+		{[]float64{100}, []float64{95}, []float64{0.95}, 0.95},
+		// A slow round on both sides: the mean ratio would be 850/1000,
+		// each round's is at least 0.8, the median 0.9.
+		{[]float64{1000, 500, 1000}, []float64{900, 400, 1000}, []float64{0.9, 0.8, 1}, 0.9},
+		{[]float64{100, 100, 100, 100}, []float64{90, 100, 96, 80}, []float64{0.9, 1, 0.96, 0.8}, 0.93},
+	} {
+		ratios, med := throughputRatios(tc.proxy, tc.gateway)
+		if !slices.EqualFunc(ratios, tc.ratios, sameRatio) || !sameRatio(med, tc.median) {
+			t.Errorf("proxy %v, gateway %v: ratios %v, median %v; want %v, %v", tc.proxy, tc.gateway, ratios, med, tc.ratios, tc.median)
+		}
+	}
+}
+
+func sameRatio(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
 
 // TestBenchGatewaySaturates: at a rate no path can answer with one request
 // open at a time (a request due every 3 µs, each a round trip over HTTP),
