@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/sluice-dev/sluice/run"
 )
@@ -94,8 +96,9 @@ func (e *Engine) Rerun(ctx context.Context, id string) (string, error) {
 const waitPoll = 20 * time.Millisecond
 
 // Wait blocks until the run ends and returns its status and its output
-// (JSON; nil unless it completed). Each check is one read of the run's
-// status row, which also holds what Wait returns.
+// (JSON; nil unless it completed). Each check is one read of the columns
+// of the run's status row that Wait returns; a run that ended otherwise is
+// read once more through DBOS's listing, which decodes its error.
 func (e *Engine) Wait(ctx context.Context, id string) (run.Summary, json.RawMessage, error) {
 	if err := CheckRunID(id); err != nil {
 		return run.Summary{}, nil, err
@@ -106,24 +109,16 @@ func (e *Engine) Wait(ctx context.Context, id string) (run.Summary, json.RawMess
 	}
 	var timer *time.Timer
 	for {
-		ws, err := dbos.ListWorkflows(c, dbos.WithFilterWorkflowIDs(id), dbos.WithFilterLoadInput(false), dbos.WithFilterLoadOutput(true))
+		w, out, ok, err := e.readCompleted(ctx, id)
 		if err != nil {
 			return run.Summary{}, nil, fmt.Errorf("run %s: %w", id, err)
 		}
-		if len(ws) == 0 {
-			return run.Summary{}, nil, fmt.Errorf("run %s: %w", id, ErrRunNotFound)
+		if ok {
+			return summary(w, c.GetApplicationVersion()), out, nil
 		}
-		if s := summary(ws[0], c.GetApplicationVersion()); s.Status.Ended() {
-			ready, err := e.endRecorded(ctx, s)
-			if err != nil {
-				return run.Summary{}, nil, err
-			}
-			if ready {
-				var out json.RawMessage
-				if ws[0].Output != nil {
-					out, _, _ = limitJSON(ws[0].Output, 0)
-				}
-				s, err := e.explainEnd(ctx, s)
+		if w.Status == "" || endedStatus(w.Status) {
+			s, out, done, err := e.readEnded(ctx, c, id)
+			if err != nil || done {
 				return s, out, err
 			}
 		}
@@ -140,6 +135,102 @@ func (e *Engine) Wait(ctx context.Context, id string) (run.Summary, json.RawMess
 		}
 	}
 }
+
+// readEnded reads run id through DBOS's listing, which decodes a failed
+// run's error; done is true once Wait may answer with s and out.
+func (e *Engine) readEnded(ctx context.Context, c dbos.Context, id string) (s run.Summary, out json.RawMessage, done bool, err error) {
+	ws, err := dbos.ListWorkflows(c, dbos.WithFilterWorkflowIDs(id), dbos.WithFilterLoadInput(false), dbos.WithFilterLoadOutput(true))
+	if err != nil {
+		return s, nil, false, fmt.Errorf("run %s: %w", id, err)
+	}
+	if len(ws) == 0 {
+		return s, nil, false, fmt.Errorf("run %s: %w", id, ErrRunNotFound)
+	}
+	if s = summary(ws[0], c.GetApplicationVersion()); !s.Status.Ended() {
+		return s, nil, false, nil
+	}
+	ready, err := e.endRecorded(ctx, s)
+	if err != nil || !ready {
+		return run.Summary{}, nil, false, err
+	}
+	if ws[0].Output != nil {
+		out, _, _ = limitJSON(ws[0].Output, 0)
+	}
+	s, err = e.explainEnd(ctx, s)
+	return s, out, true, err
+}
+
+// endedStatus reports whether DBOS's status st is an end.
+func endedStatus(st dbos.WorkflowStatusType) bool {
+	switch st {
+	case dbos.WorkflowStatusEnqueued, dbos.WorkflowStatusDelayed, dbos.WorkflowStatusPending:
+		return false
+	}
+	return true
+}
+
+// readCompleted reads run id's row in DBOS's table of runs: only the
+// columns a summary uses, and the output. ok is true when the run
+// completed and its output is in one of DBOS's JSON encodings, and then w
+// and out are what Wait returns; otherwise w.Status is the run's status
+// ("" when there is no such run). ListWorkflows reads all 34 columns of the
+// row, which costs a run waited for more than its own steps do.
+func (e *Engine) readCompleted(ctx context.Context, id string) (w dbos.WorkflowStatus, out json.RawMessage, ok bool, err error) {
+	p := e.sys.Dialect().SchemaPrefix(e.sys.Schema())
+	q := e.sys.RenderSQL(`SELECT status, name, created_at, updated_at, application_version, recovery_attempts,
+		started_at_epoch_ms, forked_from, completed_at, serialization,
+		COALESCE(%sworkflow_output.output, %sworkflow_status.output)
+		FROM %sworkflow_status LEFT JOIN %sworkflow_output USING (workflow_uuid)
+		WHERE workflow_uuid = $1`, p, p, p, p)
+	var created, updated int64
+	var version, forked, ser, output *string
+	var started, completed *int64
+	err = e.sys.Pool().QueryRow(ctx, q, id).Scan(&w.Status, &w.Name, &created, &updated, &version, &w.Attempts,
+		&started, &forked, &completed, &ser, &output)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return w, nil, false, nil
+	}
+	if err != nil {
+		return w, nil, false, err
+	}
+	if w.Status != dbos.WorkflowStatusSuccess {
+		return w, nil, false, nil
+	}
+	if output != nil {
+		switch deref(ser) {
+		case "", "DBOS_JSON":
+			if *output != nilMarker {
+				b, err := base64.StdEncoding.DecodeString(*output)
+				if err != nil {
+					return w, nil, false, nil // DBOS's read says what is wrong
+				}
+				out = b
+			}
+		case dbos.PortableSerializerName:
+			out = json.RawMessage(*output)
+		default:
+			return w, nil, false, nil
+		}
+		if out != nil && !json.Valid(out) {
+			return w, nil, false, nil
+		}
+	}
+	w.ID = id
+	w.CreatedAt = time.UnixMilli(created)
+	w.UpdatedAt = time.UnixMilli(updated)
+	w.ApplicationVersion = deref(version)
+	w.ForkedFrom = deref(forked)
+	if started != nil {
+		w.StartedAt = time.UnixMilli(*started)
+	}
+	if completed != nil {
+		w.CompletedAt = time.UnixMilli(*completed)
+	}
+	return w, out, true, nil
+}
+
+// nilMarker is how DBOS's JSON encoding stores a nil output.
+const nilMarker = "__DBOS_NIL"
 
 // endGrace is how long after a run timed out Wait waits for the record
 // of why. DBOS marks a run cancelled at its deadline from a process of its
