@@ -30,7 +30,11 @@ type engineReport struct {
 	SluiceRunsPS float64 `json:"sluice_runs_per_s"`
 	DBOSRunsPS   float64 `json:"dbos_runs_per_s"`
 	Ratio        float64 `json:"ratio"`
-	DatabaseKind string  `json:"database"`
+	// Ratios are each round's: bare DBOS's time over sluice's, for the
+	// same runs; RatioMedian is their median.
+	Ratios       []float64 `json:"ratios"`
+	RatioMedian  float64   `json:"ratio_median"`
+	DatabaseKind string    `json:"database"`
 }
 
 func runBenchEngine(ctx context.Context, env *cli.Env, args []string) error {
@@ -39,7 +43,8 @@ func runBenchEngine(ctx context.Context, env *cli.Env, args []string) error {
 			"and through bare DBOS (enqueue → workflow → three RunAsStep), each on a fresh database,\n"+
 			"with the same queue polling, and prints both throughputs and their ratio. The sides take\n"+
 			"turns over several rounds (the first side alternates) so that neither profits alone\n"+
-			"from a quiet moment of the machine; each throughput is all its runs over all its time.")
+			"from a quiet moment of the machine; each throughput is all its runs over all its time, and\n"+
+			"each round's ratio (sluice's throughput over bare DBOS's) is printed with their median.")
 	runs := fs.Int("runs", 200, "runs per side and round")
 	rounds := fs.Int("rounds", 3, "rounds; each runs both sides once")
 	dbURL := fs.String("db", "", "postgres://… URL to run on (default: SQLite files in a temporary folder)")
@@ -77,10 +82,12 @@ func runBenchEngine(ctx context.Context, env *cli.Env, args []string) error {
 	var sluiceTime, dbosTime time.Duration
 	for r := range *rounds {
 		prefix := tag + "-" + strconv.Itoa(r) + "-"
+		var dbosRound, sluiceRound time.Duration
 		sides := []func() error{
 			func() error {
 				d, err := benchBareDBOS(ctx, dbFor("dbos"+strconv.Itoa(r)), prefix, *runs)
 				dbosTime += d
+				dbosRound = d
 				if err != nil {
 					return fmt.Errorf("bare DBOS: %w", err)
 				}
@@ -89,6 +96,7 @@ func runBenchEngine(ctx context.Context, env *cli.Env, args []string) error {
 			func() error {
 				d, err := benchSluice(ctx, dbFor("sluice"+strconv.Itoa(r)), prefix, *runs)
 				sluiceTime += d
+				sluiceRound = d
 				if err != nil {
 					return fmt.Errorf("sluice: %w", err)
 				}
@@ -103,7 +111,9 @@ func runBenchEngine(ctx context.Context, env *cli.Env, args []string) error {
 				return err
 			}
 		}
+		rep.Ratios = append(rep.Ratios, round4(dbosRound.Seconds()/sluiceRound.Seconds()))
 	}
+	rep.RatioMedian = median(rep.Ratios)
 	total := float64(*runs * *rounds)
 	rep.SluiceRunsPS = total / sluiceTime.Seconds()
 	rep.DBOSRunsPS = total / dbosTime.Seconds()
@@ -111,6 +121,7 @@ func runBenchEngine(ctx context.Context, env *cli.Env, args []string) error {
 	return printReport(env.Stdout, *asJSON, "", rep, func(w io.Writer) {
 		fmt.Fprintf(w, "%d×%d runs of 3 steps on %s: sluice %.1f runs/s, bare DBOS %.1f runs/s, ratio %.2f\n",
 			rep.Rounds, rep.Runs, rep.DatabaseKind, rep.SluiceRunsPS, rep.DBOSRunsPS, rep.Ratio)
+		fmt.Fprintf(w, "ratio of each round: %v, median %.2f\n", rep.Ratios, rep.RatioMedian)
 	})
 }
 

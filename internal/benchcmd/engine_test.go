@@ -46,6 +46,9 @@ func TestBenchEngine(t *testing.T) {
 				if rep.Runs != 20 || rep.Rounds != 2 || rep.DatabaseKind != tc.kind || rep.SluiceRunsPS <= 0 || rep.DBOSRunsPS <= 0 || rep.Ratio <= 0 {
 					t.Fatalf("report %+v", rep)
 				}
+				if len(rep.Ratios) != 2 || rep.RatioMedian != median(rep.Ratios) || rep.Ratios[0] <= 0 || rep.Ratios[1] <= 0 {
+					t.Fatalf("ratios %v, median %v: want one positive ratio a round and their median", rep.Ratios, rep.RatioMedian)
+				}
 			}
 			if len(db) == 0 {
 				return
