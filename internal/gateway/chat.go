@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -452,8 +451,10 @@ func writeEvent(w io.Writer, f http.Flusher, data []byte) bool {
 func decode(body []byte) (*llm.ChatRequest, error) {
 	// encoding/json matches keys regardless of case; the provider does not,
 	// so the priced max_tokens must be spelled as the provider reads it.
-	named := (bytes.Contains(body, []byte(`"max_tokens"`)) || bytes.Contains(body, []byte(`"max_completion_tokens"`))) &&
-		readKeysExact(body)
+	// (Without one at the top level, the fast reader would find none, and
+	// decode the body whole: named only spares it the walk.)
+	exact, named := scanKeys(body)
+	named = named && exact
 	// encoding/json would read invalid UTF-8 as U+FFFD and forward the
 	// bytes as they are: the whole decoder refuses them.
 	if !named || !utf8.Valid(body) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 	"unicode/utf8"
 
@@ -70,6 +71,79 @@ func FuzzDecodeWalk(f *testing.F) {
 		}
 		if gotErr == nil && !reflect.DeepEqual(got, want) {
 			t.Fatalf("%q:\n got %#v\nwant %#v", body, got, want)
+		}
+	})
+}
+
+// scanKeysByByte is scanKeys as it was first written, one byte at a time:
+// scanKeys must read every body as it does.
+func scanKeysByByte(body []byte) (exact, named bool) {
+	depth, inStr, isKey, expectKey, start := 0, false, false, false, 0
+	for i := 0; i < len(body); i++ {
+		c := body[i]
+		if inStr {
+			switch c {
+			case '\\':
+				if isKey {
+					return false, named
+				}
+				i++
+			case '"':
+				inStr = false
+				if isKey {
+					key := string(body[start:i])
+					for _, k := range readKeys {
+						if key != k && strings.EqualFold(key, k) {
+							return false, named
+						}
+					}
+					named = named || key == "max_tokens" || key == "max_completion_tokens"
+				}
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inStr, isKey, start = true, depth == 1 && expectKey, i+1
+		case '{':
+			depth++
+			if depth == 1 {
+				expectKey = true
+			}
+		case '[':
+			depth++
+		case '}', ']':
+			depth--
+		case ',':
+			if depth == 1 {
+				expectKey = true
+			}
+		case ':':
+			if depth == 1 {
+				expectKey = false
+			}
+		}
+	}
+	return true, named
+}
+
+// FuzzScanKeys: scanKeys, which crosses strings from quote to quote, reads
+// every body as the byte-by-byte loop does.
+func FuzzScanKeys(f *testing.F) {
+	for _, s := range []string{
+		chatBody("Say hello.", 40, ""),
+		chatBody(`a \"quoted\" word and a backslash \\`, 40, `,"max_completion_tokens":3`),
+		`{"max_tokens":1,"x":{"Max_Tokens":2}}`, `{"Max_Tokens":1}`, `{"max\u005ftokens":1}`, `{"a":"\"Max_Tokens\"","max_tokens":1}`,
+		`{"a":["Max_Tokens"],"max_tokens":1}`, `{"messAges":[],"max_tokens":1}`, `{"max_tokens`, `{"a":"x\`, `{"max_tokens\`,
+		`{"a":"\\","max_tokens":1}`, `{"a":"\\\"","max_tokens":1}`, `[{"max_tokens":1}]`, `{"stop":["max_tokens"]}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		exact, named := scanKeys(body)
+		wantExact, wantNamed := scanKeysByByte(body)
+		if exact != wantExact || exact && named != wantNamed {
+			t.Fatalf("%q: scanKeys = %v, %v; byte by byte %v, %v", body, exact, named, wantExact, wantNamed)
 		}
 	})
 }

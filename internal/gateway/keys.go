@@ -1,6 +1,9 @@
 package gateway
 
-import "strings"
+import (
+	"bytes"
+	"strings"
+)
 
 // readKeys are the top-level fields the gateway's fast reader reads.
 var readKeys = [...]string{"model", "messages", "max_tokens", "max_completion_tokens", "stream",
@@ -16,32 +19,40 @@ var readKeys = [...]string{"model", "messages", "max_tokens", "max_completion_to
 // which reads keys exactly, then decides. One pass over the bytes, no
 // allocation.
 func readKeysExact(body []byte) bool {
-	depth, inStr, isKey, expectKey, start := 0, false, false, false, 0
+	exact, _ := scanKeys(body)
+	return exact
+}
+
+// scanKeys reports what readKeysExact does, and whether a top-level key
+// is max_tokens or max_completion_tokens, spelled so. A string is crossed
+// from quote to quote with bytes.IndexByte rather than byte by byte: most
+// of a request's bytes are its messages' text.
+func scanKeys(body []byte) (exact, named bool) {
+	depth, expectKey := 0, false
 	for i := 0; i < len(body); i++ {
-		c := body[i]
-		if inStr {
-			switch c {
-			case '\\':
-				if isKey {
-					return false
+		switch body[i] {
+		case '"':
+			start := i + 1
+			end, escaped := stringEnd(body, start)
+			if depth == 1 && expectKey {
+				if escaped {
+					return false, named
 				}
-				i++ // the escaped byte cannot end the string
-			case '"':
-				inStr = false
-				if isKey {
-					key := string(body[start:i]) // no allocation: compared only
-					for _, k := range readKeys {
-						if key != k && strings.EqualFold(key, k) {
-							return false
-						}
+				if end < 0 {
+					return true, named // unterminated: the decoders refuse it
+				}
+				key := string(body[start:end]) // no allocation: compared only
+				for _, k := range readKeys {
+					if key != k && strings.EqualFold(key, k) {
+						return false, named
 					}
 				}
+				named = named || key == "max_tokens" || key == "max_completion_tokens"
 			}
-			continue
-		}
-		switch c {
-		case '"':
-			inStr, isKey, start = true, depth == 1 && expectKey, i+1
+			if end < 0 {
+				return true, named
+			}
+			i = end
 		case '{':
 			depth++
 			if depth == 1 {
@@ -61,5 +72,24 @@ func readKeysExact(body []byte) bool {
 			}
 		}
 	}
-	return true
+	return true, named
+}
+
+// stringEnd returns the index of the quote that ends the JSON string whose
+// first byte is at start (-1 when none does), and whether a backslash
+// escape came before it.
+func stringEnd(body []byte, start int) (end int, escaped bool) {
+	for j := start; j < len(body); {
+		q := bytes.IndexByte(body[j:], '"')
+		if q < 0 {
+			return -1, escaped || bytes.IndexByte(body[j:], '\\') >= 0
+		}
+		b := bytes.IndexByte(body[j:j+q], '\\')
+		if b < 0 {
+			return j + q, escaped
+		}
+		escaped = true
+		j += b + 2 // the escaped byte cannot end the string
+	}
+	return -1, escaped
 }
