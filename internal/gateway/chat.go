@@ -142,8 +142,9 @@ func (c *chatCall) run(start time.Time) *apiError {
 			}
 		}
 		// The body goes upstream; the decoded messages, as large again,
-		// need not wait with it.
-		c.req = &llm.ChatRequest{Model: c.req.Model, MaxTokens: c.req.MaxTokens, CompletionTokensName: c.req.CompletionTokensName}
+		// need not wait with it. The request is the gateway's own (from
+		// decode or withMaxTokens): written over, not copied.
+		*c.req = llm.ChatRequest{Model: c.req.Model, MaxTokens: c.req.MaxTokens, CompletionTokensName: c.req.CompletionTokensName}
 	}
 	defer func() {
 		if c.release != nil {
@@ -348,8 +349,7 @@ func (c *chatCall) send(res *governor.Reservation) (retry bool, after time.Durat
 		return c.failed(res, err)
 	}
 	c.settle(res, resp.Snapshot, resp.Usage)
-	c.header(resp.Header)
-	c.w.Header().Set("Content-Type", "application/json")
+	c.header(resp.Header, "application/json")
 	c.w.WriteHeader(http.StatusOK)
 	c.status, c.wrote = http.StatusOK, true
 	_, _ = c.w.Write(resp.Body)
@@ -358,15 +358,15 @@ func (c *chatCall) send(res *governor.Reservation) (retry bool, after time.Durat
 
 // header sets the answer's headers: the upstream's request id, for the
 // provider's support, and its rate-limit headers as it sent them; then the
-// gateway's own (see limitHeaders).
-func (c *chatCall) header(up http.Header) {
+// gateway's own (see limitHeaders), and contentType.
+func (c *chatCall) header(up http.Header, contentType string) {
 	h := c.w.Header()
 	for k, v := range up {
 		if k == "X-Request-Id" || k == "Request-Id" || strings.HasPrefix(k, "X-Ratelimit-") || strings.HasPrefix(k, "Anthropic-Ratelimit-") {
 			h[k] = v
 		}
 	}
-	c.limitHeaders()
+	c.ownHeaders(contentType)
 }
 
 // settle records a finished call: the provider's view of the limits, the
@@ -426,10 +426,8 @@ func (c *chatCall) stream(res *governor.Reservation, s *llm.Stream) {
 	defer s.Close()
 	w := c.w
 	flusher, _ := w.(http.Flusher)
-	c.header(s.Header())
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
+	c.header(s.Header(), "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
 	c.status, c.wrote = http.StatusOK, true
 	if flusher != nil {
