@@ -53,7 +53,7 @@ func countCl100k(text string) (int, bool) {
 				return 0, false
 			}
 			if p.counts == nil || len(p.counts) >= pieceCacheSize {
-				p.counts = make(map[string]int, pieceCacheSize)
+				p.counts = map[string]int{}
 			}
 			p.counts[strings.Clone(piece)] = c // not the text's: it would keep it
 		}
