@@ -179,7 +179,8 @@ func (g *Gateway) Start(ctx context.Context) {
 	}
 }
 
-// Stop ends what Start began and writes the charges not yet kept in
+// Stop ends what Start began, and the watch on Config.Stopping the first
+// wait for admission began, and writes the charges not yet kept in
 // Config.Store: once it returns nil, nothing the gateway started runs and
 // every charge is in the store. It is safe to call twice. Serve no more
 // requests after it.
