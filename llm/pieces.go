@@ -21,9 +21,12 @@ import (
 // codec would.
 const pieceCacheSize = 4096
 
-// pieceCounts remembers the token counts of pieces of cl100k_base.
+// pieceCounts remembers the token counts of pieces of cl100k_base. Texts
+// are counted at once by many goroutines (the gateway prices every
+// request): they read the counts together, and only the pieces none knew
+// are counted, outside the lock, and then written.
 type pieceCounts struct {
-	mu     sync.Mutex
+	mu     sync.RWMutex
 	counts map[string]int
 }
 
@@ -39,26 +42,40 @@ func countCl100k(text string) (int, bool) {
 		}
 	}
 	p := &cl100kPieces
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	n := 0
+	var missed []string // pieces whose count is not remembered, in order
+	p.mu.RLock()
 	for rest := text; rest != ""; {
 		k := cl100kPiece(rest)
 		piece := rest[:k]
 		rest = rest[k:]
-		c, ok := p.counts[piece]
-		if !ok {
-			var err error
-			if c, err = cl100k().Count(piece); err != nil {
-				return 0, false
-			}
-			if p.counts == nil || len(p.counts) >= pieceCacheSize {
-				p.counts = map[string]int{}
-			}
-			p.counts[strings.Clone(piece)] = c // not the text's: it would keep it
+		if c, ok := p.counts[piece]; ok {
+			n += c
+		} else {
+			missed = append(missed, piece)
 		}
+	}
+	p.mu.RUnlock()
+	if len(missed) == 0 {
+		return n, true
+	}
+	counts := make([]int, len(missed))
+	for i, piece := range missed {
+		c, err := cl100k().Count(piece)
+		if err != nil {
+			return 0, false
+		}
+		counts[i] = c
 		n += c
 	}
+	p.mu.Lock()
+	for i, piece := range missed {
+		if p.counts == nil || len(p.counts) >= pieceCacheSize {
+			p.counts = map[string]int{}
+		}
+		p.counts[strings.Clone(piece)] = counts[i] // not the text's: it would keep it
+	}
+	p.mu.Unlock()
 	return n, true
 }
 

@@ -45,3 +45,41 @@ func TestCountCl100kLeavesOtherText(t *testing.T) {
 		}
 	}
 }
+
+// Many goroutines count at once, each text with words the others also
+// count and words of its own: every count is the codec's (and, under the
+// race detector, the remembered counts are shared safely).
+func TestCountCl100kConcurrently(t *testing.T) {
+	texts := make([]string, 64)
+	for i := range texts {
+		texts[i] = strings.Repeat("shared words, then ", 3) + "own" + strings.Repeat("x", i) + " tail " + strings.Repeat("y", i%7)
+	}
+	want := make([]int, len(texts))
+	for i, text := range texts {
+		n, err := cl100k().Count(text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[i] = n
+	}
+	errs := make(chan string, len(texts)*8)
+	done := make(chan struct{})
+	for g := range 8 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for i := range texts {
+				j := (i + g*7) % len(texts)
+				if got, ok := countCl100k(texts[j]); !ok || got != want[j] {
+					errs <- texts[j]
+				}
+			}
+		}()
+	}
+	for range 8 {
+		<-done
+	}
+	close(errs)
+	for text := range errs {
+		t.Errorf("countCl100k(%q) did not count what the codec counts", text)
+	}
+}
