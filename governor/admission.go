@@ -16,6 +16,7 @@ func (g *Governor) Reserve(now time.Time, flow string, c Cost) (*Reservation, er
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.relearn(now.UnixNano())
+	c = g.priced(c)
 	if err := g.check(now.UnixNano(), c); err != nil {
 		var tl *TooLargeError
 		if errors.As(err, &tl) {
@@ -456,6 +457,9 @@ func (g *Governor) admit(now int64, r *Reservation, how admission) {
 	r.at = now
 	r.minSeq = g.minute.add(now, r.cost)
 	r.daySeq = g.day.add(now, r.cost)
+	if g.monthly() {
+		r.monSeq = g.month.add(now, r.cost)
+	}
 	r.sent = now
 	for l := range NumLimits {
 		r.usedAt[l] = g.ledgerOf(l).sum.On(l)

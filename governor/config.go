@@ -50,6 +50,12 @@ type Config struct {
 	// max_tokens) stands, and only the input estimate is corrected to the
 	// provider's count (Groq, OpenAI).
 	SettleOutput bool
+	// Price is what a call on the key costs, in money per million tokens.
+	// With a price, each call's Cost.Money is set from its tokens — on
+	// admission the worst case, every input token at the input price and
+	// max_tokens of output; settled with what the provider reports — and
+	// the budgets MPD and MPM apply to it. A budget needs a price.
+	Price Price
 	// Flows lists known flows. A flow not listed is created on first use
 	// with weight 1 and priority 0.
 	Flows []FlowConfig
@@ -174,6 +180,12 @@ func (c *Config) validate() error {
 		if c.Limits[l] < 0 {
 			return fmt.Errorf("%slimit %s is negative (%d)", c.prefix(), l, c.Limits[l])
 		}
+	}
+	if err := c.Price.validate(); err != nil {
+		return fmt.Errorf("%s%w", c.prefix(), err)
+	}
+	if (c.Limits[MPD] > 0 || c.Limits[MPM] > 0) && c.Price.IsZero() {
+		return fmt.Errorf("%sa budget (%s) needs a Price to charge calls by", c.prefix(), c.Limits.budgets())
 	}
 	if c.Speed < 0 || math.IsNaN(c.Speed) || math.IsInf(c.Speed, 0) {
 		return fmt.Errorf("%sSpeed must be a finite number ≥ 0, got %v", c.prefix(), c.Speed)

@@ -22,6 +22,10 @@ type TooLargeError struct {
 }
 
 func (e *TooLargeError) Error() string {
+	if e.Limit.Unit() == "money" {
+		return fmt.Sprintf("request can never fit: costs up to %s, the budget of %s is %s; %s",
+			FormatMoney(e.Need), e.Limit.Title(), FormatMoney(e.Max), e.Hint("", 1))
+	}
 	return fmt.Sprintf("request can never fit: needs %s %s, %s limit is %s; %s",
 		num.Group(e.Need), e.Limit.Unit(), upper(e.Limit), num.Group(e.Max), e.Hint("", 1))
 }

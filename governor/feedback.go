@@ -150,9 +150,10 @@ func (in inside) RejectedUnclassified(now time.Time) {
 }
 
 // Restore loads charges recorded by a Journal before a restart, so the day's
-// usage is not forgotten. Call it once, right after New and before any other
-// call. Charges older than a day, and charges whose Cost is not valid (a
-// part negative or over MaxCost), are ignored.
+// usage — the month's, under a budget per month — is not forgotten. Call it
+// once, right after New and before any other call. Charges older than
+// Kept, and charges whose Cost is not valid (a part negative or over
+// MaxCost), are ignored. A charge's money is priced again at Config.Price.
 func (g *Governor) Restore(now time.Time, charges []Charge) {
 	g.mustBeNew()
 	g.mu.Lock()
@@ -162,12 +163,18 @@ func (g *Governor) Restore(now time.Time, charges []Charge) {
 	sort.Slice(cs, func(i, j int) bool { return cs[i].At.Before(cs[j].At) })
 	for _, c := range cs {
 		at := c.At.UnixNano()
-		if at > n || at <= n-int64(24*time.Hour) || c.Cost.validate() != nil {
+		if at > n || at <= n-int64(g.kept()) || c.Cost.validate() != nil {
 			continue
 		}
-		g.day.add(at, c.Cost)
+		cost := g.priced(c.Cost)
+		if g.monthly() {
+			g.month.add(at, cost)
+		}
+		if at > n-int64(24*time.Hour) {
+			g.day.add(at, cost)
+		}
 		if at > n-int64(time.Minute) {
-			g.minute.add(at, c.Cost)
+			g.minute.add(at, cost)
 		}
 		if c.ID > g.seq {
 			g.seq = c.ID
@@ -177,6 +184,21 @@ func (g *Governor) Restore(now time.Time, charges []Charge) {
 	// The pacers start with what credit the restored day leaves (see
 	// pacer): none after a day at the even pace, the whole burst after none.
 	g.start(n)
+}
+
+// Kept is how far back Restore takes charges, and so how long a Journal's
+// charges must be kept: a day, or a month (30 days) under a budget per
+// month.
+func (g *Governor) Kept() time.Duration {
+	g.mustBeNew()
+	return g.kept()
+}
+
+func (g *Governor) kept() time.Duration {
+	if g.monthly() {
+		return Month
+	}
+	return 24 * time.Hour
 }
 
 // Stats is a view of a governor at one moment.
