@@ -153,7 +153,8 @@ func (in inside) RejectedUnclassified(now time.Time) {
 // usage — the month's, under a budget per month — is not forgotten. Call it
 // once, right after New and before any other call. Charges older than
 // Kept, and charges whose Cost is not valid (a part negative or over
-// MaxCost), are ignored. A charge's money is priced again at Config.Price.
+// MaxCost), are ignored. A charge keeps the money it was journaled with;
+// one journaled with none is priced at Config.Price.
 func (g *Governor) Restore(now time.Time, charges []Charge) {
 	g.mustBeNew()
 	g.mu.Lock()
@@ -166,7 +167,10 @@ func (g *Governor) Restore(now time.Time, charges []Charge) {
 		if at > n || at <= n-int64(g.kept()) || c.Cost.validate() != nil {
 			continue
 		}
-		cost := g.priced(c.Cost)
+		cost := c.Cost
+		if cost.Money == 0 {
+			cost = g.priced(cost) // journaled before money was
+		}
 		if g.monthly() {
 			g.month.add(at, cost)
 		}
