@@ -120,8 +120,8 @@ func TestBudgetConfigurationErrors(t *testing.T) {
 		p    sluice.Provider
 		want string
 	}{
-		{sluice.Provider{Name: "k", Budget: sluice.Budget{Day: 5}}, "providers[0] (k): a budget needs the key's Price"},
-		{sluice.Provider{Name: "k", Price: governor.Price{Input: 1}, Budget: sluice.Budget{Month: -1}}, "budget Month -1: want a number of money between 0 and"},
+		{sluice.Provider{Name: "k", Budget: sluice.Budget{Day: 5}}, "providers[0] (k): a budget needs the key's price"},
+		{sluice.Provider{Name: "k", Price: governor.Price{Input: 1}, Budget: sluice.Budget{Month: -1}}, "budget month -1: want an amount of money between 0 and"},
 		{sluice.Provider{Name: "k", Price: governor.Price{Output: 2e6}}, "Price.Output 2e+06 is not between 0 and"},
 	} {
 		_, err := sluice.New(context.Background(), sluice.Config{DatabaseURL: t.TempDir() + "/x.db", Providers: []sluice.Provider{tc.p}})

@@ -2,10 +2,8 @@ package sluice
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"os"
 	"slices"
 	"time"
@@ -168,49 +166,9 @@ type Provider struct {
 	Lag time.Duration
 }
 
-// Budget is money a key's calls may cost, in the unit of its Price
-// (dollars, say): Day in any 24 hours, Month in any 30 days; 0 is no
-// budget. A budget is a limit like the key's tokens: a call is admitted on
-// its worst-case price (the prompt's estimate and max_tokens at the
-// model's prices) when that fits, settled with what the provider reports,
-// shared fairly among flows and paced over its period; a call whose worst
-// case can never fit is refused at once, naming the budget. What was spent
-// survives a restart.
-type Budget struct {
-	Day, Month float64
-}
-
-// MaxBudget bounds a budget: a billion units of money.
-const MaxBudget = 1e9
-
-// limits returns b as the governor's limits MPD and MPM, in billionths.
-func (b Budget) limits(ls governor.Limits) governor.Limits {
-	if b.Day > 0 {
-		ls[governor.MPD] = int64(math.Round(b.Day * governor.Nano))
-	}
-	if b.Month > 0 {
-		ls[governor.MPM] = int64(math.Round(b.Month * governor.Nano))
-	}
-	return ls
-}
-
-func (b Budget) validate(price governor.Price) error {
-	for _, f := range [...]struct {
-		name string
-		v    float64
-	}{{"Day", b.Day}, {"Month", b.Month}} {
-		if !(f.v >= 0 && f.v <= MaxBudget) {
-			return fmt.Errorf("budget %s %v: want a number of money between 0 and %v (0: no budget)", f.name, f.v, float64(MaxBudget))
-		}
-		if f.v > 0 && f.v*governor.Nano < 1 {
-			return fmt.Errorf("budget %s %v: below a billionth, the smallest amount counted", f.name, f.v)
-		}
-	}
-	if (b.Day > 0 || b.Month > 0) && price.IsZero() {
-		return errors.New("a budget needs the key's Price, to know what a call costs")
-	}
-	return nil
-}
+// Budget is money a key's calls may cost, per day and per month (see
+// governor.Budget).
+type Budget = governor.Budget
 
 func (c Config) validate() error {
 	seen := map[string]bool{}
@@ -220,7 +178,7 @@ func (c Config) validate() error {
 			return fmt.Errorf("providers[%d]: name %q used twice", i, name)
 		}
 		seen[name] = true
-		if err := p.Budget.validate(p.Price); err != nil {
+		if err := p.Budget.Validate(p.Price); err != nil {
 			return fmt.Errorf("providers[%d] (%s): %w", i, name, err)
 		}
 		if c.Cluster != nil && (p.Budget.Day > 0 || p.Budget.Month > 0) {

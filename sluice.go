@@ -153,7 +153,7 @@ func (a *App) addProvider(ctx context.Context, p Provider) error {
 	}
 	ledger, err := quota.Open(ctx, a.st, governor.Config{
 		Key:          name, // the store keeps it in clear: never the API key
-		Limits:       p.Budget.limits(p.Limits),
+		Limits:       p.Budget.Limits(p.Limits),
 		Price:        p.Price,
 		FixedWindows: p.FixedWindows,
 		SettleOutput: p.SettleOutput,

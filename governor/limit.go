@@ -149,6 +149,9 @@ func parseLimits(s string) (Limits, error) {
 		if err := l.UnmarshalText([]byte(name)); err != nil {
 			return ls, err
 		}
+		if l.Budget() {
+			return ls, fmt.Errorf("limit %s is a budget of money: set it as a budget (day=5.00,month=100), not among the limits", l)
+		}
 		if seen[l] {
 			return ls, fmt.Errorf("limit %s given twice", l)
 		}
@@ -162,11 +165,12 @@ func parseLimits(s string) (Limits, error) {
 	return ls, nil
 }
 
-// String formats the limits that apply as "rpm=30,tpm=8000".
+// String formats the limits that apply as "rpm=30,tpm=8000", as
+// UnmarshalText reads them: the budgets (MPD, MPM) are not among them.
 func (ls Limits) String() string {
 	var b strings.Builder
 	for l := range NumLimits {
-		if ls[l] == 0 {
+		if ls[l] == 0 || l.Budget() {
 			continue
 		}
 		if b.Len() > 0 {

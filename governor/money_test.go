@@ -232,3 +232,54 @@ func TestDayBudgetIsPaced(t *testing.T) {
 		t.Fatalf("spent %s in the day, want nearly all of 24.00 and never more", FormatMoney(spent))
 	}
 }
+
+func TestPriceAndBudgetText(t *testing.T) {
+	t.Parallel()
+	var p Price
+	if err := p.UnmarshalText([]byte(" input=0.59, OUTPUT=0.79,cached_input=0.3")); err != nil || p != (Price{Input: 0.59, CachedInput: 0.3, Output: 0.79}) {
+		t.Fatalf("price %+v, %v", p, err)
+	}
+	if s := p.String(); s != "input=0.59,cached_input=0.3,output=0.79" {
+		t.Fatalf("price writes %q", s)
+	}
+	var b Budget
+	if err := b.UnmarshalText([]byte("day=5,month=100.5")); err != nil || b != (Budget{Day: 5, Month: 100.5}) || b.String() != "day=5,month=100.5" {
+		t.Fatalf("budget %+v %q, %v", b, b.String(), err)
+	}
+	if ls := b.Limits(Limits{TPM: 10}); ls[MPD] != 5*Nano || ls[MPM] != 100_500_000_000 || ls[TPM] != 10 || ls.String() != "tpm=10" {
+		t.Fatalf("budget as limits %v (%q)", ls, ls.String())
+	}
+	for in, want := range map[string]string{
+		"input=x":           `price input: "x" is not a number`,
+		"input=1,input=2":   "price: input given twice",
+		"inptu=1":           `price: unknown part "inptu" (want cached_input, input, output)`,
+		"input=-1":          "price input -1: want money per million tokens between 0 and 1e+06",
+		"input=NaN":         `price input: "NaN" is not a number`,
+		"input":             `price "input": want name=amount, e.g. input=0.59,output=0.79`,
+		"output=2000000":    "price output 2e+06: want money per million tokens between 0 and 1e+06",
+		"cached_input=1e-3": "",
+	} {
+		var p Price
+		err := p.UnmarshalText([]byte(in))
+		if (want == "") != (err == nil) || err != nil && err.Error() != want {
+			t.Errorf("price %q: error %v, want %q", in, err, want)
+		}
+	}
+	for in, want := range map[string]string{
+		"day=-1":         "budget day -1: want an amount of money between 0 and 1e+09 (0: no budget)",
+		"week=5":         `budget: unknown part "week" (want day, month)`,
+		"month=1e-12":    "budget month 1e-12: below a billionth, the smallest amount a budget counts",
+		"day=2e9":        "budget day 2e+09: want an amount of money between 0 and 1e+09 (0: no budget)",
+		"day=0,month=0 ": "",
+	} {
+		var b Budget
+		err := b.UnmarshalText([]byte(in))
+		if (want == "") != (err == nil) || err != nil && err.Error() != want {
+			t.Errorf("budget %q: error %v, want %q", in, err, want)
+		}
+	}
+	var ls Limits
+	if err := ls.UnmarshalText([]byte("tpm=100,mpd=5")); err == nil || !strings.Contains(err.Error(), "limit mpd is a budget of money: set it as a budget") {
+		t.Fatalf("a budget among the limits: %v", err)
+	}
+}

@@ -65,6 +65,13 @@ func badRequest(msg string) *apiError {
 // (llm.ChatRequest.MaxTokensName), and n its choices: each may produce
 // that many tokens.
 func tooLarge(p llm.Profile, model, field string, n int64, e *governor.TooLargeError) *apiError {
+	if e.Limit.Budget() {
+		// No provider words a budget of sluice's: the governor's own words,
+		// in money.
+		return &apiError{status: http.StatusRequestEntityTooLarge, typ: "invalid_request_error", code: "budget_too_small",
+			message: fmt.Sprintf("Request too large for the budget of %s of key %s: it costs up to %s, the budget is %s. %s (sluice gateway: waiting never helps; the request was not sent)",
+				e.Limit.Title(), e.Key, governor.FormatMoney(e.Need), governor.FormatMoney(e.Max), hint(e, field, n))}
+	}
 	msg := p.TooLargeMessage("", model, e.Limit, e.Need, e.Max) + ". " + hint(e, field, n) +
 		" (sluice gateway: waiting never helps; the request was not sent)"
 	typ, code := p.TooLargeType(e.Limit)

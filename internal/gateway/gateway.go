@@ -143,7 +143,7 @@ func governorOf(ctx context.Context, cfg Config, flows []governor.FlowConfig) (*
 		}
 		return gov, nil, nil
 	}
-	gcfg := governor.Config{Key: cfg.Key, Limits: cfg.Limits, FixedWindows: cfg.FixedWindows,
+	gcfg := governor.Config{Key: cfg.Key, Limits: cfg.Budget.Limits(cfg.Limits), Price: cfg.Price, FixedWindows: cfg.FixedWindows,
 		SettleOutput: cfg.SettleOutput, Flows: flows, Now: cfg.Now, Speed: cfg.Speed, Journal: cfg.journal, Lag: max(cfg.Lag, 0), DayBurst: cfg.DayBurst, Logger: cfg.Logger}
 	if cfg.Store == nil {
 		gov, err := governor.New(gcfg)
