@@ -210,6 +210,9 @@ type Stats struct {
 	Key    string
 	Limits [NumLimits]LimitStats
 	Flows  []FlowStats // sorted by name
+	// Priced says the key has a Price: the flows' Tokens.Money is what
+	// their calls cost.
+	Priced bool
 }
 
 // LimitStats is one limit's state.
@@ -295,7 +298,7 @@ func (g *Governor) Stats(now time.Time) Stats {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.expire(now.UnixNano())
-	st := Stats{Key: g.cfg.Key}
+	st := Stats{Key: g.cfg.Key, Priced: !g.cfg.Price.IsZero()}
 	n := now.UnixNano()
 	for l := range NumLimits {
 		st.Limits[l] = g.limitStats(n, l)
