@@ -20,6 +20,11 @@ type FlowConfig struct {
 	// an absolute one, so a lower-priority flow is slowed but never stopped.
 	// Must be between MinPriority and MaxPriority.
 	Priority int
+	// Budget is money the flow's calls may cost, per day and per month,
+	// beside the key's own budget (it needs Config.Price). A flow whose
+	// budget is spent waits for it while the other flows go on: its calls
+	// never hold the key's line.
+	Budget Budget
 }
 
 // maxPriorityFactor bounds Config.PriorityFactor, so that the share ratio
@@ -211,6 +216,9 @@ func (c *Config) validate() error {
 			return fmt.Errorf("%sflow %q listed twice", c.prefix(), f.Name)
 		}
 		seen[f.Name] = true
+		if err := f.Budget.Validate(c.Price); err != nil {
+			return fmt.Errorf("%sflow %q: %w", c.prefix(), f.Name, err)
+		}
 		if f.Weight != 0 && !(f.Weight >= MinWeight && f.Weight <= MaxWeight) {
 			return fmt.Errorf("%sflow %q: weight must be positive, between %g and %g, got %v", c.prefix(), f.Name, float64(MinWeight), float64(MaxWeight), f.Weight)
 		}

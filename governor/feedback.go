@@ -180,6 +180,14 @@ func (g *Governor) Restore(now time.Time, charges []Charge) {
 		if at > n-int64(time.Minute) {
 			g.minute.add(at, cost)
 		}
+		if f := g.flows[c.Flow]; f != nil && f.budget != nil {
+			if at > n-int64(24*time.Hour) {
+				f.budget.day.add(at, cost)
+			}
+			if f.budget.limits[MPM] > 0 {
+				f.budget.month.add(at, cost)
+			}
+		}
 		if c.ID > g.seq {
 			g.seq = c.ID
 		}
@@ -201,6 +209,11 @@ func (g *Governor) Kept() time.Duration {
 func (g *Governor) kept() time.Duration {
 	if g.monthly() {
 		return Month
+	}
+	for _, f := range g.cfg.Flows {
+		if f.Budget.Month > 0 {
+			return Month
+		}
 	}
 	return 24 * time.Hour
 }
@@ -255,6 +268,10 @@ type FlowStats struct {
 	// WaitingOn says what holds the flow's first waiting call back (zero
 	// when nothing waits).
 	WaitingOn Blocker
+	// Budget is the flow's own budget (FlowConfig.Budget), in billionths
+	// as MPD and MPM; Spent what its calls cost in each one's period (0
+	// without a budget).
+	Budget, Spent Limits
 }
 
 // RejectedFlow counts a provider rejection of flow's call naming limit l in
@@ -310,6 +327,15 @@ func (g *Governor) Stats(now time.Time) Stats {
 		}
 		if len(f.queue) > 0 {
 			fs.WaitingOn = g.blocker(n, f, f.queue[0].cost)
+		}
+		if fb := f.budget; fb != nil {
+			fb.expire(n)
+			fs.Budget = fb.limits
+			for _, l := range [...]Limit{MPD, MPM} {
+				if fb.limits[l] > 0 {
+					fs.Spent[l] = fb.ledgerOf(l).sum.Money
+				}
+			}
 		}
 		st.Flows = append(st.Flows, fs)
 	}

@@ -190,6 +190,21 @@ func (g *Governor) check(now int64, c Cost) error {
 	return nil
 }
 
+// checkFlow returns a *TooLargeError when c can never fit flow f's own
+// budget.
+func (g *Governor) checkFlow(f *flow, c Cost) *TooLargeError {
+	fb := f.budget
+	if fb == nil {
+		return nil
+	}
+	for _, l := range [...]Limit{MPD, MPM} {
+		if lim := fb.limits[l]; lim > 0 && c.Money > lim {
+			return &TooLargeError{Key: g.cfg.Key, Flow: f.name, Limit: l, Need: c.Money, Max: lim, MaxOutput: g.maxOutputUnder(c.Input, lim)}
+		}
+	}
+	return nil
+}
+
 // maxOutput is the largest output reservation that fits every limit with
 // this input: 0 when the input alone does not fit.
 func (g *Governor) maxOutput(input int64) int64 {
@@ -209,16 +224,23 @@ func (g *Governor) maxOutput(input int64) int64 {
 				return 0
 			}
 		case MPD, MPM:
-			in := g.cfg.Price.Of(Cost{Input: input})
-			if in > lim {
-				return 0
-			}
-			if perToken := g.cfg.Price.Output * 1e3; perToken > 0 {
-				best = min(best, int64(float64(lim-in)/perToken))
-			}
+			best = min(best, g.maxOutputUnder(input, lim))
 		}
 	}
 	return max(best, 0)
+}
+
+// maxOutputUnder is the largest output reservation whose price, with this
+// input, is within the budget lim.
+func (g *Governor) maxOutputUnder(input, lim int64) int64 {
+	in := g.cfg.Price.Of(Cost{Input: input})
+	if in > lim {
+		return 0
+	}
+	if perToken := g.cfg.Price.Output * 1e3; perToken > 0 {
+		return int64(float64(lim-in) / perToken)
+	}
+	return math.MaxInt64
 }
 
 // LargestBatch returns the largest n ≤ maxItems such that a call costing

@@ -283,3 +283,99 @@ func TestPriceAndBudgetText(t *testing.T) {
 		t.Fatalf("a budget among the limits: %v", err)
 	}
 }
+
+// A flow's own budget: its calls wait for it while the other flows go on,
+// even on a key whose day limit is nearly full, and a call that can never
+// fit it is refused naming the flow.
+func TestFlowBudgetHoldsOnlyItsFlow(t *testing.T) {
+	t.Parallel()
+	cfg := Config{Key: "k", Price: price, DayBurst: -1,
+		Limits: Limits{TPD: 100_000},
+		Flows:  []FlowConfig{{Name: "capped", Weight: 4, Budget: Budget{Day: 0.01}}, {Name: "free"}}}
+	var journal []Charge
+	cfg.Journal = func(c Charge) { journal = append(journal, c) }
+	g := mustNew(t, cfg)
+	call := Cost{Requests: 1, Input: 4000} // $0.004, 4,000 of the day's tokens
+	capped := []*Reservation{mustReserve(t, g, t0, "capped", call), mustReserve(t, g, t0, "capped", call), mustReserve(t, g, t0, "capped", call)}
+	var free []*Reservation
+	for range 20 {
+		free = append(free, mustReserve(t, g, t0, "free", call))
+	}
+	g.Advance(t0)
+	if !capped[0].Admitted() || !capped[1].Admitted() || capped[2].Admitted() {
+		t.Fatalf("capped flow admitted %v %v %v, want two ($0.008 of $0.01)", capped[0].Admitted(), capped[1].Admitted(), capped[2].Admitted())
+	}
+	for i, r := range free {
+		if !r.Admitted() {
+			t.Fatalf("free call %d waits behind a flow that waits for its own budget", i)
+		}
+	}
+	if bl := g.Blocker(t0, capped[2]); bl.Kind != "budget" || bl.Limit != MPD || bl.String() != "the flow's mpd" {
+		t.Fatalf("the capped flow's third call waits on %+v (%s), want its budget mpd", bl, bl)
+	}
+	st := g.Stats(t0)
+	for _, f := range st.Flows {
+		if f.Name == "capped" && (f.Budget[MPD] != Nano/100 || f.Spent[MPD] != 8_000_000) {
+			t.Fatalf("capped flow's stats: budget %d, spent %d", f.Budget[MPD], f.Spent[MPD])
+		}
+	}
+	// A day later the first charges age out.
+	g.Advance(at(24*time.Hour + time.Second))
+	if !capped[2].Admitted() {
+		t.Fatal("the capped flow's third call is not admitted once a day has passed")
+	}
+	// A call over the flow's whole budget: refused, naming the flow.
+	_, err := g.Reserve(t0.Add(25*time.Hour), "capped", Cost{Requests: 1, Input: 12_000})
+	var tl *TooLargeError
+	if !errors.As(err, &tl) || tl.Flow != "capped" || tl.Limit != MPD ||
+		!strings.Contains(err.Error(), `the budget of money per day of flow "capped" is 0.01`) {
+		t.Fatalf("a call over the flow's budget: %v", err)
+	}
+	// After a restart the flow's spend is back.
+	h := mustNew(t, cfg)
+	h.Restore(at(24*time.Hour+2*time.Second), journal)
+	// $0.004 of the day was spent before it: one more call fits, not two.
+	r1 := mustReserve(t, h, at(24*time.Hour+2*time.Second), "capped", call)
+	r2 := mustReserve(t, h, at(24*time.Hour+2*time.Second), "capped", call)
+	h.Advance(at(24*time.Hour + 2*time.Second))
+	if !r1.Admitted() || r2.Admitted() {
+		t.Fatalf("after a restart: admitted %v %v, want the first only", r1.Admitted(), r2.Admitted())
+	}
+	if _, err := New(Config{Flows: []FlowConfig{{Name: "x", Budget: Budget{Day: 1}}}}); err == nil || !strings.Contains(err.Error(), `flow "x": a budget needs the key's price`) {
+		t.Fatalf("a flow budget without a price: %v", err)
+	}
+}
+
+// A flow waiting for its own budget for hours does not hold back the
+// others' calls on the key's day limit: without a budget of its own, the
+// first call in fair order keeps the room it will need (backfilling admits
+// no call that would push it later), but a call that waits for its flow's
+// budget waits on nothing the others take.
+func TestFlowBudgetDoesNotHoldTheKey(t *testing.T) {
+	t.Parallel()
+	g := mustNew(t, Config{Key: "k", Price: price, DayBurst: -1, Limits: Limits{TPD: 40_000},
+		Flows: []FlowConfig{{Name: "capped", Weight: 8, Budget: Budget{Day: 0.003}}, {Name: "free"}}})
+	first := mustReserve(t, g, t0, "capped", Cost{Requests: 1, Input: 1000}) // $0.001, 1,000 of the day's tokens
+	g.Advance(t0)
+	if !first.Admitted() {
+		t.Fatal("the capped flow's first call is not admitted")
+	}
+	// An hour later the capped flow's next call ($0.003) waits a day for
+	// its budget, ahead in fair order; the free flow's calls would fill the
+	// key's day so that the capped call would not fit when its budget does.
+	later := at(time.Hour)
+	second := mustReserve(t, g, later, "capped", Cost{Requests: 1, Input: 3000})
+	var free []*Reservation
+	for range 39 {
+		free = append(free, mustReserve(t, g, later, "free", Cost{Requests: 1, Input: 1000}))
+	}
+	g.Advance(later)
+	if second.Admitted() {
+		t.Fatal("the capped flow went past its budget")
+	}
+	for i, r := range free {
+		if !r.Admitted() {
+			t.Fatalf("free call %d of 39 waits while the key has room for it (%v)", i, g.Blocker(later, r))
+		}
+	}
+}

@@ -23,6 +23,8 @@ type Reservation struct {
 	minSeq        uint64
 	daySeq        uint64
 	monSeq        uint64
+	fdaySeq       uint64 // on its flow's budget's ledgers
+	fmonSeq       uint64
 	usedAt        [NumLimits]int64 // what the governor had charged, this call included, when it was admitted
 	credit        float64          // what of its flow's credit it took (see priority.go)
 	queued        int64            // when it was reserved
@@ -189,6 +191,10 @@ func (r *Reservation) Sent(now time.Time) {
 		g.month.amend(r.monSeq, r.cost, Cost{})
 		r.monSeq = g.month.add(n, r.cost)
 	}
+	if fb := r.f.budget; fb != nil {
+		fb.amend(r.fdaySeq, r.fmonSeq, r.cost, Cost{})
+		r.fdaySeq, r.fmonSeq = fb.add(n, r.cost)
+	}
 	r.sent = n
 	r.sentOnLease(n)
 }
@@ -245,6 +251,9 @@ func (g *Governor) amend(r *Reservation, c Cost) {
 	g.day.amend(r.daySeq, r.cost, c)
 	if g.monthly() {
 		g.month.amend(r.monSeq, r.cost, c)
+	}
+	if fb := r.f.budget; fb != nil {
+		fb.amend(r.fdaySeq, r.fmonSeq, r.cost, c)
 	}
 	for l := range NumLimits {
 		if g.pace[l].on {
