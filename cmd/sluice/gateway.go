@@ -77,6 +77,7 @@ type gatewayFlow struct {
 	Weight           string `yaml:"weight"`
 	Priority         string `yaml:"priority"`
 	DefaultMaxTokens string `yaml:"default_max_tokens"`
+	Budget           string `yaml:"budget"`
 }
 
 // gatewayKeyFile names a client key by the environment variable holding it,
@@ -336,6 +337,9 @@ func (f *gatewayFlags) clients(env *cli.Env, file gatewayFile, refuse func(strin
 			flow, err := newFlow(fl.Name, fl.Weight, fl.Priority, fl.DefaultMaxTokens)
 			if err != nil {
 				return refuse(fmt.Sprintf("flows[%d]", i), err)
+			}
+			if err := flow.Budget.UnmarshalText([]byte(fl.Budget)); err != nil {
+				return refuse(fmt.Sprintf("flows[%d].budget", i), err)
 			}
 			cfg.Flows = append(cfg.Flows, flow)
 		}

@@ -244,6 +244,10 @@ type Flow struct {
 	// DefaultMaxTokens is given to this flow's requests without max_tokens.
 	// Default: Config.DefaultMaxTokens.
 	DefaultMaxTokens int
+	// Budget is money the flow's requests may cost per day and month
+	// (it needs Config.Price); a client key bound to the flow has it as
+	// its own. Default: none.
+	Budget governor.Budget
 }
 
 // ClientKey is a key callers present to the gateway (not the provider key).
