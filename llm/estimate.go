@@ -489,8 +489,13 @@ func CountTokens(model, text string) int {
 		return 0
 	}
 	codec := cl100k
-	if Encoding(model) == string(tokenizer.O200kBase) {
+	switch Encoding(model) {
+	case string(tokenizer.O200kBase):
 		codec = o200k
+	case cl100kName:
+		if n, ok := countCl100k(text); ok {
+			return n
+		}
 	}
 	n, err := codec().Count(text)
 	if err != nil {

@@ -44,20 +44,17 @@ func (bt batch) empty() bool { return len(bt.Keys) == 0 && len(bt.TooLarge) == 0
 // for a later batch are not, the cursor stopping before them.
 func (b *backfill) selectBatch(ctx context.Context, after store.Cursor, lane store.Lane, cache map[string]json.RawMessage, skip batch) (selection, error) {
 	sel := selection{After: after}
-	passed := map[string]bool{} // skip's items, which a read may still return
-	for _, k := range skip.Keys {
-		passed[k] = true
-	}
-	for _, o := range skip.TooLarge {
-		passed[o.Key] = true
-	}
+	passed := returning(skip)
 	for {
-		// Enough that MaxBatch are left when every item of skip comes back.
+		// Enough that MaxBatch are left when every item of skip that a
+		// read may return comes back.
 		next, err := b.set.rec.NextItems(ctx, b.ID, b.set.now(), b.MaxBatch+len(passed), sel.After, lane)
 		if err != nil {
 			return sel, err
 		}
-		next = slices.DeleteFunc(next, func(it store.Item) bool { return passed[it.Key] })
+		if len(passed) > 0 {
+			next = slices.DeleteFunc(next, func(it store.Item) bool { return passed[it.Key] })
+		}
 		if len(next) == 0 {
 			return sel, nil
 		}
@@ -109,6 +106,32 @@ func (b *backfill) selectBatch(ctx context.Context, after store.Cursor, lane sto
 		sel.After = lastPending(next[:at[n-1]+1], sel.After)
 		return sel, nil
 	}
+}
+
+// returning is the items of skip, a batch selected before the cursor a
+// read starts from, that the read may still return: those rejected before,
+// which NextItems returns when due again wherever they are, and those
+// parked as too large, whose state the batch does not say. Its pending
+// items lie at or before the cursor, which NextItems reads after; so a
+// batch of pending items returns nothing, and the next read asks for
+// MaxBatch items, not twice as many.
+func returning(skip batch) map[string]bool {
+	var passed map[string]bool
+	add := func(k string) {
+		if passed == nil {
+			passed = map[string]bool{}
+		}
+		passed[k] = true
+	}
+	for j, k := range skip.Keys {
+		if j >= len(skip.Rejects) || skip.Rejects[j] > 0 {
+			add(k)
+		}
+	}
+	for _, o := range skip.TooLarge {
+		add(o.Key)
+	}
+	return passed
 }
 
 // lastPending is the cursor past the last pending item of items (in the

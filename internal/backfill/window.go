@@ -80,7 +80,7 @@ type window struct {
 	byQuota  bool          // target was last set by what the governor admits
 	latency  time.Duration // average of answered calls'; 0 until one is
 	answered int           // calls answered
-	admits   []time.Time   // the latest admissions, oldest first
+	admits   admissions    // the latest admissions
 	waiting  time.Time     // when the calls began to wait in line; zero: they do not
 	lastWait time.Time     // when a call last waited in line
 	updated  time.Time     // when target was last set
@@ -149,10 +149,7 @@ func (c *call) Admitted(waited time.Duration) {
 	defer w.mu.Unlock()
 	now := w.now()
 	c.sent = now
-	if len(w.admits) == admitsKept {
-		w.admits = w.admits[1:]
-	}
-	w.admits = append(w.admits, now)
+	w.admits.add(now)
 	w.sawWait(now, w.waited(waited))
 }
 
@@ -247,17 +244,44 @@ func (w *window) expected(now time.Time) time.Duration {
 func (w *window) rate(now time.Time, latency time.Duration) float64 {
 	span := max(latency, time.Second)
 	from := now.Add(-span)
-	n := 0
-	for i := len(w.admits) - 1; i >= 0 && !w.admits[i].Before(from); i-- {
+	n, kept := 0, w.admits.len()
+	for i := kept - 1; i >= 0 && !w.admits.at(i).Before(from); i-- {
 		n++
 	}
-	if len(w.admits) > 0 && !w.admits[0].Before(from) {
-		if n == len(w.admits) {
-			// All within the span: measured since the first only.
-			span = max(now.Sub(w.admits[0]), latency/4, time.Millisecond)
-		}
+	if kept > 0 && n == kept {
+		// All within the span: measured since the first only.
+		span = max(now.Sub(w.admits.at(0)), latency/4, time.Millisecond)
 	}
 	return float64(n) / span.Seconds()
+}
+
+// admissions are the times of the latest admitsKept admissions, in a ring:
+// each kept as its offset from the first, eight bytes and no pointer, so
+// that a window that has seen thousands of calls neither holds a slice of
+// times the collector scans nor copies it as it moves on.
+type admissions struct {
+	base time.Time       // the first admission
+	ring []time.Duration // offsets from base; ring[next:] then ring[:next] oldest first once full
+	next int
+}
+
+func (a *admissions) add(t time.Time) {
+	if a.ring == nil {
+		a.base = t
+	}
+	if len(a.ring) < admitsKept {
+		a.ring = append(a.ring, t.Sub(a.base))
+		return
+	}
+	a.ring[a.next] = t.Sub(a.base)
+	a.next = (a.next + 1) % admitsKept
+}
+
+func (a *admissions) len() int { return len(a.ring) }
+
+// at is the i-th oldest admission kept.
+func (a *admissions) at(i int) time.Time {
+	return a.base.Add(a.ring[(a.next+i)%len(a.ring)])
 }
 
 // state is what InFlightState reports.

@@ -125,3 +125,28 @@ func TestShares(t *testing.T) {
 		}
 	}
 }
+
+// The window keeps the latest admitsKept admissions, oldest first, once it
+// has seen more: the rate is measured from them.
+func TestWindowKeepsTheLatestAdmissions(t *testing.T) {
+	c := newClock()
+	w := newWindow(0, c.now, perSecond(0))
+	first := c.t
+	for range admitsKept + 100 {
+		w.begin().Admitted(0)
+		c.add(time.Millisecond)
+	}
+	a := &w.admits
+	if a.len() != admitsKept {
+		t.Fatalf("%d admissions kept, want %d", a.len(), admitsKept)
+	}
+	for i := range a.len() {
+		if want := first.Add(time.Duration(100+i) * time.Millisecond); !a.at(i).Equal(want) {
+			t.Fatalf("admission %d kept at %v, want %v", i, a.at(i), want)
+		}
+	}
+	// A thousand a second over the last second.
+	if r := w.rate(c.t, time.Second); r < 999 || r > 1001 {
+		t.Fatalf("rate %v a second, want 1000", r)
+	}
+}

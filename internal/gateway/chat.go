@@ -46,7 +46,9 @@ type chatCall struct {
 	rejoined  bool   // it took back a place an earlier attempt kept
 	unkept    string // why the place its wait left was not kept: a bound of places.keep
 	waited    time.Duration
-	waitingOn string // what held it back when its max wait ended
+	waitingOn string          // what held it back when its max wait ended
+	wctx      context.Context // ends a wait for admission or a backoff; made at the first (waitCtx)
+	release   func()          // releases wctx
 	attempts  int
 	status    int  // what the caller was answered (499: it left first)
 	wrote     bool // the answer has started
@@ -140,22 +142,21 @@ func (c *chatCall) run(start time.Time) *apiError {
 			}
 		}
 		// The body goes upstream; the decoded messages, as large again,
-		// need not wait with it.
-		c.req = &llm.ChatRequest{Model: c.req.Model, MaxTokens: c.req.MaxTokens, CompletionTokensName: c.req.CompletionTokensName}
+		// need not wait with it. The request is the gateway's own (from
+		// decode or withMaxTokens): written over, not copied.
+		*c.req = llm.ChatRequest{Model: c.req.Model, MaxTokens: c.req.MaxTokens, CompletionTokensName: c.req.CompletionTokensName}
 	}
-	// Waiting ends at the max wait or when the caller leaves; the upstream
-	// call itself is bounded only by the caller. The gateway's clock may
-	// run faster than the wall clock.
-	wctx, cancel := context.WithTimeout(c.r.Context(), clock.Real(g.cfg.Speed, c.deadline.Sub(g.cfg.Now())))
-	defer cancel()
-	wctx, stop := g.untilStopping(wctx)
-	defer stop()
+	defer func() {
+		if c.release != nil {
+			c.release()
+		}
+	}()
 	for {
 		c.attempts++
-		res, err := c.admit(wctx)
+		res, err := c.admit()
 		leave()
 		if err != nil {
-			if errors.Is(context.Cause(wctx), errStopping) {
+			if c.wctx != nil && errors.Is(context.Cause(c.wctx), errStopping) {
 				return &apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "server_stopping",
 					message: "sluice gateway: the server is stopping; the request was not sent: send it again", retryAfter: time.Second}
 			}
@@ -169,7 +170,7 @@ func (c *chatCall) run(start time.Time) *apiError {
 		if c.attempts >= maxAttempts || !now.Add(after).Before(c.deadline) {
 			return e
 		}
-		if after > 0 && !sleep(wctx, clock.Real(g.cfg.Speed, after)) {
+		if after > 0 && !sleep(c.waitCtx(), clock.Real(g.cfg.Speed, after)) {
 			return e
 		}
 	}
@@ -178,22 +179,51 @@ func (c *chatCall) run(start time.Time) *apiError {
 // errStopping ends a wait for admission when the server stops.
 var errStopping = errors.New("the server is stopping")
 
-// untilStopping returns ctx, also ended with errStopping once
-// Config.Stopping closes; stop releases it.
-func (g *Gateway) untilStopping(ctx context.Context) (context.Context, func()) {
-	if g.cfg.Stopping == nil {
-		return ctx, func() {}
+// waitCtx returns the context that ends the request's waits, for
+// admission and between attempts: at its max wait, when the caller
+// leaves, or with errStopping once Config.Stopping closes. The upstream
+// call itself is bounded only by the caller. It is made at the first wait
+// (run releases it): a request admitted at once, as most are, needs no
+// timer, and no watch on the stop.
+func (c *chatCall) waitCtx() context.Context {
+	if c.wctx != nil {
+		return c.wctx
 	}
-	c, cancel := context.WithCancelCause(ctx)
-	done := make(chan struct{})
-	go func() {
-		select {
-		case <-g.cfg.Stopping:
-			cancel(errStopping)
-		case <-done:
-		}
-	}()
-	return c, func() { close(done); cancel(nil) }
+	g := c.g
+	// The gateway's clock may run faster than the wall clock.
+	ctx, cancel := context.WithTimeout(c.r.Context(), clock.Real(g.cfg.Speed, c.deadline.Sub(g.cfg.Now())))
+	c.wctx, c.release = ctx, cancel
+	if stopping := g.stopping(); stopping != nil {
+		sctx, scancel := context.WithCancelCause(ctx)
+		unwatch := context.AfterFunc(stopping, func() { scancel(errStopping) })
+		c.wctx, c.release = sctx, func() { unwatch(); scancel(nil); cancel() }
+	}
+	return c.wctx
+}
+
+// stopping returns a context that ends once Config.Stopping closes, nil
+// without one: one watch for all the requests that wait, each of which
+// registers on it with context.AfterFunc rather than starting a goroutine
+// of its own. The goroutine that watches is started at the first wait and
+// ends when Stopping closes or at Stop; after Stop it is not started, and
+// there is no such context.
+func (g *Gateway) stopping() context.Context {
+	if g.cfg.Stopping == nil {
+		return nil
+	}
+	g.stopWatch.Do(func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		g.stopCtx, g.watchDone = ctx, make(chan struct{})
+		go func() {
+			defer close(g.watchDone)
+			select {
+			case <-g.cfg.Stopping:
+				cancel()
+			case <-g.quit:
+			}
+		}()
+	})
+	return g.stopCtx
 }
 
 // readBody reads a request's body up to limit bytes, into a buffer of its
@@ -231,7 +261,7 @@ func (c *chatCall) refuse(err error) *apiError {
 // of the same request kept, if one is kept, else at the back of its
 // flow's line. When the wait ends first, the place is kept for the next
 // attempt.
-func (c *chatCall) admit(ctx context.Context) (*governor.Reservation, error) {
+func (c *chatCall) admit() (*governor.Reservation, error) {
 	g := c.g
 	t0 := g.cfg.Now()
 	var res *governor.Reservation
@@ -254,7 +284,13 @@ func (c *chatCall) admit(ctx context.Context) (*governor.Reservation, error) {
 			return nil, err
 		}
 	}
-	err := g.gov.Await(ctx, res, g.cfg.KeepPlace)
+	// Most requests are admitted at once: advancing the line admits them
+	// as Await would first, with no context for a wait to make.
+	g.gov.Advance(g.cfg.Now())
+	var err error
+	if !res.Admitted() {
+		err = g.gov.Await(c.waitCtx(), res, g.cfg.KeepPlace)
+	}
 	now := g.cfg.Now()
 	c.waited += now.Sub(t0)
 	if err != nil {
@@ -313,8 +349,7 @@ func (c *chatCall) send(res *governor.Reservation) (retry bool, after time.Durat
 		return c.failed(res, err)
 	}
 	c.settle(res, resp.Snapshot, resp.Usage)
-	c.header(resp.Header)
-	c.w.Header().Set("Content-Type", "application/json")
+	c.header(resp.Header, "application/json")
 	c.w.WriteHeader(http.StatusOK)
 	c.status, c.wrote = http.StatusOK, true
 	_, _ = c.w.Write(resp.Body)
@@ -323,15 +358,15 @@ func (c *chatCall) send(res *governor.Reservation) (retry bool, after time.Durat
 
 // header sets the answer's headers: the upstream's request id, for the
 // provider's support, and its rate-limit headers as it sent them; then the
-// gateway's own (see limitHeaders).
-func (c *chatCall) header(up http.Header) {
+// gateway's own (see limitHeaders), and contentType.
+func (c *chatCall) header(up http.Header, contentType string) {
 	h := c.w.Header()
 	for k, v := range up {
 		if k == "X-Request-Id" || k == "Request-Id" || strings.HasPrefix(k, "X-Ratelimit-") || strings.HasPrefix(k, "Anthropic-Ratelimit-") {
 			h[k] = v
 		}
 	}
-	c.limitHeaders()
+	c.ownHeaders(contentType)
 }
 
 // settle records a finished call: the provider's view of the limits, the
@@ -391,10 +426,8 @@ func (c *chatCall) stream(res *governor.Reservation, s *llm.Stream) {
 	defer s.Close()
 	w := c.w
 	flusher, _ := w.(http.Flusher)
-	c.header(s.Header())
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
+	c.header(s.Header(), "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
 	c.status, c.wrote = http.StatusOK, true
 	if flusher != nil {

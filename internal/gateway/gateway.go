@@ -11,6 +11,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -41,6 +42,14 @@ type Gateway struct {
 	scrub  *llm.Scrubber // nil without a provider key
 	line   *line
 	places *places
+
+	// stopCtx ends once Config.Stopping closes (see stopping); quit,
+	// closed by Stop, ends its watch, which closes watchDone.
+	stopWatch sync.Once
+	stopCtx   context.Context
+	watchDone chan struct{}
+	quit      chan struct{}
+	quitOnce  sync.Once
 }
 
 var _ http.Handler = (*Gateway)(nil)
@@ -96,7 +105,7 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 	}
 	g := &Gateway{cfg: cfg, client: client, gov: gov, ledger: ledger, est: est, flows: byName, keys: cfg.ClientKeys,
 		mux: http.NewServeMux(), scrub: llm.NewScrubber(cfg.APIKey), line: newLine(cfg),
-		places: newPlaces(cfg.MaxWaiting, cfg.MaxFlowParked)}
+		places: newPlaces(cfg.MaxWaiting, cfg.MaxFlowParked), quit: make(chan struct{})}
 	if cfg.Limits == (governor.Limits{}) && cfg.Governor == nil {
 		cfg.Logger.Warn("no limits configured: the governor probes the key and learns its limits from the provider's headers and refusals", "key", cfg.Key)
 	}
@@ -170,11 +179,17 @@ func (g *Gateway) Start(ctx context.Context) {
 	}
 }
 
-// Stop ends what Start began and writes the charges not yet kept in
+// Stop ends what Start began, and the watch on Config.Stopping the first
+// wait for admission began, and writes the charges not yet kept in
 // Config.Store: once it returns nil, nothing the gateway started runs and
 // every charge is in the store. It is safe to call twice. Serve no more
 // requests after it.
 func (g *Gateway) Stop(ctx context.Context) error {
+	g.quitOnce.Do(func() { close(g.quit) })
+	g.stopWatch.Do(func() {}) // none starts after this; wait for one started
+	if g.watchDone != nil {
+		<-g.watchDone
+	}
 	if g.ledger == nil {
 		return nil
 	}

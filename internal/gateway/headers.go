@@ -37,7 +37,11 @@ const (
 // limitHeaders sets the gateway's headers on the answer. Their values are
 // written into one string and one array of strings, each header's value a
 // slice of them: two allocations for every header instead of two each.
-func (c *chatCall) limitHeaders() {
+func (c *chatCall) limitHeaders() { c.ownHeaders("") }
+
+// ownHeaders sets the gateway's headers (limitHeaders) and, unless it is
+// empty, the answer's Content-Type with them.
+func (c *chatCall) ownHeaders(contentType string) {
 	g := c.g
 	now := g.cfg.Now()
 	o := g.gov.Inside(govkey.Key{}).Outlook(now, c.who.flow, c.cost)
@@ -64,6 +68,10 @@ func (c *chatCall) limitHeaders() {
 		v.buf = appendMillis(v.buf, o.Estimate)
 		v.end(FlowEstimateHeader)
 	}
+	if contentType != "" {
+		v.buf = append(v.buf, contentType...)
+		v.end("Content-Type")
+	}
 	v.set(c.w.Header())
 }
 
@@ -72,8 +80,8 @@ func (c *chatCall) limitHeaders() {
 type headerValues struct {
 	buf  []byte
 	n    int
-	keys [3*governor.NumLimits + 3]string
-	ends [3*governor.NumLimits + 3]int
+	keys [3*governor.NumLimits + 4]string
+	ends [3*governor.NumLimits + 4]int
 }
 
 func (v *headerValues) end(key string) {
