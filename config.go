@@ -140,6 +140,13 @@ type Provider struct {
 	LLM llm.Config
 	// Limits are the key's limits (rpm rpd tpm tpd itpm otpm); 0 = none.
 	Limits governor.Limits
+	// Price is what the key's model charges, in money per million tokens
+	// (input, cached input, output). With a price, every call's cost in
+	// money is known, and a Budget can apply.
+	Price governor.Price
+	// Budget caps what the key's calls may cost, per day and per month (see
+	// Budget).
+	Budget Budget
 	// FixedWindows and SettleOutput say how the provider counts, as
 	// governor.Config's fields of the same names (defaults: rolling windows;
 	// the admission charge stands).
@@ -159,6 +166,10 @@ type Provider struct {
 	Lag time.Duration
 }
 
+// Budget is money a key's calls may cost, per day and per month (see
+// governor.Budget).
+type Budget = governor.Budget
+
 func (c Config) validate() error {
 	seen := map[string]bool{}
 	for i, p := range c.Providers {
@@ -167,6 +178,12 @@ func (c Config) validate() error {
 			return fmt.Errorf("providers[%d]: name %q used twice", i, name)
 		}
 		seen[name] = true
+		if err := p.Budget.Validate(p.Price); err != nil {
+			return fmt.Errorf("providers[%d] (%s): %w", i, name, err)
+		}
+		if c.Cluster != nil && (p.Budget.Day > 0 || p.Budget.Month > 0) {
+			return fmt.Errorf("providers[%d] (%s): a budget is kept by one process; with Cluster set each process would spend it whole", i, name)
+		}
 	}
 	for _, d := range []struct {
 		name string

@@ -153,7 +153,8 @@ func (a *App) addProvider(ctx context.Context, p Provider) error {
 	}
 	ledger, err := quota.Open(ctx, a.st, governor.Config{
 		Key:          name, // the store keeps it in clear: never the API key
-		Limits:       p.Limits,
+		Limits:       p.Budget.Limits(p.Limits),
+		Price:        p.Price,
 		FixedWindows: p.FixedWindows,
 		SettleOutput: p.SettleOutput,
 		DayBurst:     p.DayBurst,

@@ -16,6 +16,7 @@ func (g *Governor) Reserve(now time.Time, flow string, c Cost) (*Reservation, er
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.relearn(now.UnixNano())
+	c = g.priced(c)
 	if err := g.check(now.UnixNano(), c); err != nil {
 		var tl *TooLargeError
 		if errors.As(err, &tl) {
@@ -25,6 +26,10 @@ func (g *Governor) Reserve(now time.Time, flow string, c Cost) (*Reservation, er
 	}
 	g.start(now.UnixNano())
 	f := g.flow(flow)
+	if err := g.checkFlow(f, c); err != nil {
+		f.refusals[err.Limit]++
+		return nil, err
+	}
 	size := g.size(c)
 	if f.prio != nil {
 		g.refill(f, now.UnixNano()) // the credit it earned while it had nothing waiting
@@ -140,7 +145,10 @@ func (g *Governor) advance(now int64) int64 {
 			f, how = promoted, aheadOfTurn
 		}
 		r := f.queue[0]
-		at := g.admitAt(now, r.f, r.cost)
+		at, on := g.fit(now, r.f, r.cost)
+		if on.Kind == "lease" {
+			g.wantLease()
+		}
 		if at <= now {
 			g.admit(now, r, how)
 			admitted = true
@@ -163,7 +171,9 @@ func (g *Governor) advance(now int64) int64 {
 				continue
 			}
 		}
-		n, wake := g.backfill(now, r, at, how == inTurn)
+		// A call that waits for its own flow's budget waits on nothing the
+		// others' calls take: they go on, whatever room they leave it.
+		n, wake := g.backfill(now, r, at, how == inTurn, on.Kind == "budget")
 		if n > 0 {
 			admitted = true
 			continue // what was admitted may have made room for more, or changed the line
@@ -214,7 +224,7 @@ const backfillScan = 32
 // a little more), and its flow's fair-queuing tags advance as if it had
 // waited, so its flow is admitted that much later once the front call has
 // gone.
-func (g *Governor) backfill(now int64, head *Reservation, at int64, inTurn bool) (int, int64) {
+func (g *Governor) backfill(now int64, head *Reservation, at int64, inTurn, headOnItsBudget bool) (int, int64) {
 	cand, n := g.backfillCandidates(head)
 	wake, count := int64(never), 0
 	for _, f := range cand[:n] {
@@ -234,7 +244,7 @@ func (g *Governor) backfill(now int64, head *Reservation, at int64, inTurn bool)
 			wake = min(wake, t)
 			continue
 		}
-		if nt := g.pushedTo(now, head, at, f, r.cost); nt > at {
+		if nt := g.pushedTo(now, head, at, f, r.cost); nt > at && !headOnItsBudget {
 			if !inTurn || head.pushed || nt == never || nt-at >= at-now || r.start >= head.finish {
 				continue
 			}
@@ -392,6 +402,15 @@ func (g *Governor) fit(now int64, f *flow, c Cost) (int64, Blocker) {
 			}
 		}
 	}
+	if fb := f.budget; fb != nil {
+		fb.expire(now)
+		// Named even when a limit of the key frees no earlier: the budget
+		// then decides when the call goes, and a call that waits for its
+		// flow's budget keeps no room on the key (see advance).
+		if t, l := fb.fit(now, c); t > now && t >= at {
+			b, at = Blocker{Kind: "budget", Limit: l}, t
+		}
+	}
 	if g.leased && at == now && g.leaseFor(now, c) == nil {
 		// It fits every limit as this process sees it, but the key is
 		// shared: it needs room on a lease of this process's.
@@ -456,6 +475,12 @@ func (g *Governor) admit(now int64, r *Reservation, how admission) {
 	r.at = now
 	r.minSeq = g.minute.add(now, r.cost)
 	r.daySeq = g.day.add(now, r.cost)
+	if g.monthly() {
+		r.monSeq = g.month.add(now, r.cost)
+	}
+	if fb := f.budget; fb != nil {
+		r.fdaySeq, r.fmonSeq = fb.add(now, r.cost)
+	}
 	r.sent = now
 	for l := range NumLimits {
 		r.usedAt[l] = g.ledgerOf(l).sum.On(l)

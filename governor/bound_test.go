@@ -132,7 +132,7 @@ func TestSaturatingArithmetic(t *testing.T) {
 	if got := (Cost{Input: minI, Output: -1}).Tokens(); got != minI {
 		t.Errorf("Tokens wrapped up: %d", got)
 	}
-	if got := (Cost{Requests: 1, Input: 2, Output: 3}).times(1 << 62); got != (Cost{1 << 62, maxI, maxI}) {
+	if got := (Cost{Requests: 1, Input: 2, Output: 3}).times(1 << 62); got != (Cost{Requests: 1 << 62, Input: maxI, Output: maxI}) {
 		t.Errorf("times = %+v", got)
 	}
 	if got := (Cost{Output: maxI}).add(Cost{Output: 1}).sub(Cost{Output: maxI}); got.Output != 0 {

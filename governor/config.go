@@ -20,6 +20,11 @@ type FlowConfig struct {
 	// an absolute one, so a lower-priority flow is slowed but never stopped.
 	// Must be between MinPriority and MaxPriority.
 	Priority int
+	// Budget is money the flow's calls may cost, per day and per month,
+	// beside the key's own budget (it needs Config.Price). A flow whose
+	// budget is spent waits for it while the other flows go on: its calls
+	// never hold the key's line.
+	Budget Budget
 }
 
 // maxPriorityFactor bounds Config.PriorityFactor, so that the share ratio
@@ -50,6 +55,12 @@ type Config struct {
 	// max_tokens) stands, and only the input estimate is corrected to the
 	// provider's count (Groq, OpenAI).
 	SettleOutput bool
+	// Price is what a call on the key costs, in money per million tokens.
+	// With a price, each call's Cost.Money is set from its tokens — on
+	// admission the worst case, every input token at the input price and
+	// max_tokens of output; settled with what the provider reports — and
+	// the budgets MPD and MPM apply to it. A budget needs a price.
+	Price Price
 	// Flows lists known flows. A flow not listed is created on first use
 	// with weight 1 and priority 0.
 	Flows []FlowConfig
@@ -175,6 +186,12 @@ func (c *Config) validate() error {
 			return fmt.Errorf("%slimit %s is negative (%d)", c.prefix(), l, c.Limits[l])
 		}
 	}
+	if err := c.Price.validate(); err != nil {
+		return fmt.Errorf("%s%w", c.prefix(), err)
+	}
+	if (c.Limits[MPD] > 0 || c.Limits[MPM] > 0) && c.Price.IsZero() {
+		return fmt.Errorf("%sa budget (%s) needs a Price to charge calls by", c.prefix(), c.Limits.budgets())
+	}
 	if c.Speed < 0 || math.IsNaN(c.Speed) || math.IsInf(c.Speed, 0) {
 		return fmt.Errorf("%sSpeed must be a finite number ≥ 0, got %v", c.prefix(), c.Speed)
 	}
@@ -199,6 +216,9 @@ func (c *Config) validate() error {
 			return fmt.Errorf("%sflow %q listed twice", c.prefix(), f.Name)
 		}
 		seen[f.Name] = true
+		if err := f.Budget.Validate(c.Price); err != nil {
+			return fmt.Errorf("%sflow %q: %w", c.prefix(), f.Name, err)
+		}
 		if f.Weight != 0 && !(f.Weight >= MinWeight && f.Weight <= MaxWeight) {
 			return fmt.Errorf("%sflow %q: weight must be positive, between %g and %g, got %v", c.prefix(), f.Name, float64(MinWeight), float64(MaxWeight), f.Weight)
 		}

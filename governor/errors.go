@@ -11,7 +11,10 @@ import (
 // TooLargeError reports a call that can never be admitted: it needs more of
 // a limit than the limit's whole allowance.
 type TooLargeError struct {
-	Key   string
+	Key string
+	// Flow is the flow whose own budget the call can never fit; "" for a
+	// limit of the key.
+	Flow  string
 	Limit Limit
 	Need  int64
 	Max   int64
@@ -22,6 +25,14 @@ type TooLargeError struct {
 }
 
 func (e *TooLargeError) Error() string {
+	if e.Limit.Unit() == "money" {
+		whose := ""
+		if e.Flow != "" {
+			whose = fmt.Sprintf(" of flow %q", e.Flow)
+		}
+		return fmt.Sprintf("request can never fit: costs up to %s, the budget of %s%s is %s; %s",
+			FormatMoney(e.Need), e.Limit.Title(), whose, FormatMoney(e.Max), e.Hint("", 1))
+	}
 	return fmt.Sprintf("request can never fit: needs %s %s, %s limit is %s; %s",
 		num.Group(e.Need), e.Limit.Unit(), upper(e.Limit), num.Group(e.Max), e.Hint("", 1))
 }
@@ -72,7 +83,8 @@ type WaitError struct {
 
 // Blocker says what holds a waiting call back.
 type Blocker struct {
-	// Kind is one of "limit" (a window of Limit has no room yet), "pacing"
+	// Kind is one of "limit" (a window of Limit has no room yet), "budget"
+	// (the flow's own budget Limit, MPD or MPM, is spent), "pacing"
 	// (the day pacer of Limit spreads the day's budget: "tpd pacing"),
 	// "pause" (the provider refused a call without naming a limit, or named
 	// one this governor was not told of), "lease" (the key is shared with
@@ -82,7 +94,7 @@ type Blocker struct {
 	// (it fits, but calls of other flows are ahead of it in fair order) or
 	// "" (nothing: it is about to be admitted).
 	Kind  string
-	Limit Limit // for "limit" and "pacing"
+	Limit Limit // for "limit", "budget" and "pacing"
 	// Until is when that stops holding it back, as far as the governor
 	// knows now (zero for "turn").
 	Until time.Time
@@ -96,6 +108,8 @@ func (b Blocker) String() string {
 		return b.Limit.String()
 	case "pacing":
 		return b.Limit.String() + " pacing"
+	case "budget":
+		return "the flow's " + b.Limit.String()
 	case "pause":
 		return "a provider pause"
 	case "lease":

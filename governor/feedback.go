@@ -150,9 +150,11 @@ func (in inside) RejectedUnclassified(now time.Time) {
 }
 
 // Restore loads charges recorded by a Journal before a restart, so the day's
-// usage is not forgotten. Call it once, right after New and before any other
-// call. Charges older than a day, and charges whose Cost is not valid (a
-// part negative or over MaxCost), are ignored.
+// usage — the month's, under a budget per month — is not forgotten. Call it
+// once, right after New and before any other call. Charges older than
+// Kept, and charges whose Cost is not valid (a part negative or over
+// MaxCost), are ignored. A charge keeps the money it was journaled with;
+// one journaled with none is priced at Config.Price.
 func (g *Governor) Restore(now time.Time, charges []Charge) {
 	g.mustBeNew()
 	g.mu.Lock()
@@ -162,12 +164,29 @@ func (g *Governor) Restore(now time.Time, charges []Charge) {
 	sort.Slice(cs, func(i, j int) bool { return cs[i].At.Before(cs[j].At) })
 	for _, c := range cs {
 		at := c.At.UnixNano()
-		if at > n || at <= n-int64(24*time.Hour) || c.Cost.validate() != nil {
+		if at > n || at <= n-int64(g.kept()) || c.Cost.validate() != nil {
 			continue
 		}
-		g.day.add(at, c.Cost)
+		cost := c.Cost
+		if cost.Money == 0 {
+			cost = g.priced(cost) // journaled before money was
+		}
+		if g.monthly() {
+			g.month.add(at, cost)
+		}
+		if at > n-int64(24*time.Hour) {
+			g.day.add(at, cost)
+		}
 		if at > n-int64(time.Minute) {
-			g.minute.add(at, c.Cost)
+			g.minute.add(at, cost)
+		}
+		if f := g.flows[c.Flow]; f != nil && f.budget != nil {
+			if at > n-int64(24*time.Hour) {
+				f.budget.day.add(at, cost)
+			}
+			if f.budget.limits[MPM] > 0 {
+				f.budget.month.add(at, cost)
+			}
 		}
 		if c.ID > g.seq {
 			g.seq = c.ID
@@ -179,11 +198,34 @@ func (g *Governor) Restore(now time.Time, charges []Charge) {
 	g.start(n)
 }
 
+// Kept is how far back Restore takes charges, and so how long a Journal's
+// charges must be kept: a day, or a month (30 days) under a budget per
+// month.
+func (g *Governor) Kept() time.Duration {
+	g.mustBeNew()
+	return g.kept()
+}
+
+func (g *Governor) kept() time.Duration {
+	if g.monthly() {
+		return Month
+	}
+	for _, f := range g.cfg.Flows {
+		if f.Budget.Month > 0 {
+			return Month
+		}
+	}
+	return 24 * time.Hour
+}
+
 // Stats is a view of a governor at one moment.
 type Stats struct {
 	Key    string
 	Limits [NumLimits]LimitStats
 	Flows  []FlowStats // sorted by name
+	// Priced says the key has a Price: the flows' Tokens.Money is what
+	// their calls cost.
+	Priced bool
 }
 
 // LimitStats is one limit's state.
@@ -226,6 +268,10 @@ type FlowStats struct {
 	// WaitingOn says what holds the flow's first waiting call back (zero
 	// when nothing waits).
 	WaitingOn Blocker
+	// Budget is the flow's own budget (FlowConfig.Budget), in billionths
+	// as MPD and MPM; Spent what its calls cost in each one's period (0
+	// without a budget).
+	Budget, Spent Limits
 }
 
 // RejectedFlow counts a provider rejection of flow's call naming limit l in
@@ -269,7 +315,7 @@ func (g *Governor) Stats(now time.Time) Stats {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.expire(now.UnixNano())
-	st := Stats{Key: g.cfg.Key}
+	st := Stats{Key: g.cfg.Key, Priced: !g.cfg.Price.IsZero()}
 	n := now.UnixNano()
 	for l := range NumLimits {
 		st.Limits[l] = g.limitStats(n, l)
@@ -281,6 +327,15 @@ func (g *Governor) Stats(now time.Time) Stats {
 		}
 		if len(f.queue) > 0 {
 			fs.WaitingOn = g.blocker(n, f, f.queue[0].cost)
+		}
+		if fb := f.budget; fb != nil {
+			fb.expire(n)
+			fs.Budget = fb.limits
+			for _, l := range [...]Limit{MPD, MPM} {
+				if fb.limits[l] > 0 {
+					fs.Spent[l] = fb.ledgerOf(l).sum.Money
+				}
+			}
 		}
 		st.Flows = append(st.Flows, fs)
 	}

@@ -43,6 +43,67 @@ type flow struct {
 	refusals   [NumLimits]int64
 
 	prio *prio // for a flow of priority above 0: see priority.go
+
+	budget *flowBudget // nil: the flow has no budget of its own
+}
+
+// flowBudget is a flow's own budget: its allowance of MPD and MPM and
+// ledgers of what its calls cost.
+type flowBudget struct {
+	limits Limits // only MPD and MPM
+	day    ledger
+	month  ledger
+}
+
+// ledgerOf is the flow's ledger for budget l.
+func (fb *flowBudget) ledgerOf(l Limit) *ledger {
+	if l == MPM {
+		return &fb.month
+	}
+	return &fb.day
+}
+
+func (fb *flowBudget) expire(now int64) {
+	fb.day.expire(now)
+	if fb.limits[MPM] > 0 {
+		fb.month.expire(now)
+	}
+}
+
+// fit returns when a call costing c fits the flow's budget, now or later,
+// and the budget it waits for.
+func (fb *flowBudget) fit(now int64, c Cost) (int64, Limit) {
+	at, on := now, Limit(0)
+	for _, l := range [...]Limit{MPD, MPM} {
+		lim := fb.limits[l]
+		if lim == 0 || c.Money == 0 {
+			continue
+		}
+		lg := fb.ledgerOf(l)
+		if addSat(lg.sum.Money, c.Money) > lim {
+			if t := lg.freeAt(now, l, c.Money, lim, nil); t > at {
+				at, on = t, l
+			}
+		}
+	}
+	return at, on
+}
+
+// add charges a call costing c admitted at now; it returns the sequence
+// numbers of its charges on the day's and the month's ledgers.
+func (fb *flowBudget) add(now int64, c Cost) (day, month uint64) {
+	day = fb.day.add(now, c)
+	if fb.limits[MPM] > 0 {
+		month = fb.month.add(now, c)
+	}
+	return day, month
+}
+
+func (fb *flowBudget) amend(day, month uint64, was, c Cost) {
+	fb.day.amend(day, was, c)
+	if fb.limits[MPM] > 0 {
+		fb.month.amend(month, was, c)
+	}
 }
 
 // busyChanged keeps busyShares, the sum of the shares of the flows with
@@ -70,13 +131,21 @@ func (g *Governor) newFlow(fc FlowConfig) *flow {
 	if w == 0 {
 		w = 1
 	}
-	return &flow{
+	f := &flow{
 		name:     fc.Name,
 		weight:   w,
 		priority: fc.Priority,
 		share:    w * math.Pow(g.cfg.PriorityFactor, float64(fc.Priority)),
 		index:    -1,
 	}
+	if !fc.Budget.IsZero() {
+		f.budget = &flowBudget{
+			limits: fc.Budget.Limits(Limits{}),
+			day:    newLedger(24*time.Hour, g.cfg.Lag, time.Second, false),
+			month:  newLedger(Month, g.cfg.Lag, time.Minute, false),
+		}
+	}
+	return f
 }
 
 // known returns the flow of that name, or, for one the governor has not

@@ -28,6 +28,7 @@ type Governor struct {
 	limits  Limits // in force: the configured ones, as the provider lowered them (announce.go)
 	minute  ledger
 	day     ledger
+	month   ledger // kept only under a budget per month (MPM)
 	phantom [NumLimits][]phantom
 	pace    [NumLimits]pacer
 	scale   [NumLimits]float64 // seconds of a limit's capacity per unit
@@ -70,12 +71,12 @@ type Governor struct {
 	rateRef int64
 	active  flowHeap
 	promo   promoIndex // the flows of active, to find the one to promote (promote.go)
-	// promoHeld is the least room held for priority flows on RPD and TPD
+	// promoHeld is the least room held for priority flows on each long limit
 	// since flow f was promoted, at version ver of its line (see held).
 	promoHeld struct {
 		f     *flow
 		ver   uint32
-		least [2]int64
+		least [NumLimits]int64
 	}
 	// ahead orders every reservation waiting or parked by its tags, with
 	// sums of their costs, for the wait estimate (ahead.go).
@@ -106,8 +107,10 @@ func New(cfg Config) (*Governor, error) {
 		limits: cfg.Limits,
 		minute: newLedger(time.Minute, cfg.Lag, 0, cfg.FixedWindows),
 		day:    newLedger(24*time.Hour, cfg.Lag, time.Second, cfg.FixedWindows),
-		flows:  make(map[string]*flow, len(cfg.Flows)),
-		epoch:  math.MinInt64,
+		// A budget is sluice's own, not a provider's window: it rolls.
+		month: newLedger(Month, cfg.Lag, time.Minute, false),
+		flows: make(map[string]*flow, len(cfg.Flows)),
+		epoch: math.MinInt64,
 
 		relearnAt: never,
 		noticed:   map[noticeKey]int64{},
@@ -145,11 +148,18 @@ func (g *Governor) Limits() Limits {
 }
 
 func (g *Governor) ledgerOf(l Limit) *ledger {
-	if l.Period() == time.Minute {
+	switch l.Period() {
+	case time.Minute:
 		return &g.minute
+	case Month:
+		return &g.month
 	}
 	return &g.day
 }
+
+// monthly reports whether the month's ledger is kept: a budget per month
+// is configured. No provider announces one, so it never changes.
+func (g *Governor) monthly() bool { return g.cfg.Limits[MPM] > 0 }
 
 // Check reports whether c could ever be admitted. If not, the error is a
 // *TooLargeError naming the limit, the numbers, and the largest max_tokens
@@ -163,7 +173,7 @@ func (g *Governor) Check(c Cost) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.relearn(now)
-	return g.check(now, c)
+	return g.check(now, g.priced(c))
 }
 
 func (g *Governor) check(now int64, c Cost) error {
@@ -175,6 +185,21 @@ func (g *Governor) check(now int64, c Cost) error {
 		lim := g.limits[l]
 		if lim > 0 && c.On(l) > lim {
 			return &TooLargeError{Key: g.cfg.Key, Limit: l, Need: c.On(l), Max: lim, MaxOutput: g.maxOutput(c.Input)}
+		}
+	}
+	return nil
+}
+
+// checkFlow returns a *TooLargeError when c can never fit flow f's own
+// budget.
+func (g *Governor) checkFlow(f *flow, c Cost) *TooLargeError {
+	fb := f.budget
+	if fb == nil {
+		return nil
+	}
+	for _, l := range [...]Limit{MPD, MPM} {
+		if lim := fb.limits[l]; lim > 0 && c.Money > lim {
+			return &TooLargeError{Key: g.cfg.Key, Flow: f.name, Limit: l, Need: c.Money, Max: lim, MaxOutput: g.maxOutputUnder(c.Input, lim)}
 		}
 	}
 	return nil
@@ -198,9 +223,24 @@ func (g *Governor) maxOutput(input int64) int64 {
 			if input > lim {
 				return 0
 			}
+		case MPD, MPM:
+			best = min(best, g.maxOutputUnder(input, lim))
 		}
 	}
 	return max(best, 0)
+}
+
+// maxOutputUnder is the largest output reservation whose price, with this
+// input, is within the budget lim.
+func (g *Governor) maxOutputUnder(input, lim int64) int64 {
+	in := g.cfg.Price.Of(Cost{Input: input})
+	if in > lim {
+		return 0
+	}
+	if perToken := g.cfg.Price.Output * 1e3; perToken > 0 {
+		return int64(float64(lim-in) / perToken)
+	}
+	return math.MaxInt64
 }
 
 // LargestBatch returns the largest n ≤ maxItems such that a call costing
@@ -221,6 +261,7 @@ func (g *Governor) largestBatch(now time.Time, base, item Cost, maxItems int) in
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.relearn(now.UnixNano())
+	base, item = g.priced(base), g.priced(item)
 	n := maxItems
 	for _, part := range [...][2]int64{{base.Requests, item.Requests}, {base.Input, item.Input}, {base.Output, item.Output}} {
 		if part[1] > 0 {
@@ -263,6 +304,9 @@ func (g *Governor) expire(now int64) {
 	g.relearn(now)
 	g.minute.expire(now)
 	g.day.expire(now)
+	if g.monthly() {
+		g.month.expire(now)
+	}
 	for l := range g.phantom {
 		if len(g.phantom[l]) > 0 {
 			g.phantom[l] = expirePhantoms(g.phantom[l], now)

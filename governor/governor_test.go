@@ -155,10 +155,10 @@ func TestLargestBatch(t *testing.T) {
 		base, item Cost
 		max, want  int
 	}{
-		{"summary", Cost{1, 100, 0}, Cost{0, 300, 260}, 30, 3},
-		{"analysis", Cost{1, 150, 0}, Cost{0, 600, 360}, 5, 2},
-		{"title", Cost{1, 150, 0}, Cost{0, 40, 60}, 10, 10},
-		{"base too big", Cost{1, 9000, 0}, Cost{0, 1, 1}, 10, 0},
+		{"summary", Cost{Requests: 1, Input: 100, Output: 0}, Cost{Requests: 0, Input: 300, Output: 260}, 30, 3},
+		{"analysis", Cost{Requests: 1, Input: 150, Output: 0}, Cost{Requests: 0, Input: 600, Output: 360}, 5, 2},
+		{"title", Cost{Requests: 1, Input: 150, Output: 0}, Cost{Requests: 0, Input: 40, Output: 60}, 10, 10},
+		{"base too big", Cost{Requests: 1, Input: 9000, Output: 0}, Cost{Requests: 0, Input: 1, Output: 1}, 10, 0},
 	}
 	for _, tt := range tests {
 		if got := g.LargestBatch(tt.base, tt.item, tt.max); got != tt.want {
@@ -565,9 +565,9 @@ func TestSettleAndCancel(t *testing.T) {
 			r := mustReserve(t, g, t0, "a", Cost{Requests: 1, Input: 300, Output: 600})
 			g.Advance(t0)
 			r.Settle(at(time.Second), Cost{Input: 280, Output: 100})
-			want := Cost{1, 280, 600}
+			want := Cost{Requests: 1, Input: 280, Output: 600}
 			if settle {
-				want = Cost{1, 280, 100}
+				want = Cost{Requests: 1, Input: 280, Output: 100}
 			}
 			if got := r.Cost(); got != want {
 				t.Fatalf("settled cost = %+v, want %+v", got, want)
@@ -771,6 +771,7 @@ func TestZeroGovernorPanicsSayingUseNew(t *testing.T) {
 		"RejectedFlow":         func(g *Governor) { in(g).RejectedFlow("a", TPM) },
 		"RefusedFlow":          func(g *Governor) { in(g).RefusedFlow("a", TPM) },
 		"Restore":              func(g *Governor) { g.Restore(t0, nil) },
+		"Kept":                 func(g *Governor) { g.Kept() },
 		"Stats":                func(g *Governor) { g.Stats(t0) },
 		"Inside":               func(g *Governor) { g.Inside(govkey.Key{}) },
 		"Leased":               func(g *Governor) { in(g).Leased() },

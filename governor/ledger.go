@@ -277,23 +277,23 @@ func expirePhantoms(ph []phantom, now int64) []phantom {
 
 // add returns c + d, part by part, saturating instead of wrapping.
 func (c Cost) add(d Cost) Cost {
-	return Cost{addSat(c.Requests, d.Requests), addSat(c.Input, d.Input), addSat(c.Output, d.Output)}
+	return Cost{addSat(c.Requests, d.Requests), addSat(c.Input, d.Input), addSat(c.Output, d.Output), addSat(c.Cached, d.Cached), addSat(c.Money, d.Money)}
 }
 
 // sub returns c − d, part by part, saturating instead of wrapping.
 func (c Cost) sub(d Cost) Cost {
-	return Cost{subSat(c.Requests, d.Requests), subSat(c.Input, d.Input), subSat(c.Output, d.Output)}
+	return Cost{subSat(c.Requests, d.Requests), subSat(c.Input, d.Input), subSat(c.Output, d.Output), subSat(c.Cached, d.Cached), subSat(c.Money, d.Money)}
 }
 
 // times returns c × n, part by part, saturating instead of wrapping.
 func (c Cost) times(n int64) Cost {
-	return Cost{mulSat(c.Requests, n), mulSat(c.Input, n), mulSat(c.Output, n)}
+	return Cost{mulSat(c.Requests, n), mulSat(c.Input, n), mulSat(c.Output, n), mulSat(c.Cached, n), mulSat(c.Money, n)}
 }
 
 // saturated reports whether a part of c is held at an int64 bound, so that
 // subtracting from it would no longer give the true difference.
 func (c Cost) saturated() bool {
-	for _, v := range [...]int64{c.Requests, c.Input, c.Output} {
+	for _, v := range [...]int64{c.Requests, c.Input, c.Output, c.Cached, c.Money} {
 		if v == math.MaxInt64 || v == math.MinInt64 {
 			return true
 		}

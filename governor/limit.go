@@ -19,17 +19,23 @@ const (
 	TPD               // tokens (input + output) per day
 	ITPM              // input tokens per minute
 	OTPM              // output tokens per minute
+	// MPD and MPM are budgets in money, per day and per month (30 days):
+	// each call is charged its price (Config.Price), in billionths of the
+	// prices' unit of money. No provider announces them.
+	MPD // money per day
+	MPM // money per month
 
 	// NumLimits counts the limits: range over it to visit each in a fixed
 	// order (for l := range NumLimits).
 	NumLimits
 )
 
-var limitNames = [NumLimits]string{"rpm", "rpd", "tpm", "tpd", "itpm", "otpm"}
+var limitNames = [NumLimits]string{"rpm", "rpd", "tpm", "tpd", "itpm", "otpm", "mpd", "mpm"}
 
 var limitTitles = [NumLimits]string{
 	"requests per minute", "requests per day", "tokens per minute",
 	"tokens per day", "input tokens per minute", "output tokens per minute",
+	"money per day", "money per month",
 }
 
 // String returns the short lowercase name: "rpm", "tpd", "otpm".
@@ -48,22 +54,34 @@ func (l Limit) Title() string {
 	return l.String()
 }
 
-// Period is the window the limit counts over: a minute or a day.
+// Month is the period of MPM: 30 days.
+const Month = 30 * 24 * time.Hour
+
+// Budget reports whether l is a budget of money (MPD, MPM): sluice's own,
+// which no provider announces or names.
+func (l Limit) Budget() bool { return l == MPD || l == MPM }
+
+// Period is the window the limit counts over: a minute, a day or, for
+// MPM, a month of 30 days.
 func (l Limit) Period() time.Duration {
 	switch l {
-	case RPD, TPD:
+	case RPD, TPD, MPD:
 		return 24 * time.Hour
+	case MPM:
+		return Month
 	default:
 		return time.Minute
 	}
 }
 
 // Unit names what the limit counts, for messages: "requests", "tokens",
-// "input tokens" or "output tokens".
+// "input tokens", "output tokens" or "money".
 func (l Limit) Unit() string {
 	switch l {
 	case RPM, RPD:
 		return "requests"
+	case MPD, MPM:
+		return "money"
 	case ITPM:
 		return "input tokens"
 	case OTPM:
@@ -90,8 +108,12 @@ func (l *Limit) UnmarshalText(b []byte) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("unknown limit %q (want one of rpm, rpd, tpm, tpd, itpm, otpm)", b)
+	return fmt.Errorf("unknown limit %q (want one of %s)", b, strings.Join(limitNames[:], ", "))
 }
+
+// longLimits are the limits of a day or longer: paced, and with room held
+// for priority flows.
+var longLimits = [...]Limit{RPD, TPD, MPD, MPM}
 
 // Limits holds the allowance of each limit; zero means the limit does not apply.
 type Limits [NumLimits]int64
@@ -127,6 +149,9 @@ func parseLimits(s string) (Limits, error) {
 		if err := l.UnmarshalText([]byte(name)); err != nil {
 			return ls, err
 		}
+		if l.Budget() {
+			return ls, fmt.Errorf("limit %s is a budget of money: set it as a budget (day=5.00,month=100), not among the limits", l)
+		}
 		if seen[l] {
 			return ls, fmt.Errorf("limit %s given twice", l)
 		}
@@ -140,11 +165,12 @@ func parseLimits(s string) (Limits, error) {
 	return ls, nil
 }
 
-// String formats the limits that apply as "rpm=30,tpm=8000".
+// String formats the limits that apply as "rpm=30,tpm=8000", as
+// UnmarshalText reads them: the budgets (MPD, MPM) are not among them.
 func (ls Limits) String() string {
 	var b strings.Builder
 	for l := range NumLimits {
-		if ls[l] == 0 {
+		if ls[l] == 0 || l.Budget() {
 			continue
 		}
 		if b.Len() > 0 {
@@ -168,6 +194,13 @@ type Cost struct {
 	Requests int64
 	Input    int64
 	Output   int64
+	// Cached is how many of Input the provider read from its cache, which
+	// some price lower (Price.CachedInput): 0 for a call not yet made.
+	Cached int64
+	// Money is the call's price in billionths of the prices' unit, the
+	// charge on MPD and MPM. A governor with a Config.Price sets it from
+	// the tokens; one without keeps what the caller gave.
+	Money int64
 }
 
 // errInvalidCost is wrapped by the error Check, Reserve and Wait return for a
@@ -181,7 +214,7 @@ func (c Cost) validate() error {
 	for _, p := range [...]struct {
 		name string
 		v    int64
-	}{{"Requests", c.Requests}, {"Input", c.Input}, {"Output", c.Output}} {
+	}{{"Requests", c.Requests}, {"Input", c.Input}, {"Output", c.Output}, {"Cached", c.Cached}, {"Money", c.Money}} {
 		switch {
 		case p.v < 0:
 			return fmt.Errorf("%w: %s %d is negative", errInvalidCost, p.name, p.v)
@@ -202,6 +235,8 @@ func (c Cost) On(l Limit) int64 {
 		return c.Input
 	case OTPM:
 		return c.Output
+	case MPD, MPM:
+		return c.Money
 	default:
 		return addSat(c.Input, c.Output)
 	}

@@ -6,7 +6,9 @@ import "time"
 // theoretical arrival time tat on by period/limit, and a call may start when
 // tat is at most burst ahead of now. So a backlog spends the day's budget at
 // an even pace instead of in the morning, and an urgent call arriving later
-// still finds room within one call's worth of time.
+// still finds room within one call's worth of time. The budgets are paced
+// the same way: MPD over its day, MPM over its 30 days with as large a part
+// of the month as burst (30 × DayBurst), so a month's money lasts the month.
 //
 // Starting. An idle key answers at once: a pacer starts with credit, as
 // much as the burst, and pays it back over its first day, running at day/(day+burst) of the even pace (24/25 with the
@@ -42,7 +44,7 @@ type pacer struct {
 }
 
 func (g *Governor) setPacers() {
-	for _, l := range []Limit{RPD, TPD} {
+	for _, l := range longLimits {
 		p := &g.pace[l]
 		lim := g.limits[l]
 		p.on = lim > 0 && g.cfg.DayBurst > 0
@@ -50,18 +52,24 @@ func (g *Governor) setPacers() {
 			continue
 		}
 		p.perUnit = float64(l.Period()) / (float64(lim) * g.cfg.DayPace)
-		p.burst = int64(g.cfg.DayBurst)
+		p.burst = g.burstOf(l)
 		if p.payUntil != 0 {
-			p.perUnit *= g.payBack()
+			p.perUnit *= g.payBack(l)
 		}
 	}
 }
 
-// payBack is how much slower than the even pace a pacer runs while it pays
-// back the credit it started with.
-func (g *Governor) payBack() float64 {
-	day := float64(24 * time.Hour)
-	return (day + float64(g.cfg.DayBurst)) / day
+// burstOf is how far ahead of its even pace limit l may be spent:
+// DayBurst for a day, as large a part of a month for MPM (30 × DayBurst).
+func (g *Governor) burstOf(l Limit) int64 {
+	return int64(g.cfg.DayBurst) * int64(l.Period()/(24*time.Hour))
+}
+
+// payBack is how much slower than the even pace l's pacer runs while it
+// pays back the credit it started with.
+func (g *Governor) payBack(l Limit) float64 {
+	period := float64(l.Period())
+	return (period + float64(g.burstOf(l))) / period
 }
 
 // startPacers starts the pacers at now, with the day ledger holding what
@@ -69,18 +77,18 @@ func (g *Governor) payBack() float64 {
 // startCredit allows in hand, paying it back for a day, or, with none, with
 // nothing in hand at the even pace.
 func (g *Governor) startPacers(now int64) {
-	for _, l := range []Limit{RPD, TPD} {
+	for _, l := range longLimits {
 		p := &g.pace[l]
 		if !p.on {
 			continue
 		}
-		slow := p.perUnit * g.payBack()
+		slow := p.perUnit * g.payBack(l)
 		credit := min(g.startCredit(now, l, slow), float64(p.burst)/slow)
 		if credit < 1 {
 			p.tat = addSat(now, p.burst)
 			continue
 		}
-		p.payUntil = addSat(now, int64(24*time.Hour))
+		p.payUntil = addSat(now, int64(l.Period()))
 		p.perUnit = slow
 		p.tat = addSat(now, p.burst)
 		p.unreleased = credit
@@ -90,7 +98,7 @@ func (g *Governor) startPacers(now int64) {
 // release puts more of the pacers' start credit in hand once the provider
 // accepted a call costing c: twice the call's charge.
 func (g *Governor) release(c Cost) {
-	for _, l := range []Limit{RPD, TPD} {
+	for _, l := range longLimits {
 		p := &g.pace[l]
 		if !p.on || p.unreleased <= 0 {
 			continue
@@ -107,7 +115,7 @@ func (g *Governor) release(c Cost) {
 // charges it holds age out and the pacer adds its own.
 func (g *Governor) startCredit(now int64, l Limit, perUnit float64) float64 {
 	budget := float64(g.limits[l]) * g.cfg.DayPace
-	lg := &g.day
+	lg := g.ledgerOf(l)
 	held := float64(lg.sum.On(l))
 	credit := budget - held
 	for _, e := range lg.entries[lg.head:] {
@@ -115,14 +123,14 @@ func (g *Governor) startCredit(now int64, l Limit, perUnit float64) float64 {
 		credit = min(credit, budget-held-float64(lg.agesOut(e)-now)/perUnit)
 		held -= float64(e.cost.On(l))
 	}
-	return max(min(credit, budget-float64(24*time.Hour)/perUnit), 0)
+	return max(min(credit, budget-float64(l.Period())/perUnit), 0)
 }
 
 // endPayBack ends a pacer's pay-back once its day is over. Its tat stays:
 // a backlog at the slower pace goes on at the even one from the slot it
 // had, with nothing more in hand.
 func (g *Governor) endPayBack(now int64) {
-	for _, l := range []Limit{RPD, TPD} {
+	for _, l := range longLimits {
 		if p := &g.pace[l]; p.payUntil != 0 && now >= p.payUntil {
 			p.payUntil = 0
 			g.setPacers()

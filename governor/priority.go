@@ -156,18 +156,17 @@ func (g *Governor) held(f *flow, l Limit, need, lim, now int64) int64 {
 // promoted flow f since it was promoted, and remembers the least. Only one
 // flow is promoted at a time: the governor remembers it for that one.
 func (g *Governor) heldSince(f *flow, l Limit, h int64) int64 {
-	i := 0
-	if l != RPD {
-		i = 1
-	}
 	p := &g.promoHeld
 	if p.f != f || p.ver != f.promoVer {
 		// Promoted anew (its line changed since): what was held before
 		// does not count.
-		p.f, p.ver, p.least = f, f.promoVer, [2]int64{never, never}
+		p.f, p.ver = f, f.promoVer
+		for i := range p.least {
+			p.least[i] = never
+		}
 	}
-	h = min(h, p.least[i])
-	p.least[i] = h
+	h = min(h, p.least[l])
+	p.least[l] = h
 	return h
 }
 
@@ -258,7 +257,7 @@ func (g *Governor) touch(f *flow) {
 // holdAs brings hot flow f's part of heldMax up to date with its call size.
 func (g *Governor) holdAs(f *flow) {
 	p := f.prio
-	for _, l := range [...]Limit{RPD, TPD} {
+	for _, l := range longLimits {
 		h := mulSat(p.call[l], priorityCalls)
 		g.heldMax[l] = addSat(subSat(g.heldMax[l], p.heldAs[l]), h)
 		p.heldAs[l] = h

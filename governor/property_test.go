@@ -48,7 +48,7 @@ type propFlow struct {
 func runProperty(t *testing.T, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 99))
 	var limits governor.Limits
-	for l := range governor.NumLimits {
+	for l := range governor.OTPM + 1 { // a provider's limits; budgets are sluice's
 		if rng.IntN(2) == 0 {
 			continue
 		}

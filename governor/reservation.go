@@ -22,6 +22,9 @@ type Reservation struct {
 	sent          int64 // its charge counts from then (admission, or Sent)
 	minSeq        uint64
 	daySeq        uint64
+	monSeq        uint64
+	fdaySeq       uint64 // on its flow's budget's ledgers
+	fmonSeq       uint64
 	usedAt        [NumLimits]int64 // what the governor had charged, this call included, when it was admitted
 	credit        float64          // what of its flow's credit it took (see priority.go)
 	queued        int64            // when it was reserved
@@ -123,9 +126,17 @@ func (r *Reservation) settle(now time.Time, used Cost, accepted bool) {
 	c := r.cost
 	if used.Input > 0 {
 		c.Input = min(used.Input, MaxCost)
+		c.Cached = min(max(used.Cached, 0), c.Input)
 	}
 	if g.cfg.SettleOutput && (used.Input != 0 || used.Output != 0) {
 		c.Output = min(max(used.Output, 0), r.cost.Output)
+	}
+	if !g.cfg.Price.IsZero() && (used.Input != 0 || used.Output != 0) {
+		// Money is what the call cost: its real output, whatever the
+		// provider's windows keep of it.
+		real := c
+		real.Output = min(max(used.Output, 0), r.cost.Output)
+		c.Money = g.cfg.Price.Of(real)
 	}
 	g.amend(r, c)
 	r.doneWithLease()
@@ -176,6 +187,14 @@ func (r *Reservation) Sent(now time.Time) {
 	g.day.amend(r.daySeq, r.cost, Cost{})
 	r.minSeq = g.minute.add(n, r.cost)
 	r.daySeq = g.day.add(n, r.cost)
+	if g.monthly() {
+		g.month.amend(r.monSeq, r.cost, Cost{})
+		r.monSeq = g.month.add(n, r.cost)
+	}
+	if fb := r.f.budget; fb != nil {
+		fb.amend(r.fdaySeq, r.fmonSeq, r.cost, Cost{})
+		r.fdaySeq, r.fmonSeq = fb.add(n, r.cost)
+	}
 	r.sent = n
 	r.sentOnLease(n)
 }
@@ -189,8 +208,9 @@ func (r *Reservation) Shrink(now time.Time, c Cost) bool {
 	g := r.g
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	c = g.priced(c)
 	if r.state != admitted || c.Requests > r.cost.Requests || c.Input > r.cost.Input || c.Output > r.cost.Output ||
-		c.Requests < 0 || c.Input < 0 || c.Output < 0 {
+		c.Money > r.cost.Money || c.Requests < 0 || c.Input < 0 || c.Output < 0 || c.Cached < 0 || c.Money < 0 {
 		return false
 	}
 	g.expire(now.UnixNano())
@@ -229,6 +249,12 @@ func (r *Reservation) Cancel(now time.Time) {
 func (g *Governor) amend(r *Reservation, c Cost) {
 	g.minute.amend(r.minSeq, r.cost, c)
 	g.day.amend(r.daySeq, r.cost, c)
+	if g.monthly() {
+		g.month.amend(r.monSeq, r.cost, c)
+	}
+	if fb := r.f.budget; fb != nil {
+		fb.amend(r.fdaySeq, r.fmonSeq, r.cost, c)
+	}
 	for l := range NumLimits {
 		if g.pace[l].on {
 			g.pace[l].giveBack(subSat(r.cost.On(l), c.On(l)))

@@ -326,6 +326,9 @@ func readUsage(v []byte, u *Usage) bool {
 			dst = &u.CompletionTokens
 		case strings.EqualFold(string(k), "total_tokens"):
 			dst = &u.TotalTokens
+		case strings.EqualFold(string(k), "prompt_tokens_details"):
+			ok = ok && readDetails(v, u)
+			return
 		default:
 			return
 		}
@@ -336,6 +339,26 @@ func readUsage(v []byte, u *Usage) bool {
 		ok = ok && err == nil
 		*dst = n
 	}) && ok
+}
+
+// readDetails reads a usage's prompt_tokens_details into u as
+// encoding/json would (see readUsage).
+func readDetails(v []byte, u *Usage) bool {
+	if string(v) == "null" {
+		return true
+	}
+	d := new(PromptTokensDetails)
+	ok := true
+	ok = jsonwalk.Object(v, func(k, v []byte) {
+		if !strings.EqualFold(string(k), "cached_tokens") || string(v) == "null" {
+			return
+		}
+		n, err := strconv.ParseInt(string(v), 10, 64)
+		ok = ok && err == nil
+		d.CachedTokens = n
+	}) && ok
+	u.PromptTokensDetails = d
+	return ok
 }
 
 // plain posts a non-streamed request body and returns the response with its

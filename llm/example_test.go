@@ -93,8 +93,8 @@ func ExampleEstimator_Cost() {
 	est.Observe("gpt-4o", 10, 12)
 	fmt.Printf("%+v\n", est.Cost(req))
 	// Output:
-	// {Requests:1 Input:10 Output:100}
-	// {Requests:1 Input:12 Output:100}
+	// {Requests:1 Input:10 Output:100 Cached:0 Money:0}
+	// {Requests:1 Input:12 Output:100 Cached:0 Money:0}
 }
 
 func ExampleClient_Chat() {
@@ -132,7 +132,7 @@ func ExampleClient_Chat() {
 	fmt.Printf("%s %+v\n", resp.Text(), resp.Usage.Governor())
 	fmt.Println("tpm left:", resp.Snapshot[governor.TPM].Remaining)
 	// Output:
-	// Hello. {Requests:0 Input:12 Output:2}
+	// Hello. {Requests:0 Input:12 Output:2 Cached:0 Money:0}
 	// tpm left: 7985
 }
 
@@ -167,7 +167,7 @@ func ExampleClient_ChatStream() {
 	fmt.Println("usage:", *s.Usage())
 	// Output:
 	// Hello.
-	// usage: {12 2 14}
+	// usage: {12 2 14 <nil>}
 }
 
 // A proxy reads the client's body, keeps what it does not model, and

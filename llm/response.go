@@ -12,12 +12,26 @@ type Usage struct {
 	PromptTokens     int64 `json:"prompt_tokens"`
 	CompletionTokens int64 `json:"completion_tokens"`
 	TotalTokens      int64 `json:"total_tokens"`
+	// PromptTokensDetails says, where the provider reports it (OpenAI,
+	// Groq), how many of the prompt's tokens were read from its cache,
+	// which some providers price lower.
+	PromptTokensDetails *PromptTokensDetails `json:"prompt_tokens_details,omitempty"`
+}
+
+// PromptTokensDetails is the part of a usage that details the prompt's tokens.
+type PromptTokensDetails struct {
+	CachedTokens int64 `json:"cached_tokens"`
 }
 
 // Governor returns the usage in the governor's terms, for settling a
-// reservation.
+// reservation: its prompt tokens as input, of which the cached ones (at
+// most all of them) as Cached, and its completion tokens as output.
 func (u Usage) Governor() governor.Cost {
-	return governor.Cost{Input: u.PromptTokens, Output: u.CompletionTokens}
+	c := governor.Cost{Input: u.PromptTokens, Output: u.CompletionTokens}
+	if d := u.PromptTokensDetails; d != nil {
+		c.Cached = min(max(d.CachedTokens, 0), max(u.PromptTokens, 0))
+	}
+	return c
 }
 
 // Choice is one completion of a response.

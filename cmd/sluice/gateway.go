@@ -40,6 +40,8 @@ type gatewayFile struct {
 	Upstream         string           `yaml:"upstream"`
 	Profile          string           `yaml:"profile"`
 	Limits           string           `yaml:"limits"`
+	Price            string           `yaml:"price"`
+	Budget           string           `yaml:"budget"`
 	Addr             string           `yaml:"addr"`
 	KeyEnv           string           `yaml:"key_env"`
 	Key              string           `yaml:"key_name"`
@@ -75,6 +77,7 @@ type gatewayFlow struct {
 	Weight           string `yaml:"weight"`
 	Priority         string `yaml:"priority"`
 	DefaultMaxTokens string `yaml:"default_max_tokens"`
+	Budget           string `yaml:"budget"`
 }
 
 // gatewayKeyFile names a client key by the environment variable holding it,
@@ -186,6 +189,7 @@ func runGateway(ctx context.Context, env *cli.Env, args []string) error {
 // gatewayFlags are the gateway command's flags.
 type gatewayFlags struct {
 	configF, upstream, profile, limitsF, addr, keyEnv, keyName, clientEnv, window, accounting, dbURL *string
+	price, budget                                                                                    *string
 	maxWait, keepPlace, lag, retryBase, dayBurst                                                     *time.Duration
 	maxParked, defMax, maxWaiting, maxFlowW                                                          *int
 	maxBody, maxWBytes                                                                               *int64
@@ -200,6 +204,8 @@ func addGatewayFlags(fs *flag.FlagSet) *gatewayFlags {
 		upstream:   fs.String("upstream", "", "the provider's OpenAI-compatible API root, e.g. https://api.groq.com/openai/v1 (required)"),
 		profile:    fs.String("profile", "openai", "how to read the provider's headers and errors: groq, openai or anthropic"),
 		limitsF:    fs.String("limits", "", "the key's limits, e.g. rpm=30,tpm=8000,tpd=200000,otpm=1000 (names: rpm rpd tpm tpd itpm otpm)"),
+		price:      fs.String("price", "", "what the key's model charges, in money per million tokens, e.g. input=0.59,output=0.79[,cached_input=0.30]: with it, /v1/flows and /metrics show spend, and --budget applies"),
+		budget:     fs.String("budget", "", "money the key's calls may cost, e.g. day=5.00,month=100 (in any 24 hours, in any 30 days; needs --price): a request is admitted on its worst-case price, and one that can never fit is refused naming the budget"),
 		addr:       fs.String("addr", "127.0.0.1:8080", "address to listen on (port 0 picks a free port); off loopback, client keys are required"),
 		keyEnv:     fs.String("key-env", "SLUICE_UPSTREAM_KEY", "`NAME` of the environment variable holding the provider key"),
 		keyName:    fs.String("key-name", "", "name of the key in /v1/flows, metrics and logs (default: the profile)"),
@@ -284,6 +290,15 @@ func (f *gatewayFlags) keyConfig(cfg *gateway.Config, refuse func(string, error)
 	if cfg.Limits, err = govtext.Limits(*f.limitsF); err != nil {
 		return refuse("limits", err)
 	}
+	if err := cfg.Price.UnmarshalText([]byte(*f.price)); err != nil {
+		return refuse("price", err)
+	}
+	if err := cfg.Budget.UnmarshalText([]byte(*f.budget)); err != nil {
+		return refuse("budget", err)
+	}
+	if err := cfg.Budget.Validate(cfg.Price); err != nil {
+		return refuse("budget", err)
+	}
 	if cfg.FixedWindows, err = govtext.Window(*f.window); err != nil {
 		return refuse("window", err)
 	}
@@ -322,6 +337,9 @@ func (f *gatewayFlags) clients(env *cli.Env, file gatewayFile, refuse func(strin
 			flow, err := newFlow(fl.Name, fl.Weight, fl.Priority, fl.DefaultMaxTokens)
 			if err != nil {
 				return refuse(fmt.Sprintf("flows[%d]", i), err)
+			}
+			if err := flow.Budget.UnmarshalText([]byte(fl.Budget)); err != nil {
+				return refuse(fmt.Sprintf("flows[%d].budget", i), err)
 			}
 			cfg.Flows = append(cfg.Flows, flow)
 		}

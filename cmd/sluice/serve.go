@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice"
+	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/cli"
 	"github.com/sluice-dev/sluice/internal/govtext"
 	"github.com/sluice-dev/sluice/internal/guard"
@@ -42,6 +43,8 @@ type serveFile struct {
 	ProviderURL      string   `yaml:"provider_url"`
 	Profile          string   `yaml:"profile"`
 	Limits           string   `yaml:"limits"`
+	Price            string   `yaml:"price"`
+	Budget           string   `yaml:"budget"`
 	APIKeyEnv        string   `yaml:"api_key_env"`
 	Model            string   `yaml:"model"`
 	RunTimeout       string   `yaml:"run_timeout"`
@@ -116,6 +119,8 @@ func addServeFlags(fs *flag.FlagSet) *serveFlags {
 	fs.StringVar(&f.app.ProviderURL, "provider-url", "http://127.0.0.1:8089/v1", "OpenAI-compatible base URL the pipeline's LLM calls go to")
 	fs.StringVar(&f.app.Profile, "profile", "groq", "provider profile: groq, openai or anthropic")
 	fs.StringVar(&f.app.Limits, "limits", "rpm=30,tpm=8000,tpd=200000,otpm=1000", "the key's limits, e.g. rpm=30,tpm=8000")
+	fs.StringVar(&f.app.Price, "price", "", "what the key's model charges, in money per million tokens, e.g. input=0.59,output=0.79[,cached_input=0.30]")
+	fs.StringVar(&f.app.Budget, "budget", "", "money the key's calls may cost, e.g. day=5.00,month=100 (in any 24 hours, in any 30 days; needs --price; not with --node): see docs/budgets.md")
 	fs.StringVar(&f.app.KeyEnv, "api-key-env", "", "environment variable holding the provider's API key (optional)")
 	fs.StringVar(&f.app.Model, "model", "sim-model", "model the pipeline asks for")
 	fs.DurationVar(&f.app.RunTimeout, "run-timeout", 10*time.Minute, "deadline of each run from its start; a run past it ends timed_out, naming the step it was in")
@@ -244,6 +249,20 @@ func (f *serveFlags) checkBounds(env *cli.Env, refuse func(string, error) error)
 	}
 	if _, err := govtext.Limits(o.Limits); err != nil {
 		return refuse("limits", err)
+	}
+	var price governor.Price
+	if err := price.UnmarshalText([]byte(o.Price)); err != nil {
+		return refuse("price", err)
+	}
+	var budget governor.Budget
+	if err := budget.UnmarshalText([]byte(o.Budget)); err != nil {
+		return refuse("budget", err)
+	}
+	if err := budget.Validate(price); err != nil {
+		return refuse("budget", err)
+	}
+	if !budget.IsZero() && o.Node != "" {
+		return refuse("budget", errors.New("a budget is kept by one process: with --node each process would spend it whole"))
 	}
 	if _, err := llm.ParseProfile(o.Profile); err != nil {
 		return refuse("profile", err)

@@ -61,6 +61,12 @@ type Config struct {
 	// Limits are the key's limits (0: the limit does not apply).
 	Limits governor.Limits
 
+	// Price is what the key's model charges, in money per million tokens;
+	// Budget what its calls may cost per day and per month (it needs a
+	// Price). Default: none.
+	Price  governor.Price
+	Budget governor.Budget
+
 	// Stopping, when it closes, tells the gateway its server stops: a
 	// request still waiting for admission is answered 503 with a
 	// Retry-After at once (it was never sent, and another process may
@@ -238,6 +244,10 @@ type Flow struct {
 	// DefaultMaxTokens is given to this flow's requests without max_tokens.
 	// Default: Config.DefaultMaxTokens.
 	DefaultMaxTokens int
+	// Budget is money the flow's requests may cost per day and month
+	// (it needs Config.Price); a client key bound to the flow has it as
+	// its own. Default: none.
+	Budget governor.Budget
 }
 
 // ClientKey is a key callers present to the gateway (not the provider key).
@@ -297,6 +307,9 @@ func (c Config) validate() error {
 	}
 	if c.DefaultMaxTokens < 0 {
 		return fmt.Errorf("gateway: default max_tokens %d is negative", c.DefaultMaxTokens)
+	}
+	if err := c.Budget.Validate(c.Price); err != nil {
+		return fmt.Errorf("gateway: %w", err)
 	}
 	if c.Speed < 0 || math.IsNaN(c.Speed) || math.IsInf(c.Speed, 0) {
 		return fmt.Errorf("gateway: speed must be a finite number ≥ 0, got %v", c.Speed)

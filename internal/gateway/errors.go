@@ -65,10 +65,25 @@ func badRequest(msg string) *apiError {
 // (llm.ChatRequest.MaxTokensName), and n its choices: each may produce
 // that many tokens.
 func tooLarge(p llm.Profile, model, field string, n int64, e *governor.TooLargeError) *apiError {
+	if e.Limit.Budget() {
+		// No provider words a budget of sluice's: the governor's own words,
+		// in money.
+		return &apiError{status: http.StatusRequestEntityTooLarge, typ: "invalid_request_error", code: "budget_too_small",
+			message: fmt.Sprintf("Request too large for the budget of %s of %s: it costs up to %s, the budget is %s. %s (sluice gateway: waiting never helps; the request was not sent)",
+				e.Limit.Title(), budgetOwner(e), governor.FormatMoney(e.Need), governor.FormatMoney(e.Max), hint(e, field, n))}
+	}
 	msg := p.TooLargeMessage("", model, e.Limit, e.Need, e.Max) + ". " + hint(e, field, n) +
 		" (sluice gateway: waiting never helps; the request was not sent)"
 	typ, code := p.TooLargeType(e.Limit)
 	return &apiError{status: http.StatusRequestEntityTooLarge, typ: typ, code: code, message: msg}
+}
+
+// budgetOwner names whose budget e is: a flow's (a client key's) or the key's.
+func budgetOwner(e *governor.TooLargeError) string {
+	if e.Flow != "" {
+		return fmt.Sprintf("flow %q", e.Flow)
+	}
+	return "key " + e.Key
 }
 
 // hint says what would make the request fit, as a sentence, naming its
@@ -98,7 +113,7 @@ func notAdmitted(p llm.Profile, flow string, maxWait, retryAfter time.Duration, 
 		waits += " Its place in line was not kept: " + unkept + "."
 	}
 	limit := governor.RPM // what holds it is its turn, a pause or a lease: the gateway's line of requests
-	if on.Kind == "limit" || on.Kind == "pacing" {
+	if on.Kind == "limit" || on.Kind == "pacing" || on.Kind == "budget" {
 		limit = on.Limit
 	}
 	e := rateLimited(p, limit, fmt.Sprintf("Rate limit reached: sluice gateway could not admit this request of flow %q within its max wait of %s.%s Please try again in %s.",

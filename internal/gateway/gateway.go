@@ -80,7 +80,7 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 	flows := make([]governor.FlowConfig, 0, len(cfg.Flows)+1)
 	byName := make(map[string]Flow, len(cfg.Flows)+1)
 	for _, f := range cfg.Flows {
-		flows = append(flows, governor.FlowConfig{Name: f.Name, Weight: f.Weight, Priority: f.Priority})
+		flows = append(flows, governor.FlowConfig{Name: f.Name, Weight: f.Weight, Priority: f.Priority, Budget: f.Budget})
 		byName[f.Name] = f
 	}
 	if _, ok := byName[DefaultFlow]; !ok {
@@ -152,7 +152,7 @@ func governorOf(ctx context.Context, cfg Config, flows []governor.FlowConfig) (*
 		}
 		return gov, nil, nil
 	}
-	gcfg := governor.Config{Key: cfg.Key, Limits: cfg.Limits, FixedWindows: cfg.FixedWindows,
+	gcfg := governor.Config{Key: cfg.Key, Limits: cfg.Budget.Limits(cfg.Limits), Price: cfg.Price, FixedWindows: cfg.FixedWindows,
 		SettleOutput: cfg.SettleOutput, Flows: flows, Now: cfg.Now, Speed: cfg.Speed, Journal: cfg.journal, Lag: max(cfg.Lag, 0), DayBurst: cfg.DayBurst, Logger: cfg.Logger}
 	if cfg.Store == nil {
 		gov, err := governor.New(gcfg)
@@ -321,8 +321,33 @@ func (g *Gateway) models(w http.ResponseWriter, r *http.Request, _ caller) {
 type FlowsView struct {
 	Key    string               `json:"key"`
 	Limits map[string]LimitView `json:"limits"`
-	Flows  []FlowView           `json:"flows"`
+	// Budget is the key's budget and what it spent in each period, in
+	// money; absent without one.
+	Budget *BudgetView `json:"budget,omitempty"`
+	Flows  []FlowView  `json:"flows"`
 }
+
+// BudgetView is a budget in money (the unit of the key's prices) and what
+// was spent in its period: day, any 24 hours; month, any 30 days. A period
+// without a budget is 0.
+type BudgetView struct {
+	Day        float64 `json:"day"`
+	Month      float64 `json:"month"`
+	SpentDay   float64 `json:"spent_day"`
+	SpentMonth float64 `json:"spent_month"`
+}
+
+// budgetView is the budget of allowances max and spend used (billionths,
+// MPD and MPM), nil when neither is set.
+func budgetView(max, used governor.Limits) *BudgetView {
+	if max[governor.MPD] == 0 && max[governor.MPM] == 0 {
+		return nil
+	}
+	return &BudgetView{Day: money(max[governor.MPD]), Month: money(max[governor.MPM]),
+		SpentDay: money(used[governor.MPD]), SpentMonth: money(used[governor.MPM])}
+}
+
+func money(nano int64) float64 { return float64(nano) / governor.Nano }
 
 // LimitView is one limit's state.
 type LimitView struct {
@@ -358,6 +383,11 @@ type FlowView struct {
 	Tokens map[string]int64 `json:"tokens"`
 	// Rejections counts provider rejections of the flow's calls by limit.
 	Rejections map[string]int64 `json:"rejections"`
+	// Spend is what the flow's calls cost since the gateway started, in
+	// money, on a key with a price; Budget is the flow's own budget (a
+	// client key's bound to it) and its spend in each period.
+	Spend  *float64    `json:"spend,omitempty"`
+	Budget *BudgetView `json:"budget,omitempty"`
 	// Cluster, on a process of a cluster (Config.ClusterFlows), is the
 	// flow on every process of it, this one too, and in total; the fields
 	// above are this process's own.
@@ -397,16 +427,26 @@ func (g *Gateway) Flows() FlowsView {
 	now := g.cfg.Now()
 	st := g.gov.Stats(now)
 	v := FlowsView{Key: st.Key, Limits: map[string]LimitView{}, Flows: make([]FlowView, 0, len(st.Flows))}
+	var max, used governor.Limits
 	for _, ls := range st.Limits {
-		if ls.Max > 0 {
+		switch {
+		case ls.Max == 0:
+		case ls.Limit.Budget():
+			max[ls.Limit], used[ls.Limit] = ls.Max, ls.Used
+		default:
 			v.Limits[ls.Limit.String()] = LimitView{Max: ls.Max, Used: ls.Used, Remaining: ls.Capacity}
 		}
 	}
+	v.Budget = budgetView(max, used)
 	for _, f := range st.Flows {
 		fv := FlowView{Flow: health.Flow{Name: f.Name, Done: f.Admitted, Remaining: int64(f.Waiting)},
 			Weight: f.Weight, Priority: f.Priority, Waiting: f.Waiting, Parked: f.Parked, Admitted: f.Admitted,
 			Tokens:     tokenMap(f.Tokens.Input, f.Tokens.Output),
-			Rejections: map[string]int64{}}
+			Rejections: map[string]int64{}, Budget: budgetView(f.Budget, f.Spent)}
+		if st.Priced {
+			spend := money(f.Tokens.Money)
+			fv.Spend = &spend
+		}
 		for l := range governor.NumLimits {
 			if n := f.Rejections[l]; n > 0 {
 				fv.Rejections[l.String()] = n

@@ -38,6 +38,18 @@ var (
 	flowWaitingOnDesc = prometheus.NewDesc("sluice_flow_waiting_on",
 		"1 for what holds the flow's first waiting call back (a limit such as tpm, tpd pacing, a provider pause, its turn); absent when nothing waits.",
 		[]string{"key", "flow", "on"}, nil)
+	budgetDesc = prometheus.NewDesc("sluice_budget",
+		"The key's budget in money (in the unit of its prices) per period: day (any 24 hours) or month (any 30 days).",
+		[]string{"key", "period"}, nil)
+	budgetSpentDesc = prometheus.NewDesc("sluice_budget_spent",
+		"Money the key's calls cost in the budget's period, as settled (worst case while a call is under way).",
+		[]string{"key", "period"}, nil)
+	budgetRemainingDesc = prometheus.NewDesc("sluice_budget_remaining",
+		"What is left of the key's budget in its period.",
+		[]string{"key", "period"}, nil)
+	flowSpendDesc = prometheus.NewDesc("sluice_flow_spend_total",
+		"Money the flow's calls cost since the process started (in the unit of the key's prices), as settled; absent for a key without a price.",
+		[]string{"key", "flow"}, nil)
 	refusalsDesc = prometheus.NewDesc("sluice_governor_refusals_total",
 		"Calls refused up front because they can never fit the limit, by flow and limit.",
 		[]string{"key", "flow", "limit"}, nil)
@@ -76,7 +88,7 @@ func (c *governorCollector) add(g *governor.Governor, now func() time.Time) erro
 
 func (c *governorCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{limitUsedDesc, limitCapacityDesc, limitRemainingDesc, limitResetDesc,
-		flowWaitingDesc, flowParkedDesc, flowShareDesc, flowWaitingOnDesc, refusalsDesc} {
+		budgetDesc, budgetSpentDesc, budgetRemainingDesc, flowSpendDesc, flowWaitingDesc, flowParkedDesc, flowShareDesc, flowWaitingOnDesc, refusalsDesc} {
 		ch <- d
 	}
 }
@@ -95,6 +107,13 @@ func (c *governorCollector) Collect(ch chan<- prometheus.Metric) {
 			if ls.Max == 0 {
 				continue
 			}
+			if ls.Limit.Budget() {
+				period := map[governor.Limit]string{governor.MPD: "day", governor.MPM: "month"}[ls.Limit]
+				gauge(budgetDesc, float64(ls.Max)/governor.Nano, w.key, period)
+				gauge(budgetSpentDesc, float64(ls.Used)/governor.Nano, w.key, period)
+				gauge(budgetRemainingDesc, float64(ls.Capacity)/governor.Nano, w.key, period)
+				continue
+			}
 			l := ls.Limit.String()
 			gauge(limitUsedDesc, float64(ls.Used), w.key, l)
 			gauge(limitCapacityDesc, float64(ls.Max), w.key, l)
@@ -105,6 +124,9 @@ func (c *governorCollector) Collect(ch chan<- prometheus.Metric) {
 			gauge(flowWaitingDesc, float64(f.Waiting), w.key, f.Name)
 			gauge(flowParkedDesc, float64(f.Parked), w.key, f.Name)
 			gauge(flowShareDesc, f.Share, w.key, f.Name)
+			if st.Priced {
+				ch <- prometheus.MustNewConstMetric(flowSpendDesc, prometheus.CounterValue, float64(f.Tokens.Money)/governor.Nano, w.key, f.Name)
+			}
 			if f.WaitingOn.Kind != "" {
 				gauge(flowWaitingOnDesc, 1, w.key, f.Name, f.WaitingOn.String())
 			}

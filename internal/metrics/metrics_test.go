@@ -320,3 +320,34 @@ func BenchmarkScrape(b *testing.B) {
 		}
 	}
 }
+
+// A key's budgets show in money, not among the limits, and each flow's
+// spend beside them.
+func TestBudgetSeries(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	g, err := governor.New(governor.Config{Key: "paid", Price: governor.Price{Input: 1, Output: 10}, Now: clock, DayBurst: -1,
+		Limits: governor.Budget{Day: 5, Month: 100}.Limits(governor.Limits{governor.TPM: 100_000})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New()
+	if err := s.AddGovernor(g, clock); err != nil {
+		t.Fatal(err)
+	}
+	r, err := g.Reserve(now, "summary", governor.Cost{Requests: 1, Input: 1000, Output: 2000}) // up to $0.021
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Advance(now)
+	r.Settle(now, governor.Cost{Input: 1000, Output: 500}) // $0.006
+	got := gather(t, s.Registry())
+	got.want(t, "sluice_budget", "key=paid,period=day", 5)
+	got.want(t, "sluice_budget", "key=paid,period=month", 100)
+	got.want(t, "sluice_budget_spent", "key=paid,period=day", 0.006)
+	got.want(t, "sluice_budget_remaining", "key=paid,period=month", 99.994)
+	got.want(t, "sluice_flow_spend_total", "flow=summary,key=paid", 0.006)
+	got.absent(t, "sluice_limit_capacity", "key=paid,limit=mpd")
+	got.want(t, "sluice_limit_capacity", "key=paid,limit=tpm", 100_000)
+}

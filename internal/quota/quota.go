@@ -29,6 +29,9 @@ type Ledger struct {
 	*governor.Governor
 	j     *journal
 	lease *leaser // nil unless one of a cluster
+	// keep is how old a charge is pruned: a day more than the governor
+	// restores.
+	keep time.Duration
 
 	mu      sync.Mutex // guards started and stopped
 	started bool
@@ -82,7 +85,8 @@ func Open(ctx context.Context, st store.Store, cfg governor.Config, qc Config) (
 		return nil, err
 	}
 	now := qc.Now()
-	saved, err := st.Charges(ctx, cfg.Key, now.Add(-24*time.Hour))
+	// A day of charges, or a month's under a budget per month.
+	saved, err := st.Charges(ctx, cfg.Key, now.Add(-g.Kept()))
 	if err != nil {
 		return nil, fmt.Errorf("quota %s: restore: %w", cfg.Key, err)
 	}
@@ -97,7 +101,7 @@ func Open(ctx context.Context, st store.Store, cfg governor.Config, qc Config) (
 		// Its calls go only on room of the leases its leaser takes.
 		g.Inside(govkey.Key{}).Leased()
 	}
-	l := &Ledger{Governor: g, j: j, stop: make(chan struct{}), done: make(chan struct{})}
+	l := &Ledger{Governor: g, j: j, keep: g.Kept() + 24*time.Hour, stop: make(chan struct{}), done: make(chan struct{})}
 	if qc.Cluster != nil {
 		l.lease = &leaser{cfg: cc, g: g, st: st, key: cfg.Key, now: qc.Now, lag: cfg.Lag}
 	}
@@ -105,7 +109,7 @@ func Open(ctx context.Context, st store.Store, cfg governor.Config, qc Config) (
 }
 
 // Start writes the journal every FlushEvery and prunes charges older than
-// two days every hour, until ctx ends or Stop. Charges recorded after the
+// two days (31 days under a budget per month) every hour, until ctx ends or Stop. Charges recorded after the
 // writer ends stay buffered until Flush or Stop. Starting again, or after
 // Stop, does nothing.
 func (l *Ledger) Start(ctx context.Context) {
@@ -134,7 +138,7 @@ func (l *Ledger) Start(ctx context.Context) {
 			case now := <-t.C:
 				_ = l.Flush(ctx) // kept in the buffer and retried on the next tick
 				if now.Sub(lastPrune) > time.Hour {
-					_, _ = l.j.st.PruneCharges(ctx, l.j.key, now.Add(-48*time.Hour))
+					_, _ = l.j.st.PruneCharges(ctx, l.j.key, now.Add(-l.keep))
 					if l.lease != nil {
 						_, _ = l.j.st.PruneLeases(ctx, l.j.key, l.lease.now().Add(-48*time.Hour))
 					}

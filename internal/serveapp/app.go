@@ -25,7 +25,11 @@ type Options struct {
 	// its base URL, profile (groq, openai or anthropic), limits
 	// (rpm=30,tpm=8000) and the variable holding its API key (empty: none).
 	ProviderURL, Profile, Limits, KeyEnv string
-	Model                                string
+	// Price and Budget are the key's price and budget as --price and
+	// --budget write them ("input=0.59,output=0.79", "day=5,month=100");
+	// empty: none.
+	Price, Budget string
+	Model         string
 	// Concurrency and Retries are the pipeline's (summarize.Config); 0:
 	// its defaults.
 	Concurrency, Retries  int
@@ -59,6 +63,14 @@ func New(ctx context.Context, getenv func(string) string, o Options) (*sluice.Ap
 	if err != nil {
 		return nil, fmt.Errorf("--profile: %w", err)
 	}
+	var price governor.Price
+	if err := price.UnmarshalText([]byte(o.Price)); err != nil {
+		return nil, fmt.Errorf("--price: %w", err)
+	}
+	var budget governor.Budget
+	if err := budget.UnmarshalText([]byte(o.Budget)); err != nil {
+		return nil, fmt.Errorf("--budget: %w", err)
+	}
 	key := ""
 	if o.KeyEnv != "" {
 		if key = getenv(o.KeyEnv); key == "" {
@@ -82,6 +94,8 @@ func New(ctx context.Context, getenv func(string) string, o Options) (*sluice.Ap
 			Name:     o.Profile,
 			LLM:      llm.Config{BaseURL: o.ProviderURL, APIKey: key, Profile: prof, Timeouts: o.Timeouts},
 			Limits:   ls,
+			Price:    price,
+			Budget:   budget,
 			DayBurst: o.DayBurst,
 		}},
 	})

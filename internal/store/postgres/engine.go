@@ -36,12 +36,12 @@ func chargeBatch(charges []store.Charge) ([]any, error) {
 	n := len(charges)
 	ids, flows := make([]string, n), make([]string, n)
 	ats := make([]time.Time, n)
-	requests, inputs, outputs := make([]int64, n), make([]int64, n), make([]int64, n)
+	requests, inputs, outputs, money := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 	for i, c := range charges {
 		ids[i], flows[i], ats[i] = c.ID, c.Flow, driver.Millis(c.At)
-		requests[i], inputs[i], outputs[i] = c.Cost.Requests, c.Cost.Input, c.Cost.Output
+		requests[i], inputs[i], outputs[i], money[i] = c.Cost.Requests, c.Cost.Input, c.Cost.Output, c.Cost.Money
 	}
-	return []any{ids, flows, ats, requests, inputs, outputs}, nil
+	return []any{ids, flows, ats, requests, inputs, outputs, money}, nil
 }
 
 // conn runs the store's statements on its pool.

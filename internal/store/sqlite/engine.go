@@ -43,9 +43,9 @@ var dialect = driver.Dialect{
 // rows, so the statement is parsed once per batch rather than once per
 // charge.
 func chargeBatch(charges []store.Charge) ([]any, error) {
-	rows := make([][6]any, len(charges))
+	rows := make([][7]any, len(charges))
 	for i, c := range charges {
-		rows[i] = [6]any{c.ID, c.Flow, c.At.UnixMilli(), c.Cost.Requests, c.Cost.Input, c.Cost.Output}
+		rows[i] = [7]any{c.ID, c.Flow, c.At.UnixMilli(), c.Cost.Requests, c.Cost.Input, c.Cost.Output, c.Cost.Money}
 	}
 	batch, err := json.Marshal(rows)
 	if err != nil {

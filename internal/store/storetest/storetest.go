@@ -418,7 +418,8 @@ func Exercise(t *testing.T, newDB NewDatabase) {
 		s := open(t)
 		in := []store.Charge{
 			{ID: "zero", At: base},
-			{ID: "big", Flow: "backfill", At: base, Cost: governor.Cost{Requests: 1 << 40, Input: 1<<62 + 7, Output: 1<<62 + 9}},
+			{ID: "big", Flow: "backfill", At: base, Cost: governor.Cost{Requests: 1 << 40, Input: 1<<62 + 7, Output: 1<<62 + 9, Money: 1<<62 + 11}},
+			{ID: "priced", Flow: "budget", At: base, Cost: governor.Cost{Requests: 1, Input: 1000, Output: 20, Money: 1_200_001}},
 			{ID: `quote'"; DROP TABLE sluice_quota_charges; --`, Flow: "フロー ✓", At: base},
 		}
 		key := `k'ey "with" quotes ✓`

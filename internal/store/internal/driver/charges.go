@@ -67,7 +67,7 @@ func (c QuotaCharges) Charges(ctx context.Context, key string, since time.Time) 
 	var out []store.Charge
 	err := c.conn.Query(ctx, c.sql["charges"], []any{key, c.stamp(since)}, func(r Row) error {
 		var ch store.Charge
-		if err := r.Scan(&ch.ID, &ch.Flow, timestamp{&ch.At}, &ch.Cost.Requests, &ch.Cost.Input, &ch.Cost.Output); err != nil {
+		if err := r.Scan(&ch.ID, &ch.Flow, timestamp{&ch.At}, &ch.Cost.Requests, &ch.Cost.Input, &ch.Cost.Output, &ch.Cost.Money); err != nil {
 			return err
 		}
 		out = append(out, ch)

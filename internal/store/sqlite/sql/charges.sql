@@ -1,4 +1,4 @@
-SELECT id, flow, at, requests, input, output
+SELECT id, flow, at, requests, input, output, money
 FROM sluice_quota_charges
 WHERE key = ?1 AND at >= ?2
 ORDER BY at, id;
