@@ -122,7 +122,7 @@ func TestBudgetConfigurationErrors(t *testing.T) {
 	}{
 		{sluice.Provider{Name: "k", Budget: sluice.Budget{Day: 5}}, "providers[0] (k): a budget needs the key's price"},
 		{sluice.Provider{Name: "k", Price: governor.Price{Input: 1}, Budget: sluice.Budget{Month: -1}}, "budget month -1: want an amount of money between 0 and"},
-		{sluice.Provider{Name: "k", Price: governor.Price{Output: 2e6}}, "Price.Output 2e+06 is not between 0 and"},
+		{sluice.Provider{Name: "k", Price: governor.Price{Output: 2e6}}, "price output 2e+06: want money per million tokens between 0 and"},
 	} {
 		_, err := sluice.New(context.Background(), sluice.Config{DatabaseURL: t.TempDir() + "/x.db", Providers: []sluice.Provider{tc.p}})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

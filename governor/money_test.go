@@ -40,7 +40,7 @@ func TestBudgetNeedsAPriceAndABoundedOne(t *testing.T) {
 	if _, err := New(Config{Key: "k", Limits: Limits{MPD: 5 * Nano}}); err == nil || !strings.Contains(err.Error(), "a budget (mpd=5.00) needs a Price") {
 		t.Fatalf("budget without price: %v", err)
 	}
-	if _, err := New(Config{Key: "k", Price: Price{Input: -1}}); err == nil || !strings.Contains(err.Error(), "Price.Input -1 is not between 0 and") {
+	if _, err := New(Config{Key: "k", Price: Price{Input: -1}}); err == nil || !strings.Contains(err.Error(), "price input -1: want money per million tokens between 0 and") {
 		t.Fatalf("negative price: %v", err)
 	}
 }

@@ -34,9 +34,9 @@ func (p Price) validate() error {
 	for _, f := range [...]struct {
 		name string
 		v    float64
-	}{{"Input", p.Input}, {"CachedInput", p.CachedInput}, {"Output", p.Output}} {
+	}{{"input", p.Input}, {"cached_input", p.CachedInput}, {"output", p.Output}} {
 		if !(f.v >= 0 && f.v <= MaxPrice) {
-			return fmt.Errorf("Price.%s %v is not between 0 and %v (money per million tokens)", f.name, f.v, float64(MaxPrice))
+			return fmt.Errorf("price %s %v: want money per million tokens between 0 and %v", f.name, f.v, float64(MaxPrice))
 		}
 	}
 	return nil
@@ -166,13 +166,8 @@ func (p *Price) UnmarshalText(text []byte) error {
 	if err != nil {
 		return err
 	}
-	for _, f := range [...]struct {
-		name string
-		v    float64
-	}{{"input", out.Input}, {"cached_input", out.CachedInput}, {"output", out.Output}} {
-		if !(f.v >= 0 && f.v <= MaxPrice) {
-			return fmt.Errorf("price %s %v: want money per million tokens between 0 and %v", f.name, f.v, float64(MaxPrice))
-		}
+	if err := out.validate(); err != nil {
+		return err
 	}
 	*p = out
 	return nil
