@@ -341,6 +341,9 @@ func (f *gatewayFlags) clients(env *cli.Env, file gatewayFile, refuse func(strin
 			if err := flow.Budget.UnmarshalText([]byte(fl.Budget)); err != nil {
 				return refuse(fmt.Sprintf("flows[%d].budget", i), err)
 			}
+			if err := flow.Budget.Validate(cfg.Price); err != nil {
+				return refuse(fmt.Sprintf("flows[%d].budget", i), fmt.Errorf("flow %q: %w", fl.Name, err))
+			}
 			cfg.Flows = append(cfg.Flows, flow)
 		}
 	}

@@ -268,6 +268,10 @@ func TestGatewayCommandErrors(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("upstream: http://127.0.0.1:1/v1\nlimts: rpm=1\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	unpriced := filepath.Join(t.TempDir(), "unpriced.yaml")
+	if err := os.WriteFile(unpriced, []byte("upstream: http://127.0.0.1:1/v1\nflows:\n  - {name: intern, budget: \"day=1\"}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -284,6 +288,7 @@ func TestGatewayCommandErrors(t *testing.T) {
 		{"budget among the limits", []string{"--upstream", "http://127.0.0.1:1/v1", "--limits", "mpd=5"}, 1, "limit mpd is a budget of money"},
 		{"bad profile", []string{"--upstream", "http://127.0.0.1:1/v1", "--profile", "azure"}, 1, "unknown profile"},
 		{"typo in the file", []string{"--config", bad}, 1, "limts"},
+		{"a flow's budget without a price", []string{"--config", unpriced}, 1, `flows[0].budget: flow "intern": a budget needs the key's price`},
 		{"open to the network without client keys", []string{"--upstream", "http://127.0.0.1:1/v1", "--addr", "0.0.0.0:0"}, 1, "without authentication: give client keys"},
 		{"bad upstream", []string{"--upstream", "ftp://x"}, 1, "not an http(s) URL"},
 	} {

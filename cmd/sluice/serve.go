@@ -197,6 +197,13 @@ func (f *serveFlags) check(env *cli.Env, fs *flag.FlagSet) (*servePlan, error) {
 		if p.gw, err = planServeGateway(env, file, refuse, f.flows, f.clientEnv, p.token); err != nil {
 			return nil, err
 		}
+		var price governor.Price
+		_ = price.UnmarshalText([]byte(f.app.Price)) // checked with the other bounds
+		for i, fl := range p.gw.flows {
+			if err := fl.Budget.Validate(price); err != nil {
+				return nil, refuse(fmt.Sprintf("flows[%d].budget", i), fmt.Errorf("flow %q: %w", fl.Name, err))
+			}
+		}
 		if err := checkMaxFlowParked(*f.maxParked); err != nil {
 			return nil, refuse("max-flow-parked", err)
 		}

@@ -109,6 +109,9 @@ func planServeGateway(env *cli.Env, file serveFile, refuse func(string, error) e
 			if err != nil {
 				return nil, refuse(fmt.Sprintf("flows[%d]", i), err)
 			}
+			if err := fl.Budget.UnmarshalText([]byte(f.Budget)); err != nil {
+				return nil, refuse(fmt.Sprintf("flows[%d].budget", i), err)
+			}
 			p.flows = append(p.flows, fl)
 		}
 	}
@@ -127,7 +130,7 @@ func (p *gatewayPlan) governorFlows() []governor.FlowConfig {
 	}
 	var out []governor.FlowConfig
 	for _, f := range p.flows {
-		out = append(out, governor.FlowConfig{Name: f.Name, Weight: f.Weight, Priority: f.Priority})
+		out = append(out, governor.FlowConfig{Name: f.Name, Weight: f.Weight, Priority: f.Priority, Budget: f.Budget})
 	}
 	if !slices.ContainsFunc(p.flows, func(f gateway.Flow) bool { return f.Name == gateway.DefaultFlow }) {
 		out = append(out, governor.FlowConfig{Name: gateway.DefaultFlow})
