@@ -1,7 +1,9 @@
 package governor
 
 import (
+	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -277,6 +279,20 @@ func TestPriceAndBudgetText(t *testing.T) {
 		if (want == "") != (err == nil) || err != nil && err.Error() != want {
 			t.Errorf("budget %q: error %v, want %q", in, err, want)
 		}
+	}
+	// In JSON (an app's recorded configuration) both go as their text.
+	type cfg struct {
+		Flows []FlowConfig
+		Price Price
+	}
+	in := cfg{Flows: []FlowConfig{{Name: "a", Budget: Budget{Day: 0.5}}, {Name: "b"}}, Price: Price{Input: 0.59, Output: 0.79}}
+	data, err := json.Marshal(in)
+	if err != nil || !strings.Contains(string(data), `"Budget":"day=0.5"`) || !strings.Contains(string(data), `"Price":"input=0.59,output=0.79"`) {
+		t.Fatalf("JSON %s, %v", data, err)
+	}
+	var out cfg
+	if err := json.Unmarshal(data, &out); err != nil || !reflect.DeepEqual(out, in) {
+		t.Fatalf("JSON read back %+v, %v; want %+v", out, err, in)
 	}
 	var ls Limits
 	if err := ls.UnmarshalText([]byte("tpm=100,mpd=5")); err == nil || !strings.Contains(err.Error(), "limit mpd is a budget of money: set it as a budget") {

@@ -152,6 +152,10 @@ func (b *Budget) UnmarshalText(text []byte) error {
 	return nil
 }
 
+// MarshalText writes b as UnmarshalText reads it, so a budget goes in
+// JSON and YAML as the text flags take: "day=5,month=100".
+func (b Budget) MarshalText() ([]byte, error) { return []byte(b.String()), nil }
+
 // String writes b as UnmarshalText reads it.
 func (b Budget) String() string {
 	return joinParts([]string{"day", "month"}, []float64{b.Day, b.Month})
@@ -172,6 +176,9 @@ func (p *Price) UnmarshalText(text []byte) error {
 	*p = out
 	return nil
 }
+
+// MarshalText writes p as UnmarshalText reads it.
+func (p Price) MarshalText() ([]byte, error) { return []byte(p.String()), nil }
 
 // String writes p as UnmarshalText reads it.
 func (p Price) String() string {
