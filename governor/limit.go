@@ -99,7 +99,9 @@ func (l Limit) MarshalText() ([]byte, error) {
 	return []byte(l.String()), nil
 }
 
-// UnmarshalText reads a limit name such as "tpm" (any case).
+// UnmarshalText reads a limit name such as "tpm" (any case). An unknown
+// name's error lists the provider's limits: a budget (mpd, mpm) is set as
+// a budget, not among them.
 func (l *Limit) UnmarshalText(b []byte) error {
 	ls := strings.ToLower(strings.TrimSpace(string(b)))
 	for i, n := range limitNames {
@@ -108,7 +110,7 @@ func (l *Limit) UnmarshalText(b []byte) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("unknown limit %q (want one of %s)", b, strings.Join(limitNames[:], ", "))
+	return fmt.Errorf("unknown limit %q (want one of %s)", b, strings.Join(limitNames[:OTPM+1], ", "))
 }
 
 // longLimits are the limits of a day or longer: paced, and with room held
