@@ -145,10 +145,7 @@ func (g *Governor) advance(now int64) int64 {
 			f, how = promoted, aheadOfTurn
 		}
 		r := f.queue[0]
-		at, on := g.fit(now, r.f, r.cost)
-		if on.Kind == "lease" {
-			g.wantLease()
-		}
+		at, on := g.admitAt(now, r.f, r.cost)
 		if at <= now {
 			g.admit(now, r, how)
 			admitted = true
@@ -229,9 +226,9 @@ func (g *Governor) backfill(now int64, head *Reservation, at int64, inTurn, head
 	wake, count := int64(never), 0
 	for _, f := range cand[:n] {
 		r := f.queue[0]
-		t := g.admitAt(now, f, r.cost)
+		t, _ := g.admitAt(now, f, r.cost)
 		if t == never && g.recheck(now, r.cost) {
-			t = g.admitAt(now, f, r.cost)
+			t, _ = g.admitAt(now, f, r.cost)
 		}
 		if t == never {
 			if err := g.check(now, r.cost); err != nil {
@@ -419,18 +416,18 @@ func (g *Governor) fit(now int64, f *flow, c Cost) (int64, Blocker) {
 	return at, b
 }
 
-// admitAt is fitAt for an attempt to admit the call: a call that waits
+// admitAt is fit for an attempt to admit the call: a call that waits
 // only for room on a lease tells the grant loop (see LeaseWanted). fit
 // itself tells no one, as what only looks calls it too — Demand, which
 // the grant loop calls when told, and Stats, Blocker, EstimateWait: told
 // by Demand, the grant loop would wake itself and take lease after lease
 // while nothing waits for the store's room any more than it did.
-func (g *Governor) admitAt(now int64, f *flow, c Cost) int64 {
+func (g *Governor) admitAt(now int64, f *flow, c Cost) (int64, Blocker) {
 	at, b := g.fit(now, f, c)
 	if b.Kind == "lease" {
 		g.wantLease()
 	}
-	return at
+	return at, b
 }
 
 // admission says how a call is admitted.

@@ -217,7 +217,10 @@ func (g *Governor) prompt(now int64, promoted *flow) bool {
 		seen++
 		for len(f.queue) > 0 && (g.active.Len() == 0 || g.active.flows[0] != f) {
 			r := f.queue[0]
-			if !g.onCredit(f, now, r.size) || g.admitAt(now, f, r.cost) > now {
+			if !g.onCredit(f, now, r.size) {
+				break
+			}
+			if t, _ := g.admitAt(now, f, r.cost); t > now {
 				break
 			}
 			if head != nil && head.f != f && g.delays(now, head, at, f, r.cost) {

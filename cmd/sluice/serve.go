@@ -98,6 +98,7 @@ type serveFlags struct {
 	maxEvent                          int64
 	outputLimit                       int
 	app                               serveapp.Options // but Logger, Flows and StopGrace
+	price                             governor.Price   // app.Price read, by checkBounds
 	metricsTokenEnv, clientEnv        string
 	withGateway                       bool
 	maxParked                         *int
@@ -197,10 +198,8 @@ func (f *serveFlags) check(env *cli.Env, fs *flag.FlagSet) (*servePlan, error) {
 		if p.gw, err = planServeGateway(env, file, refuse, f.flows, f.clientEnv, p.token); err != nil {
 			return nil, err
 		}
-		var price governor.Price
-		_ = price.UnmarshalText([]byte(f.app.Price)) // checked with the other bounds
 		for i, fl := range p.gw.flows {
-			if err := fl.Budget.Validate(price); err != nil {
+			if err := fl.Budget.Validate(f.price); err != nil {
 				return nil, refuse(fmt.Sprintf("flows[%d].budget", i), fmt.Errorf("flow %q: %w", fl.Name, err))
 			}
 		}
@@ -257,15 +256,14 @@ func (f *serveFlags) checkBounds(env *cli.Env, refuse func(string, error) error)
 	if _, err := govtext.Limits(o.Limits); err != nil {
 		return refuse("limits", err)
 	}
-	var price governor.Price
-	if err := price.UnmarshalText([]byte(o.Price)); err != nil {
+	if err := f.price.UnmarshalText([]byte(o.Price)); err != nil {
 		return refuse("price", err)
 	}
 	var budget governor.Budget
 	if err := budget.UnmarshalText([]byte(o.Budget)); err != nil {
 		return refuse("budget", err)
 	}
-	if err := budget.Validate(price); err != nil {
+	if err := budget.Validate(f.price); err != nil {
 		return refuse("budget", err)
 	}
 	if !budget.IsZero() && o.Node != "" {

@@ -337,14 +337,14 @@ type BudgetView struct {
 	SpentMonth float64 `json:"spent_month"`
 }
 
-// budgetView is the budget of allowances max and spend used (billionths,
-// MPD and MPM), nil when neither is set.
-func budgetView(max, used governor.Limits) *BudgetView {
-	if max[governor.MPD] == 0 && max[governor.MPM] == 0 {
+// budgetView is the budget of allowances budget and spend spent
+// (billionths, MPD and MPM), nil when neither is set.
+func budgetView(budget, spent governor.Limits) *BudgetView {
+	if budget[governor.MPD] == 0 && budget[governor.MPM] == 0 {
 		return nil
 	}
-	return &BudgetView{Day: money(max[governor.MPD]), Month: money(max[governor.MPM]),
-		SpentDay: money(used[governor.MPD]), SpentMonth: money(used[governor.MPM])}
+	return &BudgetView{Day: money(budget[governor.MPD]), Month: money(budget[governor.MPM]),
+		SpentDay: money(spent[governor.MPD]), SpentMonth: money(spent[governor.MPM])}
 }
 
 func money(nano int64) float64 { return float64(nano) / governor.Nano }
@@ -427,17 +427,17 @@ func (g *Gateway) Flows() FlowsView {
 	now := g.cfg.Now()
 	st := g.gov.Stats(now)
 	v := FlowsView{Key: st.Key, Limits: map[string]LimitView{}, Flows: make([]FlowView, 0, len(st.Flows))}
-	var max, used governor.Limits
+	var budget, spent governor.Limits
 	for _, ls := range st.Limits {
 		switch {
 		case ls.Max == 0:
 		case ls.Limit.Budget():
-			max[ls.Limit], used[ls.Limit] = ls.Max, ls.Used
+			budget[ls.Limit], spent[ls.Limit] = ls.Max, ls.Used
 		default:
 			v.Limits[ls.Limit.String()] = LimitView{Max: ls.Max, Used: ls.Used, Remaining: ls.Capacity}
 		}
 	}
-	v.Budget = budgetView(max, used)
+	v.Budget = budgetView(budget, spent)
 	for _, f := range st.Flows {
 		fv := FlowView{Flow: health.Flow{Name: f.Name, Done: f.Admitted, Remaining: int64(f.Waiting)},
 			Weight: f.Weight, Priority: f.Priority, Waiting: f.Waiting, Parked: f.Parked, Admitted: f.Admitted,

@@ -108,7 +108,10 @@ func (c *governorCollector) Collect(ch chan<- prometheus.Metric) {
 				continue
 			}
 			if ls.Limit.Budget() {
-				period := map[governor.Limit]string{governor.MPD: "day", governor.MPM: "month"}[ls.Limit]
+				period := "day"
+				if ls.Limit == governor.MPM {
+					period = "month"
+				}
 				gauge(budgetDesc, float64(ls.Max)/governor.Nano, w.key, period)
 				gauge(budgetSpentDesc, float64(ls.Used)/governor.Nano, w.key, period)
 				gauge(budgetRemainingDesc, float64(ls.Capacity)/governor.Nano, w.key, period)
