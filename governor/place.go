@@ -235,7 +235,7 @@ func (g *Governor) EstimateFor(now time.Time, flow string, c Cost) time.Duration
 	g.expire(n)
 	g.lapse(n)
 	f := g.known(flow)
-	return g.estimate(n, f, nil, g.startOf(f, n), c)
+	return g.estimate(n, f, nil, g.startOf(f, n), g.priced(c))
 }
 
 // outlook is what a flow can expect of the key now, for a caller deciding
