@@ -62,9 +62,9 @@ func RegisterBackfill[T any](app *App, b Backfill[T]) error {
 	if b.Load == nil || b.Request == nil || b.Save == nil {
 		return fmt.Errorf("backfill %s: Load, Request and Save are required", b.ID)
 	}
-	p, ok := app.providers[cmp.Or(b.Provider, app.first)]
-	if !ok {
-		return fmt.Errorf("backfill %s: unknown provider %q", b.ID, cmp.Or(b.Provider, app.first))
+	p := app.caller(b.Provider)
+	if p == nil {
+		return fmt.Errorf("backfill %s: unknown provider or route %q", b.ID, cmp.Or(b.Provider, app.first))
 	}
 	typed := func(items []backfill.Item) ([]Item[T], error) {
 		out := make([]Item[T], len(items))
@@ -123,8 +123,9 @@ func RegisterBackfill[T any](app *App, b Backfill[T]) error {
 	}
 	app.thresholds[b.ID] = cmp.Or(b.StallAfter, backfill.DefaultStallAfter)
 	flow := cmp.Or(b.Flow, b.ID)
-	app.quotas[b.ID] = func(now time.Time) health.Quota { return health.QuotaOf(p.Governor, flow, now) }
-	app.counters[b.ID] = func(now time.Time) health.Counters { return health.CountersOf(p.Governor, flow, now) }
+	gov := p.Primary().Governor // a route's health reads its first target's
+	app.quotas[b.ID] = func(now time.Time) health.Quota { return health.QuotaOf(gov, flow, now) }
+	app.counters[b.ID] = func(now time.Time) health.Counters { return health.CountersOf(gov, flow, now) }
 	app.inFlight[b.ID] = func() health.InFlight {
 		st, _ := app.backfills.InFlight(b.ID)
 		return health.InFlight{Calls: st.InFlight, Target: st.Target, LimitedBy: st.LimitedBy}

@@ -13,6 +13,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/engine"
 	"github.com/sluice-dev/sluice/internal/health"
 	"github.com/sluice-dev/sluice/internal/quota"
+	"github.com/sluice-dev/sluice/internal/route"
 	"github.com/sluice-dev/sluice/llm"
 )
 
@@ -29,6 +30,12 @@ type Config struct {
 	// first is the default; a function picks another with
 	// FunctionConfig.Provider.
 	Providers []Provider
+
+	// Routes let a function or backfill draw on several providers (keys
+	// and models): a route's name goes where a provider's does
+	// (FunctionConfig.Provider, Backfill.Provider), and each call runs on
+	// one of its targets, chosen before admission (see Route).
+	Routes []Route
 
 	// Flows configure the flows functions draw on (weight and priority of
 	// their share of every provider key). A flow not listed gets weight 1
@@ -138,7 +145,13 @@ type Provider struct {
 	// LLM configures the client: base URL, API key, profile (groq, openai,
 	// anthropic), default max_tokens.
 	LLM llm.Config
+	// Model is the model the key's calls use when it is a route's target:
+	// a route sets each call's model to its target's. Default: the
+	// request's own.
+	Model string
 	// Limits are the key's limits (rpm rpd tpm tpd itpm otpm); 0 = none.
+	// Where a provider limits each model apart (Groq), give each model a
+	// Provider of its own, with the same LLM config and its Model.
 	Limits governor.Limits
 	// Price is what the key's model charges, in money per million tokens
 	// (input, cached input, output). With a price, every call's cost in
@@ -166,6 +179,37 @@ type Provider struct {
 	Lag time.Duration
 }
 
+// Route is a way for calls over several providers: each call runs on one
+// target, chosen before admission — by default the cheapest (at the
+// providers' prices; an unpriced one costs nothing, ties in the order
+// listed) whose governor expects to admit it within MaxWait, else the one
+// that would admit it soonest. A target whose calls fail (5xx, overload,
+// timeouts, closed connections) Failures times in a row is left out for
+// Cooldown, then gets one call to show it is back (out twice as long each
+// time that call fails, up to 5 minutes); a target that refuses with a
+// limit it cannot wait out is left while its governor expects the wait. A
+// call never runs on two targets: one that fails is retried by its class,
+// and the retry is routed again. The response names its target
+// (llm.ChatResponse.Target). See docs/routing.md.
+type Route struct {
+	// Name is what functions and backfills name the route by; it may not
+	// be a provider's name.
+	Name string
+	// Targets are provider names (Config.Providers), in order of
+	// preference.
+	Targets []string
+	// InOrder ranks the targets in the order listed, whatever they cost:
+	// a fixed primary and its fallbacks.
+	InOrder bool
+	// MaxWait is how long a call may wait for a better-ranked target
+	// before a later one is used (default 30s; negative: not at all).
+	MaxWait time.Duration
+	// Failures and Cooldown say when a failing target is left out, and for
+	// how long at first (defaults 3 and 30s).
+	Failures int
+	Cooldown time.Duration
+}
+
 // Budget is money a key's calls may cost, per day and per month (see
 // governor.Budget).
 type Budget = governor.Budget
@@ -183,6 +227,33 @@ func (c Config) validate() error {
 		}
 		if c.Cluster != nil && (p.Budget.Day > 0 || p.Budget.Month > 0) {
 			return fmt.Errorf("providers[%d] (%s): a budget is kept by one process; with Cluster set each process would spend it whole", i, name)
+		}
+	}
+	for i, r := range c.Routes {
+		switch {
+		case r.Name == "":
+			return fmt.Errorf("routes[%d]: no name", i)
+		case seen[r.Name]:
+			return fmt.Errorf("routes[%d]: name %q is already a provider's or a route's", i, r.Name)
+		case len(r.Targets) == 0:
+			return fmt.Errorf("routes[%d] (%s): no targets", i, r.Name)
+		case r.MaxWait > route.MaxDuration || r.Cooldown > route.MaxDuration:
+			return fmt.Errorf("routes[%d] (%s): a wait over %v", i, r.Name, route.MaxDuration)
+		case r.Cooldown < 0:
+			return fmt.Errorf("routes[%d] (%s): cooldown %v is negative", i, r.Name, r.Cooldown)
+		case r.Failures < 0 || r.Failures > 1000:
+			return fmt.Errorf("routes[%d] (%s): failures %d: want 1 to 1000 (0 means 3)", i, r.Name, r.Failures)
+		}
+		seen[r.Name] = true
+		targets := map[string]bool{}
+		for _, t := range r.Targets {
+			if targets[t] {
+				return fmt.Errorf("routes[%d] (%s): target %q listed twice", i, r.Name, t)
+			}
+			targets[t] = true
+			if !slices.ContainsFunc(c.Providers, func(p Provider) bool { return cmp.Or(p.Name, defaultProviderName) == t }) {
+				return fmt.Errorf("routes[%d] (%s): target %q is no provider's name", i, r.Name, t)
+			}
 		}
 	}
 	for _, d := range []struct {

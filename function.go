@@ -48,8 +48,8 @@ func Register[T, R any](app *App, cfg run.Function, handler func(ctx *Context, e
 		return fmt.Errorf("function %s: handler is nil", cfg.ID)
 	}
 	if cfg.Provider != "" {
-		if _, ok := app.providers[cfg.Provider]; !ok {
-			return fmt.Errorf("function %s: unknown provider %q", cfg.ID, cfg.Provider)
+		if app.caller(cfg.Provider) == nil {
+			return fmt.Errorf("function %s: unknown provider or route %q", cfg.ID, cfg.Provider)
 		}
 	}
 	f := &engine.Function{Function: cfg}

@@ -15,6 +15,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/health"
 	"github.com/sluice-dev/sluice/internal/metrics"
 	"github.com/sluice-dev/sluice/internal/quota"
+	"github.com/sluice-dev/sluice/internal/route"
 	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/llm"
 	"github.com/sluice-dev/sluice/run"
@@ -32,6 +33,8 @@ type App struct {
 	st        store.Store // opened by New, closed by Stop after the engine
 	e         *engine.Engine
 	providers map[string]*engine.Provider
+	routes    map[string]*engine.Route
+	models    map[string]string // by provider name, Provider.Model
 	ledgers   []*quota.Ledger
 	clusters  map[string]*quota.Ledger // by provider name, the ledgers of a cluster
 	backfills *backfill.Set
@@ -96,6 +99,12 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		}
 		if i == 0 {
 			a.first = p.Name
+		}
+	}
+	for _, r := range cfg.Routes {
+		if err := a.addRoute(r); err != nil {
+			_ = a.shutdown(time.Second)
+			return nil, err
 		}
 	}
 	if err := a.watchMetrics(); err != nil {
@@ -178,8 +187,52 @@ func (a *App) addProvider(ctx context.Context, p Provider) error {
 	if err != nil {
 		return err
 	}
+	if p.Model != "" {
+		if a.models == nil {
+			a.models = map[string]string{}
+		}
+		a.models[name] = p.Model
+	}
 	a.providers[name] = &engine.Provider{Name: name, Client: client, Governor: ledger.Governor, Estimator: est, MaxInlineWait: cfg.MaxInlineWait, Logger: a.e.Logger(),
 		Now: now, Speed: cfg.Speed}
+	return nil
+}
+
+// addRoute builds r's router over its targets' governors.
+func (a *App) addRoute(r Route) error {
+	rc := route.Config{Name: r.Name, MaxWait: r.MaxWait, Failures: r.Failures, Cooldown: r.Cooldown}
+	if r.InOrder {
+		rc.Rule = route.Ordered
+	}
+	er := &engine.Route{Name: r.Name, Now: a.cfg.Now}
+	for _, name := range r.Targets {
+		p := a.providers[name]
+		rc.Targets = append(rc.Targets, route.Target{Name: name, Governor: p.Governor})
+		er.Targets = append(er.Targets, p)
+		er.Models = append(er.Models, a.models[name])
+	}
+	router, err := route.New(rc)
+	if err != nil {
+		return err
+	}
+	er.Router = router
+	if a.routes == nil {
+		a.routes = map[string]*engine.Route{}
+	}
+	a.routes[r.Name] = er
+	return nil
+}
+
+// caller is the provider or route named name (the first provider for
+// ""), or nil.
+func (a *App) caller(name string) engine.Caller {
+	name = cmp.Or(name, a.first)
+	if p := a.providers[name]; p != nil {
+		return p
+	}
+	if r := a.routes[name]; r != nil {
+		return r
+	}
 	return nil
 }
 

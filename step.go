@@ -57,7 +57,7 @@ func Transaction[R any](ctx *Context, name string, fn func(ctx context.Context, 
 // first byte, whole call); a call past one is retried with backoff.
 // CallTimeouts overrides them for this call.
 func LLM(ctx *Context, name string, req *llm.ChatRequest, opts ...CallOption) (*llm.ChatResponse, error) {
-	p := ctx.app.providers[ctx.providerName]
+	p := ctx.app.caller(ctx.providerName)
 	if p == nil {
 		return nil, NonRetriable(errNoProvider)
 	}

@@ -49,6 +49,14 @@ type ChatResponse struct {
 	Choices []Choice `json:"choices"`
 	Usage   Usage    `json:"usage"`
 
+	// Target names the provider key (sluice's name for it, never the
+	// secret) the call ran on, and Cost what it cost there with the real
+	// usage at that key's price, in billionths of the unit of money (0
+	// without a price): a governed call sets both, and a durable step
+	// records them with the response.
+	Target string `json:"sluice_target,omitempty"`
+	Cost   int64  `json:"sluice_cost,omitempty"`
+
 	// Snapshot is what the response headers said about the key's limits.
 	Snapshot governor.Snapshot `json:"-"`
 	// Header is the response's header.

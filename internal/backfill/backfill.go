@@ -195,9 +195,10 @@ func NewSet(e *engine.Engine, rec Records, log *slog.Logger, now func() time.Tim
 type backfill struct {
 	Config
 	set      *Set
-	provider *engine.Provider
-	then     []string // backfills that run after this one
-	win      *window  // how many calls to keep going at once
+	caller   engine.Caller    // where the calls go: a provider or a route
+	provider *engine.Provider // caller's primary: it sizes the batches
+	then     []string         // backfills that run after this one
+	win      *window          // how many calls to keep going at once
 }
 
 // EventName is the event that starts a run of backfill id.
@@ -206,8 +207,9 @@ func EventName(id string) string { return "sluice/backfill/" + id }
 // FunctionID is the engine function of backfill id.
 func FunctionID(id string) string { return "backfill:" + id }
 
-// Add registers a backfill whose calls go to p. Add before Start.
-func (s *Set) Add(c Config, p *engine.Provider) error {
+// Add registers a backfill whose calls go to p, a provider or a route
+// (whose first target sizes the batches). Add before Start.
+func (s *Set) Add(c Config, p engine.Caller) error {
 	for name, d := range map[string]time.Duration{"within": c.Within, "stall after": c.StallAfter, "retry after": c.RetryAfter, "poll": c.Poll} {
 		if d < 0 {
 			return fmt.Errorf("backfill %s: %s %s is negative", c.ID, name, d)
@@ -222,15 +224,27 @@ func (s *Set) Add(c Config, p *engine.Provider) error {
 	if err := c.validate(); err != nil {
 		return err
 	}
-	if p == nil {
+	if p == nil || p == (*engine.Provider)(nil) {
 		return fmt.Errorf("backfill %s: no LLM provider is configured", c.ID)
 	}
 	if _, dup := s.byID[c.ID]; dup {
 		return fmt.Errorf("backfill %s: already registered", c.ID)
 	}
-	b := &backfill{Config: c, set: s, provider: p}
-	gov, flow := p.Governor, c.Flow
-	b.win = newWindow(c.InFlight, s.now, func(now time.Time) float64 { return quotaRate(gov, flow, now) })
+	b := &backfill{Config: c, set: s, caller: p, provider: p.Primary()}
+	ps, flow := p.Providers(), c.Flow
+	b.win = newWindow(c.InFlight, s.now, func(now time.Time) float64 {
+		// a route's calls can go to any target: the rates add up (0: a
+		// target without limits, so none)
+		var sum float64
+		for _, p := range ps {
+			r := quotaRate(p.Governor, flow, now)
+			if r == 0 {
+				return 0
+			}
+			sum += r
+		}
+		return sum
+	})
 	f := &engine.Function{Function: run.Function{
 		ID:          FunctionID(c.ID),
 		Event:       EventName(c.ID),

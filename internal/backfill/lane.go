@@ -210,7 +210,7 @@ func (b *backfill) batch(r *engine.Run, prefix string, i int, in laneInput, item
 			return sv, fmt.Errorf("build the request of batch %d: %w", i, err), nil
 		}
 		c := b.win.begin()
-		resp, err := engine.ObservedLLM(r, fmt.Sprintf("%scall-%d", prefix, i), b.provider, req, llm.Timeouts{}, c)
+		resp, err := engine.ObservedLLM(r, fmt.Sprintf("%scall-%d", prefix, i), b.caller, req, llm.Timeouts{}, c)
 		c.end()
 		if err != nil {
 			return sv, nil, err

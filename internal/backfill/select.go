@@ -194,7 +194,7 @@ func (b *backfill) size(items []Item) (int, string, error) {
 		}
 	}
 	for {
-		err = b.provider.Governor.Check(c)
+		err = b.caller.Check(c)
 		if err == nil {
 			return n, "", nil
 		}

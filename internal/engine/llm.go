@@ -48,7 +48,7 @@ type Provider struct {
 //
 // Fields set in t override the provider client's deadlines for this call
 // (llm.WithTimeouts); the zero value keeps them.
-func LLM(r *Run, name string, p *Provider, req *llm.ChatRequest, t llm.Timeouts) (*llm.ChatResponse, error) {
+func LLM(r *Run, name string, p Caller, req *llm.ChatRequest, t llm.Timeouts) (*llm.ChatResponse, error) {
 	return ObservedLLM(r, name, p, req, t, nil)
 }
 
@@ -72,8 +72,8 @@ type observerKey struct{}
 
 // ObservedLLM is LLM, telling o (if not nil) how each attempt's call goes.
 // A replay of a recorded call tells it nothing.
-func ObservedLLM(r *Run, name string, p *Provider, req *llm.ChatRequest, t llm.Timeouts, o CallObserver) (*llm.ChatResponse, error) {
-	if p == nil {
+func ObservedLLM(r *Run, name string, p Caller, req *llm.ChatRequest, t llm.Timeouts, o CallObserver) (*llm.ChatResponse, error) {
+	if p == nil || p == (*Provider)(nil) {
 		return nil, fmt.Errorf("step %s: no provider configured for LLM calls", name)
 	}
 	flow := r.fn.Flow
@@ -158,6 +158,7 @@ func (p *Provider) Call(ctx context.Context, flow string, req *llm.ChatRequest) 
 	}
 	llm.Feedback(t, p.Governor, res, resp.Usage.Governor(), resp.Snapshot, nil)
 	fm.Settled(res.Cost())
+	resp.Target, resp.Cost = p.Name, res.Cost().Money
 	p.Estimator.Observe(req.Model, cost.Input, resp.Usage.PromptTokens)
 	return resp, nil
 }
