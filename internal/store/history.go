@@ -73,6 +73,34 @@ type Sample struct {
 	// back nil, a non-empty one as recorded, zero counts included.
 	Rejections map[string]int64
 	Refusals   map[string]int64
+	// Money is what the flow's calls cost in the interval, in billionths
+	// of the unit of its key's prices (governor.Nano); 0 on a key without
+	// a price.
+	Money int64
+	// Priced says the flow's key had a price at At: Money is what its
+	// calls cost, and budgets in money can apply.
+	Priced bool
+	// Budgets are the budgets in money that applied to the flow at At,
+	// each with what it had counted then: the flow's own and its key's.
+	// Nil and empty are the same: an empty list comes back nil.
+	Budgets []SampleBudget
+}
+
+// SampleBudget is a budget in money that applied to a sample's flow at the
+// sample's At, and what it had counted by then, in billionths of the unit
+// of the key's prices (governor.Nano).
+type SampleBudget struct {
+	// Limit is the budget as the governor's limit: "mpd" (any 24 hours)
+	// or "mpm" (any 30 days). A name, bounded as a limit's name is.
+	Limit string `json:"limit"`
+	// Key says it is the budget of the flow's provider key, which all the
+	// key's flows share; false: the flow's own (governor.FlowConfig.Budget).
+	Key bool `json:"key,omitempty"`
+	// Max is the budget; Spent what it counted at At: the flow's calls in
+	// the budget's period for the flow's own, all the key's flows' for the
+	// key's. Neither is negative.
+	Max   int64 `json:"max"`
+	Spent int64 `json:"spent"`
 }
 
 // NewConfigVersion returns the version of config (JSON) and code recorded

@@ -277,14 +277,15 @@ type Store interface {
 	// RecordSamples records samples in one transaction. A sample with the
 	// same (Flow, Source, At) as one recorded — another process's of the
 	// same source, in the same millisecond — is added to it: Done,
-	// Admitted, Tokens and each limit's Rejections and Refusals are the
-	// sums of both (at most the largest int64), as what the processes did
-	// adds up; State, Reason and Remaining, how things stood at At, are
-	// the later one's. Within one call, samples of one (Flow, Source, At)
-	// are added up so in the order given, as if recorded one by one. No
-	// samples is a no-op. A negative count, an empty Flow or Source, a zero
-	// At, an empty limit name in Rejections or Refusals, or a name the
-	// bounds above refuse is an error that writes nothing.
+	// Admitted, Tokens, Money and each limit's Rejections and Refusals are
+	// the sums of both (at most the largest int64), as what the processes
+	// did adds up; Priced is either's; State, Reason, Remaining and
+	// Budgets, how things stood at At, are the later one's. Within one
+	// call, samples of one (Flow, Source, At) are added up so in the order
+	// given, as if recorded one by one. No samples is a no-op. A negative
+	// count, amount of money or budget, an empty Flow or Source, a zero
+	// At, an empty limit name in Rejections, Refusals or Budgets, or a name
+	// the bounds above refuse is an error that writes nothing.
 	RecordSamples(ctx context.Context, samples []Sample) error
 
 	// Samples returns the samples with since <= At < until, of flow only

@@ -557,7 +557,7 @@ func assertVersions(t *testing.T, since time.Time, got, want []store.ConfigVersi
 }
 
 // assertSamples checks got against want, times compared as instants and
-// required in UTC, and the maps of counts nil when empty.
+// required in UTC, and the maps of counts and the budgets nil when empty.
 func assertSamples(t *testing.T, got []store.Sample, want ...store.Sample) {
 	t.Helper()
 	counts := func(m map[string]int64) string {
@@ -569,9 +569,9 @@ func assertSamples(t *testing.T, got []store.Sample, want ...store.Sample) {
 	show := func(samples []store.Sample) string {
 		var b strings.Builder
 		for _, smp := range samples {
-			fmt.Fprintf(&b, "\n  %s %s/%s %q %.40q (%d bytes) done %d remaining %d admitted %d tokens %d rejections %s refusals %s",
+			fmt.Fprintf(&b, "\n  %s %s/%s %q %.40q (%d bytes) done %d remaining %d admitted %d tokens %d rejections %s refusals %s money %d priced %v budgets %+v",
 				showTime(smp.At), smp.Flow, smp.Source, smp.State, smp.Reason, len(smp.Reason), smp.Done, smp.Remaining, smp.Admitted, smp.Tokens,
-				counts(smp.Rejections), counts(smp.Refusals))
+				counts(smp.Rejections), counts(smp.Refusals), smp.Money, smp.Priced, smp.Budgets)
 		}
 		return b.String()
 	}
@@ -583,6 +583,9 @@ func assertSamples(t *testing.T, got []store.Sample, want ...store.Sample) {
 		}
 		if len(want[i].Refusals) == 0 {
 			want[i].Refusals = nil
+		}
+		if len(want[i].Budgets) == 0 {
+			want[i].Budgets = nil
 		}
 	}
 	if g, w := show(got), show(want); g != w {

@@ -539,6 +539,7 @@ func Exercise(t *testing.T, newDB NewDatabase) {
 	exerciseBackfills(t, open)
 	exerciseRecentItems(t, newDB)
 	exerciseHistory(t, open)
+	exerciseSampleMoney(t, newDB)
 	exerciseLeases(t, newDB)
 	exerciseDBOS(t, open)
 	exerciseLocks(t, newDB)

@@ -129,7 +129,8 @@ func (h History) ConfigVersions(ctx context.Context, since time.Time) ([]store.C
 }
 
 // sampleRow is a sample as record_samples reads it from JSON. The maps
-// are JSON objects as text, so both databases store the same bytes.
+// are JSON objects as text, and the budgets a JSON array as text, so both
+// databases store the same bytes.
 type sampleRow struct {
 	Flow       string `json:"flow"`
 	Source     string `json:"source"`
@@ -142,9 +143,13 @@ type sampleRow struct {
 	Tokens     int64  `json:"tokens"`
 	Rejections string `json:"rejections"`
 	Refusals   string `json:"refusals"`
+	Money      int64  `json:"money"`
+	Priced     bool   `json:"priced"`
+	Budgets    string `json:"budgets"`
 
-	doneFrom, doneTo     int64            // store.Sample's: not stored
-	rejections, refusals map[string]int64 // Rejections and Refusals as maps
+	doneFrom, doneTo     int64                // store.Sample's: not stored
+	rejections, refusals map[string]int64     // Rejections and Refusals as maps
+	budgets              []store.SampleBudget // Budgets as a list
 }
 
 // sampleKey is a sample's primary key.
@@ -223,7 +228,8 @@ func (h History) addToStored(ctx context.Context, tx store.Tx, rows []sampleRow)
 			return err
 		}
 		row := sampleRow{Flow: s.Flow, Source: s.Source, At: s.At.UnixMilli(), State: s.State, Reason: s.Reason,
-			Done: s.Done, Remaining: s.Remaining, Admitted: s.Admitted, Tokens: s.Tokens, rejections: s.Rejections, refusals: s.Refusals}
+			Done: s.Done, Remaining: s.Remaining, Admitted: s.Admitted, Tokens: s.Tokens, Money: s.Money, Priced: s.Priced,
+			rejections: s.Rejections, refusals: s.Refusals, budgets: s.Budgets}
 		stored[row.key()] = row
 		return nil
 	})
@@ -249,14 +255,17 @@ func (h History) addToStored(ctx context.Context, tx store.Tx, rows []sampleRow)
 }
 
 // addSample returns r, recorded after old of the same key, added to it:
-// Done, Admitted, Tokens and each limit's Rejections and Refusals are
-// summed (at most the largest int64); State, Reason and Remaining, which
-// say how things stood at At, are r's. Its Rejections and Refusals are to
-// be encoded (see encodeCounts).
+// Done, Admitted, Tokens, Money and each limit's Rejections and Refusals
+// are summed (at most the largest int64), and Priced is either's; State,
+// Reason, Remaining and the budgets, which say how things stood at At,
+// are r's. Its Rejections, Refusals and Budgets are to be encoded (see
+// encodeCounts).
 func addSample(old, r sampleRow) sampleRow {
 	r.Done = saturatingSum(old.Done, r.Done)
 	r.Admitted = saturatingSum(old.Admitted, r.Admitted)
 	r.Tokens = saturatingSum(old.Tokens, r.Tokens)
+	r.Money = saturatingSum(old.Money, r.Money)
+	r.Priced = r.Priced || old.Priced
 	r.rejections = addCounts(old.rejections, r.rejections)
 	r.refusals = addCounts(old.refusals, r.refusals)
 	r.doneFrom, r.doneTo = 0, 0
@@ -283,13 +292,17 @@ func saturatingSum(x, y int64) int64 {
 	return x + y
 }
 
-// encodeCounts sets r's Rejections and Refusals from its maps.
+// encodeCounts sets r's Rejections, Refusals and Budgets from its maps
+// and list.
 func (r *sampleRow) encodeCounts() error {
 	var err error
 	if r.Rejections, err = limitCounts("Rejections", r.rejections); err != nil {
 		return err
 	}
-	r.Refusals, err = limitCounts("Refusals", r.refusals)
+	if r.Refusals, err = limitCounts("Refusals", r.refusals); err != nil {
+		return err
+	}
+	r.Budgets, err = sampleBudgets(r.budgets)
 	return err
 }
 
@@ -378,7 +391,7 @@ func sampleRowOf(s store.Sample) (sampleRow, error) {
 	for _, f := range []struct {
 		name string
 		n    int64
-	}{{"Done", s.Done}, {"DoneFrom", s.DoneFrom}, {"DoneTo", s.DoneTo}, {"Remaining", s.Remaining}, {"Admitted", s.Admitted}, {"Tokens", s.Tokens}} {
+	}{{"Done", s.Done}, {"DoneFrom", s.DoneFrom}, {"DoneTo", s.DoneTo}, {"Remaining", s.Remaining}, {"Admitted", s.Admitted}, {"Tokens", s.Tokens}, {"Money", s.Money}} {
 		if f.n < 0 {
 			return sampleRow{}, fmt.Errorf("%s %d is negative", f.name, f.n)
 		}
@@ -391,9 +404,37 @@ func sampleRowOf(s store.Sample) (sampleRow, error) {
 	if err != nil {
 		return sampleRow{}, err
 	}
+	budgets, err := sampleBudgets(s.Budgets)
+	if err != nil {
+		return sampleRow{}, err
+	}
 	return sampleRow{Flow: s.Flow, Source: s.Source, At: s.At.UnixMilli(), State: s.State, Reason: text(s.Reason, store.MaxReasonBytes),
 		Done: s.Done, Remaining: s.Remaining, Admitted: s.Admitted, Tokens: s.Tokens, Rejections: rejections, Refusals: refusals,
-		doneFrom: s.DoneFrom, doneTo: s.DoneTo, rejections: s.Rejections, refusals: s.Refusals}, nil
+		Money: s.Money, Priced: s.Priced, Budgets: budgets,
+		doneFrom: s.DoneFrom, doneTo: s.DoneTo, rejections: s.Rejections, refusals: s.Refusals, budgets: s.Budgets}, nil
+}
+
+// sampleBudgets returns a sample's budgets as stored: a JSON array of
+// them, "[]" for none.
+func sampleBudgets(budgets []store.SampleBudget) (string, error) {
+	for i, b := range budgets {
+		if err := checkName(fmt.Sprintf("limit of budget %d", i), b.Limit, store.MaxKeyBytes); err != nil {
+			return "", err
+		}
+		for _, f := range []struct {
+			name string
+			n    int64
+		}{{"Max", b.Max}, {"Spent", b.Spent}} {
+			if f.n < 0 {
+				return "", fmt.Errorf("%s %d of budget %d (%s) is negative", f.name, f.n, i, quote(b.Limit))
+			}
+		}
+	}
+	if len(budgets) == 0 {
+		return "[]", nil
+	}
+	b, err := json.Marshal(budgets)
+	return string(b), err
 }
 
 // limitCounts returns counts, the field what of a sample, as stored: a
@@ -442,8 +483,9 @@ func (h History) Samples(ctx context.Context, since, until time.Time, flow strin
 func scanSample(r Row) (store.Sample, error) {
 	var s store.Sample
 	var at int64
-	var rejections, refusals string
-	if err := r.Scan(&s.Flow, &s.Source, &at, &s.State, &s.Reason, &s.Done, &s.Remaining, &s.Admitted, &s.Tokens, &rejections, &refusals); err != nil {
+	var rejections, refusals, budgets string
+	if err := r.Scan(&s.Flow, &s.Source, &at, &s.State, &s.Reason, &s.Done, &s.Remaining, &s.Admitted, &s.Tokens, &rejections, &refusals,
+		&s.Money, &s.Priced, &budgets); err != nil {
 		return s, err
 	}
 	s.At = time.UnixMilli(at).UTC()
@@ -453,6 +495,14 @@ func scanSample(r Row) (store.Sample, error) {
 	}
 	if s.Refusals, err = readCounts(refusals); err != nil {
 		return s, fmt.Errorf("sample of %s at %d: refusals: %w", s.Flow, at, err)
+	}
+	if budgets != "[]" {
+		if err := json.Unmarshal([]byte(budgets), &s.Budgets); err != nil {
+			return s, fmt.Errorf("sample of %s at %d: budgets: %w", s.Flow, at, err)
+		}
+		if len(s.Budgets) == 0 {
+			s.Budgets = nil
+		}
 	}
 	return s, nil
 }

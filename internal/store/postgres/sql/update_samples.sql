@@ -8,8 +8,11 @@ SET state      = u.state,
     admitted   = u.admitted,
     tokens     = u.tokens,
     rejections = u.rejections,
-    refusals   = u.refusals
+    refusals   = u.refusals,
+    money      = u.money,
+    priced     = u.priced,
+    budgets    = u.budgets
 FROM jsonb_to_recordset($1::text::jsonb)
     AS u (flow text, source text, at bigint, state text, reason text, done bigint, remaining bigint,
-          admitted bigint, tokens bigint, rejections text, refusals text)
+          admitted bigint, tokens bigint, rejections text, refusals text, money bigint, priced boolean, budgets text)
 WHERE s.flow = u.flow COLLATE "C" AND s.at = u.at AND s.source = u.source COLLATE "C";

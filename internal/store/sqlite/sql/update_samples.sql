@@ -8,6 +8,9 @@ SET state      = u.value ->> 'state',
     admitted   = u.value ->> 'admitted',
     tokens     = u.value ->> 'tokens',
     rejections = u.value ->> 'rejections',
-    refusals   = u.value ->> 'refusals'
+    refusals   = u.value ->> 'refusals',
+    money      = u.value ->> 'money',
+    priced     = u.value ->> 'priced',
+    budgets    = u.value ->> 'budgets'
 FROM json_each(?1) AS u
 WHERE s.flow = u.value ->> 'flow' AND s.at = u.value ->> 'at' AND s.source = u.value ->> 'source';
