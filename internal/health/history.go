@@ -16,28 +16,51 @@ type History interface {
 }
 
 // Counters are a job's governor flow's totals since the process started:
-// calls admitted, tokens charged, and the provider's rejections and the
-// governor's up-front refusals by limit.
+// calls admitted, tokens charged, money spent, and the provider's
+// rejections and the governor's up-front refusals by limit; and, as things
+// stand at the time they are read, whether the key has a price and the
+// budgets in money that apply to the flow.
 type Counters struct {
-	Admitted   int64
-	Tokens     int64
+	Admitted int64
+	Tokens   int64
+	// Money is what the flow's calls cost, in billionths of the unit of
+	// the key's prices (governor.Nano): the flow's Tokens.Money. 0 on a
+	// key without a price.
+	Money      int64
 	Rejections map[string]int64
 	Refusals   map[string]int64
+	// Priced says the key has a price (governor.Stats.Priced).
+	Priced bool
+	// Budgets are the flow's own budgets (governor.FlowStats.Budget and
+	// Spent) and its key's (the limits mpd and mpm in force, with their
+	// use), each with what it has counted: what a sample says of them.
+	Budgets []store.SampleBudget
 }
 
 // CountersOf reads flow's totals on g at now.
 func CountersOf(g *governor.Governor, flow string, now time.Time) Counters {
-	for _, f := range g.Stats(now).Flows {
+	st := g.Stats(now)
+	for _, f := range st.Flows {
 		if f.Name != flow {
 			continue
 		}
-		c := Counters{Admitted: f.Admitted, Tokens: f.Tokens.Tokens()}
+		c := Counters{Admitted: f.Admitted, Tokens: f.Tokens.Tokens(), Money: f.Tokens.Money, Priced: st.Priced}
 		for l := range governor.NumLimits {
 			if n := f.Rejections[l]; n > 0 {
 				c.Rejections = addCount(c.Rejections, l.String(), n)
 			}
 			if n := f.Refusals[l]; n > 0 {
 				c.Refusals = addCount(c.Refusals, l.String(), n)
+			}
+		}
+		for _, l := range [...]governor.Limit{governor.MPD, governor.MPM} {
+			if max := f.Budget[l]; max > 0 {
+				c.Budgets = append(c.Budgets, store.SampleBudget{Limit: l.String(), Max: max, Spent: f.Spent[l]})
+			}
+		}
+		for _, l := range [...]governor.Limit{governor.MPD, governor.MPM} {
+			if ls := st.Limits[l]; ls.Max > 0 {
+				c.Budgets = append(c.Budgets, store.SampleBudget{Limit: l.String(), Key: true, Max: ls.Max, Spent: ls.Used})
 			}
 		}
 		return c
@@ -105,6 +128,7 @@ func (m *Monitor) record(ctx context.Context, now time.Time, jobs []store.Job, v
 			Done: max(cur.done-prev.done, 0), DoneFrom: prev.done, DoneTo: cur.done, Remaining: max(v.Remaining, 0),
 			Admitted: grew(cur.c.Admitted, prev.c.Admitted), Tokens: grew(cur.c.Tokens, prev.c.Tokens),
 			Rejections: since(cur.c.Rejections, prev.c.Rejections), Refusals: since(cur.c.Refusals, prev.c.Refusals),
+			Money: grew(cur.c.Money, prev.c.Money), Priced: cur.c.Priced, Budgets: cur.c.Budgets,
 		})
 	}
 	if len(samples) > 0 {

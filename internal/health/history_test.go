@@ -5,10 +5,12 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/store"
 )
 
@@ -95,5 +97,85 @@ func TestHistorySamples(t *testing.T) {
 	poll(time.Minute)
 	if len(h.got) != 4 || h.got[3][0].State != string(Progressing) || !strings.Contains(h.got[2][0].Reason, "no item processed") {
 		t.Errorf("after the stall: %+v, the stall's reason %q", h.got[3][0], h.got[2][0].Reason)
+	}
+}
+
+// TestCountersOfMoney: on a priced key, a flow's counters carry what its
+// calls cost, and the flow's own budget and the key's, each with what it
+// counted; a sample records the money spent in its interval. On a key
+// without a price, none of it.
+func TestCountersOfMoney(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 10, 18, 7, 0, 0, 0, time.UTC)
+	// 1 a million input tokens, 2 a million output: 1,000 in and 500 out
+	// cost 0.002, 2,000,000 billionths.
+	g, err := governor.New(governor.Config{Key: "groq", Price: governor.Price{Input: 1, Output: 2},
+		Limits: governor.Budget{Day: 5, Month: 100}.Limits(governor.Limits{}), DayBurst: -1,
+		Flows: []governor.FlowConfig{{Name: "titles", Budget: governor.Budget{Day: 2}}, {Name: "other"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spend := func(flow string) {
+		t.Helper()
+		r, err := g.Reserve(now, flow, governor.Cost{Requests: 1, Input: 1000, Output: 2000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.Advance(now)
+		if !r.Admitted() {
+			t.Fatalf("a call of %s was not admitted", flow)
+		}
+		r.Settle(now, governor.Cost{Input: 1000, Output: 500})
+	}
+	spend("titles")
+	spend("other")
+	c := CountersOf(g, "titles", now)
+	want := []store.SampleBudget{
+		{Limit: "mpd", Max: 2 * governor.Nano, Spent: 2_000_000},
+		{Limit: "mpd", Key: true, Max: 5 * governor.Nano, Spent: 4_000_000},
+		{Limit: "mpm", Key: true, Max: 100 * governor.Nano, Spent: 4_000_000},
+	}
+	if c.Money != 2_000_000 || !c.Priced || c.Admitted != 1 || !slices.Equal(c.Budgets, want) {
+		t.Errorf("counters of a priced flow: %+v\nwant money 2,000,000, priced, budgets %+v", c, want)
+	}
+	if o := CountersOf(g, "other", now); o.Money != 2_000_000 || len(o.Budgets) != 2 || o.Budgets[0].Key != true {
+		t.Errorf("counters of a flow without a budget of its own: %+v, want only the key's budgets", o)
+	}
+
+	plain, err := governor.New(governor.Config{Key: "free", Flows: []governor.FlowConfig{{Name: "titles"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := CountersOf(plain, "titles", now); c.Money != 0 || c.Priced || c.Budgets != nil {
+		t.Errorf("counters on a key without a price: %+v, want no money, no budget", c)
+	}
+
+	// The monitor's samples: the money spent in each interval, and the
+	// budgets as they stood at its end.
+	job := store.Job{Name: "titles", MonitoringSince: now.Add(-time.Hour), LastProgressAt: now, Pending: 10}
+	src := &fakeSource{JobsFunc: func(context.Context) ([]store.Job, error) { return []store.Job{job}, nil },
+		SetJobAlertFunc: func(context.Context, string, string, string) (bool, error) { return true, nil }}
+	h := &fakeHistory{}
+	m, err := New(Config{Source: src, Every: time.Minute, History: h, HistorySource: "app",
+		Counters: func(_ string, at time.Time) Counters { return CountersOf(g, "titles", at) },
+		Now:      func() time.Time { return now }, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Poll(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(time.Minute)
+	spend("titles")
+	spend("titles")
+	if err := m.Poll(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(h.got) != 1 || len(h.got[0]) != 1 {
+		t.Fatalf("samples %+v", h.got)
+	}
+	s := h.got[0][0]
+	if s.Money != 4_000_000 || !s.Priced || len(s.Budgets) != 3 || s.Budgets[0].Spent != 6_000_000 || s.Budgets[1].Spent != 8_000_000 {
+		t.Errorf("sample %+v: want 4,000,000 spent in the interval, priced, the flow's day budget at 6,000,000 and the key's at 8,000,000", s)
 	}
 }
