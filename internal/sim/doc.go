@@ -20,6 +20,16 @@
 // holds each answer for the model's latency and writes it, plain or
 // streamed, or fails it as the model's fault says.
 //
+// # Several models, and outages
+//
+// NewServer serves one model under any name, its limits the key's.
+// NewMultiServer serves several, each with its own limits, windows and stats,
+// chosen by the request's model field, as providers that limit each model
+// apart do. Any model served can be put in an outage for a while
+// (Server.ScheduleOutage, Server.SetOutage, POST /sim/outage): it answers a
+// 5xx, an overload, a 429 it cannot wait out, or no answer at all, and
+// charges nothing.
+//
 // docs/simulator.md describes every choice and where the simulation differs
 // from the real providers.
 package sim

@@ -21,15 +21,18 @@ import (
 	"github.com/sluice-dev/sluice/internal/forecast"
 	"github.com/sluice-dev/sluice/internal/guard"
 	"github.com/sluice-dev/sluice/internal/httpjson"
+	"github.com/sluice-dev/sluice/llm"
 )
 
 // ServerConfig configures the HTTP simulator.
 type ServerConfig struct {
 	// Addr is where Start listens. Default "127.0.0.1:0" (a free port; see Addr).
 	Addr string
-	// Models are the model names GET /v1/models lists. Requests must name a
-	// model, and may name any: the limits belong to the key, not the model.
-	// Default: the Model's Config.Model.
+	// Models are the model names GET /v1/models lists for a server of one
+	// model (NewServer). Requests must name a model, and may name any: the
+	// limits belong to the key, not the model. Default: the Model's
+	// Config.Model. A server of several models (NewMultiServer) lists the
+	// names it serves, and Models must be empty.
 	Models []string
 	// APIKey, when set, must come as "Authorization: Bearer KEY" (or, for the
 	// anthropic profile, "x-api-key: KEY"); anything else gets the profile's
@@ -101,15 +104,20 @@ var cl100k = sync.OnceValue(func() tokenizer.Codec {
 	return c
 })
 
-// Server serves a forecast.Model as an OpenAI-compatible HTTP API on ServerConfig.Now
-// (the wall clock, or a faster one with ServerConfig.Speed):
-// POST /v1/chat/completions (plain and streaming), GET /v1/models and
-// GET /sim/stats. It is an http.Handler; Start and Stop run it on a listener.
+// Server serves a forecast.Model (NewServer), or several, each under its
+// own name (NewMultiServer), as an OpenAI-compatible HTTP API on
+// ServerConfig.Now (the wall clock, or a faster one with ServerConfig.Speed):
+// POST /v1/chat/completions (plain and streaming), GET /v1/models,
+// GET /sim/stats and POST /sim/outage. It is an http.Handler; Start and Stop
+// run it on a listener.
 type Server struct {
-	m   *forecast.Model
-	mc  forecast.ModelConfig // m's, which never changes
-	cfg ServerConfig
-	mux *http.ServeMux
+	one     *served            // the model of a server of one model, which takes any model name; nil for several
+	byName  map[string]*served // the model each served name selects (for one model, each of ServerConfig.Models)
+	names   []string           // what GET /v1/models lists, in order
+	profile llm.Profile        // the wire format, every model's
+	born    time.Time          // ServerConfig.Now when the server was made: Outage.Start counts from it
+	cfg     ServerConfig
+	mux     *http.ServeMux
 
 	rngMu sync.Mutex
 	rng   *rand.Rand
@@ -123,14 +131,27 @@ type Server struct {
 
 var _ http.Handler = (*Server)(nil)
 
-// NewServer returns a Server for m.
+// NewServer returns a Server for m: every request counts on m, whatever
+// model it names.
 func NewServer(m *forecast.Model, cfg ServerConfig) *Server {
 	mc := m.Config()
-	if cfg.Addr == "" {
-		cfg.Addr = "127.0.0.1:0"
-	}
 	if len(cfg.Models) == 0 {
 		cfg.Models = []string{mc.Model}
+	}
+	sv := &served{m: m, mc: mc}
+	s := newServer(cfg, mc)
+	s.one, s.names = sv, cfg.Models
+	for _, name := range cfg.Models {
+		s.byName[name] = sv
+	}
+	return s
+}
+
+// newServer returns a Server of cfg, with the defaults taken from mc (the
+// profile, the seed), and no model yet.
+func newServer(cfg ServerConfig, mc forecast.ModelConfig) *Server {
+	if cfg.Addr == "" {
+		cfg.Addr = "127.0.0.1:0"
 	}
 	if cfg.Seed == 0 {
 		cfg.Seed = mc.Seed
@@ -144,11 +165,12 @@ func NewServer(m *forecast.Model, cfg ServerConfig) *Server {
 	if !(cfg.Speed > 1) { // NaN too
 		cfg.Speed = 1
 	}
-	s := &Server{m: m, mc: mc, cfg: cfg, mux: http.NewServeMux(), done: make(chan struct{}),
+	s := &Server{byName: map[string]*served{}, profile: mc.Profile, born: cfg.Now(), cfg: cfg, mux: http.NewServeMux(), done: make(chan struct{}),
 		rng: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x0071_7e27))}
 	s.mux.HandleFunc("POST /v1/chat/completions", s.auth(s.chat))
 	s.mux.HandleFunc("GET /v1/models", s.auth(s.models))
 	s.mux.HandleFunc("GET /sim/stats", s.stats)
+	s.mux.HandleFunc("POST /sim/outage", s.auth(s.outage))
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, http.StatusNotFound, "invalid_request_error", "unknown_url",
 			fmt.Sprintf("Unknown request URL: %s %s.", r.Method, r.URL.Path))
@@ -156,8 +178,33 @@ func NewServer(m *forecast.Model, cfg ServerConfig) *Server {
 	return s
 }
 
-// Model returns the model the server serves.
-func (s *Server) Model() *forecast.Model { return s.m }
+// Model returns the model the server serves; of a server of several
+// models, the first by name.
+func (s *Server) Model() *forecast.Model {
+	if s.one != nil {
+		return s.one.m
+	}
+	return s.byName[s.names[0]].m
+}
+
+// ModelNamed returns the model a request naming name counts on: for a
+// server of one model, that model whatever the name; for a server of
+// several, the one served under name, or nil when none is.
+func (s *Server) ModelNamed(name string) *forecast.Model {
+	if sv := s.route(name); sv != nil {
+		return sv.m
+	}
+	return nil
+}
+
+// route returns the model a request naming name counts on, nil when the
+// server serves none of that name.
+func (s *Server) route(name string) *served {
+	if s.one != nil {
+		return s.one
+	}
+	return s.byName[name]
+}
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
 
@@ -215,7 +262,7 @@ func (s *Server) auth(next http.HandlerFunc) http.HandlerFunc {
 	}
 	return func(w http.ResponseWriter, r *http.Request) {
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok && s.mc.Profile == "anthropic" {
+		if !ok && s.profile == "anthropic" {
 			got, ok = r.Header.Get("X-Api-Key"), true
 		}
 		if ok && subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.APIKey)) == 1 {
@@ -223,7 +270,7 @@ func (s *Server) auth(next http.HandlerFunc) http.HandlerFunc {
 			return
 		}
 		// The key sent is never echoed: it may be a real one sent by mistake.
-		switch s.mc.Profile {
+		switch s.profile {
 		case "anthropic":
 			s.writeError(w, http.StatusUnauthorized, "authentication_error", "", "invalid x-api-key")
 		case "groq":
@@ -239,7 +286,7 @@ func (s *Server) auth(next http.HandlerFunc) http.HandlerFunc {
 func (s *Server) writeError(w http.ResponseWriter, status int, typ, code, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_, _ = w.Write(s.mc.Profile.ErrorBody(typ, code, msg, ""))
+	_, _ = w.Write(s.profile.ErrorBody(typ, code, msg, ""))
 }
 
 func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
@@ -253,14 +300,10 @@ func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
 		Object string  `json:"object"`
 		Data   []model `json:"data"`
 	}{Object: "list", Data: []model{}}
-	for _, name := range s.cfg.Models {
+	for _, name := range s.names {
 		list.Data = append(list.Data, model{ID: name, Object: "model", Created: 1767225600, OwnedBy: "sluice-sim"})
 	}
 	httpjson.Write(w, http.StatusOK, list)
-}
-
-func (s *Server) stats(w http.ResponseWriter, _ *http.Request) {
-	httpjson.Write(w, http.StatusOK, s.m.Stats())
 }
 
 // inputTokens counts the prompt as the simulated provider does.
@@ -286,9 +329,12 @@ func (req *chatRequest) texts() []string {
 }
 
 func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
-	req, maxTok, limit, n, ok := s.readChat(w, r)
+	req, sv, maxTok, limit, n, ok := s.readChat(w, r)
 	if !ok {
 		return
+	}
+	if now := s.cfg.Now(); s.inOutage(w, sv, req.Model, now) {
+		return // the provider did no work: nothing is charged
 	}
 	input := req.inputTokens()
 	outs, err := s.outputTokens(r.Header.Get(OutputTokensHeader), limit, n)
@@ -305,13 +351,13 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		flow = req.User
 	}
 
-	resp := s.m.Submit(s.cfg.Now(), forecast.Request{Flow: flow, Input: input, MaxTokens: maxTok, N: n, Output: output, Model: req.Model})
+	resp := sv.m.Submit(s.cfg.Now(), forecast.Request{Flow: flow, Input: input, MaxTokens: maxTok, N: n, Output: output, Model: req.Model})
 	h := w.Header()
 	for k, v := range resp.Header {
 		h[k] = v
 	}
 	id := fmt.Sprintf("req_sim_%06d", resp.ID())
-	if s.mc.Profile == "anthropic" {
+	if s.profile == "anthropic" {
 		h.Set("Request-Id", id)
 	} else {
 		h.Set("X-Request-Id", id)
@@ -325,7 +371,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	start, answered := s.cfg.Now(), false
 	defer func() {
 		end := s.cfg.Now()
-		s.m.Finish(end, resp)
+		sv.m.Finish(end, resp)
 		if s.cfg.OnFinish != nil {
 			s.cfg.OnFinish(Call{ID: resp.ID(), Flow: flow, Messages: req.texts(), Fault: resp.Fault, Answered: answered, Start: start, End: end})
 		}
@@ -335,9 +381,9 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 
 // readChat reads and checks a chat request, answering the provider's error
 // when it is not one the provider would take. It returns the request, the
-// max_tokens it sets (0: none), that of each choice (the default when it
-// sets none) and the number of choices.
-func (s *Server) readChat(w http.ResponseWriter, r *http.Request) (req chatRequest, maxTok, limit, n int64, ok bool) {
+// model it counts on, the max_tokens it sets (0: none), that of each choice
+// (the default when it sets none) and the number of choices.
+func (s *Server) readChat(w http.ResponseWriter, r *http.Request) (req chatRequest, sv *served, maxTok, limit, n int64, ok bool) {
 	var raw json.RawMessage
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
 	err := dec.Decode(&raw)
@@ -353,36 +399,45 @@ func (s *Server) readChat(w http.ResponseWriter, r *http.Request) (req chatReque
 	if err != nil {
 		if errors.As(err, new(*http.MaxBytesError)) {
 			typ := "invalid_request_error"
-			if s.mc.Profile == "anthropic" {
+			if s.profile == "anthropic" {
 				typ = "request_too_large"
 			}
 			s.writeError(w, http.StatusRequestEntityTooLarge, typ, "",
 				fmt.Sprintf("Request body too large: the simulator reads at most %d bytes.", int64(MaxRequestBytes)))
-			return req, 0, 0, 0, false
+			return req, nil, 0, 0, 0, false
 		}
 		// The decoder's own words name Go types: the client gets the provider's.
 		s.writeError(w, http.StatusBadRequest, "invalid_request_error", "", invalidJSON)
-		return req, 0, 0, 0, false
+		return req, nil, 0, 0, 0, false
 	}
 	req, msg := parseChat(raw)
 	switch {
 	case msg != "":
 	case req.Model == "":
-		msg = missingModel(s.mc.Profile)
+		msg = missingModel(s.profile)
 	case req.Messages == nil:
 		msg = "Missing required parameter: 'messages'."
 	case len(req.Messages) == 0:
 		msg = "'messages' must contain at least one message."
 	}
-	if msg == "" {
-		maxTok, msg = maxTokens(&req, s.mc.MaxOutputTokens)
+	sv = s.one
+	if msg == "" && sv == nil { // a server of several models: the name picks one
+		if len(req.Model) > MaxModelName {
+			msg = fmt.Sprintf("Invalid 'model': a model name is at most %d bytes, got %d.", MaxModelName, len(req.Model))
+		} else if sv = s.byName[req.Model]; sv == nil {
+			s.modelNotFound(w, req.Model)
+			return req, nil, 0, 0, 0, false
+		}
 	}
 	if msg == "" {
-		n, msg = choices(s.mc.Profile, req.N)
+		maxTok, msg = maxTokens(&req, sv.mc.MaxOutputTokens)
+	}
+	if msg == "" {
+		n, msg = choices(s.profile, req.N)
 	}
 	limit = maxTok // each choice's max
-	if limit == 0 {
-		limit = s.mc.DefaultMaxTokens
+	if limit == 0 && sv != nil {
+		limit = sv.mc.DefaultMaxTokens
 	}
 	if msg == "" && n*limit > MaxAnswerTokens {
 		msg = fmt.Sprintf("Invalid 'n': the simulator answers at most %d output tokens in all the choices of a request, and %d choices of %d tokens would be %d.",
@@ -393,9 +448,9 @@ func (s *Server) readChat(w http.ResponseWriter, r *http.Request) (req chatReque
 	}
 	if msg != "" {
 		s.writeError(w, http.StatusBadRequest, "invalid_request_error", "", msg)
-		return req, 0, 0, 0, false
+		return req, nil, 0, 0, 0, false
 	}
-	return req, maxTok, limit, n, true
+	return req, sv, maxTok, limit, n, true
 }
 
 // answer answers an admitted call after its latency, as its fault says:
