@@ -1,13 +1,15 @@
 // Package report answers, from sluice's own records, what happened over a
 // window and which change helped: per job, the items done per hour, the
 // provider's rejections and the governor's refusals by the limit they
-// named, the intervals it was stalled; and per change of the effective
-// configuration, each job's rate in the stretch before it and after it.
+// named, the intervals it was stalled, and, on a key with a price, the
+// money its calls cost against its budgets; and per change of the
+// effective configuration, each job's rate in the stretch before it and
+// after it.
 //
 // Its input is what the health monitor samples every minute (store.Sample:
-// items done, calls admitted, rejections and refusals in the interval, the
-// state at its end) and the configuration versions each process records
-// when it starts (store.ConfigVersion).
+// items done, calls admitted, money spent, rejections and refusals in the
+// interval, the state and the budgets at its end) and the configuration
+// versions each process records when it starts (store.ConfigVersion).
 package report
 
 import (
@@ -53,6 +55,9 @@ type Job struct {
 	Stalls []Interval `json:"stalls"`
 	// State is its state at the last sample.
 	State string `json:"state"`
+	// Spend is what the job's calls cost, when its key has a price; nil
+	// (absent) on a key without one.
+	Spend *Spend `json:"spend,omitempty"`
 }
 
 // Hour is one hour of a job.
@@ -61,6 +66,43 @@ type Hour struct {
 	Done       int64            `json:"done"`
 	Rejections map[string]int64 `json:"rejections,omitempty"`
 	Refusals   map[string]int64 `json:"refusals,omitempty"`
+	// MoneyNano is what the job's calls cost in the hour, in billionths
+	// of the unit of its key's prices (governor.Nano); absent when
+	// nothing was spent.
+	MoneyNano int64 `json:"money_nano,omitempty"`
+}
+
+// Spend is a job's money over the window, on a key with a price. Amounts
+// are in billionths of the unit of the key's prices (governor.Nano: 1.84
+// of the unit is 1,840,000,000), exact, as the governor counts them.
+type Spend struct {
+	// SpentNano is what the job's calls cost in the window; PerDayNano
+	// that per 24 hours of the window.
+	SpentNano  int64 `json:"spent_nano"`
+	PerDayNano int64 `json:"per_day_nano"`
+	// Budgets are the budgets that applied to the job at its last sample
+	// in the window, with what each had counted then: the flow's own
+	// first, then its key's; per day before per month. Empty without a
+	// budget.
+	Budgets []BudgetUse `json:"budgets"`
+}
+
+// BudgetUse is one budget of a job's and what it had counted.
+type BudgetUse struct {
+	// Of is "flow" for the job's flow's own budget, "key" for its key's,
+	// which all the key's flows share (so its spend is theirs together).
+	Of string `json:"of"`
+	// Limit is the governor's limit: "mpd" or "mpm"; Period its period:
+	// "day" (any 24 hours) or "month" (any 30 days).
+	Limit  string `json:"limit"`
+	Period string `json:"period"`
+	// BudgetNano is the budget and SpentNano what it had counted at At,
+	// in its period up to then; Ratio is the one over the other (0.92:
+	// 92 %).
+	BudgetNano int64     `json:"budget_nano"`
+	SpentNano  int64     `json:"spent_nano"`
+	Ratio      float64   `json:"ratio"`
+	At         time.Time `json:"at"`
 }
 
 // Interval is a stretch of time in one state.
@@ -116,6 +158,7 @@ func Make(since, until time.Time, samples []store.Sample, versions []store.Confi
 	r := &Report{Since: since, Until: until, Jobs: map[string]*Job{}, Versions: []Version{}, Changes: []Change{}}
 	hours := int(math.Ceil(until.Sub(since).Hours()))
 	inStall := map[string]bool{} // by job: its last sample was stalled
+	spends := map[string]*Spend{}
 	// Samples come in time order, as store.Samples gives them.
 	for _, s := range samples {
 		if s.At.Before(since) || !s.At.Before(until) {
@@ -132,6 +175,16 @@ func Make(since, until time.Time, samples []store.Sample, versions []store.Confi
 		h := &j.Hours[int(s.At.Sub(since)/time.Hour)]
 		h.Done += s.Done
 		j.Done += s.Done
+		h.MoneyNano = addSat(h.MoneyNano, s.Money)
+		if s.Priced || s.Money > 0 || len(s.Budgets) > 0 {
+			sp := spends[s.Flow]
+			if sp == nil {
+				sp = &Spend{Budgets: []BudgetUse{}}
+				spends[s.Flow] = sp
+			}
+			sp.SpentNano = addSat(sp.SpentNano, s.Money)
+			sp.Budgets = budgetUses(s)
+		}
 		h.Rejections = addCounts(h.Rejections, s.Rejections)
 		h.Refusals = addCounts(h.Refusals, s.Refusals)
 		j.Rejections = addCounts(j.Rejections, s.Rejections)
@@ -147,12 +200,49 @@ func Make(since, until time.Time, samples []store.Sample, versions []store.Confi
 		}
 		inStall[s.Flow] = s.State == "stalled"
 	}
-	for _, j := range r.Jobs {
+	for name, j := range r.Jobs {
 		j.RatePerHour = rate(j.Done, until.Sub(since))
+		if sp := spends[name]; sp != nil {
+			sp.PerDayNano = int64(math.Round(float64(sp.SpentNano) * float64(24*time.Hour) / float64(until.Sub(since))))
+			j.Spend = sp
+		}
 	}
 	r.versions(versions)
 	r.changes(samples)
 	return r, nil
+}
+
+// budgetUses lists the budgets of sample s: the flow's own first, then
+// its key's, per day before per month.
+func budgetUses(s store.Sample) []BudgetUse {
+	out := []BudgetUse{}
+	for _, key := range []bool{false, true} {
+		for _, limit := range []string{"mpd", "mpm"} {
+			for _, b := range s.Budgets {
+				if b.Key != key || b.Limit != limit || b.Max <= 0 {
+					continue
+				}
+				u := BudgetUse{Of: "flow", Limit: b.Limit, Period: "day", BudgetNano: b.Max, SpentNano: b.Spent,
+					Ratio: math.Round(float64(b.Spent)/float64(b.Max)*1e4) / 1e4, At: s.At.UTC()}
+				if key {
+					u.Of = "key"
+				}
+				if limit == "mpm" {
+					u.Period = "month"
+				}
+				out = append(out, u)
+			}
+		}
+	}
+	return out
+}
+
+// addSat is x+y, at most the largest int64; both are at least 0.
+func addSat(x, y int64) int64 {
+	if y > 0 && x > math.MaxInt64-y {
+		return math.MaxInt64
+	}
+	return x + y
 }
 
 func addCounts(into, from map[string]int64) map[string]int64 {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/store"
 )
 
@@ -116,5 +117,69 @@ func TestAttributesRecovery(t *testing.T) {
 	}
 	if _, err := Make(until, since, nil, nil); err == nil {
 		t.Error("a window that ends before it starts: no error")
+	}
+}
+
+// spendHistory is two days of a priced key's jobs, sampled every ten
+// minutes: "summary" spends 0.01 a sample (1.44 a day) under its own
+// budget of 2.00 a day and the key's of 5.00 a day and 100.00 a month;
+// "title" is on a key without a price.
+func spendHistory() (since, until time.Time, samples []store.Sample) {
+	since = time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	until = since.Add(48 * time.Hour)
+	var flowDay, keyDay, keyMonth int64 = 0, 0, 30 * governor.Nano
+	for at := since.Add(10 * time.Minute); at.Before(until); at = at.Add(10 * time.Minute) {
+		const cost = governor.Nano / 100
+		flowDay, keyDay, keyMonth = min(flowDay+cost, 144*cost), min(keyDay+2*cost, 288*cost), keyMonth+2*cost
+		samples = append(samples,
+			store.Sample{At: at, Flow: "summary", Source: "app", State: "progressing", Done: 1, Money: cost, Priced: true,
+				Budgets: []store.SampleBudget{
+					{Limit: "mpm", Key: true, Max: 100 * governor.Nano, Spent: keyMonth},
+					{Limit: "mpd", Key: true, Max: 5 * governor.Nano, Spent: keyDay},
+					{Limit: "mpd", Max: 2 * governor.Nano, Spent: flowDay},
+				}},
+			store.Sample{At: at, Flow: "title", Source: "app", State: "progressing", Done: 2})
+	}
+	return since, until, samples
+}
+
+func TestSpendAgainstBudgets(t *testing.T) {
+	since, until, samples := spendHistory()
+	r, err := Make(since, until, samples, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sp := r.Jobs["title"].Spend; sp != nil {
+		t.Errorf("the unpriced job has a spend: %+v", sp)
+	}
+	sp := r.Jobs["summary"].Spend
+	// 287 samples in the window (the one at its end is outside it).
+	if sp == nil || sp.SpentNano != 2_870_000_000 || sp.PerDayNano != 1_435_000_000 {
+		t.Fatalf("summary's spend %+v: want 2.87 in the window, 1.435 a day", sp)
+	}
+	last := until.Add(-10 * time.Minute)
+	want := []BudgetUse{
+		{Of: "flow", Limit: "mpd", Period: "day", BudgetNano: 2 * governor.Nano, SpentNano: 1_440_000_000, Ratio: 0.72, At: last},
+		{Of: "key", Limit: "mpd", Period: "day", BudgetNano: 5 * governor.Nano, SpentNano: 2_880_000_000, Ratio: 0.576, At: last},
+		{Of: "key", Limit: "mpm", Period: "month", BudgetNano: 100 * governor.Nano, SpentNano: 35_740_000_000, Ratio: 0.3574, At: last},
+	}
+	if !slices.Equal(sp.Budgets, want) {
+		t.Errorf("summary's budgets:\n%+v\nwant\n%+v", sp.Budgets, want)
+	}
+	hours := r.Jobs["summary"].Hours
+	if len(hours) != 48 || hours[0].MoneyNano != 50_000_000 || hours[1].MoneyNano != 60_000_000 || r.Jobs["title"].Hours[1].MoneyNano != 0 {
+		t.Errorf("summary's money per hour: %d hours, first %+v, second %+v", len(hours), hours[0], hours[1])
+	}
+	b, err := json.Marshal(r.Jobs["summary"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"spent_nano":2870000000`, `"per_day_nano":1435000000`, `"of":"flow","limit":"mpd","period":"day","budget_nano":2000000000,"spent_nano":1440000000,"ratio":0.72`, `"money_nano":60000000`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("JSON without %s:\n%s", want, b)
+		}
+	}
+	if b, _ := json.Marshal(r.Jobs["title"]); strings.Contains(string(b), "spend") || strings.Contains(string(b), "money") {
+		t.Errorf("the unpriced job's JSON speaks of money: %s", b)
 	}
 }
