@@ -9,10 +9,12 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/chart"
 	"github.com/sluice-dev/sluice/internal/cli"
 	"github.com/sluice-dev/sluice/internal/report"
@@ -22,7 +24,7 @@ import (
 func init() {
 	register(&cli.Command{
 		Name:    "report",
-		Summary: "what happened over a window, from sluice's records: rates, rejections by limit, stalls, and which change helped",
+		Summary: "what happened over a window, from sluice's records: rates, rejections by limit, stalls, spend against budgets, and which change helped",
 		Run:     runReport,
 	})
 }
@@ -31,15 +33,16 @@ func runReport(ctx context.Context, env *cli.Env, args []string) error {
 	fs := cli.NewFlagSet(env, "report", "[flags]",
 		"Reports, from sluice's own records in its database, what each job did over a window: items\n"+
 			"done per hour, the provider's rejections and the governor's refusals by the limit they named,\n"+
-			"the intervals it was stalled, and every change of the configuration (limits, flows, weights,\n"+
-			"batch sizes, code version, recorded at each start) with each job's rate before and after it,\n"+
-			"naming the change each job's largest rise came with (docs/report.md).\n\n"+
+			"the intervals it was stalled, on a key with a price the money spent and against which budget,\n"+
+			"and every change of the configuration (limits, flows, weights, batch sizes, code version,\n"+
+			"recorded at each start) with each job's rate before and after it, naming the change each\n"+
+			"job's largest rise came with (docs/report.md).\n\n"+
 			"Example:\n  sluice report --since 48h --db sluice.db")
 	dbURL := fs.String("db", "", "database: an SQLite path or postgres://… URL (default $SLUICE_DB or sluice.db)")
 	sinceF := fs.String("since", "48h", "start of the window: a duration before --until (48h) or a time (2026-10-18T00:00:00Z)")
 	untilF := fs.String("until", "", "end of the window: a time (default now)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
-	svgPath := fs.String("svg", "", "also draw each job's items per hour, rejections, stalls and the changes to this SVG file")
+	svgPath := fs.String("svg", "", "also draw each job's items per hour, rejections, stalls and the changes, and its spend per hour on a priced key, to this SVG file")
 	if err := cli.ParseFlags(fs, env, args); err != nil {
 		return err
 	}
@@ -195,6 +198,7 @@ func writeReport(out io.Writer, r *report.Report) {
 			fmt.Fprintf(out, "  %-*s  %s\n", width, n, spark(vals))
 		}
 	}
+	writeSpend(out, r, names)
 	if len(r.Versions) > 0 {
 		fmt.Fprintln(out, "\nConfiguration in effect, then each change:")
 	}
@@ -224,15 +228,73 @@ func writeReport(out io.Writer, r *report.Report) {
 
 func short(hash string) string { return hash[:min(len(hash), 12)] }
 
+// writeSpend writes, for each of the jobs names on a key with a price, the
+// money spent in the window and per day, each budget that applied at its
+// last sample against what it had counted, and its spend per hour as
+// marks. It writes nothing when no job is on a priced key.
+func writeSpend(out io.Writer, r *report.Report, names []string) {
+	var priced []string
+	width := 0
+	for _, n := range names {
+		if r.Jobs[n].Spend != nil {
+			priced = append(priced, n)
+			width = max(width, len(n))
+		}
+	}
+	if len(priced) == 0 {
+		return
+	}
+	fmt.Fprintln(out, "\nSpend, in money (the unit of the key's prices), and against each budget at the job's last sample:")
+	for _, n := range priced {
+		sp := r.Jobs[n].Spend
+		fmt.Fprintf(out, "  %-*s  %s in the window, %s a day\n", width, n, governor.FormatMoney(sp.SpentNano), governor.FormatMoney(sp.PerDayNano))
+		for _, b := range sp.Budgets {
+			fmt.Fprintf(out, "  %-*s    %s\n", width, "", budgetLine(b))
+		}
+	}
+	fmt.Fprintf(out, "\nSpend per hour, one mark an hour from %s (money; · none):\n", r.Since.Format("2006-01-02 15:04"))
+	for _, n := range priced {
+		hs := r.Jobs[n].Hours
+		vals := make([]int64, len(hs))
+		for i, h := range hs {
+			vals[i] = h.MoneyNano
+		}
+		fmt.Fprintf(out, "  %-*s  %s\n", width, n, spark(vals))
+	}
+}
+
+// budgetLine says what a budget had counted against it: "spend 1.84 of
+// 2.00/day (92 %), the flow's own budget".
+func budgetLine(b report.BudgetUse) string {
+	whose := "the flow's own budget"
+	if b.Of == "key" {
+		whose = "the key's budget, all its flows"
+	}
+	return fmt.Sprintf("spend %s of %s/%s (%s), %s", governor.FormatMoney(b.SpentNano), governor.FormatMoney(b.BudgetNano), b.Period, percent(b.Ratio), whose)
+}
+
+// percent writes a ratio as "92 %", with a decimal under 10 %.
+func percent(ratio float64) string {
+	p := ratio * 100
+	if p != 0 && math.Abs(p) < 10 {
+		return strconv.FormatFloat(math.Round(p*10)/10, 'f', -1, 64) + " %"
+	}
+	return strconv.FormatFloat(math.Round(p), 'f', -1, 64) + " %"
+}
+
 // writeReportSVG draws one panel per job: its items per hour, its stalls
 // shaded, the provider's rejections and the governor's refusals marked, and
 // each change of the configuration as a narrow band; every panel on one
-// scale.
+// scale. A job on a key with a price has a second panel below its first,
+// of its money spent per hour against each budget's even pace; those
+// panels share a scale of their own.
 func writeReportSVG(w io.Writer, r *report.Report) error {
 	c := chart.Chart{Title: fmt.Sprintf("sluice report: %s to %s UTC", r.Since.Format("2006-01-02 15:04"), r.Until.Format("2006-01-02 15:04")),
 		Hours: r.Until.Sub(r.Since).Hours(), Start: r.Since}
 	hourOf := func(t time.Time) float64 { return t.Sub(r.Since).Hours() }
 	var panels []*chart.Panel
+	spend := spendPanels(r)
+	var order []*chart.Panel // each job's panel, then its spend's
 	for _, name := range slices.Sorted(maps.Keys(r.Jobs)) {
 		j := r.Jobs[name]
 		p := &chart.Panel{Title: name + ": items done per hour", Unit: "items/h"}
@@ -256,10 +318,50 @@ func writeReportSVG(w io.Writer, r *report.Report) error {
 			p.Bands = append(p.Bands, chart.Band{From: at, To: at + c.Hours/400, Label: "configuration change " + short(ch.Hash)})
 		}
 		panels = append(panels, p)
+		order = append(order, p)
+		if sp := spend[name]; sp != nil {
+			order = append(order, sp)
+		}
 	}
 	chart.SharedScale(panels)
-	for _, p := range panels {
+	chart.SharedScale(slices.Collect(maps.Values(spend)))
+	for _, p := range order {
 		c.Panels = append(c.Panels, *p)
 	}
 	return chart.Write(w, c)
+}
+
+// spendPanels draws, for each job on a key with a price, its money spent
+// in each hour of the window, with each budget that applied at its last
+// sample as a line at that budget's even pace: a day's budget over 24
+// hours, a month's over 720. Spend above a line spends the budget faster
+// than its period allows.
+func spendPanels(r *report.Report) map[string]*chart.Panel {
+	out := map[string]*chart.Panel{}
+	for name, j := range r.Jobs {
+		if j.Spend == nil {
+			continue
+		}
+		p := &chart.Panel{Title: name + ": money spent per hour", Unit: "money/h"}
+		s := chart.Series{Name: "spent"}
+		for i, h := range j.Hours {
+			s.Hours = append(s.Hours, float64(i)+0.5)
+			s.Values = append(s.Values, float64(h.MoneyNano)/governor.Nano)
+		}
+		p.Series = append(p.Series, s)
+		for _, b := range j.Spend.Budgets {
+			hours := 24.0
+			if b.Period == "month" {
+				hours = governor.Month.Hours()
+			}
+			whose := "own"
+			if b.Of == "key" {
+				whose = "key's"
+			}
+			p.Lines = append(p.Lines, chart.Line{Value: float64(b.BudgetNano) / governor.Nano / hours,
+				Label: fmt.Sprintf("%s budget %s/%s, even pace", whose, governor.FormatMoney(b.BudgetNano), b.Period)})
+		}
+		out[name] = p
+	}
+	return out
 }

@@ -110,6 +110,10 @@ func TestReportWhichChangeHelped(t *testing.T) {
 				t.Errorf("table without %q:\n%s", want, out)
 			}
 		}
+		// No key has a price: the report says nothing of money.
+		if strings.Contains(out, "Spend") || strings.Contains(string(data), "money") {
+			t.Errorf("a report without a price speaks of money:\n%s", out)
+		}
 	})
 }
 
@@ -129,4 +133,119 @@ func TestReportRefuses(t *testing.T) {
 			t.Errorf("%v: exit %d, stderr %q, want %q", tc.args, code, errOut, tc.want)
 		}
 	}
+}
+
+// TestReportSpendAgainstBudgets: a day of a priced key's samples, an hour
+// apart — "summary" spends 0.08 an hour under its own budget of 2.00 a day
+// and the key's 5.00 a day — and an unpriced job beside it give, on either
+// database, a report that says what summary spent, per day and against
+// each budget, in its table, its JSON and its chart, and says nothing of
+// money for the other.
+func TestReportSpendAgainstBudgets(t *testing.T) {
+	t.Parallel()
+	testenv.Databases(t, func(t *testing.T, url string) {
+		st := testenv.OpenStore(t, url)
+		ctx := context.Background()
+		day := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+		var samples []store.Sample
+		for h := int64(1); h <= 24; h++ {
+			spent := h * 80_000_000 // 0.08 an hour, so far today
+			samples = append(samples,
+				store.Sample{At: day.Add(time.Duration(h) * time.Hour), Flow: "summary", Source: "app", State: "progressing", Done: 5,
+					Money: 80_000_000, Priced: true, Budgets: []store.SampleBudget{
+						{Limit: "mpd", Max: 2_000_000_000, Spent: spent},
+						{Limit: "mpd", Key: true, Max: 5_000_000_000, Spent: 2 * spent},
+					}},
+				store.Sample{At: day.Add(time.Duration(h) * time.Hour), Flow: "title", Source: "app", State: "progressing", Done: 3})
+		}
+		if err := st.RecordSamples(ctx, samples); err != nil {
+			t.Fatal(err)
+		}
+		args := []string{"report", "--db", url, "--since", day.Format(time.RFC3339), "--until", day.Add(24*time.Hour + time.Minute).Format(time.RFC3339)}
+		svg := filepath.Join(t.TempDir(), "report.svg")
+		code, out, errOut := runCLI(append(args, "--json", "--svg", svg)...)
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, errOut)
+		}
+		var rep struct {
+			Jobs map[string]struct {
+				Spend *struct {
+					SpentNano  int64 `json:"spent_nano"`
+					PerDayNano int64 `json:"per_day_nano"`
+					Budgets    []struct {
+						Of, Limit, Period string
+						Budget            int64 `json:"budget_nano"`
+						Spent             int64 `json:"spent_nano"`
+						Ratio             float64
+					} `json:"budgets"`
+				} `json:"spend"`
+				Hours []struct {
+					MoneyNano int64 `json:"money_nano"`
+				} `json:"hours"`
+			} `json:"jobs"`
+		}
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
+			t.Fatal(err)
+		}
+		sp := rep.Jobs["summary"].Spend
+		// 24 samples of 0.08 in a window of 24 h 1 min: 1.92, and 1.92 ×
+		// 24 h ∕ 24 h 1 min a day.
+		if sp == nil || sp.SpentNano != 1_920_000_000 || sp.PerDayNano != 1_918_667_592 {
+			t.Fatalf("summary's spend %+v: want 1.92 in the window, 1.918667592 a day", sp)
+		}
+		if len(sp.Budgets) != 2 || sp.Budgets[0].Of != "flow" || sp.Budgets[0].Period != "day" || sp.Budgets[0].Budget != 2_000_000_000 ||
+			sp.Budgets[0].Spent != 1_920_000_000 || sp.Budgets[0].Ratio != 0.96 ||
+			sp.Budgets[1].Of != "key" || sp.Budgets[1].Limit != "mpd" || sp.Budgets[1].Spent != 3_840_000_000 || sp.Budgets[1].Ratio != 0.768 {
+			t.Errorf("summary's budgets %+v", sp.Budgets)
+		}
+		if hs := rep.Jobs["summary"].Hours; len(hs) != 25 || hs[1].MoneyNano != 80_000_000 || hs[0].MoneyNano != 0 {
+			t.Errorf("summary's hours %+v", hs)
+		}
+		if rep.Jobs["title"].Spend != nil {
+			t.Errorf("the unpriced job has a spend: %+v", rep.Jobs["title"].Spend)
+		}
+		data, err := os.ReadFile(svg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		panels := charttest.Panels(t, charttest.Parse(t, data))
+		if len(panels) != 3 {
+			t.Fatalf("%d panels, want one per job and one of summary's spend", len(panels))
+		}
+		// Summary's items, then its spend, on an axis of money per hour
+		// with the budgets' paces, then the title's items.
+		for i, want := range []string{"summary: items done per hour", "summary: money spent per hour", "title: items done per hour"} {
+			if got := panels[i].All("panel-title"); len(got) != 1 || got[0].Text != want {
+				t.Errorf("panel %d: %+v, want %q", i, got, want)
+			}
+		}
+		if got := panels[1].All("unit"); len(got) != 1 || got[0].Text != "money/h" || !slices.Equal(charttest.Series(panels[1]), []string{"spent"}) {
+			t.Errorf("the spend's panel: unit %+v, series %q; want money/h and spent", got, charttest.Series(panels[1]))
+		}
+		if ticks := charttest.YTicks(t, panels[1]); ticks[len(ticks)-1] < 0.2 {
+			t.Errorf("the spend's axis ends at %v, below the key's pace of 5.00/day, 0.21 an hour", ticks)
+		}
+		for _, want := range []string{"own budget 2.00/day, even pace", "key&#39;s budget 5.00/day, even pace"} {
+			if !strings.Contains(string(data), want) {
+				t.Errorf("the chart has no %q", want)
+			}
+		}
+		code, out, errOut = runCLI(args...)
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, errOut)
+		}
+		for _, want := range []string{
+			"summary  1.92 in the window, 1.918667592 a day",
+			"spend 1.92 of 2.00/day (96 %), the flow's own budget",
+			"spend 3.84 of 5.00/day (77 %), the key's budget, all its flows",
+			"Spend per hour, one mark an hour from 2026-12-01 00:00 (money; · none):\n  summary  ·████████████████████████\n",
+		} {
+			if !strings.Contains(out, want) {
+				t.Errorf("report without %q:\n%s", want, out)
+			}
+		}
+		if i := strings.Index(out, "\nSpend,"); i < 0 || strings.Contains(out[i:], "title") {
+			t.Errorf("the unpriced job is in the spend, or there is no spend:\n%s", out)
+		}
+	})
 }
