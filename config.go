@@ -186,7 +186,7 @@ type Provider struct {
 // that would admit it soonest. A target whose calls fail (5xx, overload,
 // timeouts, closed connections) Failures times in a row is left out for
 // Cooldown, then gets one call to show it is back (out twice as long each
-// time that call fails, up to 5 minutes); a target that refuses with a
+// time that call fails, up to MaxCooldown); a target that refuses with a
 // limit it cannot wait out is left while its governor expects the wait. A
 // call never runs on two targets: one that fails is retried by its class,
 // and the retry is routed again. The response names its target
@@ -205,9 +205,10 @@ type Route struct {
 	// before a later one is used (default 30s; negative: not at all).
 	MaxWait time.Duration
 	// Failures and Cooldown say when a failing target is left out, and for
-	// how long at first (defaults 3 and 30s).
-	Failures int
-	Cooldown time.Duration
+	// how long at first (defaults 3 and 30s); MaxCooldown bounds how long
+	// it is left out as its calls go on failing (default 5m).
+	Failures              int
+	Cooldown, MaxCooldown time.Duration
 }
 
 // Budget is money a key's calls may cost, per day and per month (see
@@ -237,10 +238,10 @@ func (c Config) validate() error {
 			return fmt.Errorf("routes[%d]: name %q is already a provider's or a route's", i, r.Name)
 		case len(r.Targets) == 0:
 			return fmt.Errorf("routes[%d] (%s): no targets", i, r.Name)
-		case r.MaxWait > route.MaxDuration || r.Cooldown > route.MaxDuration:
+		case r.MaxWait > route.MaxDuration || r.Cooldown > route.MaxDuration || r.MaxCooldown > route.MaxDuration:
 			return fmt.Errorf("routes[%d] (%s): a wait over %v", i, r.Name, route.MaxDuration)
-		case r.Cooldown < 0:
-			return fmt.Errorf("routes[%d] (%s): cooldown %v is negative", i, r.Name, r.Cooldown)
+		case r.Cooldown < 0 || r.MaxCooldown < 0:
+			return fmt.Errorf("routes[%d] (%s): a negative cooldown", i, r.Name)
 		case r.Failures < 0 || r.Failures > 1000:
 			return fmt.Errorf("routes[%d] (%s): failures %d: want 1 to 1000 (0 means 3)", i, r.Name, r.Failures)
 		}

@@ -266,3 +266,106 @@ func TestRouteConfigurationErrors(t *testing.T) {
 		}
 	}
 }
+
+// A backfill over a route: while its primary fails, its batches go to the
+// fallback; every item is saved once, and once the primary works again the
+// batches come back to it.
+func TestRouteBackfillFailsOver(t *testing.T) {
+	t.Parallel()
+	testenv.Databases(t, func(t *testing.T, url string) {
+		primary, primaryLLM := newTarget(t, governor.Limits{})
+		fallback, fallbackLLM := newTarget(t, governor.Limits{})
+		primary.failing.Store(true)
+		app := newApp(t, sluice.Config{DatabaseURL: url,
+			Providers: []sluice.Provider{
+				{Name: "primary", LLM: primaryLLM, Model: "m1"},
+				{Name: "fallback", LLM: fallbackLLM, Model: "m2"},
+			},
+			Routes: []sluice.Route{{Name: "r", Targets: []string{"primary", "fallback"}, InOrder: true, Failures: 1,
+				Cooldown: 10 * time.Millisecond, MaxCooldown: 10 * time.Millisecond}},
+		})
+		db := &articles{all: map[string]string{}, saved: map[string]map[string]string{"sum": {}}}
+		add := func(from, to int) {
+			db.mu.Lock()
+			defer db.mu.Unlock()
+			for i := from; i < to; i++ {
+				db.all[fmt.Sprintf("a%03d", i)] = "text of article " + fmt.Sprint(i)
+			}
+		}
+		add(0, 30)
+		err := sluice.RegisterBackfill(app, sluice.Backfill[article]{
+			Backfill: run.Backfill{ID: "sum", Provider: "r", MaxBatch: 3, Poll: 20 * time.Millisecond, InFlight: 2},
+			Pending:  db.pending("sum"),
+			Load:     db.load,
+			Request: func(items []sluice.Item[article]) (*llm.ChatRequest, error) {
+				var b strings.Builder
+				for _, it := range items {
+					b.WriteString(it.Data.Text + "\n")
+				}
+				return &llm.ChatRequest{Model: "any", MaxTokens: 20 * len(items), Messages: []llm.Message{{Role: "user", Content: b.String()}}}, nil
+			},
+			Parse: func(resp *llm.ChatResponse, items []sluice.Item[article]) ([]string, error) {
+				out := make([]string, len(items))
+				for i := range items {
+					out[i] = resp.Target
+				}
+				return out, nil
+			},
+			Save: func(ctx context.Context, tx sluice.Tx, it sluice.Item[article], output string) error {
+				db.mu.Lock()
+				defer db.mu.Unlock()
+				if _, twice := db.saved["sum"][it.Key]; twice {
+					return fmt.Errorf("%s saved twice", it.Key)
+				}
+				db.saved["sum"][it.Key] = output
+				return nil
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := app.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		saved := func() (int, map[string]int) {
+			db.mu.Lock()
+			defer db.mu.Unlock()
+			by := map[string]int{}
+			for _, tg := range db.saved["sum"] {
+				by[tg]++
+			}
+			return len(db.saved["sum"]), by
+		}
+		deadline := time.Now().Add(time.Minute)
+		for n, _ := saved(); n < 30; n, _ = saved() { // the first 30, while the primary fails
+			if time.Now().After(deadline) {
+				t.Fatalf("%d of 60 items saved in a minute with the primary failing", n)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		if _, by := saved(); by["primary"] != 0 {
+			t.Fatalf("items saved from the failing primary: %v", by)
+		}
+		primary.failing.Store(false)
+		time.Sleep(20 * time.Millisecond) // its last time out (10ms) is over: the next call tries it
+		add(30, 60)
+		for n, _ := saved(); n < 60; n, _ = saved() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d of 60 items saved in a minute", n)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		_, by := saved()
+		if by["primary"] == 0 || by["fallback"] < 30 || by["primary"]+by["fallback"] != 60 {
+			t.Fatalf("items by target %v: want the fallback's while the primary failed, then the primary's", by)
+		}
+		if primary.failed.Load() == 0 {
+			t.Fatal("the primary never failed a call")
+		}
+		// Each batch was answered once: the providers answered as many
+		// calls as the doors let through.
+		if got, want := primary.model.Stats().Requests+fallback.model.Stats().Requests, int64(primary.calls()["m1"]+fallback.calls()["m2"]); got != want || got > 60 {
+			t.Fatalf("providers answered %d calls, the doors passed %d", got, want)
+		}
+	})
+}

@@ -200,7 +200,7 @@ func (a *App) addProvider(ctx context.Context, p Provider) error {
 
 // addRoute builds r's router over its targets' governors.
 func (a *App) addRoute(r Route) error {
-	rc := route.Config{Name: r.Name, MaxWait: r.MaxWait, Failures: r.Failures, Cooldown: r.Cooldown}
+	rc := route.Config{Name: r.Name, MaxWait: r.MaxWait, Failures: r.Failures, Cooldown: r.Cooldown, MaxCooldown: r.MaxCooldown}
 	if r.InOrder {
 		rc.Rule = route.Ordered
 	}

@@ -54,7 +54,8 @@ type Function struct {
 	// Flow is the governor flow the function's LLM calls draw on (default:
 	// the ID). Functions sharing a flow share its share of the key.
 	Flow string
-	// Provider names the provider LLM calls use (default: the first).
+	// Provider names the provider or route (Config.Routes) LLM calls
+	// use (default: the first provider).
 	Provider string
 }
 
@@ -261,7 +262,8 @@ type Backfill struct {
 	// Flow is the governor flow its calls draw on (default: the ID); its
 	// weight and priority are the flow's (sluice.Config.Flows).
 	Flow string
-	// Provider names the provider its calls use (default: the first).
+	// Provider names the provider or route (Config.Routes) its calls use
+	// (default: the first provider).
 	Provider string
 	// After names another backfill: an item becomes eligible here once
 	// that backfill has saved it (English titles after English summaries).
