@@ -42,6 +42,11 @@ func (a *App) watchMetrics() error {
 	if err := a.metrics.AddHealth(a.monitor.Flows); err != nil {
 		return err
 	}
+	for _, r := range a.routes {
+		if err := a.metrics.AddRoute(r.Router, r.Now); err != nil {
+			return err
+		}
+	}
 	for name, p := range a.providers {
 		p.Metrics = a.metrics
 		if err := a.metrics.AddGovernor(p.Governor, p.Now); err != nil {

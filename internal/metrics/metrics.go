@@ -57,6 +57,7 @@ type Set struct {
 	stepAttempts    *prometheus.CounterVec   // function, outcome
 
 	governors *governorCollector
+	routes    *routeCollector
 	health    *healthCollector
 	cluster   *clusterCollector
 	runtime   sync.Once
@@ -107,6 +108,8 @@ func On(reg *prometheus.Registry) (*Set, error) {
 	s.stepAttempts = counter("sluice_step_attempts_total",
 		"Step attempts executed (replays of recorded steps are not), by function and outcome (ok, or the failure's class: retry, fatal, retry_after, quota_wait).", "function", "outcome")
 	s.governors, err = shared(reg, &governorCollector{})
+	errs = append(errs, err)
+	s.routes, err = shared(reg, &routeCollector{})
 	errs = append(errs, err)
 	s.health, err = shared(reg, &healthCollector{})
 	errs = append(errs, err)

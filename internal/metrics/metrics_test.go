@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/health"
+	"github.com/sluice-dev/sluice/internal/route"
 	"github.com/sluice-dev/sluice/llm"
 	"github.com/sluice-dev/sluice/run"
 )
@@ -350,4 +351,41 @@ func TestBudgetSeries(t *testing.T) {
 	got.want(t, "sluice_flow_spend_total", "flow=summary,key=paid", 0.006)
 	got.absent(t, "sluice_limit_capacity", "key=paid,limit=mpd")
 	got.want(t, "sluice_limit_capacity", "key=paid,limit=tpm", 100_000)
+}
+
+func TestRouteSeries(t *testing.T) {
+	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	var targets []route.Target
+	for _, name := range []string{"free", "paid"} {
+		g, err := governor.New(governor.Config{Key: name, Now: clock})
+		if err != nil {
+			t.Fatal(err)
+		}
+		targets = append(targets, route.Target{Name: name, Governor: g})
+	}
+	r, err := route.New(route.Config{Name: "summaries", Targets: targets, Failures: 1, Cooldown: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New()
+	if err := s.AddRoute(r, clock); err != nil {
+		t.Fatal(err)
+	}
+	c := func(int) governor.Cost { return governor.Cost{Requests: 1, Input: 10, Output: 10} }
+	ch, _ := r.Pick(now, "f", c)
+	r.Done(now, ch.Index, route.Failed) // free is out for a minute
+	ch, _ = r.Pick(now, "f", c)
+	r.Done(now, ch.Index, route.OK)
+	got := gather(t, s.Registry())
+	got.want(t, "sluice_route_picks_total", "route=summaries,target=free", 1)
+	got.want(t, "sluice_route_picks_total", "route=summaries,target=paid", 1)
+	got.want(t, "sluice_route_failures_total", "route=summaries,target=free", 1)
+	got.want(t, "sluice_route_outs_total", "route=summaries,target=free", 1)
+	got.want(t, "sluice_route_target_out", "route=summaries,target=free", 1)
+	got.want(t, "sluice_route_target_out", "route=summaries,target=paid", 0)
+	other, _ := route.New(route.Config{Name: "summaries", Targets: targets})
+	if err := s.AddRoute(other, clock); err == nil {
+		t.Fatal("a second router of the same route's name was taken")
+	}
 }
