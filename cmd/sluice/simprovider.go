@@ -159,10 +159,8 @@ func runSimProvider(ctx context.Context, env *cli.Env, args []string) error {
 		}
 		limits, models = strings.Join(lims, ";"), strings.Join(names, ", ")
 	}
-	for _, o := range outages {
-		if err := srv.ScheduleOutage(o); err != nil {
-			return fmt.Errorf("--outage: %w", err)
-		}
+	if err := srv.ScheduleOutages(outages...); err != nil {
+		return fmt.Errorf("--outage: %w", err)
 	}
 	if err := srv.Start(ctx); err != nil {
 		return err

@@ -26,7 +26,7 @@
 // NewMultiServer serves several, each with its own limits, windows and stats,
 // chosen by the request's model field, as providers that limit each model
 // apart do. Any model served can be put in an outage for a while
-// (Server.ScheduleOutage, Server.SetOutage, POST /sim/outage): it answers a
+// (Server.ScheduleOutages, Server.SetOutage, POST /sim/outage): it answers a
 // 5xx, an overload, a 429 it cannot wait out, or no answer at all, and
 // charges nothing.
 //

@@ -7,7 +7,6 @@ import (
 	"math"
 	"net/http"
 	"slices"
-	"sync"
 
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/forecast"
@@ -19,7 +18,7 @@ type served struct {
 	m  *forecast.Model
 	mc forecast.ModelConfig // m's, which never changes
 
-	mu      sync.Mutex
+	// Guarded by Server.outMu.
 	outages []outageSpan          // in time order, none overlapping; those past are dropped
 	counts  [numOutageModes]int64 // requests answered by an outage, by mode
 }
@@ -91,7 +90,7 @@ func (s *Server) modelNotFound(w http.ResponseWriter, model string) {
 // under "models" each model's own.
 func (s *Server) stats(w http.ResponseWriter, _ *http.Request) {
 	if s.one != nil {
-		httpjson.Write(w, http.StatusOK, json.RawMessage(s.one.statsJSON()))
+		httpjson.Write(w, http.StatusOK, json.RawMessage(withOutages(s.one.m.Stats(), s.outageCounts(s.one))))
 		return
 	}
 	var total forecast.Stats
@@ -100,7 +99,7 @@ func (s *Server) stats(w http.ResponseWriter, _ *http.Request) {
 	for i, name := range s.names {
 		sv := s.byName[name]
 		st := sv.m.Stats()
-		counts := sv.outageCounts()
+		counts := s.outageCounts(sv)
 		each[name] = withOutages(st, counts)
 		if i == 0 {
 			total = st
@@ -119,11 +118,6 @@ func (s *Server) stats(w http.ResponseWriter, _ *http.Request) {
 	b = append(b[:len(b)-1], `,"models":`...)
 	b = append(append(b, models...), '}')
 	httpjson.Write(w, http.StatusOK, json.RawMessage(b))
-}
-
-// statsJSON is the model's stats as GET /sim/stats shows them.
-func (sv *served) statsJSON() []byte {
-	return withOutages(sv.m.Stats(), sv.outageCounts())
 }
 
 // withOutages is st's JSON with an "outage" object after its fields:

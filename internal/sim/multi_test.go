@@ -283,7 +283,7 @@ func TestOutageModes(t *testing.T) {
 				f := serveMulti(t, forecast.ModelConfig{Profile: profile}, ServerConfig{},
 					map[string]string{small: "rpd=1000,tpm=100000", large: "rpm=100"})
 				born := f.clock.Now()
-				if err := f.srv.ScheduleOutage(Outage{Model: small, Mode: tc.mode, Start: 10 * time.Minute, For: time.Hour}); err != nil {
+				if err := f.srv.ScheduleOutages(Outage{Model: small, Mode: tc.mode, Start: 10 * time.Minute, For: time.Hour}); err != nil {
 					t.Fatal(err)
 				}
 				before := f.models[small].Stats()
@@ -339,7 +339,7 @@ func TestOutageOneModel(t *testing.T) {
 	s := NewServer(m, ServerConfig{Models: []string{"a", "b"}, Now: ck.Now})
 	ts := httptest.NewServer(s)
 	t.Cleanup(ts.Close)
-	if err := s.ScheduleOutage(Outage{Model: "b", Mode: OutageOverload, For: time.Minute}); err != nil {
+	if err := s.ScheduleOutages(Outage{Model: "b", Mode: OutageOverload, For: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	if r, err := postRaw(ts.URL, chatBodyModel("anything", "x", 10)); err != nil || r.status != 503 {
@@ -349,13 +349,14 @@ func TestOutageOneModel(t *testing.T) {
 	if r, err := postRaw(ts.URL, chatBodyModel("anything", "x", 10)); err != nil || r.status != 200 {
 		t.Fatalf("after it: %d %v", r.status, err)
 	}
-	if err := s.ScheduleOutage(Outage{Model: "anything", Mode: Outage5xx, For: time.Minute}); err == nil || !strings.Contains(err.Error(), `model "anything" is not served (the server serves a, b)`) {
+	if err := s.ScheduleOutages(Outage{Model: "anything", Mode: Outage5xx, For: time.Minute}); err == nil || !strings.Contains(err.Error(), `model "anything" is not served (the server serves a, b)`) {
 		t.Errorf("an outage of a name not listed: %v", err)
 	}
 }
 
-// TestScheduleOutage: outages of a model may not overlap; times are bounded.
-func TestScheduleOutage(t *testing.T) {
+// TestScheduleOutages: outages of a model may not overlap; times are bounded;
+// a call schedules all its outages or none.
+func TestScheduleOutages(t *testing.T) {
 	t.Parallel()
 	f := serveMulti(t, forecast.ModelConfig{Profile: "openai"}, ServerConfig{}, map[string]string{small: "", large: ""})
 	for _, o := range []Outage{
@@ -363,7 +364,7 @@ func TestScheduleOutage(t *testing.T) {
 		{Model: small, Mode: OutageDown, Start: 0, For: time.Hour}, // ends as the first begins
 		{Model: large, Mode: Outage429, Start: time.Hour, For: time.Hour},
 	} {
-		if err := f.srv.ScheduleOutage(o); err != nil {
+		if err := f.srv.ScheduleOutages(o); err != nil {
 			t.Fatalf("%s: %v", o, err)
 		}
 	}
@@ -379,9 +380,20 @@ func TestScheduleOutage(t *testing.T) {
 		{Outage{Model: small, Mode: Outage429, Start: 5 * time.Hour, For: MaxOutage + 1}, "is more than the bound of 8784h0m0s (366 days)"},
 		{Outage{Model: small, Mode: 9, Start: 5 * time.Hour, For: time.Hour}, "unknown mode 9"},
 	} {
-		if err := f.srv.ScheduleOutage(tc.o); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if err := f.srv.ScheduleOutages(tc.o); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want %q", tc.o, err, tc.want)
 		}
+	}
+	// All or none: two that overlap each other refuse the third too.
+	err := f.srv.ScheduleOutages(Outage{Model: large, Mode: OutageDown, Start: 10 * time.Hour, For: time.Hour},
+		Outage{Model: small, Mode: OutageDown, Start: 10 * time.Hour, For: time.Hour},
+		Outage{Model: small, Mode: Outage5xx, Start: 10*time.Hour + time.Minute, For: time.Hour})
+	if err == nil || !strings.Contains(err.Error(), "outage "+small+"=5xx@10h1m0s+1h0m0s overlaps outage "+small+"=down@10h0m0s+1h0m0s") {
+		t.Fatalf("overlapping outages given together: %v", err)
+	}
+	f.clock.Set(f.clock.Now().Add(10*time.Hour + 30*time.Minute))
+	if r := f.post(t, chatBodyModel(large, "x", 10)); r.status != 200 {
+		t.Errorf("an outage of a refused call was scheduled: %d", r.status)
 	}
 }
 
@@ -525,7 +537,7 @@ func TestSetOutageCutsScheduled(t *testing.T) {
 		{Model: small, Mode: Outage5xx, Start: 10 * time.Minute, For: 10 * time.Minute},
 		{Model: small, Mode: OutageOverload, Start: 30 * time.Minute, For: 20 * time.Minute},
 	} {
-		if err := f.srv.ScheduleOutage(o); err != nil {
+		if err := f.srv.ScheduleOutages(o); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -78,7 +78,7 @@ func (o Outage) String() string {
 // "llama-3.1-8b-instant=5xx@10m+1h": START and FOR are Go durations, START
 // from 0 to MaxOutage and FOR more than 0 and at most MaxOutage. Errors name
 // the part that is wrong. Whether the model is served is
-// Server.ScheduleOutage's to check.
+// Server.ScheduleOutages' to check.
 func ParseOutage(s string) (Outage, error) {
 	var o Outage
 	i := strings.LastIndexByte(s, '=')
@@ -142,37 +142,52 @@ type outageSpan struct {
 	description string    // as given, for errors
 }
 
-// ScheduleOutage adds o to its model's outages. It fails when o's model is
-// not served, when its times are out of bounds, or when it overlaps an
-// outage the model already has.
-func (s *Server) ScheduleOutage(o Outage) error {
-	sv := s.byName[o.Model]
-	if sv == nil {
-		return fmt.Errorf("outage %s: %s", o, s.notServed(o.Model))
-	}
-	if int(o.Mode) >= numOutageModes {
-		return fmt.Errorf("outage %s: unknown mode %d", o, uint8(o.Mode))
-	}
-	if err := checkOutageDuration("start", o.Start, true); err != nil {
-		return fmt.Errorf("outage %s: %w", o, err)
-	}
-	if err := checkOutageDuration("duration", o.For, false); err != nil {
-		return fmt.Errorf("outage %s: %w", o, err)
-	}
-	span := outageSpan{mode: o.Mode, start: s.born.Add(o.Start), end: s.born.Add(o.Start + o.For), description: o.String()}
-	sv.mu.Lock()
-	defer sv.mu.Unlock()
-	i := 0
-	for ; i < len(sv.outages); i++ {
-		other := sv.outages[i]
-		if other.start.Before(span.end) && span.start.Before(other.end) {
-			return fmt.Errorf("outage %s overlaps outage %s", o, other.description)
+// ScheduleOutages adds outages to their models' outages, each Start
+// counted from the call, on ServerConfig.Now. It adds all of them or, when
+// one's model is not served, its times are out of bounds or it overlaps
+// another outage of its model (given or already scheduled), none, and says
+// which.
+func (s *Server) ScheduleOutages(outages ...Outage) error {
+	for _, o := range outages {
+		if s.byName[o.Model] == nil {
+			return fmt.Errorf("outage %s: %s", o, s.notServed(o.Model))
 		}
-		if span.end.Compare(other.start) <= 0 {
-			break
+		if int(o.Mode) >= numOutageModes {
+			return fmt.Errorf("outage %s: unknown mode %d", o, uint8(o.Mode))
+		}
+		if err := checkOutageDuration("start", o.Start, true); err != nil {
+			return fmt.Errorf("outage %s: %w", o, err)
+		}
+		if err := checkOutageDuration("duration", o.For, false); err != nil {
+			return fmt.Errorf("outage %s: %w", o, err)
 		}
 	}
-	sv.outages = slices.Insert(sv.outages, i, span)
+	now := s.cfg.Now()
+	s.outMu.Lock()
+	defer s.outMu.Unlock()
+	next := map[*served][]outageSpan{}
+	for _, o := range outages {
+		sv := s.byName[o.Model]
+		list, ok := next[sv]
+		if !ok {
+			list = slices.Clone(sv.outages)
+		}
+		span := outageSpan{mode: o.Mode, start: now.Add(o.Start), end: now.Add(o.Start + o.For), description: o.String()}
+		i := 0
+		for ; i < len(list); i++ {
+			other := list[i]
+			if other.start.Before(span.end) && span.start.Before(other.end) {
+				return fmt.Errorf("outage %s overlaps outage %s", o, other.description)
+			}
+			if span.end.Compare(other.start) <= 0 {
+				break
+			}
+		}
+		next[sv] = slices.Insert(list, i, span)
+	}
+	for sv, list := range next {
+		sv.outages = list
+	}
 	return nil
 }
 
@@ -191,14 +206,15 @@ func (s *Server) SetOutage(model string, mode OutageMode, d time.Duration) error
 	if err := checkOutageDuration("duration", d, true); err != nil {
 		return err
 	}
+	s.outMu.Lock()
+	defer s.outMu.Unlock()
 	sv.setOutage(s.cfg.Now(), mode, d, model)
 	return nil
 }
 
-// setOutage begins an outage at now for d, as SetOutage.
+// setOutage begins an outage at now for d, as SetOutage. The caller holds
+// Server.outMu.
 func (sv *served) setOutage(now time.Time, mode OutageMode, d time.Duration, model string) {
-	sv.mu.Lock()
-	defer sv.mu.Unlock()
 	sv.dropPast(now)
 	if len(sv.outages) > 0 && !sv.outages[0].start.After(now) {
 		sv.outages = sv.outages[1:] // the one it is in ends now
@@ -222,7 +238,7 @@ func (sv *served) setOutage(now time.Time, mode OutageMode, d time.Duration, mod
 	sv.outages = kept
 }
 
-// dropPast drops the outages over at now. The caller holds sv.mu.
+// dropPast drops the outages over at now. The caller holds Server.outMu.
 func (sv *served) dropPast(now time.Time) {
 	i := 0
 	for i < len(sv.outages) && !sv.outages[i].end.After(now) {
@@ -232,10 +248,8 @@ func (sv *served) dropPast(now time.Time) {
 }
 
 // outageAt returns the outage the model is in at now, if any, and counts a
-// request it answers.
+// request it answers. The caller holds Server.outMu.
 func (sv *served) outageAt(now time.Time) (outageSpan, bool) {
-	sv.mu.Lock()
-	defer sv.mu.Unlock()
 	sv.dropPast(now)
 	if len(sv.outages) == 0 || sv.outages[0].start.After(now) {
 		return outageSpan{}, false
@@ -245,10 +259,10 @@ func (sv *served) outageAt(now time.Time) (outageSpan, bool) {
 	return o, true
 }
 
-// outageCounts returns the requests answered by an outage, by mode.
-func (sv *served) outageCounts() [numOutageModes]int64 {
-	sv.mu.Lock()
-	defer sv.mu.Unlock()
+// outageCounts returns the requests answered by an outage of sv, by mode.
+func (s *Server) outageCounts(sv *served) [numOutageModes]int64 {
+	s.outMu.Lock()
+	defer s.outMu.Unlock()
 	return sv.counts
 }
 
@@ -270,7 +284,9 @@ const (
 // model is in one, and reports whether it did. model is the name the
 // request gave.
 func (s *Server) inOutage(w http.ResponseWriter, sv *served, model string, now time.Time) bool {
+	s.outMu.Lock()
 	o, ok := sv.outageAt(now)
+	s.outMu.Unlock()
 	if !ok {
 		return false
 	}
@@ -410,16 +426,16 @@ func (s *Server) outage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := s.cfg.Now()
-	sv.setOutage(now, mode, d, model)
 	out := struct {
 		Model  string      `json:"model"`
 		Outage *outageJSON `json:"outage"`
 	}{Model: model}
-	sv.mu.Lock()
+	s.outMu.Lock()
+	sv.setOutage(now, mode, d, model)
 	if len(sv.outages) > 0 && !sv.outages[0].start.After(now) {
 		o := sv.outages[0]
 		out.Outage = &outageJSON{Mode: o.mode.String(), Start: o.start.UTC(), End: o.end.UTC()}
 	}
-	sv.mu.Unlock()
+	s.outMu.Unlock()
 	httpjson.Write(w, http.StatusOK, out)
 }

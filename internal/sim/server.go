@@ -115,12 +115,13 @@ type Server struct {
 	byName  map[string]*served // the model each served name selects (for one model, each of ServerConfig.Models)
 	names   []string           // what GET /v1/models lists, in order
 	profile llm.Profile        // the wire format, every model's
-	born    time.Time          // ServerConfig.Now when the server was made: Outage.Start counts from it
 	cfg     ServerConfig
 	mux     *http.ServeMux
 
 	rngMu sync.Mutex
 	rng   *rand.Rand
+
+	outMu sync.Mutex // guards every served model's outages and their counts
 
 	mu       sync.Mutex
 	srv      *http.Server
@@ -165,7 +166,7 @@ func newServer(cfg ServerConfig, mc forecast.ModelConfig) *Server {
 	if !(cfg.Speed > 1) { // NaN too
 		cfg.Speed = 1
 	}
-	s := &Server{byName: map[string]*served{}, profile: mc.Profile, born: cfg.Now(), cfg: cfg, mux: http.NewServeMux(), done: make(chan struct{}),
+	s := &Server{byName: map[string]*served{}, profile: mc.Profile, cfg: cfg, mux: http.NewServeMux(), done: make(chan struct{}),
 		rng: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x0071_7e27))}
 	s.mux.HandleFunc("POST /v1/chat/completions", s.auth(s.chat))
 	s.mux.HandleFunc("GET /v1/models", s.auth(s.models))
