@@ -27,7 +27,7 @@ type served struct {
 // limits, windows and stats, as providers that limit each model apart (Groq)
 // do: a request counts on the model its "model" field names, and a request
 // naming a model not in models gets the profile's 404 model_not_found.
-// GET /v1/models lists the names in order; GET /sim/stats reports the totals
+// GET /v1/models lists the names sorted; GET /sim/stats reports the totals
 // and each model apart. Every model must speak the same profile (the key's
 // authentication and error shapes are the server's); cfg.Models must be
 // empty, and cfg.Seed defaults to the first model's seed.
