@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/num"
 )
 
@@ -57,6 +58,9 @@ var funcs = template.FuncMap{
 	"at":      func(now, t time.Time) moment { return moment{Now: now, T: t} },
 	"deref":   func(p *float64) float64 { return *p },
 	"money":   func(f float64) string { return strconv.FormatFloat(f, 'f', 2, 64) },
+	"nano":    governor.FormatMoney,
+	"amount":  fmtAmount,
+	"gaugeAt": func(now time.Time, key string, g gaugeView) gaugeAt { return gaugeAt{Now: now, Key: key, G: g} },
 
 	"timelineHeight": timelineHeight,
 }
@@ -64,6 +68,23 @@ var funcs = template.FuncMap{
 // moment is a time to show with how far it is from the page's now (the
 // "when" template).
 type moment struct{ Now, T time.Time }
+
+// gaugeAt is a gauge of key to show at the page's now (the "gauge"
+// template).
+type gaugeAt struct {
+	Now time.Time
+	Key string
+	G   gaugeView
+}
+
+// fmtAmount writes an amount of a gauge: money (billionths) as money,
+// with governor.FormatMoney, else an integer with thousands separators.
+func fmtAmount(money bool, n int64) string {
+	if money {
+		return governor.FormatMoney(n)
+	}
+	return num.Group(n)
+}
 
 // fmtInt writes an integer with thousands separators.
 func fmtInt(v any) string {

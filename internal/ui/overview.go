@@ -41,7 +41,7 @@ type stateCount struct {
 // keyView is one provider key on the overview.
 type keyView struct {
 	Key        string
-	Limits     []gaugeView // the limits in force, in governor.Limit order
+	Limits     []gaugeView // the limits in force but budgets, in governor.Limit order
 	Holds      []waitView  // waits that are on no one limit: a provider pause, a turn
 	Chart      template.HTML
 	ChartNote  string
@@ -50,6 +50,38 @@ type keyView struct {
 	// Cluster lists each flow on every process of the cluster, with the
 	// sums; empty when the process is not one of a cluster.
 	Cluster []clusterFlowView
+	// Spend is the key's money, on a key with a price; nil without one.
+	Spend *spendView
+}
+
+// spendView is what a priced key's calls cost: its budgets now, each flow's
+// spend and own budgets, and the last day's spend over time. Amounts are
+// in billionths of the unit of the key's prices (governor.Nano).
+type spendView struct {
+	// Budgets are the key's budgets in force (mpd, mpm) as gauges in
+	// money.
+	Budgets []gaugeView
+	// Day is what the key's calls cost in the last 24 hours, shown when
+	// no budget per day does.
+	Day       int64
+	ShowDay   bool
+	Flows     []flowSpendView
+	Chart     template.HTML
+	ChartNote string
+}
+
+// flowSpendView is one flow's money on a priced key.
+type flowSpendView struct {
+	Name  string
+	Link  bool  // it has a flow page
+	Spent int64 // since the process started
+	// Day is what its samples of the last 24 hours say it spent; HasDay
+	// that it has some.
+	Day    int64
+	HasDay bool
+	// Budgets are its own budgets (per day, per month) with what each
+	// counted.
+	Budgets []gaugeView
 }
 
 // ClusterFlow is one flow on one process of a cluster (Config.Cluster).
@@ -69,9 +101,12 @@ type clusterFlowView struct {
 
 // gaugeView is one limit of a key now.
 type gaugeView struct {
-	Limit   string // "tpm"
-	Title   string // "tokens per minute"
-	Unit    string // "tokens"
+	Limit string // "tpm"
+	Title string // "tokens per minute"
+	Unit  string // "tokens"
+	// Money says the figures are money, in billionths (a budget): they
+	// are written as money.
+	Money   bool
 	Used    int64
 	Max     int64
 	Left    int64
@@ -211,18 +246,21 @@ func (h *Handler) keySamples(ctx context.Context, k governor.Stats, now time.Tim
 // on the page.
 func keyOf(k governor.Stats, samples []store.Sample, known map[string]bool, now time.Time, i int) (keyView, error) {
 	kv := keyView{Key: k.Key}
+	var budgets []gaugeView
 	for l := range governor.NumLimits {
 		ls := k.Limits[l]
 		if ls.Max <= 0 {
 			continue // not in force
 		}
-		g := gaugeView{Limit: l.String(), Title: l.Title(), Unit: l.Unit(), Used: ls.Used, Max: ls.Max, Left: ls.Capacity, ResetAt: ls.ResetAt}
-		g.Ratio = ratio(float64(ls.Used), float64(ls.Max))
-		g.Width, g.Level = barWidth(g.Ratio), level(g.Ratio)
+		g := gauge(l, ls.Used, ls.Max, ls.ResetAt)
 		for _, f := range k.Flows {
 			if b := f.WaitingOn; f.Waiting > 0 && (b.Kind == "limit" || b.Kind == "pacing") && b.Limit == l {
 				g.Waiting = append(g.Waiting, waitView{Flow: f.Name, Link: known[f.Name], Calls: f.Waiting, On: b.String(), Pacing: b.Kind == "pacing", Until: b.Until})
 			}
+		}
+		if l.Budget() {
+			budgets = append(budgets, g) // shown with the key's spend
+			continue
 		}
 		kv.Limits = append(kv.Limits, g)
 	}
@@ -273,7 +311,124 @@ func keyOf(k governor.Stats, samples []store.Sample, known map[string]bool, now 
 		return keyView{}, err
 	}
 	kv.Chart, kv.ChartNote = svg, note
+	if k.Priced {
+		if kv.Spend, err = spendOf(k, budgets, samples, known, now, i); err != nil {
+			return keyView{}, err
+		}
+	}
 	return kv, nil
+}
+
+// gauge is limit l's gauge: used of allowance, reset at resetAt. A
+// budget's figures are money.
+func gauge(l governor.Limit, used, allowance int64, resetAt time.Time) gaugeView {
+	g := gaugeView{Limit: l.String(), Title: l.Title(), Unit: l.Unit(), Money: l.Budget(), Used: used, Max: allowance, Left: max(allowance-used, 0), ResetAt: resetAt}
+	g.Ratio = ratio(float64(used), float64(allowance))
+	g.Width, g.Level = barWidth(g.Ratio), level(g.Ratio)
+	return g
+}
+
+// spendOf builds priced key k's spend at now: its budgets' gauges (built
+// with the limits'), each flow's spend since the process started and in
+// the last day of samples against its own budgets, and the chart of the
+// last day's spend.
+func spendOf(k governor.Stats, budgets []gaugeView, samples []store.Sample, known map[string]bool, now time.Time, i int) (*spendView, error) {
+	sv := &spendView{Budgets: budgets, ShowDay: k.Limits[governor.MPD].Max <= 0, Day: k.Limits[governor.MPD].Used}
+	day, sampled := map[string]int64{}, map[string]bool{}
+	for _, s := range samples {
+		day[s.Flow] += s.Money
+		sampled[s.Flow] = true
+	}
+	for _, f := range k.Flows {
+		fv := flowSpendView{Name: f.Name, Link: known[f.Name], Spent: f.Tokens.Money, Day: day[f.Name], HasDay: sampled[f.Name]}
+		for _, l := range [...]governor.Limit{governor.MPD, governor.MPM} {
+			if f.Budget[l] > 0 {
+				fv.Budgets = append(fv.Budgets, gauge(l, f.Spent[l], f.Budget[l], time.Time{}))
+			}
+		}
+		sv.Flows = append(sv.Flows, fv)
+	}
+	svg, note, err := spendChart(k, samples, now, i)
+	if err != nil {
+		return nil, err
+	}
+	sv.Chart, sv.ChartNote = svg, note
+	return sv, nil
+}
+
+// spendChart draws priced key k's spend over the last day: for each flow
+// and, with several, for all of them, the money spent since the day's
+// start, summed over chartBucket, with the key's budget per day and each
+// flow's own as lines. The spend of all the flows at the right edge is
+// the day's, which the key's budget per day counts. It is empty without
+// samples.
+func spendChart(k governor.Stats, samples []store.Sample, now time.Time, i int) (template.HTML, string, error) {
+	if len(samples) == 0 {
+		return "", "No samples were recorded in the last 24 hours: no spend to draw.", nil
+	}
+	n := int(chartWindow / chartBucket)
+	start := now.Add(-chartWindow)
+	byFlow := map[string][]float64{}
+	total := make([]float64, n)
+	for _, s := range samples {
+		b := int(s.At.Add(-time.Millisecond).Sub(start) / chartBucket) // stamped with its interval's end
+		if b < 0 || b >= n {
+			continue
+		}
+		if byFlow[s.Flow] == nil {
+			byFlow[s.Flow] = make([]float64, n)
+		}
+		v := float64(s.Money) / governor.Nano
+		byFlow[s.Flow][b] += v
+		total[b] += v
+	}
+	cumulative := func(name string, perBucket []float64) chart.Series {
+		s := chart.Series{Name: name, Hours: make([]float64, n+1), Values: make([]float64, n+1)}
+		for b := range n {
+			s.Hours[b+1] = float64(b+1) * chartBucket.Hours()
+			s.Values[b+1] = s.Values[b] + perBucket[b]
+		}
+		return s
+	}
+	p := chart.Panel{Title: "Money spent since 24 h ago, cumulative", Unit: "money"}
+	var names []string
+	for _, f := range k.Flows {
+		if byFlow[f.Name] != nil {
+			names = append(names, f.Name)
+		}
+	}
+	if len(names) > 1 {
+		p.Series = append(p.Series, cumulative("all flows", total))
+	}
+	for _, name := range names {
+		p.Series = append(p.Series, cumulative(name, byFlow[name]))
+	}
+	if lim := k.Limits[governor.MPD].Max; lim > 0 {
+		p.Lines = append(p.Lines, chart.Line{Value: float64(lim) / governor.Nano, Label: "key's budget per day " + governor.FormatMoney(lim)})
+	}
+	for _, f := range k.Flows {
+		if lim := f.Budget[governor.MPD]; lim > 0 && byFlow[f.Name] != nil {
+			p.Lines = append(p.Lines, chart.Line{Value: float64(lim) / governor.Nano, Label: f.Name + "'s budget per day " + governor.FormatMoney(lim)})
+		}
+	}
+	var out bytes.Buffer
+	if err := chart.Write(&out, chart.Chart{Title: k.Key + ": spend, last 24 h", Hours: chartWindow.Hours(), Start: start.UTC(), Panels: []chart.Panel{p}}); err != nil {
+		return "", "", fmt.Errorf("draw the spend chart of key %s: %w", k.Key, err)
+	}
+	note := "Money in the unit of the key's prices, summed from the samples over 5-minute steps since 24 hours ago: " +
+		"where a line ends is what the last 24 hours cost, which a budget per day counts."
+	return inlineSVG(out.Bytes(), fmt.Sprintf("spend%d-", i)), note, nil
+}
+
+// inlineSVG returns a chart's SVG to inline in a page, its clip paths'
+// ids prefixed: package chart numbers them from 0 in every chart, and the
+// charts of one page must not share ids. The patterns hold a quote, which
+// the chart's escaped labels never do.
+func inlineSVG(svg []byte, prefix string) template.HTML {
+	svg = bytes.ReplaceAll(svg, []byte(`<clipPath id="clip`), []byte(`<clipPath id="`+prefix+`clip`))
+	svg = bytes.ReplaceAll(svg, []byte(`clip-path="url(#clip`), []byte(`clip-path="url(#`+prefix+`clip`))
+	// The chart's labels are escaped by package chart.
+	return template.HTML(svg)
 }
 
 // useChart draws key k's use of each limit in force over the last day, as
@@ -313,7 +468,7 @@ func useChart(k governor.Stats, samples []store.Sample, now time.Time, i int) (t
 	partTokens := false
 	for l := range governor.NumLimits {
 		lim := k.Limits[l].Max
-		if lim <= 0 {
+		if lim <= 0 || l.Budget() { // a budget's use is money: the spend chart's
 			continue
 		}
 		perMinute := float64(lim)
@@ -356,15 +511,7 @@ func useChart(k governor.Stats, samples []store.Sample, now time.Time, i int) (t
 	if partTokens {
 		note += " Samples count tokens, not input and output apart: itpm and otpm are drawn from all tokens, an upper bound."
 	}
-	// The chart's clip paths are numbered from 0 in every chart: number
-	// them per key, so that the charts of one page do not share ids. The
-	// patterns hold a quote, which the chart's escaped labels never do.
-	svg := out.Bytes()
-	prefix := fmt.Sprintf("key%d-", i)
-	svg = bytes.ReplaceAll(svg, []byte(`<clipPath id="clip`), []byte(`<clipPath id="`+prefix+`clip`))
-	svg = bytes.ReplaceAll(svg, []byte(`clip-path="url(#clip`), []byte(`clip-path="url(#`+prefix+`clip`))
-	// The chart's labels are escaped by package chart.
-	return template.HTML(svg), note, nil
+	return inlineSVG(out.Bytes(), fmt.Sprintf("key%d-", i)), note, nil
 }
 
 // useOf sums the calls and tokens of samples into n buckets of chartBucket

@@ -3,7 +3,7 @@
 // steps, the plan of the running configuration, and a form to send a test
 // event.
 //
-//	GET  /                    overview: each key's limits now and over 24 h, its flows
+//	GET  /                    overview: each key's limits (and spend, when priced) now and over 24 h, its flows
 //	GET  /flows               every flow's health
 //	GET  /flows/{name}        one flow: health, latest items (?before_at=&before_key=), latest runs
 //	GET  /runs                runs (?function=&status=&since=&limit=)
