@@ -20,6 +20,7 @@ import (
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/clock"
 	"github.com/sluice-dev/sluice/internal/jsonwalk"
+	"github.com/sluice-dev/sluice/internal/route"
 	"github.com/sluice-dev/sluice/llm"
 )
 
@@ -52,13 +53,23 @@ type chatCall struct {
 	attempts  int
 	status    int  // what the caller was answered (499: it left first)
 	wrote     bool // the answer has started
+
+	t       *target               // the target the call is made on: the single upstream, or the one its route picked
+	rt      *routed               // the request's route, for a routed model name
+	tIndex  int                   // t's place in rt's targets
+	picked  bool                  // rt's router picked t (rather than a kept place)
+	kept    *governor.Reservation // the place in line a routed request took back, to rejoin
+	outcome route.Outcome         // how the call on t went, for rt's router
+	pres    *governor.Reservation // its charge on its flow's budget across targets (routes.go)
 }
 
 func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, who caller) {
 	start := g.cfg.Now()
 	flow := who.flow
-	c := &chatCall{g: g, w: w, r: r, who: who}
-	if e := c.run(start); e != nil && !c.wrote {
+	c := &chatCall{g: g, w: w, r: r, who: who, t: g.main, outcome: route.Abandoned}
+	e := c.run(start)
+	c.done()
+	if e != nil && !c.wrote {
 		// A body cut off by its deadline ends the request's context too;
 		// the client is still there to be told.
 		if r.Context().Err() == nil || e.status == http.StatusRequestTimeout {
@@ -82,7 +93,11 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, who caller) {
 	if !g.cfg.Logger.Enabled(context.Background(), slog.LevelInfo) {
 		return // as Info would, before its line's dozen values are built
 	}
-	attrs := []any{"id", id, "key", g.cfg.Key, "flow", flow, "status", c.status,
+	key := g.cfg.Key
+	if c.t != nil {
+		key = c.t.name
+	}
+	attrs := []any{"id", id, "key", key, "flow", flow, "status", c.status,
 		"stream", c.req != nil && c.req.Stream, "attempts", c.attempts, "waited", c.waited, "took", g.cfg.Now().Sub(start), "rejoined", c.rejoined}
 	if c.waitingOn != "" {
 		attrs = append(attrs, "waiting_on", c.waitingOn)
@@ -131,8 +146,16 @@ func (c *chatCall) run(start time.Time) *apiError {
 	}
 	c.deadline = start.Add(c.maxWait)
 	c.wantUsage = req.Stream && includeUsage(req.Extra["stream_options"])
-	c.req, c.cost = g.withMaxTokens(req, c.who.flow)
-	if !req.Stream {
+	if rt := g.routes[req.Model]; rt != nil {
+		if e := c.pickTarget(rt, body); e != nil {
+			return e
+		}
+	} else if g.main == nil {
+		return g.modelNotFound(req.Model)
+	} else {
+		c.req, c.cost = g.withMaxTokens(req, c.who.flow)
+	}
+	if c.rt == nil && !req.Stream {
 		// A request goes upstream as the caller wrote it, every byte kept,
 		// unless it was given a max_tokens (never one read in part by
 		// decode: it has its own).
@@ -263,47 +286,73 @@ func (c *chatCall) refuse(err error) *apiError {
 // attempt.
 func (c *chatCall) admit() (*governor.Reservation, error) {
 	g := c.g
+	t := c.t
 	t0 := g.cfg.Now()
+	kept := c.kept
+	c.kept = nil
+	if c.attempts == 1 && kept == nil && c.rt == nil && !g.places.empty() {
+		var kt *target
+		if kept, kt = g.places.takeOn(c.placeKey(), t0); kept != nil && kt != t {
+			kept.Cancel(t0)
+			kept = nil
+		}
+	}
+	// A flow's budget across targets first: a call that waits for it
+	// keeps no room on its target.
+	pres, err := c.reservePurse(t0)
+	if err != nil {
+		if kept != nil {
+			kept.Cancel(g.cfg.Now())
+		}
+		c.waited += g.cfg.Now().Sub(t0)
+		return nil, err
+	}
 	var res *governor.Reservation
-	if c.attempts == 1 && !g.places.empty() {
-		if kept := g.places.take(c.placeKey(), t0); kept != nil {
-			// The same request: the same cost, unless the estimator has
-			// learned since, or an Idempotency-Key named another body.
-			// A limit learned since may have made it a call that can
-			// never fit: then Reserve refuses it below.
-			if kept.Cost() == c.cost && g.gov.Check(c.cost) == nil && kept.Rejoin(t0) {
-				res, c.rejoined = kept, true
-			} else {
-				kept.Cancel(t0)
-			}
+	if kept != nil {
+		// The same request: the same cost, unless the estimator has
+		// learned since, or an Idempotency-Key named another body.
+		// A limit learned since may have made it a call that can
+		// never fit: then Reserve refuses it below.
+		if kept.Cost() == c.cost && t.gov.Check(c.cost) == nil && kept.Rejoin(t0) {
+			res, c.rejoined = kept, true
+		} else {
+			kept.Cancel(t0)
 		}
 	}
 	if res == nil {
-		var err error
-		if res, err = g.gov.Reserve(t0, c.who.flow, c.cost); err != nil {
+		if res, err = t.gov.Reserve(t0, c.who.flow, c.cost); err != nil {
+			if pres != nil {
+				pres.Cancel(g.cfg.Now())
+			}
 			return nil, err
 		}
 	}
 	// Most requests are admitted at once: advancing the line admits them
 	// as Await would first, with no context for a wait to make.
-	g.gov.Advance(g.cfg.Now())
-	var err error
+	t.gov.Advance(g.cfg.Now())
 	if !res.Admitted() {
-		err = g.gov.Await(c.waitCtx(), res, g.cfg.KeepPlace)
+		err = t.gov.Await(c.waitCtx(), res, g.cfg.KeepPlace)
 	}
 	now := g.cfg.Now()
 	c.waited += now.Sub(t0)
 	if err != nil {
+		if pres != nil {
+			pres.Cancel(now)
+		}
 		if we, ok := errors.AsType[*governor.WaitError](err); ok && !we.KeptUntil.IsZero() {
-			if c.unkept = g.places.keep(c.placeKey(), c.who, res, we.KeptUntil, now); c.unkept != "" {
+			if c.unkept = g.places.keepOn(c.placeKey(), c.who, t, res, we.KeptUntil, now); c.unkept != "" {
 				res.Cancel(now) // over a bound of places: it counts ahead of no one
 			}
 		}
 		return nil, err
 	}
-	fm := g.fm[c.who.flow]
+	c.pres = pres
+	g.fm[c.who.flow].lastAdmit.Store(now.UnixNano())
+	fm := t.fm[c.who.flow]
 	fm.admissions.Inc()
-	fm.lastAdmit.Store(now.UnixNano())
+	if fm != g.fm[c.who.flow] {
+		fm.lastAdmit.Store(now.UnixNano())
+	}
 	fm.wait.Observe(seconds(now.Sub(t0)))
 	return res, nil
 }
@@ -331,23 +380,31 @@ func (c *chatCall) send(res *governor.Reservation) (retry bool, after time.Durat
 	ctx := c.r.Context()
 	if ctx.Err() != nil { // the caller left before the call was made: give the room back
 		res.Cancel(g.cfg.Now())
+		c.settlePurse(res)
 		return false, 0, nil
 	}
 	// The charge counts from now, when the call leaves, not from its
 	// admission: the time in between is not transit the lag must cover.
-	res.Sent(g.cfg.Now())
+	now := g.cfg.Now()
+	res.Sent(now)
+	if c.pres != nil {
+		c.pres.Sent(now)
+	}
+	c.t.sent.Add(1)
 	if c.req.Stream {
-		s, err := g.client.ChatStream(ctx, c.req)
+		s, err := c.t.client.ChatStream(ctx, c.req)
 		if err != nil {
 			return c.failed(res, err)
 		}
+		c.outcome = route.OK
 		c.stream(res, s)
 		return false, 0, nil
 	}
-	resp, err := g.client.ChatRaw(ctx, c.body)
+	resp, err := c.t.client.ChatRaw(ctx, c.body)
 	if err != nil {
 		return c.failed(res, err)
 	}
+	c.outcome = route.OK
 	c.settle(res, resp.Snapshot, resp.Usage)
 	c.header(resp.Header, "application/json")
 	c.w.WriteHeader(http.StatusOK)
@@ -376,11 +433,12 @@ func (c *chatCall) settle(res *governor.Reservation, snap governor.Snapshot, u *
 	var used governor.Cost
 	if u != nil {
 		used = u.Governor()
-		g.est.Observe(c.req.Model, c.cost.Input, u.PromptTokens)
+		c.t.est.Observe(c.req.Model, c.cost.Input, u.PromptTokens)
 	}
-	llm.Feedback(g.cfg.Now(), g.gov, res, used, snap, nil)
+	llm.Feedback(g.cfg.Now(), c.t.gov, res, used, snap, nil)
+	c.settlePurse(res)
 	final := res.Cost()
-	fm := g.fm[c.who.flow]
+	fm := c.t.fm[c.who.flow]
 	fm.tokensIn.Add(float64(final.Input))
 	fm.tokensOut.Add(float64(final.Output))
 }
@@ -390,24 +448,30 @@ func (c *chatCall) failed(res *governor.Reservation, err error) (bool, time.Dura
 	g := c.g
 	// Whether the call keeps its charge, and what the governor learns from
 	// it, is decided in one place for the engine, the gateway and the bench.
-	llm.Feedback(g.cfg.Now(), g.gov, res, governor.Cost{}, governor.Snapshot{}, err)
+	llm.Feedback(g.cfg.Now(), c.t.gov, res, governor.Cost{}, governor.Snapshot{}, err)
+	c.settlePurse(res)
 	if c.r.Context().Err() != nil {
+		c.outcome = route.Abandoned
 		return false, 0, nil // the caller left during the call
 	}
-	g.cfg.Logger.Warn("upstream call failed", "key", g.cfg.Key, "flow", c.who.flow, "attempt", c.attempts, "err", g.scrub.String(err.Error()))
+	c.outcome = outcomeOf(err)
+	g.cfg.Logger.Warn("upstream call failed", "key", c.t.name, "flow", c.who.flow, "attempt", c.attempts, "err", g.scrub.String(err.Error()))
 	e := upstreamError(g.cfg.Profile, err)
 	if rl, ok := errors.AsType[*llm.RateLimitError](err); ok {
-		g.m.rejected(rl.Limit, rl.LimitKnown, rl.Status)
+		g.m.rejected(c.t.name, rl.Limit, rl.LimitKnown, rl.Status)
 		// The governor now holds the limit: waiting for admission again is
 		// the backoff. If the max wait ends first, say how long the
 		// provider asked for.
 		return true, 0, e
 	}
 	if tl, ok := errors.AsType[*llm.TooLargeError](err); ok {
-		g.m.rejected(tl.Limit, tl.LimitKnown, tl.Status)
+		g.m.rejected(c.t.name, tl.Limit, tl.LimitKnown, tl.Status)
 		return false, 0, e
 	}
-	if !llm.Retryable(err) {
+	if !llm.Retryable(err) || c.rt != nil {
+		// A routed call is never made on two targets, nor again on a
+		// failing one: the caller hears of the failure, and its next
+		// request is routed anew.
 		return false, 0, e
 	}
 	// Overload, 5xx, timeouts and resets: back off; the next attempt
@@ -454,7 +518,8 @@ func (c *chatCall) stream(res *governor.Reservation, s *llm.Stream) {
 		return
 	}
 	if err := s.Err(); err != nil {
-		c.g.cfg.Logger.Warn("upstream stream failed", "key", c.g.cfg.Key, "flow", c.who.flow, "err", c.g.scrub.String(err.Error()))
+		c.outcome = outcomeOf(err)
+		c.g.cfg.Logger.Warn("upstream stream failed", "key", c.t.name, "flow", c.who.flow, "err", c.g.scrub.String(err.Error()))
 		e := upstreamError(c.g.cfg.Profile, err)
 		writeEvent(w, flusher, c.g.cfg.Profile.ErrorBody(e.typ, e.code, e.message, ""))
 		return
@@ -622,21 +687,29 @@ func ptrOr(p *int) int {
 }
 
 // withMaxTokens gives a request without a maximum its flow's default —
-// lowered to what fits the limits with its prompt — and prices it.
+// lowered to what fits the limits with its prompt — and prices it, for
+// the single upstream.
 func (g *Gateway) withMaxTokens(req *llm.ChatRequest, flow string) (*llm.ChatRequest, governor.Cost) {
+	return withMaxTokens(g.main, req, g.flows[flow].DefaultMaxTokens, g.cfg.DefaultMaxTokens)
+}
+
+// withMaxTokens gives req, for target t, the flow's default maximum
+// (flowMax, else gatewayMax) when it has none, lowered to what fits t's
+// limits with its prompt, and prices it with t's estimator.
+func withMaxTokens(t *target, req *llm.ChatRequest, flowMax, gatewayMax int) (*llm.ChatRequest, governor.Cost) {
 	if req.MaxTokens > 0 {
-		return req, g.est.Cost(req)
+		return req, t.est.Cost(req)
 	}
 	out := *req
 	// Named as the profile takes it for the model: OpenAI's reasoning
 	// models refuse max_tokens.
-	out.SetDefaultMaxTokens(g.cfg.Profile, cmp.Or(g.flows[flow].DefaultMaxTokens, g.cfg.DefaultMaxTokens))
-	cost := g.est.Cost(&out)
-	if tl, ok := errors.AsType[*governor.TooLargeError](g.gov.Check(cost)); ok && tl.MaxOutput >= 1 {
+	out.SetDefaultMaxTokens(t.profile, cmp.Or(flowMax, gatewayMax))
+	cost := t.est.Cost(&out)
+	if tl, ok := errors.AsType[*governor.TooLargeError](t.gov.Check(cost)); ok && tl.MaxOutput >= 1 {
 		n := cost.Output / int64(out.MaxTokens) // choices
 		if fit := tl.MaxOutput / max(n, 1); fit >= 1 && fit < int64(out.MaxTokens) {
 			out.MaxTokens = int(fit)
-			cost = g.est.Cost(&out)
+			cost = t.est.Cost(&out)
 		}
 	}
 	return &out, cost

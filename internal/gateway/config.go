@@ -8,13 +8,13 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
-	"net/url"
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/guard"
 	"github.com/sluice-dev/sluice/internal/metrics"
 	"github.com/sluice-dev/sluice/internal/redact"
+	"github.com/sluice-dev/sluice/internal/route"
 	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/llm"
 )
@@ -228,10 +228,67 @@ type Config struct {
 	// Start and on Stop. Nil keeps them in memory only.
 	Store store.Store
 
+	// Models, when not empty, are model names the gateway routes: a
+	// request whose model is one of them is made on one of its targets —
+	// each a provider key and model with a governor of its own — chosen
+	// before admission by package route (docs/gateway.md, "Routes"). A
+	// request naming another model goes to Upstream as before, or, on a
+	// gateway without an Upstream, is answered 404 model_not_found.
+	// Default: none.
+	Models []Model
+
 	// journal, when set (by tests), receives the governor's charges in the
 	// order it makes them.
 	journal func(governor.Charge)
 }
+
+// Model is a model name the gateway routes over several targets.
+type Model struct {
+	// Name is the model name clients send ("fast").
+	Name    string
+	Targets []Target
+	// Rule ranks the targets: route.Cheapest (the default) or route.Ordered.
+	Rule route.Rule
+	// MaxWait is how long a call may wait for a better-ranked target
+	// before a later one is used (route.Config.MaxWait; default 30s;
+	// negative: a later one as soon as a better one cannot admit at once).
+	MaxWait time.Duration
+	// Failures, Cooldown and MaxCooldown say when a failing target is
+	// out and for how long (route.Config; defaults 3, 30s and 5m).
+	Failures              int
+	Cooldown, MaxCooldown time.Duration
+}
+
+// Target is one provider key and model a routed model name can be made
+// on. Each target has a governor of its own, kept in Config.Store under
+// Name; a target listed under several models (the same Name, configured
+// the same way) has one governor for all of them.
+type Target struct {
+	// Name names the target in X-Sluice-Target, /v1/flows, metrics, logs
+	// and the store: letters, digits, '.', '_' and '-', at most 64. Never
+	// the secret.
+	Name string
+	// Upstream is the target's OpenAI-compatible API root.
+	Upstream string
+	// APIKey is the target's provider key, sent to its Upstream only.
+	APIKey string
+	// Profile says how to read the target's headers and errors (default
+	// openai); the gateway's answers keep the shape of Config.Profile.
+	Profile llm.Profile
+	// Model is the upstream's name of the model: a request's model is
+	// rewritten to it.
+	Model string
+	// Limits, Price, Budget, FixedWindows and SettleOutput are the
+	// target's, as Config's fields of the same names are the key's.
+	Limits       governor.Limits
+	Price        governor.Price
+	Budget       governor.Budget
+	FixedWindows bool
+	SettleOutput bool
+}
+
+// MaxModels bounds Config.Models.
+const MaxModels = 256
 
 // Flow is one flow of requests: an app, a job, a tenant.
 type Flow struct {
@@ -301,15 +358,19 @@ func (c Config) validate() error {
 	if _, err := llm.ParseProfile(string(c.Profile)); err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
-	u, err := url.Parse(c.Upstream)
-	if c.Upstream == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("gateway: upstream %q is not an http(s) URL", c.Upstream)
+	if c.Upstream != "" || len(c.Models) == 0 {
+		if err := checkUpstream(c.Upstream); err != nil {
+			return fmt.Errorf("gateway: %w", err)
+		}
 	}
 	if c.DefaultMaxTokens < 0 {
 		return fmt.Errorf("gateway: default max_tokens %d is negative", c.DefaultMaxTokens)
 	}
 	if err := c.Budget.Validate(c.Price); err != nil {
 		return fmt.Errorf("gateway: %w", err)
+	}
+	if err := c.validateModels(); err != nil {
+		return err
 	}
 	if c.Speed < 0 || math.IsNaN(c.Speed) || math.IsInf(c.Speed, 0) {
 		return fmt.Errorf("gateway: speed must be a finite number ≥ 0, got %v", c.Speed)
@@ -344,6 +405,13 @@ func (c Config) validate() error {
 		keys[k.Key] = true
 		if c.APIKey != "" && k.Key == c.APIKey {
 			return fmt.Errorf("gateway: client key %d is the upstream key: give callers keys of their own", i+1)
+		}
+		for _, m := range c.Models {
+			for _, t := range m.Targets {
+				if t.APIKey != "" && k.Key == t.APIKey {
+					return fmt.Errorf("gateway: client key %d is the key of target %q: give callers keys of their own", i+1, t.Name)
+				}
+			}
 		}
 	}
 	return nil

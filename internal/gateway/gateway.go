@@ -29,9 +29,9 @@ import (
 // is safe for simultaneous use by multiple goroutines.
 type Gateway struct {
 	cfg    Config
-	client *llm.Client
-	gov    *governor.Governor
-	ledger *quota.Ledger // gov, when its charges are kept in cfg.Store
+	client *llm.Client        // the single upstream's; nil on a gateway of routes only
+	gov    *governor.Governor // the single upstream's; nil on a gateway of routes only
+	ledger *quota.Ledger      // gov, when its charges are kept in cfg.Store
 	est    *llm.Estimator
 	flows  map[string]Flow
 	keys   []ClientKey
@@ -39,9 +39,19 @@ type Gateway struct {
 	fm     map[string]*flowMetrics // by flow name; read-only after New
 	mux    *http.ServeMux
 	seq    atomic.Uint64
-	scrub  *llm.Scrubber // nil without a provider key
+	scrub  scrubber // every provider key's; empty without one
 	line   *line
 	places *places
+
+	main       *target            // the single upstream, nil on a gateway of routes only
+	targets    []*target          // the routed targets, each once (routes.go)
+	routes     map[string]*routed // by model name
+	modelNames []string           // the routed names, as configured
+	// purse keeps the flows' budgets across targets when routes are
+	// configured (routes.go); purseFlows are the flows with one.
+	purse       *governor.Governor
+	purseLedger *quota.Ledger
+	purseFlows  map[string]bool
 
 	// stopCtx ends once Config.Stopping closes (see stopping); quit,
 	// closed by Stop, ends its watch, which closes watchDone.
@@ -67,15 +77,19 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	// A proxy's call lasts as long as its caller wants: a long stream is
-	// not cut at the client library's 10-minute default, and a long
-	// non-streamed completion gets the HTTP client's 10 minutes for its
-	// headers. A caller that leaves ends the call.
-	client, err := llm.NewClient(llm.Config{BaseURL: cfg.Upstream, APIKey: cfg.APIKey, Profile: cfg.Profile,
-		HTTPClient: cfg.HTTPClient, IdleConns: UpstreamIdleConns,
-		Now: cfg.Now, Timeouts: llm.Timeouts{FirstByte: 10 * time.Minute, Total: -1}})
-	if err != nil {
-		return nil, fmt.Errorf("gateway: %w", err)
+	var client *llm.Client
+	if cfg.Upstream != "" {
+		// A proxy's call lasts as long as its caller wants: a long stream is
+		// not cut at the client library's 10-minute default, and a long
+		// non-streamed completion gets the HTTP client's 10 minutes for its
+		// headers. A caller that leaves ends the call.
+		var err error
+		client, err = llm.NewClient(llm.Config{BaseURL: cfg.Upstream, APIKey: cfg.APIKey, Profile: cfg.Profile,
+			HTTPClient: cfg.HTTPClient, IdleConns: UpstreamIdleConns,
+			Now: cfg.Now, Timeouts: llm.Timeouts{FirstByte: 10 * time.Minute, Total: -1}})
+		if err != nil {
+			return nil, fmt.Errorf("gateway: %w", err)
+		}
 	}
 	flows := make([]governor.FlowConfig, 0, len(cfg.Flows)+1)
 	byName := make(map[string]Flow, len(cfg.Flows)+1)
@@ -92,21 +106,46 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 			return nil, fmt.Errorf("gateway: a client key names flow %q, which is not configured", k.Flow)
 		}
 	}
-	gov, ledger, err := governorOf(ctx, cfg, flows)
-	if err != nil {
-		return nil, err
-	}
-	if cfg.Governor != nil {
-		cfg.Key = gov.Stats(cfg.Now()).Key
+	var (
+		gov    *governor.Governor
+		ledger *quota.Ledger
+		err    error
+	)
+	if client != nil {
+		if gov, ledger, err = governorOf(ctx, cfg, govFlows(cfg, flows)); err != nil {
+			return nil, err
+		}
+		if cfg.Governor != nil {
+			cfg.Key = gov.Stats(cfg.Now()).Key
+		}
 	}
 	est, err := llm.NewEstimator(llm.EstimatorConfig{Profile: cfg.Profile})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
+	keys := []string{cfg.APIKey}
+	for _, m := range cfg.Models {
+		for _, t := range m.Targets {
+			keys = append(keys, t.APIKey)
+		}
+	}
 	g := &Gateway{cfg: cfg, client: client, gov: gov, ledger: ledger, est: est, flows: byName, keys: cfg.ClientKeys,
-		mux: http.NewServeMux(), scrub: llm.NewScrubber(cfg.APIKey), line: newLine(cfg),
+		mux: http.NewServeMux(), scrub: newScrubber(keys...), line: newLine(cfg),
 		places: newPlaces(cfg.MaxWaiting, cfg.MaxFlowParked), quit: make(chan struct{})}
-	if cfg.Limits == (governor.Limits{}) && cfg.Governor == nil {
+	if client != nil {
+		g.main = &target{name: cfg.Key, profile: cfg.Profile, client: client, gov: gov, ledger: ledger, est: est}
+	}
+	if g.purse, g.purseLedger, err = newPurse(ctx, cfg, flows); err != nil {
+		return nil, err
+	}
+	g.purseFlows = map[string]bool{}
+	for _, f := range cfg.Flows {
+		g.purseFlows[f.Name] = g.purse != nil && !f.Budget.IsZero()
+	}
+	if err := g.buildRoutes(ctx, flows); err != nil {
+		return nil, err
+	}
+	if cfg.Limits == (governor.Limits{}) && cfg.Governor == nil && client != nil {
 		cfg.Logger.Warn("no limits configured: the governor probes the key and learns its limits from the provider's headers and refusals", "key", cfg.Key)
 	}
 	if g.m, err = newMetrics(g); err != nil {
@@ -115,6 +154,15 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 	g.fm = make(map[string]*flowMetrics, len(byName))
 	for name := range byName {
 		g.fm[name] = g.m.flow(name)
+	}
+	if g.main != nil {
+		g.main.fm = g.fm
+	}
+	for _, t := range g.targets {
+		t.fm = make(map[string]*flowMetrics, len(byName))
+		for name := range byName {
+			t.fm[name] = g.m.flowOf(t.name, name)
+		}
 	}
 	for _, rt := range []struct {
 		method, path string
@@ -174,9 +222,27 @@ func governorOf(ctx context.Context, cfg Config, flows []governor.FlowConfig) (*
 // background, until ctx ends or Stop. Without a Store there is nothing to
 // write and it does nothing. Starting again, or after Stop, does nothing.
 func (g *Gateway) Start(ctx context.Context) {
-	if g.ledger != nil {
-		g.ledger.Start(ctx)
+	for _, l := range g.ledgers() {
+		l.Start(ctx)
 	}
+}
+
+// ledgers are the ledgers that keep the gateway's charges in Config.Store:
+// the single upstream's, each target's and the flows' budgets'.
+func (g *Gateway) ledgers() []*quota.Ledger {
+	var ls []*quota.Ledger
+	if g.ledger != nil {
+		ls = append(ls, g.ledger)
+	}
+	for _, t := range g.targets {
+		if t.ledger != nil {
+			ls = append(ls, t.ledger)
+		}
+	}
+	if g.purseLedger != nil {
+		ls = append(ls, g.purseLedger)
+	}
+	return ls
 }
 
 // Stop ends what Start began, and the watch on Config.Stopping the first
@@ -190,10 +256,11 @@ func (g *Gateway) Stop(ctx context.Context) error {
 	if g.watchDone != nil {
 		<-g.watchDone
 	}
-	if g.ledger == nil {
-		return nil
+	var errs []error
+	for _, l := range g.ledgers() {
+		errs = append(errs, l.Stop(ctx))
 	}
-	return g.ledger.Stop(ctx)
+	return errors.Join(errs...)
 }
 
 // Governor returns the governor that owns the key, for callers that embed
@@ -204,7 +271,7 @@ func (g *Gateway) Governor() *governor.Governor { return g.gov }
 // scrubber, so the provider key never reaches a client, whatever part of
 // an answer the provider echoed it in.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if g.scrub != nil {
+	if len(g.scrub) > 0 {
 		w = &scrubWriter{ResponseWriter: w, s: g.scrub}
 	}
 	if r.Method != http.MethodConnect && !cleanPath(r.URL.Path) {
@@ -301,15 +368,20 @@ func (g *Gateway) flowOf(name string) string {
 
 // models lists the upstream's models.
 func (g *Gateway) models(w http.ResponseWriter, r *http.Request, _ caller) {
-	list, err := g.client.Models(r.Context())
-	if err != nil {
-		g.cfg.Logger.Warn("list models", "key", g.cfg.Key, "err", g.scrub.String(err.Error()))
-		upstreamError(g.cfg.Profile, err).write(w, g.cfg.Profile)
-		return
+	var list []llm.Model
+	if g.client != nil {
+		var err error
+		if list, err = g.client.Models(r.Context()); err != nil {
+			g.cfg.Logger.Warn("list models", "key", g.cfg.Key, "err", g.scrub.String(err.Error()))
+			upstreamError(g.cfg.Profile, err).write(w, g.cfg.Profile)
+			return
+		}
 	}
-	data := make([]json.RawMessage, len(list))
-	for i, m := range list {
-		data[i] = m.Raw
+	data := g.routedModels()
+	for _, m := range list {
+		if _, routed := g.routes[m.ID]; !routed {
+			data = append(data, m.Raw)
+		}
 	}
 	httpjson.Write(w, http.StatusOK, struct {
 		Object string            `json:"object"`
@@ -325,6 +397,10 @@ type FlowsView struct {
 	// money; absent without one.
 	Budget *BudgetView `json:"budget,omitempty"`
 	Flows  []FlowView  `json:"flows"`
+	// Models are the routed model names and Targets their targets, each
+	// once (routes.go); absent without routes.
+	Models  []ModelView  `json:"models,omitempty"`
+	Targets []TargetView `json:"targets,omitempty"`
 }
 
 // BudgetView is a budget in money (the unit of the key's prices) and what
@@ -388,6 +464,11 @@ type FlowView struct {
 	// client key's bound to it) and its spend in each period.
 	Spend  *float64    `json:"spend,omitempty"`
 	Budget *BudgetView `json:"budget,omitempty"`
+	// SpendByTarget is what the flow's calls cost on each routed target
+	// since the gateway started, in money, on the targets with a price
+	// (Spend adds them in). With routes, Budget is the flow's budget
+	// across every target and its spend there.
+	SpendByTarget map[string]float64 `json:"spend_by_target,omitempty"`
 	// Cluster, on a process of a cluster (Config.ClusterFlows), is the
 	// flow on every process of it, this one too, and in total; the fields
 	// above are this process's own.
@@ -425,7 +506,18 @@ type NodeFlow struct {
 // Flows returns the state GET /v1/flows serves.
 func (g *Gateway) Flows() FlowsView {
 	now := g.cfg.Now()
-	st := g.gov.Stats(now)
+	var st governor.Stats
+	if g.gov != nil {
+		st = g.gov.Stats(now)
+	} else {
+		// Routes only: the flows as configured, their use on the targets
+		// added by addRoutes.
+		st.Key = g.cfg.Key
+		for name, f := range g.flows {
+			st.Flows = append(st.Flows, governor.FlowStats{Name: name, Weight: cmp.Or(f.Weight, 1), Priority: f.Priority})
+		}
+		slices.SortFunc(st.Flows, func(a, b governor.FlowStats) int { return strings.Compare(a.Name, b.Name) })
+	}
 	v := FlowsView{Key: st.Key, Limits: map[string]LimitView{}, Flows: make([]FlowView, 0, len(st.Flows))}
 	var budget, spent governor.Limits
 	for _, ls := range st.Limits {
@@ -463,6 +555,7 @@ func (g *Gateway) Flows() FlowsView {
 		fv.State = flowState(now, fv.LastProgressAt, g.cfg.ProgressWindow, f.Waiting)
 		v.Flows = append(v.Flows, fv)
 	}
+	g.addRoutes(&v, now)
 	g.addCluster(&v)
 	return v
 }

@@ -43,11 +43,25 @@ func (c *chatCall) limitHeaders() { c.ownHeaders("") }
 // empty, the answer's Content-Type with them.
 func (c *chatCall) ownHeaders(contentType string) {
 	g := c.g
-	now := g.cfg.Now()
-	o := g.gov.Inside(govkey.Key{}).Outlook(now, c.who.flow, c.cost)
 	v := headerValues{buf: make([]byte, 0, 64)}
 	v.buf = appendMillis(v.buf, c.waited)
 	v.end(WaitHeader)
+	if c.t == nil {
+		// No target: a routed request none was picked for, or a model the
+		// gateway does not serve.
+		if contentType != "" {
+			v.buf = append(v.buf, contentType...)
+			v.end("Content-Type")
+		}
+		v.set(c.w.Header())
+		return
+	}
+	if c.rt != nil {
+		v.buf = append(v.buf, c.t.name...)
+		v.end(TargetHeader)
+	}
+	now := g.cfg.Now()
+	o := c.t.gov.Inside(govkey.Key{}).Outlook(now, c.who.flow, c.cost)
 	for _, ls := range o.Limits {
 		if ls.Max <= 0 {
 			continue
@@ -80,8 +94,8 @@ func (c *chatCall) ownHeaders(contentType string) {
 type headerValues struct {
 	buf  []byte
 	n    int
-	keys [3*governor.NumLimits + 4]string
-	ends [3*governor.NumLimits + 4]int
+	keys [3*governor.NumLimits + 5]string
+	ends [3*governor.NumLimits + 5]int
 }
 
 func (v *headerValues) end(key string) {

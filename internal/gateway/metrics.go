@@ -30,9 +30,15 @@ func newMetrics(g *Gateway) (*gatewayMetrics, error) {
 	}
 	// A governor given by its owner is read by the owner's series when
 	// they share the Set.
-	if g.cfg.Governor == nil || g.cfg.Metrics == nil {
+	if g.gov != nil && (g.cfg.Governor == nil || g.cfg.Metrics == nil) {
 		if err := s.AddGovernor(g.gov, g.cfg.Now); err != nil {
 			return nil, fmt.Errorf("gateway: %w", err)
+		}
+	}
+	// Each routed target's series, under its name.
+	for _, t := range g.targets {
+		if err := s.AddGovernor(t.gov, g.cfg.Now); err != nil {
+			return nil, fmt.Errorf("gateway: target %q: %w", t.name, err)
 		}
 	}
 	return &gatewayMetrics{set: s, key: g.cfg.Key, requests: s.GatewayRequestsOf(g.cfg.Key), rejoined: s.PlacesTakenBack(g.cfg.Key)}, nil
@@ -49,19 +55,28 @@ type flowMetrics struct {
 	lastAdmit atomic.Int64
 }
 
-func (m *gatewayMetrics) flow(name string) *flowMetrics {
-	f := m.set.Flow(m.key, name)
-	return &flowMetrics{
-		ok:         m.set.GatewayRequests(m.key, name, 200),
+func (m *gatewayMetrics) flow(name string) *flowMetrics { return m.flowOf(m.key, name) }
+
+// flowOf is flow name's series on the key named key: the gateway's, or a
+// routed target's.
+func (m *gatewayMetrics) flowOf(key, name string) *flowMetrics {
+	f := m.set.Flow(key, name)
+	fm := &flowMetrics{
 		admissions: f.Admissions,
 		wait:       f.Wait,
 		tokensIn:   f.InputTokens,
 		tokensOut:  f.OutputTokens,
 	}
+	if key == m.key {
+		// Requests are counted by the gateway's key, whichever target
+		// answered them.
+		fm.ok = m.set.GatewayRequests(key, name, 200)
+	}
+	return fm
 }
 
-func (m *gatewayMetrics) rejected(l governor.Limit, known bool, status int) {
-	m.set.Rejection(m.key, l, known, status)
+func (m *gatewayMetrics) rejected(key string, l governor.Limit, known bool, status int) {
+	m.set.Rejection(key, l, known, status)
 }
 
 func seconds(d time.Duration) float64 { return d.Seconds() }

@@ -55,6 +55,7 @@ type caller struct {
 type place struct {
 	key    placeKey
 	caller caller
+	t      *target // whose governor res is on
 	res    *governor.Reservation
 	until  time.Time
 	gone   bool // taken back, lapsed or given up
@@ -96,6 +97,11 @@ func (p *places) empty() bool {
 // returns the bound that refused it, in words for the caller; res is then
 // the caller's to cancel.
 func (p *places) keep(key placeKey, who caller, res *governor.Reservation, until time.Time, now time.Time) string {
+	return p.keepOn(key, who, nil, res, until, now)
+}
+
+// keepOn is keep for a place on target t's governor.
+func (p *places) keepOn(key placeKey, who caller, t *target, res *governor.Reservation, until time.Time, now time.Time) string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.prune(now)
@@ -105,7 +111,7 @@ func (p *places) keep(key placeKey, who caller, res *governor.Reservation, until
 	case p.n >= p.max:
 		return fmt.Sprintf("the gateway keeps %d places in line already, the most it may", p.n)
 	}
-	pl := &place{key: key, caller: who, res: res, until: until}
+	pl := &place{key: key, caller: who, t: t, res: res, until: until}
 	p.byKey[key] = append(p.byKey[key], pl)
 	p.order = append(p.order, pl)
 	p.n++
@@ -116,6 +122,13 @@ func (p *places) keep(key placeKey, who caller, res *governor.Reservation, until
 // take returns the oldest place kept for key, if any is still kept, and
 // forgets it: one request takes one place.
 func (p *places) take(key placeKey, now time.Time) *governor.Reservation {
+	res, _ := p.takeOn(key, now)
+	return res
+}
+
+// takeOn is take, and says which target's governor the place is on (as
+// keepOn was told).
+func (p *places) takeOn(key placeKey, now time.Time) (*governor.Reservation, *target) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	list := p.byKey[key]
@@ -125,11 +138,11 @@ func (p *places) take(key placeKey, now time.Time) *governor.Reservation {
 		p.forget(pl)
 		if now.Before(pl.until) {
 			p.set(key, list)
-			return pl.res
+			return pl.res, pl.t
 		}
 	}
 	p.set(key, list)
-	return nil
+	return nil, nil
 }
 
 func (p *places) set(key placeKey, list []*place) {

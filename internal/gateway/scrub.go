@@ -18,7 +18,7 @@ import (
 // event in one Write, so a key is never split across two.
 type scrubWriter struct {
 	http.ResponseWriter
-	s           *llm.Scrubber
+	s           scrubber
 	wroteHeader bool
 }
 
@@ -44,3 +44,40 @@ func (w *scrubWriter) Flush() { _ = http.NewResponseController(w.ResponseWriter)
 
 // Unwrap lets http.ResponseController reach the connection.
 func (w *scrubWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// scrubber removes every provider key the gateway holds — the single
+// upstream's and each routed target's — as each key's llm.Scrubber does.
+type scrubber []*llm.Scrubber
+
+func newScrubber(keys ...string) scrubber {
+	var s scrubber
+	for _, k := range keys {
+		if sc := llm.NewScrubber(k); sc != nil {
+			s = append(s, sc)
+		}
+	}
+	return s
+}
+
+// Bytes returns p with every key removed; p itself when it holds none.
+func (s scrubber) Bytes(p []byte) []byte {
+	for _, sc := range s {
+		p = sc.Bytes(p)
+	}
+	return p
+}
+
+// String returns v with every key removed.
+func (s scrubber) String(v string) string {
+	for _, sc := range s {
+		v = sc.String(v)
+	}
+	return v
+}
+
+// Header removes every key from every value of h, in place.
+func (s scrubber) Header(h http.Header) {
+	for _, sc := range s {
+		sc.Header(h)
+	}
+}
