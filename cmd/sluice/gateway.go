@@ -18,10 +18,13 @@ import (
 	"github.com/sluice-dev/sluice/internal/gateway"
 	"github.com/sluice-dev/sluice/internal/govtext"
 	"github.com/sluice-dev/sluice/internal/guard"
+	"github.com/sluice-dev/sluice/internal/route"
 	"github.com/sluice-dev/sluice/internal/store"
 	_ "github.com/sluice-dev/sluice/internal/store/postgres"
 	_ "github.com/sluice-dev/sluice/internal/store/sqlite"
+	"github.com/sluice-dev/sluice/internal/yamlfile"
 	"github.com/sluice-dev/sluice/llm"
+	"go.yaml.in/yaml/v3"
 )
 
 func init() {
@@ -68,6 +71,35 @@ type gatewayFile struct {
 	LogFormat        string           `yaml:"log_format"`
 	Flows            []gatewayFlow    `yaml:"flows"`
 	ClientKeys       []gatewayKeyFile `yaml:"client_keys"`
+	Models           []gatewayModel   `yaml:"models"`
+}
+
+// gatewayModel is a routed model name in the file: a name clients send,
+// made on one of its targets (docs/gateway.md, "Routes").
+type gatewayModel struct {
+	Name        string          `yaml:"name"`
+	Rule        string          `yaml:"rule"`
+	MaxWait     string          `yaml:"max_wait"`
+	Failures    string          `yaml:"failures"`
+	Cooldown    string          `yaml:"cooldown"`
+	MaxCooldown string          `yaml:"max_cooldown"`
+	Targets     []gatewayTarget `yaml:"targets"`
+}
+
+// gatewayTarget is one target of a routed model: a provider key (named by
+// the environment variable holding it) and the upstream's model, its
+// limits, price and budget written as the key's are.
+type gatewayTarget struct {
+	Name       string `yaml:"name"`
+	Upstream   string `yaml:"upstream"`
+	APIKeyEnv  string `yaml:"api_key_env"`
+	Profile    string `yaml:"profile"`
+	Model      string `yaml:"model"`
+	Limits     string `yaml:"limits"`
+	Price      string `yaml:"price"`
+	Budget     string `yaml:"budget"`
+	Window     string `yaml:"window"`
+	Accounting string `yaml:"accounting"`
 }
 
 // gatewayFlow is a flow in the file, its parts read as --flow reads them; a
@@ -174,7 +206,33 @@ func runGateway(ctx context.Context, env *cli.Env, args []string) error {
 			"http://ADDR/v1; X-Sluice-Flow picks the flow. Requests wait for their turn instead of\n"+
 			"being refused; the provider key is read from the environment and never leaves the gateway.\n\n"+
 			"Example:\n  SLUICE_UPSTREAM_KEY=gsk_… sluice gateway --upstream https://api.groq.com/openai/v1 --profile groq \\\n"+
-			"    --limits rpm=30,tpm=8000,tpd=200000,otpm=1000 --flow summary=1 --flow title=1 --flow analysis=1:1")
+			"    --limits rpm=30,tpm=8000,tpd=200000,otpm=1000 --flow summary=1 --flow title=1 --flow analysis=1:1\n\n"+
+			"Routes (--config only): one model name made on one of several targets, each a provider key\n"+
+			"and model with limits, price and budget of its own; the target is picked before admission\n"+
+			"(the cheapest that admits within max_wait, else the soonest; failing targets are out for a\n"+
+			"cooldown) and named in the answer's X-Sluice-Target. Without --upstream, a model not routed\n"+
+			"is answered 404 model_not_found. A flow's budget holds across every target. In the file:\n\n"+
+			"  models:\n"+
+			"    - name: fast                 # the model name clients send\n"+
+			"      rule: cheapest             # or ordered (the order listed)\n"+
+			"      max_wait: 30s              # how long a call may wait for a better-ranked target\n"+
+			"      failures: 3                # failed calls in a row that take a target out,\n"+
+			"      cooldown: 30s              # for this long (doubling while it fails, up to max_cooldown: 5m)\n"+
+			"      targets:\n"+
+			"        - name: groq-8b          # in X-Sluice-Target, /v1/flows, metrics and the store\n"+
+			"          upstream: https://api.groq.com/openai/v1\n"+
+			"          api_key_env: GROQ_API_KEY\n"+
+			"          profile: groq\n"+
+			"          model: llama-3.1-8b-instant   # the upstream's model name\n"+
+			"          limits: rpm=30,tpm=6000\n"+
+			"        - name: paid\n"+
+			"          upstream: https://api.openai.com/v1\n"+
+			"          api_key_env: OPENAI_API_KEY\n"+
+			"          model: gpt-4o-mini\n"+
+			"          limits: rpm=500,tpm=200000\n"+
+			"          price: input=0.15,output=0.60\n"+
+			"          budget: day=2.00       # also window: and accounting:, as for the key\n\n"+
+			"docs/gateway.md, \"Routes: one model name, several targets\", has the rest.")
 	f := addGatewayFlags(fs)
 	if err := cli.ParseFlags(fs, env, args); err != nil {
 		return err
@@ -237,6 +295,9 @@ func addGatewayFlags(fs *flag.FlagSet) *gatewayFlags {
 // one where it was given.
 func (f *gatewayFlags) gatewayConfig(env *cli.Env, fs *flag.FlagSet) (gateway.Config, error) {
 	var file gatewayFile
+	if err := checkModelsPlain(*f.configF); err != nil {
+		return gateway.Config{}, err
+	}
 	set, refuse, err := loadConfig(fs, *f.configF, &file)
 	if err != nil {
 		return gateway.Config{}, err
@@ -244,8 +305,8 @@ func (f *gatewayFlags) gatewayConfig(env *cli.Env, fs *flag.FlagSet) (gateway.Co
 	f.sf.refuse = refuse
 
 	cfg := gateway.Config{Upstream: *f.upstream, Key: *f.keyName}
-	if cfg.Upstream == "" {
-		fmt.Fprintln(env.Stderr, "sluice gateway: --upstream is required (or upstream: in --config)")
+	if cfg.Upstream == "" && len(file.Models) == 0 {
+		fmt.Fprintln(env.Stderr, "sluice gateway: --upstream is required (or upstream: in --config, or models: to route)")
 		return cfg, cli.ErrUsage
 	}
 	for _, n := range []struct {
@@ -269,6 +330,9 @@ func (f *gatewayFlags) gatewayConfig(env *cli.Env, fs *flag.FlagSet) (gateway.Co
 		f.sf.hosts = strings.Join(file.AllowedHosts, ",")
 	}
 	if err := f.keyConfig(&cfg, refuse); err != nil {
+		return cfg, err
+	}
+	if cfg.Models, err = readModels(env, file.Models, refuse); err != nil {
 		return cfg, err
 	}
 	if err := f.clients(env, file, refuse, &cfg); err != nil {
@@ -341,13 +405,17 @@ func (f *gatewayFlags) clients(env *cli.Env, file gatewayFile, refuse func(strin
 			if err := flow.Budget.UnmarshalText([]byte(fl.Budget)); err != nil {
 				return refuse(fmt.Sprintf("flows[%d].budget", i), err)
 			}
-			if err := flow.Budget.Validate(cfg.Price); err != nil {
+			price := cfg.Price
+			if price.IsZero() && routesPriced(cfg.Models) {
+				price = governor.Price{Input: 1} // a target's price prices it: the budget holds across targets
+			}
+			if err := flow.Budget.Validate(price); err != nil {
 				return refuse(fmt.Sprintf("flows[%d].budget", i), fmt.Errorf("flow %q: %w", fl.Name, err))
 			}
 			cfg.Flows = append(cfg.Flows, flow)
 		}
 	}
-	if cfg.APIKey = env.Getenv(*f.keyEnv); cfg.APIKey == "" {
+	if cfg.APIKey = env.Getenv(*f.keyEnv); cfg.APIKey == "" && cfg.Upstream != "" {
 		fmt.Fprintf(env.Stderr, "sluice gateway: %s is empty: no provider key is sent upstream\n", *f.keyEnv)
 	}
 	cfg.ClientKeys = parseClientKeys(env.Getenv(*f.clientEnv))
@@ -368,7 +436,7 @@ func (f *gatewayFlags) serve(ctx context.Context, env *cli.Env, cfg gateway.Conf
 	if err := guard.CheckBind(listen, len(cfg.ClientKeys) > 0, "give client keys in "+*f.clientEnv); err != nil {
 		return err
 	}
-	if cfg.Limits == (governor.Limits{}) {
+	if cfg.Limits == (governor.Limits{}) && cfg.Upstream != "" {
 		fmt.Fprintln(env.Stderr, "sluice gateway: warning: no --limits: the gateway knows no limit of the key until the provider says one; it probes the key (a request at a time at first, more as answers come) and learns the limits from the provider's headers and refusals")
 	}
 	if db := cmp.Or(*f.dbURL, env.Getenv("SLUICE_DB")); db != "" {
@@ -400,7 +468,18 @@ func (f *gatewayFlags) serve(ctx context.Context, env *cli.Env, cfg gateway.Conf
 	}
 	srv := guard.NewServer(gw, gc)
 	gw.Start(ctx)
-	fmt.Fprintf(env.Stdout, "listening on http://%s (upstream %s, profile %s, limits %s)\n", ln.Addr(), cfg.Upstream, cfg.Profile, cfg.Limits)
+	if cfg.Upstream != "" {
+		fmt.Fprintf(env.Stdout, "listening on http://%s (upstream %s, profile %s, limits %s)\n", ln.Addr(), cfg.Upstream, cfg.Profile, cfg.Limits)
+	} else {
+		fmt.Fprintf(env.Stdout, "listening on http://%s (routes only)\n", ln.Addr())
+	}
+	for _, m := range cfg.Models {
+		names := make([]string, len(m.Targets))
+		for i, t := range m.Targets {
+			names[i] = t.Name
+		}
+		fmt.Fprintf(env.Stdout, "model %s: %s over %s\n", m.Name, m.Rule, strings.Join(names, ", "))
+	}
 	err = serveUntilDone(ctx, srv, ln, 10*time.Second, nil)
 	// The server is down: the charges of the last requests are written
 	// now, and a failure to write them is the command's too, since the next
@@ -414,6 +493,16 @@ func (f *gatewayFlags) serve(ctx context.Context, env *cli.Env, cfg gateway.Conf
 // its key's name, limits and flows, never the provider key or the client
 // keys — unless it is the one last recorded.
 func recordGatewayConfig(ctx context.Context, cfg gateway.Config) error {
+	type target struct {
+		Name   string           `json:"name"`
+		Model  string           `json:"model"`
+		Limits map[string]int64 `json:"limits"`
+	}
+	type model struct {
+		Name    string   `json:"name"`
+		Rule    string   `json:"rule"`
+		Targets []target `json:"targets"`
+	}
 	type flow struct {
 		Name             string  `json:"name"`
 		Weight           float64 `json:"weight"`
@@ -429,6 +518,7 @@ func recordGatewayConfig(ctx context.Context, cfg gateway.Config) error {
 		DefaultMaxTokens int              `json:"default_max_tokens"`
 		MaxWait          string           `json:"max_wait"`
 		Flows            []flow           `json:"flows"`
+		Models           []model          `json:"models,omitempty"`
 	}{Key: cmp.Or(cfg.Key, string(cfg.Profile)), Profile: string(cfg.Profile), Limits: map[string]int64{}, Window: govtext.WindowWord(cfg.FixedWindows),
 		Accounting: govtext.AccountingWord(cfg.SettleOutput), DefaultMaxTokens: cfg.DefaultMaxTokens, MaxWait: cfg.MaxWait.String(), Flows: []flow{}}
 	for l := range governor.NumLimits {
@@ -438,6 +528,19 @@ func recordGatewayConfig(ctx context.Context, cfg gateway.Config) error {
 	}
 	for _, f := range cfg.Flows {
 		c.Flows = append(c.Flows, flow{f.Name, f.Weight, f.Priority, f.DefaultMaxTokens})
+	}
+	for _, m := range cfg.Models {
+		mv := model{Name: m.Name, Rule: m.Rule.String()}
+		for _, t := range m.Targets {
+			tv := target{Name: t.Name, Model: t.Model, Limits: map[string]int64{}}
+			for l := range governor.NumLimits {
+				if t.Limits[l] > 0 {
+					tv.Limits[l.String()] = t.Limits[l]
+				}
+			}
+			mv.Targets = append(mv.Targets, tv)
+		}
+		c.Models = append(c.Models, mv)
 	}
 	config, err := json.Marshal(c)
 	if err != nil {
@@ -466,4 +569,169 @@ func buildVersion() string {
 		}
 	}
 	return strings.TrimSpace(v)
+}
+
+// readModels reads the file's routed models, naming a bad value by its key
+// and line, and a missing one by its model's or target's line.
+func readModels(env *cli.Env, models []gatewayModel, refuse func(string, error) error) ([]gateway.Model, error) {
+	if len(models) > gateway.MaxModels {
+		return nil, refuse("models", fmt.Errorf("%d models, at most %d", len(models), gateway.MaxModels))
+	}
+	var out []gateway.Model
+	seen := map[string]bool{}
+	for i, fm := range models {
+		at := fmt.Sprintf("models[%d]", i)
+		m := gateway.Model{Name: strings.TrimSpace(fm.Name)}
+		switch {
+		case m.Name == "":
+			return nil, refuse(at, errors.New("a model needs a name: the model name clients send"))
+		case seen[m.Name]:
+			return nil, refuse(at+".name", fmt.Errorf("model %q is listed twice", m.Name))
+		case len(fm.Targets) == 0:
+			return nil, refuse(at, fmt.Errorf("model %q has no targets", m.Name))
+		case len(fm.Targets) > route.MaxTargets:
+			return nil, refuse(at+".targets", fmt.Errorf("%d targets, at most %d", len(fm.Targets), route.MaxTargets))
+		}
+		seen[m.Name] = true
+		var err error
+		if m.Rule, err = route.ParseRule(fm.Rule); err != nil {
+			return nil, refuse(at+".rule", err)
+		}
+		for _, d := range []struct {
+			key  string
+			text string
+			to   *time.Duration
+		}{{"max_wait", fm.MaxWait, &m.MaxWait}, {"cooldown", fm.Cooldown, &m.Cooldown}, {"max_cooldown", fm.MaxCooldown, &m.MaxCooldown}} {
+			if d.text == "" {
+				continue
+			}
+			v, err := time.ParseDuration(d.text)
+			if err != nil || v <= 0 || v > route.MaxDuration {
+				return nil, refuse(at+"."+d.key, fmt.Errorf("%q: want a duration from 1ns to %v, e.g. 30s", d.text, route.MaxDuration))
+			}
+			*d.to = v
+		}
+		if fm.Failures != "" {
+			if m.Failures, err = strconv.Atoi(fm.Failures); err != nil || m.Failures < 1 || m.Failures > 1000 {
+				return nil, refuse(at+".failures", fmt.Errorf("%q: want a whole number from 1 to 1000", fm.Failures))
+			}
+		}
+		names := map[string]bool{}
+		for j, ft := range fm.Targets {
+			tat := fmt.Sprintf("%s.targets[%d]", at, j)
+			t, err := readTarget(env, ft, tat, refuse)
+			if err != nil {
+				return nil, err
+			}
+			if names[t.Name] {
+				return nil, refuse(tat+".name", fmt.Errorf("target %q is listed twice in model %q", t.Name, m.Name))
+			}
+			names[t.Name] = true
+			m.Targets = append(m.Targets, t)
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// readTarget reads one target of a routed model at path at.
+func readTarget(env *cli.Env, ft gatewayTarget, at string, refuse func(string, error) error) (gateway.Target, error) {
+	t := gateway.Target{Name: strings.TrimSpace(ft.Name), Upstream: strings.TrimSpace(ft.Upstream), Model: strings.TrimSpace(ft.Model)}
+	var err error
+	switch {
+	case t.Name == "":
+		return t, refuse(at, errors.New("a target needs a name: it names the target in X-Sluice-Target, /v1/flows, metrics and the store"))
+	case t.Upstream == "":
+		return t, refuse(at, fmt.Errorf("target %q needs an upstream: the provider's OpenAI-compatible API root", t.Name))
+	case t.Model == "":
+		return t, refuse(at, fmt.Errorf("target %q needs a model: the upstream's name of the model", t.Name))
+	}
+	if t.Profile, err = llm.ParseProfile(cmp.Or(ft.Profile, string(llm.OpenAI))); err != nil {
+		return t, refuse(at+".profile", err)
+	}
+	if t.Limits, err = govtext.Limits(ft.Limits); err != nil {
+		return t, refuse(at+".limits", err)
+	}
+	if err := t.Price.UnmarshalText([]byte(ft.Price)); err != nil {
+		return t, refuse(at+".price", err)
+	}
+	if err := t.Budget.UnmarshalText([]byte(ft.Budget)); err != nil {
+		return t, refuse(at+".budget", err)
+	}
+	if err := t.Budget.Validate(t.Price); err != nil {
+		return t, refuse(at+".budget", fmt.Errorf("target %q: %w", t.Name, err))
+	}
+	if t.FixedWindows, err = govtext.Window(cmp.Or(ft.Window, "rolling")); err != nil {
+		return t, refuse(at+".window", err)
+	}
+	switch {
+	case ft.Accounting == "" && t.Profile == llm.Anthropic:
+		t.SettleOutput = true
+	case ft.Accounting != "":
+		if t.SettleOutput, err = govtext.Accounting(ft.Accounting); err != nil {
+			return t, refuse(at+".accounting", err)
+		}
+	}
+	if ft.APIKeyEnv != "" {
+		if t.APIKey = env.Getenv(ft.APIKeyEnv); t.APIKey == "" {
+			return t, refuse(at+".api_key_env", fmt.Errorf("environment variable %s is empty", ft.APIKeyEnv))
+		}
+	}
+	return t, nil
+}
+
+// routesPriced reports whether a target of models has a price.
+func routesPriced(models []gateway.Model) bool {
+	for _, m := range models {
+		for _, t := range m.Targets {
+			if !t.Price.IsZero() {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// checkModelsPlain refuses anchors and aliases within the config file's
+// models: a list of targets within a list of models, each followed where
+// it is used, could make a file of a megabyte read as billions of
+// targets.
+func checkModelsPlain(path string) error {
+	if path == "" {
+		return nil
+	}
+	data, err := yamlfile.ReadFile(path, yamlfile.MaxFileBytes)
+	if err != nil {
+		return fmt.Errorf("--config: %w", err)
+	}
+	var doc yaml.Node
+	if yaml.Unmarshal(data, &doc) != nil || len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
+		return nil // the reader says what is wrong
+	}
+	top := doc.Content[0]
+	for i := 0; i+1 < len(top.Content); i += 2 {
+		if top.Content[i].Value != "models" {
+			continue
+		}
+		var alias *yaml.Node
+		var walk func(n *yaml.Node)
+		walk = func(n *yaml.Node) {
+			if alias != nil {
+				return
+			}
+			if n.Kind == yaml.AliasNode || n.Anchor != "" {
+				alias = n
+				return
+			}
+			for _, c := range n.Content {
+				walk(c)
+			}
+		}
+		walk(top.Content[i+1])
+		if alias != nil {
+			return fmt.Errorf("--config %s: %w", path, &yamlfile.Error{Path: "models", Line: alias.Line,
+				Err: errors.New("anchors and aliases are not read within models: write each target out")})
+		}
+	}
+	return nil
 }

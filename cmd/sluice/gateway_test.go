@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -23,6 +24,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/sim"
 	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/internal/testenv"
+	"github.com/sluice-dev/sluice/llm"
 )
 
 const gatewayTestKey = "gsk-test-upstream-5c81d2e9"
@@ -463,4 +465,270 @@ func TestGatewayServerGuards(t *testing.T) {
 	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
 		t.Fatal("a slow body held the connection for a minute with a body timeout of 300 ms")
 	}
+}
+
+// Each routed target's provider key in the routes' tests.
+const (
+	routeFreeKey = "gsk-route-free-7d3e1a9c4b"
+	routePaidKey = "sk-route-paid-2f8b6c0e5a"
+)
+
+// startKeyedSim serves a simulator with profile's wire format that
+// requires key, counting the chat calls it is sent.
+func startKeyedSim(t *testing.T, profile, limits, key string) (*forecast.Model, string) {
+	t.Helper()
+	ls, err := govtext.Limits(limits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := forecast.NewModel(forecast.ModelConfig{Profile: llm.Profile(profile), Limits: ls, Wire: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(sim.NewServer(m, sim.ServerConfig{APIKey: key}))
+	t.Cleanup(ts.Close)
+	return m, ts.URL + "/v1"
+}
+
+// routesFile writes a gateway config routing "fast" over a free target
+// (one request a day: its second would wait for hours) and a priced one.
+func routesFile(t *testing.T, freeURL, paidURL, extra string) string {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "gateway.yaml")
+	conf := `profile: openai
+` + extra + `models:
+  - name: fast
+    rule: cheapest
+    max_wait: 30s
+    targets:
+      - name: groq-8b
+        upstream: ` + freeURL + `
+        api_key_env: GROQ_API_KEY
+        profile: groq
+        model: llama-3.1-8b-instant
+        limits: rpd=1,rpm=30,tpm=6000
+      - name: paid
+        upstream: ` + paidURL + `
+        api_key_env: OPENAI_API_KEY
+        profile: openai
+        model: gpt-4o-mini
+        limits: rpm=500,tpm=200000
+        price: input=0.15,output=0.60
+        budget: day=2.00
+`
+	if err := os.WriteFile(file, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
+// routeVars are the environment of a gateway with routes.
+var routeVars = map[string]string{"GROQ_API_KEY": routeFreeKey, "OPENAI_API_KEY": routePaidKey}
+
+// checkNoRouteKeys fails when a target's key appears in text.
+func checkNoRouteKeys(t *testing.T, what, text string) {
+	t.Helper()
+	for _, k := range []string{routeFreeKey, routePaidKey} {
+		if strings.Contains(text, k) {
+			t.Errorf("a target's key appears in the %s", what)
+		}
+	}
+}
+
+// sluice gateway --config with models: one model name reaches both
+// targets, each under its own model name and key; a model not routed is
+// 404 model_not_found on a gateway without an upstream; /v1/flows shows
+// the targets.
+func TestGatewayRoutesConfigFile(t *testing.T) {
+	t.Parallel()
+	free, freeURL := startKeyedSim(t, "groq", "rpm=600", routeFreeKey)
+	paid, paidURL := startKeyedSim(t, "openai", "rpm=600", routePaidKey)
+	url, log := startGateway(t, routeVars, "--config", routesFile(t, freeURL, paidURL, ""), "--addr", "127.0.0.1:0")
+	var got []string
+	for i := range 3 {
+		req, _ := http.NewRequest("POST", url+"/v1/chat/completions", strings.NewReader(fmt.Sprintf(`{"model":"fast","max_tokens":20,"messages":[{"role":"user","content":"item %d"}]}`, i)))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("request %d: %d %s", i, resp.StatusCode, body)
+		}
+		checkNoRouteKeys(t, "answers", string(body)+fmt.Sprint(resp.Header))
+		got = append(got, resp.Header.Get("X-Sluice-Target"))
+	}
+	if strings.Join(got, ",") != "groq-8b,paid,paid" {
+		t.Errorf("targets %v, want the free one first, then the paid one while the free one cannot admit", got)
+	}
+	if f, p := free.Stats().Requests, paid.Stats().Requests; f != 1 || p != 2 {
+		t.Errorf("the simulators saw %d and %d requests, want 1 and 2", f, p)
+	}
+	status, body := gatewayPost(t, url, gatewayChat, nil)
+	if status != 404 || !strings.Contains(string(body), `"code":"model_not_found"`) || !strings.Contains(string(body), "serves: fast") {
+		t.Errorf("a model not routed: %d %s", status, body)
+	}
+	resp, err := http.Get(url + "/v1/flows")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var view struct {
+		Targets []struct {
+			Name   string `json:"name"`
+			Model  string `json:"model"`
+			Sent   int64  `json:"sent"`
+			Picked int64  `json:"picked"`
+			Spend  *struct {
+				Day      float64 `json:"day"`
+				SpentDay float64 `json:"spent_day"`
+			} `json:"spend"`
+		} `json:"targets"`
+	}
+	if err := json.Unmarshal(raw, &view); err != nil || len(view.Targets) != 2 {
+		t.Fatalf("/v1/flows: %v %s", err, raw)
+	}
+	if tv := view.Targets[1]; tv.Name != "paid" || tv.Model != "gpt-4o-mini" || tv.Sent != 2 || tv.Spend == nil || tv.Spend.Day != 2 || tv.Spend.SpentDay <= 0 {
+		t.Errorf("paid in /v1/flows: %+v", tv)
+	}
+	checkNoRouteKeys(t, "/v1/flows", string(raw))
+	checkNoRouteKeys(t, "log", log.String())
+}
+
+// Bad routes in the file are refused naming the file, the key and its
+// line; a value is read as the key's own (limits, price, budget).
+func TestGatewayRoutesConfigErrors(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	target := "      - name: a\n        upstream: http://127.0.0.1:1/v1\n        model: m\n"
+	for _, tc := range []struct {
+		name, conf, want string
+	}{
+		{"unknown key", "models:\n  - name: fast\n    targets:\n      - name: a\n        upstream: http://127.0.0.1:1/v1\n        model: m\n        limts: rpm=1\n",
+			"models[0].targets[0].limts: unknown key (line 7)"},
+		{"bad limits", "models:\n  - name: fast\n    targets:\n" + target + "        limits: rpm=lots\n", "models[0].targets[0].limits: "},
+		{"bad price", "models:\n  - name: fast\n    targets:\n" + target + "        price: input=cheap\n", `models[0].targets[0].price: price input: "cheap" is not a number (line 7)`},
+		{"price as a mapping", "models:\n  - name: fast\n    targets:\n" + target + "        price: {input: 1}\n", "models[0].targets[0].price: want a single value"},
+		{"budget without a price", "models:\n  - name: fast\n    targets:\n" + target + "        budget: day=2\n", `models[0].targets[0].budget: target "a": a budget needs the key's price, to know what a call costs (line 7)`},
+		{"no upstream", "models:\n  - name: fast\n    targets:\n      - name: a\n        model: m\n", `models[0].targets[0]: target "a" needs an upstream: the provider's OpenAI-compatible API root (line 4)`},
+		{"no model", "models:\n  - name: fast\n    targets:\n      - name: a\n        upstream: http://127.0.0.1:1/v1\n", `models[0].targets[0]: target "a" needs a model: the upstream's name of the model (line 4)`},
+		{"no targets", "models:\n  - name: fast\n", `models[0]: model "fast" has no targets (line 2)`},
+		{"bad rule", "models:\n  - name: fast\n    rule: fastest\n    targets:\n" + target, `models[0].rule: rule "fastest": want cheapest or ordered (line 3)`},
+		{"bad max wait", "models:\n  - name: fast\n    max_wait: soon\n    targets:\n" + target, `models[0].max_wait: "soon": want a duration`},
+		{"bad failures", "models:\n  - name: fast\n    failures: 0\n    targets:\n" + target, `models[0].failures: "0": want a whole number from 1 to 1000 (line 3)`},
+		{"empty key variable", "models:\n  - name: fast\n    targets:\n" + target + "        api_key_env: NOT_SET\n", "models[0].targets[0].api_key_env: environment variable NOT_SET is empty (line 7)"},
+		{"target twice", "models:\n  - name: fast\n    targets:\n" + target + target, `models[0].targets[1].name: target "a" is listed twice in model "fast" (line 7)`},
+		{"model twice", "models:\n  - name: fast\n    targets:\n" + target + "  - name: fast\n    targets:\n" + target, `models[1].name: model "fast" is listed twice (line 7)`},
+		{"bad target name", "models:\n  - name: fast\n    targets:\n      - name: a b\n        upstream: http://127.0.0.1:1/v1\n        model: m\n", `target name "a b"`},
+		{"alias", "t: &t\nmodels:\n  - name: fast\n    targets:\n      - *t\n", "models: anchors and aliases are not read within models"},
+		{"a flow's budget without any price", "flows:\n  - {name: intern, budget: \"day=1\"}\nmodels:\n  - name: fast\n    targets:\n" + target,
+			`flows[0].budget: flow "intern": a budget needs the key's price`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			file := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-")+".yaml")
+			if err := os.WriteFile(file, []byte(tc.conf), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			var stdout, stderr bytes.Buffer
+			env := &cli.Env{Stdout: &stdout, Stderr: &stderr, Getenv: func(string) string { return "" }}
+			code := runMain(context.Background(), env, []string{"gateway", "--config", file})
+			if code == 0 || !strings.Contains(stderr.String(), tc.want) || (!strings.Contains(stderr.String(), file) && tc.name != "bad target name") {
+				t.Errorf("exit %d, stderr %q; want an error naming %s and %q", code, stderr.String(), file, tc.want)
+			}
+		})
+	}
+}
+
+// TestGatewayRoutesOpenAINodeClient: the official openai npm client, with
+// ONE model name, reaches TWO targets — two simulators with keys of their
+// own behind sluice gateway --config — and reads which answered from
+// X-Sluice-Target; /v1/flows agrees (clients/node/gateway-routes-check.mjs).
+func TestGatewayRoutesOpenAINodeClient(t *testing.T) {
+	t.Parallel()
+	node, modules := testenv.NodeModules(t)
+	script, err := filepath.Abs("../../clients/node/gateway-routes-check.mjs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	free, freeURL := startKeyedSim(t, "groq", "rpm=600", routeFreeKey)
+	paid, paidURL := startKeyedSim(t, "openai", "rpm=600", routePaidKey)
+	const clientKey = "gw-routes-node-client-key"
+	vars := map[string]string{"APP_KEY": clientKey}
+	for k, v := range routeVars {
+		vars[k] = v
+	}
+	url, log := startGateway(t, vars, "--config", routesFile(t, freeURL, paidURL, "client_keys:\n  - env: APP_KEY\n"), "--addr", "127.0.0.1:0")
+	ctx := t.Context()
+	if d, ok := t.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, d.Add(-30*time.Second))
+		defer cancel()
+	}
+	cmd := exec.CommandContext(ctx, node, script)
+	cmd.Dir = filepath.Dir(script)
+	cmd.Env = append(os.Environ(), "GATEWAY_BASE_URL="+url+"/v1", "GATEWAY_API_KEY="+clientKey, "GATEWAY_MODEL=fast",
+		"GATEWAY_REQUESTS=4", "GATEWAY_NODE_MODULES="+modules)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("node gateway-routes-check.mjs: %v\nstderr:\n%s\nstdout:\n%s", err, stderr.String(), stdout.String())
+	}
+	t.Logf("the client saw: %s", stdout.String())
+	type call struct {
+		OK         bool   `json:"ok"`
+		Status     int    `json:"status"`
+		Code       string `json:"code"`
+		Message    string `json:"message"`
+		Target     string `json:"target"`
+		TextLength int    `json:"text_length"`
+		Chunks     int    `json:"chunks"`
+	}
+	var report struct {
+		Calls        []call `json:"calls"`
+		Stream       call   `json:"stream"`
+		UnknownModel call   `json:"unknown_model"`
+		Flows        struct {
+			Status  int `json:"status"`
+			Targets []struct {
+				Name   string `json:"name"`
+				Model  string `json:"model"`
+				Sent   int64  `json:"sent"`
+				Picked int64  `json:"picked"`
+			} `json:"targets"`
+		} `json:"flows"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &report); err != nil {
+		t.Fatalf("gateway-routes-check.mjs printed %q: %v", stdout.String(), err)
+	}
+	answered := map[string]int{}
+	for i, c := range append(report.Calls, report.Stream) {
+		if !c.OK || c.TextLength == 0 {
+			t.Errorf("call %d: %+v", i, c)
+		}
+		answered[c.Target]++
+	}
+	if len(report.Calls) != 4 || answered["groq-8b"] != 1 || answered["paid"] != 4 {
+		t.Errorf("the client's calls were answered by %v, want groq-8b once and paid for the rest", answered)
+	}
+	if report.Stream.Chunks < 2 {
+		t.Errorf("the stream came in %d chunks", report.Stream.Chunks)
+	}
+	if u := report.UnknownModel; u.OK || u.Status != 404 || u.Code != "model_not_found" {
+		t.Errorf("a model not served: %+v, want a 404 model_not_found the client reads", u)
+	}
+	sent := map[string]int64{}
+	for _, tv := range report.Flows.Targets {
+		sent[tv.Name] = tv.Sent
+	}
+	if report.Flows.Status != 200 || sent["groq-8b"] != 1 || sent["paid"] != 4 {
+		t.Errorf("/v1/flows: %+v", report.Flows)
+	}
+	if f, p := free.Stats().Requests, paid.Stats().Requests; f != 1 || p != 4 {
+		t.Errorf("the simulators saw %d and %d requests, want 1 and 4: no request goes to two targets", f, p)
+	}
+	checkNoRouteKeys(t, "client's report", stdout.String())
+	checkNoRouteKeys(t, "log", log.String())
 }
