@@ -732,3 +732,25 @@ func TestGatewayRoutesOpenAINodeClient(t *testing.T) {
 	checkNoRouteKeys(t, "client's report", stdout.String())
 	checkNoRouteKeys(t, "log", log.String())
 }
+
+// --help documents routes: the models: list and each key a target takes.
+func TestGatewayRoutesHelp(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr bytes.Buffer
+	env := &cli.Env{Stdout: &stdout, Stderr: &stderr, Getenv: func(string) string { return "" }}
+	if code := runMain(context.Background(), env, []string{"gateway", "--help"}); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	for _, typ := range []reflect.Type{reflect.TypeFor[gatewayModel](), reflect.TypeFor[gatewayTarget]()} {
+		for i := range typ.NumField() {
+			if key := typ.Field(i).Tag.Get("yaml"); !strings.Contains(stdout.String(), key+":") && !strings.Contains(stdout.String(), key+" ") {
+				t.Errorf("help does not document the routes' key %s", key)
+			}
+		}
+	}
+	for _, want := range []string{"models:", "X-Sluice-Target", "model_not_found"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("help lacks %q", want)
+		}
+	}
+}

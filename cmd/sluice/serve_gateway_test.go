@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/cli"
 	"github.com/sluice-dev/sluice/internal/forecast"
 	"github.com/sluice-dev/sluice/internal/govtext"
 	"github.com/sluice-dev/sluice/internal/guard"
@@ -443,5 +444,23 @@ func TestServeGatewayRealClients(t *testing.T) {
 	}
 	if st := model.Stats(); st.Rejected > 0 {
 		t.Errorf("the provider refused calls: %+v", st)
+	}
+}
+
+// sluice serve reads a file of its own, which has no models: a file that
+// routes is refused naming the key and its line, never served without its
+// routes. Routes are sluice gateway's (docs/gateway.md, "Routes").
+func TestServeGatewayRefusesModels(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "serve.yaml")
+	conf := "provider_url: http://127.0.0.1:1/v1\nmodels:\n  - name: fast\n    targets:\n      - {name: a, upstream: http://127.0.0.1:1/v1, model: m}\n"
+	if err := os.WriteFile(file, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	env := &cli.Env{Stdout: &stdout, Stderr: &stderr, Getenv: func(string) string { return "" }}
+	code := runMain(context.Background(), env, []string{"serve", "--gateway", "--config", file, "--db", filepath.Join(t.TempDir(), "s.db")})
+	if code == 0 || !strings.Contains(stderr.String(), file) || !strings.Contains(stderr.String(), "models: unknown key (line 2)") {
+		t.Errorf("serve with models: exit %d, stderr %q; want the key refused with its line", code, stderr.String())
 	}
 }

@@ -680,7 +680,7 @@ func (g *Gateway) addRoutes(v *FlowsView, now time.Time) {
 				}
 			}
 			if flow.WaitingOn == "" && f.WaitingOn.Kind != "" {
-				flow.WaitingOn, flow.WaitingUntil = t.name+": "+f.WaitingOn.String(), f.WaitingOn.Until.UTC()
+				flow.WaitingOn, flow.WaitingUntil = f.WaitingOn.String(), f.WaitingOn.Until.UTC()
 			}
 			if st.Priced {
 				if flow.SpendByTarget == nil {

@@ -428,10 +428,33 @@ func TestRouteModelNotFound(t *testing.T) {
 	if n := rb.free.calls.Load() + rb.paid.calls.Load(); n != 0 {
 		t.Errorf("upstreams saw %d calls", n)
 	}
-	// A request too large for every target: 413 before any is picked.
-	resp, body = rb.do(t, "POST", "/v1/chat/completions", fastBody("hi", 2_000_000), nil)
-	if resp.StatusCode != 400 && resp.StatusCode != 413 {
-		t.Errorf("a request no target can take: %d %s", resp.StatusCode, body)
+}
+
+// A request no target can ever take is answered 413 at once, in the first
+// target's words with every target named, and sent nowhere.
+func TestRouteTooLargeForEveryTarget(t *testing.T) {
+	t.Parallel()
+	m := twoTargets(route.Cheapest)
+	m.Targets[0].Limits, m.Targets[1].Limits = limits("rpm=100,tpm=1000"), limits("rpm=100,tpm=2000")
+	rb := routeSetup(t, Config{}, m, limits("rpm=100"), limits("rpm=100"))
+	resp, body := rb.do(t, "POST", "/v1/chat/completions", fastBody("hi", 5000), nil)
+	if resp.StatusCode != 413 || resp.Header.Get(TargetHeader) != "" || !strings.Contains(string(body), "no target can ever take it: free, paid") ||
+		!strings.Contains(string(body), "max_tokens ≤ 9") {
+		t.Fatalf("a request no target can take: %d %q %s", resp.StatusCode, resp.Header.Get(TargetHeader), body)
+	}
+	// One only the larger target can take goes there.
+	if resp, body := rb.do(t, "POST", "/v1/chat/completions", fastBody("hi", 1500), nil); resp.StatusCode != 200 || resp.Header.Get(TargetHeader) != "paid" {
+		t.Fatalf("a request only paid can take: %d %q %s", resp.StatusCode, resp.Header.Get(TargetHeader), body)
+	}
+	if n := rb.free.calls.Load(); n != 0 {
+		t.Errorf("free saw %d calls", n)
+	}
+	_, metrics := rb.do(t, "GET", "/metrics", "", nil)
+	for _, want := range []string{`sluice_limit_capacity{key="free",limit="tpm"} 1000`, `sluice_flow_admissions_total{flow="default",key="paid"} 1`,
+		`sluice_gateway_requests_total{code="413",flow="default",key="openai"} 1`} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("metrics lack %s", want)
+		}
 	}
 }
 
