@@ -29,6 +29,15 @@
 // backoff within the same wait. A caller that disconnects while waiting
 // leaves the line and gives its reservation back.
 //
+// # Routes
+//
+// Config.Models route model names over several targets, each a provider
+// key and model with a governor of its own (routes.go): a routed request
+// is priced for each target, package route picks one before admission,
+// and the request waits in that target's line only, is sent there with
+// the target's model and key, and tells the router how it went. A call is
+// never sent to two targets. A flow's budget holds across all of them.
+//
 // # Secrets
 //
 // The provider key is sent upstream and nowhere else: errors from upstream
