@@ -597,3 +597,58 @@ func TestRouteConfigErrors(t *testing.T) {
 		t.Errorf("a target listed twice has %d governors", len(gw.targets))
 	}
 }
+
+// Many requests of a flow at once, after it spent on another target: the
+// flow's calls together never cost more than its budget, and each request
+// answered 200 was sent to one upstream once.
+func TestRouteBudgetHoldsUnderConcurrency(t *testing.T) {
+	t.Parallel()
+	price := governor.Price{Input: 1, Output: 10}
+	m := Model{Rule: route.Cheapest, MaxWait: time.Millisecond, Targets: []Target{
+		{Name: "free", Profile: llm.Groq, Model: "m-a", Limits: limits("rpm=2"), Price: price},
+		{Name: "paid", Profile: llm.OpenAI, Model: "m-b", Limits: limits("rpm=100"), Price: price},
+	}}
+	rb := routeSetup(t, Config{Flows: []Flow{{Name: "intern", Budget: governor.Budget{Day: 0.01}}}}, m, limits("rpm=2"), limits("rpm=100"))
+	h := map[string]string{FlowHeader: "intern", MaxWaitHeader: "30ms"}
+	// Up to $0.002 each: two on the first target, which is then full.
+	for i := range 2 {
+		if resp, body := rb.do(t, "POST", "/v1/chat/completions", fastBody("Summarize item "+strconv.Itoa(i)+".", 200), h); resp.StatusCode != 200 || resp.Header.Get(TargetHeader) != "free" {
+			t.Fatalf("request %d: %d on %q %s", i, resp.StatusCode, resp.Header.Get(TargetHeader), body)
+		}
+	}
+	const n = 24
+	codes := make(chan int, n)
+	for i := range n {
+		go func() {
+			resp, _ := rb.do(t, "POST", "/v1/chat/completions", fastBody("Summarize item "+strconv.Itoa(100+i)+".", 200), h)
+			if resp == nil {
+				codes <- 0
+				return
+			}
+			codes <- resp.StatusCode
+		}()
+	}
+	ok := 2
+	for range n {
+		switch c := <-codes; c {
+		case 200:
+			ok++
+		case 429:
+		default:
+			t.Errorf("a request answered %d", c)
+		}
+	}
+	f := flowView(t, rb.bundle, "intern")
+	total := f.SpendByTarget["free"] + f.SpendByTarget["paid"]
+	if total > 0.01 || f.Budget == nil || f.Budget.SpentDay > 0.01 || math.Abs(f.Budget.SpentDay-total) > 1e-7 {
+		t.Fatalf("the flow spent %v (%v by target), its budget says %+v: over 0.01", total, f.SpendByTarget, f.Budget)
+	}
+	// Whatever the first two cost, more than two calls' worst case was
+	// left for the burst.
+	if ok < 4 || f.SpendByTarget["paid"] <= 0 {
+		t.Errorf("%d answered, by target %v: want the budget's worth done on both targets", ok, f.SpendByTarget)
+	}
+	if sent := rb.free.calls.Load() + rb.paid.calls.Load(); sent != int64(ok) {
+		t.Errorf("the upstreams saw %d calls for %d answers", sent, ok)
+	}
+}
