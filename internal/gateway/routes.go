@@ -342,7 +342,10 @@ func (c *chatCall) pickTarget(rt *routed, body []byte) *apiError {
 	priced := make([]bool, len(rt.targets))
 	costOf := func(i int) governor.Cost {
 		if !priced[i] {
-			reqs[i], costs[i] = g.withMaxTokensOn(rt.targets[i], req, c.who.flow)
+			// Priced under the target's model name, as its estimator learns it.
+			on := *req
+			on.Model = rt.targets[i].model
+			reqs[i], costs[i] = g.withMaxTokensOn(rt.targets[i], &on, c.who.flow)
 			priced[i] = true
 		}
 		return costs[i]
@@ -374,8 +377,7 @@ func (c *chatCall) pickTarget(rt *routed, body []byte) *apiError {
 	}
 	c.t, c.tIndex = rt.targets[idx], idx
 	cost := costOf(idx)
-	out := *reqs[idx]
-	out.Model = c.t.model
+	out := *reqs[idx] // a copy: reqs[idx] may be the one priced
 	c.req, c.cost = &out, cost
 	if !out.Stream {
 		if c.body, err = json.Marshal(c.req); err != nil {

@@ -40,7 +40,9 @@ type upstream struct {
 	model *forecast.Model
 	srv   *httptest.Server
 	fail  atomic.Bool
-	calls atomic.Int64
+	// exhausted makes every chat call answer 429 insufficient_quota.
+	exhausted atomic.Bool
+	calls     atomic.Int64
 	// models are the model names its chat calls named.
 	models chan string
 }
@@ -62,6 +64,12 @@ func newUpstream(t *testing.T, profile llm.Profile, lim governor.Limits, key str
 			raw, _ := io.ReadAll(r.Body)
 			_ = json.Unmarshal(raw, &body)
 			u.models <- body.Model
+			if u.exhausted.Load() {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusTooManyRequests)
+				fmt.Fprint(w, `{"error":{"message":"You exceeded your current quota, please check your plan and billing details.","type":"insufficient_quota","code":"insufficient_quota"}}`)
+				return
+			}
 			if u.fail.Load() {
 				w.Header().Set("Content-Type", "application/json")
 				w.WriteHeader(http.StatusInternalServerError)
@@ -650,5 +658,31 @@ func TestRouteBudgetHoldsUnderConcurrency(t *testing.T) {
 	}
 	if sent := rb.free.calls.Load() + rb.paid.calls.Load(); sent != int64(ok) {
 		t.Errorf("the upstreams saw %d calls for %d answers", sent, ok)
+	}
+}
+
+// A target whose quota is gone (429 insufficient_quota) is out at once,
+// for the route's longest cooldown: the caller gets the provider's error,
+// and the next request goes to the other target.
+func TestRouteExhaustedTargetIsOut(t *testing.T) {
+	t.Parallel()
+	m := twoTargets(route.Cheapest)
+	m.Targets[0].Limits = limits("rpm=100")
+	m.MaxCooldown = 10 * time.Minute
+	rb := routeSetup(t, Config{}, m, limits("rpm=100"), limits("rpm=100"))
+	rb.free.exhausted.Store(true)
+	resp, body := rb.do(t, "POST", "/v1/chat/completions", fastBody("one", 20), nil)
+	if resp.StatusCode != 429 || resp.Header.Get(TargetHeader) != "free" || !strings.Contains(string(body), "insufficient_quota") {
+		t.Fatalf("an exhausted target: %d on %q %s", resp.StatusCode, resp.Header.Get(TargetHeader), body)
+	}
+	tv := rb.target(t, "free")
+	if !tv.Out || tv.OutUntil == nil || tv.OutUntil.Sub(rb.clock.Now()) != 10*time.Minute {
+		t.Fatalf("free after insufficient_quota: %+v, want out for 10m", tv)
+	}
+	if resp, _ := rb.do(t, "POST", "/v1/chat/completions", fastBody("two", 20), nil); resp.StatusCode != 200 || resp.Header.Get(TargetHeader) != "paid" {
+		t.Fatalf("the next request: %d on %q", resp.StatusCode, resp.Header.Get(TargetHeader))
+	}
+	if f, p := rb.free.calls.Load(), rb.paid.calls.Load(); f != 1 || p != 1 {
+		t.Errorf("upstreams saw %d and %d calls, want 1 and 1", f, p)
 	}
 }
