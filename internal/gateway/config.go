@@ -316,8 +316,8 @@ type ClientKey struct {
 
 // String describes the configuration with every key redacted.
 func (c Config) String() string {
-	return fmt.Sprintf("gateway.Config{Upstream: %q, Profile: %q, Key: %q, Limits: %q, Flows: %d, ClientKeys: %d, APIKey: %s}",
-		c.Upstream, c.Profile, c.Key, c.Limits.String(), len(c.Flows), len(c.ClientKeys), redact.KeyMark)
+	return fmt.Sprintf("gateway.Config{Upstream: %q, Profile: %q, Key: %q, Limits: %q, Flows: %d, ClientKeys: %d, Models: %d, APIKey: %s}",
+		c.Upstream, c.Profile, c.Key, c.Limits.String(), len(c.Flows), len(c.ClientKeys), len(c.Models), redact.KeyMark)
 }
 
 // GoString redacts %#v as well.

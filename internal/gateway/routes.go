@@ -88,7 +88,16 @@ func checkUpstream(s string) error {
 	if s == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fmt.Errorf("upstream %q is not an http(s) URL", s)
 	}
-	if u.User != nil {
+	return nil
+}
+
+// checkTargetUpstream checks a target's upstream: an http(s) URL without
+// credentials in it, which would reach what the gateway shows of it.
+func checkTargetUpstream(s string) error {
+	if err := checkUpstream(s); err != nil {
+		return err
+	}
+	if u, _ := url.Parse(s); u.User != nil {
 		return fmt.Errorf("upstream %q has credentials in it: give the key as the target's key", u.Redacted())
 	}
 	return nil
@@ -133,7 +142,7 @@ func (c Config) validateModels() error {
 			if t.Name == c.Key || t.Name == c.Key+PurseSuffix {
 				return fmt.Errorf("%s: the name is the gateway's key's (key_name): give the target another", tw)
 			}
-			if err := checkUpstream(t.Upstream); err != nil {
+			if err := checkTargetUpstream(t.Upstream); err != nil {
 				return fmt.Errorf("%s: %w", tw, err)
 			}
 			if t.Profile != "" {
