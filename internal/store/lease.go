@@ -32,6 +32,12 @@ const MaxLeaseIDBytes = MaxKeyBytes + 17
 // MaxLeaseFlows bounds LeaseRequest.Flows.
 const MaxLeaseFlows = 1000
 
+// MaxBudgetLimit bounds a budget's allowance among LeaseRequest.Limits
+// (MPD, MPM): governor.MaxBudget in billionths, as governor.Budget.Limits
+// makes it. A lease's money, as its other parts, is at most
+// governor.MaxCost.
+const MaxBudgetLimit = int64(governor.MaxBudget * governor.Nano)
+
 // ErrNoLease is the error, wrapped, of SettleLease on a lease that is not
 // recorded: never taken, on another key, pruned, or folded once final.
 var ErrNoLease = errors.New("store: no such lease")
@@ -51,7 +57,9 @@ type LeaseRequest struct {
 	// TTL is how long the lease lasts: it ends at At+TTL, TTL cut to the
 	// millisecond. From MinLeaseTTL to MaxLeaseTTL.
 	TTL time.Duration
-	// Want is what the node's waiting calls need.
+	// Want is what the node's waiting calls need: requests, input and
+	// output tokens and, on a priced key, money (their worst-case price);
+	// Cached is not read.
 	Want governor.Cost
 	// Min is the smallest grant worth having (the node's first waiting
 	// call): no part above Want's.
@@ -67,7 +75,9 @@ type LeaseRequest struct {
 	// their calls wait on. Without Flows, the node weighs Weight.
 	Flows map[string]float64
 	// Limits is each limit's allowance, indexed by governor.Limit; 0: the
-	// limit does not apply. Each from 0 to governor.MaxCost.
+	// limit does not apply. Each from 0 to governor.MaxCost, but a budget
+	// (MPD, MPM), in billionths of the unit of money, from 0 to
+	// MaxBudgetLimit.
 	Limits [governor.NumLimits]int64
 	// Pace, when set with a Burst, has the key's day limits paced across
 	// its processes by shared pacers (see LeasePace): every process of the
@@ -81,7 +91,8 @@ type Lease struct {
 	// digits.
 	ID   string
 	Node string
-	// Cost is what was granted; after SettleLease, what was used.
+	// Cost is what was granted, its Money too (0 on a key without a
+	// price); after SettleLease, what was used.
 	Cost governor.Cost
 	// At is when it was granted, and Until when it ends; after
 	// SettleLease, Until is when the last call on it was made. Both are
@@ -112,8 +123,10 @@ type Claim struct {
 	// Flows): a claim whose weight is not above 0 counts for nothing.
 	Weight float64
 	// Minute and Day are what its leases take in the windows of a minute
-	// and of a day, as Grant's minute and day are summed.
-	Minute, Day governor.Cost
+	// and of a day, as Grant's minute and day are summed; Month what they
+	// take in the window of a month (MPM's 30 days), of which only Money
+	// is read, and as at least Day's.
+	Minute, Day, Month governor.Cost
 	// Want is what its waiting calls asked for at its last TakeLease,
 	// granted or not: a node below its share so keeps room for one more
 	// ask like its last.
@@ -169,8 +182,13 @@ type Claim struct {
 // nearest of 0 and governor.MaxCost, Min's as the nearest of 0 and Want's,
 // a weight that is not above 0 as 0, and a claim's negative parts as 0. It
 // has no side effects and does no arithmetic that can overflow.
+//
+// Money is bounded by the budgets, MPD and MPM, and granted as Want's
+// when no budget applies, so that a priced call has room on the lease
+// whatever its price. Grant reads a month's window (MPM's) as the day's,
+// the least a month's use can be: GrantIn is given the month's.
 func Grant(req LeaseRequest, minute, day, ownMinute, ownDay governor.Cost, others []Claim) governor.Cost {
-	return grant(req, minute, day, ownMinute, ownDay, others, nil)
+	return GrantIn(req, Windows{minute, day, day}, Windows{ownMinute, ownDay, ownDay}, others, nil)
 }
 
 // GrantPaced is Grant on a paced key (req.Pace with a Burst): each day
@@ -178,14 +196,46 @@ func Grant(req LeaseRequest, minute, day, ownMinute, ownDay governor.Cost, other
 // leaves, and the asking node's share of the pace window), beyond which only
 // req.Pace.Ahead goes; when Min does not fit that, the grant is zero.
 func GrantPaced(req LeaseRequest, minute, day, ownMinute, ownDay governor.Cost, others []Claim, p Paced) governor.Cost {
-	if req.Pace == nil || req.Pace.Burst <= 0 || !(req.Pace.DayPace > 0) {
-		return Grant(req, minute, day, ownMinute, ownDay, others)
-	}
-	return grant(req, minute, day, ownMinute, ownDay, others, &p)
+	return GrantIn(req, Windows{minute, day, day}, Windows{ownMinute, ownDay, ownDay}, others, &p)
 }
 
-func grant(req LeaseRequest, minute, day, ownMinute, ownDay governor.Cost, others []Claim, paced *Paced) governor.Cost {
-	want := clampCost(req.Want, governor.Cost{Requests: governor.MaxCost, Input: governor.MaxCost, Output: governor.MaxCost})
+// Windows are what leases take in the window of each limit's period: a
+// minute, a day, and a month (MPM's 30 days; only its Money is read, as at
+// least the day's).
+type Windows struct {
+	Minute, Day, Month governor.Cost
+}
+
+// GrantIn is Grant, and GrantPaced when p is set, given the sums of the
+// month's window too: all, the key's leases that count at req.At in each
+// window, and own, the asking node's alone. A budget per month, MPM, is
+// bounded by the month's sums, a budget per day, MPD, by the day's, as
+// the day limits are.
+func GrantIn(req LeaseRequest, all, own Windows, others []Claim, p *Paced) governor.Cost {
+	if req.Pace == nil || req.Pace.Burst <= 0 || !(req.Pace.DayPace > 0) {
+		p = nil
+	}
+	return grant(req, all, own, others, p)
+}
+
+// inWindow returns what w's sums of the period of l use of it: the
+// month's is at least the day's, as the day's window lies within it.
+func (w Windows) inWindow(l governor.Limit) int64 {
+	switch l.Period() {
+	case time.Minute:
+		return w.Minute.On(l)
+	case governor.Month:
+		return max(w.Month.On(l), w.Day.On(l))
+	default:
+		return w.Day.On(l)
+	}
+}
+
+// most is the largest of each part a lease may ask for or be granted.
+var most = governor.Cost{Requests: governor.MaxCost, Input: governor.MaxCost, Output: governor.MaxCost, Money: governor.MaxCost}
+
+func grant(req LeaseRequest, all, mine Windows, others []Claim, paced *Paced) governor.Cost {
+	want := clampCost(req.Want, most)
 	least := clampCost(req.Min, want)
 	if want == (governor.Cost{}) {
 		return governor.Cost{}
@@ -198,10 +248,7 @@ func grant(req LeaseRequest, minute, day, ownMinute, ownDay governor.Cost, other
 			bound[l] = unbounded
 			continue
 		}
-		used, own := minute.On(l), ownMinute.On(l)
-		if l.Period() > time.Minute {
-			used, own = day.On(l), ownDay.On(l)
-		}
+		used, own := all.inWindow(l), mine.inWindow(l)
 		// Both are at least 0: no overflow. A room over 2^62 holds any
 		// grant and converts to and from float64 exactly.
 		room := min(max(limit-max(used, 0), 0), 1<<62)
@@ -232,6 +279,7 @@ func grant(req LeaseRequest, minute, day, ownMinute, ownDay governor.Cost, other
 		Requests: min(want.Requests, bound[governor.RPM], bound[governor.RPD]),
 		Input:    min(want.Input, bound[governor.ITPM]),
 		Output:   min(want.Output, bound[governor.OTPM]),
+		Money:    min(want.Money, bound[governor.MPD], bound[governor.MPM]),
 	}
 	// Each part is at most MaxCost: the sum cannot overflow.
 	if tokens := min(bound[governor.TPM], bound[governor.TPD]); g.Input+g.Output > tokens {
@@ -244,10 +292,7 @@ func grant(req LeaseRequest, minute, day, ownMinute, ownDay governor.Cost, other
 // water-filling (see Grant): self is its weight and weights the others',
 // as weighOf scales them; others their claims. It is at most limit.
 func fairShare(l governor.Limit, limit int64, self float64, weights []float64, others []Claim) int64 {
-	use := func(c Claim) int64 { return c.Minute.On(l) }
-	if l.Period() > time.Minute {
-		use = func(c Claim) int64 { return c.Day.On(l) }
-	}
+	use := func(c Claim) int64 { return Windows{c.Minute, c.Day, c.Month}.inWindow(l) }
 	return share(limit, self, weights, others, use, l)
 }
 
@@ -262,7 +307,8 @@ func share(limit int64, self float64, weights []float64, others []Claim, use fun
 		}
 		use := use(o)
 		// Each part is cut to the limit: the sum of two is below 2^42 and
-		// exact in float64.
+		// exact in float64 (a budget's, below 2^61, to a part in 2^52: the
+		// share is a little off, never the room it is cut to).
 		c := float64(min(max(use, 0), limit) + min(max(o.Want.On(l), 0), limit))
 		cs = append(cs, claim{weights[i], c, c / weights[i]})
 	}
@@ -343,11 +389,13 @@ func split(tokens, in, out int64, least, want governor.Cost) (int64, int64) {
 	return input, tokens - input
 }
 
-// clampCost returns c with each part between 0 and that part of most.
+// clampCost returns c with each part between 0 and that part of most
+// (Cached is not a lease's: 0).
 func clampCost(c, most governor.Cost) governor.Cost {
 	return governor.Cost{
 		Requests: min(max(c.Requests, 0), most.Requests),
 		Input:    min(max(c.Input, 0), most.Input),
 		Output:   min(max(c.Output, 0), most.Output),
+		Money:    min(max(c.Money, 0), most.Money),
 	}
 }

@@ -644,3 +644,57 @@ func TestGrantWindowWaterFills(t *testing.T) {
 	t.Logf("the light node waited at most %d s on leases, %d s on one process; the window held %.3f and %.3f of the limit",
 		longest, longestRef, use(leasedUsed), use(referenceUsed))
 }
+
+// Money is granted within the budgets, MPD on the day's window and MPM on
+// the month's (read as at least the day's), shared as the other limits are;
+// without a budget, as asked.
+func TestGrantMoney(t *testing.T) {
+	t.Parallel()
+	money := func(c governor.Cost, m int64) governor.Cost { c.Money = m; return c }
+	want := money(cost(1, 10, 10), 600)
+	req := store.LeaseRequest{Want: want, Min: money(cost(1, 10, 10), 100), Weight: 1, Limits: limitsOf(t, "rpm=100")}
+	none := governor.Cost{}
+	// No budget: the money asked for.
+	if got := store.Grant(req, none, none, none, none, nil); got != want {
+		t.Errorf("without a budget: %+v, want %+v", got, want)
+	}
+	day := req
+	day.Limits[governor.MPD] = 1000
+	month := req
+	month.Limits[governor.MPM] = 1000
+	for _, tc := range []struct {
+		name     string
+		req      store.LeaseRequest
+		all, own store.Windows
+		others   []store.Claim
+		money    int64 // granted; -1: nothing
+	}{
+		{"the day's budget whole", day, store.Windows{}, store.Windows{}, nil, 600},
+		{"the day's budget part spent", day, store.Windows{Day: money(none, 700)}, store.Windows{}, nil, 300},
+		{"the day's budget spent but for less than Min", day, store.Windows{Day: money(none, 950)}, store.Windows{}, nil, -1},
+		{"the day's budget does not read the month", day, store.Windows{Month: money(none, 1000)}, store.Windows{}, nil, 600},
+		{"the month's budget part spent", month, store.Windows{Day: money(none, 100), Month: money(none, 700)}, store.Windows{}, nil, 300},
+		{"the month's is at least the day's", month, store.Windows{Day: money(none, 700)}, store.Windows{}, nil, 300},
+		{"both: the tighter binds", func() store.LeaseRequest { r := day; r.Limits[governor.MPM] = 1000; return r }(),
+			store.Windows{Day: money(none, 200), Month: money(none, 800)}, store.Windows{}, nil, 200},
+		{"shared with a node that asks for more", day, store.Windows{}, store.Windows{},
+			[]store.Claim{{Weight: 1, Want: money(none, governor.MaxCost)}}, 500},
+		{"its share less its own day", day, store.Windows{Day: money(none, 300)}, store.Windows{Day: money(none, 300)},
+			[]store.Claim{{Weight: 1, Want: money(none, governor.MaxCost)}}, 200},
+		// Its claim, 450 and 100, is over half: the asking node gets half,
+		// not the 550 left (as it would if the claim read the day's 0).
+		{"the other node's month counts in its claim", month, store.Windows{Month: money(none, 450)}, store.Windows{},
+			[]store.Claim{{Weight: 1, Month: money(none, 450), Want: money(none, 100)}}, 500},
+	} {
+		got := store.GrantIn(tc.req, tc.all, tc.own, tc.others, nil)
+		if tc.money < 0 {
+			if got != none {
+				t.Errorf("%s: %+v, want nothing", tc.name, got)
+			}
+			continue
+		}
+		if got != money(cost(1, 10, 10), tc.money) {
+			t.Errorf("%s: %+v, want money %d and the rest as asked", tc.name, got, tc.money)
+		}
+	}
+}

@@ -345,8 +345,9 @@ type Store interface {
 	SettleLease(ctx context.Context, key, id string, used governor.Cost, last time.Time, final bool) error
 
 	// LeaseUse returns the sums of key's leases that count at at in a
-	// minute window and in a day window (as TakeLease sums them). A zero
-	// at is an error.
+	// minute window and in a day window (as TakeLease sums them), the
+	// day's with its money (a budget per month's window is TakeLease's
+	// alone). A zero at is an error.
 	LeaseUse(ctx context.Context, key string, at time.Time) (minute, day governor.Cost, err error)
 
 	// PruneLeases deletes key's leases and folds that ended before before

@@ -979,6 +979,8 @@ func exerciseLeases(t *testing.T, newDB NewDatabase) {
 		}
 		t.Logf("%d leases granted of %d asked, to stores %v; at most %d requests and %d tokens in a minute", len(all), stores*workers*rounds, granted, peak.Requests, peak.Tokens())
 	})
+
+	exerciseLeaseMoney(t, newDB)
 }
 
 // claimMore has req's node ask, at its time and with its key, weight,

@@ -31,13 +31,13 @@ type Leases struct {
 // reads, each in the driver's dialect, with the parameters listed.
 var leaseStatements = []string{
 	"lock_lease_key",     // key; keeps the key's other TakeLease calls out until the transaction ends
-	"record_lease_node",  // key, node, weight, flows (JSON), seen at, what it asked for: requests, input, output; 1 if its grant was cut on a paced day limit, else 0
-	"lease_others",       // key, node, seen from (inclusive; a node seen later counts too: its clock, or its turn at the lock, was ahead); returns the node, weight, flows, wanted requests, input, output and whether it was paced out of each other node with a weight
-	"lease_use_by_node",  // key, minute's start, day's start, pace window's start (all exclusive); returns of each node with leases in the day: the node, requests, input, output of the minute, then of the pace window, then of the day
-	"take_final_leases",  // key, ended by (inclusive); deletes the final leases that ended by then and returns the node, end, grant time, requests, input, output of each
-	"add_lease_fold",     // key, ID, node, at, until, requests, input, output, the most of each sum; adds to the fold of that ID, made if there is none
-	"insert_lease",       // key, ID, node, at, until, requests, input, output
-	"settle_lease",       // key, ID, requests, input, output, last, 1 if final else 0; affects 1 row, or 0 for an unknown lease or a fold
+	"record_lease_node",  // key, node, weight, flows (JSON), seen at, what it asked for: requests, input, output; 1 if its grant was cut on a paced day limit, else 0; the money it asked for
+	"lease_others",       // key, node, seen from (inclusive; a node seen later counts too: its clock, or its turn at the lock, was ahead); returns the node, weight, flows, wanted requests, input, output, whether it was paced out, and wanted money of each other node with a weight
+	"lease_use_by_node",  // key, minute's start, day's start, pace window's start, month's start (all exclusive; the month's at or before the day's); returns of each node with leases in the month: the node, requests, input, output of the minute, then of the pace window, then requests, input, output, money of the day, then money of the month
+	"take_final_leases",  // key, ended by (inclusive); deletes the final leases that ended by then and returns the node, end, grant time, requests, input, output, money of each
+	"add_lease_fold",     // key, ID, node, at, until, requests, input, output, the most of each of those sums, money, the most of its sum; adds to the fold of that ID, made if there is none
+	"insert_lease",       // key, ID, node, at, until, requests, input, output, money
+	"settle_lease",       // key, ID, requests, input, output, last, 1 if final else 0, money; affects 1 row, or 0 for an unknown lease or a fold
 	"prune_leases",       // key, before; affects the rows deleted
 	"prune_lease_nodes",  // key, before
 	"lease_pacers",       // key; returns the limit, TAT, start and nanoseconds per unit of each of the key's day pacers
@@ -63,7 +63,15 @@ func NewLeases(conn Conn, fsys fs.FS) (Leases, error) {
 var (
 	minuteMillis = governor.RPM.Period().Milliseconds()
 	dayMillis    = governor.RPD.Period().Milliseconds()
+	monthMillis  = governor.MPM.Period().Milliseconds()
 )
+
+// maxMoneySum bounds a fold's money: above any budget (MPD and MPM are at
+// most store.MaxBudgetLimit), so that a fold's money, unlike its tokens,
+// never stops short of what its leases used while a budget could still
+// count it; and low enough that the sums of a month's rows stay far from
+// the largest int64.
+const maxMoneySum = store.MaxBudgetLimit + 1
 
 // TakeLease implements store.Store. The driver's lock_lease_key keeps the
 // key's other TakeLease calls out from before the sums are read until the
@@ -87,10 +95,15 @@ func (l Leases) TakeLease(ctx context.Context, req store.LeaseRequest) (store.Le
 		flowsJSON = string(b)
 	}
 	// Without a daily limit the day's sums play no part in the grant:
-	// read the minute's twice rather than a day of leases.
+	// read the minute's twice rather than a day of leases. A month's are
+	// read only under a budget per month.
 	dayFrom := at - dayMillis
-	if req.Limits[governor.RPD] == 0 && req.Limits[governor.TPD] == 0 {
+	if req.Limits[governor.RPD] == 0 && req.Limits[governor.TPD] == 0 && req.Limits[governor.MPD] == 0 {
 		dayFrom = at - minuteMillis
+	}
+	monthFrom := dayFrom
+	if req.Limits[governor.MPM] > 0 {
+		monthFrom = at - monthMillis
 	}
 	paceFrom := at - minuteMillis
 	if paced(req) {
@@ -108,7 +121,7 @@ func (l Leases) TakeLease(ctx context.Context, req store.LeaseRequest) (store.Le
 		err := txQuery(tx)(ctx, l.sql["lease_others"], []any{req.Key, req.Node, at - 2*ttl}, func(r Row) error {
 			var n nodeWeight
 			var flows string
-			if err := r.Scan(&n.node, &n.weight, &flows, &n.want.Requests, &n.want.Input, &n.want.Output, &n.pacedOut); err != nil {
+			if err := r.Scan(&n.node, &n.weight, &flows, &n.want.Requests, &n.want.Input, &n.want.Output, &n.pacedOut, &n.want.Money); err != nil {
 				return err
 			}
 			if flows != "" {
@@ -122,7 +135,7 @@ func (l Leases) TakeLease(ctx context.Context, req store.LeaseRequest) (store.Le
 		if err != nil {
 			return err
 		}
-		uses, err := l.useByNode(ctx, txQuery(tx), req.Key, at-minuteMillis, dayFrom, paceFrom)
+		uses, err := l.useByNode(ctx, txQuery(tx), req.Key, at-minuteMillis, dayFrom, paceFrom, monthFrom)
 		if err != nil {
 			return err
 		}
@@ -137,16 +150,16 @@ func (l Leases) TakeLease(ctx context.Context, req store.LeaseRequest) (store.Le
 		claims := make([]store.Claim, len(nodes))
 		for i, n := range nodes {
 			u := uses.of[n.node]
-			claims[i] = store.Claim{Weight: weights[i], Minute: u.minute, Day: u.day, Want: n.want, Pace: u.pace, PacedOut: n.pacedOut != 0}
+			claims[i] = store.Claim{Weight: weights[i], Minute: u.minute, Day: u.day, Month: u.month, Want: n.want, Pace: u.pace, PacedOut: n.pacedOut != 0}
 		}
 		own := uses.of[req.Node]
-		grant := store.GrantPaced(req, uses.minute, uses.day, own.minute, own.day, claims,
-			store.Paced{Window: uses.pace, Own: own.pace, Room: pacers.room(req)})
+		grant := store.GrantIn(req, uses.windows(), own.windows(), claims,
+			&store.Paced{Window: uses.pace, Own: own.pace, Room: pacers.room(req)})
 		// What the node asked for, for the others' claims of it: granted
 		// or not, it holds room for one more ask like this one while it
 		// is below its share.
 		if _, err := tx.Exec(ctx, l.sql["record_lease_node"], asked.Key, asked.Node, asked.Weight, flowsJSON, at,
-			asked.Want.Requests, asked.Want.Input, asked.Want.Output, pacedOut(req, grant)); err != nil {
+			asked.Want.Requests, asked.Want.Input, asked.Want.Output, pacedOut(req, grant), asked.Want.Money); err != nil {
 			return err
 		}
 		if grant == (governor.Cost{}) {
@@ -156,7 +169,7 @@ func (l Leases) TakeLease(ctx context.Context, req store.LeaseRequest) (store.Le
 			return err
 		}
 		id := leaseID(req.Node)
-		if _, err := tx.Exec(ctx, l.sql["insert_lease"], req.Key, id, req.Node, at, at+ttl, grant.Requests, grant.Input, grant.Output); err != nil {
+		if _, err := tx.Exec(ctx, l.sql["insert_lease"], req.Key, id, req.Node, at, at+ttl, grant.Requests, grant.Input, grant.Output, grant.Money); err != nil {
 			return err
 		}
 		lease = store.Lease{ID: id, Node: req.Node, Cost: grant, At: time.UnixMilli(at).UTC(), Until: time.UnixMilli(at + ttl).UTC()}
@@ -191,7 +204,7 @@ func (l Leases) fold(ctx context.Context, tx store.Tx, key string, endedBy int64
 		var node string
 		var until, at int64
 		var use governor.Cost
-		if err := r.Scan(&node, &until, &at, &use.Requests, &use.Input, &use.Output); err != nil {
+		if err := r.Scan(&node, &until, &at, &use.Requests, &use.Input, &use.Output, &use.Money); err != nil {
 			return err
 		}
 		minute := until / foldMillis
@@ -206,7 +219,7 @@ func (l Leases) fold(ctx context.Context, tx store.Tx, key string, endedBy int64
 			folds = append(folds, f)
 		}
 		f.at, f.until = min(f.at, at), max(f.until, until)
-		f.use = atMost(saturatingAdd(f.use, use), governor.MaxCost)
+		f.use = atMost(saturatingAdd(f.use, use))
 		return nil
 	})
 	if err != nil {
@@ -214,7 +227,7 @@ func (l Leases) fold(ctx context.Context, tx store.Tx, key string, endedBy int64
 	}
 	for _, f := range folds {
 		_, err := tx.Exec(ctx, l.sql["add_lease_fold"], key, f.id, f.node, f.at, f.until,
-			f.use.Requests, f.use.Input, f.use.Output, int64(governor.MaxCost))
+			f.use.Requests, f.use.Input, f.use.Output, int64(governor.MaxCost), f.use.Money, maxMoneySum)
 		if err != nil {
 			return err
 		}
@@ -229,9 +242,11 @@ func foldID(node string, minute int64) string {
 	return node + "/m" + strconv.FormatInt(minute, 10)
 }
 
-// atMost returns c with each part at most most.
-func atMost(c governor.Cost, most int64) governor.Cost {
-	return governor.Cost{Requests: min(c.Requests, most), Input: min(c.Input, most), Output: min(c.Output, most)}
+// atMost returns c with each part at most a fold's: governor.MaxCost,
+// and maxMoneySum for its money.
+func atMost(c governor.Cost) governor.Cost {
+	return governor.Cost{Requests: min(c.Requests, governor.MaxCost), Input: min(c.Input, governor.MaxCost),
+		Output: min(c.Output, governor.MaxCost), Money: min(c.Money, maxMoneySum)}
 }
 
 // checkLease returns an error naming what of req, whose Key is checked,
@@ -288,7 +303,9 @@ func checkLease(req store.LeaseRequest) error {
 		switch n := req.Limits[lim]; {
 		case n < 0:
 			return fmt.Errorf("limit %s %d is negative", lim, n)
-		case n > governor.MaxCost:
+		case lim.Budget() && n > store.MaxBudgetLimit:
+			return fmt.Errorf("limit %s %d is over the bound of %d (store.MaxBudgetLimit)", lim, n, store.MaxBudgetLimit)
+		case !lim.Budget() && n > governor.MaxCost:
 			return fmt.Errorf("limit %s %d is over the bound of %d (governor.MaxCost)", lim, n, int64(governor.MaxCost))
 		}
 	}
@@ -325,8 +342,8 @@ type part struct {
 	n    int64
 }
 
-func costParts(c governor.Cost) [3]part {
-	return [3]part{{"Requests", c.Requests}, {"Input", c.Input}, {"Output", c.Output}}
+func costParts(c governor.Cost) [4]part {
+	return [4]part{{"Requests", c.Requests}, {"Input", c.Input}, {"Output", c.Output}, {"Money", c.Money}}
 }
 
 // checkCost returns an error naming the first part of c, the cost what,
@@ -383,7 +400,7 @@ func (l Leases) SettleLease(ctx context.Context, key, id string, used governor.C
 		if err != nil {
 			return err
 		}
-		res, err := tx.Exec(ctx, l.sql["settle_lease"], key, id, used.Requests, used.Input, used.Output, last.UnixMilli(), state)
+		res, err := tx.Exec(ctx, l.sql["settle_lease"], key, id, used.Requests, used.Input, used.Output, last.UnixMilli(), state, used.Money)
 		if err != nil {
 			return err
 		}
@@ -413,7 +430,7 @@ func (l Leases) LeaseUse(ctx context.Context, key string, at time.Time) (minute,
 		return minute, day, fmt.Errorf("%s: %w", op, err)
 	}
 	ms := at.UnixMilli()
-	u, err := l.useByNode(ctx, l.conn.Query, key, ms-minuteMillis, ms-dayMillis, ms-minuteMillis)
+	u, err := l.useByNode(ctx, l.conn.Query, key, ms-minuteMillis, ms-dayMillis, ms-minuteMillis, ms-dayMillis)
 	if err != nil {
 		return governor.Cost{}, governor.Cost{}, fmt.Errorf("%s: %w", op, err)
 	}
@@ -421,8 +438,15 @@ func (l Leases) LeaseUse(ctx context.Context, key string, at time.Time) (minute,
 }
 
 // windowUse is what leases take in the windows of a minute, of the pace
-// (see store.Paced) and of a day.
-type windowUse struct{ minute, pace, day governor.Cost }
+// (see store.Paced), of a day and, of money only, of a month (as far back
+// as useByNode was asked to read: no further than the day's without a
+// budget per month).
+type windowUse struct{ minute, pace, day, month governor.Cost }
+
+// windows is u as store.GrantIn reads it.
+func (u windowUse) windows() store.Windows {
+	return store.Windows{Minute: u.minute, Day: u.day, Month: u.month}
+}
 
 // keyUse is what a key's leases take: all of them, and each node's.
 type keyUse struct {
@@ -431,21 +455,23 @@ type keyUse struct {
 }
 
 // useByNode returns the sums of key's leases that count in the minute from
-// minuteFrom, the day from dayFrom and the pace window from paceFrom (at
-// or after dayFrom), all of them and each node's. The sums of all saturate
-// at the largest int64, which holds back every limit.
-func (l Leases) useByNode(ctx context.Context, query queryFunc, key string, minuteFrom, dayFrom, paceFrom int64) (keyUse, error) {
+// minuteFrom, the day from dayFrom, the pace window from paceFrom (at or
+// after dayFrom) and the month from monthFrom (at or before dayFrom; its
+// money only), all of them and each node's. The sums of all saturate at
+// the largest int64, which holds back every limit.
+func (l Leases) useByNode(ctx context.Context, query queryFunc, key string, minuteFrom, dayFrom, paceFrom, monthFrom int64) (keyUse, error) {
 	u := keyUse{of: map[string]windowUse{}}
-	err := query(ctx, l.sql["lease_use_by_node"], []any{key, minuteFrom, dayFrom, paceFrom}, func(r Row) error {
+	err := query(ctx, l.sql["lease_use_by_node"], []any{key, minuteFrom, dayFrom, paceFrom, monthFrom}, func(r Row) error {
 		var node string
 		var n windowUse
 		if err := r.Scan(&node, &n.minute.Requests, &n.minute.Input, &n.minute.Output,
-			&n.pace.Requests, &n.pace.Input, &n.pace.Output, &n.day.Requests, &n.day.Input, &n.day.Output); err != nil {
+			&n.pace.Requests, &n.pace.Input, &n.pace.Output, &n.day.Requests, &n.day.Input, &n.day.Output, &n.day.Money,
+			&n.month.Money); err != nil {
 			return err
 		}
 		u.of[node] = n
 		u.minute, u.day = saturatingAdd(u.minute, n.minute), saturatingAdd(u.day, n.day)
-		u.pace = saturatingAdd(u.pace, n.pace)
+		u.pace, u.month = saturatingAdd(u.pace, n.pace), saturatingAdd(u.month, n.month)
 		return nil
 	})
 	return u, err
@@ -460,7 +486,7 @@ func saturatingAdd(a, b governor.Cost) governor.Cost {
 		}
 		return x + y
 	}
-	return governor.Cost{Requests: sum(a.Requests, b.Requests), Input: sum(a.Input, b.Input), Output: sum(a.Output, b.Output)}
+	return governor.Cost{Requests: sum(a.Requests, b.Requests), Input: sum(a.Input, b.Input), Output: sum(a.Output, b.Output), Money: sum(a.Money, b.Money)}
 }
 
 // PruneLeases implements store.Store.

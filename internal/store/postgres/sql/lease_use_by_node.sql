@@ -1,7 +1,8 @@
--- Of each node with leases that end after the day's start ($3, at or
--- before the minute's, $2, and the pace window's, $4): the minute's sums,
--- then the pace window's, then the day's. bigint: a sum over the bound is
--- an error, never a wrapped sum.
+-- Of each node with leases that end after the month's start ($5, at or
+-- before the day's, $3, which is at or before the minute's, $2, and the
+-- pace window's, $4): the minute's sums, then the pace window's, then the
+-- day's with its money, then the month's money. bigint: a sum over the
+-- bound is an error, never a wrapped sum.
 SELECT
     node,
     coalesce(sum(requests) FILTER (WHERE until_ms > $2), 0)::bigint,
@@ -10,9 +11,11 @@ SELECT
     coalesce(sum(requests) FILTER (WHERE until_ms > $4), 0)::bigint,
     coalesce(sum(input)    FILTER (WHERE until_ms > $4), 0)::bigint,
     coalesce(sum(output)   FILTER (WHERE until_ms > $4), 0)::bigint,
-    sum(requests)::bigint,
-    sum(input)::bigint,
-    sum(output)::bigint
+    coalesce(sum(requests) FILTER (WHERE until_ms > $3), 0)::bigint,
+    coalesce(sum(input)    FILTER (WHERE until_ms > $3), 0)::bigint,
+    coalesce(sum(output)   FILTER (WHERE until_ms > $3), 0)::bigint,
+    coalesce(sum(money)    FILTER (WHERE until_ms > $3), 0)::bigint,
+    sum(money)::bigint
 FROM sluice_leases
-WHERE key = $1 AND until_ms > $3
+WHERE key = $1 AND until_ms > $5
 GROUP BY node;
