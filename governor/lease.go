@@ -9,6 +9,10 @@ import (
 // if no grant wakes it first.
 const leaseRetry = 50 * time.Millisecond
 
+// leaseMost is the most of each part one lease may grant, and so the
+// most Demand asks for: MaxCost.
+var leaseMost = Cost{Requests: MaxCost, Input: MaxCost, Output: MaxCost, Money: MaxCost}
+
 // demandPerFlow is how many of a flow's waiting calls Demand counts at most:
 // a lease is sized for what can go soon, not for a backlog.
 const demandPerFlow = 8
@@ -17,7 +21,8 @@ const demandPerFlow = 8
 type leaseUse struct {
 	ID string
 	// Used is the charges of the calls admitted on the lease, as they are
-	// now: it goes down as calls settle for less than they reserved.
+	// now — requests, tokens and, on a priced key, money: it goes down as
+	// calls settle for less than they reserved.
 	Used Cost
 	// Last is when the last call on the lease was sent (the lease's grant
 	// time when none was).
@@ -44,10 +49,16 @@ type lease struct {
 	dirty   bool // changed since LeaseUses last reported it
 }
 
+// fits reports whether c fits the room left on the lease: its requests,
+// tokens and money (a priced call's worst case; a lease of a key without a
+// price grants none, and its calls cost none).
 func (ls *lease) fits(c Cost) bool {
-	return ls.used.Requests+c.Requests <= ls.granted.Requests &&
-		ls.used.Input+c.Input <= ls.granted.Input &&
-		ls.used.Output+c.Output <= ls.granted.Output
+	return roomFor(ls.granted.sub(ls.used), c)
+}
+
+// roomFor reports whether room, what is left of a lease, holds c.
+func roomFor(room, c Cost) bool {
+	return c.Requests <= room.Requests && c.Input <= room.Input && c.Output <= room.Output && c.Money <= room.Money
 }
 
 // Leased makes the governor admit a call only on room of a lease given to
@@ -65,9 +76,10 @@ func (in inside) Leased() {
 
 // Grant gives the governor a lease: capacity c on the key, granted to this
 // process alone until until (on this process's clock: nothing is admitted
-// on it from then on). The governor admits a call only when it fits every
-// limit and the room left on one open lease, and charges the call to that
-// lease; the grantor sees to it that the leases of all processes never sum
+// on it from then on). c's Requests, Input, Output and Money are the room
+// (its Cached is not read): the governor admits a call only when it fits
+// every limit and the room left on one open lease — its money, the call's
+// worst-case price, too — and charges the call to that lease; the grantor sees to it that the leases of all processes never sum
 // to more than a limit, so neither do the calls admitted on them. Calls
 // that wait for room on a lease are looked at again. A lease with an empty
 // ID, a cost that is not valid, or one that ended by now is ignored, and so
@@ -92,7 +104,9 @@ func (in inside) Grant(now time.Time, id string, c Cost, until time.Time) {
 // leaseDemand is what the calls waiting on a leased governor need.
 type leaseDemand struct {
 	// Want is what the waiting calls that the room left on the open leases
-	// lasting past within cannot take need, each call whole on one lease;
+	// lasting past within cannot take need, each call whole on one lease
+	// (on a priced key, with their worst-case money), of as many as one
+	// lease holds (each part at most MaxCost);
 	// Min the first of those calls' cost, zero when none: the smallest
 	// lease worth taking.
 	Want, Min Cost
@@ -148,11 +162,14 @@ func (in inside) Demand(now time.Time, within time.Duration) leaseDemand {
 			if _, b := g.fit(n, f, r.cost); b.Kind != "lease" && b.Kind != "" {
 				break
 			}
-			i := slices.IndexFunc(rooms, func(room Cost) bool {
-				return r.cost.Requests <= room.Requests && r.cost.Input <= room.Input && r.cost.Output <= room.Output
-			})
+			i := slices.IndexFunc(rooms, func(room Cost) bool { return roomFor(room, r.cost) })
 			if i >= 0 {
 				rooms[i] = rooms[i].sub(r.cost)
+				continue
+			}
+			if !roomFor(leaseMost.sub(d.Want), r.cost) {
+				// No lease holds more: calls of great cost (in money,
+				// mostly) wait for the next.
 				continue
 			}
 			d.Want = d.Want.add(r.cost)

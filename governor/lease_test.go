@@ -210,3 +210,99 @@ func TestDemandSaysWhatGoesAheadOfThePace(t *testing.T) {
 		t.Errorf("demand without pacing %+v; want the call, no burst, nothing ahead", d)
 	}
 }
+
+// On a priced key a lease carries money: a call is admitted on a lease
+// only when its worst-case price fits the money left on it, beside its
+// requests and tokens; the lease's use goes down with what the calls
+// cost as they settle, and is reported with it. Demand asks for the
+// waiting calls' money.
+func TestLeaseMoneyBoundsAdmission(t *testing.T) {
+	t.Parallel()
+	// A budget of $1 a day, which the calls come nowhere near: the
+	// lease's money is what holds them. Each call's worst case is $0.005.
+	g := mustNewLeased(t, Config{Key: "k", Price: price, Limits: Limits{MPD: Nano}, DayBurst: -1})
+	c := Cost{Requests: 1, Input: 1000, Output: 2000}
+	a := mustReserve(t, g, t0, "a", c)
+	b := mustReserve(t, g, t0, "a", c)
+	x := mustReserve(t, g, t0, "a", c)
+	g.Advance(t0)
+	worst := c
+	worst.Money = 5_000_000
+	if d := in(g).Demand(t0, 0); d.Want != worst.times(3) || d.Min != worst {
+		t.Fatalf("demand %+v, want the three calls with their worst-case money, at least one", d)
+	}
+	// Room for ten calls' requests and tokens, and two calls' money.
+	in(g).Grant(t0, "n1/1", Cost{Requests: 10, Input: 10_000, Output: 20_000, Money: 10_000_000}, t0.Add(time.Minute))
+	g.Advance(t0)
+	if !a.Admitted() || !b.Admitted() || x.Admitted() {
+		t.Fatalf("admitted %v %v %v, want the first two: the lease's money holds two worst cases", a.Admitted(), b.Admitted(), x.Admitted())
+	}
+	if bl := g.Blocker(t0, x); bl.Kind != "lease" {
+		t.Fatalf("the third call waits on %+v, want a lease", bl)
+	}
+	if d := in(g).Demand(t0, 0); d.Want != worst {
+		t.Fatalf("demand with the lease's money taken: %+v, want the third call's", d)
+	}
+	// $0.002 and $0.0007 spent: the lease's money left, $0.0073, holds
+	// the third call's worst case once both settle, not before.
+	a.Settle(at(time.Second), Cost{Input: 1000, Output: 500})
+	g.Advance(at(time.Second))
+	if x.Admitted() {
+		t.Fatal("admitted with 0.007 of the lease's 0.01 charged")
+	}
+	b.Settle(at(2*time.Second), Cost{Input: 1000, Cached: 400})
+	g.Advance(at(2 * time.Second))
+	if !x.Admitted() {
+		t.Fatal("not admitted with 0.0027 of the lease's 0.01 charged")
+	}
+	x.Settle(at(3*time.Second), Cost{Input: 1000, Output: 1000})
+	uses := in(g).LeaseUses(t0.Add(time.Minute))
+	if len(uses) != 1 || !uses[0].Final || uses[0].Used.Money != 2_000_000+700_000+3_000_000 {
+		t.Fatalf("lease uses %+v, want one, final, its money what the three calls cost: 5,700,000", uses)
+	}
+}
+
+// On a priced key without a budget a lease must still carry the calls'
+// money (the grantor grants what Demand asks); on a key without a price
+// the calls cost none and a lease without money admits them, as before.
+func TestLeaseMoneyOnlyWherePriced(t *testing.T) {
+	t.Parallel()
+	c := Cost{Requests: 1, Input: 1000, Output: 2000}
+	room := Cost{Requests: 10, Input: 10_000, Output: 20_000}
+	for _, tc := range []struct {
+		name  string
+		cfg   Config
+		money int64 // the lease's
+		want  bool
+	}{
+		{"priced, a lease without money", Config{Key: "k", Price: price, DayBurst: -1}, 0, false},
+		{"priced, a lease with its money", Config{Key: "k", Price: price, DayBurst: -1}, 5_000_000, true},
+		{"unpriced, a lease without money", Config{Key: "k", Limits: Limits{RPM: 100}, DayBurst: -1}, 0, true},
+	} {
+		g := mustNewLeased(t, tc.cfg)
+		r := mustReserve(t, g, t0, "a", c)
+		lease := room
+		lease.Money = tc.money
+		in(g).Grant(t0, "n1/1", lease, t0.Add(time.Minute))
+		g.Advance(t0)
+		if r.Admitted() != tc.want {
+			t.Errorf("%s: admitted %v, want %v", tc.name, r.Admitted(), tc.want)
+		}
+	}
+}
+
+// Demand asks for no more than one lease holds, each part at most
+// MaxCost: calls whose money adds up past it wait for the next lease.
+func TestDemandAsksForWhatALeaseHolds(t *testing.T) {
+	t.Parallel()
+	// 600 of money a call at worst: two are more than MaxCost.
+	g := mustNewLeased(t, Config{Key: "k", Price: Price{Input: 1000}, DayBurst: -1})
+	c := Cost{Requests: 1, Input: 600_000}
+	mustReserve(t, g, t0, "a", c)
+	mustReserve(t, g, t0, "b", c)
+	g.Advance(t0)
+	d := in(g).Demand(t0, 0)
+	if d.Want.Requests != 1 || d.Want.Money != 600*Nano || d.Min != d.Want {
+		t.Fatalf("demand %+v, want one call's: two are more than a lease holds", d)
+	}
+}
