@@ -159,14 +159,17 @@ func (ls *leaser) once(ctx context.Context) {
 	if d.Want == (governor.Cost{}) {
 		return
 	}
+	// What waits may add up to more than a lease holds (money above all:
+	// a few costly calls of many flows); a lease of the most is taken then.
+	want := leasePart(d.Want)
 	var pace *store.LeasePace
 	if d.Burst > 0 {
 		// The day limits are paced for the whole cluster, by the store.
-		pace = &store.LeasePace{DayPace: d.DayPace, Burst: d.Burst, Ahead: d.Ahead}
+		pace = &store.LeasePace{DayPace: d.DayPace, Burst: d.Burst, Ahead: lessOf(leasePart(d.Ahead), want)}
 	}
 	got, err := ls.st.TakeLease(ctx, store.LeaseRequest{
 		Key: ls.key, Node: ls.cfg.Node, At: now, TTL: min(ls.cfg.LeaseTTL+ls.lag, store.MaxLeaseTTL),
-		Want: d.Want, Min: d.Min, Weight: d.Weight, Flows: d.Flows, Limits: ls.g.Limits(), Pace: pace,
+		Want: want, Min: lessOf(leasePart(d.Min), want), Weight: d.Weight, Flows: d.Flows, Limits: ls.g.Limits(), Pace: pace,
 	})
 	if ctx.Err() != nil {
 		return // stopping: the lease, if any, goes unused
@@ -185,6 +188,19 @@ func (ls *leaser) once(ctx context.Context) {
 	// The transaction outlasted the lease: nothing can be admitted on it.
 	// Written down unused and final, it frees its room at once, and folds.
 	ls.failed(ls.st.SettleLease(ctx, ls.key, got.ID, governor.Cost{}, got.At, true), "settle a lease")
+}
+
+// leasePart returns c as a lease may hold it: each part at most
+// governor.MaxCost, and no Cached (a lease grants none).
+func leasePart(c governor.Cost) governor.Cost {
+	return governor.Cost{Requests: min(c.Requests, governor.MaxCost), Input: min(c.Input, governor.MaxCost),
+		Output: min(c.Output, governor.MaxCost), Money: min(c.Money, governor.MaxCost)}
+}
+
+// lessOf returns c with each part at most that of most.
+func lessOf(c, most governor.Cost) governor.Cost {
+	return governor.Cost{Requests: min(c.Requests, most.Requests), Input: min(c.Input, most.Input),
+		Output: min(c.Output, most.Output), Money: min(c.Money, most.Money)}
 }
 
 // sayFlows writes down this node's flows on the key (what waits, what
@@ -250,7 +266,10 @@ func (ls *leaser) settle(ctx context.Context) {
 		if ls.unsaved == nil {
 			ls.unsaved = map[string]leaseUse{}
 		}
-		ls.unsaved[u.ID] = leaseUse{used: u.Used, last: u.Last, final: u.Final}
+		// Used may be above a lease's bound only if its calls settled for
+		// more than the lease held: the store keeps a lease's use at most
+		// what it granted either way.
+		ls.unsaved[u.ID] = leaseUse{used: leasePart(u.Used), last: u.Last, final: u.Final}
 	}
 	for id, u := range ls.unsaved {
 		err := ls.st.SettleLease(ctx, ls.key, id, u.used, u.last.Add(ls.lag), u.final)

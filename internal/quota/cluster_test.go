@@ -16,6 +16,7 @@ import (
 type call struct {
 	node, flow string
 	at         time.Time
+	reserved   governor.Cost // as admitted: on a priced key, with its worst-case money
 	cost       governor.Cost // as settled
 }
 

@@ -25,6 +25,8 @@ import (
 // nodes do, not on how fast the machine runs them.
 type clusterSim struct {
 	limits governor.Limits
+	// price is each governor's Config.Price: zero, none.
+	price governor.Price
 	// dayBurst is each governor's DayBurst (-1: no day pacing).
 	dayBurst      time.Duration
 	reserve, used governor.Cost
@@ -67,7 +69,7 @@ func (sim clusterSim) simulate(t *testing.T, url string, began time.Time) ([]cal
 		st := testenv.OpenStore(t, url)
 		// Wait sleeps on no timer: the run admits what the clock allows
 		// by calling Advance when it moves the clock.
-		l, err := quota.Open(ctx, st, governor.Config{Key: "groq", Limits: sim.limits, SettleOutput: true,
+		l, err := quota.Open(ctx, st, governor.Config{Key: "groq", Limits: sim.limits, Price: sim.price, SettleOutput: true,
 			Now: clk.Now, After: func(time.Duration) <-chan time.Time { return nil }, DayBurst: sim.dayBurst},
 			quota.Config{Now: clk.Now, Cluster: &quota.Cluster{Node: sn.name, LeaseTTL: sim.ttl}})
 		if err != nil {
@@ -89,10 +91,10 @@ func (sim clusterSim) simulate(t *testing.T, url string, began time.Time) ([]cal
 					if err != nil {
 						return // the node died, or the run is over
 					}
-					at := r.AdmittedAt()
+					at, reserved := r.AdmittedAt(), r.Cost()
 					r.Settle(clk.Now(), sim.used)
 					mu.Lock()
-					calls = append(calls, call{node: n.name, flow: f, at: at, cost: r.Cost()})
+					calls = append(calls, call{node: n.name, flow: f, at: at, reserved: reserved, cost: r.Cost()})
 					mu.Unlock()
 				}
 			})

@@ -140,7 +140,10 @@ func (l *Ledger) Start(ctx context.Context) {
 				if now.Sub(lastPrune) > time.Hour {
 					_, _ = l.j.st.PruneCharges(ctx, l.j.key, now.Add(-l.keep))
 					if l.lease != nil {
-						_, _ = l.j.st.PruneLeases(ctx, l.j.key, l.lease.now().Add(-48*time.Hour))
+						// Leases are kept as long as charges: two days, or 31
+						// under a budget per month, whose grants sum a month
+						// of them.
+						_, _ = l.j.st.PruneLeases(ctx, l.j.key, l.lease.now().Add(-max(48*time.Hour, l.keep)))
 					}
 					lastPrune = now
 				}

@@ -1,0 +1,240 @@
+package quota_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/quota"
+	"github.com/sluice-dev/sluice/internal/testenv"
+)
+
+// moneyPrice prices the budget tests' calls: a call reserved at 60 tokens
+// in and 40 out costs 140,000 billionths at worst, and 100,000 settled at
+// 20 out.
+var moneyPrice = governor.Price{Input: 1, Output: 2}
+
+// Three processes share one priced key with a budget per day, held in
+// aggregate by the money their leases carry (see clusterSim): flow a's
+// calls wait on one node, flow b's on the two others, and one node dies
+// midway. On both databases, however the calls land, the money the nodes
+// admit never exceeds the budget — each call's worst case, on top of what
+// the calls before it cost, fits — the budget, not the requests per
+// minute, is what stops them, and most of it is spent.
+func TestClusterHoldsADayBudgetInAggregate(t *testing.T) {
+	t.Parallel()
+	testenv.Databases(t, func(t *testing.T, url string) {
+		const budget = 200 * 100_000 // 200 calls as settled, 0.02 of the unit
+		limits := governor.Limits{governor.RPM: 120, governor.TPM: 12_000}
+		limits[governor.MPD] = budget
+		sim := clusterSim{
+			limits: limits, price: moneyPrice, dayBurst: -1,
+			reserve: governor.Cost{Requests: 1, Input: 60, Output: 40}, used: governor.Cost{Input: 60, Output: 20},
+			ttl: 20 * time.Second, step: 500 * time.Millisecond, run: 3 * time.Minute,
+			nodes: []simNode{{"n1", []string{"a", "a"}}, {"n2", []string{"b", "b"}}, {"n3", []string{"b", "b"}}},
+			kill:  2,
+		}
+		calls, end := sim.simulate(t, url, time.Date(2026, 10, 18, 7, 0, 0, 0, time.UTC))
+		if len(calls) == 0 {
+			t.Fatal("no call admitted")
+		}
+		if calls[0].reserved.Money != 140_000 || calls[0].cost.Money != 100_000 {
+			t.Fatalf("a call reserved %+v and settled %+v; want 140,000 of money at worst, 100,000 spent", calls[0].reserved, calls[0].cost)
+		}
+		// Each call, admitted at its worst case, fits beside what every
+		// call admitted before it cost (at least what it settled at).
+		var spent, worst int64
+		for i, c := range calls {
+			before := int64(0)
+			for _, p := range calls[:i] {
+				if p.at.Before(c.at) {
+					before += p.cost.Money
+				}
+			}
+			if before+c.reserved.Money > budget {
+				t.Fatalf("call %d (%s on %s at %s) admitted at a worst case of %d with %d spent before it: over the budget of %d",
+					i, c.flow, c.node, c.at.Format(time.TimeOnly), c.reserved.Money, before, budget)
+			}
+			worst = max(worst, before+c.reserved.Money)
+			spent += c.cost.Money
+		}
+		if spent > budget {
+			t.Fatalf("the nodes spent %d in the day, over the budget of %d", spent, budget)
+		}
+		// The budget binds: 200 calls of the 360 the rpm would let by, and
+		// what is left of it is less than a few calls' worst case (the
+		// dead node's last lease holds some until it ages out).
+		if len(calls) >= 300 || spent < budget*85/100 {
+			t.Errorf("%d calls spent %d of the budget %d: want the budget, not the rpm, to stop them, most of it spent", len(calls), spent, budget)
+		}
+		perNode := map[string]int{}
+		for _, c := range calls {
+			perNode[c.node]++
+		}
+		t.Logf("%d calls %v spent %d of the budget %d; at most %d counted at an admission", len(calls), perNode, spent, budget, worst)
+
+		// The store agrees: the leases of the day hold at most the budget.
+		st := testenv.OpenStore(t, url)
+		if _, day, err := st.LeaseUse(context.Background(), "groq", end); err != nil || day.Money > budget || day.Money < spent {
+			t.Errorf("the store's leases of the day hold %d of money (%v); want the %d spent, at most the budget %d", day.Money, err, spent, budget)
+		}
+	})
+}
+
+// A node of a priced key with a budget per day spends part of it, stops
+// and starts again under its name; the spend is the cluster's still: a
+// node that was running all along, whose own governor saw none of it,
+// admits only what is left of the budget, and the restarted node, which
+// restored its charges, none after that. On both databases; the test
+// turns the grant loops itself, on a clock it moves.
+func TestClusterBudgetSurvivesARestart(t *testing.T) {
+	t.Parallel()
+	testenv.Databases(t, func(t *testing.T, url string) {
+		ctx := context.Background()
+		clk := &stepClock{now: time.Date(2026, 10, 18, 7, 0, 0, 0, time.UTC)}
+		call := governor.Cost{Requests: 1, Input: 60, Output: 40}
+		const worst = 140_000 // call's money, settled as reserved
+		limits := governor.Limits{governor.RPM: 1000}
+		limits[governor.MPD] = 10 * worst
+		open := func(node string) *quota.Ledger {
+			t.Helper()
+			l, err := quota.Open(ctx, testenv.OpenStore(t, url), governor.Config{Key: "groq", Limits: limits, Price: moneyPrice,
+				SettleOutput: true, Now: clk.Now, After: func(time.Duration) <-chan time.Time { return nil }, DayBurst: -1},
+				quota.Config{Now: clk.Now, Cluster: &quota.Cluster{Node: node, LeaseTTL: time.Minute}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l
+		}
+		// admit reserves n calls on l at the clock's time and turns the
+		// grant loops of all until nothing more is admitted; it returns
+		// the calls.
+		var ledgers []*quota.Ledger
+		admit := func(l *quota.Ledger, n int) []*governor.Reservation {
+			t.Helper()
+			var rs []*governor.Reservation
+			for range n {
+				r, err := l.Reserve(clk.Now(), "a", call)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rs = append(rs, r)
+			}
+			for {
+				before := admitted(rs)
+				for _, o := range ledgers {
+					o.LeaseOnce(ctx)
+					o.Advance(clk.Now())
+				}
+				if admitted(rs) == before {
+					return rs
+				}
+			}
+		}
+		settle := func(rs []*governor.Reservation) {
+			for _, r := range rs {
+				if r.Admitted() {
+					r.Settle(clk.Now(), governor.Cost{Input: 60, Output: 40})
+				}
+			}
+		}
+		n1, n2 := open("n1"), open("n2")
+		ledgers = []*quota.Ledger{n1, n2}
+		first := admit(n1, 6)
+		if got := admitted(first); got != 6 {
+			t.Fatalf("n1 admitted %d of 6 calls with the budget whole, want all", got)
+		}
+		settle(first)
+		// n1 stops: its lease ends, written down at what its calls cost,
+		// and its charges are flushed.
+		clk.set(clk.Now().Add(time.Second))
+		n1.Start(ctx)
+		if err := n1.Stop(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// It starts again.
+		clk.set(clk.Now().Add(time.Second))
+		again := open("n1")
+		ledgers = []*quota.Ledger{again, n2}
+		if used := again.Stats(clk.Now()).Limits[governor.MPD].Used; used != 6*worst {
+			t.Fatalf("the restarted node counts %d of the day's money, want the %d its calls cost before", used, 6*worst)
+		}
+		// n2, which saw none of it, has only what is left: four calls.
+		second := admit(n2, 6)
+		if got := admitted(second); got != 4 {
+			t.Fatalf("n2 admitted %d of 6 calls with 6 of the budget's 10 spent by n1, want 4", got)
+		}
+		for _, r := range second {
+			if !r.Admitted() {
+				if b := n2.Blocker(clk.Now(), r); b.Kind != "lease" {
+					t.Errorf("n2's call waits on %+v, want a lease (its own view of the budget is not spent)", b)
+				}
+			}
+		}
+		settle(second)
+		// And the restarted node none.
+		if got := admitted(admit(again, 2)); got != 0 {
+			t.Fatalf("the restarted node admitted %d calls with the budget spent, want none", got)
+		}
+		st := testenv.OpenStore(t, url)
+		if _, day, err := st.LeaseUse(ctx, "groq", clk.Now()); err != nil || day.Money != 10*worst {
+			t.Fatalf("the store's leases of the day hold %d of money (%v), want the budget, %d", day.Money, err, 10*worst)
+		}
+		for _, l := range ledgers {
+			l.Start(ctx)
+			if err := l.Stop(ctx); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+}
+
+// A budget larger than a lease's money (governor.MaxCost, about 1,099 of
+// the unit) is taken by the store, and calls whose money adds up past what
+// one lease holds are asked for a lease at a time, each lease no larger in
+// requests than its calls: all of them go, within the requests per minute.
+func TestClusterBudgetLargerThanALease(t *testing.T) {
+	t.Parallel()
+	testenv.Databases(t, func(t *testing.T, url string) {
+		ctx := context.Background()
+		clk := &stepClock{now: time.Date(2026, 10, 18, 7, 0, 0, 0, time.UTC)}
+		// $900 a call at worst, 60 calls waiting: $54,000, past the
+		// $1,099 of money a lease holds; a budget of a million a month.
+		price := governor.Price{Input: 1000}
+		budget := governor.Budget{Month: 1_000_000}
+		l, err := quota.Open(ctx, testenv.OpenStore(t, url), governor.Config{Key: "groq", Limits: budget.Limits(governor.Limits{governor.RPM: 100}),
+			Price: price, Now: clk.Now, After: func(time.Duration) <-chan time.Time { return nil }, DayBurst: -1},
+			quota.Config{Now: clk.Now, Cluster: &quota.Cluster{Node: "n1", LeaseTTL: time.Minute}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rs []*governor.Reservation
+		for i := range 60 {
+			r, err := l.Reserve(clk.Now(), fmt.Sprint("f", i%10), governor.Cost{Requests: 1, Input: 900_000})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rs = append(rs, r)
+		}
+		l.LeaseOnce(ctx)
+		l.Advance(clk.Now())
+		if got := admitted(rs); got != 1 {
+			t.Fatalf("%d calls admitted on the first lease, want one: a lease holds at most governor.MaxCost of money", got)
+		}
+		for range 59 {
+			l.LeaseOnce(ctx)
+			l.Advance(clk.Now())
+		}
+		if got := admitted(rs); got != len(rs) {
+			t.Fatalf("%d of %d calls admitted, want all: the budget has room", got, len(rs))
+		}
+	})
+}
+
+// admitted counts the admitted of rs.
+func admitted(rs []*governor.Reservation) int {
+	return len(slices.DeleteFunc(slices.Clone(rs), func(r *governor.Reservation) bool { return !r.Admitted() }))
+}
