@@ -254,3 +254,85 @@ func waitUntil(t *testing.T, what string, ok func() bool) {
 		}
 	}
 }
+
+// Two apps on one database share a priced key with a budget per day
+// through leases that carry money: the calls of both, wherever their runs
+// land, never cost more than the budget, where each alone would spend it
+// whole. The price is of output alone, so a call's worst case is exactly
+// its max_tokens' price: once less than that is left, no call can be
+// admitted on any process, and the test waits for that, not for a time.
+func TestClusterHoldsABudgetInAggregate(t *testing.T) {
+	t.Parallel()
+	testenv.Databases(t, func(t *testing.T, url string) {
+		model, client := simProvider(t, governor.Limits{})
+		// $10 per million output tokens: 1,000 max_tokens is $0.01 at
+		// worst, and costs $0.005 to $0.01 (the provider answers half to
+		// all of it). A day's budget of $0.05: five to nine calls of the
+		// sixteen sent.
+		price := governor.Price{Output: 10}
+		provider := sluice.Provider{Name: "groq", LLM: client, Price: price, Budget: sluice.Budget{Day: 0.05}, DayBurst: -1}
+		const runs, maxTokens = 16, 1000
+		budget := int64(0.05 * governor.Nano)
+		worst := price.Of(governor.Cost{Output: maxTokens})
+		var spent, done atomic.Int64
+		var apps []*sluice.App
+		for _, node := range []string{"node-a", "node-b"} {
+			app := newApp(t, sluice.Config{DatabaseURL: url, ExecutorID: node, Cluster: &sluice.Cluster{}, Providers: []sluice.Provider{provider}})
+			err := sluice.Register(app, run.Function{ID: "ask", Event: "ask"}, func(ctx *sluice.Context, ev sluice.Event[ask]) (llm.Usage, error) {
+				resp, err := sluice.LLM(ctx, "call", &llm.ChatRequest{
+					Model:     "sim-model",
+					Messages:  []llm.Message{{Role: "user", Content: "Summarize the quarterly report."}},
+					MaxTokens: ev.Data.MaxTokens,
+				})
+				if err != nil {
+					return llm.Usage{}, err
+				}
+				spent.Add(price.Of(governor.Cost{Input: resp.Usage.PromptTokens, Output: resp.Usage.CompletionTokens}))
+				done.Add(1)
+				return resp.Usage, nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := app.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			apps = append(apps, app)
+		}
+		for i := range runs {
+			if _, err := apps[i%2].Send(context.Background(), "ask", fmt.Sprint("call-", i), ask{MaxTokens: maxTokens}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Spent to less than one call's worst case from the budget, with
+		// no call at the provider: nothing more fits anywhere.
+		testenv.WaitUntil(t, 10*time.Millisecond, func() (bool, string) {
+			s, n := spent.Load(), done.Load()
+			return budget-s < worst && model.Stats().Requests == n,
+				fmt.Sprintf("%d calls answered of %d at the provider, %d of the budget %d spent", n, model.Stats().Requests, s, budget)
+		})
+		s, n := spent.Load(), done.Load()
+		if s > budget {
+			t.Fatalf("%d calls cost %d billionths together, over the budget of %d", n, s, budget)
+		}
+		for _, app := range apps {
+			stats, err := app.Stats(context.Background(), "groq")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if mpd := stats.Limits[governor.MPD]; mpd.Max != budget || mpd.Used > budget || mpd.Used < s {
+				t.Errorf("an app's stats of the day's budget: %+v, want the cluster's %d spent of %d", mpd, s, budget)
+			}
+		}
+		for _, app := range apps {
+			if err := app.Stop(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// No call reached the provider after the budget was spent.
+		if got := model.Stats().Requests; got != n {
+			t.Fatalf("the provider had %d calls, %d of them answered before the budget was spent", got, n)
+		}
+		t.Logf("%d of %d calls cost %d of the budget %d", n, runs, s, budget)
+	})
+}

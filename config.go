@@ -158,7 +158,8 @@ type Provider struct {
 	// money is known, and a Budget can apply.
 	Price governor.Price
 	// Budget caps what the key's calls may cost, per day and per month (see
-	// Budget).
+	// Budget); with Cluster set, what the calls of all the processes cost
+	// together (docs/multinode.md).
 	Budget Budget
 	// FixedWindows and SettleOutput say how the provider counts, as
 	// governor.Config's fields of the same names (defaults: rolling windows;
@@ -225,9 +226,6 @@ func (c Config) validate() error {
 		seen[name] = true
 		if err := p.Budget.Validate(p.Price); err != nil {
 			return fmt.Errorf("providers[%d] (%s): %w", i, name, err)
-		}
-		if c.Cluster != nil && (p.Budget.Day > 0 || p.Budget.Month > 0) {
-			return fmt.Errorf("providers[%d] (%s): a budget is kept by one process; with Cluster set each process would spend it whole", i, name)
 		}
 	}
 	for i, r := range c.Routes {

@@ -121,7 +121,7 @@ func addServeFlags(fs *flag.FlagSet) *serveFlags {
 	fs.StringVar(&f.app.Profile, "profile", "groq", "provider profile: groq, openai or anthropic")
 	fs.StringVar(&f.app.Limits, "limits", "rpm=30,tpm=8000,tpd=200000,otpm=1000", "the key's limits, e.g. rpm=30,tpm=8000")
 	fs.StringVar(&f.app.Price, "price", "", "what the key's model charges, in money per million tokens, e.g. input=0.59,output=0.79[,cached_input=0.30]")
-	fs.StringVar(&f.app.Budget, "budget", "", "money the key's calls may cost, e.g. day=5.00,month=100 (in any 24 hours, in any 30 days; needs --price; not with --node): see docs/budgets.md")
+	fs.StringVar(&f.app.Budget, "budget", "", "money the key's calls may cost, e.g. day=5.00,month=100 (in any 24 hours, in any 30 days; needs --price; with --node, of all the nodes together): see docs/budgets.md")
 	fs.StringVar(&f.app.KeyEnv, "api-key-env", "", "environment variable holding the provider's API key (optional)")
 	fs.StringVar(&f.app.Model, "model", "sim-model", "model the pipeline asks for")
 	fs.DurationVar(&f.app.RunTimeout, "run-timeout", 10*time.Minute, "deadline of each run from its start; a run past it ends timed_out, naming the step it was in")
@@ -265,9 +265,6 @@ func (f *serveFlags) checkBounds(env *cli.Env, refuse func(string, error) error)
 	}
 	if err := budget.Validate(f.price); err != nil {
 		return refuse("budget", err)
-	}
-	if !budget.IsZero() && o.Node != "" {
-		return refuse("budget", errors.New("a budget is kept by one process: with --node each process would spend it whole"))
 	}
 	if _, err := llm.ParseProfile(o.Profile); err != nil {
 		return refuse("profile", err)

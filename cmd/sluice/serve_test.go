@@ -204,7 +204,8 @@ func TestServeConfigFile(t *testing.T) {
 		{"bad limits as a flag", "", []string{"--limits", "rpm=abc"}, "--limits: "},
 		{"bad price in the file", "price: input=free\n", nil, `price: price input: "free" is not a number (line 1)`},
 		{"budget without a price", "", []string{"--budget", "day=5"}, "--budget: a budget needs the key's price"},
-		{"budget on a node", "", []string{"--price", "input=1", "--budget", "day=5", "--node", "a"}, "--budget: a budget is kept by one process"},
+		// A budget with --node is the cluster's: taken, the next check refuses.
+		{"budget on a node, then a bad profile", "", []string{"--price", "input=1", "--budget", "day=5", "--node", "a", "--profile", "acme"}, "--profile: "},
 		{"a flow's bad budget", "gateway: true\nflows:\n  - {name: a, budget: \"day=x\"}\n", nil, `flows[0].budget: budget day: "x" is not a number`},
 		{"a flow's budget without a price", "gateway: true\nflows:\n  - {name: a, budget: \"day=1\"}\n", nil, `flow "a": a budget needs the key's price`},
 		{"flag wins over the file", "run_timeout: -5m\nlimits: nope=3\n", []string{"--run-timeout", "1m"}, "(line 2)"},
