@@ -36,6 +36,27 @@ type FlowState struct {
 	// doneBy[h] is done as of the last completion in hour h (an hour holds
 	// its end), for the chart; 0 for an hour without one.
 	doneBy []float64
+	// doneOn counts the items done on each target; doneIDs marks every item
+	// done (a bit per serial number), so that an item done twice is
+	// counted (doubleRuns) and not done twice in done; sent counts the
+	// items in calls sent and not yet answered.
+	doneOn     []int
+	doneIDs    []uint64
+	doubleRuns int
+	sent       int
+}
+
+// markDone records item id done and reports whether it was done before.
+func (f *FlowState) markDone(id uint32) bool {
+	i, bit := int(id/64), uint64(1)<<(id%64)
+	for len(f.doneIDs) <= i {
+		f.doneIDs = append(f.doneIDs, 0)
+	}
+	if f.doneIDs[i]&bit != 0 {
+		return true
+	}
+	f.doneIDs[i] |= bit
+	return false
 }
 
 // Flow is the flow's configuration, as the scenario gives it.
@@ -147,12 +168,26 @@ type Outcome struct {
 // the latency, with the items still out: the policy sends them again, puts
 // them back or refuses them.
 func (w *World) Send(f *FlowState, items []Item, maxTokens int64, done func(Outcome)) {
+	w.SendTo(f, 0, items, maxTokens, done)
+}
+
+// SendTo is Send to target t (its index in the scenario's targets; 0 in a
+// scenario without targets). A target in an outage fails the call after
+// outageLatency without charging it.
+func (w *World) SendTo(f *FlowState, t int, items []Item, maxTokens int64, done func(Outcome)) {
+	ts := w.targets[t]
 	req := w.requestFor(f, items, maxTokens)
-	resp := w.prov.Submit(w.now, req)
+	req.Model = ts.model
 	sent := w.now
+	if o, ok := ts.outageAt(w.now.Sub(epoch)); ok {
+		w.failOutage(f, ts, o, items, req, done)
+		return
+	}
+	resp := ts.prov.Submit(w.now, req)
 	if resp.Rejected {
-		w.record(sent, sent, f, items, req, resp, governor.Cost{})
+		w.record(sent, sent, f, ts, items, req, resp, governor.Cost{})
 		w.rejects[resp.Status]++
+		ts.rejects[resp.Status]++
 		if h := int(w.now.Sub(epoch) / time.Hour); h < w.hours {
 			if w.rejectsByHour[resp.Status] == nil {
 				w.rejectsByHour[resp.Status] = make([]int64, w.hours)
@@ -168,27 +203,31 @@ func (w *World) Send(f *FlowState, items []Item, maxTokens int64, done func(Outc
 		w.calls++
 		w.inflight[o] = inflightCall{seq: w.calls, sent: sent, f: f}
 	}
+	f.sent += len(items)
 	w.At(w.now.Add(resp.Latency), func() {
 		if w.inflight != nil {
 			delete(w.inflight, o)
 		}
+		f.sent -= len(o.Items)
 		// A faulted call was charged too; under settle accounting the
 		// provider corrects its charge when it ends, as for a success.
-		final := w.prov.Finish(w.now, o.Response)
+		final := ts.prov.Finish(w.now, o.Response)
 		if o.Response.Fault != NoFault {
-			w.record(sent, w.now, f, o.Items, o.Request, o.Response, final)
+			ts.faults++
+			w.record(sent, w.now, f, ts, o.Items, o.Request, o.Response, final)
 			done(*o)
 			w.pol.Wake(w)
 			return
 		}
-		w.record(sent, w.now, f, o.Items, o.Request, o.Response, final)
-		w.succeed(f, o.Items, final, o.Request, o.Response)
+		w.record(sent, w.now, f, ts, o.Items, o.Request, o.Response, final)
+		w.succeed(f, ts, sent, o.Items, final, o.Request, o.Response)
 		done(*o)
 		w.pol.Wake(w)
 	})
 }
 
-func (w *World) succeed(f *FlowState, items []Item, charged governor.Cost, req Request, resp Response) {
+func (w *World) succeed(f *FlowState, ts *targetState, sent time.Time, items []Item, charged governor.Cost, req Request, resp Response) {
+	ts.succeed(w, f, sent, items, charged, req, resp)
 	for l := range governor.NumLimits {
 		w.used[l] += charged.On(l)
 		w.useful[l] += governor.Cost{Requests: 1, Input: req.Input, Output: resp.Output}.On(l)
@@ -204,7 +243,13 @@ func (w *World) succeed(f *FlowState, items []Item, charged governor.Cost, req R
 	f.requests++
 	f.tokens += charged.Tokens()
 	f.out -= len(items)
-	f.done += len(items)
+	for _, it := range items {
+		if f.markDone(it.id) {
+			f.doubleRuns++
+		} else {
+			f.done++
+		}
+	}
 	if f.cfg.ArrivalsPerDay > 0 {
 		for _, it := range items {
 			f.waits = append(f.waits, w.now.Sub(it.eligible).Minutes())

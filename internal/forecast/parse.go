@@ -14,6 +14,7 @@ import (
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/govtext"
 	"github.com/sluice-dev/sluice/internal/num"
+	"github.com/sluice-dev/sluice/internal/route"
 	"github.com/sluice-dev/sluice/internal/yamlfile"
 	"github.com/sluice-dev/sluice/llm"
 )
@@ -60,7 +61,81 @@ type file struct {
 		Every            duration `yaml:"every"`
 		PerRun           whole    `yaml:"per_run"`
 		Gap              duration `yaml:"gap"`
+		Targets          []text   `yaml:"targets"`
+		Rule             rule     `yaml:"rule"`
+		MaxWait          duration `yaml:"max_wait"`
 	} `yaml:"flows"`
+	Targets []targetFile `yaml:"targets"`
+}
+
+// targetFile is the layout of one of a scenario file's targets: what it
+// leaves out is the provider section's, but its limits.
+type targetFile struct {
+	Name             text          `yaml:"name"`
+	Model            text          `yaml:"model"`
+	Profile          *llm.Profile  `yaml:"profile"`
+	Window           *fixedWindows `yaml:"window"`
+	Accounting       *settleOutput `yaml:"accounting"`
+	Latency          *duration     `yaml:"latency"`
+	DefaultMaxTokens *whole        `yaml:"default_max_tokens"`
+	Faults           *struct {
+		Error5xx number `yaml:"error_5xx"`
+		Timeout  number `yaml:"timeout"`
+		Reset    number `yaml:"reset"`
+		BadJSON  number `yaml:"bad_json"`
+	} `yaml:"faults"`
+	Limits map[limit]whole `yaml:"limits"`
+	Price  struct {
+		Input       number `yaml:"input"`
+		CachedInput number `yaml:"cached_input"`
+		Output      number `yaml:"output"`
+	} `yaml:"price"`
+	Budget struct {
+		Day   number `yaml:"day"`
+		Month number `yaml:"month"`
+	} `yaml:"budget"`
+	Outages []struct {
+		Start    duration   `yaml:"start"`
+		Duration duration   `yaml:"duration"`
+		Mode     outageMode `yaml:"mode"`
+	} `yaml:"outages"`
+}
+
+// target returns the i-th target tf describes, with def's defaults.
+func (tf *targetFile) target(i int, def Provider) (Target, error) {
+	t := Target{Name: string(tf.Name), Model: string(tf.Model), Provider: def}
+	p := &t.Provider
+	p.Limits = governor.Limits{}
+	if tf.Profile != nil {
+		p.Profile = *tf.Profile
+	}
+	if tf.Window != nil {
+		p.FixedWindows = bool(*tf.Window)
+	}
+	if tf.Accounting != nil {
+		p.SettleOutput = bool(*tf.Accounting)
+	}
+	if tf.Latency != nil {
+		p.Latency = time.Duration(*tf.Latency)
+	}
+	if tf.DefaultMaxTokens != nil {
+		p.DefaultMaxTokens = int64(*tf.DefaultMaxTokens)
+	}
+	if f := tf.Faults; f != nil {
+		p.Faults = Faults{float64(f.Error5xx), float64(f.Timeout), float64(f.Reset), float64(f.BadJSON)}
+	}
+	for l := range governor.NumLimits {
+		if n, ok := tf.Limits[limit(l)]; ok && n <= 0 {
+			return t, fieldErr(fmt.Sprintf("targets[%d].limits.%s", i, l), "%d is not positive", n)
+		}
+		p.Limits[l] = int64(tf.Limits[limit(l)])
+	}
+	t.Price = governor.Price{Input: float64(tf.Price.Input), CachedInput: float64(tf.Price.CachedInput), Output: float64(tf.Price.Output)}
+	t.Budget = governor.Budget{Day: float64(tf.Budget.Day), Month: float64(tf.Budget.Month)}
+	for _, o := range tf.Outages {
+		t.Outages = append(t.Outages, Outage{Start: time.Duration(o.Start), Duration: time.Duration(o.Duration), Mode: OutageMode(o.Mode)})
+	}
+	return t, nil
 }
 
 // Parse reads and validates a scenario from YAML. Its errors name the key
@@ -128,7 +203,18 @@ func (f *file) scenario() (*Scenario, error) {
 		if ff.BatchMax != nil {
 			fl.BatchMax = ff.BatchMax.int()
 		}
+		for _, t := range ff.Targets {
+			fl.Targets = append(fl.Targets, string(t))
+		}
+		fl.Rule, fl.MaxWait = route.Rule(ff.Rule), time.Duration(ff.MaxWait)
 		s.Flows = append(s.Flows, fl)
+	}
+	for i := range f.Targets {
+		t, err := f.Targets[i].target(i, s.Provider)
+		if err != nil {
+			return nil, err
+		}
+		s.Targets = append(s.Targets, t)
 	}
 	return s, nil
 }
@@ -144,9 +230,32 @@ type (
 	duration time.Duration  // a Go duration such as 90s
 	limit    governor.Limit // a limit's name, as governor.Limit.String writes it
 
-	fixedWindows bool // "rolling" (false) or "fixed" (true)
-	settleOutput bool // "reserve" (false) or "settle" (true)
+	fixedWindows bool       // "rolling" (false) or "fixed" (true)
+	settleOutput bool       // "reserve" (false) or "settle" (true)
+	rule         route.Rule // "cheapest" or "ordered"
+	outageMode   OutageMode // "5xx", "overload", "429" or "down"
 )
+
+func (r *rule) UnmarshalYAML(n *yaml.Node) error {
+	if n.ShortTag() != "!!str" {
+		return refuse(n, "is not cheapest or ordered")
+	}
+	x, err := route.ParseRule(n.Value)
+	if err != nil || n.Value == "" {
+		return refuse(n, "is not cheapest or ordered")
+	}
+	*r = rule(x)
+	return nil
+}
+
+func (m *outageMode) UnmarshalYAML(n *yaml.Node) error {
+	x, err := ParseOutageMode(n.Value)
+	if err != nil {
+		return refuse(n, err.Error())
+	}
+	*m = outageMode(x)
+	return nil
+}
 
 func (t *text) UnmarshalYAML(n *yaml.Node) error {
 	if n.ShortTag() != "!!str" {

@@ -2,6 +2,7 @@ package forecast
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"sort"
@@ -62,6 +63,44 @@ type Result struct {
 
 	// Series is what the chart draws (WriteSVG); not in the JSON.
 	Series *Series `json:"-"`
+
+	// In a scenario with targets (and only there, so that the report of a
+	// scenario without keeps its shape): each target's part, the money
+	// spent, the work per unit of money (nil when nothing was spent),
+	// items completed twice or lost, and each outage's times. MarshalJSON
+	// writes them.
+	Targets       []TargetResult `json:"-"`
+	Spend         float64        `json:"-"`
+	WorkPerDollar *float64       `json:"-"`
+	DoubleRuns    int            `json:"-"`
+	Lost          int            `json:"-"`
+	Outages       []OutageResult `json:"-"`
+	routed        bool
+}
+
+// Routed reports whether r is of a scenario with targets.
+func (r *Result) Routed() bool { return r.routed || r.Targets != nil }
+
+// MarshalJSON writes r, with the fields of a scenario with targets when it
+// is one.
+func (r Result) MarshalJSON() ([]byte, error) {
+	type plain Result
+	b, err := json.Marshal(plain(r))
+	if err != nil || !r.Routed() {
+		return b, err
+	}
+	extra, err := json.Marshal(struct {
+		Targets       []TargetResult `json:"targets"`
+		Spend         float64        `json:"spend"`
+		WorkPerDollar *float64       `json:"work_per_dollar"`
+		DoubleRuns    int            `json:"double_runs"`
+		Lost          int            `json:"lost"`
+		Outages       []OutageResult `json:"outages,omitempty"`
+	}{r.Targets, r.Spend, r.WorkPerDollar, r.DoubleRuns, r.Lost, r.Outages})
+	if err != nil {
+		return nil, err
+	}
+	return append(append(b[:len(b)-1], ','), extra[1:]...), nil
 }
 
 // LimitResult is one limit's use over the run.
@@ -89,6 +128,9 @@ type FlowResult struct {
 	// absent when that did not happen within the run, or the flow has
 	// only arrivals.
 	ClearedHours *float64 `json:"cleared_hours,omitempty"`
+	// DoneByTarget counts the items done on each target, in a scenario
+	// with targets.
+	DoneByTarget map[string]int `json:"done_by_target,omitempty"`
 	// DoneByHour is the items done by the end of each hour; not in the
 	// JSON (the chart and the planner read it).
 	DoneByHour []float64 `json:"-"`
@@ -134,6 +176,9 @@ func (w *World) result(name string, wall time.Duration) Result {
 		}
 		r.WorkTokens += fr.WorkTokens
 		r.Flows[f.cfg.Name] = fr
+	}
+	if w.routed {
+		w.routedResult(&r)
 	}
 	return r
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/num"
+	"github.com/sluice-dev/sluice/internal/route"
 	"github.com/sluice-dev/sluice/internal/yamlfile"
 	"github.com/sluice-dev/sluice/llm"
 )
@@ -25,6 +26,10 @@ type Scenario struct {
 	// Prices are what each model costs, by model name: what the planner
 	// turns tokens into money with. Optional.
 	Prices map[string]Price
+	// Targets, when set, are the keys and models the flows' calls are
+	// routed among (Flow.Targets); the provider section then only gives
+	// the targets' defaults. Empty: one key, the provider section's.
+	Targets []Target
 }
 
 // Price is what a model costs, in money (say USD) per million tokens.
@@ -219,6 +224,14 @@ type Flow struct {
 	Every  time.Duration
 	PerRun int
 	Gap    time.Duration
+	// Targets names the flow's route among the scenario's targets, in
+	// order of preference (default: every target, in the order listed);
+	// Rule ranks them (cheapest or ordered) and MaxWait is how long a call
+	// may wait for a better-ranked target (0: route.DefaultMaxWait). Only
+	// in a scenario with targets.
+	Targets []string
+	Rule    route.Rule
+	MaxWait time.Duration
 }
 
 // Paced reports whether f paces itself (Every is set).
@@ -313,6 +326,9 @@ func (s *Scenario) Validate() error {
 				return fieldErr("prices."+model+"."+v.key, "%v is not between 0 and %v (money per million tokens)", v.x, float64(MaxPrice))
 			}
 		}
+	}
+	if err := s.validateTargets(); err != nil {
+		return err
 	}
 	// Bounded only now: Items needs every flow's bounds and no cycle.
 	if n := s.Items(); n > MaxItems {

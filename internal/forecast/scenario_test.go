@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -44,7 +45,7 @@ func TestLoadDevpick(t *testing.T) {
 		t.Fatalf("got %d flows, want %d", len(s.Flows), len(wantFlows))
 	}
 	for i := range wantFlows {
-		if s.Flows[i] != wantFlows[i] {
+		if !reflect.DeepEqual(s.Flows[i], wantFlows[i]) {
 			t.Errorf("flows[%d] = %+v\nwant %+v", i, s.Flows[i], wantFlows[i])
 		}
 	}

@@ -74,6 +74,9 @@ const maxQueued = 32
 // the limits sc announces: one governor for the key, every flow a governor
 // flow with the scenario's weight and priority.
 func NewSluice(sc *Scenario) (Policy, error) {
+	if sc.Routed() {
+		return newRouted(sc, false)
+	}
 	sc = sc.Announced()
 	cfg := governor.Config{
 		Key:          sc.Name,
@@ -244,10 +247,15 @@ func (p *sluicePolicy) call(w *World, sf *sluiceFlow) {
 // return — the profile's own classification of status, headers and body,
 // or the transport error of an answer that never came whole.
 func (p *sluicePolicy) read(now time.Time, o Outcome) (governor.Cost, governor.Snapshot, error) {
+	return readAnswer(p.profile, now, o)
+}
+
+// readAnswer is what a client of profile makes of a simulated answer.
+func readAnswer(profile llm.Profile, now time.Time, o Outcome) (governor.Cost, governor.Snapshot, error) {
 	resp := o.Response
 	var snap governor.Snapshot
 	if len(resp.Header) > 0 {
-		snap = p.profile.Snapshot(resp.Header, now)
+		snap = profile.Snapshot(resp.Header, now)
 	}
 	switch resp.Fault {
 	case FaultTimeout:
@@ -257,7 +265,7 @@ func (p *sluicePolicy) read(now time.Time, o Outcome) (governor.Cost, governor.S
 	case FaultBadJSON:
 		return governor.Cost{}, snap, &llm.TransportError{Kind: llm.Malformed}
 	}
-	if err := p.profile.Classify(resp.Status, resp.Header, resp.Body); err != nil {
+	if err := profile.Classify(resp.Status, resp.Header, resp.Body); err != nil {
 		return governor.Cost{}, snap, err
 	}
 	return governor.Cost{Input: o.Request.Input, Output: resp.Output}, snap, nil

@@ -15,6 +15,8 @@ import (
 // (docs/bench.md, "The trace").
 type TraceRecord struct {
 	Policy string `json:"policy"`
+	// Target names the target a request went to, in a scenario with targets.
+	Target string `json:"target,omitempty"`
 	Kind   string `json:"kind"` // KindRequest, KindNeverFit, KindInFlight or KindWaiting
 	// Time is when the request was sent or the items refused; for lines
 	// written at the end, the call's sending or the run's end.
@@ -66,7 +68,7 @@ func (r *TraceRecord) setItems(items []Item) {
 	}
 }
 
-func (w *World) record(sent, end time.Time, f *FlowState, items []Item, req Request, resp Response, charged governor.Cost) {
+func (w *World) record(sent, end time.Time, f *FlowState, ts *targetState, items []Item, req Request, resp Response, charged governor.Cost) {
 	if w.trace == nil {
 		return
 	}
@@ -74,6 +76,9 @@ func (w *World) record(sent, end time.Time, f *FlowState, items []Item, req Requ
 		Kind: KindRequest, Time: w.since(sent), End: w.since(end), Flow: f.cfg.Name,
 		Input: req.Input, MaxTokens: req.MaxTokens, Status: resp.Status,
 		Charged: charged,
+	}
+	if w.routed {
+		rec.Target = ts.name
 	}
 	rec.setItems(items)
 	if resp.Status == 200 && resp.Fault == NoFault {

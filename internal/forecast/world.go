@@ -59,6 +59,12 @@ type World struct {
 	// that the trace can list those still out at the end.
 	inflight map[*Outcome]inflightCall
 	calls    uint64 // calls admitted so far, when tracing
+	// targets are the places calls go: the scenario's targets, or the one
+	// key of its provider section (targets[0] is always prov).
+	targets []*targetState
+	routed  bool
+	// outages lists every target's outages, for the report's times.
+	outages []*outageState
 }
 
 // inflightCall is a call in flight as the trace lists it at the end.
@@ -82,17 +88,15 @@ func (w *World) Flows() []*FlowState { return w.flows }
 // every limit of sc; pol should have been made from sc.Announced().
 func newWorld(sc *Scenario, pol Policy, trace func(TraceRecord)) (*World, error) {
 	p := sc.Provider
-	cfg := p.ModelConfig(sc.Seed)
-	cfg.Wire = true // headers and error bodies, as the policies' clients would read them
-	prov, err := NewModel(cfg)
-	if err != nil {
-		return nil, err
-	}
 	w := &World{
-		sc: sc.Announced(), limits: p.Limits, now: epoch, end: epoch.Add(sc.Duration), prov: prov, pol: pol, trace: trace,
+		sc: sc.Announced(), limits: p.Limits, now: epoch, end: epoch.Add(sc.Duration), pol: pol, trace: trace,
 		byName: map[string]*FlowState{}, rejects: map[int]int64{}, rejectsByHour: map[int][]int64{},
 		hours: int(math.Ceil(sc.Duration.Hours())),
 	}
+	if err := w.makeTargets(sc); err != nil {
+		return nil, err
+	}
+	w.prov = w.targets[0].prov
 	if trace != nil {
 		w.inflight = map[*Outcome]inflightCall{}
 	}
@@ -102,7 +106,7 @@ func newWorld(sc *Scenario, pol Policy, trace func(TraceRecord)) (*World, error)
 		}
 	}
 	for i, fc := range sc.Flows {
-		f := &FlowState{cfg: fc, idx: i, doneBy: make([]float64, w.hours)}
+		f := &FlowState{cfg: fc, idx: i, doneBy: make([]float64, w.hours), doneOn: make([]int, len(w.targets))}
 		w.flows = append(w.flows, f)
 		w.byName[fc.Name] = f
 	}
