@@ -34,6 +34,20 @@ const Greedy = "greedy"
 // docs/bench.md discusses.
 var ExtraPolicies = []string{"cookbook-rpm-tpm"}
 
+// RoutedPolicies lists the policies "all" runs on a scenario with targets:
+// sluice routing among them, sluice on the first target alone, and models
+// of LiteLLM's router (litellm.go). The other policies model one key and
+// refuse such a scenario.
+var RoutedPolicies = []string{forecast.Sluice, forecast.SluiceOneKey, FixedFallback, LiteLLMShuffle, LiteLLMUsage}
+
+// AllPolicies returns what "all" stands for on sc.
+func AllPolicies(sc *forecast.Scenario) []string {
+	if sc.Routed() {
+		return RoutedPolicies
+	}
+	return Policies
+}
+
 var (
 	_ forecast.Policy = (*devpickStarter)(nil)
 	_ forecast.Policy = (*cookbookPolicy)(nil)
@@ -48,6 +62,19 @@ func newPolicy(name string, sc *forecast.Scenario) (forecast.Policy, error) {
 	switch name {
 	case forecast.Sluice:
 		return forecast.NewSluice(sc)
+	case forecast.SluiceOneKey:
+		return forecast.NewSluiceOneKey(sc)
+	case FixedFallback, LiteLLMShuffle, LiteLLMUsage:
+		return newLiteLLM(name, sc)
+	}
+	if sc.Routed() {
+		for _, n := range append(append([]string(nil), Policies...), ExtraPolicies...) {
+			if n == name {
+				return nil, fmt.Errorf("policy %s models one provider key, and the scenario lists targets (run %s on it)", name, strings.Join(RoutedPolicies, ", "))
+			}
+		}
+	}
+	switch name {
 	case "devpick-naive":
 		return newDevpick(sc, false)
 	case "devpick-fixed":
@@ -61,7 +88,7 @@ func newPolicy(name string, sc *forecast.Scenario) (forecast.Policy, error) {
 	case Greedy:
 		return newGreedy(sc), nil
 	}
-	return nil, fmt.Errorf("unknown policy %q (want one of %s, or all)", name, strings.Join(append(append([]string(nil), Policies...), ExtraPolicies...), ", "))
+	return nil, fmt.Errorf("unknown policy %q (want one of %s, or all)", name, strings.Join(append(append(append([]string(nil), Policies...), ExtraPolicies...), RoutedPolicies[1:]...), ", "))
 }
 
 // Options tunes a bench run.

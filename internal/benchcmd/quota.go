@@ -28,7 +28,8 @@ func runBenchQuota(ctx context.Context, env *cli.Env, args []string) error {
 	fs := cli.NewFlagSet(env, "bench quota", "--scenario FILE [flags]",
 		"Replays a quota scenario (see docs/bench.md) in virtual time under one policy or all of them\n"+
 			"and reports, per policy, each limit's use, the work done and each flow's stalls and waits.\n"+
-			"Policies (all): "+strings.Join(bench.Policies, ", ")+"; by name only: "+strings.Join(bench.ExtraPolicies, ", ")+".")
+			"Policies (all): "+strings.Join(bench.Policies, ", ")+"; by name only: "+strings.Join(bench.ExtraPolicies, ", ")+".\n"+
+			"On a scenario with targets (all): "+strings.Join(bench.RoutedPolicies, ", ")+".")
 	scenarioPath := fs.String("scenario", "", "scenario file (YAML, required)")
 	policy := fs.String("policy", "all", `policies to run, comma-separated; "all" stands for every policy but those run by name only`)
 	asJSON := fs.Bool("json", false, "print the report as JSON")
@@ -51,12 +52,13 @@ func runBenchQuota(ctx context.Context, env *cli.Env, args []string) error {
 	if env.Getenv("GOMEMLIMIT") == "" {
 		defer debug.SetMemoryLimit(debug.SetMemoryLimit(quotaMemoryLimit))
 	}
-	// "all" stands for every policy of bench.Policies, alone or in a list
+	// "all" stands for every policy of bench.Policies (bench.RoutedPolicies
+	// on a scenario with targets), alone or in a list
 	// ("all,cookbook-rpm-tpm").
 	var policies []string
 	for _, name := range strings.Split(*policy, ",") {
 		if name == "all" {
-			policies = append(policies, bench.Policies...)
+			policies = append(policies, bench.AllPolicies(sc)...)
 		} else {
 			policies = append(policies, name)
 		}
@@ -114,6 +116,59 @@ func printQuotaReport(w io.Writer, rep *bench.Report) {
 			f := r.Flows[name]
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%.1f\t%.1f\t%.1f\t\n", r.Policy, name, f.Done, f.Remaining,
 				f.Requests, f.Tokens, f.WorkTokens, f.NeverFit, f.MaxStallMinutes, f.P95WaitMinutes, f.MaxWaitMinutes)
+		}
+	}
+	tw.Flush()
+	printRoutedReport(w, rep)
+}
+
+// printRoutedReport adds, for a scenario with targets, each policy's money
+// and work, each target's part and each outage's times.
+func printRoutedReport(w io.Writer, rep *bench.Report) {
+	if len(rep.Results) == 0 || !rep.Results[0].Routed() {
+		return
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "policy\tspend\twork_tokens\twork_per_dollar\tdouble_runs\tlost\t")
+	for _, r := range rep.Results {
+		wpd := "-"
+		if r.WorkPerDollar != nil {
+			wpd = fmt.Sprintf("%.0f", *r.WorkPerDollar)
+		}
+		fmt.Fprintf(tw, "%s\t%.4f\t%d\t%s\t%d\t%d\t\n", r.Policy, r.Spend, r.WorkTokens, wpd, r.DoubleRuns, r.Lost)
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "policy\ttarget\trequests\ttokens\tdone\tspend\tmax_day_spend\tbudget_day\t429\t413\toutage_failures\t")
+	for _, r := range rep.Results {
+		for _, t := range r.Targets {
+			budget := "-"
+			if t.BudgetDay != nil {
+				budget = fmt.Sprintf("%.4f", *t.BudgetDay)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%.4f\t%.4f\t%s\t%d\t%d\t%d\t\n", r.Policy, t.Name, t.Requests, t.Tokens, t.Done,
+				t.Spend, t.MaxDaySpend, budget, t.ProviderRejections["429"], t.ProviderRejections["413"], t.OutageFailures)
+		}
+	}
+	tw.Flush()
+	if len(rep.Results[0].Outages) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "policy\ttarget\toutage\tstart_s\tend_s\tfallback_after_s\tback_after_s\t")
+	seconds := func(v *float64) string {
+		if v == nil {
+			return "never"
+		}
+		return fmt.Sprintf("%.1f", *v)
+	}
+	for _, r := range rep.Results {
+		for _, o := range r.Outages {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%.0f\t%.0f\t%s\t%s\t\n", r.Policy, o.Target, o.Mode, o.StartSeconds, o.EndSeconds,
+				seconds(o.FallbackAfterSeconds), seconds(o.BackAfterSeconds))
 		}
 	}
 	tw.Flush()

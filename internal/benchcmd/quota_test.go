@@ -69,3 +69,38 @@ func TestBenchQuotaVsGreedy(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchQuotaTargets: on a scenario with targets, "all" runs the
+// policies that route, the text report has each policy's money, each
+// target's part and each outage's times, and the JSON the same fields.
+func TestBenchQuotaTargets(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr bytes.Buffer
+	env := &cli.Env{Stdout: &stdout, Stderr: &stderr, Getenv: func(string) string { return "" }}
+	code := runBench(context.Background(), env, []string{"bench", "quota", "--scenario", "../bench/testdata/primary-outage.yaml"})
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, stderr.String())
+	}
+	out := stdout.String()
+	for _, want := range []string{"work_per_dollar", "double_runs", "max_day_spend", "outage_failures", "fallback_after_s", "back_after_s",
+		"sluice-one-key", "fixed-fallback", "litellm-shuffle", "litellm-usage"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the report has no %q:\n%s", want, out)
+		}
+	}
+	stdout.Reset()
+	code = runBench(context.Background(), env, []string{"bench", "quota", "--scenario", "../bench/testdata/primary-outage.yaml", "--policy", "sluice", "--json"})
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, stderr.String())
+	}
+	for _, want := range []string{`"targets":`, `"spend":`, `"work_per_dollar":`, `"double_runs": 0`, `"lost": 0`, `"fallback_after_seconds":`} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("the JSON has no %s", want)
+		}
+	}
+	stderr.Reset()
+	code = runBench(context.Background(), env, []string{"bench", "quota", "--scenario", "../bench/testdata/primary-outage.yaml", "--policy", "cookbook"})
+	if code != 1 || !strings.Contains(stderr.String(), "policy cookbook models one provider key, and the scenario lists targets") {
+		t.Errorf("cookbook on targets: exit %d, stderr %q", code, stderr.String())
+	}
+}
