@@ -238,3 +238,67 @@ func TestClusterBudgetLargerThanALease(t *testing.T) {
 func admitted(rs []*governor.Reservation) int {
 	return len(slices.DeleteFunc(slices.Clone(rs), func(r *governor.Reservation) bool { return !r.Admitted() }))
 }
+
+// Calls come to two nodes on a budget at one pace: they share it by
+// halves, and as their calls settle for less than their worst case, what
+// is left of each half comes to less than a call while the budget still
+// holds one. A node
+// below its share then takes a call past it, so the budget is spent to
+// less than a call's worst case instead of the rest waiting a day for
+// the window to slide. On both databases, on a clock the test moves.
+func TestClusterBudgetSpentToTheLastCall(t *testing.T) {
+	t.Parallel()
+	testenv.Databases(t, func(t *testing.T, url string) {
+		ctx := context.Background()
+		clk := &stepClock{now: time.Date(2026, 10, 18, 7, 0, 0, 0, time.UTC)}
+		call := governor.Cost{Requests: 1, Input: 60, Output: 40}
+		const worst, used = 140_000, 100_000 // a call's money, at worst and settled at 20 out
+		const budget = 10 * worst
+		limits := governor.Limits{governor.RPM: 1000}
+		limits[governor.MPD] = budget
+		var nodes []*quota.Ledger
+		var waiting [][]*governor.Reservation
+		for _, name := range []string{"n1", "n2"} {
+			l, err := quota.Open(ctx, testenv.OpenStore(t, url), governor.Config{Key: "groq", Limits: limits, Price: moneyPrice,
+				SettleOutput: true, Now: clk.Now, After: func(time.Duration) <-chan time.Time { return nil }, DayBurst: -1},
+				quota.Config{Now: clk.Now, Cluster: &quota.Cluster{Node: name, LeaseTTL: time.Second}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			nodes, waiting = append(nodes, l), append(waiting, nil)
+		}
+		// Round after round, a call comes to each node, both grant loops
+		// turn, what they admit is settled, and the clock moves past the
+		// leases' end, until three rounds admit nothing.
+		var spent int64
+		for idle := 0; idle < 3; {
+			admittedNow := 0
+			for i, l := range nodes {
+				r, err := l.Reserve(clk.Now(), "a", call)
+				if err != nil {
+					t.Fatal(err)
+				}
+				waiting[i] = append(waiting[i], r)
+			}
+			for i, l := range nodes {
+				l.LeaseOnce(ctx)
+				l.Advance(clk.Now())
+				for _, r := range waiting[i] {
+					if r.Admitted() && r.Cost().Money == worst {
+						r.Settle(clk.Now(), governor.Cost{Input: 60, Output: 20})
+						spent += r.Cost().Money
+						admittedNow++
+					}
+				}
+			}
+			if admittedNow == 0 {
+				idle++
+			}
+			clk.set(clk.Now().Add(2 * time.Second))
+		}
+		if spent > budget || budget-spent >= worst {
+			t.Fatalf("the nodes spent %d of the budget %d, want within a call's worst case (%d) of it", spent, budget, worst)
+		}
+		t.Logf("spent %d of %d; n1 %d calls, n2 %d", spent, budget, admitted(waiting[0]), admitted(waiting[1]))
+	})
+}

@@ -185,7 +185,12 @@ type Claim struct {
 //
 // Money is bounded by the budgets, MPD and MPM, and granted as Want's
 // when no budget applies, so that a priced call has room on the lease
-// whatever its price. Grant reads a month's window (MPM's) as the day's,
+// whatever its price. On a budget, a node below its share may also take
+// Min when Min fits the room, though it goes past its share: one call is
+// a large part of a budget, and the window a day or a month, so shares
+// each cut to less than a call would leave the rest of the budget unspent
+// and every node waiting until the window slides; past its share by at
+// most one call, a node waits for the others to reach theirs. Grant reads a month's window (MPM's) as the day's,
 // the least a month's use can be: GrantIn is given the month's.
 func Grant(req LeaseRequest, minute, day, ownMinute, ownDay governor.Cost, others []Claim) governor.Cost {
 	return GrantIn(req, Windows{minute, day, day}, Windows{ownMinute, ownDay, ownDay}, others, nil)
@@ -259,7 +264,8 @@ func grant(req LeaseRequest, all, mine Windows, others []Claim, paced *Paced) go
 		left := room
 		if share := fairShare(l, limit, self, weights, others); share < limit {
 			left = min(room, max(share-max(own, 0), 0))
-			if own <= 0 {
+			if own <= 0 || (l.Budget() && own < share) {
+				// need fits the room (above): see Grant on Min.
 				left = max(left, need)
 			}
 		}

@@ -681,6 +681,14 @@ func TestGrantMoney(t *testing.T) {
 			[]store.Claim{{Weight: 1, Want: money(none, governor.MaxCost)}}, 500},
 		{"its share less its own day", day, store.Windows{Day: money(none, 300)}, store.Windows{Day: money(none, 300)},
 			[]store.Claim{{Weight: 1, Want: money(none, governor.MaxCost)}}, 200},
+		// Below its share by less than Min: one call past it, as the room
+		// holds it; at its share, none.
+		{"below its share by less than a call", day, store.Windows{Day: money(none, 450)}, store.Windows{Day: money(none, 450)},
+			[]store.Claim{{Weight: 1, Want: money(none, governor.MaxCost)}}, 100},
+		{"at its share", day, store.Windows{Day: money(none, 500)}, store.Windows{Day: money(none, 500)},
+			[]store.Claim{{Weight: 1, Want: money(none, governor.MaxCost)}}, -1},
+		{"below its share, the room less than a call", day, store.Windows{Day: money(none, 950)}, store.Windows{Day: money(none, 450)},
+			[]store.Claim{{Weight: 1, Day: money(none, 500), Want: money(none, governor.MaxCost)}}, -1},
 		// Its claim, 450 and 100, is over half: the asking node gets half,
 		// not the 550 left (as it would if the claim read the day's 0).
 		{"the other node's month counts in its claim", month, store.Windows{Month: money(none, 450)}, store.Windows{},
