@@ -12,21 +12,43 @@ import (
 // configuration and what the store recorded, and what --set edits.
 func Format(s *Scenario) ([]byte, error) {
 	type flow struct {
-		Name             string  `yaml:"name"`
-		Priority         int     `yaml:"priority,omitempty"`
-		Weight           float64 `yaml:"weight"`
-		Backlog          int     `yaml:"backlog,omitempty"`
-		ArrivalsPerDay   float64 `yaml:"arrivals_per_day,omitempty"`
-		After            string  `yaml:"after,omitempty"`
-		BatchMax         int     `yaml:"batch_max"`
-		PromptTokens     int64   `yaml:"prompt_tokens,omitempty"`
-		ItemInputTokens  int64   `yaml:"item_input_tokens,omitempty"`
-		ItemOutputTokens int64   `yaml:"item_output_tokens,omitempty"`
-		ItemMaxTokens    int64   `yaml:"item_max_tokens,omitempty"`
-		Model            string  `yaml:"model,omitempty"`
-		Every            string  `yaml:"every,omitempty"`
-		PerRun           int     `yaml:"per_run,omitempty"`
-		Gap              string  `yaml:"gap,omitempty"`
+		Name             string   `yaml:"name"`
+		Priority         int      `yaml:"priority,omitempty"`
+		Weight           float64  `yaml:"weight"`
+		Backlog          int      `yaml:"backlog,omitempty"`
+		ArrivalsPerDay   float64  `yaml:"arrivals_per_day,omitempty"`
+		After            string   `yaml:"after,omitempty"`
+		BatchMax         int      `yaml:"batch_max"`
+		PromptTokens     int64    `yaml:"prompt_tokens,omitempty"`
+		ItemInputTokens  int64    `yaml:"item_input_tokens,omitempty"`
+		ItemOutputTokens int64    `yaml:"item_output_tokens,omitempty"`
+		ItemMaxTokens    int64    `yaml:"item_max_tokens,omitempty"`
+		Model            string   `yaml:"model,omitempty"`
+		Every            string   `yaml:"every,omitempty"`
+		PerRun           int      `yaml:"per_run,omitempty"`
+		Gap              string   `yaml:"gap,omitempty"`
+		Targets          []string `yaml:"targets,omitempty"`
+		Rule             string   `yaml:"rule,omitempty"`
+		MaxWait          string   `yaml:"max_wait,omitempty"`
+	}
+	type outage struct {
+		Start    string `yaml:"start"`
+		Duration string `yaml:"duration"`
+		Mode     string `yaml:"mode"`
+	}
+	type target struct {
+		Name             string             `yaml:"name"`
+		Model            string             `yaml:"model,omitempty"`
+		Profile          string             `yaml:"profile"`
+		Window           string             `yaml:"window"`
+		Accounting       string             `yaml:"accounting"`
+		Latency          string             `yaml:"latency"`
+		DefaultMaxTokens int64              `yaml:"default_max_tokens"`
+		Faults           map[string]float64 `yaml:"faults"`
+		Limits           map[string]int64   `yaml:"limits,omitempty"`
+		Price            map[string]float64 `yaml:"price,omitempty"`
+		Budget           map[string]float64 `yaml:"budget,omitempty"`
+		Outages          []outage           `yaml:"outages,omitempty"`
 	}
 	p := s.Provider
 	out := struct {
@@ -43,8 +65,9 @@ func Format(s *Scenario) ([]byte, error) {
 			Limits           map[string]int64   `yaml:"limits,omitempty"`
 			Unannounced      []string           `yaml:"unannounced,omitempty"`
 		} `yaml:"provider"`
-		Prices map[string]Price `yaml:"prices,omitempty"`
-		Flows  []flow           `yaml:"flows"`
+		Prices  map[string]Price `yaml:"prices,omitempty"`
+		Targets []target         `yaml:"targets,omitempty"`
+		Flows   []flow           `yaml:"flows"`
 	}{Name: s.Name, Duration: s.Duration.String(), Seed: s.Seed, Prices: s.Prices}
 	out.Provider.Profile, out.Provider.Window, out.Provider.Accounting = string(p.Profile), govtext.WindowWord(p.FixedWindows), govtext.AccountingWord(p.SettleOutput)
 	out.Provider.Latency, out.Provider.DefaultMaxTokens = p.Latency.String(), p.DefaultMaxTokens
@@ -72,7 +95,39 @@ func Format(s *Scenario) ([]byte, error) {
 		if f.Gap > 0 {
 			fl.Gap = f.Gap.String()
 		}
+		fl.Targets = f.Targets
+		if f.Rule != 0 {
+			fl.Rule = f.Rule.String()
+		}
+		if f.MaxWait != 0 {
+			fl.MaxWait = f.MaxWait.String()
+		}
 		out.Flows = append(out.Flows, fl)
+	}
+	for _, t := range s.Targets {
+		tp := t.Provider
+		tg := target{Name: t.Name, Model: t.Model, Profile: string(tp.Profile), Window: govtext.WindowWord(tp.FixedWindows),
+			Accounting: govtext.AccountingWord(tp.SettleOutput), Latency: tp.Latency.String(), DefaultMaxTokens: tp.DefaultMaxTokens,
+			// Every target's faults, so that none takes the provider section's.
+			Faults: map[string]float64{"error_5xx": tp.Faults.Error5xx, "timeout": tp.Faults.Timeout, "reset": tp.Faults.Reset, "bad_json": tp.Faults.BadJSON}}
+		for l := range governor.NumLimits {
+			if tp.Limits[l] > 0 {
+				if tg.Limits == nil {
+					tg.Limits = map[string]int64{}
+				}
+				tg.Limits[l.String()] = tp.Limits[l]
+			}
+		}
+		if !t.Price.IsZero() {
+			tg.Price = map[string]float64{"input": t.Price.Input, "cached_input": t.Price.CachedInput, "output": t.Price.Output}
+		}
+		if !t.Budget.IsZero() {
+			tg.Budget = map[string]float64{"day": t.Budget.Day, "month": t.Budget.Month}
+		}
+		for _, o := range t.Outages {
+			tg.Outages = append(tg.Outages, outage{Start: o.Start.String(), Duration: o.Duration.String(), Mode: o.Mode.String()})
+		}
+		out.Targets = append(out.Targets, tg)
 	}
 	return yaml.Marshal(out)
 }

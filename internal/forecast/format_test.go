@@ -8,7 +8,8 @@ import (
 // TestFormatRoundTrip: every scenario of the repository, formatted and read
 // back, is the same scenario.
 func TestFormatRoundTrip(t *testing.T) {
-	for _, path := range []string{"../bench/testdata/devpick.yaml", "../bench/testdata/anthropic-settle.yaml", "../bench/testdata/groq-faults.yaml", "../bench/testdata/devpick-otpm-unannounced.yaml", "../plan/testdata/devpick-10-18.yaml"} {
+	for _, path := range []string{"../bench/testdata/devpick.yaml", "../bench/testdata/anthropic-settle.yaml", "../bench/testdata/groq-faults.yaml", "../bench/testdata/devpick-otpm-unannounced.yaml", "../plan/testdata/devpick-10-18.yaml",
+		"../bench/testdata/groq-two-models-paid.yaml", "../bench/testdata/primary-outage.yaml"} {
 		sc, err := Load(path)
 		if err != nil {
 			t.Fatal(err)

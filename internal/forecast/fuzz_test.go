@@ -32,6 +32,8 @@ func FuzzScenarioParse(f *testing.F) {
 		"duration: 1h\nprovider: {limits: {tpm: 1e300, rpm: .inf}}\nflows: [{name: x}]\n",
 		"duration: 1h\nprovider: {unannounced: [otpm], limits: {otpm: 5}}\nflows: [{name: x}]\n",
 		"duration: 1h\nseed: 0x7fffffffffffffff\nflows: [{name: x, weight: .nan}]\n",
+		targetsBase,
+		"duration: 1h\ntargets: [{name: a, outages: [{start: 0s, duration: 1h, mode: down}]}]\nflows: [{name: x, targets: [a], max_wait: 1ns}]\n",
 		"",
 		"- a\n",
 	} {
