@@ -772,6 +772,7 @@ func TestZeroGovernorPanicsSayingUseNew(t *testing.T) {
 		"RefusedFlow":          func(g *Governor) { in(g).RefusedFlow("a", TPM) },
 		"Restore":              func(g *Governor) { g.Restore(t0, nil) },
 		"Kept":                 func(g *Governor) { g.Kept() },
+		"Price":                func(g *Governor) { g.Price() },
 		"Stats":                func(g *Governor) { g.Stats(t0) },
 		"Inside":               func(g *Governor) { g.Inside(govkey.Key{}) },
 		"Leased":               func(g *Governor) { in(g).Leased() },

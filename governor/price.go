@@ -58,7 +58,10 @@ func (p Price) Of(c Cost) int64 {
 
 // Price returns the key's price (Config.Price): the zero Price when it has
 // none.
-func (g *Governor) Price() Price { return g.cfg.Price }
+func (g *Governor) Price() Price {
+	g.mustBeNew()
+	return g.cfg.Price
+}
 
 // priced returns c with its Money set from the governor's price, or c as
 // given when the governor has none.
