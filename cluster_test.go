@@ -100,7 +100,13 @@ func TestAppsOnOneDatabaseShareTheKey(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			lists = append(lists, fmt.Sprint(flows))
+			// What each process said, not when: a process writes its
+			// flows down again every lease, between the two reads.
+			var said []string
+			for _, f := range flows {
+				said = append(said, fmt.Sprintf("%s/%s waiting %d admitted %d tokens %+v", f.Node, f.Flow, f.Waiting, f.Admitted, f.Tokens))
+			}
+			lists = append(lists, strings.Join(said, "; "))
 			admitted, all := map[string]int64{}, int64(0)
 			for _, f := range flows {
 				if f.Flow == "ask" {
