@@ -217,6 +217,10 @@ func writePlan(out io.Writer, p, q *plan.Plan) {
 		fmt.Fprintf(out, "Plan of %s, and what if (→) (ETAs from %s h of sluice's governor, simulated)\n\n", p.Scenario, num.Group(int64(p.SimulatedHours)))
 	}
 	tw := tabwriter.NewWriter(out, 2, 8, 2, ' ', tabwriter.AlignRight)
+	if len(p.Limits) == 0 && (q == nil || len(q.Limits) == 0) {
+		// A scenario with targets: each target's limits are in its table.
+		tw = tabwriter.NewWriter(io.Discard, 2, 8, 2, ' ', 0)
+	}
 	fmt.Fprintln(tw, "LIMIT\tPER\tLIMIT\tDEMAND\t%\tCHARGED\t%\tBACKLOG\t")
 	for l := range governor.NumLimits {
 		a, ok := p.Limits[l.String()]
@@ -289,6 +293,11 @@ func writePlan(out io.Writer, p, q *plan.Plan) {
 	}
 	tw.Flush()
 	for i, pl := range []*plan.Plan{p, q} {
+		if pl != nil && len(pl.Targets) > 0 {
+			writeTargets(out, pl, q != nil && i == 1)
+		}
+	}
+	for i, pl := range []*plan.Plan{p, q} {
 		if pl == nil {
 			continue
 		}
@@ -303,6 +312,61 @@ func writePlan(out io.Writer, p, q *plan.Plan) {
 			}
 		}
 	}
+}
+
+// writeTargets prints the targets of a plan of a scenario with targets:
+// the demand the routes give each, its money against its budgets, and when
+// a budget runs out.
+func writeTargets(out io.Writer, p *plan.Plan, whatIf bool) {
+	title := "Targets"
+	if whatIf {
+		title = "Targets, what if"
+	}
+	fmt.Fprintf(out, "\n%s (the demand sluice's routes give each in the simulation, a day on average):\n", title)
+	tw := tabwriter.NewWriter(out, 2, 8, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "TARGET\tITEMS/DAY\tREQUESTS/DAY\tTOKENS/DAY\tRPD %\tTPD %\tMONEY/DAY\tMONEY/30 DAYS\tBUDGET/DAY\tBUDGET/MONTH\tBUDGET RUNS OUT\t")
+	for _, t := range p.Targets {
+		limit := func(name string) string {
+			if l, ok := t.Limits[name]; ok {
+				return pct(l.Ratio)
+			}
+			return "-"
+		}
+		money := func(x float64) string {
+			if t.Unpriced {
+				return "free"
+			}
+			return fmt.Sprintf("%.2f", x)
+		}
+		budget := func(x float64) string {
+			if x == 0 {
+				return "-"
+			}
+			return fmt.Sprintf("%.2f", x)
+		}
+		var runs []string
+		for _, b := range []struct {
+			name string
+			b    *plan.Budget
+		}{{"day", t.DayBudget}, {"month", t.MonthBudget}} {
+			switch {
+			case b.b == nil:
+			case b.b.RunsOutHours != nil:
+				runs = append(runs, fmt.Sprintf("%s: at %s h", b.name, group(*b.b.RunsOutHours)))
+			case b.b.Days != nil:
+				runs = append(runs, fmt.Sprintf("%s: not within %s h (in ~%s days at this rate)", b.name, group(p.SimulatedHours), group(*b.b.Days)))
+			default:
+				runs = append(runs, fmt.Sprintf("%s: not within %s h", b.name, group(p.SimulatedHours)))
+			}
+		}
+		if len(runs) == 0 {
+			runs = []string{"-"}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", t.Name, group(t.ItemsPerDay), group(t.RequestsPerDay),
+			group(t.TokensPerDay), limit("rpd"), limit("tpd"), money(t.MoneyPerDay), money(t.Money30Days),
+			budget(t.BudgetDay), budget(t.BudgetMonth), strings.Join(runs, "; "))
+	}
+	tw.Flush()
 }
 
 // eta says when a flow's backlog is done.

@@ -129,3 +129,39 @@ func TestPlanSVG(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanTargets: the plan of a scenario with targets gives each target's
+// demand, money and budget, as a table and in the JSON.
+func TestPlanTargets(t *testing.T) {
+	t.Parallel()
+	const file = "../../internal/bench/testdata/primary-outage.yaml"
+	code, out, errOut := runCLI("plan", "--scenario", file)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{"Targets (the demand sluice's routes give each", "BUDGET RUNS OUT", "primary", "fallback"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the plan has no %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "LIMIT  PER") {
+		t.Errorf("the plan shows the key's empty limits table:\n%s", out)
+	}
+	code, out, errOut = runCLI("plan", "--scenario", file, "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var p struct {
+		Targets []struct {
+			Name        string  `json:"name"`
+			MoneyPerDay float64 `json:"money_per_day"`
+			ItemsPerDay float64 `json:"items_per_day"`
+		} `json:"targets"`
+	}
+	if err := json.Unmarshal([]byte(out), &p); err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Targets) != 2 || p.Targets[0].Name != "primary" || p.Targets[0].MoneyPerDay <= 0 || p.Targets[1].ItemsPerDay <= 0 {
+		t.Errorf("targets %+v", p.Targets)
+	}
+}

@@ -22,6 +22,7 @@ type targetState struct {
 	tokens      int64 // what they were charged, input + output
 	spend       int64 // their real usage at the price, in billionths
 	spendByDay  []int64
+	spendByHour []int64
 	rejects     map[int]int64
 	outageFails int64
 	faults      int64
@@ -50,7 +51,7 @@ func (w *World) makeTargets(sc *Scenario) error {
 		if err != nil {
 			return err
 		}
-		w.targets = []*targetState{{name: "provider", prov: prov, rejects: map[int]int64{}, spendByDay: make([]int64, days)}}
+		w.targets = []*targetState{{name: "provider", prov: prov, rejects: map[int]int64{}, spendByDay: make([]int64, days), spendByHour: make([]int64, w.hours)}}
 		return nil
 	}
 	w.routed = true
@@ -63,7 +64,7 @@ func (w *World) makeTargets(sc *Scenario) error {
 			return err
 		}
 		ts := &targetState{idx: i, name: t.Name, model: t.Model, cfg: t, prov: prov, price: t.Price,
-			rejects: map[int]int64{}, spendByDay: make([]int64, days)}
+			rejects: map[int]int64{}, spendByDay: make([]int64, days), spendByHour: make([]int64, w.hours)}
 		w.targets = append(w.targets, ts)
 		for _, o := range t.Outages {
 			w.outages = append(w.outages, &outageState{target: ts, o: o, start: epoch.Add(o.Start), end: epoch.Add(o.End())})
@@ -133,6 +134,9 @@ func (ts *targetState) succeed(w *World, f *FlowState, sent time.Time, items []I
 	if d := int(sent.Sub(epoch) / (24 * time.Hour)); d >= 0 && d < len(ts.spendByDay) {
 		ts.spendByDay[d] += money
 	}
+	if h := int(sent.Sub(epoch) / time.Hour); h >= 0 && h < len(ts.spendByHour) {
+		ts.spendByHour[h] += money
+	}
 	f.doneOn[ts.idx] += len(items)
 	for _, o := range w.outages {
 		switch {
@@ -168,6 +172,9 @@ type TargetResult struct {
 	SpendByDay  []float64 `json:"spend_by_day"`
 	MaxDaySpend float64   `json:"max_day_spend"`
 	BudgetDay   *float64  `json:"budget_day,omitempty"`
+	// SpendByHour is the spend by the simulated hour each call was sent,
+	// in billionths; not in the JSON (the planner reads it).
+	SpendByHour []int64 `json:"-"`
 	BudgetMonth *float64  `json:"budget_month,omitempty"`
 	// ProviderRejections counts the target's refusals by status (429,
 	// 413); OutageFailures the calls it failed in an outage; Faults the
@@ -199,7 +206,8 @@ func (w *World) routedResult(r *Result) {
 	for _, ts := range w.targets {
 		tr := TargetResult{Name: ts.name, Model: ts.model, Requests: ts.requests, Tokens: ts.tokens,
 			Spend: money(ts.spend), ProviderRejections: map[string]int64{"429": 0, "413": 0},
-			OutageFailures: ts.outageFails, Faults: ts.faults, SpendByDay: make([]float64, len(ts.spendByDay))}
+			OutageFailures: ts.outageFails, Faults: ts.faults, SpendByDay: make([]float64, len(ts.spendByDay)),
+			SpendByHour: ts.spendByHour}
 		for status, n := range ts.rejects {
 			tr.ProviderRejections[strconv.Itoa(status)] += n
 		}

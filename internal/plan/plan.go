@@ -2,7 +2,10 @@
 // do before it runs: the demand it makes on each limit against the limit,
 // the requests that can never fit a limit and the largest batch that does,
 // when each backlog will be done under sluice's fair sharing, which flows
-// risk stalling, and what it costs.
+// risk stalling, and what it costs. On a scenario whose flows are routed
+// among several targets, it says per target the demand the routes give
+// it, its money a day and in 30 days against its budgets, and when a
+// budget runs out.
 //
 // Demand is counted two ways. Demand is the real tokens (and requests) the
 // flows use: what a user's own estimate adds up, as DevPick's post-mortem
@@ -64,6 +67,9 @@ type Plan struct {
 	// Money is the cost per day and of the backlogs, when the scenario
 	// has prices.
 	Money *Money `json:"money,omitempty"`
+	// Targets are, for a scenario with targets, each target's part: the
+	// demand the routes give it, its money against its budgets.
+	Targets []Target `json:"targets,omitempty"`
 	// Warnings say, in words, what the figures mean for the user.
 	Warnings []string `json:"warnings"`
 
@@ -220,6 +226,9 @@ func Make(ctx context.Context, sc *forecast.Scenario, opts Options) (*Plan, erro
 	}
 	p.waitForUpstream(sc, shapes)
 	p.money(sc, shapes)
+	if sc.Routed() {
+		p.targets(sc, res)
+	}
 	return p, nil
 }
 
