@@ -1,6 +1,7 @@
 package benchcmd
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -101,7 +102,9 @@ func printQuotaReport(w io.Writer, rep *bench.Report) {
 	}
 	fmt.Fprintln(tw, head+"work_tokens\t429\t413\twall s\t")
 	for _, r := range rep.Results {
-		fmt.Fprintf(tw, "%s\t%s\t%.4f\t", r.Policy, r.Bottleneck, r.BottleneckUtilization)
+		// A scenario with targets has no key's limits: each target's are
+		// in the tables below.
+		fmt.Fprintf(tw, "%s\t%s\t%.4f\t", r.Policy, cmp.Or(r.Bottleneck, "-"), r.BottleneckUtilization)
 		if vsGreedy {
 			fmt.Fprintf(tw, "%.4f\t", *r.UtilizationVsGreedy)
 		}
