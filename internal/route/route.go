@@ -277,8 +277,14 @@ func (r *Router) Pick(now time.Time, flow string, cost func(i int) governor.Cost
 			// call never reported frees the turn after MaxCooldown)
 			up[i], probe[i] = true, true
 		default:
-			if out.IsZero() || h.outUntil.Before(out) {
-				out = h.outUntil
+			until := h.outUntil
+			if !now.Before(until) {
+				// out no more, but its trial call is still out: its answer
+				// decides; look again no later than a cooldown from now
+				until = now.Add(h.cooldown)
+			}
+			if out.IsZero() || until.Before(out) {
+				out = until
 			}
 		}
 	}

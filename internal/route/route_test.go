@@ -171,6 +171,16 @@ func TestEveryTargetOut(t *testing.T) {
 	if !errors.As(err, &oe) || oe.Wait != 50*time.Second || !strings.Contains(err.Error(), "route r") {
 		t.Fatalf("every target out: %v", err)
 	}
+	// Its cooldown over, one call tries it; while that call is out the
+	// others wait, for a time ahead, never one already past.
+	now := t0.Add(2 * time.Minute)
+	if ch, err := r.Pick(now, "f", c); err != nil || !ch.Probe {
+		t.Fatalf("after the cooldown: %+v %v, want a trial call", ch, err)
+	}
+	_, err = r.Pick(now.Add(time.Second), "f", c)
+	if !errors.As(err, &oe) || oe.Wait <= 0 {
+		t.Fatalf("while the trial call is out: %v, want a wait ahead", err)
+	}
 }
 
 func TestTooLargeForSomeOrAll(t *testing.T) {
