@@ -174,8 +174,8 @@ type TargetResult struct {
 	BudgetDay   *float64  `json:"budget_day,omitempty"`
 	// SpendByHour is the spend by the simulated hour each call was sent,
 	// in billionths; not in the JSON (the planner reads it).
-	SpendByHour []int64 `json:"-"`
-	BudgetMonth *float64  `json:"budget_month,omitempty"`
+	SpendByHour []int64  `json:"-"`
+	BudgetMonth *float64 `json:"budget_month,omitempty"`
 	// ProviderRejections counts the target's refusals by status (429,
 	// 413); OutageFailures the calls it failed in an outage; Faults the
 	// calls it admitted and failed (the scenario's faults).
