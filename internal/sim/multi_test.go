@@ -430,24 +430,7 @@ func TestParseOutage(t *testing.T) {
 // postOutage posts body to /sim/outage with the headers given.
 func (f *fixture) postOutage(t *testing.T, body string, header ...string) reply {
 	t.Helper()
-	req, err := http.NewRequest("POST", f.url+"/sim/outage", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return reply{resp.StatusCode, resp.Header, b}
+	return f.postTo(t, "/sim/outage", body, header...)
 }
 
 // TestOutageEndpoint: POST /sim/outage begins an outage now and "for":"0s"

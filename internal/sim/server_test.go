@@ -76,7 +76,13 @@ func (r reply) errorMessage(t *testing.T) string {
 
 func (f *fixture) post(t *testing.T, body string, header ...string) reply {
 	t.Helper()
-	req, err := http.NewRequest("POST", f.url+"/v1/chat/completions", strings.NewReader(body))
+	return f.postTo(t, "/v1/chat/completions", body, header...)
+}
+
+// postTo posts body to path with the headers given (name, value, …).
+func (f *fixture) postTo(t *testing.T, path, body string, header ...string) reply {
+	t.Helper()
+	req, err := http.NewRequest("POST", f.url+path, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
