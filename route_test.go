@@ -161,22 +161,32 @@ func TestRouteCheapestFirstThenFallback(t *testing.T) {
 	})
 }
 
+// failingPair is a primary whose calls fail until the test says, and a
+// fallback, routed in that order as route "r" on an app of url; a failing
+// target is out for cooldown, and at most maxCooldown.
+func failingPair(t *testing.T, url string, failures int, cooldown, maxCooldown time.Duration) (app *sluice.App, primary, fallback *target) {
+	t.Helper()
+	primary, primaryLLM := newTarget(t, governor.Limits{})
+	fallback, fallbackLLM := newTarget(t, governor.Limits{})
+	primary.failing.Store(true)
+	app = newApp(t, sluice.Config{DatabaseURL: url,
+		Providers: []sluice.Provider{
+			{Name: "primary", LLM: primaryLLM, Model: "m1"},
+			{Name: "fallback", LLM: fallbackLLM, Model: "m2"},
+		},
+		Routes: []sluice.Route{{Name: "r", Targets: []string{"primary", "fallback"}, InOrder: true, Failures: failures,
+			Cooldown: cooldown, MaxCooldown: maxCooldown}},
+	})
+	return app, primary, fallback
+}
+
 // A target that fails is left out after Failures failures in a row: the
 // retries of the runs move to the other target, and once the first works
 // again the route comes back to it. No run's call is answered twice.
 func TestRouteFailsOverAndComesBack(t *testing.T) {
 	t.Parallel()
 	testenv.Databases(t, func(t *testing.T, url string) {
-		primary, primaryLLM := newTarget(t, governor.Limits{})
-		fallback, fallbackLLM := newTarget(t, governor.Limits{})
-		primary.failing.Store(true)
-		app := newApp(t, sluice.Config{DatabaseURL: url,
-			Providers: []sluice.Provider{
-				{Name: "primary", LLM: primaryLLM, Model: "m1"},
-				{Name: "fallback", LLM: fallbackLLM, Model: "m2"},
-			},
-			Routes: []sluice.Route{{Name: "r", Targets: []string{"primary", "fallback"}, InOrder: true, Failures: 2, Cooldown: 50 * time.Millisecond}},
-		})
+		app, primary, fallback := failingPair(t, url, 2, 50*time.Millisecond, 200*time.Millisecond)
 		registerRouted(t, app, "r")
 		if err := app.Start(context.Background()); err != nil {
 			t.Fatal(err)
@@ -273,17 +283,7 @@ func TestRouteConfigurationErrors(t *testing.T) {
 func TestRouteBackfillFailsOver(t *testing.T) {
 	t.Parallel()
 	testenv.Databases(t, func(t *testing.T, url string) {
-		primary, primaryLLM := newTarget(t, governor.Limits{})
-		fallback, fallbackLLM := newTarget(t, governor.Limits{})
-		primary.failing.Store(true)
-		app := newApp(t, sluice.Config{DatabaseURL: url,
-			Providers: []sluice.Provider{
-				{Name: "primary", LLM: primaryLLM, Model: "m1"},
-				{Name: "fallback", LLM: fallbackLLM, Model: "m2"},
-			},
-			Routes: []sluice.Route{{Name: "r", Targets: []string{"primary", "fallback"}, InOrder: true, Failures: 1,
-				Cooldown: 10 * time.Millisecond, MaxCooldown: 10 * time.Millisecond}},
-		})
+		app, primary, fallback := failingPair(t, url, 1, 10*time.Millisecond, 10*time.Millisecond)
 		db := &articles{all: map[string]string{}, saved: map[string]map[string]string{"sum": {}}}
 		add := func(from, to int) {
 			db.mu.Lock()
