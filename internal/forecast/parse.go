@@ -31,19 +31,14 @@ type file struct {
 		Output number `yaml:"output"`
 	} `yaml:"prices"`
 	Provider struct {
-		Profile          llm.Profile  `yaml:"profile"`
-		Window           fixedWindows `yaml:"window"`
-		Accounting       settleOutput `yaml:"accounting"`
-		Latency          duration     `yaml:"latency"`
-		DefaultMaxTokens whole        `yaml:"default_max_tokens"`
-		Faults           struct {
-			Error5xx number `yaml:"error_5xx"`
-			Timeout  number `yaml:"timeout"`
-			Reset    number `yaml:"reset"`
-			BadJSON  number `yaml:"bad_json"`
-		} `yaml:"faults"`
-		Limits      map[limit]whole `yaml:"limits"`
-		Unannounced []limit         `yaml:"unannounced"`
+		Profile          llm.Profile     `yaml:"profile"`
+		Window           fixedWindows    `yaml:"window"`
+		Accounting       settleOutput    `yaml:"accounting"`
+		Latency          duration        `yaml:"latency"`
+		DefaultMaxTokens whole           `yaml:"default_max_tokens"`
+		Faults           faultsFile      `yaml:"faults"`
+		Limits           map[limit]whole `yaml:"limits"`
+		Unannounced      []limit         `yaml:"unannounced"`
 	} `yaml:"provider"`
 	Flows []struct {
 		Name             text     `yaml:"name"`
@@ -68,24 +63,27 @@ type file struct {
 	Targets []targetFile `yaml:"targets"`
 }
 
+// faultsFile is the layout of a provider's or a target's faults.
+type faultsFile struct {
+	Error5xx number `yaml:"error_5xx"`
+	Timeout  number `yaml:"timeout"`
+	Reset    number `yaml:"reset"`
+	BadJSON  number `yaml:"bad_json"`
+}
+
 // targetFile is the layout of one of a scenario file's targets: what it
 // leaves out is the provider section's, but its limits.
 type targetFile struct {
-	Name             text          `yaml:"name"`
-	Model            text          `yaml:"model"`
-	Profile          *llm.Profile  `yaml:"profile"`
-	Window           *fixedWindows `yaml:"window"`
-	Accounting       *settleOutput `yaml:"accounting"`
-	Latency          *duration     `yaml:"latency"`
-	DefaultMaxTokens *whole        `yaml:"default_max_tokens"`
-	Faults           *struct {
-		Error5xx number `yaml:"error_5xx"`
-		Timeout  number `yaml:"timeout"`
-		Reset    number `yaml:"reset"`
-		BadJSON  number `yaml:"bad_json"`
-	} `yaml:"faults"`
-	Limits map[limit]whole `yaml:"limits"`
-	Price  struct {
+	Name             text            `yaml:"name"`
+	Model            text            `yaml:"model"`
+	Profile          *llm.Profile    `yaml:"profile"`
+	Window           *fixedWindows   `yaml:"window"`
+	Accounting       *settleOutput   `yaml:"accounting"`
+	Latency          *duration       `yaml:"latency"`
+	DefaultMaxTokens *whole          `yaml:"default_max_tokens"`
+	Faults           *faultsFile     `yaml:"faults"`
+	Limits           map[limit]whole `yaml:"limits"`
+	Price            struct {
 		Input       number `yaml:"input"`
 		CachedInput number `yaml:"cached_input"`
 		Output      number `yaml:"output"`
