@@ -92,15 +92,19 @@ func ObservedLLM(r *Run, name string, p Caller, req *llm.ChatRequest, t llm.Time
 // reports a longer wait as an error classed run.QuotaWait carrying the governor's
 // estimate, so the step sleeps durably and tries again.
 func (p *Provider) Call(ctx context.Context, flow string, req *llm.ChatRequest) (*llm.ChatResponse, error) {
-	now := p.Now
-	if now == nil {
-		now = time.Now
-	}
 	req, err := p.Client.ApplyDefaults(req)
 	if err != nil {
 		return nil, NonRetriable(err)
 	}
-	cost := p.Estimator.Cost(req)
+	return p.call(ctx, flow, req, p.Estimator.Cost(req))
+}
+
+// call is Call of req, its defaults applied, whose estimated cost is cost.
+func (p *Provider) call(ctx context.Context, flow string, req *llm.ChatRequest, cost governor.Cost) (*llm.ChatResponse, error) {
+	now := p.Now
+	if now == nil {
+		now = time.Now
+	}
 	inline := p.MaxInlineWait
 	if inline <= 0 {
 		inline = DefaultMaxInlineWait

@@ -109,12 +109,8 @@ func (rt *Route) Call(ctx context.Context, flow string, req *llm.ChatRequest) (*
 		if tl, ok := errors.AsType[*route.TooLargeError](err); ok {
 			// Refused before any wait: each target's governor counts it for
 			// the flow, as its own refusals.
-			for i, name := range tl.Targets {
-				for _, p := range rt.Targets {
-					if p.Name == name {
-						p.Governor.Inside(govkey.Key{}).RefusedFlow(flow, tl.Errs[i].Limit)
-					}
-				}
+			for i, p := range rt.Targets {
+				p.Governor.Inside(govkey.Key{}).RefusedFlow(flow, tl.Errs[i].Limit)
 			}
 			rt.Primary().log().Warn("sluice: refused a call that can never fit any target", "route", rt.Name, "flow", flow, "err", err)
 			return nil, NonRetriable(err)
@@ -122,7 +118,7 @@ func (rt *Route) Call(ctx context.Context, flow string, req *llm.ChatRequest) (*
 		return nil, err
 	}
 	p := rt.Targets[ch.Index]
-	resp, err := p.Call(ctx, flow, reqs[ch.Index])
+	resp, err := p.call(ctx, flow, reqs[ch.Index], costs[ch.Index])
 	rt.Router.Done(rt.now(), ch.Index, Outcome(err))
 	if err != nil {
 		return nil, fmt.Errorf("route %s, target %s: %w", rt.Name, p.Name, err)

@@ -222,7 +222,7 @@ func (e *OutError) Error() string {
 }
 
 // TooLargeError says a call can never fit any target of a route: each
-// target's own refusal, in the order listed.
+// target's own refusal, one per target, in the order listed.
 type TooLargeError struct {
 	Route   string
 	Targets []string
