@@ -185,7 +185,8 @@ type Provider struct {
 // providers' prices; an unpriced one costs nothing, ties in the order
 // listed) whose governor expects to admit it within MaxWait, else the one
 // that would admit it soonest. A target whose calls fail (5xx, overload,
-// timeouts, closed connections) Failures times in a row is left out for
+// timeouts, closed connections; a 401, 403 or 404: its key or model is
+// wrong there) Failures times in a row is left out for
 // Cooldown, then gets one call to show it is back (out twice as long each
 // time that call fails, up to MaxCooldown); a target that refuses with a
 // limit it cannot wait out is left while its governor expects the wait. A

@@ -126,7 +126,9 @@ func (rt *Route) Call(ctx context.Context, flow string, req *llm.ChatRequest) (*
 	return resp, nil
 }
 
-// Outcome reads what a call's error says of the target it ran on.
+// Outcome reads what a call's error says of the target it ran on: the
+// engine's own (a wait for quota, a stop, a refusal up front) say nothing
+// of it; the provider's are read by route.OutcomeOf.
 func Outcome(err error) route.Outcome {
 	if err == nil {
 		return route.OK
@@ -141,21 +143,8 @@ func Outcome(err error) route.Outcome {
 	if _, ok := errors.AsType[*governor.WaitError](err); ok {
 		return route.Abandoned
 	}
-	if _, ok := errors.AsType[*llm.QuotaError](err); ok {
-		return route.Exhausted
-	}
-	if _, ok := errors.AsType[*llm.RateLimitError](err); ok {
-		return route.Refused
-	}
-	if _, ok := errors.AsType[*llm.TooLargeError](err); ok {
-		return route.OK // the request's own size: the target answered
-	}
-	a := llm.Advise(err)
-	if a.Known && a.Retry {
-		return route.Failed // 5xx, overload, timeouts, transport failures
-	}
-	if !a.Known && errors.Is(err, context.DeadlineExceeded) {
+	if !llm.Advise(err).Known && errors.Is(err, context.DeadlineExceeded) {
 		return route.Failed
 	}
-	return route.OK
+	return route.OutcomeOf(err)
 }

@@ -454,7 +454,7 @@ func (c *chatCall) failed(res *governor.Reservation, err error) (bool, time.Dura
 		c.outcome = route.Abandoned
 		return false, 0, nil // the caller left during the call
 	}
-	c.outcome = outcomeOf(err)
+	c.outcome = route.OutcomeOf(err)
 	g.cfg.Logger.Warn("upstream call failed", "key", c.t.name, "flow", c.who.flow, "attempt", c.attempts, "err", g.scrub.String(err.Error()))
 	e := upstreamError(g.cfg.Profile, err)
 	if rl, ok := errors.AsType[*llm.RateLimitError](err); ok {
@@ -518,7 +518,7 @@ func (c *chatCall) stream(res *governor.Reservation, s *llm.Stream) {
 		return
 	}
 	if err := s.Err(); err != nil {
-		c.outcome = outcomeOf(err)
+		c.outcome = route.OutcomeOf(err)
 		c.g.cfg.Logger.Warn("upstream stream failed", "key", c.t.name, "flow", c.who.flow, "err", c.g.scrub.String(err.Error()))
 		e := upstreamError(c.g.cfg.Profile, err)
 		writeEvent(w, flusher, c.g.cfg.Profile.ErrorBody(e.typ, e.code, e.message, ""))

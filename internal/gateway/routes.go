@@ -424,30 +424,6 @@ func (c *chatCall) done() {
 	c.rt.router.Done(c.g.cfg.Now(), c.tIndex, c.outcome)
 }
 
-// outcomeOf is what an upstream failure says of the target.
-func outcomeOf(err error) route.Outcome {
-	switch e := err.(type) {
-	case *llm.RateLimitError:
-		return route.Refused
-	case *llm.QuotaError:
-		return route.Exhausted
-	case *llm.TooLargeError:
-		return route.OK // the request's own size
-	case *llm.OverloadedError, *llm.TransportError:
-		return route.Failed
-	case *llm.StatusError:
-		switch {
-		case e.Status >= 500, e.Status == http.StatusUnauthorized, e.Status == http.StatusForbidden, e.Status == http.StatusNotFound:
-			return route.Failed // down, or its key or model is wrong: the target's fault
-		}
-		return route.OK // the request's own fault: the target answered
-	}
-	if llm.Retryable(err) {
-		return route.Failed
-	}
-	return route.OK
-}
-
 // withMaxTokensOn is withMaxTokens for target t: its profile names the
 // maximum, its estimator prices the request, its limits bound the default.
 func (g *Gateway) withMaxTokensOn(t *target, req *llm.ChatRequest, flow string) (*llm.ChatRequest, governor.Cost) {
