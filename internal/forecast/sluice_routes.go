@@ -258,6 +258,7 @@ func (p *routedPolicy) call(w *World, sf *routedFlow, pc routedCall) {
 	w.SendTo(f, pc.t, items, r.Cost().Output, func(o Outcome) {
 		used, snap, err := readAnswer(tg.profile, w.now, o)
 		llm.Feedback(w.now, tg.g, r, used, snap, err)
+		sf.router.Done(w.now, pc.ri, route.OutcomeOf(err)) // as production reads it
 		var (
 			rl *llm.RateLimitError
 			tl *llm.TooLargeError
@@ -265,28 +266,22 @@ func (p *routedPolicy) call(w *World, sf *routedFlow, pc routedCall) {
 		)
 		switch {
 		case err == nil:
-			sf.router.Done(w.now, pc.ri, route.OK)
 			sf.backoff = 0
 		case errors.As(err, &tl) && len(items) > 1:
-			sf.router.Done(w.now, pc.ri, route.OK)
 			sf.split = len(items) / 2
 			w.PutBack(f, items)
 			w.At(w.now, func() { p.Wake(w) })
 		case errors.As(err, &tl):
-			sf.router.Done(w.now, pc.ri, route.OK)
 			w.Refuse(f, items)
 		case errors.As(err, &qe):
-			sf.router.Done(w.now, pc.ri, route.Exhausted)
 			w.PutBack(f, items)
 			w.At(w.now, func() { p.Wake(w) })
 		case errors.As(err, &rl):
-			sf.router.Done(w.now, pc.ri, route.Refused)
 			w.PutBack(f, items)
 			w.At(w.now, func() { p.Wake(w) })
 		default:
-			// Failed: the router counts it against the target; the flow
-			// backs off, and its next call goes where the router says.
-			sf.router.Done(w.now, pc.ri, route.Failed)
+			// A failure: the flow backs off, and its next call goes where
+			// the router says.
 			w.PutBack(f, items)
 			sf.backoff = min(max(2*sf.backoff, time.Second), time.Minute)
 			sf.retryAt = w.now.Add(sf.backoff)
