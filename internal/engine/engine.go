@@ -322,14 +322,18 @@ func (e *Engine) Launch(ctx context.Context) error {
 			return fmt.Errorf("apply cron schedules: %w", err)
 		}
 	}
-	if err := dbos.Launch(dctx); err != nil {
-		return fmt.Errorf("launch DBOS: %w", err)
-	}
 	rt, err := internals.RuntimeOf(dctx)
 	if err != nil {
 		return err
 	}
+	// Set before DBOS launches: Launch resumes this executor's unfinished
+	// runs at once, and their steps read the data source and the system
+	// database as they begin.
 	e.dctx, e.ds, e.sys = dctx, ds, rt.SystemDB()
+	if err := dbos.Launch(dctx); err != nil {
+		e.dctx, e.ds, e.sys = nil, nil, nil
+		return fmt.Errorf("launch DBOS: %w", err)
+	}
 	e.activeMu.Lock()
 	e.unlock = lw.release
 	e.activeMu.Unlock()

@@ -418,3 +418,113 @@ func TestField(t *testing.T) {
 		}
 	}
 }
+
+// launchGate is a log handler that holds DBOS's "DBOS launched" line, the
+// last thing Launch does, until released: what runs meanwhile runs while
+// Launch is still under way.
+type launchGate struct {
+	slog.Handler
+	release <-chan struct{}
+}
+
+func (g launchGate) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == "DBOS launched" {
+		select {
+		case <-g.release:
+		case <-time.After(budget):
+		}
+	}
+	return g.Handler.Handle(ctx, r)
+}
+
+func (g launchGate) WithAttrs(a []slog.Attr) slog.Handler {
+	return launchGate{g.Handler.WithAttrs(a), g.release}
+}
+
+func (g launchGate) WithGroup(n string) slog.Handler {
+	return launchGate{g.Handler.WithGroup(n), g.release}
+}
+
+// A run resumed by Launch may reach a transaction step before Launch
+// returns: the step has its data source by then.
+func TestResumedRunWritesWhileLaunching(t *testing.T) {
+	t.Parallel()
+	testenv.Databases(t, func(t *testing.T, url string) {
+		var block atomic.Bool
+		block.Store(true)
+		inWait := make(chan struct{}, 1)
+		attempted := make(chan error, 1)
+		mk := func() *Function {
+			return &Function{Function: run.Function{ID: "txresume", Event: "go", Retries: run.NoRetries}, Handler: func(r *Run, ev Event) (any, error) {
+				if _, err := Step(r, "wait", func(ctx context.Context) (int, error) {
+					if block.Load() {
+						inWait <- struct{}{}
+						<-ctx.Done() // the process stops here
+						return 0, ctx.Err()
+					}
+					return 1, nil
+				}); err != nil {
+					return nil, err
+				}
+				n, err := Transaction(r, "save", func(ctx context.Context, tx dbos.Tx) (int64, error) {
+					if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS t_resumed (k TEXT PRIMARY KEY)`); err != nil {
+						return 0, err
+					}
+					res, err := tx.Exec(ctx, `INSERT INTO t_resumed (k) VALUES ($1)`, ev.ID)
+					if err != nil {
+						return 0, err
+					}
+					return res.RowsAffected()
+				})
+				select {
+				case attempted <- err:
+				default:
+				}
+				return n, err
+			}}
+		}
+		store := testenv.OpenStore(t, url)
+		e1, err := New(context.Background(), Config{Store: store, PollInterval: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e1.Register(mk()); err != nil {
+			t.Fatal(err)
+		}
+		if err := e1.Launch(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		s := send(t, e1, "go", "a", nil)
+		<-inWait
+		_ = e1.Shutdown(5 * time.Second)
+		block.Store(false)
+
+		release := make(chan struct{})
+		e2, err := New(context.Background(), Config{Store: testenv.OpenStore(t, url), PollInterval: 20 * time.Millisecond,
+			Logger: slog.New(launchGate{slog.NewTextHandler(io.Discard, nil), release})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = e2.Shutdown(5 * time.Second) })
+		if err := e2.Register(mk()); err != nil {
+			t.Fatal(err)
+		}
+		launched := make(chan error, 1)
+		go func() { launched <- e2.Launch(context.Background()) }()
+		select {
+		case err := <-attempted:
+			if err != nil {
+				t.Errorf("the transaction of a run resumed during Launch: %v", err)
+			}
+		case <-time.After(budget):
+			t.Error("the resumed run never reached its transaction while Launch was held")
+		}
+		close(release)
+		if err := <-launched; err != nil {
+			t.Fatal(err)
+		}
+		if got := wait(t, e2, s.RunID); got.Status != run.Completed {
+			t.Fatalf("resumed run %s: %s", got.Status, got.Error)
+		}
+	})
+}
