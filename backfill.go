@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
@@ -22,7 +23,8 @@ import (
 // backfill's health (progressing, waiting for quota, failing, stalled,
 // idle, done) is judged by its progress.
 //
-// Pending (or Backfill.PendingSQL), Load, Request and Save are required.
+// Pending (or Backfill.PendingSQL), Load, Request and Save (or Deliver)
+// are required.
 type Backfill[T any] struct {
 	run.Backfill
 	// Pending lists the keys of the items that still need the backfill,
@@ -42,6 +44,15 @@ type Backfill[T any] struct {
 	// Reject(reason) to refuse the output; any other error fails the save
 	// of the whole batch, which is retried.
 	Save func(ctx context.Context, tx Tx, item Item[T], output string) error
+	// Deliver, instead of Save, hands a batch's outputs to a place outside
+	// the app's database — another database, an HTTP endpoint — in a step
+	// of its own, before the items are recorded. It returns, per item in
+	// order, "" for an output delivered, or the reason it refused it (a
+	// rejection, as Save's Reject). A crash before the step is recorded
+	// runs it again with the same batch: Deliver must be idempotent by item
+	// key (an idempotency key, a row of delivered keys written in the same
+	// transaction as the outputs).
+	Deliver func(ctx context.Context, items []Item[T], outputs []string) ([]string, error)
 }
 
 // Item is one item of a backfill.
@@ -59,8 +70,8 @@ func Reject(reason string) error { return backfill.Reject(reason) }
 
 // RegisterBackfill adds a backfill to app. Register before Start.
 func RegisterBackfill[T any](app *App, b Backfill[T]) error {
-	if b.Load == nil || b.Request == nil || b.Save == nil {
-		return fmt.Errorf("backfill %s: Load, Request and Save are required", b.ID)
+	if b.Load == nil || b.Request == nil || (b.Save == nil) == (b.Deliver == nil) {
+		return fmt.Errorf("backfill %s: Load, Request and one of Save and Deliver are required", b.ID)
 	}
 	p := app.caller(b.Provider)
 	if p == nil {
@@ -101,13 +112,23 @@ func RegisterBackfill[T any](app *App, b Backfill[T]) error {
 			}
 			return b.Request(t)
 		},
-		Save: func(ctx context.Context, tx dbos.Tx, item backfill.Item, output string) error {
+	}
+	if b.Save != nil {
+		c.Save = func(ctx context.Context, tx dbos.Tx, item backfill.Item, output string) error {
 			t, err := typed([]backfill.Item{item})
 			if err != nil {
 				return err
 			}
 			return b.Save(ctx, tx, t[0], output)
-		},
+		}
+	} else {
+		c.Deliver = func(ctx context.Context, items []backfill.Item, outputs []string) ([]string, error) {
+			t, err := typed(items)
+			if err != nil {
+				return nil, err
+			}
+			return b.Deliver(ctx, t, outputs)
+		}
 	}
 	if b.Parse != nil {
 		c.Parse = func(resp *llm.ChatResponse, items []backfill.Item) ([]string, error) {
@@ -118,8 +139,14 @@ func RegisterBackfill[T any](app *App, b Backfill[T]) error {
 			return b.Parse(resp, t)
 		}
 	}
+	if w := b.AlertWebhook; w != "" && !strings.HasPrefix(w, "http://") && !strings.HasPrefix(w, "https://") {
+		return fmt.Errorf("backfill %s: alert webhook %q: want an http:// or https:// URL", b.ID, w)
+	}
 	if err := app.backfills.Add(c, p); err != nil {
 		return err
+	}
+	if b.AlertWebhook != "" {
+		app.webhooks[b.ID] = b.AlertWebhook
 	}
 	app.thresholds[b.ID] = cmp.Or(b.StallAfter, backfill.DefaultStallAfter)
 	flow := cmp.Or(b.Flow, b.ID)

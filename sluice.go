@@ -45,6 +45,7 @@ type App struct {
 	quotas     map[string]func(now time.Time) health.Quota
 	counters   map[string]func(now time.Time) health.Counters
 	inFlight   map[string]func() health.InFlight
+	webhooks   map[string]string // the backfills' own alert webhooks
 	first      string
 	metrics    *metrics.Set // the series MetricsHandler serves (metrics.go)
 	plans      planCache    // the dashboard's Plan page (plan.go)
@@ -86,6 +87,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	a := &App{cfg: cfg, st: st, e: e, providers: map[string]*engine.Provider{}, metrics: ms}
 	a.backfills = backfill.NewSet(e, st, e.Logger(), now)
 	a.thresholds, a.quotas = map[string]time.Duration{}, map[string]func(time.Time) health.Quota{}
+	a.webhooks = map[string]string{}
 	a.counters = map[string]func(time.Time) health.Counters{}
 	a.inFlight = map[string]func() health.InFlight{}
 	if a.monitor, err = a.newMonitor(); err != nil {
@@ -145,10 +147,11 @@ func (a *App) newMonitor() (*health.Monitor, error) {
 			}
 			return health.InFlight{}
 		},
-		Webhook: a.cfg.AlertWebhook,
-		Logger:  a.e.Logger(),
-		Now:     a.cfg.Now,
-		Speed:   a.cfg.Speed,
+		Webhook:  a.cfg.AlertWebhook,
+		Webhooks: a.webhooks, // filled by RegisterBackfill, before Start
+		Logger:   a.e.Logger(),
+		Now:      a.cfg.Now,
+		Speed:    a.cfg.Speed,
 	})
 }
 

@@ -305,4 +305,7 @@ type Backfill struct {
 	// several at once. The governor still admits each call only when it
 	// fits every limit.
 	InFlight int
+	// AlertWebhook, when set, receives this backfill's stall and recovery
+	// alerts instead of the app's Config.AlertWebhook.
+	AlertWebhook string
 }

@@ -28,8 +28,8 @@ func readConfigFile(fs *flag.FlagSet, set map[string]bool, path string, file any
 		key := v.Type().Field(i).Tag.Get("yaml")
 		name := strings.ReplaceAll(key, "_", "-")
 		text, single := v.Field(i).Interface().(string)
-		if _, given := lines[key]; !given || !single || set[name] {
-			continue
+		if _, given := lines[key]; !given || !single || set[name] || fs.Lookup(name) == nil {
+			continue // not given, not a flag's twin (source_db), or given as a flag
 		}
 		if err := fs.Set(name, text); err != nil {
 			return nil, fmt.Errorf("--config %s: %w", path, &yamlfile.Error{Path: key, Line: lines[key], Err: fmt.Errorf("invalid value %q: %w", text, err)})

@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/guard"
 	"github.com/sluice-dev/sluice/internal/serveapp"
 	"github.com/sluice-dev/sluice/internal/ui"
+	"github.com/sluice-dev/sluice/jobs"
 	"github.com/sluice-dev/sluice/llm"
 )
 
@@ -70,6 +71,10 @@ type serveFile struct {
 	AppVersion       string   `yaml:"app_version"`
 	// Flows are the gateway's flows, as in the gateway's own file.
 	Flows []gatewayFlow `yaml:"flows"`
+	// SourceDB and Jobs are the jobs declared in the file (package jobs,
+	// docs/jobs.md).
+	SourceDB string     `yaml:"source_db"`
+	Jobs     []jobs.Job `yaml:"jobs"`
 }
 
 func runServe(ctx context.Context, env *cli.Env, args []string) error {
@@ -185,6 +190,13 @@ func (f *serveFlags) check(env *cli.Env, fs *flag.FlagSet) (*servePlan, error) {
 	if err := f.checkBounds(env, refuse); err != nil {
 		return nil, err
 	}
+	if len(file.Jobs) > 0 {
+		if f.app.Jobs, err = checkJobs(f.config, f.app, env); err != nil {
+			return nil, err
+		}
+	} else if file.SourceDB != "" {
+		return nil, refuse("source_db", errors.New("a database for jobs, but the file declares no jobs"))
+	}
 	if f.metricsTokenEnv != "" {
 		if p.metricsToken = env.Getenv(f.metricsTokenEnv); p.metricsToken == "" {
 			return nil, refuse("metrics-token-env", fmt.Errorf("%s: the variable is empty", f.metricsTokenEnv))
@@ -216,6 +228,21 @@ func (f *serveFlags) check(env *cli.Env, fs *flag.FlagSet) (*servePlan, error) {
 		return nil, refuse("max-flow-parked", errors.New("a bound of the gateway's line without the gateway: add --gateway (gateway: true)"))
 	}
 	return p, nil
+}
+
+// checkJobs reads the jobs of the config file at path and checks them
+// against their databases (jobs.Config.Check) before anything starts.
+func checkJobs(path string, o serveapp.Options, env *cli.Env) (*jobs.Config, error) {
+	cfg, err := jobs.Load(path)
+	if err != nil {
+		return nil, fmt.Errorf("--config %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := cfg.Check(ctx, jobs.Options{AppDB: serveapp.DB(o.DB, env.Getenv), Model: o.Model, Provider: o.Profile, Getenv: env.Getenv}); err != nil {
+		return nil, fmt.Errorf("--config %w", err)
+	}
+	return cfg, nil
 }
 
 // checkBounds refuses settings out of their bounds, and what the app would

@@ -74,7 +74,16 @@ type Config struct {
 	Parse func(resp *llm.ChatResponse, items []Item) ([]string, error)
 	// Save saves one item's output in tx. An error Reject made rejects the
 	// output; any other error fails the batch's save, which is retried.
+	// Save or Deliver is required.
 	Save func(ctx context.Context, tx dbos.Tx, item Item, output string) error
+	// Deliver, instead of Save, hands a batch's outputs to a place outside
+	// sluice's database (another database, an HTTP endpoint) in a step of
+	// its own, before the save step records each item's outcome. It
+	// returns, per item in order, "" for an output delivered or the reason
+	// it is refused (a rejection, as Save's Reject). A crash before the
+	// step is recorded runs it again for the same batch, so Deliver must be
+	// idempotent by item key. An error fails the batch, as a save's does.
+	Deliver func(ctx context.Context, items []Item, outputs []string) ([]string, error)
 	// DiscoverPage is how many keys one page of Pending lists (default 1000).
 	DiscoverPage int
 }
@@ -123,8 +132,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("backfill %s: Load is nil", c.ID)
 	case c.Request == nil:
 		return fmt.Errorf("backfill %s: Request is nil", c.ID)
-	case c.Save == nil:
-		return fmt.Errorf("backfill %s: Save is nil", c.ID)
+	case (c.Save == nil) == (c.Deliver == nil):
+		return fmt.Errorf("backfill %s: needs one of Save and Deliver", c.ID)
 	case c.After == c.ID:
 		return fmt.Errorf("backfill %s: runs after itself", c.ID)
 	case c.MaxBatch > 10000:

@@ -222,6 +222,21 @@ func (b *backfill) batch(r *engine.Run, prefix string, i int, in laneInput, item
 		if err != nil {
 			return sv, fmt.Errorf("parse the response of call-%d: %w", i, err), nil
 		}
+		if b.Deliver != nil {
+			delivered, err := engine.Step(r, fmt.Sprintf("%sdeliver-%d", prefix, i), func(ctx context.Context) ([]string, error) {
+				reasons, err := b.Deliver(ctx, items, outputs)
+				if err == nil && len(reasons) != len(items) {
+					err = engine.NonRetriable(fmt.Errorf("deliver gave %d outcomes for %d items", len(reasons), len(items)))
+				}
+				return reasons, err
+			})
+			if err != nil {
+				return sv, nil, err
+			}
+			// The save records what the delivery did: "" delivered, else
+			// the reason the output was refused.
+			outputs = delivered
+		}
 	}
 	// The next batch is selected before the save's transaction begins, so
 	// that SQLite's one write lock is not held while it is read and sized;
@@ -296,7 +311,13 @@ func (b *backfill) save(ctx context.Context, tx dbos.Tx, runID string, shard int
 		MaxRejects: b.MaxRejects, RetryAfter: b.RetryAfter, Then: b.then}
 	sv := saved{Rejected: map[string]int{}}
 	for i, it := range items {
-		err := b.Save(ctx, tx, it, outputs[i])
+		var err error
+		switch {
+		case b.Deliver == nil:
+			err = b.Save(ctx, tx, it, outputs[i])
+		case outputs[i] != "": // delivered: the reason it was refused
+			err = Reject(outputs[i])
+		}
 		var rj *rejected
 		switch {
 		case err == nil:

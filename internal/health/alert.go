@@ -47,7 +47,8 @@ func (m *Monitor) alert(ctx context.Context, j store.Job, to string, v View, now
 		a.Reason = "no longer stalled: " + a.Reason
 		m.cfg.Logger.Info("sluice: job recovered", "job", a.Job, "state", a.State, "reason", a.Reason, "since", a.Since)
 	}
-	if m.cfg.Webhook == "" {
+	url := m.webhookOf(a.Job)
+	if url == "" {
 		return
 	}
 	m.mu.Lock()
@@ -74,7 +75,7 @@ func (m *Monitor) alert(ctx context.Context, j store.Job, to string, v View, now
 		if prev != nil {
 			<-prev
 		}
-		if n, err := m.deliver(a); err != nil {
+		if n, err := m.deliver(url, a); err != nil {
 			m.cfg.Logger.Error("sluice: alert not delivered", "job", a.Job, "state", a.State, "attempts", n, "err", err)
 		}
 	}()
@@ -83,10 +84,18 @@ func (m *Monitor) alert(ctx context.Context, j store.Job, to string, v View, now
 // maxRetryPause bounds the pause between two attempts of one alert.
 const maxRetryPause = time.Minute
 
-// deliver posts a to the webhook until it takes it, it refuses it for good
+// webhookOf is where job's alerts go: its own webhook, else the app's.
+func (m *Monitor) webhookOf(job string) string {
+	if u := m.cfg.Webhooks[job]; u != "" {
+		return u
+	}
+	return m.cfg.Webhook
+}
+
+// deliver posts a to the webhook at url until it takes it, it refuses it for good
 // (a 4xx other than 408 and 429), Config.RetryFor has passed, or the
 // monitor stops. It returns the attempts made and the last error.
-func (m *Monitor) deliver(a Alert) (int, error) {
+func (m *Monitor) deliver(url string, a Alert) (int, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
@@ -102,7 +111,7 @@ func (m *Monitor) deliver(a Alert) (int, error) {
 	}
 	start, pause := m.cfg.Now(), m.cfg.RetryBase
 	for n := 1; ; n++ {
-		err := m.post(ctx, body)
+		err := m.post(ctx, url, body)
 		if err == nil {
 			return n, nil
 		}
@@ -133,10 +142,10 @@ func (e *statusError) retryable() bool {
 	return e.code == http.StatusRequestTimeout || e.code == http.StatusTooManyRequests || e.code >= 500
 }
 
-func (m *Monitor) post(ctx context.Context, body []byte) error {
+func (m *Monitor) post(ctx context.Context, url string, body []byte) error {
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.WebhookTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, m.cfg.Webhook, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}

@@ -64,6 +64,9 @@ type Config struct {
 	// Webhook, when set, receives each alert as a JSON POST (see Alert).
 	// Default: none; alerts are only logged.
 	Webhook string
+	// Webhooks are the webhooks of jobs with one of their own, by job:
+	// their alerts go there instead of to Webhook.
+	Webhooks map[string]string
 	// WebhookTimeout bounds each POST. Default 10s.
 	WebhookTimeout time.Duration
 	// RetryFor bounds how long one alert is retried when the webhook fails
@@ -145,8 +148,13 @@ func (c Config) validate() error {
 			return fmt.Errorf("health: threshold of job %q is %s: want a positive duration", name, d)
 		}
 	}
-	if c.Webhook != "" && !strings.HasPrefix(c.Webhook, "http://") && !strings.HasPrefix(c.Webhook, "https://") {
+	if c.Webhook != "" && !httpURL(c.Webhook) {
 		return errors.New("health: the webhook is not an http(s) URL")
+	}
+	for job, u := range c.Webhooks {
+		if !httpURL(u) {
+			return fmt.Errorf("health: the webhook of job %q is not an http(s) URL", job)
+		}
 	}
 	return nil
 }
@@ -387,3 +395,5 @@ func (m *Monitor) Ready() error {
 	}
 	return nil
 }
+
+func httpURL(s string) bool { return strings.HasPrefix(s, "http://") || strings.HasPrefix(s, "https://") }

@@ -8,12 +8,14 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/sluice-dev/sluice"
 	"github.com/sluice-dev/sluice/examples/summarize"
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/govtext"
+	"github.com/sluice-dev/sluice/jobs"
 	"github.com/sluice-dev/sluice/llm"
 )
 
@@ -43,18 +45,15 @@ type Options struct {
 	LeaseTTL, AdoptEvery time.Duration // with Node
 	AppVersion           string        // empty: the default
 	StopGrace            time.Duration // 0: the default; negative: none
+	// Jobs are the jobs of serve's config file (jobs:), checked; nil:
+	// none. Their flows join Flows.
+	Jobs *jobs.Config
 }
 
 // New builds an app running the summarize pipeline; getenv reads the
 // variables the options name.
 func New(ctx context.Context, getenv func(string) string, o Options) (*sluice.App, error) {
-	db := o.DB
-	if db == "" {
-		db = getenv("SLUICE_DB")
-	}
-	if db == "" {
-		db = "sluice.db"
-	}
+	db := DB(o.DB, getenv)
 	ls, err := govtext.Limits(o.Limits)
 	if err != nil {
 		return nil, fmt.Errorf("--limits: %w", err)
@@ -87,7 +86,7 @@ func New(ctx context.Context, getenv func(string) string, o Options) (*sluice.Ap
 		Cluster:     cluster,
 		RetryBase:   o.RetryBase,
 		Logger:      o.Logger,
-		Flows:       o.Flows,
+		Flows:       append(slices.Clip(o.Flows), o.Jobs.Flows()...),
 		AppVersion:  o.AppVersion,
 		StopGrace:   o.StopGrace,
 		Providers: []sluice.Provider{{
@@ -106,7 +105,25 @@ func New(ctx context.Context, getenv func(string) string, o Options) (*sluice.Ap
 		_ = app.Stop(context.Background())
 		return nil, err
 	}
+	if o.Jobs != nil {
+		// The jobs' databases stay open as long as the process runs.
+		if _, err := jobs.Register(ctx, app, o.Jobs, jobs.Options{AppDB: db, Model: o.Model, Provider: o.Profile, Getenv: getenv}); err != nil {
+			_ = app.Stop(context.Background())
+			return nil, err
+		}
+	}
 	return app, nil
+}
+
+// DB is the database serve opens: db, else $SLUICE_DB, else sluice.db.
+func DB(db string, getenv func(string) string) string {
+	if db == "" {
+		db = getenv("SLUICE_DB")
+	}
+	if db == "" {
+		db = "sluice.db"
+	}
+	return db
 }
 
 // StopGrace is --stop-grace as sluice.Config.StopGrace: 0 there is the

@@ -80,7 +80,15 @@ func (l Lines) Place(err error) error {
 // An alias is followed where it is used; v's type must not nest a list or
 // map within another, so that following aliases stays linear in the
 // document's size.
-func Decode(data []byte, v any) (Lines, error) {
+func Decode(data []byte, v any) (Lines, error) { return decode(data, v, false) }
+
+// DecodeSome decodes as Decode does, but passes over a key at the top
+// level that v's struct has no field for: the keys of a file that also
+// holds other settings, read by another part. Every key it reads is
+// checked as Decode checks it.
+func DecodeSome(data []byte, v any) (Lines, error) { return decode(data, v, true) }
+
+func decode(data []byte, v any, some bool) (Lines, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return nil, fmt.Errorf("not valid YAML: %w", err)
@@ -89,7 +97,23 @@ func Decode(data []byte, v any) (Lines, error) {
 		return nil, errors.New("the file is empty")
 	}
 	lines := Lines{}
-	if err := lines.walk(doc.Content[0], reflect.TypeOf(v).Elem(), ""); err != nil {
+	root := doc.Content[0]
+	if some && root.Kind == yaml.MappingNode {
+		// Only the keys v reads, so that the library sees no others.
+		kept := *root
+		kept.Content = nil
+		t := reflect.TypeOf(v).Elem()
+		for i := 0; i+1 < len(root.Content); i += 2 {
+			if k := root.Content[i]; k.Kind != yaml.ScalarNode || field(t, k.Value) != nil {
+				kept.Content = append(kept.Content, k, root.Content[i+1])
+			}
+		}
+		if err := lines.walk(&kept, t, ""); err != nil {
+			return nil, err
+		}
+		return lines, kept.Decode(v)
+	}
+	if err := lines.walk(root, reflect.TypeOf(v).Elem(), ""); err != nil {
 		return nil, err
 	}
 	// The walk refused all that the library would: an error here is a gap
