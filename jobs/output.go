@@ -32,6 +32,53 @@ const savesSchema = `CREATE TABLE IF NOT EXISTS ` + SavesTable + ` (
     PRIMARY KEY (job, item_key)
 )`
 
+// markSaved records an item's key in SavesTable, unless it is there.
+const markSaved = `INSERT INTO ` + SavesTable + ` (job, item_key, saved_at) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`
+
+// The queries that list which of some keys a job has saved ($1 the job,
+// then the keys): in SavesTable on the team's database, and in sluice's
+// own record of each item (internal/store's sluice_backfill_items), whose
+// state is saved in the transaction that runs the output statement when
+// the output database is sluice's.
+const (
+	delivered     = `SELECT item_key FROM ` + SavesTable + ` WHERE job = $1 AND item_key IN `
+	recordedSaved = `SELECT item_key FROM sluice_backfill_items WHERE backfill = $1 AND state = 'saved' AND item_key IN `
+)
+
+// savedKeys lists which of keys query (delivered or recordedSaved) on db
+// finds saved by j.
+func (j *job) savedKeys(ctx context.Context, db *sql.DB, query string, keys []string) (map[string]bool, error) {
+	out := map[string]bool{}
+	for len(keys) > 0 {
+		n := min(len(keys), 500)
+		marks := make([]string, n)
+		args := []any{j.Name}
+		for i := range n {
+			marks[i] = fmt.Sprintf("$%d", i+2)
+			args = append(args, keys[i])
+		}
+		rows, err := db.QueryContext(ctx, query+`(`+strings.Join(marks, ", ")+`)`, args...)
+		if err != nil {
+			return nil, fmt.Errorf("the items saved already: %w", err)
+		}
+		for rows.Next() {
+			var k string
+			if err := rows.Scan(&k); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			out[k] = true
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return nil, err
+		}
+		keys = keys[n:]
+	}
+	return out, nil
+}
+
 // saved is one item's output as the output takes it.
 type saved struct {
 	Job         string `json:"job"`
@@ -95,12 +142,11 @@ func (j *job) deliverSQL(ctx context.Context, db *sql.DB, items []saved, refused
 		return nil, fmt.Errorf("begin the output's transaction: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	mark := `INSERT INTO ` + SavesTable + ` (job, item_key, saved_at) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`
 	for i, s := range items {
 		if refused[i] != "" {
 			continue
 		}
-		res, err := tx.ExecContext(ctx, mark, j.Name, s.Key, s.ProcessedAt)
+		res, err := tx.ExecContext(ctx, markSaved, j.Name, s.Key, s.ProcessedAt)
 		if err != nil {
 			return nil, fmt.Errorf("record item %s in %s: %w", s.Key, SavesTable, err)
 		}

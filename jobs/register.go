@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -227,6 +228,10 @@ func Register(ctx context.Context, app *sluice.App, c *Config, o Options) (close
 type deliver struct {
 	save    func(ctx context.Context, tx sluice.Tx, s saved, at time.Time) error
 	deliver func(ctx context.Context, items []saved, refused []string, at time.Time) ([]string, error)
+	// saved lists which of keys the job's output statement has saved
+	// (SavesTable in the team's database, or sluice's record of its items
+	// when the output runs in sluice's transaction); nil for an HTTP output.
+	saved func(ctx context.Context, keys []string) (map[string]bool, error)
 }
 
 func (j *job) outputOf(ctx context.Context, o Options, d *dbs, client *http.Client) (deliver, error) {
@@ -236,23 +241,29 @@ func (j *job) outputOf(ctx context.Context, o Options, d *dbs, client *http.Clie
 		}}, nil
 	}
 	ref := j.outRef(o)
+	db, err := d.get(ctx, ref)
+	if err != nil {
+		return deliver{}, err
+	}
 	if ref.same(o.appDB()) {
+		// Sluice's transaction that runs the output statement records the
+		// item saved in sluice's own table of items.
 		return deliver{save: func(ctx context.Context, tx sluice.Tx, s saved, at time.Time) error {
 			return j.saveIn(ctx, func(ctx context.Context, q string, args ...any) error {
 				_, err := tx.Exec(ctx, q, args...)
 				return err
 			}, s, at)
+		}, saved: func(ctx context.Context, keys []string) (map[string]bool, error) {
+			return j.savedKeys(ctx, db, recordedSaved, keys)
 		}}, nil
-	}
-	db, err := d.get(ctx, ref)
-	if err != nil {
-		return deliver{}, err
 	}
 	if _, err := db.ExecContext(ctx, savesSchema); err != nil {
 		return deliver{}, fmt.Errorf("create %s in %s: %w", SavesTable, ref.redacted(), err)
 	}
 	return deliver{deliver: func(ctx context.Context, items []saved, refused []string, at time.Time) ([]string, error) {
 		return j.deliverSQL(ctx, db, items, refused, at)
+	}, saved: func(ctx context.Context, keys []string) (map[string]bool, error) {
+		return j.savedKeys(ctx, db, delivered, keys)
 	}}, nil
 }
 
@@ -282,7 +293,33 @@ func (j *job) registerBackfill(ctx context.Context, app *sluice.App, o Options, 
 			AlertWebhook: j.AlertWebhook,
 		},
 		Load: func(ctx context.Context, keys []string) (map[string]json.RawMessage, error) {
-			return src.load(ctx, db, keys)
+			got, err := src.load(ctx, db, keys)
+			if err != nil || out.saved == nil || len(got) == len(keys) {
+				return got, err
+			}
+			// A key the query no longer lists is gone from the source,
+			// unless this job saved it: a query of the items that still
+			// need the job stops listing them as they are saved, and a
+			// replay after a crash loads its batches again. Such an item
+			// stays in its batch, with placeholder values: its call was
+			// answered and recorded before it was saved, so the request
+			// they would make is never sent, and its save is not made again.
+			var gone []string
+			for _, k := range keys {
+				if _, ok := got[k]; !ok {
+					gone = append(gone, k)
+				}
+			}
+			done, err := out.saved(ctx, gone)
+			if err != nil || len(done) == 0 {
+				return got, err
+			}
+			kept, err := src.placeholders(ctx, db, slices.Collect(maps.Keys(done)))
+			if err != nil {
+				return nil, err
+			}
+			maps.Copy(got, kept)
+			return got, nil
 		},
 		Request: func(items []sluice.Item[json.RawMessage]) (*llm.ChatRequest, error) {
 			rows, err := rowsOf(items)
