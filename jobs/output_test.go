@@ -146,9 +146,9 @@ jobs:
       query: SELECT id, title FROM items
     prompt:
       item: "{{.title}}"
-      batch_max: 4
+      batch_max: 10
       fallback: words
-    max_tokens: 40
+    max_tokens: 20
     poll: 1s
     output:
       url: %s
@@ -246,9 +246,9 @@ jobs:
       query: SELECT id, title FROM items
     prompt:
       item: "{{.title}}"
-      batch_max: 4
+      batch_max: 10
       fallback: words
-    max_tokens: 40
+    max_tokens: 20
     poll: 1s
     output:
       db: %s
@@ -319,9 +319,9 @@ jobs:
       query: SELECT id, title FROM articles WHERE summary IS NULL
     prompt:
       item: "{{.title}}"
-      batch_max: 5
+      batch_max: 10
       fallback: words
-    max_tokens: 40
+    max_tokens: 20
     poll: 1s
     output:
       sql: >-
