@@ -44,7 +44,7 @@ func simProvider(t *testing.T) llm.Config {
 
 // startJobs builds an app on appDB against the simulator, registers the
 // jobs of the file text, and starts it; all is stopped when the test ends.
-func startJobs(t *testing.T, appDB, text string, o Options) *Config {
+func startJobs(t *testing.T, appDB, text string, o Options) (*Config, *sluice.App) {
 	t.Helper()
 	c := mustLoad(t, text)
 	app, err := sluice.New(context.Background(), sluice.Config{
@@ -74,7 +74,7 @@ func startJobs(t *testing.T, appDB, text string, o Options) *Config {
 	if err := app.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	return c
+	return c, app
 }
 
 // itemsDB makes the team's SQLite database at path with n items, keyed
@@ -393,4 +393,52 @@ func TestJobsDeliverSQLSavesABatchOnce(t *testing.T) {
 			t.Errorf("%d keys in %s, want the 2 saved", n, SavesTable)
 		}
 	})
+}
+
+// A job with an event runs once per event: its output is saved on the
+// team's database, the run's result names the item and its tokens, and an
+// event whose data lacks the key fails, naming it.
+func TestJobsEventEndToEnd(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	out := "sqlite:" + filepath.Join(dir, "out.db")
+	execDB(t, out, "CREATE TABLE replies (doc TEXT NOT NULL UNIQUE, reply TEXT NOT NULL, job TEXT NOT NULL)")
+	_, app := startJobs(t, filepath.Join(dir, "sluice.db"), fmt.Sprintf(`jobs:
+  - name: reply
+    source: {event: doc.created, key: doc_id}
+    prompt:
+      system: "Answer the message of {{(index .Items 0).Row.author}}."
+      item: "{{.author}} asks: {{.text}}"
+    max_tokens: 30
+    output:
+      db: %s
+      sql: INSERT INTO replies (doc, reply, job) VALUES (:key, :output, :job)
+`, quoted(out)), Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Budget)
+	defer cancel()
+	sent, err := app.Send(ctx, "doc.created", "ev-1", map[string]any{"doc_id": "d-7", "author": "Ann", "text": "How do rivers form?"})
+	if err != nil || len(sent) != 1 || sent[0].Status != "queued" {
+		t.Fatalf("send: %+v, %v", sent, err)
+	}
+	res, err := sluice.Result[EventResult](ctx, app, sent[0].RunID)
+	if err != nil || res.Key != "d-7" || res.Tokens < 1 {
+		t.Fatalf("the run's result: %+v, %v", res, err)
+	}
+	if n := count(t, out, "SELECT count(*) FROM replies WHERE doc = 'd-7' AND reply <> '' AND job = 'reply'"); n != 1 {
+		t.Errorf("%d replies saved for d-7, want 1", n)
+	}
+	if n := count(t, out, "SELECT count(*) FROM "+SavesTable+" WHERE job = 'reply' AND item_key = 'd-7'"); n != 1 {
+		t.Errorf("d-7 recorded %d times in %s, want once", n, SavesTable)
+	}
+
+	sent, err = app.Send(ctx, "doc.created", "ev-2", map[string]any{"id": "d-8", "author": "Bo", "text": "And lakes?"})
+	if err != nil || len(sent) != 1 {
+		t.Fatalf("send: %+v, %v", sent, err)
+	}
+	if _, err := sluice.Result[EventResult](ctx, app, sent[0].RunID); err == nil || !strings.Contains(err.Error(), "its data has no doc_id (the job's key)") {
+		t.Errorf("an event without the key: %v", err)
+	}
+	if n := count(t, out, "SELECT count(*) FROM replies"); n != 1 {
+		t.Errorf("%d replies, want only d-7's", n)
+	}
 }
