@@ -319,3 +319,65 @@ func TestBackfillStoryStallAndRecovery(t *testing.T) {
 		}
 	})
 }
+
+// A backfill After another starts a run as soon as the other saves items
+// it waits for, not at its next Poll: with an hour's Poll, the titles of
+// all the summaries saved are done within the test.
+func TestBackfillAfterStartsOnSave(t *testing.T) {
+	t.Parallel()
+	testenv.Databases(t, func(t *testing.T, url string) {
+		limits := governor.Limits{governor.TPM: 10_000_000, governor.RPM: 100_000}
+		_, pc := simProvider(t, limits)
+		app, err := sluice.New(context.Background(), sluice.Config{
+			DatabaseURL:  url,
+			PollInterval: 20 * time.Millisecond,
+			Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+			Providers:    []sluice.Provider{{Name: "groq", LLM: pc, Limits: limits}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = app.Stop(context.Background()) })
+		db := &articles{all: map[string]string{}, saved: map[string]map[string]string{}}
+		for i := range 12 {
+			db.all[fmt.Sprintf("a%02d", i)] = "記事"
+		}
+		for _, id := range []string{"summary", "title"} {
+			db.saved[id] = map[string]string{}
+			after := ""
+			if id == "title" {
+				after = "summary"
+			}
+			err := sluice.RegisterBackfill(app, sluice.Backfill[article]{
+				Backfill: run.Backfill{ID: id, After: after, MaxBatch: 3, Poll: time.Hour, InFlight: 1},
+				Pending:  db.pending(id),
+				Load:     db.load,
+				Request: func(items []sluice.Item[article]) (*llm.ChatRequest, error) {
+					return &llm.ChatRequest{Model: "llama-3.1-8b-instant", MaxTokens: 10 * len(items),
+						Messages: []llm.Message{{Role: "user", Content: "translate"}}}, nil
+				},
+				Parse: func(_ *llm.ChatResponse, items []sluice.Item[article]) ([]string, error) {
+					return make([]string, len(items)), nil
+				},
+				Save: func(_ context.Context, _ sluice.Tx, it sluice.Item[article], _ string) error {
+					db.mu.Lock()
+					defer db.mu.Unlock()
+					db.saved[id][it.Key] = "done"
+					return nil
+				},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := app.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		testenv.WaitUntil(t, 20*time.Millisecond, func() (bool, string) {
+			db.mu.Lock()
+			defer db.mu.Unlock()
+			return len(db.saved["title"]) == len(db.all), fmt.Sprintf("%d summaries and %d titles of %d saved",
+				len(db.saved["summary"]), len(db.saved["title"]), len(db.all))
+		})
+	})
+}

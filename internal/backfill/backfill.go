@@ -65,7 +65,9 @@ type Config struct {
 	// those after the key after, in increasing order, at most limit.
 	Pending func(ctx context.Context, after string, limit int) ([]string, error)
 	// Load returns the data of the items keys names, by key. A key it
-	// leaves out is an item no longer there: it is skipped this time.
+	// leaves out is an item no longer there: it is skipped this time —
+	// but for an item this backfill saved already, which a replay after a
+	// crash keeps in its batch with null data (its call is not made again).
 	Load func(ctx context.Context, keys []string) (map[string]json.RawMessage, error)
 	// Request builds the one call for a batch of items.
 	Request func(items []Item) (*llm.ChatRequest, error)
@@ -176,6 +178,7 @@ type Records interface {
 	AddItemsIn(ctx context.Context, tx store.Tx, backfill string, keys []string, at time.Time, after string) (int, error)
 	NextItems(ctx context.Context, backfill string, now time.Time, limit int, after store.Cursor, lane store.Lane) ([]store.Item, error)
 	Settle(ctx context.Context, tx store.Tx, s store.Settlement) error
+	Items(ctx context.Context, backfill string, keys []string) ([]store.Item, error)
 	StartJob(ctx context.Context, name string, at time.Time) error
 	RecordJobRun(ctx context.Context, name string, at time.Time, failure string) error
 	RecordBackfillRun(ctx context.Context, r store.BackfillRun) error
@@ -191,6 +194,10 @@ type Set struct {
 	order   []*backfill
 	stop    context.CancelFunc // ends the ticker's context, and the kick it is in
 	stopped chan struct{}
+	// soon carries the backfills that an item just became eligible in
+	// (After): the ticker starts a run of each at once, rather than at its
+	// next Poll.
+	soon chan string
 }
 
 // NewSet returns an empty set whose backfills run on e and are recorded in rec.
@@ -198,7 +205,7 @@ func NewSet(e *engine.Engine, rec Records, log *slog.Logger, now func() time.Tim
 	if now == nil {
 		now = time.Now
 	}
-	return &Set{e: e, rec: rec, log: log, now: now, byID: map[string]*backfill{}}
+	return &Set{e: e, rec: rec, log: log, now: now, byID: map[string]*backfill{}, soon: make(chan string, 64)}
 }
 
 type backfill struct {
@@ -335,12 +342,21 @@ func (s *Set) Stop() {
 func (s *Set) tick(ctx context.Context) {
 	defer close(s.stopped)
 	next := map[string]time.Time{}
+	// due: backfills an item just became eligible in, and when to start a
+	// run of each; one with a run going is tried again a second later,
+	// since that run may have looked before the item was eligible, until
+	// its next Poll would start one anyway (since: when it became due).
+	due, since := map[string]time.Time{}, map[string]time.Time{}
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case id := <-s.soon:
+			if _, ok := due[id]; !ok {
+				due[id], since[id] = s.now(), s.now()
+			}
 		case <-timer.C:
 		}
 		now := s.now()
@@ -350,25 +366,48 @@ func (s *Set) tick(ctx context.Context) {
 				s.kick(ctx, b, fmt.Sprintf("%s@%d", b.ID, now.Truncate(b.Poll).UnixMilli()))
 				next[b.ID] = now.Truncate(b.Poll).Add(b.Poll)
 			}
-			if next[b.ID].Before(wake) {
-				wake = next[b.ID]
+			if at, ok := due[b.ID]; ok && !now.Before(at) {
+				if now.Sub(since[b.ID]) > b.Poll || s.kick(ctx, b, fmt.Sprintf("%s@%d+after", b.ID, now.UnixMilli())) {
+					delete(due, b.ID)
+				} else {
+					due[b.ID] = now.Add(time.Second)
+				}
+			}
+			for _, at := range []time.Time{next[b.ID], due[b.ID]} {
+				if !at.IsZero() && at.Before(wake) {
+					wake = at
+				}
 			}
 		}
 		timer.Reset(max(s.e.Real(wake.Sub(s.now())), time.Millisecond))
 	}
 }
 
-func (s *Set) kick(life context.Context, b *backfill, id string) {
+// nudge asks the ticker to start runs of the backfills that run after b,
+// now that b has saved items they wait for; it never blocks.
+func (b *backfill) nudge() {
+	for _, id := range b.then {
+		select {
+		case b.set.soon <- id:
+		default: // the ticker has starts to make already
+		}
+	}
+}
+
+// kick starts a run of b under id, unless one is going or in line; it
+// reports whether the run started, or cannot (false: one is going).
+func (s *Set) kick(life context.Context, b *backfill, id string) bool {
 	ctx, cancel := context.WithTimeout(life, 10*time.Second)
 	defer cancel()
 	// A run in progress or in line will pick up what there is (and hands
 	// on to the next itself): another would only wait behind it.
 	for _, st := range []run.State{run.Running, run.Queued} {
 		if active, err := s.e.Runs(ctx, engine.RunFilter{Function: FunctionID(b.ID), Status: st, Limit: 1}); err == nil && len(active) > 0 {
-			return
+			return false
 		}
 	}
 	if _, err := s.e.Send(ctx, engine.Event{Name: EventName(b.ID), ID: id}); err != nil && life.Err() == nil { // not cut by Stop
 		s.log.Warn("sluice: start a backfill run", "backfill", b.ID, "err", err)
 	}
+	return true
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
@@ -255,6 +256,9 @@ func (b *backfill) batch(r *engine.Run, prefix string, i int, in laneInput, item
 		saved, err := b.save(ctx, tx, in.RunID, in.Lane.Index, requestID, items, rejects, tooLarge, outputs)
 		return savedNext{saved: saved, Next: sel, Stop: stop}, err
 	})
+	if err == nil && sv.Saved > 0 {
+		b.nudge() // the items saved are eligible now in the backfills after this one
+	}
 	return sv, nil, err
 }
 
@@ -275,7 +279,12 @@ func (b *backfill) coarse(in laneInput) bool {
 
 // items are the items of batch bt with the data its select step loaded,
 // or, in a replay, which the select step did not run in, loaded now, and
-// the rejects of each. An item no longer in the source is left out.
+// the rejects of each. An item no longer in the source is left out —
+// unless this backfill has saved or parked it: then its batch's call and
+// save are recorded, and a replay must take the same steps with the same
+// items. A source that lists only the items that still need the backfill
+// (WHERE title_en IS NULL) no longer lists it; it keeps its place with
+// null data, which builds a request that is never sent.
 func (b *backfill) items(ctx context.Context, bt batch, cache map[string]json.RawMessage) ([]Item, []int, error) {
 	var missing []string
 	for _, k := range bt.Keys {
@@ -289,6 +298,18 @@ func (b *backfill) items(ctx context.Context, bt batch, cache map[string]json.Ra
 			return nil, nil, fmt.Errorf("load items: %w", err)
 		}
 		maps.Copy(cache, data)
+		if len(data) < len(missing) {
+			gone := slices.DeleteFunc(missing, func(k string) bool { _, ok := data[k]; return ok })
+			recs, err := b.set.rec.Items(ctx, b.ID, gone)
+			if err != nil {
+				return nil, nil, fmt.Errorf("read the records of items gone from the source: %w", err)
+			}
+			for _, it := range recs {
+				if it.State == store.ItemSaved || it.State == store.ItemParked {
+					cache[it.Key] = json.RawMessage("null")
+				}
+			}
+		}
 	}
 	var items []Item
 	var rejects []int

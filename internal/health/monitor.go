@@ -396,4 +396,6 @@ func (m *Monitor) Ready() error {
 	return nil
 }
 
-func httpURL(s string) bool { return strings.HasPrefix(s, "http://") || strings.HasPrefix(s, "https://") }
+func httpURL(s string) bool {
+	return strings.HasPrefix(s, "http://") || strings.HasPrefix(s, "https://")
+}
