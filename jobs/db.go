@@ -180,27 +180,6 @@ func (s source) load(ctx context.Context, db *sql.DB, keys []string) (map[string
 	return out, nil
 }
 
-// placeholders are the rows of items the query no longer lists, by key,
-// as load gives them: the key, and "" in each other column of the query.
-func (s source) placeholders(ctx context.Context, db *sql.DB, keys []string) (map[string]json.RawMessage, error) {
-	cols, err := s.columns(ctx, db)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]json.RawMessage, len(keys))
-	for _, k := range keys {
-		f := make(map[string]any, len(cols))
-		for _, c := range cols {
-			f[c] = ""
-		}
-		f[s.key] = k
-		if out[k], err = json.Marshal(f); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
-}
-
 // rows runs q and reads its rows, each column's value as text, a number,
 // a bool or "" for NULL.
 func (s source) rows(ctx context.Context, db *sql.DB, q string, args ...any) ([]row, error) {

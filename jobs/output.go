@@ -35,19 +35,9 @@ const savesSchema = `CREATE TABLE IF NOT EXISTS ` + SavesTable + ` (
 // markSaved records an item's key in SavesTable, unless it is there.
 const markSaved = `INSERT INTO ` + SavesTable + ` (job, item_key, saved_at) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`
 
-// The queries that list which of some keys a job has saved ($1 the job,
-// then the keys): in SavesTable on the team's database, and in sluice's
-// own record of each item (internal/store's sluice_backfill_items), whose
-// state is saved in the transaction that runs the output statement when
-// the output database is sluice's.
-const (
-	delivered     = `SELECT item_key FROM ` + SavesTable + ` WHERE job = $1 AND item_key IN `
-	recordedSaved = `SELECT item_key FROM sluice_backfill_items WHERE backfill = $1 AND state = 'saved' AND item_key IN `
-)
-
-// savedKeys lists which of keys query (delivered or recordedSaved) on db
-// finds saved by j.
-func (j *job) savedKeys(ctx context.Context, db *sql.DB, query string, keys []string) (map[string]bool, error) {
+// savedKeys lists which of keys j has saved on db, by SavesTable.
+func (j *job) savedKeys(ctx context.Context, db *sql.DB, keys []string) (map[string]bool, error) {
+	const query = `SELECT item_key FROM ` + SavesTable + ` WHERE job = $1 AND item_key IN `
 	out := map[string]bool{}
 	for len(keys) > 0 {
 		n := min(len(keys), 500)

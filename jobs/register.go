@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -96,6 +95,10 @@ func (j *job) dbKey(kind string) string {
 		return j.at + ".output.db"
 	case kind == "output" && j.Source.DB != "":
 		return j.at + ".source.db"
+	case kind == "source" && j.sourceDB == "":
+		return j.at + ".source" // sluice's own database: the file names none
+	case kind == "output" && j.outputDB == "":
+		return j.at + ".output"
 	}
 	return "source_db"
 }
@@ -155,13 +158,20 @@ func (c *Config) check(ctx context.Context, o Options, d *dbs) error {
 				sample.Fields[f] = "sample " + f
 			}
 		}
-		if text, err := render(j.item, sample.Fields); err != nil {
+		text, err := render(j.item, sample.Fields)
+		if err != nil {
 			return c.fail(at("prompt.item"), err)
-		} else if _, err := render(j.system, Batch{Job: j.Name, Model: model, Count: 1, Items: []ItemText{{N: 1, Key: sample.Key, Text: text, Row: sample.Fields}}}); err != nil {
-			return c.fail(at("prompt.system"), err)
 		}
-		if _, err := j.request(model, []row{sample}); err != nil {
-			return c.fail(at("prompt.user"), err)
+		// An event's data has no columns to check against: the batch's
+		// templates may read fields the item's does not, so they are
+		// rendered from the first event on.
+		if j.Source.Event == "" {
+			if _, err := render(j.system, Batch{Job: j.Name, Model: model, Count: 1, Items: []ItemText{{N: 1, Key: sample.Key, Text: text, Row: sample.Fields}}}); err != nil {
+				return c.fail(at("prompt.system"), err)
+			}
+			if _, err := j.request(model, []row{sample}); err != nil {
+				return c.fail(at("prompt.user"), err)
+			}
 		}
 		switch {
 		case j.Output.SQL != "":
@@ -228,9 +238,8 @@ func Register(ctx context.Context, app *sluice.App, c *Config, o Options) (close
 type deliver struct {
 	save    func(ctx context.Context, tx sluice.Tx, s saved, at time.Time) error
 	deliver func(ctx context.Context, items []saved, refused []string, at time.Time) ([]string, error)
-	// saved lists which of keys the job's output statement has saved
-	// (SavesTable in the team's database, or sluice's record of its items
-	// when the output runs in sluice's transaction); nil for an HTTP output.
+	// saved lists which of keys the job has saved on the team's database
+	// (SavesTable); nil when sluice records its saves itself, or for HTTP.
 	saved func(ctx context.Context, keys []string) (map[string]bool, error)
 }
 
@@ -241,10 +250,6 @@ func (j *job) outputOf(ctx context.Context, o Options, d *dbs, client *http.Clie
 		}}, nil
 	}
 	ref := j.outRef(o)
-	db, err := d.get(ctx, ref)
-	if err != nil {
-		return deliver{}, err
-	}
 	if ref.same(o.appDB()) {
 		// Sluice's transaction that runs the output statement records the
 		// item saved in sluice's own table of items.
@@ -253,9 +258,11 @@ func (j *job) outputOf(ctx context.Context, o Options, d *dbs, client *http.Clie
 				_, err := tx.Exec(ctx, q, args...)
 				return err
 			}, s, at)
-		}, saved: func(ctx context.Context, keys []string) (map[string]bool, error) {
-			return j.savedKeys(ctx, db, recordedSaved, keys)
 		}}, nil
+	}
+	db, err := d.get(ctx, ref)
+	if err != nil {
+		return deliver{}, err
 	}
 	if _, err := db.ExecContext(ctx, savesSchema); err != nil {
 		return deliver{}, fmt.Errorf("create %s in %s: %w", SavesTable, ref.redacted(), err)
@@ -263,7 +270,7 @@ func (j *job) outputOf(ctx context.Context, o Options, d *dbs, client *http.Clie
 	return deliver{deliver: func(ctx context.Context, items []saved, refused []string, at time.Time) ([]string, error) {
 		return j.deliverSQL(ctx, db, items, refused, at)
 	}, saved: func(ctx context.Context, keys []string) (map[string]bool, error) {
-		return j.savedKeys(ctx, db, delivered, keys)
+		return j.savedKeys(ctx, db, keys)
 	}}, nil
 }
 
@@ -297,13 +304,12 @@ func (j *job) registerBackfill(ctx context.Context, app *sluice.App, o Options, 
 			if err != nil || out.saved == nil || len(got) == len(keys) {
 				return got, err
 			}
-			// A key the query no longer lists is gone from the source,
-			// unless this job saved it: a query of the items that still
-			// need the job stops listing them as they are saved, and a
-			// replay after a crash loads its batches again. Such an item
-			// stays in its batch, with placeholder values: its call was
-			// answered and recorded before it was saved, so the request
-			// they would make is never sent, and its save is not made again.
+			// A key the query no longer lists may be one this job saved on
+			// the team's database just before a crash, before sluice
+			// recorded it: a query of the items that still need the job
+			// stops listing them as they are saved. It keeps its place in
+			// its batch, with null data (see Backfill.Load): its call is
+			// recorded, and its delivery finds it in SavesTable.
 			var gone []string
 			for _, k := range keys {
 				if _, ok := got[k]; !ok {
@@ -311,18 +317,13 @@ func (j *job) registerBackfill(ctx context.Context, app *sluice.App, o Options, 
 				}
 			}
 			done, err := out.saved(ctx, gone)
-			if err != nil || len(done) == 0 {
-				return got, err
+			for k := range done {
+				got[k] = json.RawMessage("null")
 			}
-			kept, err := src.placeholders(ctx, db, slices.Collect(maps.Keys(done)))
-			if err != nil {
-				return nil, err
-			}
-			maps.Copy(got, kept)
-			return got, nil
+			return got, err
 		},
 		Request: func(items []sluice.Item[json.RawMessage]) (*llm.ChatRequest, error) {
-			rows, err := rowsOf(items)
+			rows, err := j.rowsOf(items)
 			if err != nil {
 				return nil, err
 			}
@@ -387,9 +388,16 @@ func (j *job) refusal(model, output string) string {
 	return j.check(model, output)
 }
 
-func rowsOf(items []sluice.Item[json.RawMessage]) ([]row, error) {
+// rowsOf decodes the rows of a batch's items. An item with null data is
+// one its job saved before a crash, kept in its batch in a replay (its
+// call is recorded, not made again): it renders from placeholder values.
+func (j *job) rowsOf(items []sluice.Item[json.RawMessage]) ([]row, error) {
 	rows := make([]row, len(items))
 	for i, it := range items {
+		if string(it.Data) == "null" {
+			rows[i] = row{Key: it.Key, Fields: placeholders(j)}
+			continue
+		}
 		f, err := decodeRow(it.Data)
 		if err != nil {
 			return nil, fmt.Errorf("item %s: %w", it.Key, err)

@@ -73,13 +73,15 @@ func runPlan(ctx context.Context, env *cli.Env, args []string) error {
 			"backlog. With --set or --drop-flow it plans the changed configuration too, side by side.\n\n"+
 			"Instead of a scenario, --config (a gateway's config file) or --db alone (the configuration an\n"+
 			"app last recorded there) gives the key and its flows, and the database the last day's calls\n"+
-			"(their sizes, items per call) and each backfill's backlog.\n\n"+
+			"(their sizes, items per call) and each backfill's backlog. A serve config file with jobs: gives\n"+
+			"the key and one flow per job, each job's request sizes from its prompt on rows of its source and\n"+
+			"its backlog from its source query (docs/jobs.md).\n\n"+
 			"Examples:\n"+
 			"  sluice plan --scenario devpick.yaml\n"+
 			"  sluice plan --scenario devpick.yaml --set tpd=500000 --set flows.summary.weight=2 --drop-flow title\n"+
 			"  sluice plan --db sluice.db --set tpd=500000")
 	scenarioPath := fs.String("scenario", "", "scenario `FILE` (YAML) to plan")
-	configPath := fs.String("config", "", "plan a gateway's key from its config `FILE` and what its database recorded in the last day")
+	configPath := fs.String("config", "", "plan a gateway's key from its config `FILE` and what its database recorded in the last day, or the jobs of a serve config `FILE` from their sources")
 	dbURL := fs.String("db", "", "database to read the backlogs and the last day's calls from (default: the gateway config's db, $SLUICE_DB or sluice.db); without --config, plan the key of the configuration the app last recorded there")
 	keyName := fs.String("key", "", "with --db alone: the app's provider to plan (default its first)")
 	showScenario := fs.Bool("print-scenario", false, "print the scenario derived with --config or --db, in the scenario format, and stop")
@@ -162,7 +164,13 @@ func planData(ctx context.Context, env *cli.Env, scenarioPath, configPath, dbURL
 	case scenarioPath != "":
 		data, err := forecast.Read(scenarioPath)
 		return data, nil, err
-	case configPath != "" || dbURL != "":
+	case configPath != "":
+		// A serve config with jobs: plans them from their sources.
+		if data, notes, ok, err := jobsData(ctx, env, configPath, dbURL); ok {
+			return data, notes, err
+		}
+		return observedData(ctx, env, configPath, dbURL, keyName)
+	case dbURL != "":
 		return observedData(ctx, env, configPath, dbURL, keyName)
 	}
 	fmt.Fprintln(env.Stderr, "sluice plan: --scenario, or --config and/or --db, is required")
