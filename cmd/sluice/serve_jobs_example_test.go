@@ -1,0 +1,102 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/testenv"
+)
+
+// The DevPick example in YAML (examples/devpick-yaml), as its README runs
+// it: the Python program makes the articles, serve --config runs the three
+// jobs on them against the provider simulator with DevPick's own limits,
+// and the Python program reads the results from its own table. All three
+// jobs progress, no title is saved before its article's summary, and the
+// provider refuses nothing.
+func TestDevPickYAMLExample(t *testing.T) {
+	t.Parallel()
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		if testenv.InCI() {
+			t.Fatal("python3 is needed by the YAML example's test")
+		}
+		t.Skip("no python3")
+	}
+	dir := t.TempDir()
+	src := filepath.Join("..", "..", "examples", "devpick-yaml")
+	cfg, err := os.ReadFile(filepath.Join(src, "sluice.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog, err := os.ReadFile(filepath.Join(src, "devpick.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The file's paths are relative to where serve runs; this test's serve
+	// runs in the test's directory, so they are made absolute.
+	text := strings.Replace(string(cfg), "source_db: sqlite:devpick.db", "source_db: sqlite:"+filepath.Join(dir, "devpick.db"), 1)
+	if text == string(cfg) {
+		t.Fatal("the example no longer names sqlite:devpick.db as its source_db")
+	}
+	if err := os.WriteFile(filepath.Join(dir, "sluice.yaml"), []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "devpick.py"), prog, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	py := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(python, append([]string{"devpick.py"}, args...)...)
+		cmd.Dir = dir
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("devpick.py %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	py("init")
+	py("add", "40")
+
+	const limits = "rpm=30,rpd=1000,tpm=8000,tpd=200000,otpm=1000" // the example's, DevPick's key
+	model, provider := startSim(t, limits)
+	began := time.Now()
+	startServe(t, func(string) string { return "" }, "--config", filepath.Join(dir, "sluice.yaml"),
+		"--db", filepath.Join(dir, "sluice.db"), "--provider-url", provider)
+
+	type progress struct{ Done, Total int }
+	var got struct {
+		Analysis progress `json:"analysis"`
+		Summary  progress `json:"summary"`
+		Title    progress `json:"title"`
+		Early    int      `json:"titles_before_summaries"`
+	}
+	testenv.WaitUntil(t, 250*time.Millisecond, func() (bool, string) {
+		if err := json.Unmarshal([]byte(py("show", "--json")), &got); err != nil {
+			t.Fatal(err)
+		}
+		if got.Early > 0 {
+			t.Fatalf("%d titles saved before their article's summary", got.Early)
+		}
+		ok := got.Analysis.Done > 0 && got.Summary.Done > 0 && got.Title.Done > 0
+		return ok, "the Python program sees " + py("show")
+	})
+	t.Logf("all three jobs progressed %s after serve started: %+v", time.Since(began).Round(time.Second), got)
+	if s := model.Stats(); s.Rejected > 0 {
+		t.Errorf("the provider refused %d calls (%v), want none", s.Rejected, s.RejectedByLimit)
+	}
+	// The saved outputs are English, as the jobs' checks demand, and each
+	// names the article it is about in the Python program's own read.
+	var art map[string]any
+	out := py("show")
+	if !strings.Contains(out, "->") {
+		t.Fatalf("show lists no title: %s", out)
+	}
+	if err := json.Unmarshal([]byte(py("article", "a000000001")), &art); err != nil {
+		t.Fatal(err)
+	}
+}
