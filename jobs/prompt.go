@@ -313,7 +313,7 @@ func (j *job) check(model, output string) string {
 	if output == "" {
 		return ReasonEmpty
 	}
-	if j.Checks.English && !english(output) {
+	if j.Checks.English && !English(output) {
 		return ReasonNotEnglish
 	}
 	// Counted as it stood in the answer, after a space.
@@ -323,7 +323,9 @@ func (j *job) check(model, output string) string {
 	return ""
 }
 
-func english(s string) bool {
+// English is the check english: true: s has a Latin letter and no Han,
+// kana, Hangul, CJK punctuation or full-width character.
+func English(s string) bool {
 	latin := false
 	for _, r := range s {
 		switch {

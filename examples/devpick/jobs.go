@@ -5,8 +5,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"unicode"
 
+	"github.com/sluice-dev/sluice/jobs"
 	"github.com/sluice-dev/sluice/llm"
 )
 
@@ -228,17 +228,4 @@ func (j Job) Check(model, output string) string {
 	return ""
 }
 
-func english(s string) bool {
-	latin := false
-	for _, r := range s {
-		switch {
-		case unicode.In(r, unicode.Han, unicode.Hiragana, unicode.Katakana, unicode.Hangul),
-			r >= 0x3000 && r <= 0x303f, // CJK punctuation: 、。「」
-			r >= 0xff00 && r <= 0xffef: // full-width forms
-			return false
-		case unicode.In(r, unicode.Latin):
-			latin = true
-		}
-	}
-	return latin
-}
+func english(s string) bool { return jobs.English(s) }
