@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -132,5 +134,89 @@ func TestPlanFromRecordsRefuses(t *testing.T) {
 		if code == 0 || !strings.Contains(errOut, tc.want) {
 			t.Errorf("%v: exit %d, stderr %q, want %q", tc.args, code, errOut, tc.want)
 		}
+	}
+}
+
+// With a serve config of jobs, sluice plan --config plans each job from its
+// source: its flow, its backlog as its query lists it, the items its
+// upstream job will feed it, and request sizes from its prompt on the rows;
+// the provider section is the file's key. A broken job is refused as serve
+// refuses it.
+func TestPlanConfigOfJobs(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	team := filepath.Join(dir, "team.db")
+	db, err := sql.Open("sqlite", team)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`CREATE TABLE docs (id TEXT PRIMARY KEY, body TEXT NOT NULL, summary TEXT, title TEXT)`); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 30 {
+		summary := any(nil)
+		if i < 10 {
+			summary = "done before"
+		}
+		if _, err := db.Exec(`INSERT INTO docs (id, body, summary) VALUES ($1, $2, $3)`, fmt.Sprintf("d%02d", i), strings.Repeat("words of a long body ", 20), summary); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := filepath.Join(dir, "sluice.yaml")
+	write := func(text string) {
+		if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const jobsText = `limits: rpm=30,tpm=6000,tpd=500000
+price: input=0.05,output=0.08
+source_db: sqlite:%s
+jobs:
+  - name: summary
+    source: {query: "SELECT id, body FROM docs WHERE summary IS NULL"}
+    prompt: {system: "Summarise each text.", item: "{{.body}}", batch_max: 4}
+    max_tokens: 100
+    flow: {weight: 3}
+    output: {sql: "UPDATE docs SET summary = :output WHERE id = :key"}
+  - name: title
+    after: summary
+    source: {query: "SELECT id, body FROM docs WHERE title IS NULL"}
+    prompt: {item: "{{.body}}"}
+    max_tokens: 20
+    flow: {priority: 1}
+    output: {sql: "UPDATE docs SET title = :output WHERE id = :key"}
+`
+	write(fmt.Sprintf(jobsText, team))
+	code, out, errOut := runCLI("plan", "--config", cfg, "--db", filepath.Join(dir, "sluice.db"), "--json")
+	if code != 0 {
+		t.Fatalf("plan: %d %s", code, errOut)
+	}
+	var p struct {
+		Scenario string
+		Flows    map[string]struct {
+			Backlog, Fed int
+		}
+		Limits   map[string]struct{ Limit int64 }
+		Warnings []string
+	}
+	if err := json.Unmarshal([]byte(out), &p); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if s, ti := p.Flows["summary"], p.Flows["title"]; s.Backlog != 20 || ti.Backlog != 10 || ti.Fed != 20 {
+		t.Errorf("flows %+v: want summary's backlog 20, title's 10 now (summaries done) and 20 fed by summary", p.Flows)
+	}
+	if p.Limits["tpm"].Limit != 6000 || p.Limits["rpm"].Limit != 30 {
+		t.Errorf("limits %+v, want the file's", p.Limits)
+	}
+	code, out, _ = runCLI("plan", "--config", cfg, "--db", filepath.Join(dir, "sluice.db"), "--print-scenario")
+	if code != 0 || !strings.Contains(out, "weight: 3") || !strings.Contains(out, "batch_max: 4") || !strings.Contains(out, "item_max_tokens: 100") ||
+		!strings.Contains(out, "after: summary") || !regexp.MustCompile(`item_input_tokens: [1-9]\d`).MatchString(out) {
+		t.Errorf("scenario (%d):\n%s", code, out)
+	}
+	write(strings.Replace(fmt.Sprintf(jobsText, team), "{{.body}}", "{{.bodyy}}", 1))
+	code, _, errOut = runCLI("plan", "--config", cfg, "--db", filepath.Join(dir, "sluice.db"))
+	if code == 0 || !strings.Contains(errOut, cfg+": jobs[0].prompt.item: {{.bodyy}}: the query gives no column bodyy") || !strings.Contains(errOut, "(line 7)") {
+		t.Errorf("a broken job: %d %s", code, errOut)
 	}
 }

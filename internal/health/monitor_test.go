@@ -473,3 +473,26 @@ func TestNewRefuses(t *testing.T) {
 		}
 	}
 }
+
+// A job with a webhook of its own alerts there; the others alert at the
+// app's.
+func TestAlertAtTheJobsOwnWebhook(t *testing.T) {
+	t.Parallel()
+	summaries := titles()
+	summaries.Name = "summaries"
+	b := setup(titles(), summaries)
+	app, own := newWebhook(t, 200), newWebhook(t, 200)
+	m := b.monitor(t, Config{Threshold: 2 * time.Hour, Webhook: app.srv.URL, Webhooks: map[string]string{"titles": own.srv.URL}})
+	poll(t, m)
+	b.clock.Add(time.Hour)
+	poll(t, m)
+	stop(t, m)
+	_, atApp := app.result()
+	_, atOwn := own.result()
+	if len(atOwn) != 1 || atOwn[0].Job != "titles" || len(atApp) != 1 || atApp[0].Job != "summaries" {
+		t.Fatalf("the job's own webhook took %+v, the app's %+v; want titles' stall at its own, summaries' at the app's", atOwn, atApp)
+	}
+	if _, err := New(Config{Source: b.jobs.source(), Webhooks: map[string]string{"titles": "ftp://x"}}); err == nil || !strings.Contains(err.Error(), `"titles"`) {
+		t.Errorf("a job's webhook that is not http(s): %v, want it refused naming the job", err)
+	}
+}
