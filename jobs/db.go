@@ -103,17 +103,22 @@ type source struct {
 	postgres bool
 }
 
-// keyText is the key as text, in byte order on both databases.
+// keyText is the key as text, in byte order on both databases, whatever
+// collation the column has.
 func (s source) keyText() string {
 	if s.postgres {
 		return "CAST(src." + s.key + ` AS TEXT) COLLATE "C"`
 	}
-	return "CAST(src." + s.key + " AS TEXT)"
+	return "CAST(src." + s.key + " AS TEXT) COLLATE BINARY"
 }
+
+// keyColumn is the column the reads of rows add for the key as text: the
+// key as the pages list it, whatever the value's type.
+const keyColumn = "sluice_key"
 
 // pageSQL lists the keys after $1, increasing, at most $2.
 func (s source) pageSQL() string {
-	return "SELECT " + s.keyText() + " AS sluice_key FROM (" + s.q + ") AS src WHERE " + s.keyText() +
+	return "SELECT " + s.keyText() + " AS " + keyColumn + " FROM (" + s.q + ") AS src WHERE " + s.keyText() +
 		" > $1 ORDER BY 1 LIMIT $2"
 }
 
@@ -129,7 +134,7 @@ func (s source) columns(ctx context.Context, db *sql.DB) ([]string, error) {
 
 // sample reads one row of the query, nil if it has none.
 func (s source) sample(ctx context.Context, db *sql.DB) (*row, error) {
-	rows, err := s.rows(ctx, db, "SELECT * FROM ("+s.q+") AS src LIMIT 1")
+	rows, err := s.rows(ctx, db, "SELECT "+s.keyText()+" AS "+keyColumn+", src.* FROM ("+s.q+") AS src LIMIT 1")
 	if err != nil || len(rows) == 0 {
 		return nil, err
 	}
@@ -164,7 +169,7 @@ func (s source) load(ctx context.Context, db *sql.DB, keys []string) (map[string
 		for i := range n {
 			marks[i], args[i] = fmt.Sprintf("$%d", i+1), keys[i]
 		}
-		rows, err := s.rows(ctx, db, "SELECT * FROM ("+s.q+") AS src WHERE "+s.keyText()+" IN ("+strings.Join(marks, ", ")+")", args...)
+		rows, err := s.rows(ctx, db, "SELECT "+s.keyText()+" AS "+keyColumn+", src.* FROM ("+s.q+") AS src WHERE "+s.keyText()+" IN ("+strings.Join(marks, ", ")+")", args...)
 		if err != nil {
 			return nil, err
 		}
@@ -203,14 +208,21 @@ func (s source) rows(ctx context.Context, db *sql.DB, q string, args ...any) ([]
 			return nil, err
 		}
 		r := row{Fields: make(map[string]any, len(cols))}
-		for i, c := range cols {
-			r.Fields[c] = plain(vals[i])
+		first := 0
+		if len(cols) > 0 && cols[0] == keyColumn {
+			// The key as the pages list it: the database's text of it.
+			r.Key, first = fmt.Sprint(plain(vals[0])), 1
+		}
+		for i, c := range cols[first:] {
+			r.Fields[c] = plain(vals[first+i])
 		}
 		k, ok := r.Fields[s.key]
 		if !ok {
 			return nil, fmt.Errorf("the query gives no column %s (the key)", s.key)
 		}
-		r.Key = fmt.Sprint(k)
+		if first == 0 {
+			r.Key = fmt.Sprint(k)
+		}
 		out = append(out, r)
 	}
 	return out, rs.Err()

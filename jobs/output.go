@@ -77,12 +77,15 @@ type saved struct {
 	Model       string `json:"model"`
 	Tokens      int    `json:"tokens"`
 	ProcessedAt string `json:"processed_at"`
+	// delivery names the delivery for SavesTable and the Idempotency-Key:
+	// the item's key, or for an event's job the event's ID.
+	delivery string
 }
 
 func (j *job) savedOf(key, output, model string, at time.Time) saved {
 	output = strings.TrimSpace(output)
 	return saved{Job: j.Name, Key: key, Output: output, Model: model, Tokens: llm.CountTokens(model, output),
-		ProcessedAt: at.UTC().Format("2006-01-02T15:04:05.000Z07:00")}
+		ProcessedAt: at.UTC().Format("2006-01-02T15:04:05.000Z07:00"), delivery: key}
 }
 
 // args are the output statement's parameters for s, in order.
@@ -136,7 +139,7 @@ func (j *job) deliverSQL(ctx context.Context, db *sql.DB, items []saved, refused
 		if refused[i] != "" {
 			continue
 		}
-		res, err := tx.ExecContext(ctx, markSaved, j.Name, s.Key, s.ProcessedAt)
+		res, err := tx.ExecContext(ctx, markSaved, j.Name, s.delivery, s.ProcessedAt)
 		if err != nil {
 			return nil, fmt.Errorf("record item %s in %s: %w", s.Key, SavesTable, err)
 		}
@@ -159,7 +162,8 @@ func (j *job) deliverSQL(ctx context.Context, db *sql.DB, items []saved, refused
 }
 
 // IdempotencyKey is the Idempotency-Key header of every delivery of item
-// key of job: the same on every try.
+// key of job (for a job run per event, of the event's ID): the same on
+// every try.
 func IdempotencyKey(job, key string) string {
 	h := sha256.Sum256([]byte(job + "\x00" + key))
 	return job + "-" + hex.EncodeToString(h[:16])
@@ -249,7 +253,7 @@ func (j *job) postOnce(ctx context.Context, client *http.Client, s saved, body [
 		return 0, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", IdempotencyKey(s.Job, s.Key))
+	req.Header.Set("Idempotency-Key", IdempotencyKey(s.Job, s.delivery))
 	if j.authToken != "" {
 		req.Header.Set("Authorization", "Bearer "+j.authToken)
 	}

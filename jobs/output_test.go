@@ -427,8 +427,8 @@ func TestJobsEventEndToEnd(t *testing.T) {
 	if n := count(t, out, "SELECT count(*) FROM replies WHERE doc = 'd-7' AND reply <> '' AND job = 'reply'"); n != 1 {
 		t.Errorf("%d replies saved for d-7, want 1", n)
 	}
-	if n := count(t, out, "SELECT count(*) FROM "+SavesTable+" WHERE job = 'reply' AND item_key = 'd-7'"); n != 1 {
-		t.Errorf("d-7 recorded %d times in %s, want once", n, SavesTable)
+	if n := count(t, out, "SELECT count(*) FROM "+SavesTable+" WHERE job = 'reply' AND item_key = 'ev-1'"); n != 1 {
+		t.Errorf("event ev-1 recorded %d times in %s, want once", n, SavesTable)
 	}
 
 	sent, err = app.Send(ctx, "doc.created", "ev-2", map[string]any{"id": "d-8", "author": "Bo", "text": "And lakes?"})
@@ -440,5 +440,46 @@ func TestJobsEventEndToEnd(t *testing.T) {
 	}
 	if n := count(t, out, "SELECT count(*) FROM replies"); n != 1 {
 		t.Errorf("%d replies, want only d-7's", n)
+	}
+}
+
+// An event's job delivers each event once, not each key: two events about
+// one item both save, each under its event's ID, once however often
+// delivered.
+func TestJobsDeliverSQLEventsOfOneKey(t *testing.T) {
+	t.Parallel()
+	out := "sqlite:" + filepath.Join(t.TempDir(), "out.db")
+	execDB(t, out, "CREATE TABLE replies (doc TEXT NOT NULL, reply TEXT NOT NULL)")
+	c := mustLoad(t, fmt.Sprintf(`jobs:
+  - name: reply
+    source: {event: doc.created, key: doc_id}
+    prompt: {item: "{{.text}}"}
+    output:
+      db: %s
+      sql: INSERT INTO replies (doc, reply) VALUES (:key, :output)
+`, quoted(out)))
+	j := c.jobs[0]
+	var d dbs
+	defer d.close()
+	db, err := d.get(context.Background(), j.outRef(Options{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(savesSchema); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now()
+	for _, ev := range []string{"ev-1", "ev-2", "ev-1"} {
+		s := j.savedOf("d-7", "a reply to "+ev, "m", at)
+		s.delivery = ev
+		if _, err := j.deliverSQL(context.Background(), db, []saved{s}, []string{""}, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := count(t, out, "SELECT count(*) FROM replies WHERE doc = 'd-7'"); n != 2 {
+		t.Errorf("%d replies to d-7, want one per event (2)", n)
+	}
+	if n := count(t, out, "SELECT count(*) FROM "+SavesTable+" WHERE job = 'reply' AND item_key IN ('ev-1', 'ev-2')"); n != 2 {
+		t.Errorf("%d events recorded in %s, want 2", n, SavesTable)
 	}
 }

@@ -335,5 +335,16 @@ func (c *Config) Flows() []governor.FlowConfig {
 	return out
 }
 
+// RefuseName returns why the job called name cannot be, placed at its
+// name in the file (a name another part of the app has for its own flow).
+func (c *Config) RefuseName(name string, why error) error {
+	for _, j := range c.jobs {
+		if j.Name == name {
+			return c.fail(j.at+".name", fmt.Errorf("%q: %w", name, why))
+		}
+	}
+	return fmt.Errorf("%s: job %q: %w", c.path, name, why)
+}
+
 // Path is the file the jobs come from.
 func (c *Config) Path() string { return c.path }

@@ -455,6 +455,7 @@ func (j *job) registerEvent(ctx context.Context, app *sluice.App, o Options, d *
 		return sluice.Step(ctx, "deliver", func(c context.Context) (EventResult, error) {
 			at := time.Now()
 			s := j.savedOf(key, outs[0], model, at)
+			s.delivery = ev.ID // each event is delivered, even of one key
 			got, err := out.deliver(c, []saved{s}, []string{""}, at)
 			if err == nil && got[0] != "" {
 				err = sluice.NonRetriable(fmt.Errorf("item %s: %s", key, got[0]))

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -226,6 +227,15 @@ func (f *serveFlags) check(env *cli.Env, fs *flag.FlagSet) (*servePlan, error) {
 		return nil, refuse("flow", errors.New("gateway flows without the gateway: add --gateway (gateway: true)"))
 	case cli.Given(fs)["max-flow-parked"]:
 		return nil, refuse("max-flow-parked", errors.New("a bound of the gateway's line without the gateway: add --gateway (gateway: true)"))
+	}
+	if f.app.Jobs != nil {
+		// Each job draws on a flow of its name: no other part's flow may
+		// have it.
+		for _, gf := range p.gw.governorFlows() {
+			if slices.ContainsFunc(f.app.Jobs.Jobs(), func(j jobs.Job) bool { return j.Name == gf.Name }) {
+				return nil, fmt.Errorf("--config %w", f.app.Jobs.RefuseName(gf.Name, errors.New("also the name of a gateway flow, and a job's calls draw on a flow of its name: rename one")))
+			}
+		}
 	}
 	return p, nil
 }

@@ -152,6 +152,20 @@ jobs:
       url: http://127.0.0.1:9/hook
       auth_env: HOOK_TOKEN #<
 `, key: "jobs[0].output.auth_env", what: "HOOK_TOKEN: the variable is empty"},
+		{name: "a job named as a gateway flow", head: `addr: 127.0.0.1:0
+db: %[1]q
+provider_url: http://127.0.0.1:9/v1
+model: sim-model
+gateway: true
+flows:
+  - {name: summary, weight: 1}
+source_db: %[2]q
+jobs:
+`, jobs: `  - name: summary #<
+    source: {query: "SELECT id, title FROM items"}
+    prompt: {item: "{{.title}}"}
+    output: {sql: "UPDATE items SET summary = :output WHERE id = :key"}
+`, key: "jobs[0].name", what: `"summary": also the name of a gateway flow`},
 		{name: "source_db without jobs", head: `addr: 127.0.0.1:0
 db: %[1]q
 source_db: %[2]q #<
