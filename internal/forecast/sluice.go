@@ -34,11 +34,50 @@ type sluiceFlow struct {
 	pending  []pendingCall // reservations waiting, oldest first
 	covered  int           // the items pending's reservations are for
 	inflight int
-	retryAt  time.Time // after a fault, back off before the next call
-	backoff  time.Duration
+	faults
+}
+
+// faults is how a flow of sluice's policies answers its calls' failures.
+type faults struct {
+	retryAt time.Time // after a fault, back off before the next call
+	backoff time.Duration
 	// split caps the flow's batches after the provider refused one as too
 	// large (0: no cap): half the refused batch, down to one item.
 	split int
+}
+
+// answered deals with items by err, the answer to the call that carried
+// them, and has wake called when the flow may call again: a batch too
+// large for a limit the governor was not told of is split, down to one
+// item, before any item is refused (the governor has learnt the limit if
+// the answer named it, and sizes the next batches to it); a rate limit —
+// and with quotaWaits an exhausted quota, on which a router takes its
+// target out — puts the items back for the next call at once; any other
+// failure puts them back and backs the flow off.
+func (s *faults) answered(w *World, f *FlowState, items []Item, err error, quotaWaits bool, wake func()) {
+	var (
+		rl *llm.RateLimitError
+		tl *llm.TooLargeError
+		qe *llm.QuotaError
+	)
+	switch {
+	case err == nil:
+		s.backoff = 0
+	case errors.As(err, &tl) && len(items) > 1:
+		s.split = len(items) / 2
+		w.PutBack(f, items)
+		w.At(w.now, wake)
+	case errors.As(err, &tl):
+		w.Refuse(f, items)
+	case errors.As(err, &rl), quotaWaits && errors.As(err, &qe):
+		w.PutBack(f, items)
+		w.At(w.now, wake)
+	default:
+		w.PutBack(f, items)
+		s.backoff = min(max(2*s.backoff, time.Second), time.Minute)
+		s.retryAt = w.now.Add(s.backoff)
+		w.At(s.retryAt, wake)
+	}
 }
 
 // defaultProgressEvery is a quarter of the stall threshold sluice's
@@ -212,33 +251,7 @@ func (p *sluicePolicy) call(w *World, sf *sluiceFlow) {
 		// back by the same function.
 		used, snap, err := p.read(w.now, o)
 		llm.Feedback(w.now, p.g, r, used, snap, err)
-		var (
-			rl *llm.RateLimitError
-			tl *llm.TooLargeError
-		)
-		switch {
-		case err == nil:
-			sf.backoff = 0
-		case errors.As(err, &tl) && len(items) > 1:
-			// Too large for a limit the governor was not told of: split the
-			// batch, down to one item, before refusing any item. The
-			// governor has learnt the limit if the answer named it, and
-			// sizes the next batches to it.
-			sf.split = len(items) / 2
-			w.PutBack(f, items)
-			w.At(w.now, func() { p.Wake(w) })
-		case errors.As(err, &tl):
-			w.Refuse(f, items)
-		case errors.As(err, &rl):
-			w.PutBack(f, items)
-			w.At(w.now, func() { p.Wake(w) })
-		default:
-			// Failed: back off this flow.
-			w.PutBack(f, items)
-			sf.backoff = min(max(2*sf.backoff, time.Second), time.Minute)
-			sf.retryAt = w.now.Add(sf.backoff)
-			w.At(sf.retryAt, func() { p.Wake(w) })
-		}
+		sf.answered(w, f, items, err, false, func() { p.Wake(w) })
 	})
 }
 

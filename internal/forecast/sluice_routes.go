@@ -43,9 +43,7 @@ type routedFlow struct {
 	route   []int // the world's index of each of the router's targets
 	pending []routedCall
 	covered int
-	retryAt time.Time
-	backoff time.Duration
-	split   int
+	faults
 }
 
 // routedCall is a reservation for up to batch items of a flow on one
@@ -259,33 +257,8 @@ func (p *routedPolicy) call(w *World, sf *routedFlow, pc routedCall) {
 		used, snap, err := readAnswer(tg.profile, w.now, o)
 		llm.Feedback(w.now, tg.g, r, used, snap, err)
 		sf.router.Done(w.now, pc.ri, route.OutcomeOf(err)) // as production reads it
-		var (
-			rl *llm.RateLimitError
-			tl *llm.TooLargeError
-			qe *llm.QuotaError
-		)
-		switch {
-		case err == nil:
-			sf.backoff = 0
-		case errors.As(err, &tl) && len(items) > 1:
-			sf.split = len(items) / 2
-			w.PutBack(f, items)
-			w.At(w.now, func() { p.Wake(w) })
-		case errors.As(err, &tl):
-			w.Refuse(f, items)
-		case errors.As(err, &qe):
-			w.PutBack(f, items)
-			w.At(w.now, func() { p.Wake(w) })
-		case errors.As(err, &rl):
-			w.PutBack(f, items)
-			w.At(w.now, func() { p.Wake(w) })
-		default:
-			// A failure: the flow backs off, and its next call goes where
-			// the router says.
-			w.PutBack(f, items)
-			sf.backoff = min(max(2*sf.backoff, time.Second), time.Minute)
-			sf.retryAt = w.now.Add(sf.backoff)
-			w.At(sf.retryAt, func() { p.Wake(w) })
-		}
+		// An exhausted quota puts the items back at once: the router has
+		// taken the target out, and their next call goes where it says.
+		sf.answered(w, f, items, err, true, func() { p.Wake(w) })
 	})
 }
