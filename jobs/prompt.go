@@ -126,6 +126,13 @@ func fieldsOf(t *template.Template) []string {
 		}
 	}
 	var walk func(n parse.Node, top bool)
+	// branch walks an if, range or with: its body with the dot at the top
+	// or not (inBody), its pipeline and else where the branch stands.
+	branch := func(b *parse.BranchNode, top, inBody bool) {
+		walk(b.Pipe, top)
+		walk(b.List, inBody)
+		walk(b.ElseList, top)
+	}
 	walk = func(n parse.Node, top bool) {
 		switch n := n.(type) {
 		case *parse.ListNode:
@@ -158,17 +165,11 @@ func fieldsOf(t *template.Template) []string {
 				add(n.Ident[1])
 			}
 		case *parse.IfNode:
-			walk(n.Pipe, top)
-			walk(n.List, top)
-			walk(n.ElseList, top)
+			branch(&n.BranchNode, top, top)
 		case *parse.RangeNode:
-			walk(n.Pipe, top)
-			walk(n.List, false)
-			walk(n.ElseList, top)
+			branch(&n.BranchNode, top, false) // the dot is each element
 		case *parse.WithNode:
-			walk(n.Pipe, top)
-			walk(n.List, false)
-			walk(n.ElseList, top)
+			branch(&n.BranchNode, top, false) // the dot is the value
 		case *parse.TemplateNode:
 			walk(n.Pipe, top)
 		}

@@ -76,17 +76,20 @@ func (c *Config) Shapes(ctx context.Context, o Options) ([]Shape, error) {
 		if err != nil {
 			return nil, c.fail(j.at+".prompt", err)
 		}
-		var items int64
-		for _, r := range rows {
+		var items, first int64 // all the items' tokens, and the first's
+		for i, r := range rows {
 			text, err := render(j.item, r.Fields)
 			if err != nil {
 				return nil, c.fail(j.at+".prompt.item", fmt.Errorf("item %s: %w", r.Key, err))
 			}
-			items += int64(llm.CountTokens(model, text))
+			n := int64(llm.CountTokens(model, text))
+			if i == 0 {
+				first = n
+			}
+			items += n
 		}
-		first, _ := render(j.item, rows[0].Fields)
 		s.ItemInputTokens = (items + int64(len(rows)) - 1) / int64(len(rows))
-		s.PromptTokens = max(est.PromptTokens(one)-int64(llm.CountTokens(model, first)), 0)
+		s.PromptTokens = max(est.PromptTokens(one)-first, 0)
 		out = append(out, s)
 	}
 	for i := range out {
