@@ -12,6 +12,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -181,6 +182,16 @@ const (
 	maxAnswerBytes = 64 << 10
 )
 
+// redactedURL is u without a password it holds, to name it in errors,
+// which runs and logs keep.
+func redactedURL(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return "the output's URL"
+	}
+	return p.Redacted()
+}
+
 // errRefused is an endpoint's answer that no retry changes (a 4xx but 408,
 // 409, 425 and 429): the item's output is refused, naming the status.
 type errRefused struct{ code int }
@@ -201,7 +212,7 @@ func (j *job) deliverHTTP(ctx context.Context, client *http.Client, items []save
 		case errors.As(err, &r):
 			out[i] = r.Error()
 		case err != nil:
-			return nil, fmt.Errorf("deliver item %s to %s: %w", s.Key, j.Output.URL, err)
+			return nil, fmt.Errorf("deliver item %s to %s: %w", s.Key, redactedURL(j.Output.URL), err)
 		}
 	}
 	return out, nil

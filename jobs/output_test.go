@@ -483,3 +483,28 @@ func TestJobsDeliverSQLEventsOfOneKey(t *testing.T) {
 		t.Errorf("%d events recorded in %s, want 2", n, SavesTable)
 	}
 }
+
+// A delivery that fails names the endpoint without the password its URL
+// holds: run errors and logs keep the message.
+func TestJobsDeliveryErrorHidesThePassword(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(srv.Close)
+	u := strings.Replace(srv.URL, "http://", "http://team:s3cret-pass@", 1)
+	c := mustLoad(t, fmt.Sprintf(`jobs:
+  - name: notify
+    source: {event: doc.created}
+    prompt: {item: "{{.text}}"}
+    output: {url: %s, timeout: 1s}
+`, quoted(u)))
+	j := c.jobs[0]
+	s := j.savedOf("k1", "an output", "m", time.Now())
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Budget)
+	defer cancel()
+	_, err := j.deliverHTTP(ctx, srv.Client(), []saved{s}, []string{""})
+	if err == nil || strings.Contains(err.Error(), "s3cret-pass") || !strings.Contains(err.Error(), "team:xxxxx@") {
+		t.Fatalf("error %v: want the endpoint named without its password", err)
+	}
+}
