@@ -408,9 +408,10 @@ func (g *Governor) fit(now int64, f *flow, c Cost) (int64, Blocker) {
 			b, at = Blocker{Kind: "budget", Limit: l}, t
 		}
 	}
-	if g.leased && at == now && g.leaseFor(now, c) == nil {
+	if g.leased && at == now && !g.leasesFor(now, f, c) {
 		// It fits every limit as this process sees it, but the key is
-		// shared: it needs room on a lease of this process's.
+		// shared: it needs room on a lease of this process's (and, for a
+		// flow with a budget, on a lease of that budget).
 		b, at = Blocker{Kind: "lease"}, now+int64(leaseRetry)
 	}
 	return at, b

@@ -20,6 +20,9 @@ const demandPerFlow = 8
 // leaseUse is what a lease was used for, as the governor knows it now.
 type leaseUse struct {
 	ID string
+	// Flow is the flow whose own budget the lease is of (see GrantBudget),
+	// empty for a lease of the key.
+	Flow string
 	// Used is the charges of the calls admitted on the lease, as they are
 	// now — requests, tokens and, on a priced key, money: it goes down as
 	// calls settle for less than they reserved.
@@ -39,6 +42,7 @@ type leaseUse struct {
 // lease is an open or closing lease of the governor.
 type lease struct {
 	id      string
+	flow    string // a lease of this flow's own budget, of money only (GrantBudget); empty: of the key
 	granted Cost
 	used    Cost
 	at      int64 // granted at
@@ -101,8 +105,45 @@ func (in inside) Grant(now time.Time, id string, c Cost, until time.Time) {
 	g.broadcast()
 }
 
-// leaseDemand is what the calls waiting on a leased governor need.
-type leaseDemand struct {
+// GrantBudget gives the governor a lease of flow's own budget: money
+// billionths of the unit of money that the flow's calls may cost, granted
+// to this process alone until until. On a leased governor a call of a flow
+// with a budget (FlowConfig.Budget) that costs money is admitted only when
+// it also fits the room left on one open lease of its flow's budget, and
+// is charged to it: the grantor sees to it that these leases of all
+// processes never sum to more than the flow's budget, so neither do the
+// flow's calls on all of them. A lease with an empty ID or flow, money not
+// above 0 or above MaxCost, one that ended by now, or a second grant of an
+// ID is ignored.
+func (in inside) GrantBudget(now time.Time, flow, id string, money int64, until time.Time) {
+	g := in.g
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := now.UnixNano()
+	if id == "" || flow == "" || money <= 0 || money > MaxCost || until.UnixNano() <= n {
+		return
+	}
+	for _, ls := range g.leases {
+		if ls.id == id && ls.flow == flow {
+			return
+		}
+	}
+	g.leases = append(g.leases, &lease{id: id, flow: flow, granted: Cost{Money: money}, at: n, until: until.UnixNano(), last: n})
+	g.broadcast()
+}
+
+// BudgetDemand is what a flow's waiting calls need of leases of its own
+// budget.
+type BudgetDemand struct {
+	// Want is the worst-case money of the calls that the room left on the
+	// flow's open budget leases cannot take, Min the first of those.
+	Want, Min int64
+	// Limits are the flow's budget: its MPD and MPM, in billionths.
+	Limits Limits
+}
+
+// LeaseDemand is what the calls waiting on a leased governor need.
+type LeaseDemand struct {
 	// Want is what the waiting calls that the room left on the open leases
 	// lasting past within cannot take need, each call whole on one lease
 	// (on a priced key, with their worst-case money), of as many as one
@@ -122,13 +163,18 @@ type leaseDemand struct {
 	DayPace float64
 	Burst   time.Duration
 	Ahead   Cost
+	// Budgets is, by flow, what the waiting calls of flows with a budget
+	// of their own need of leases of it (see GrantBudget).
+	Budgets map[string]BudgetDemand
 }
 
 // Demand says what the waiting calls need of new leases at now: of the
 // first calls of each flow's line (up to 8) that fit every limit and wait
 // only for room on a lease, those that the room left on the open leases
-// lasting past within cannot take, each call whole on one lease.
-func (in inside) Demand(now time.Time, within time.Duration) leaseDemand {
+// lasting past within cannot take, each call whole on one lease; and of
+// those calls of flows with a budget, the money that the room left on
+// their flows' budget leases cannot take.
+func (in inside) Demand(now time.Time, within time.Duration) LeaseDemand {
 	g := in.g
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -136,13 +182,21 @@ func (in inside) Demand(now time.Time, within time.Duration) leaseDemand {
 	// The room left on each open lease that lasts: the calls are laid on
 	// it, each whole on one lease, as admission will.
 	var rooms []Cost
+	var budgetRooms map[string][]int64
 	for _, ls := range g.leases {
-		if !ls.closed && ls.until > n+int64(within) {
+		switch {
+		case ls.closed || ls.until <= n+int64(within):
+		case ls.flow != "":
+			if budgetRooms == nil {
+				budgetRooms = map[string][]int64{}
+			}
+			budgetRooms[ls.flow] = append(budgetRooms[ls.flow], ls.granted.Money-ls.used.Money)
+		default:
 			rooms = append(rooms, ls.granted.sub(ls.used))
 		}
 	}
 	g.expire(n)
-	var d leaseDemand
+	var d LeaseDemand
 	if g.pace[RPD].on || g.pace[TPD].on {
 		d.DayPace, d.Burst = g.cfg.DayPace, g.cfg.DayBurst
 	}
@@ -161,6 +215,9 @@ func (in inside) Demand(now time.Time, within time.Duration) leaseDemand {
 		for k, r := range f.queue[:min(len(f.queue), demandPerFlow)] {
 			if _, b := g.fit(n, f, r.cost); b.Kind != "lease" && b.Kind != "" {
 				break
+			}
+			if g.onBudgetLease(f, r.cost) {
+				d.budgetWant(f, r.cost.Money, budgetRooms[f.name])
 			}
 			i := slices.IndexFunc(rooms, func(room Cost) bool { return roomFor(room, r.cost) })
 			if i >= 0 {
@@ -182,6 +239,36 @@ func (in inside) Demand(now time.Time, within time.Duration) leaseDemand {
 		}
 	}
 	return d
+}
+
+// budgetWant lays a call of f costing money on rooms, the room left on
+// f's budget leases, as admission would, or adds it to what f's budget
+// wants.
+func (d *LeaseDemand) budgetWant(f *flow, money int64, rooms []int64) {
+	if i := slices.IndexFunc(rooms, func(room int64) bool { return money <= room }); i >= 0 {
+		rooms[i] -= money
+		return
+	}
+	if d.Budgets == nil {
+		d.Budgets = map[string]BudgetDemand{}
+	}
+	b := d.Budgets[f.name]
+	if money > MaxCost-b.Want {
+		return // no lease holds more: the call waits for the next
+	}
+	b.Want += money
+	if b.Min == 0 {
+		b.Min = money
+	}
+	b.Limits = f.budget.limits
+	d.Budgets[f.name] = b
+}
+
+// onBudgetLease reports whether a call of f costing c is admitted only on
+// a lease of f's own budget: on a leased governor, when f has one and c
+// costs money.
+func (g *Governor) onBudgetLease(f *flow, c Cost) bool {
+	return g.leased && f.budget != nil && c.Money > 0
 }
 
 // LeaseWanted receives when an attempt to admit calls (Advance, or a look
@@ -210,7 +297,7 @@ func (in inside) LeaseUses(now time.Time) []leaseUse {
 	keep := g.leases[:0]
 	for _, ls := range g.leases {
 		if ls.dirty && ls.closed {
-			out = append(out, leaseUse{ID: ls.id, Used: ls.used, Last: time.Unix(0, ls.last), Closed: ls.closed, Final: ls.live == 0})
+			out = append(out, leaseUse{ID: ls.id, Flow: ls.flow, Used: ls.used, Last: time.Unix(0, ls.last), Closed: ls.closed, Final: ls.live == 0})
 			ls.dirty = false
 		}
 		if !ls.closed || ls.live > 0 {
@@ -248,14 +335,36 @@ func (g *Governor) closeLeases(now int64) {
 	}
 }
 
-// leaseFor returns the first open lease with room for c at now, or nil.
+// leaseFor returns the first open lease of the key with room for c at
+// now, or nil.
 func (g *Governor) leaseFor(now int64, c Cost) *lease {
 	for _, ls := range g.leases {
-		if !ls.closed && ls.until > now && ls.fits(c) {
+		if ls.flow == "" && !ls.closed && ls.until > now && ls.fits(c) {
 			return ls
 		}
 	}
 	return nil
+}
+
+// budgetLeaseFor returns the first open lease of flow's budget with room
+// for money at now, or nil.
+func (g *Governor) budgetLeaseFor(now int64, flow string, money int64) *lease {
+	for _, ls := range g.leases {
+		if ls.flow == flow && !ls.closed && ls.until > now && money <= ls.granted.Money-ls.used.Money {
+			return ls
+		}
+	}
+	return nil
+}
+
+// leasesFor reports whether a call of f costing c has the room it needs
+// on this process's leases at now: on a lease of the key and, when its
+// flow's budget is leased too, on a lease of that budget.
+func (g *Governor) leasesFor(now int64, f *flow, c Cost) bool {
+	if g.leaseFor(now, c) == nil {
+		return false
+	}
+	return !g.onBudgetLease(f, c) || g.budgetLeaseFor(now, f.name, c.Money) != nil
 }
 
 // wantLease tells the grant loop, without blocking, that a call waits for
@@ -279,6 +388,18 @@ func (g *Governor) chargeLease(now int64, r *Reservation) {
 	ls.live++
 	ls.dirty = true
 	r.lease = ls
+	if !g.onBudgetLease(r.f, r.cost) {
+		return
+	}
+	bl := g.budgetLeaseFor(now, r.f.name, r.cost.Money)
+	if bl == nil {
+		panic("governor: a call admitted without room on a lease of its flow's budget")
+	}
+	bl.used.Money += r.cost.Money
+	bl.last = max(bl.last, now)
+	bl.live++
+	bl.dirty = true
+	r.budgetLease = bl
 }
 
 // amendLease moves r's lease's use from r's charge was to c.
@@ -287,22 +408,30 @@ func (r *Reservation) amendLease(was, c Cost) {
 		ls.used = ls.used.sub(was).add(c)
 		ls.dirty = true
 	}
+	if bl := r.budgetLease; bl != nil {
+		bl.used.Money += c.Money - was.Money
+		bl.dirty = true
+	}
 }
 
 // sentOnLease records that r's call was sent at now.
 func (r *Reservation) sentOnLease(now int64) {
-	if ls := r.lease; ls != nil {
-		ls.last = max(ls.last, now)
-		ls.dirty = true
+	for _, ls := range [...]*lease{r.lease, r.budgetLease} {
+		if ls != nil {
+			ls.last = max(ls.last, now)
+			ls.dirty = true
+		}
 	}
 }
 
 // doneWithLease records that r's charge changes no more: the lease is
 // reported again, final once no call on it is live.
 func (r *Reservation) doneWithLease() {
-	if ls := r.lease; ls != nil {
-		ls.live--
-		ls.dirty = true
-		r.lease = nil
+	for _, ls := range [...]*lease{r.lease, r.budgetLease} {
+		if ls != nil {
+			ls.live--
+			ls.dirty = true
+		}
 	}
+	r.lease, r.budgetLease = nil, nil
 }

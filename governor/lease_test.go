@@ -306,3 +306,75 @@ func TestDemandAsksForWhatALeaseHolds(t *testing.T) {
 		t.Fatalf("demand %+v, want one call's: two are more than a lease holds", d)
 	}
 }
+
+// On a leased governor a call of a flow with a budget of its own needs
+// room on a lease of that budget too: it waits on "lease" with the key's
+// lease granted, Demand asks for its money under its flow, GrantBudget's
+// lease admits it and is charged its money, settling lowers that, and the
+// budget's lease is reported under its flow. A call of a flow without a
+// budget needs the key's lease only.
+func TestLeasedFlowBudgetNeedsItsOwnLease(t *testing.T) {
+	t.Parallel()
+	price := Price{Input: 1, Output: 2}
+	g := mustNewLeased(t, Config{Limits: Limits{RPM: 100}, Price: price, SettleOutput: true,
+		Flows: []FlowConfig{{Name: "a", Budget: Budget{Day: 1}}, {Name: "b"}}})
+	call := Cost{Requests: 1, Input: 60, Output: 40}
+	worst := price.Of(call) // 140 billionths
+	ra, err := g.Reserve(t0, "a", call)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb, err := g.Reserve(t0, "b", call)
+	if err != nil {
+		t.Fatal(err)
+	}
+	until := t0.Add(time.Second)
+	in(g).Grant(t0, "n1/key", Cost{Requests: 5, Input: 1000, Output: 1000, Money: 10 * worst}, until)
+	g.Advance(t0)
+	if !rb.Admitted() || ra.Admitted() {
+		t.Fatalf("admitted a %v, b %v; want b only: a's budget has no lease", ra.Admitted(), rb.Admitted())
+	}
+	if b := g.Blocker(t0, ra); b.Kind != "lease" {
+		t.Errorf("a waits on %+v, want a lease", b)
+	}
+	d := in(g).Demand(t0, 0)
+	if bd := d.Budgets["a"]; bd.Want != worst || bd.Min != worst || bd.Limits[MPD] != int64(Nano) || len(d.Budgets) != 1 {
+		t.Fatalf("budget demand %+v, want flow a's worst case %d under its budget of %d", d.Budgets, worst, int64(Nano))
+	}
+	in(g).GrantBudget(t0, "a", "n1/b1", worst-1, until) // too small for the call
+	in(g).GrantBudget(t0, "", "n1/b2", worst, until)    // no flow: ignored
+	in(g).GrantBudget(t0, "a", "n1/b3", 0, until)       // no money: ignored
+	g.Advance(t0)
+	if ra.Admitted() {
+		t.Fatal("a admitted on a budget lease too small for it")
+	}
+	in(g).GrantBudget(t0, "a", "n1/b4", 2*worst, until)
+	g.Advance(t0)
+	if !ra.Admitted() {
+		t.Fatal("a not admitted with room on both leases")
+	}
+	if d := in(g).Demand(t0, 0); len(d.Budgets) != 0 {
+		t.Errorf("budget demand %+v with nothing waiting", d.Budgets)
+	}
+	at := t0.Add(100 * time.Millisecond)
+	ra.Settle(at, Cost{Input: 60, Output: 10})
+	rb.Settle(at, Cost{Input: 60, Output: 10})
+	uses := in(g).LeaseUses(until.Add(time.Millisecond))
+	got := map[string]leaseUse{}
+	for _, u := range uses {
+		got[u.Flow+"|"+u.ID] = u
+	}
+	spent := price.Of(Cost{Input: 60, Output: 10})
+	if u := got["a|n1/b4"]; u.Used != (Cost{Money: spent}) || !u.Final {
+		t.Errorf("flow a's budget lease reported %+v, want %d of money used, final", u, spent)
+	}
+	if u := got["a|n1/b1"]; u.Used != (Cost{}) || !u.Final {
+		t.Errorf("the unused budget lease reported %+v, want nothing used, final", u)
+	}
+	if u := got["|n1/key"]; u.Used.Money != 2*spent || u.Used.Requests != 2 {
+		t.Errorf("the key's lease reported %+v, want both calls", u)
+	}
+	if len(uses) != 3 {
+		t.Errorf("lease uses %+v, want the key's and flow a's two", uses)
+	}
+}

@@ -32,6 +32,7 @@ type Reservation struct {
 	ready         chan struct{}
 	err           error      // why a waiting reservation was refused
 	lease         *lease     // the lease it was admitted on (Leased), until its charge changes no more
+	budgetLease   *lease     // the lease of its flow's budget it was admitted on, as lease
 	node          *aheadNode // while waiting or parked: its place in Governor.ahead, once it is kept (ahead.go)
 	pushed        bool       // a backfill moved its start later (see backfill): no other may
 }
