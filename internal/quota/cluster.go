@@ -3,11 +3,14 @@ package quota
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -84,10 +87,10 @@ type leaser struct {
 	lag time.Duration
 
 	mu      sync.Mutex
-	unsaved map[string]leaseUse // uses the store did not take yet
-	failing bool                // the last transaction failed: warned once
-	said    time.Time           // when the flows were last written down (see sayFlows)
-	seen    []store.NodeFlow    // the cluster's flows as last read, after that write
+	unsaved map[leaseID]leaseUse // uses the store did not take yet
+	failing bool                 // the last transaction failed: warned once
+	said    time.Time            // when the flows were last written down (see sayFlows)
+	seen    []store.NodeFlow     // the cluster's flows as last read, after that write
 }
 
 // flowsEvery is how often a node writes down its flows for the others to
@@ -95,6 +98,37 @@ type leaser struct {
 // three times that long ago is no longer shown (see ClusterFlows).
 func (ls *leaser) flowsEvery() time.Duration {
 	return min(max(ls.cfg.LeaseTTL, time.Second), 5*time.Second)
+}
+
+// leaseID names a lease of the key (flow empty) or of a flow's own budget.
+type leaseID struct{ flow, id string }
+
+// unitSeparator starts the part of a budget's lease key after its key's
+// name: a key shared by a cluster has none in its own (see Open).
+const unitSeparator = "\x1f"
+
+// budgetKey is the name under which the store keeps the leases of flow's
+// own budget on key: the key's name, a unit separator (which the name of
+// a key shared by a cluster never holds: see Open), "budget", another and
+// the flow's name; a unit separator, "budget" and a digest of key and flow
+// when that is longer than a key's name may be. Its
+// leases are of money only, bounded by the flow's budget (MPD, MPM), so
+// that the flow's calls of all the processes never cost more than it.
+func budgetKey(key, flow string) string {
+	k := key + unitSeparator + "budget" + unitSeparator + flow
+	if len(k) <= store.MaxKeyBytes {
+		return k
+	}
+	sum := sha256.Sum256([]byte(key + "\x00" + flow))
+	return unitSeparator + "budget" + unitSeparator + hex.EncodeToString(sum[:])
+}
+
+// storeKey is the store's key of a lease: the key's, or its flow's budget's.
+func (ls *leaser) storeKey(flow string) string {
+	if flow == "" {
+		return ls.key
+	}
+	return budgetKey(ls.key, flow)
 }
 
 // leaseUse is what a lease was used for, as the governor last reported it.
@@ -156,9 +190,15 @@ func (ls *leaser) once(ctx context.Context) {
 	now := ls.now()
 	ls.sayFlows(ctx, now)
 	d := ls.g.Inside(govkey.Key{}).Demand(now, ls.cfg.LeaseTTL/4)
-	if d.Want == (governor.Cost{}) {
+	if d.Want != (governor.Cost{}) && !ls.takeKey(ctx, now, d) {
 		return
 	}
+	ls.takeBudgets(ctx, now, d.Budgets)
+}
+
+// takeKey takes a lease of the key for d's waiting calls; it reports
+// false when the store did not answer, or the process stops.
+func (ls *leaser) takeKey(ctx context.Context, now time.Time, d governor.LeaseDemand) bool {
 	// What waits may add up to more than a lease holds (money above all:
 	// a few costly calls of many flows); a lease of the most is taken then.
 	want := leasePart(d.Want)
@@ -172,22 +212,59 @@ func (ls *leaser) once(ctx context.Context) {
 		Want: want, Min: lessOf(leasePart(d.Min), want), Weight: d.Weight, Flows: d.Flows, Limits: ls.g.Limits(), Pace: pace,
 	})
 	if ctx.Err() != nil {
-		return // stopping: the lease, if any, goes unused
+		return false // stopping: the lease, if any, goes unused
 	}
 	ls.failed(err, "take a lease")
-	if err != nil || got.ID == "" {
-		return
+	if err != nil {
+		return false
 	}
+	if got.ID != "" {
+		ls.hold(ctx, "", got)
+	}
+	return true
+}
+
+// takeBudgets takes a lease of each flow's own budget for what its
+// waiting calls need (see governor's GrantBudget), in flows' name order.
+func (ls *leaser) takeBudgets(ctx context.Context, now time.Time, budgets map[string]governor.BudgetDemand) {
+	for _, flow := range slices.Sorted(maps.Keys(budgets)) {
+		b := budgets[flow]
+		var limits [governor.NumLimits]int64
+		limits[governor.MPD], limits[governor.MPM] = b.Limits[governor.MPD], b.Limits[governor.MPM]
+		got, err := ls.st.TakeLease(ctx, store.LeaseRequest{
+			Key: ls.storeKey(flow), Node: ls.cfg.Node, At: now, TTL: min(ls.cfg.LeaseTTL+ls.lag, store.MaxLeaseTTL),
+			Want: governor.Cost{Money: b.Want}, Min: governor.Cost{Money: b.Min}, Weight: 1, Limits: limits,
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		ls.failed(err, "take a lease of a flow's budget")
+		if err != nil {
+			return
+		}
+		if got.ID != "" {
+			ls.hold(ctx, flow, got)
+		}
+	}
+}
+
+// hold gives the governor lease got, of the key (flow empty) or of flow's
+// budget.
+func (ls *leaser) hold(ctx context.Context, flow string, got store.Lease) {
 	// The lease ends on this clock when the store has it end (At+TTL, to
 	// the millisecond; At was read before the transaction began), less the
 	// lag its last call may take to reach the provider.
 	if until, at := got.Until.Add(-ls.lag), ls.now(); until.After(at) {
-		ls.g.Inside(govkey.Key{}).Grant(at, got.ID, got.Cost, until)
+		if flow == "" {
+			ls.g.Inside(govkey.Key{}).Grant(at, got.ID, got.Cost, until)
+		} else {
+			ls.g.Inside(govkey.Key{}).GrantBudget(at, flow, got.ID, got.Cost.Money, until)
+		}
 		return
 	}
 	// The transaction outlasted the lease: nothing can be admitted on it.
 	// Written down unused and final, it frees its room at once, and folds.
-	ls.failed(ls.st.SettleLease(ctx, ls.key, got.ID, governor.Cost{}, got.At, true), "settle a lease")
+	ls.failed(ls.st.SettleLease(ctx, ls.storeKey(flow), got.ID, governor.Cost{}, got.At, true), "settle a lease")
 }
 
 // leasePart returns c as a lease may hold it: each part at most
@@ -264,15 +341,15 @@ func (ls *leaser) settle(ctx context.Context) {
 	defer ls.mu.Unlock()
 	for _, u := range ls.g.Inside(govkey.Key{}).LeaseUses(ls.now()) {
 		if ls.unsaved == nil {
-			ls.unsaved = map[string]leaseUse{}
+			ls.unsaved = map[leaseID]leaseUse{}
 		}
 		// Used may be above a lease's bound only if its calls settled for
 		// more than the lease held: the store keeps a lease's use at most
 		// what it granted either way.
-		ls.unsaved[u.ID] = leaseUse{used: leasePart(u.Used), last: u.Last, final: u.Final}
+		ls.unsaved[leaseID{u.Flow, u.ID}] = leaseUse{used: leasePart(u.Used), last: u.Last, final: u.Final}
 	}
 	for id, u := range ls.unsaved {
-		err := ls.st.SettleLease(ctx, ls.key, id, u.used, u.last.Add(ls.lag), u.final)
+		err := ls.st.SettleLease(ctx, ls.storeKey(id.flow), id.id, u.used, u.last.Add(ls.lag), u.final)
 		if err != nil && ctx.Err() != nil {
 			return
 		}

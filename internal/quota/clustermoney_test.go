@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/quota"
+	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/internal/testenv"
 )
 
@@ -183,12 +185,7 @@ func TestClusterBudgetSurvivesARestart(t *testing.T) {
 		if _, day, err := st.LeaseUse(ctx, "groq", clk.Now()); err != nil || day.Money != 10*worst {
 			t.Fatalf("the store's leases of the day hold %d of money (%v), want the budget, %d", day.Money, err, 10*worst)
 		}
-		for _, l := range ledgers {
-			l.Start(ctx)
-			if err := l.Stop(ctx); err != nil {
-				t.Error(err)
-			}
-		}
+		stopAll(t, ledgers)
 	})
 }
 
@@ -301,4 +298,153 @@ func TestClusterBudgetSpentToTheLastCall(t *testing.T) {
 		}
 		t.Logf("spent %d of %d; n1 %d calls, n2 %d", spent, budget, admitted(waiting[0]), admitted(waiting[1]))
 	})
+}
+
+// Two processes share a key whose flow "a" has a budget of its own, of 10
+// calls' worst case a day; flow "b" has none. Each node's own governor
+// sees only its calls, so without leases of the flow's budget each would
+// spend it whole. Held by the store, the nodes together admit 10 of a's
+// calls and no more — the calls past it wait on a lease, naming it — while
+// b's calls go on both nodes; the store's leases of the budget hold what
+// a's calls cost. A node that stops and starts again under its name finds
+// the budget spent. On both databases; the test turns the grant loops
+// itself, on a clock it moves.
+func TestClusterHoldsAFlowsBudgetInAggregate(t *testing.T) {
+	t.Parallel()
+	testenv.Databases(t, func(t *testing.T, url string) {
+		ctx := context.Background()
+		clk := &stepClock{now: time.Date(2026, 10, 18, 7, 0, 0, 0, time.UTC)}
+		call := governor.Cost{Requests: 1, Input: 60, Output: 40}
+		const worst = 140_000 // call's money, settled as reserved
+		flows := []governor.FlowConfig{{Name: "a", Budget: governor.Budget{Day: 10 * worst / float64(governor.Nano)}}, {Name: "b"}}
+		open := func(node string) *quota.Ledger {
+			t.Helper()
+			l, err := quota.Open(ctx, testenv.OpenStore(t, url), governor.Config{Key: "groq", Limits: governor.Limits{governor.RPM: 1000},
+				Price: moneyPrice, Flows: flows, SettleOutput: true, Now: clk.Now, After: func(time.Duration) <-chan time.Time { return nil }, DayBurst: -1},
+				quota.Config{Now: clk.Now, Cluster: &quota.Cluster{Node: node, LeaseTTL: time.Minute}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l
+		}
+		n1, n2 := open("n1"), open("n2")
+		ledgers := []*quota.Ledger{n1, n2}
+		var all []*governor.Reservation
+		reserve := func(l *quota.Ledger, flow string, n int) []*governor.Reservation {
+			t.Helper()
+			var rs []*governor.Reservation
+			for range n {
+				r, err := l.Reserve(clk.Now(), flow, call)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rs = append(rs, r)
+			}
+			all = append(all, rs...)
+			return rs
+		}
+		// turn runs the grant loops and admissions until nothing more is
+		// admitted, then settles what was.
+		turn := func() {
+			for {
+				before := admitted(all)
+				for _, l := range ledgers {
+					l.LeaseOnce(ctx)
+					l.Advance(clk.Now())
+				}
+				if admitted(all) == before {
+					break
+				}
+			}
+			for _, r := range all {
+				if r.Admitted() {
+					r.Settle(clk.Now(), governor.Cost{Input: 60, Output: 40})
+				}
+			}
+		}
+		a1, a2 := reserve(n1, "a", 8), reserve(n2, "a", 8)
+		b1, b2 := reserve(n1, "b", 8), reserve(n2, "b", 8)
+		turn()
+		if got := admitted(a1) + admitted(a2); got != 10 {
+			t.Fatalf("the nodes admitted %d+%d of flow a's 16 calls with a budget of 10 calls, want 10 in all", admitted(a1), admitted(a2))
+		}
+		if admitted(b1) != 8 || admitted(b2) != 8 {
+			t.Fatalf("flow b, without a budget, had %d and %d of 8 calls admitted on its nodes; want all", admitted(b1), admitted(b2))
+		}
+		for i, l := range ledgers {
+			for _, r := range [][]*governor.Reservation{a1, a2}[i] {
+				if !r.Admitted() {
+					if b := l.Blocker(clk.Now(), r); b.Kind != "lease" {
+						t.Errorf("a call of flow a past its budget waits on %+v, want a lease of the budget", b)
+					}
+				}
+			}
+		}
+		st := testenv.OpenStore(t, url)
+		key := quota.BudgetKey("groq", "a")
+		if _, day, err := st.LeaseUse(ctx, key, clk.Now()); err != nil || day.Money != 10*worst {
+			t.Fatalf("the store's leases of flow a's budget hold %d of money (%v), want the budget, %d", day.Money, err, 10*worst)
+		}
+		// n1 stops and starts again: flow a's budget is still spent.
+		for _, r := range append(a1, a2...) {
+			if !r.Admitted() {
+				r.Cancel(clk.Now())
+			}
+		}
+		clk.set(clk.Now().Add(time.Second))
+		n1.Start(ctx)
+		if err := n1.Stop(ctx); err != nil {
+			t.Fatal(err)
+		}
+		clk.set(clk.Now().Add(time.Second))
+		again := open("n1")
+		ledgers = []*quota.Ledger{again, n2}
+		all = nil
+		if got := admitted(reserve(again, "a", 2)) + admitted(reserve(n2, "a", 2)); got != 0 {
+			t.Fatalf("%d calls of flow a admitted with its budget spent", got)
+		}
+		later := reserve(again, "b", 3)
+		turn()
+		if got := admitted(all[:4]); got != 0 {
+			t.Fatalf("after a restart the nodes admitted %d calls of flow a with its budget spent, want none", got)
+		}
+		if admitted(later) != 3 {
+			t.Fatalf("flow b had %d of 3 calls admitted after the restart, want all", admitted(later))
+		}
+		stopAll(t, ledgers)
+	})
+}
+
+// The leases of a flow's budget are kept under a name of their own beside
+// the key's, one per key and flow, within the store's bound on a key's
+// name however long the key's and the flow's names are; a key whose name
+// could make one of them is refused in a cluster.
+func TestBudgetKeys(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("k", store.MaxKeyBytes)
+	keys := map[string]bool{}
+	for _, kf := range [][2]string{{"groq", "a"}, {"groq", "b"}, {"groq-a", "b"}, {long, "a"}, {long, "b"}, {"groq", long}} {
+		k := quota.BudgetKey(kf[0], kf[1])
+		if len(k) > store.MaxKeyBytes || k == kf[0] || keys[k] {
+			t.Errorf("budget key %q of %q and %q: want a name of its own within %d bytes", k, kf[0], kf[1], store.MaxKeyBytes)
+		}
+		keys[k] = true
+	}
+	_, err := quota.Open(context.Background(), testenv.OpenStore(t, t.TempDir()+"/q.db"), governor.Config{Key: "groq\x1fbudget\x1fa", Limits: governor.Limits{governor.RPM: 10}},
+		quota.Config{Cluster: &quota.Cluster{Node: "n1"}})
+	if err == nil || !strings.Contains(err.Error(), "no unit separator") {
+		t.Errorf("a key named with a unit separator in a cluster: %v, want it refused", err)
+	}
+}
+
+// stopAll starts and stops each ledger: its leases end, written down, and
+// its charges are flushed.
+func stopAll(t *testing.T, ledgers []*quota.Ledger) {
+	t.Helper()
+	for _, l := range ledgers {
+		l.Start(context.Background())
+		if err := l.Stop(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}
 }

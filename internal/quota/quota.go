@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -78,6 +79,10 @@ func Open(ctx context.Context, st store.Store, cfg governor.Config, qc Config) (
 		var err error
 		if cc, err = qc.Cluster.withDefaults(); err != nil {
 			return nil, err
+		}
+		if strings.Contains(cfg.Key, unitSeparator) {
+			// The leases of its flows' budgets are named with it (budgetKey).
+			return nil, fmt.Errorf("quota: key %q: a key shared by a cluster has no unit separator (U+001F) in its name", cfg.Key)
 		}
 	}
 	g, err := governor.New(cfg)
