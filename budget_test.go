@@ -130,15 +130,3 @@ func TestBudgetConfigurationErrors(t *testing.T) {
 		}
 	}
 }
-
-// A flow's own budget is kept by each process: with a cluster it is
-// refused, not spent whole by each node.
-func TestFlowBudgetRefusedInACluster(t *testing.T) {
-	t.Parallel()
-	p := sluice.Provider{Name: "k", Price: governor.Price{Input: 1}}
-	_, err := sluice.New(context.Background(), sluice.Config{DatabaseURL: t.TempDir() + "/x.db", Providers: []sluice.Provider{p},
-		Cluster: &sluice.Cluster{}, Flows: []governor.FlowConfig{{Name: "a"}, {Name: "intern", Budget: sluice.Budget{Day: 1}}}})
-	if err == nil || !strings.Contains(err.Error(), "flows[1] (intern): a flow's own budget is kept by each process") {
-		t.Fatalf("a flow budget with a cluster: %v", err)
-	}
-}

@@ -342,3 +342,80 @@ func TestClusterHoldsABudgetInAggregate(t *testing.T) {
 		t.Logf("%d of %d calls cost %d of the budget %d", n, runs, s, budget)
 	})
 }
+
+// Two apps on one database share a priced key, and flow "intern" has a
+// budget per day of its own: the calls of its runs on both apps, wherever
+// they land, never cost more than that budget (held by leases of it in the
+// store), where each app alone would spend it whole, while flow "team",
+// without one, finishes all its runs. The price is of output alone, so a
+// call's worst case is its max_tokens' price: once less than that is left
+// of the budget, no call of the flow can be admitted anywhere, and the
+// test waits for that and for every team run, not for a time.
+func TestClusterHoldsAFlowsBudgetInAggregate(t *testing.T) {
+	t.Parallel()
+	testenv.Databases(t, func(t *testing.T, url string) {
+		model, client := simProvider(t, governor.Limits{})
+		price := governor.Price{Output: 10}
+		provider := sluice.Provider{Name: "groq", LLM: client, Price: price, DayBurst: -1}
+		const runs, maxTokens = 12, 1000
+		budget := int64(0.04 * governor.Nano)
+		worst := price.Of(governor.Cost{Output: maxTokens})
+		flows := []governor.FlowConfig{{Name: "intern", Budget: sluice.Budget{Day: 0.04}}, {Name: "team"}}
+		var spent, done, teamDone atomic.Int64
+		var apps []*sluice.App
+		for _, node := range []string{"node-a", "node-b"} {
+			app := newApp(t, sluice.Config{DatabaseURL: url, ExecutorID: node, Cluster: &sluice.Cluster{}, Providers: []sluice.Provider{provider}, Flows: flows})
+			for _, flow := range []string{"intern", "team"} {
+				err := sluice.Register(app, run.Function{ID: "ask-" + flow, Event: "ask-" + flow, Flow: flow}, func(ctx *sluice.Context, ev sluice.Event[ask]) (llm.Usage, error) {
+					resp, err := sluice.LLM(ctx, "call", &llm.ChatRequest{
+						Model:     "sim-model",
+						Messages:  []llm.Message{{Role: "user", Content: "Summarize the quarterly report."}},
+						MaxTokens: ev.Data.MaxTokens,
+					})
+					if err != nil {
+						return llm.Usage{}, err
+					}
+					if flow == "intern" {
+						spent.Add(price.Of(governor.Cost{Input: resp.Usage.PromptTokens, Output: resp.Usage.CompletionTokens}))
+						done.Add(1)
+					} else {
+						teamDone.Add(1)
+					}
+					return resp.Usage, nil
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := app.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			apps = append(apps, app)
+		}
+		for i := range runs {
+			for _, flow := range []string{"intern", "team"} {
+				if _, err := apps[i%2].Send(context.Background(), "ask-"+flow, fmt.Sprint(flow, "-", i), ask{MaxTokens: maxTokens}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		testenv.WaitUntil(t, 10*time.Millisecond, func() (bool, string) {
+			s, n, m := spent.Load(), done.Load(), teamDone.Load()
+			return budget-s < worst && m == runs && model.Stats().Requests == n+m,
+				fmt.Sprintf("intern: %d calls answered, %d of its budget %d spent; team: %d of %d; %d calls at the provider", n, s, budget, m, runs, model.Stats().Requests)
+		})
+		s, n := spent.Load(), done.Load()
+		if s > budget {
+			t.Fatalf("flow intern's %d calls cost %d billionths together, over its budget of %d", n, s, budget)
+		}
+		for _, app := range apps {
+			if err := app.Stop(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := model.Stats().Requests; got != n+runs {
+			t.Fatalf("the provider had %d calls, want the %d intern calls answered within the budget and the %d of team", got, n, runs)
+		}
+		t.Logf("intern: %d of %d calls cost %d of its budget %d; team: %d calls", n, runs, s, budget, runs)
+	})
+}

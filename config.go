@@ -229,13 +229,6 @@ func (c Config) validate() error {
 			return fmt.Errorf("providers[%d] (%s): %w", i, name, err)
 		}
 	}
-	if c.Cluster != nil {
-		for i, f := range c.Flows {
-			if !f.Budget.IsZero() {
-				return fmt.Errorf("flows[%d] (%s): a flow's own budget is kept by each process, so with Cluster set each would spend it whole; give the provider a Budget, which the processes hold together", i, f.Name)
-			}
-		}
-	}
 	for i, r := range c.Routes {
 		switch {
 		case r.Name == "":

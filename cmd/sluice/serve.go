@@ -215,9 +215,6 @@ func (f *serveFlags) check(env *cli.Env, fs *flag.FlagSet) (*servePlan, error) {
 			if err := fl.Budget.Validate(f.price); err != nil {
 				return nil, refuse(fmt.Sprintf("flows[%d].budget", i), fmt.Errorf("flow %q: %w", fl.Name, err))
 			}
-			if f.app.Node != "" && !fl.Budget.IsZero() {
-				return nil, refuse(fmt.Sprintf("flows[%d].budget", i), fmt.Errorf("flow %q: a flow's own budget is kept by each process, so with --node each node would spend it whole; give the key a --budget, which the nodes hold together", fl.Name))
-			}
 		}
 		if err := checkMaxFlowParked(*f.maxParked); err != nil {
 			return nil, refuse("max-flow-parked", err)

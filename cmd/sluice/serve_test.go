@@ -208,7 +208,6 @@ func TestServeConfigFile(t *testing.T) {
 		{"budget on a node, then a bad profile", "", []string{"--price", "input=1", "--budget", "day=5", "--node", "a", "--profile", "acme"}, "--profile: "},
 		{"a flow's bad budget", "gateway: true\nflows:\n  - {name: a, budget: \"day=x\"}\n", nil, `flows[0].budget: budget day: "x" is not a number`},
 		{"a flow's budget without a price", "gateway: true\nflows:\n  - {name: a, budget: \"day=1\"}\n", nil, `flow "a": a budget needs the key's price`},
-		{"a flow's budget on a node", "gateway: true\nprice: input=1\nnode: a\nflows:\n  - {name: a}\n  - {name: b, budget: \"day=1\"}\n", nil, `flows[1].budget: flow "b": a flow's own budget is kept by each process, so with --node each node would spend it whole`},
 		{"flag wins over the file", "run_timeout: -5m\nlimits: nope=3\n", []string{"--run-timeout", "1m"}, "(line 2)"},
 		{"bad log format", "log_format: xml\n", nil, `log_format: "xml": want auto, text or json (line 1)`},
 		{"bad profile", "profile: acme\n", nil, "profile: "},
