@@ -56,18 +56,24 @@ var soakSlack = map[string]float64{
 	"db_conns":   4,
 }
 
+// maxSoakFailures bounds how many failed runs a soak report describes.
+const maxSoakFailures = 10
+
 type soakReport struct {
-	Driver      string  `json:"driver"`        // sqlite or postgres
-	Duration    string  `json:"duration"`      // of pipeline time, warm-up excluded
-	Speed       float64 `json:"speed"`         // compression: pipeline time per wall time
-	Wall        string  `json:"wall"`          // measured, warm-up and drains included
-	RatePerMin  float64 `json:"rate_per_min"`  // documents sent per minute of pipeline time
-	Sent        int     `json:"sent"`          // runs started, warm-up included
-	Completed   int     `json:"completed"`     // runs that ended completed
-	Failed      int     `json:"failed"`        // runs that ended any other way
-	LateSends   int     `json:"late_sends"`    // sends more than one interval behind schedule
-	LLMRequests int64   `json:"llm_requests"`  // requests the simulator received
-	LLMOK       int64   `json:"llm_succeeded"` // of them, answered 200 with a whole body
+	Driver     string  `json:"driver"`       // sqlite or postgres
+	Duration   string  `json:"duration"`     // of pipeline time, warm-up excluded
+	Speed      float64 `json:"speed"`        // compression: pipeline time per wall time
+	Wall       string  `json:"wall"`         // measured, warm-up and drains included
+	RatePerMin float64 `json:"rate_per_min"` // documents sent per minute of pipeline time
+	Sent       int     `json:"sent"`         // runs started, warm-up included
+	Completed  int     `json:"completed"`    // runs that ended completed
+	Failed     int     `json:"failed"`       // runs that ended any other way
+	// Failures says how the first maxSoakFailures failed runs ended: their
+	// ID, status, step and error.
+	Failures    []string `json:"failures,omitempty"`
+	LateSends   int      `json:"late_sends"`    // sends more than one interval behind schedule
+	LLMRequests int64    `json:"llm_requests"`  // requests the simulator received
+	LLMOK       int64    `json:"llm_succeeded"` // of them, answered 200 with a whole body
 	// LLMFaults counts the simulator's injected faults by kind; LLMRejected
 	// its rate-limit rejections (the governor should keep these near 0).
 	LLMFaults   map[string]int64 `json:"llm_faults"`
@@ -371,6 +377,9 @@ func (s *soak) wait(ctx context.Context, timeout time.Duration, rep *soakReport)
 			rep.Completed++
 		} else {
 			rep.Failed++
+			if len(rep.Failures) < maxSoakFailures {
+				rep.Failures = append(rep.Failures, fmt.Sprintf("%s %s at step %q: %s", st.ID, st.Status, st.Step, st.Error))
+			}
 		}
 	}
 	s.pending = s.pending[:0]
@@ -441,6 +450,9 @@ func soakVerdict(samples []soakSample) ([]soakSeries, bool) {
 func printSoak(w io.Writer, rep soakReport) {
 	fmt.Fprintf(w, "%s: %s of pipeline time at %g× (%s wall), %g documents a minute\n", rep.Driver, rep.Duration, rep.Speed, rep.Wall, rep.RatePerMin)
 	fmt.Fprintf(w, "runs: sent %d  completed %d  failed %d  late sends %d\n", rep.Sent, rep.Completed, rep.Failed, rep.LateSends)
+	for _, f := range rep.Failures {
+		fmt.Fprintf(w, "  failed: %s\n", f)
+	}
 	fmt.Fprintf(w, "LLM calls: %d  succeeded %d  rate-limited %d  faults", rep.LLMRequests, rep.LLMOK, rep.LLMRejected)
 	for f := forecast.Fault5xx; f < forecast.NumFaults; f++ {
 		fmt.Fprintf(w, " %s %d", f, rep.LLMFaults[f.String()])

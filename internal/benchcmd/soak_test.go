@@ -34,7 +34,7 @@ func TestBenchSoak(t *testing.T) {
 	rep.Samples = nil
 	t.Logf("%+v", rep)
 	if rep.Sent != 80 || rep.Completed != rep.Sent || rep.Failed != 0 {
-		t.Errorf("sent %d, completed %d, failed %d: want 80 sent, all completed", rep.Sent, rep.Completed, rep.Failed)
+		t.Errorf("sent %d, completed %d, failed %d %q: want 80 sent, all completed", rep.Sent, rep.Completed, rep.Failed, rep.Failures)
 	}
 	var faults int64
 	for _, n := range rep.LLMFaults {
