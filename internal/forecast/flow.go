@@ -44,6 +44,11 @@ type FlowState struct {
 	doneIDs    []uint64
 	doubleRuns int
 	sent       int
+	// price is what the flow's calls cost on the one key of a scenario
+	// without targets (its model's, Scenario.PriceOf); spent is what its
+	// succeeded calls cost, at that price or at their target's.
+	price governor.Price
+	spent spendLog
 }
 
 // markDone records item id done and reports whether it was done before.

@@ -107,6 +107,10 @@ func newWorld(sc *Scenario, pol Policy, trace func(TraceRecord)) (*World, error)
 	}
 	for i, fc := range sc.Flows {
 		f := &FlowState{cfg: fc, idx: i, doneBy: make([]float64, w.hours), doneOn: make([]int, len(w.targets))}
+		if pr, ok := sc.PriceOf(&fc); ok {
+			f.price = governor.Price{Input: pr.Input, Output: pr.Output}
+		}
+		f.spent = w.newSpendLog()
 		w.flows = append(w.flows, f)
 		w.byName[fc.Name] = f
 	}
