@@ -44,9 +44,10 @@ type FlowState struct {
 	doneIDs    []uint64
 	doubleRuns int
 	sent       int
-	// price is what the flow's calls cost on the one key of a scenario
-	// without targets (its model's, Scenario.PriceOf); spent is what its
-	// succeeded calls cost, at that price or at their target's.
+	// price is, for a flow with a budget of its own, what its calls cost
+	// on the one key of a scenario without targets (Scenario.KeyPrice);
+	// spent is what its succeeded calls cost, at that price or at their
+	// target's (zero for a flow without a budget).
 	price governor.Price
 	spent spendLog
 }
