@@ -70,7 +70,8 @@ func runPlan(ctx context.Context, env *cli.Env, args []string) error {
 			"the provider charges it; every flow whose largest request can never fit a limit, with the\n"+
 			"largest batch that does; each backlog's ETA and stall risk from a simulation of sluice's\n"+
 			"governor (the one `sluice bench quota` runs); and, with prices, the cost per day and per\n"+
-			"backlog. With --set or --drop-flow it plans the changed configuration too, side by side.\n\n"+
+			"backlog, and a flow's (a target's) money a day and in 30 days against its own budget and when\n"+
+			"that runs out. With --set or --drop-flow it plans the changed configuration too, side by side.\n\n"+
 			"Instead of a scenario, --config (a gateway's config file) or --db alone (the configuration an\n"+
 			"app last recorded there) gives the key and its flows, and the database the last day's calls\n"+
 			"(their sizes, items per call) and each backfill's backlog. A serve config file with jobs: gives\n"+
