@@ -70,7 +70,8 @@ func runPlan(ctx context.Context, env *cli.Env, args []string) error {
 			"the provider charges it; every flow whose largest request can never fit a limit, with the\n"+
 			"largest batch that does; each backlog's ETA and stall risk from a simulation of sluice's\n"+
 			"governor (the one `sluice bench quota` runs); and, with prices, the cost per day and per\n"+
-			"backlog. With --set or --drop-flow it plans the changed configuration too, side by side.\n\n"+
+			"backlog, and a flow's (a target's) money a day and in 30 days against its own budget and when\n"+
+			"that runs out. With --set or --drop-flow it plans the changed configuration too, side by side.\n\n"+
 			"Instead of a scenario, --config (a gateway's config file) or --db alone (the configuration an\n"+
 			"app last recorded there) gives the key and its flows, and the database the last day's calls\n"+
 			"(their sizes, items per call) and each backfill's backlog. A serve config file with jobs: gives\n"+
@@ -301,6 +302,11 @@ func writePlan(out io.Writer, p, q *plan.Plan) {
 	}
 	tw.Flush()
 	for i, pl := range []*plan.Plan{p, q} {
+		if pl != nil && flowBudgets(pl) {
+			writeFlowBudgets(out, pl, q != nil && i == 1)
+		}
+	}
+	for i, pl := range []*plan.Plan{p, q} {
 		if pl != nil && len(pl.Targets) > 0 {
 			writeTargets(out, pl, q != nil && i == 1)
 		}
@@ -346,35 +352,70 @@ func writeTargets(out io.Writer, p *plan.Plan, whatIf bool) {
 			}
 			return fmt.Sprintf("%.2f", x)
 		}
-		budget := func(x float64) string {
-			if x == 0 {
-				return "-"
-			}
-			return fmt.Sprintf("%.2f", x)
-		}
-		var runs []string
-		for _, b := range []struct {
-			name string
-			b    *plan.Budget
-		}{{"day", t.DayBudget}, {"month", t.MonthBudget}} {
-			switch {
-			case b.b == nil:
-			case b.b.RunsOutHours != nil:
-				runs = append(runs, fmt.Sprintf("%s: at %s h", b.name, group(*b.b.RunsOutHours)))
-			case b.b.Days != nil:
-				runs = append(runs, fmt.Sprintf("%s: not within %s h (in ~%s days at this rate)", b.name, group(p.SimulatedHours), group(*b.b.Days)))
-			default:
-				runs = append(runs, fmt.Sprintf("%s: not within %s h", b.name, group(p.SimulatedHours)))
-			}
-		}
-		if len(runs) == 0 {
-			runs = []string{"-"}
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", t.Name, group(t.ItemsPerDay), group(t.RequestsPerDay),
-			group(t.TokensPerDay), limit("rpd"), limit("tpd"), money(t.MoneyPerDay), money(t.Money30Days),
-			budget(t.BudgetDay), budget(t.BudgetMonth), strings.Join(runs, "; "))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.Name, group(t.ItemsPerDay), group(t.RequestsPerDay),
+			group(t.TokensPerDay), limit("rpd"), limit("tpd"), spendCells(t.Spend, p.SimulatedHours, money))
 	}
 	tw.Flush()
+}
+
+// writeFlowBudgets prints the flows of p that have a budget of their own:
+// their money against it, and when it runs out.
+func writeFlowBudgets(out io.Writer, p *plan.Plan, whatIf bool) {
+	title := "Flows' own budgets"
+	if whatIf {
+		title += ", what if"
+	}
+	fmt.Fprintf(out, "\n%s (their spend in the simulation, a day on average):\n", title)
+	tw := tabwriter.NewWriter(out, 2, 8, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "FLOW\tMONEY/DAY\tMONEY/30 DAYS\tBUDGET/DAY\tBUDGET/MONTH\tBUDGET RUNS OUT\t")
+	money := func(x float64) string { return fmt.Sprintf("%.2f", x) }
+	for _, n := range flowNames(p, nil) {
+		if f := p.Flows[n]; f.Spend != nil {
+			fmt.Fprintf(tw, "%s\t%s\n", n, spendCells(*f.Spend, p.SimulatedHours, money))
+		}
+	}
+	tw.Flush()
+}
+
+// flowBudgets reports whether a flow of p has a budget of its own.
+func flowBudgets(p *plan.Plan) bool {
+	for _, f := range p.Flows {
+		if f.Spend != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// spendCells are the cells of a target's or a flow's money against its
+// budgets, in a simulation of hours: money a day and in 30 days (as money
+// writes it), the budgets, and when each runs out.
+func spendCells(s plan.Spend, hours float64, money func(float64) string) string {
+	budget := func(x float64) string {
+		if x == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.2f", x)
+	}
+	var runs []string
+	for _, b := range []struct {
+		name string
+		b    *plan.Budget
+	}{{"day", s.DayBudget}, {"month", s.MonthBudget}} {
+		switch {
+		case b.b == nil:
+		case b.b.RunsOutHours != nil:
+			runs = append(runs, fmt.Sprintf("%s: at %s h", b.name, group(*b.b.RunsOutHours)))
+		case b.b.Days != nil:
+			runs = append(runs, fmt.Sprintf("%s: not within %s h (in ~%s days at this rate)", b.name, group(hours), group(*b.b.Days)))
+		default:
+			runs = append(runs, fmt.Sprintf("%s: not within %s h", b.name, group(hours)))
+		}
+	}
+	if len(runs) == 0 {
+		runs = []string{"-"}
+	}
+	return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t", money(s.MoneyPerDay), money(s.Money30Days), budget(s.BudgetDay), budget(s.BudgetMonth), strings.Join(runs, "; "))
 }
 
 // eta says when a flow's backlog is done.

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 
 	"encoding/json"
+	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -163,5 +165,61 @@ func TestPlanTargets(t *testing.T) {
 	}
 	if len(p.Targets) != 2 || p.Targets[0].Name != "primary" || p.Targets[0].MoneyPerDay <= 0 || p.Targets[1].ItemsPerDay <= 0 {
 		t.Errorf("targets %+v", p.Targets)
+	}
+}
+
+// TestPlanFlowBudgets: a flow with a budget of its own gets a row of its
+// money against it, in the text and in the JSON; a plan without one has
+// no such table.
+func TestPlanFlowBudgets(t *testing.T) {
+	t.Parallel()
+	const file = "../../internal/bench/testdata/flow-budget.yaml"
+	code, text, errOut := runCLI("plan", "--scenario", file)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	code, js, errOut := runCLI("plan", "--scenario", file, "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var p struct {
+		Flows map[string]struct {
+			MoneyPerDay *float64 `json:"money_per_day"`
+			BudgetDay   float64  `json:"budget_day"`
+			DayBudget   *struct {
+				RunsOutHours *float64 `json:"runs_out_hours"`
+			} `json:"day_budget"`
+		} `json:"flows"`
+	}
+	if err := json.Unmarshal([]byte(js), &p); err != nil {
+		t.Fatal(err)
+	}
+	intern, team := p.Flows["intern"], p.Flows["team"]
+	if intern.MoneyPerDay == nil || intern.BudgetDay != 0.5 || intern.DayBudget == nil || intern.DayBudget.RunsOutHours == nil {
+		t.Fatalf("intern %+v, want its money against its budget of 0.50 a day, run out", intern)
+	}
+	if team.MoneyPerDay != nil || team.DayBudget != nil {
+		t.Errorf("team has no budget, but its plan has money against one: %+v", team)
+	}
+	row := regexp.MustCompile(fmt.Sprintf(`(?m)^ *intern +%.2f +[0-9.]+ +0\.50 +- +day: at %d h *$`, *intern.MoneyPerDay, int64(*intern.DayBudget.RunsOutHours)))
+	if !row.MatchString(text) {
+		t.Errorf("the plan has no row of intern's money against its budget (%s):\n%s", row, text)
+	}
+	for _, want := range []string{"Flows' own budgets", "BUDGET RUNS OUT"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the plan has no %q:\n%s", want, text)
+		}
+	}
+	_, table, _ := strings.Cut(text, "Flows' own budgets")
+	table, _, _ = strings.Cut(table, "Warnings")
+	if strings.Contains(table, "team") {
+		t.Errorf("team, without a budget, is in the budgets' table:\n%s", text)
+	}
+	code, text, errOut = runCLI("plan", "--scenario", "../../internal/bench/testdata/devpick.yaml")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if strings.Contains(text, "own budgets") {
+		t.Errorf("a plan without flow budgets shows their table:\n%s", text)
 	}
 }

@@ -62,8 +62,7 @@ type llDeployment struct {
 	t          int
 	rpm, tpm   int64
 	price      governor.Price
-	budget     float64       // money; 0: none
-	period     time.Duration // budget_duration
+	budget     llBudget // max_budget and budget_duration; none: no budget
 	defaultMax int64
 
 	coolUntil   time.Time
@@ -72,11 +71,36 @@ type llDeployment struct {
 	usageMinute int64 // the minute rpmUsed and tpmUsed count
 	rpmUsed     int64
 	tpmUsed     int64
+}
+
+// llBudget is a LiteLLM budget: max_budget over budget_duration, of a
+// deployment, or of a virtual key (a flow's budget per day) and its team
+// (the flow's budget per month).
+type llBudget struct {
+	budget float64       // money; 0: none
+	period time.Duration // budget_duration
 	// spend is what the calls that ended in the budget window cost, as
 	// LiteLLM records it after a call ends; windowStart is the window's
 	// start, at the first spend after the last window ended.
 	spend       float64
 	windowStart time.Time
+}
+
+// inBudget reports whether b lets a call through: no budget, or its
+// window's spend below it.
+func (b *llBudget) inBudget(now time.Time) bool {
+	if b.budget <= 0 || b.windowStart.IsZero() || !now.Before(b.windowStart.Add(b.period)) {
+		return true
+	}
+	return b.spend < b.budget
+}
+
+// record adds what a call that ended now cost.
+func (b *llBudget) record(now time.Time, cost float64) {
+	if b.windowStart.IsZero() || !now.Before(b.windowStart.Add(b.period)) {
+		b.windowStart, b.spend = now, 0
+	}
+	b.spend += cost
 }
 
 type litellmPolicy struct {
@@ -94,6 +118,10 @@ type llFlow struct {
 	taken    int     // items in them
 	inflight int     // of those, items in calls sent and not answered
 	backoff  time.Duration
+	// budgets are the flow's own, as a virtual key's max_budget per day
+	// and its team's per month, spent at price (its model's).
+	budgets []llBudget
+	price   governor.Price
 }
 
 // llRequest is one of a client's requests, through the router's retries
@@ -118,9 +146,9 @@ func newLiteLLM(name string, sc *forecast.Scenario) (*litellmPolicy, error) {
 			price: t.Price, defaultMax: t.Provider.DefaultMaxTokens}
 		switch {
 		case t.Budget.Day > 0:
-			d.budget, d.period = t.Budget.Day, 24*time.Hour
+			d.budget = llBudget{budget: t.Budget.Day, period: 24 * time.Hour}
 		case t.Budget.Month > 0:
-			d.budget, d.period = t.Budget.Month, governor.Month
+			d.budget = llBudget{budget: t.Budget.Month, period: governor.Month}
 		}
 		p.deps = append(p.deps, d)
 	}
@@ -134,6 +162,15 @@ func (p *litellmPolicy) Start(w *forecast.World) {
 			rt = p.sc.RouteOf(f.Flow())
 		}
 		fl := &llFlow{f: f}
+		if b := f.Flow().Budget; !b.IsZero() {
+			fl.price = p.sc.KeyPrice()
+			if b.Day > 0 {
+				fl.budgets = append(fl.budgets, llBudget{budget: b.Day, period: 24 * time.Hour})
+			}
+			if b.Month > 0 {
+				fl.budgets = append(fl.budgets, llBudget{budget: b.Month, period: governor.Month})
+			}
+		}
 		if p.name == FixedFallback {
 			for _, t := range rt {
 				fl.groups = append(fl.groups, []int{t})
@@ -174,22 +211,13 @@ func (p *litellmPolicy) fill(w *forecast.World, fl *llFlow) {
 
 func minuteOf(t time.Time) int64 { return t.Unix() / 60 }
 
-// inBudget reports whether d may be picked: no budget, or its window's
-// spend below it.
-func (d *llDeployment) inBudget(now time.Time) bool {
-	if d.budget <= 0 || d.windowStart.IsZero() || !now.Before(d.windowStart.Add(d.period)) {
-		return true
-	}
-	return d.spend < d.budget
-}
-
 // healthy returns the deployments of group not cooling down and within
 // their budgets.
 func (p *litellmPolicy) healthy(now time.Time, group []int) []int {
 	var out []int
 	for _, i := range group {
 		d := p.deps[i]
-		if now.Before(d.coolUntil) || !d.inBudget(now) {
+		if now.Before(d.coolUntil) || !d.budget.inBudget(now) {
 			continue
 		}
 		out = append(out, i)
@@ -264,6 +292,15 @@ func (p *litellmPolicy) pick(w *forecast.World, q *llRequest, input int64) int {
 // group, or, when none may serve it, a failed try.
 func (p *litellmPolicy) try(w *forecast.World, q *llRequest) {
 	f := q.fl.f
+	for i := range q.fl.budgets {
+		if !q.fl.budgets[i].inBudget(w.Now()) {
+			// The proxy checks the key's and the team's budgets before it
+			// routes: a budget_exceeded error, never retried by the
+			// router, that the client tries again after its backoff.
+			p.clientRetry(w, q)
+			return
+		}
+	}
 	input := f.Flow().PromptTokens + int64(len(q.items))*f.Flow().ItemInputTokens
 	i := p.pick(w, q, input)
 	if i < 0 {
@@ -308,12 +345,14 @@ func (p *litellmPolicy) succeeded(w *forecast.World, q *llRequest, d *llDeployme
 	d.tpmUsed += usage.Tokens()
 	if !d.price.IsZero() {
 		// Spend is recorded when the call has ended, from its usage.
-		if d.windowStart.IsZero() || !now.Before(d.windowStart.Add(d.period)) {
-			d.windowStart, d.spend = now, 0
-		}
-		d.spend += float64(d.price.Of(usage)) / governor.Nano
+		d.budget.record(now, float64(d.price.Of(usage))/governor.Nano)
 	}
 	fl := q.fl
+	if !fl.price.IsZero() {
+		for i := range fl.budgets {
+			fl.budgets[i].record(now, float64(fl.price.Of(usage))/governor.Nano)
+		}
+	}
 	fl.requests--
 	fl.taken -= len(q.items)
 	fl.backoff = 0
@@ -363,8 +402,15 @@ func (p *litellmPolicy) failed(w *forecast.World, q *llRequest, i int, retryAfte
 		w.At(now, func() { p.try(w, q) })
 	default:
 		// The router raised: the client tries the request again later.
-		fl.backoff = min(max(2*fl.backoff, clientBackoffMin), clientBackoffMax)
-		q.group, q.attempt, q.failed = 0, 0, map[int]bool{}
-		w.At(now.Add(fl.backoff), func() { p.try(w, q) })
+		p.clientRetry(w, q)
 	}
+}
+
+// clientRetry has the client send q again after its backoff, from its
+// first model group.
+func (p *litellmPolicy) clientRetry(w *forecast.World, q *llRequest) {
+	fl := q.fl
+	fl.backoff = min(max(2*fl.backoff, clientBackoffMin), clientBackoffMax)
+	q.group, q.attempt, q.failed = 0, 0, map[int]bool{}
+	w.At(w.Now().Add(fl.backoff), func() { p.try(w, q) })
 }

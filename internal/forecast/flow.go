@@ -44,6 +44,12 @@ type FlowState struct {
 	doneIDs    []uint64
 	doubleRuns int
 	sent       int
+	// price is, for a flow with a budget of its own, what its calls cost
+	// on the one key of a scenario without targets (Scenario.KeyPrice);
+	// spent is what its succeeded calls cost, at that price or at their
+	// target's (zero for a flow without a budget).
+	price governor.Price
+	spent spendLog
 }
 
 // markDone records item id done and reports whether it was done before.

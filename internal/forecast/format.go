@@ -12,24 +12,25 @@ import (
 // configuration and what the store recorded, and what --set edits.
 func Format(s *Scenario) ([]byte, error) {
 	type flow struct {
-		Name             string   `yaml:"name"`
-		Priority         int      `yaml:"priority,omitempty"`
-		Weight           float64  `yaml:"weight"`
-		Backlog          int      `yaml:"backlog,omitempty"`
-		ArrivalsPerDay   float64  `yaml:"arrivals_per_day,omitempty"`
-		After            string   `yaml:"after,omitempty"`
-		BatchMax         int      `yaml:"batch_max"`
-		PromptTokens     int64    `yaml:"prompt_tokens,omitempty"`
-		ItemInputTokens  int64    `yaml:"item_input_tokens,omitempty"`
-		ItemOutputTokens int64    `yaml:"item_output_tokens,omitempty"`
-		ItemMaxTokens    int64    `yaml:"item_max_tokens,omitempty"`
-		Model            string   `yaml:"model,omitempty"`
-		Every            string   `yaml:"every,omitempty"`
-		PerRun           int      `yaml:"per_run,omitempty"`
-		Gap              string   `yaml:"gap,omitempty"`
-		Targets          []string `yaml:"targets,omitempty"`
-		Rule             string   `yaml:"rule,omitempty"`
-		MaxWait          string   `yaml:"max_wait,omitempty"`
+		Name             string             `yaml:"name"`
+		Priority         int                `yaml:"priority,omitempty"`
+		Weight           float64            `yaml:"weight"`
+		Backlog          int                `yaml:"backlog,omitempty"`
+		ArrivalsPerDay   float64            `yaml:"arrivals_per_day,omitempty"`
+		After            string             `yaml:"after,omitempty"`
+		BatchMax         int                `yaml:"batch_max"`
+		PromptTokens     int64              `yaml:"prompt_tokens,omitempty"`
+		ItemInputTokens  int64              `yaml:"item_input_tokens,omitempty"`
+		ItemOutputTokens int64              `yaml:"item_output_tokens,omitempty"`
+		ItemMaxTokens    int64              `yaml:"item_max_tokens,omitempty"`
+		Model            string             `yaml:"model,omitempty"`
+		Every            string             `yaml:"every,omitempty"`
+		PerRun           int                `yaml:"per_run,omitempty"`
+		Gap              string             `yaml:"gap,omitempty"`
+		Targets          []string           `yaml:"targets,omitempty"`
+		Rule             string             `yaml:"rule,omitempty"`
+		MaxWait          string             `yaml:"max_wait,omitempty"`
+		Budget           map[string]float64 `yaml:"budget,omitempty"`
 	}
 	type outage struct {
 		Start    string `yaml:"start"`
@@ -102,6 +103,7 @@ func Format(s *Scenario) ([]byte, error) {
 		if f.MaxWait != 0 {
 			fl.MaxWait = f.MaxWait.String()
 		}
+		fl.Budget = budgetMap(f.Budget)
 		out.Flows = append(out.Flows, fl)
 	}
 	for _, t := range s.Targets {
@@ -121,13 +123,19 @@ func Format(s *Scenario) ([]byte, error) {
 		if !t.Price.IsZero() {
 			tg.Price = map[string]float64{"input": t.Price.Input, "cached_input": t.Price.CachedInput, "output": t.Price.Output}
 		}
-		if !t.Budget.IsZero() {
-			tg.Budget = map[string]float64{"day": t.Budget.Day, "month": t.Budget.Month}
-		}
+		tg.Budget = budgetMap(t.Budget)
 		for _, o := range t.Outages {
 			tg.Outages = append(tg.Outages, outage{Start: o.Start.String(), Duration: o.Duration.String(), Mode: o.Mode.String()})
 		}
 		out.Targets = append(out.Targets, tg)
 	}
 	return yaml.Marshal(out)
+}
+
+// budgetMap writes a budget as the file lays it out; nil for none.
+func budgetMap(b governor.Budget) map[string]float64 {
+	if b.IsZero() {
+		return nil
+	}
+	return map[string]float64{"day": b.Day, "month": b.Month}
 }

@@ -9,7 +9,7 @@ import (
 // back, is the same scenario.
 func TestFormatRoundTrip(t *testing.T) {
 	for _, path := range []string{"../bench/testdata/devpick.yaml", "../bench/testdata/anthropic-settle.yaml", "../bench/testdata/groq-faults.yaml", "../bench/testdata/devpick-otpm-unannounced.yaml", "../plan/testdata/devpick-10-18.yaml",
-		"../bench/testdata/groq-two-models-paid.yaml", "../bench/testdata/primary-outage.yaml"} {
+		"../bench/testdata/groq-two-models-paid.yaml", "../bench/testdata/primary-outage.yaml", "../bench/testdata/flow-budget.yaml"} {
 		sc, err := Load(path)
 		if err != nil {
 			t.Fatal(err)

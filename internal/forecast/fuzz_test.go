@@ -33,6 +33,8 @@ func FuzzScenarioParse(f *testing.F) {
 		"duration: 1h\nprovider: {unannounced: [otpm], limits: {otpm: 5}}\nflows: [{name: x}]\n",
 		"duration: 1h\nseed: 0x7fffffffffffffff\nflows: [{name: x, weight: .nan}]\n",
 		targetsBase,
+		budgetBase,
+		"duration: 1h\nprices: {m: {input: 1}}\nflows: [{name: x, budget: {day: 1e-9, month: 1e9}}]\n",
 		"duration: 1h\ntargets: [{name: a, outages: [{start: 0s, duration: 1h, mode: down}]}]\nflows: [{name: x, targets: [a], max_wait: 1ns}]\n",
 		"",
 		"- a\n",

@@ -41,24 +41,25 @@ type file struct {
 		Unannounced      []limit         `yaml:"unannounced"`
 	} `yaml:"provider"`
 	Flows []struct {
-		Name             text     `yaml:"name"`
-		Priority         whole    `yaml:"priority"`
-		Weight           *number  `yaml:"weight"` // nil: 1
-		Backlog          whole    `yaml:"backlog"`
-		ArrivalsPerDay   number   `yaml:"arrivals_per_day"`
-		After            text     `yaml:"after"`
-		BatchMax         *whole   `yaml:"batch_max"` // nil: 1
-		PromptTokens     whole    `yaml:"prompt_tokens"`
-		ItemInputTokens  whole    `yaml:"item_input_tokens"`
-		ItemOutputTokens whole    `yaml:"item_output_tokens"`
-		ItemMaxTokens    whole    `yaml:"item_max_tokens"`
-		Model            text     `yaml:"model"`
-		Every            duration `yaml:"every"`
-		PerRun           whole    `yaml:"per_run"`
-		Gap              duration `yaml:"gap"`
-		Targets          []text   `yaml:"targets"`
-		Rule             rule     `yaml:"rule"`
-		MaxWait          duration `yaml:"max_wait"`
+		Name             text       `yaml:"name"`
+		Priority         whole      `yaml:"priority"`
+		Weight           *number    `yaml:"weight"` // nil: 1
+		Backlog          whole      `yaml:"backlog"`
+		ArrivalsPerDay   number     `yaml:"arrivals_per_day"`
+		After            text       `yaml:"after"`
+		BatchMax         *whole     `yaml:"batch_max"` // nil: 1
+		PromptTokens     whole      `yaml:"prompt_tokens"`
+		ItemInputTokens  whole      `yaml:"item_input_tokens"`
+		ItemOutputTokens whole      `yaml:"item_output_tokens"`
+		ItemMaxTokens    whole      `yaml:"item_max_tokens"`
+		Model            text       `yaml:"model"`
+		Every            duration   `yaml:"every"`
+		PerRun           whole      `yaml:"per_run"`
+		Gap              duration   `yaml:"gap"`
+		Targets          []text     `yaml:"targets"`
+		Rule             rule       `yaml:"rule"`
+		MaxWait          duration   `yaml:"max_wait"`
+		Budget           budgetFile `yaml:"budget"`
 	} `yaml:"flows"`
 	Targets []targetFile `yaml:"targets"`
 }
@@ -69,6 +70,16 @@ type faultsFile struct {
 	Timeout  number `yaml:"timeout"`
 	Reset    number `yaml:"reset"`
 	BadJSON  number `yaml:"bad_json"`
+}
+
+// budgetFile is the layout of a target's or a flow's budget, in money.
+type budgetFile struct {
+	Day   number `yaml:"day"`
+	Month number `yaml:"month"`
+}
+
+func (b budgetFile) budget() governor.Budget {
+	return governor.Budget{Day: float64(b.Day), Month: float64(b.Month)}
 }
 
 // targetFile is the layout of one of a scenario file's targets: what it
@@ -88,10 +99,7 @@ type targetFile struct {
 		CachedInput number `yaml:"cached_input"`
 		Output      number `yaml:"output"`
 	} `yaml:"price"`
-	Budget struct {
-		Day   number `yaml:"day"`
-		Month number `yaml:"month"`
-	} `yaml:"budget"`
+	Budget  budgetFile `yaml:"budget"`
 	Outages []struct {
 		Start    duration   `yaml:"start"`
 		Duration duration   `yaml:"duration"`
@@ -129,7 +137,7 @@ func (tf *targetFile) target(i int, def Provider) (Target, error) {
 		p.Limits[l] = int64(tf.Limits[limit(l)])
 	}
 	t.Price = governor.Price{Input: float64(tf.Price.Input), CachedInput: float64(tf.Price.CachedInput), Output: float64(tf.Price.Output)}
-	t.Budget = governor.Budget{Day: float64(tf.Budget.Day), Month: float64(tf.Budget.Month)}
+	t.Budget = tf.Budget.budget()
 	for _, o := range tf.Outages {
 		t.Outages = append(t.Outages, Outage{Start: time.Duration(o.Start), Duration: time.Duration(o.Duration), Mode: OutageMode(o.Mode)})
 	}
@@ -205,6 +213,7 @@ func (f *file) scenario() (*Scenario, error) {
 			fl.Targets = append(fl.Targets, string(t))
 		}
 		fl.Rule, fl.MaxWait = route.Rule(ff.Rule), time.Duration(ff.MaxWait)
+		fl.Budget = ff.Budget.budget()
 		s.Flows = append(s.Flows, fl)
 	}
 	for i := range f.Targets {

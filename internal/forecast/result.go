@@ -134,6 +134,20 @@ type FlowResult struct {
 	// DoneByHour is the items done by the end of each hour; not in the
 	// JSON (the chart and the planner read it).
 	DoneByHour []float64 `json:"-"`
+	// For a flow with a budget of its own (and only there, so that the
+	// report of a flow without keeps its shape): Spend is what its
+	// succeeded calls cost at its price, SpendByDay the same by the
+	// simulated day each call was sent, MaxDaySpend the largest of those,
+	// BudgetDay and BudgetMonth its budget (absent: none).
+	Spend       *float64  `json:"spend,omitempty"`
+	SpendByDay  []float64 `json:"spend_by_day,omitempty"`
+	MaxDaySpend *float64  `json:"max_day_spend,omitempty"`
+	BudgetDay   *float64  `json:"budget_day,omitempty"`
+	BudgetMonth *float64  `json:"budget_month,omitempty"`
+	// SpendByHour is, for a flow with a budget, its spend by the simulated
+	// hour each call was sent, in billionths; not in the JSON (the planner
+	// reads it).
+	SpendByHour []int64 `json:"-"`
 }
 
 // result summarises the replay.
@@ -173,6 +187,20 @@ func (w *World) result(name string, wall time.Duration) Result {
 		if !f.cleared.IsZero() {
 			h := round1(f.cleared.Sub(epoch).Hours())
 			fr.ClearedHours = &h
+		}
+		if b := f.cfg.Budget; !b.IsZero() {
+			fr.SpendByHour = f.spent.byHour
+			spend := money(f.spent.total)
+			fr.Spend = &spend
+			var most float64
+			fr.SpendByDay, most = f.spent.days()
+			fr.MaxDaySpend = &most
+			if b.Day > 0 {
+				fr.BudgetDay = &b.Day
+			}
+			if b.Month > 0 {
+				fr.BudgetMonth = &b.Month
+			}
 		}
 		r.WorkTokens += fr.WorkTokens
 		r.Flows[f.cfg.Name] = fr

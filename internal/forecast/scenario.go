@@ -232,6 +232,11 @@ type Flow struct {
 	Targets []string
 	Rule    route.Rule
 	MaxWait time.Duration
+	// Budget is what the flow's own calls may cost, per day and per 30
+	// days, beside the key's (governor.FlowConfig.Budget); zero: none. It
+	// needs a price for the flow's model (Prices) and is only for a
+	// scenario without targets.
+	Budget governor.Budget
 }
 
 // Paced reports whether f paces itself (Every is set).
@@ -330,6 +335,9 @@ func (s *Scenario) Validate() error {
 	if err := s.validateTargets(); err != nil {
 		return err
 	}
+	if err := s.validateFlowBudgets(); err != nil {
+		return err
+	}
 	// Bounded only now: Items needs every flow's bounds and no cycle.
 	if n := s.Items(); n > MaxItems {
 		return fieldErr("flows", "the scenario makes up to %s items (backlogs, arrivals over %s, and the items after flows derive from them), more than the bound of %s",
@@ -384,12 +392,63 @@ func (s *Scenario) validateFlow(p string, f *Flow) error {
 			return fieldErr(p+".model", "%q has no price in prices", f.Model)
 		}
 	}
+	if err := validateBudget(p+".budget", f.Budget); err != nil {
+		return err
+	}
 	// The largest request may ask no more max_tokens than the simulated model allows.
 	if n := int64(f.BatchMax) * f.ItemMaxTokens; n > MaxOutputTokens {
 		return fieldErr(p, "batch_max × item_max_tokens = %d × %d = %s max_tokens in one request, more than the simulated model's %s max output tokens",
 			f.BatchMax, f.ItemMaxTokens, num.Group(n), num.Group(MaxOutputTokens))
 	}
 	return nil
+}
+
+// validateFlowBudgets checks what the flows' own budgets need: a price for
+// each budgeted flow's model and, since the key's governor prices every
+// call alike, the same price for every flow of the key.
+func (s *Scenario) validateFlowBudgets() error {
+	budgeted := -1
+	for i := range s.Flows {
+		f := &s.Flows[i]
+		if f.Budget.IsZero() {
+			continue
+		}
+		p := fmt.Sprintf("flows[%d].budget", i)
+		if s.Routed() {
+			return fieldErr(p, "a flow's own budget across targets is not simulated yet: give the targets budgets (targets[i].budget)")
+		}
+		if pr, ok := s.PriceOf(f); !ok || pr == (Price{}) {
+			return fieldErr(p, "needs a price for the flow's model (prices: {MODEL: {input: …, output: …}}), to know what a call costs")
+		}
+		if budgeted < 0 {
+			budgeted = i
+		}
+	}
+	if budgeted < 0 {
+		return nil
+	}
+	want, _ := s.PriceOf(&s.Flows[budgeted])
+	for i := range s.Flows {
+		if pr, ok := s.PriceOf(&s.Flows[i]); !ok || pr != want {
+			return fieldErr(fmt.Sprintf("flows[%d].model", i), "%q is not priced as %q of flows[%d], which has a budget: the key prices every call alike, so its flows name one price",
+				s.Flows[i].Model, s.Flows[budgeted].Model, budgeted)
+		}
+	}
+	return nil
+}
+
+// KeyPrice is what a call on the key of a scenario without targets costs
+// when a flow has a budget of its own: the price all its flows share
+// (Validate checks they do). The zero Price when no flow has a budget, so
+// that a scenario without flow budgets is replayed as before.
+func (s *Scenario) KeyPrice() governor.Price {
+	for i := range s.Flows {
+		if !s.Flows[i].Budget.IsZero() {
+			pr, _ := s.PriceOf(&s.Flows[i])
+			return governor.Price{Input: pr.Input, Output: pr.Output}
+		}
+	}
+	return governor.Price{}
 }
 
 // ArrivalSlot is the time between two of f's arrivals: a day divided by

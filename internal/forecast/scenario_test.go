@@ -192,6 +192,26 @@ func TestParseErrors(t *testing.T) {
 		{"not yaml", "flows: [\n", []string{"not valid YAML"}},
 		{"empty", "", []string{"empty"}},
 		{"top level list", "- a\n", []string{"want a mapping of keys to values", "line 1"}},
+		{"flow budget without a price", strings.Replace(budgetBase, "prices:\n  m: {input: 1, output: 2}\n", "", 1),
+			[]string{"flows[0].budget: needs a price for the flow's model", "line 7"}},
+		{"flow budget at a free price", strings.Replace(budgetBase, "{input: 1, output: 2}", "{input: 0, output: 0}", 1),
+			[]string{"flows[0].budget: needs a price"}},
+		{"flow budget negative", strings.Replace(budgetBase, "day: 0.5", "day: -1", 1),
+			[]string{"flows[0].budget.day: -1 is not between 0 and 1e+09 (money; 0: no budget)", "line 9"}},
+		{"flow budget over the bound", strings.Replace(budgetBase, "month: 10", "month: 2e9", 1),
+			[]string{"flows[0].budget.month: 2e+09 is not between 0 and 1e+09", "line 9"}},
+		{"flow budget below a billionth", strings.Replace(budgetBase, "day: 0.5", "day: 1e-12", 1),
+			[]string{"flows[0].budget.day: 1e-12 is less than a billionth"}},
+		{"flow budget not a number", strings.Replace(budgetBase, "day: 0.5", "day: lots", 1),
+			[]string{`flows[0].budget.day: "lots" is not a number`}},
+		{"flow budget unknown key", strings.Replace(budgetBase, "day: 0.5", "week: 0.5", 1),
+			[]string{"flows[0].budget.week: unknown key", "line 9"}},
+		{"flow budget as text", strings.Replace(budgetBase, "{day: 0.5, month: 10}", `"day=0.5"`, 1),
+			[]string{"flows[0].budget: want a mapping"}},
+		{"another flow's model priced otherwise", strings.Replace(budgetBase, "  m: {input: 1, output: 2}\n", "  m: {input: 1, output: 2}\n  n: {input: 3, output: 4}\n", 1) +
+			"  - name: b\n    model: n\n", []string{`flows[1].model: "n" is not priced as "m" of flows[0], which has a budget`, "line 12"}},
+		{"flow budget with targets", targetsBase + "  - name: c\n    budget: {day: 1}\n",
+			[]string{"flows[2].budget: a flow's own budget across targets is not simulated yet"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -389,6 +409,14 @@ func checkBounded(t *testing.T, s *Scenario) {
 			f.PromptTokens < 0 || f.PromptTokens > 1e6 || f.ItemInputTokens < 0 || f.ItemInputTokens > 1e6 ||
 			f.ItemOutputTokens < 0 || f.ItemOutputTokens > 32768 || f.ItemMaxTokens < 0 || int64(f.BatchMax)*f.ItemMaxTokens > 32768 {
 			t.Errorf("flow %+v", f)
+		}
+		for _, x := range []float64{f.Budget.Day, f.Budget.Month} {
+			if !(x == 0 || x >= 1e-9 && x <= 1e9) {
+				t.Errorf("flow %s: budget %+v", f.Name, f.Budget)
+			}
+		}
+		if pr, ok := s.PriceOf(&f); !f.Budget.IsZero() && (!ok || pr == (Price{}) || s.Routed()) {
+			t.Errorf("flow %s: budget %+v without a price of one key", f.Name, f.Budget)
 		}
 		// The items this flow can get: its own and those of every flow up its chain.
 		for cur, n := f, 0; n <= len(s.Flows); n++ {

@@ -111,7 +111,7 @@ const maxQueued = 32
 
 // NewSluice returns the policy of sluice's governor for sc, which sees only
 // the limits sc announces: one governor for the key, every flow a governor
-// flow with the scenario's weight and priority.
+// flow with the scenario's weight, priority and budget.
 func NewSluice(sc *Scenario) (Policy, error) {
 	if sc.Routed() {
 		return newRouted(sc, false)
@@ -122,9 +122,12 @@ func NewSluice(sc *Scenario) (Policy, error) {
 		Limits:       sc.Provider.Limits,
 		FixedWindows: sc.Provider.FixedWindows,
 		SettleOutput: sc.Provider.SettleOutput,
+		// Priced only when a flow has a budget of its own, which needs
+		// the key's price to charge calls by.
+		Price: sc.KeyPrice(),
 	}
 	for _, f := range sc.Flows {
-		cfg.Flows = append(cfg.Flows, governor.FlowConfig{Name: f.Name, Weight: f.Weight, Priority: f.Priority})
+		cfg.Flows = append(cfg.Flows, governor.FlowConfig{Name: f.Name, Weight: f.Weight, Priority: f.Priority, Budget: f.Budget})
 	}
 	g, err := governor.New(cfg)
 	if err != nil {

@@ -189,16 +189,8 @@ func (s *Scenario) validateTargets() error {
 				return fieldErr(p+".price."+v.key, "%v is not between 0 and %v (money per million tokens)", v.x, float64(governor.MaxPrice))
 			}
 		}
-		for _, v := range []struct {
-			key string
-			x   float64
-		}{{"day", t.Budget.Day}, {"month", t.Budget.Month}} {
-			if !(v.x >= 0 && v.x <= governor.MaxBudget) {
-				return fieldErr(p+".budget."+v.key, "%v is not between 0 and %v (money; 0: no budget)", v.x, float64(governor.MaxBudget))
-			}
-			if v.x > 0 && v.x < 1/governor.Nano {
-				return fieldErr(p+".budget."+v.key, "%v is less than a billionth, the least a budget counts", v.x)
-			}
+		if err := validateBudget(p+".budget", t.Budget); err != nil {
+			return err
 		}
 		if !t.Budget.IsZero() && t.Price.IsZero() {
 			return fieldErr(p+".budget", "needs the target's price, to know what a call costs")
@@ -240,6 +232,22 @@ func (s *Scenario) validateTargets() error {
 		}
 		if f.Rule != route.Cheapest && f.Rule != route.Ordered {
 			return fieldErr(p+".rule", "is not cheapest or ordered")
+		}
+	}
+	return nil
+}
+
+// validateBudget bounds b, a target's or a flow's budget at path p.
+func validateBudget(p string, b governor.Budget) error {
+	for _, v := range []struct {
+		key string
+		x   float64
+	}{{"day", b.Day}, {"month", b.Month}} {
+		if !(v.x >= 0 && v.x <= governor.MaxBudget) {
+			return fieldErr(p+"."+v.key, "%v is not between 0 and %v (money; 0: no budget)", v.x, float64(governor.MaxBudget))
+		}
+		if v.x > 0 && v.x < 1/governor.Nano {
+			return fieldErr(p+"."+v.key, "%v is less than a billionth, the least a budget counts", v.x)
 		}
 	}
 	return nil

@@ -107,6 +107,11 @@ func newWorld(sc *Scenario, pol Policy, trace func(TraceRecord)) (*World, error)
 	}
 	for i, fc := range sc.Flows {
 		f := &FlowState{cfg: fc, idx: i, doneBy: make([]float64, w.hours), doneOn: make([]int, len(w.targets))}
+		if !fc.Budget.IsZero() {
+			// Only a flow with a budget reports its spend: the others
+			// keep no log of it.
+			f.price, f.spent = sc.KeyPrice(), w.newSpendLog()
+		}
 		w.flows = append(w.flows, f)
 		w.byName[fc.Name] = f
 	}

@@ -18,14 +18,50 @@ type targetState struct {
 	prov  *Model
 	price governor.Price
 
-	requests    int64 // succeeded requests
-	tokens      int64 // what they were charged, input + output
-	spend       int64 // their real usage at the price, in billionths
-	spendByDay  []int64
-	spendByHour []int64
+	requests    int64    // succeeded requests
+	tokens      int64    // what they were charged, input + output
+	spent       spendLog // their real usage at the price
 	rejects     map[int]int64
 	outageFails int64
 	faults      int64
+}
+
+// spendLog is money spent, in billionths: in all, and by the simulated day
+// and hour each call was sent.
+type spendLog struct {
+	total  int64
+	byDay  []int64
+	byHour []int64
+}
+
+func (w *World) newSpendLog() spendLog {
+	days := int((w.sc.Duration + 24*time.Hour - 1) / (24 * time.Hour))
+	return spendLog{byDay: make([]int64, days), byHour: make([]int64, w.hours)}
+}
+
+// add counts usage at price (nothing when free) for a call sent then.
+func (s *spendLog) add(sent time.Time, price governor.Price, usage governor.Cost) {
+	if price.IsZero() {
+		return
+	}
+	m := price.Of(usage)
+	s.total += m
+	if d := int(sent.Sub(epoch) / (24 * time.Hour)); d >= 0 && d < len(s.byDay) {
+		s.byDay[d] += m
+	}
+	if h := int(sent.Sub(epoch) / time.Hour); h >= 0 && h < len(s.byHour) {
+		s.byHour[h] += m
+	}
+}
+
+// days returns the spend of each day, in money, and the largest.
+func (s *spendLog) days() ([]float64, float64) {
+	out, most := make([]float64, len(s.byDay)), 0.0
+	for d, m := range s.byDay {
+		out[d] = money(m)
+		most = max(most, out[d])
+	}
+	return out, most
 }
 
 // outageState is one target's outage and when the route's work moved off
@@ -43,7 +79,6 @@ type outageState struct {
 // makeTargets builds the world's targets: sc's, or its provider section as
 // the one target.
 func (w *World) makeTargets(sc *Scenario) error {
-	days := int((sc.Duration + 24*time.Hour - 1) / (24 * time.Hour))
 	if !sc.Routed() {
 		cfg := sc.Provider.ModelConfig(sc.Seed)
 		cfg.Wire = true // headers and error bodies, as the policies' clients would read them
@@ -51,7 +86,7 @@ func (w *World) makeTargets(sc *Scenario) error {
 		if err != nil {
 			return err
 		}
-		w.targets = []*targetState{{name: "provider", prov: prov, rejects: map[int]int64{}, spendByDay: make([]int64, days), spendByHour: make([]int64, w.hours)}}
+		w.targets = []*targetState{{name: "provider", prov: prov, rejects: map[int]int64{}, spent: w.newSpendLog()}}
 		return nil
 	}
 	w.routed = true
@@ -64,7 +99,7 @@ func (w *World) makeTargets(sc *Scenario) error {
 			return err
 		}
 		ts := &targetState{idx: i, name: t.Name, model: t.Model, cfg: t, prov: prov, price: t.Price,
-			rejects: map[int]int64{}, spendByDay: make([]int64, days), spendByHour: make([]int64, w.hours)}
+			rejects: map[int]int64{}, spent: w.newSpendLog()}
 		w.targets = append(w.targets, ts)
 		for _, o := range t.Outages {
 			w.outages = append(w.outages, &outageState{target: ts, o: o, start: epoch.Add(o.Start), end: epoch.Add(o.End())})
@@ -126,16 +161,13 @@ func (w *World) failOutage(f *FlowState, ts *targetState, o Outage, items []Item
 func (ts *targetState) succeed(w *World, f *FlowState, sent time.Time, items []Item, charged governor.Cost, req Request, resp Response) {
 	ts.requests++
 	ts.tokens += charged.Tokens()
-	money := ts.price.Of(governor.Cost{Input: req.Input, Output: resp.Output})
-	if ts.price.IsZero() {
-		money = 0
-	}
-	ts.spend += money
-	if d := int(sent.Sub(epoch) / (24 * time.Hour)); d >= 0 && d < len(ts.spendByDay) {
-		ts.spendByDay[d] += money
-	}
-	if h := int(sent.Sub(epoch) / time.Hour); h >= 0 && h < len(ts.spendByHour) {
-		ts.spendByHour[h] += money
+	usage := governor.Cost{Input: req.Input, Output: resp.Output}
+	ts.spent.add(sent, ts.price, usage)
+	if ts.cfg == nil {
+		// One key: the flow pays its model's price.
+		f.spent.add(sent, f.price, usage)
+	} else {
+		f.spent.add(sent, ts.price, usage)
 	}
 	f.doneOn[ts.idx] += len(items)
 	for _, o := range w.outages {
@@ -205,16 +237,12 @@ func (w *World) routedResult(r *Result) {
 	var spend int64
 	for _, ts := range w.targets {
 		tr := TargetResult{Name: ts.name, Model: ts.model, Requests: ts.requests, Tokens: ts.tokens,
-			Spend: money(ts.spend), ProviderRejections: map[string]int64{"429": 0, "413": 0},
-			OutageFailures: ts.outageFails, Faults: ts.faults, SpendByDay: make([]float64, len(ts.spendByDay)),
-			SpendByHour: ts.spendByHour}
+			Spend: money(ts.spent.total), ProviderRejections: map[string]int64{"429": 0, "413": 0},
+			OutageFailures: ts.outageFails, Faults: ts.faults, SpendByHour: ts.spent.byHour}
 		for status, n := range ts.rejects {
 			tr.ProviderRejections[strconv.Itoa(status)] += n
 		}
-		for d, m := range ts.spendByDay {
-			tr.SpendByDay[d] = money(m)
-			tr.MaxDaySpend = max(tr.MaxDaySpend, money(m))
-		}
+		tr.SpendByDay, tr.MaxDaySpend = ts.spent.days()
 		if b := ts.cfg.Budget.Day; b > 0 {
 			tr.BudgetDay = &b
 		}
@@ -224,7 +252,7 @@ func (w *World) routedResult(r *Result) {
 		for _, f := range w.flows {
 			tr.Done += f.doneOn[ts.idx]
 		}
-		spend += ts.spend
+		spend += ts.spent.total
 		r.Targets = append(r.Targets, tr)
 	}
 	r.Spend = money(spend)

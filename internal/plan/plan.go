@@ -155,6 +155,10 @@ type Flow struct {
 	// a price for the flow's model.
 	CostPerDay  *float64 `json:"cost_per_day,omitempty"`
 	BacklogCost *float64 `json:"backlog_cost,omitempty"`
+	// Spend is, for a flow with a budget of its own, its money in the
+	// simulation against that budget, and when the budget runs out;
+	// absent for a flow without one.
+	*Spend
 }
 
 // Money is the plan's cost.
@@ -224,6 +228,7 @@ func Make(ctx context.Context, sc *forecast.Scenario, opts Options) (*Plan, erro
 		p.fit(sc, f)
 		p.Flows[f.Name] = p.flow(f, shapes[i], res, opts)
 	}
+	p.flowBudgets(sc, res)
 	p.waitForUpstream(sc, shapes)
 	p.money(sc, shapes)
 	if sc.Routed() {
@@ -534,6 +539,29 @@ func (p *Plan) money(sc *forecast.Scenario, shapes []shape) {
 	m.PerDay, m.Backlog = roundCents(m.PerDay), roundCents(m.Backlog)
 	slices.Sort(m.Unpriced)
 	p.Money = m
+}
+
+// flowBudgets adds, to each flow with a budget of its own, its money in
+// the simulation res of sc against the budget.
+func (p *Plan) flowBudgets(sc *forecast.Scenario, res forecast.Result) {
+	for i := range sc.Flows {
+		f := &sc.Flows[i]
+		fr := res.Flows[f.Name]
+		if f.Budget.IsZero() || fr.Spend == nil {
+			continue
+		}
+		// The governor admits a call on its worst case: the budget has run
+		// out once what is left cannot pay for the flow's largest call.
+		worst := governor.Cost{Input: f.PromptTokens + int64(f.BatchMax)*f.ItemInputTokens, Output: int64(f.BatchMax) * f.ItemMaxTokens}
+		if f.ItemMaxTokens == 0 {
+			worst.Output = sc.Provider.DefaultMaxTokens
+		}
+		call := float64(sc.KeyPrice().Of(worst)) / governor.Nano
+		s := p.spend(f.Name, "its calls wait while the other flows go on", *fr.Spend, *fr.MaxDaySpend, fr.SpendByHour, f.Budget, call, res.SimulatedHours/24)
+		pf := p.Flows[f.Name]
+		pf.Spend = &s
+		p.Flows[f.Name] = pf
+	}
 }
 
 func (p *Plan) warn(format string, args ...any) {

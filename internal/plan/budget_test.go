@@ -1,0 +1,109 @@
+package plan
+
+import (
+	"context"
+	"encoding/json"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/forecast"
+)
+
+// TestPlanFlowBudget: a flow with a budget of its own is planned against
+// it: its money a day and in 30 days, and when the budget runs out. The
+// flow's calls cost their input alone (its output is free and empty), so
+// what each costs is known exactly and the governor, which lets one call a
+// minute through, spends the budget at a rate the test computes: it has
+// run out once what is left cannot pay for one more call.
+func TestPlanFlowBudget(t *testing.T) {
+	t.Parallel()
+	sc, err := forecast.Parse([]byte(`duration: 6h
+prices:
+  m: {input: 1, output: 0}
+provider:
+  latency: 1s
+  limits: {rpm: 1}
+flows:
+  - name: capped
+    model: m
+    backlog: 1000
+    prompt_tokens: 10000
+    item_max_tokens: 10
+    budget: {day: 1, month: 100}
+  - name: free
+    model: m
+    backlog: 1000
+    prompt_tokens: 10000
+    item_max_tokens: 10
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := sc.Flows[0]
+	perCall := float64(f.PromptTokens) * sc.Prices["m"].Input / 1e6
+	// The calls the budget pays for before what is left is less than a
+	// call (or 1 % of it), and the minute the last of them is sent: the
+	// two flows share the one call a minute equally.
+	calls := math.Ceil((f.Budget.Day - max(perCall, f.Budget.Day/100)) / perCall)
+	minute := (calls - 1) * float64(len(sc.Flows))
+	wantHours := math.Floor(minute/60) + 1
+	if wantHours < 2 || wantHours*60-minute < 10 || minute-(wantHours-1)*60 < 10 {
+		t.Fatalf("the scenario should run the budget out well inside an hour after the first: minute %v", minute)
+	}
+
+	p, err := Make(context.Background(), sc, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pf := p.Flows[f.Name]
+	if pf.Spend == nil || pf.DayBudget == nil || pf.DayBudget.RunsOutHours == nil {
+		t.Fatalf("%s's plan has no budget run out: %+v", f.Name, pf)
+	}
+	if got := *pf.DayBudget.RunsOutHours; got != wantHours {
+		t.Errorf("day budget runs out at %v h, want %v h (call %v of %v a call, sent at minute %v)", got, wantHours, calls, perCall, minute)
+	}
+	if pf.BudgetDay != f.Budget.Day || pf.BudgetMonth != f.Budget.Month || pf.MaxDayMoney > f.Budget.Day || pf.MaxDayMoney < f.Budget.Day-perCall {
+		t.Errorf("%s's money %+v, want its budget %+v spent on its day, never more", f.Name, *pf.Spend, f.Budget)
+	}
+	days := p.SimulatedHours / 24
+	if want := roundCents(pf.MaxDayMoney / days); pf.MoneyPerDay != want || pf.Money30Days != roundCents(want*30) {
+		t.Errorf("money a day %v, in 30 days %v; want %v and 30 times it", pf.MoneyPerDay, pf.Money30Days, want)
+	}
+	if m := pf.MonthBudget; m == nil || m.RunsOutHours != nil || m.Days == nil || *m.Days != round(f.Budget.Month/pf.MoneyPerDay) {
+		t.Errorf("month budget %+v, want it lasting %v days at this rate", m, round(f.Budget.Month/pf.MoneyPerDay))
+	}
+	found := false
+	for _, w := range p.Warnings {
+		found = found || strings.HasPrefix(w, "capped: its budget of 1.00 a day runs out")
+	}
+	if !found {
+		t.Errorf("no warning of the budget: %q", p.Warnings)
+	}
+	// The other flow goes on: it sends its calls to the end.
+	if other := p.Flows["free"]; other.Spend != nil || other.Done < int(6*time.Hour/time.Minute)/2 {
+		t.Errorf("the flow without a budget did %d items (spend %+v)", other.Done, other.Spend)
+	}
+
+	// The JSON has the flow's money beside its other figures, and none
+	// for a flow without a budget.
+	data, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out struct {
+		Flows map[string]map[string]any `json:"flows"`
+	}
+	if err := json.Unmarshal(data, &out); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"money_per_day", "money_30_days", "max_day_money", "budget_day", "budget_month", "day_budget", "month_budget"} {
+		if _, ok := out.Flows["capped"][k]; !ok {
+			t.Errorf("the JSON of a flow with a budget has no %s: %s", k, data)
+		}
+		if _, ok := out.Flows["free"][k]; ok {
+			t.Errorf("the JSON of a flow without a budget has %s", k)
+		}
+	}
+}
