@@ -407,6 +407,9 @@ func (g *Governor) fit(now int64, f *flow, c Cost) (int64, Blocker) {
 		if t, l := fb.fit(now, c); t > now && t >= at {
 			b, at = Blocker{Kind: "budget", Limit: l}, t
 		}
+		if t, l := fb.paced(now, c); t > now && t >= at {
+			b, at = Blocker{Kind: "budget", Limit: l}, t
+		}
 	}
 	if g.leased && at == now && !g.leasesFor(now, f, c) {
 		// It fits every limit as this process sees it, but the key is
@@ -478,6 +481,7 @@ func (g *Governor) admit(now int64, r *Reservation, how admission) {
 	}
 	if fb := f.budget; fb != nil {
 		r.fdaySeq, r.fmonSeq = fb.add(now, r.cost)
+		fb.take(now, r.cost.Money)
 	}
 	r.sent = now
 	for l := range NumLimits {

@@ -53,6 +53,51 @@ type flowBudget struct {
 	limits Limits // only MPD and MPM
 	day    ledger
 	month  ledger
+	// pace spreads the budget of MPD over its day and MPM over its 30
+	// days, as the key's pacers spread the key's (see pacer), so that a
+	// flow with a backlog spends its day's money through the day rather
+	// than in its first hour and then waits for a day: indexed 0 for MPD,
+	// 1 for MPM; on only with Config.DayBurst above 0. An idle flow
+	// starts with its burst in hand.
+	pace [2]pacer
+}
+
+// take charges money admitted at now to the budget's pacers.
+func (fb *flowBudget) take(now, money int64) {
+	for i := range fb.pace {
+		if p := &fb.pace[i]; p.on {
+			p.take(now, money)
+		}
+	}
+}
+
+// giveBack gives the budget's pacers back money a call no longer costs.
+func (fb *flowBudget) giveBack(money int64) {
+	for i := range fb.pace {
+		if p := &fb.pace[i]; p.on {
+			p.giveBack(money)
+		}
+	}
+}
+
+// budgetPacers are the limits of a flow's budget's pacers, in their order.
+var budgetPacers = [2]Limit{MPD, MPM}
+
+// paced returns when a call costing c may go by the budget's pacers, and
+// the budget whose pacer holds it longest (now and 0 when none does).
+func (fb *flowBudget) paced(now int64, c Cost) (int64, Limit) {
+	at, on := now, Limit(0)
+	if c.Money == 0 {
+		return at, on
+	}
+	for i, l := range budgetPacers {
+		if p := &fb.pace[i]; p.on {
+			if t := p.readyAt(); t > at {
+				at, on = t, l
+			}
+		}
+	}
+	return at, on
 }
 
 // ledgerOf is the flow's ledger for budget l.
@@ -143,6 +188,11 @@ func (g *Governor) newFlow(fc FlowConfig) *flow {
 			limits: fc.Budget.Limits(Limits{}),
 			day:    newLedger(24*time.Hour, g.cfg.Lag, time.Second, false),
 			month:  newLedger(Month, g.cfg.Lag, time.Minute, false),
+		}
+		for i, l := range budgetPacers {
+			if lim := f.budget.limits[l]; lim > 0 && g.cfg.DayBurst > 0 {
+				f.budget.pace[i] = pacer{on: true, perUnit: float64(l.Period()) / (float64(lim) * g.cfg.DayPace), burst: g.burstOf(l)}
+			}
 		}
 	}
 	return f

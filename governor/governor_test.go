@@ -777,6 +777,7 @@ func TestZeroGovernorPanicsSayingUseNew(t *testing.T) {
 		"Inside":               func(g *Governor) { g.Inside(govkey.Key{}) },
 		"Leased":               func(g *Governor) { in(g).Leased() },
 		"Grant":                func(g *Governor) { in(g).Grant(t0, "", Cost{}, t0) },
+		"GrantBudget":          func(g *Governor) { in(g).GrantBudget(t0, "", "", 0, t0) },
 		"Demand":               func(g *Governor) { in(g).Demand(t0, 0) },
 		"LeaseUses":            func(g *Governor) { in(g).LeaseUses(t0) },
 		"CloseLeases":          func(g *Governor) { in(g).CloseLeases(t0) },

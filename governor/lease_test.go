@@ -378,3 +378,73 @@ func TestLeasedFlowBudgetNeedsItsOwnLease(t *testing.T) {
 		t.Errorf("lease uses %+v, want the key's and flow a's two", uses)
 	}
 }
+
+// A flow's own budget per day is paced over its day as the key's is: a
+// backlog spends the burst's worth at once (an idle flow answers at once)
+// and then one call per call's share of the day, not the whole budget in
+// its first hour; a flow without a budget goes on beside it. With pacing
+// off (DayBurst below 0) the backlog spends the budget at once.
+func TestFlowBudgetIsPaced(t *testing.T) {
+	t.Parallel()
+	price := Price{Input: 1}
+	call := Cost{Requests: 1, Input: 1_000_000}                              // $1 a call
+	flows := []FlowConfig{{Name: "a", Budget: Budget{Day: 24}}, {Name: "b"}} // $24 a day: a call an hour at the even pace
+	for _, burst := range []time.Duration{time.Hour, -1} {
+		g := mustNew(t, Config{Limits: Limits{RPM: 1000}, Price: price, DayBurst: burst, Flows: flows})
+		var as, bs []*Reservation
+		for range 10 {
+			ra, err := g.Reserve(t0, "a", call)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rb, err := g.Reserve(t0, "b", call)
+			if err != nil {
+				t.Fatal(err)
+			}
+			as, bs = append(as, ra), append(bs, rb)
+		}
+		g.Advance(t0)
+		count := func(rs []*Reservation) (n int) {
+			for _, r := range rs {
+				if r.Admitted() {
+					n++
+				}
+			}
+			return n
+		}
+		if count(bs) != 10 {
+			t.Fatalf("burst %v: flow b, without a budget, had %d of 10 calls admitted", burst, count(bs))
+		}
+		if burst < 0 {
+			if count(as) != 10 {
+				t.Fatalf("unpaced: flow a had %d of 10 calls admitted with $24 of budget, want all", count(as))
+			}
+			continue
+		}
+		// A dollar is a call's share of the day, 24h / (24 × 0.995) ≈ 1h0m18s,
+		// and the burst an hour: one call goes at once (an idle flow's
+		// first), the second when the pace is back within the burst, 18 s
+		// later, and each after that a call's share of the day later.
+		if got := count(as); got != 1 {
+			t.Fatalf("paced: flow a had %d calls admitted at once, want 1", got)
+		}
+		next := as[1]
+		b := g.Blocker(t0, next)
+		if b.Kind != "budget" || b.Limit != MPD {
+			t.Fatalf("flow a's second call waits on %+v, want its budget's pace", b)
+		}
+		per := time.Duration(float64(24*time.Hour) / (24 * g.cfg.DayPace)) // a dollar's share of the day
+		wait := b.Until.Sub(t0)
+		if wait < per-time.Hour-time.Second || wait > per-time.Hour+time.Second {
+			t.Errorf("the second call waits %v, want a call's share of the day (%v) less the burst (1h)", wait, per)
+		}
+		g.Advance(b.Until)
+		if got := count(as); got != 2 {
+			t.Fatalf("at %v flow a has %d calls admitted, want 2", b.Until.Sub(t0), got)
+		}
+		third := g.Blocker(b.Until, as[2])
+		if d := third.Until.Sub(b.Until); third.Kind != "budget" || d < per-time.Second || d > per+time.Second {
+			t.Errorf("the third call waits on %+v, %v after the second went; want its budget's pace, %v", third, d, per)
+		}
+	}
+}

@@ -255,6 +255,7 @@ func (g *Governor) amend(r *Reservation, c Cost) {
 	}
 	if fb := r.f.budget; fb != nil {
 		fb.amend(r.fdaySeq, r.fmonSeq, r.cost, c)
+		fb.giveBack(subSat(r.cost.Money, c.Money))
 	}
 	for l := range NumLimits {
 		if g.pace[l].on {
