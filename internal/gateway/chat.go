@@ -98,7 +98,7 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, who caller) {
 		key = c.t.name
 	}
 	attrs := []any{"id", id, "key", key, "flow", flow, "status", c.status,
-		"stream", c.req != nil && c.req.Stream, "attempts", c.attempts, "waited", c.waited, "took", g.cfg.Now().Sub(start), "rejoined", c.rejoined}
+		"stream", c.req != nil && c.req.Stream, "attempts", c.attempts, "waited_ms", millis(c.waited), "took_ms", millis(g.cfg.Now().Sub(start)), "rejoined", c.rejoined}
 	if c.waitingOn != "" {
 		attrs = append(attrs, "waiting_on", c.waitingOn)
 	}
