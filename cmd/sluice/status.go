@@ -171,7 +171,7 @@ func (c *apiClient) do(ctx context.Context, method, path string) ([]byte, error)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, err
+		return nil, cli.Unreachable(err, c.base)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
