@@ -35,7 +35,7 @@ type HandlerConfig struct {
 // naming the job while a backfill is stalled or the database is
 // unreachable).
 func (a *App) Handler(cfg HandlerConfig) http.Handler {
-	return httpapi.New(httpapi.Config{Engine: a.e, Health: appHealth{a.e, a.monitor}, Token: cfg.Token, MaxEventBytes: cfg.MaxEventBytes, OutputLimit: cfg.OutputLimit})
+	return httpapi.New(httpapi.Config{Engine: a.e, Health: appHealth{a.e, a.monitor}, Functions: a.functions, Token: cfg.Token, MaxEventBytes: cfg.MaxEventBytes, OutputLimit: cfg.OutputLimit})
 }
 
 // DashboardConfig configures the app's dashboard (docs/dashboard.md).
@@ -89,6 +89,7 @@ func (a *App) Dashboard(cfg DashboardConfig) (http.Handler, error) {
 		History:       a.st,
 		Items:         a.st,
 		Plan:          a.plan,
+		Functions:     a.functions,
 		Token:         cfg.Token,
 		PublicURL:     cfg.PublicURL,
 		OutputLimit:   cfg.OutputLimit,
