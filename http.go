@@ -28,7 +28,8 @@ type HandlerConfig struct {
 // Handler returns the app's HTTP API: POST /v1/events, GET /v1/runs
 // (?function=&status=&since=&limit=), GET /v1/runs/{id}, POST
 // /v1/runs/{id}/cancel, POST /v1/runs/{id}/rerun, GET /v1/dropped, GET
-// /v1/flows (every backfill's health), GET /v1/versions (the app's version
+// /v1/functions (every function and backfill with its trigger, flow,
+// limits and last run), GET /v1/flows (every backfill's health), GET /v1/versions (the app's version
 // and the unfinished runs of others), POST /v1/versions/{version}/resume
 // and POST /v1/versions/{version}/cancel (see ResumeVersion and
 // CancelVersion), GET /healthz (the process answers) and GET /readyz (503
