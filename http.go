@@ -91,6 +91,7 @@ func (a *App) Dashboard(cfg DashboardConfig) (http.Handler, error) {
 		Items:         a.st,
 		Plan:          a.plan,
 		Functions:     a.functions,
+		ClientRetries: a.metrics.ClientRetries,
 		Token:         cfg.Token,
 		PublicURL:     cfg.PublicURL,
 		OutputLimit:   cfg.OutputLimit,

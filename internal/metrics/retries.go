@@ -102,3 +102,19 @@ func (c *retriesCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 }
+
+// ClientRetries returns, by key, what the gateway's callers did after its
+// 429s, as a scrape reads it now: the dashboard shows it beside the flows.
+func (s *Set) ClientRetries() map[string][]ClientRetries {
+	c := s.retries
+	c.mu.Lock()
+	keys := append([]retriesSource(nil), c.keys...)
+	c.mu.Unlock()
+	out := make(map[string][]ClientRetries, len(keys))
+	for _, k := range keys {
+		if rows := k.read(); len(rows) > 0 {
+			out[k.key] = rows
+		}
+	}
+	return out
+}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/httpapi"
+	"github.com/sluice-dev/sluice/internal/metrics"
 	"github.com/sluice-dev/sluice/internal/ui"
 )
 
@@ -52,5 +53,30 @@ func TestFunctionsPage(t *testing.T) {
 		if got := page.one(t, "empty note", classed("empty")).text(); !strings.Contains(got, tc.want) {
 			t.Errorf("%q, want %q", got, tc.want)
 		}
+	}
+}
+
+// TestFlowsPageShowsClientRetries: the flows page lists, by key, flow and
+// client key, what became of the gateway's own 429s, and has no such table
+// without them.
+func TestFlowsPageShowsClientRetries(t *testing.T) {
+	t.Parallel()
+	retries := map[string][]metrics.ClientRetries{"groq": {
+		{Flow: "batch", Client: 2, Refused: 1400, CameBack: 1320, GaveUp: 80},
+		{Flow: "web", Client: 1, Refused: 3, CameBack: 2, Pending: 1},
+	}}
+	h := newUI(t, ui.Config{ClientRetries: func() map[string][]metrics.ClientRetries { return retries }}, nil)
+	_, page := get(t, h, "/flows")
+	for _, tc := range []struct{ flow, client, want string }{
+		{"batch", "2", "groq batch 2 1,400 1,320 80 0 0"},
+		{"web", "1", "groq web 1 3 2 0 0 1"},
+	} {
+		if got := page.one(t, "row of "+tc.flow, with("data-client", tc.client)).text(); got != tc.want {
+			t.Errorf("row of %s: %q, want %q", tc.flow, got, tc.want)
+		}
+	}
+	_, page = get(t, newUI(t, ui.Config{ClientRetries: func() map[string][]metrics.ClientRetries { return nil }}, nil), "/flows")
+	if got := page.all(classed("client-retries")); len(got) != 0 {
+		t.Errorf("a table of 429s with none: %d", len(got))
 	}
 }

@@ -53,6 +53,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/health"
 	"github.com/sluice-dev/sluice/internal/httpapi"
 	"github.com/sluice-dev/sluice/internal/httperr"
+	"github.com/sluice-dev/sluice/internal/metrics"
 	"github.com/sluice-dev/sluice/internal/plan"
 	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/run"
@@ -144,6 +145,9 @@ type Config struct {
 	// Plan returns the plan of the running configuration. Default nil: the
 	// plan page says no plan is configured.
 	Plan func(ctx context.Context) (*plan.Plan, error)
+	// ClientRetries returns, by key, what the gateway's callers did after
+	// its own 429s (the flows page). Default nil: no such table.
+	ClientRetries func() map[string][]metrics.ClientRetries
 	// Functions lists the app's functions, backfills and YAML jobs (the
 	// functions page). Default nil: the page says the list is not
 	// available.
