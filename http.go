@@ -28,14 +28,15 @@ type HandlerConfig struct {
 // Handler returns the app's HTTP API: POST /v1/events, GET /v1/runs
 // (?function=&status=&since=&limit=), GET /v1/runs/{id}, POST
 // /v1/runs/{id}/cancel, POST /v1/runs/{id}/rerun, GET /v1/dropped, GET
-// /v1/flows (every backfill's health), GET /v1/versions (the app's version
+// /v1/functions (every function and backfill with its trigger, flow,
+// limits and last run), GET /v1/flows (every backfill's health), GET /v1/versions (the app's version
 // and the unfinished runs of others), POST /v1/versions/{version}/resume
 // and POST /v1/versions/{version}/cancel (see ResumeVersion and
 // CancelVersion), GET /healthz (the process answers) and GET /readyz (503
 // naming the job while a backfill is stalled or the database is
 // unreachable).
 func (a *App) Handler(cfg HandlerConfig) http.Handler {
-	return httpapi.New(httpapi.Config{Engine: a.e, Health: appHealth{a.e, a.monitor}, Token: cfg.Token, MaxEventBytes: cfg.MaxEventBytes, OutputLimit: cfg.OutputLimit})
+	return httpapi.New(httpapi.Config{Engine: a.e, Health: appHealth{a.e, a.monitor}, Functions: a.functions, Token: cfg.Token, MaxEventBytes: cfg.MaxEventBytes, OutputLimit: cfg.OutputLimit})
 }
 
 // DashboardConfig configures the app's dashboard (docs/dashboard.md).
@@ -89,6 +90,8 @@ func (a *App) Dashboard(cfg DashboardConfig) (http.Handler, error) {
 		History:       a.st,
 		Items:         a.st,
 		Plan:          a.plan,
+		Functions:     a.functions,
+		ClientRetries: a.metrics.ClientRetries,
 		Token:         cfg.Token,
 		PublicURL:     cfg.PublicURL,
 		OutputLimit:   cfg.OutputLimit,

@@ -47,8 +47,9 @@ type App struct {
 	inFlight   map[string]func() health.InFlight
 	webhooks   map[string]string // the backfills' own alert webhooks
 	first      string
-	metrics    *metrics.Set // the series MetricsHandler serves (metrics.go)
-	plans      planCache    // the dashboard's Plan page (plan.go)
+	metrics    *metrics.Set    // the series MetricsHandler serves (metrics.go)
+	plans      planCache       // the dashboard's Plan page (plan.go)
+	yaml       map[string]bool // the jobs declared in YAML (DeclaredInYAML)
 }
 
 // New opens the database and builds the providers' clients and governors.

@@ -264,7 +264,7 @@ func (g *Governor) log(n notice) {
 			msg = "governor: raised an allowance the provider announced to its floor"
 		}
 		attrs = append(attrs, slog.Int64("said", n.Said), slog.Int64("used", n.Used), slog.Int64("configured", conf),
-			slog.Duration("for", LearnFor))
+			slog.String("for", LearnFor.String()))
 	} else {
 		msg = "governor: cut a " + n.Kind + " the provider announced to its limit's period plus lag"
 		if !n.LimitKnown {

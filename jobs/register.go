@@ -229,6 +229,7 @@ func Register(ctx context.Context, app *sluice.App, c *Config, o Options) (close
 		if err != nil {
 			return nil, c.fail(j.at, err)
 		}
+		app.DeclaredInYAML(j.Name)
 	}
 	return d.close, nil
 }

@@ -91,6 +91,16 @@ func addLogFlags(fs *flag.FlagSet) *logFlags {
 	return l
 }
 
+// durationText writes a duration as Go writes it ("2m0.1s"): the JSON
+// handler would write it as a bare count of nanoseconds, which reads as no
+// unit at all. The text handler already writes it so.
+func durationText(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
+}
+
 // logger returns the logger the flags ask for, writing to w; auto is text
 // when w is a terminal, JSON lines otherwise (a file, a pipe, a collector).
 // refuse names a bad value by its flag.
@@ -99,7 +109,7 @@ func (l *logFlags) logger(w io.Writer, refuse func(flag string, err error) error
 	if err := lv.UnmarshalText([]byte(l.level)); err != nil {
 		return nil, refuse("log-level", fmt.Errorf("%q: want debug, info, warn or error", l.level))
 	}
-	opts := &slog.HandlerOptions{Level: lv}
+	opts := &slog.HandlerOptions{Level: lv, ReplaceAttr: durationText}
 	switch l.format {
 	case "auto":
 		if cli.IsTerminal(w) {

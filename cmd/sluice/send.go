@@ -52,7 +52,7 @@ func runSend(ctx context.Context, env *cli.Env, args []string) error {
 	}
 	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
 	if err != nil {
-		return fmt.Errorf("send %s: %w", name, err)
+		return fmt.Errorf("send %s: %w", name, cli.Unreachable(err, *url))
 	}
 	defer resp.Body.Close()
 	out, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))

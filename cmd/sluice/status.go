@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/cli"
 	"github.com/sluice-dev/sluice/internal/health"
+	"github.com/sluice-dev/sluice/internal/metrics"
 	"github.com/sluice-dev/sluice/internal/num"
 	"github.com/sluice-dev/sluice/run"
 )
@@ -54,11 +55,25 @@ func runStatus(ctx context.Context, env *cli.Env, args []string) error {
 			return err
 		}
 		// Read what this version knows; a newer server may answer more.
-		var v struct{ Flows []health.Flow }
+		var v struct {
+			Flows []struct {
+				health.Flow
+				ClientRetries []metrics.ClientRetries `json:"client_retries"`
+			}
+		}
 		if err := json.Unmarshal(body, &v); err != nil {
 			return fmt.Errorf("%s: the answer is not a list of flows: %w", c.url("/v1/flows"), err)
 		}
-		if err := renderStatus(env.Stdout, v.Flows, time.Now()); err != nil {
+		flows := make([]health.Flow, len(v.Flows))
+		var retries []metrics.ClientRetries
+		for i, f := range v.Flows {
+			flows[i] = f.Flow
+			retries = append(retries, f.ClientRetries...)
+		}
+		if err := renderStatus(env.Stdout, flows, time.Now()); err != nil {
+			return err
+		}
+		if err := renderRetries(env.Stdout, retries); err != nil {
 			return err
 		}
 		vs, err := c.versions(ctx)
@@ -171,7 +186,7 @@ func (c *apiClient) do(ctx context.Context, method, path string) ([]byte, error)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, err
+		return nil, cli.Unreachable(err, c.base)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
@@ -268,6 +283,29 @@ func renderStatus(w io.Writer, flows []health.Flow, now time.Time) error {
 		lines[i] = strings.TrimRight(l, " \n")
 	}
 	_, err := io.WriteString(w, strings.Join(lines, "\n"))
+	return err
+}
+
+// renderRetries prints, for a gateway, what each client key did after
+// the gateway's own 429s in each flow: a client whose requests give up is
+// running out of tries before the line runs out of requests.
+func renderRetries(w io.Writer, rows []metrics.ClientRetries) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "\nGATEWAY 429s\tCLIENT KEY\tREFUSED\tCAME BACK\tGAVE UP\tUNTRACKED\tWINDOW OPEN")
+	for _, r := range rows {
+		client := "-"
+		if r.Client > 0 {
+			client = fmt.Sprint(r.Client)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Flow, client, num.Group(r.Refused), num.Group(r.CameBack),
+			num.Group(r.GaveUp), num.Group(r.Untracked), num.Group(r.Pending))
+	}
+	_ = tw.Flush() // into a strings.Builder: cannot fail
+	_, err := io.WriteString(w, b.String())
 	return err
 }
 

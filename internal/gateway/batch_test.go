@@ -156,7 +156,7 @@ func batchEarliestMinute(n int) int { return 1 + (n+batchPerMinute-1)/batchPerMi
 // count, eating into the lag.
 var batchWarm sync.Once
 
-func warmUp(t *testing.T) {
+func warmUp(t testing.TB) {
 	batchWarm.Do(func() {
 		m, err := forecast.NewModel(forecast.ModelConfig{Profile: "groq", Model: batchModel, Wire: true})
 		if err != nil {

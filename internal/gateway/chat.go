@@ -51,8 +51,10 @@ type chatCall struct {
 	wctx      context.Context // ends a wait for admission or a backoff; made at the first (waitCtx)
 	release   func()          // releases wctx
 	attempts  int
-	status    int  // what the caller was answered (499: it left first)
-	wrote     bool // the answer has started
+	sent      placeKey // names the request as the caller sent it, to see whether it comes back after a 429 (retries.go)
+	own429    bool     // the gateway itself refused it: its max wait ended, or its line was full
+	status    int      // what the caller was answered (499: it left first)
+	wrote     bool     // the answer has started
 
 	t       *target               // the target the call is made on: the single upstream, or the one its route picked
 	rt      *routed               // the request's route, for a routed model name
@@ -76,6 +78,9 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, who caller) {
 			c.limitHeaders()
 			e.write(w, g.cfg.Profile)
 			c.status = e.status
+			if c.own429 {
+				g.retries.refused(c.sent, who, e.retryAfter, g.cfg.Now())
+			}
 		}
 	}
 	if c.status == 0 {
@@ -98,7 +103,7 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, who caller) {
 		key = c.t.name
 	}
 	attrs := []any{"id", id, "key", key, "flow", flow, "status", c.status,
-		"stream", c.req != nil && c.req.Stream, "attempts", c.attempts, "waited", c.waited, "took", g.cfg.Now().Sub(start), "rejoined", c.rejoined}
+		"stream", c.req != nil && c.req.Stream, "attempts", c.attempts, "waited_ms", millis(c.waited), "took_ms", millis(g.cfg.Now().Sub(start)), "rejoined", c.rejoined}
 	if c.waitingOn != "" {
 		attrs = append(attrs, "waiting_on", c.waitingOn)
 	}
@@ -123,10 +128,14 @@ func (c *chatCall) run(start time.Time) *apiError {
 		}
 		return badRequest("sluice gateway: reading the request body: " + err.Error())
 	}
+	// A request sent again after a 429 of the gateway's came back.
+	c.sent = keyOf(c.r, c.who.flow, body)
+	g.retries.arrived(c.sent, start)
 	// A place in line before any pricing: a prompt costs CPU to price and
 	// memory while it waits, so both stop at the line's bounds.
 	size := int64(len(body))
 	if full := g.line.enter(c.who.flow, size); full != "" {
+		c.own429 = true
 		return lineFull(g.cfg.Profile, full)
 	}
 	inLine := true
@@ -274,6 +283,7 @@ func (c *chatCall) refuse(err error) *apiError {
 		return tooLarge(c.g.cfg.Profile, c.req.Model, c.req.MaxTokensName(), n, tl)
 	}
 	if we, ok := errors.AsType[*governor.WaitError](err); ok {
+		c.own429 = true
 		c.waitingOn = we.On.String()
 		return notAdmitted(c.g.cfg.Profile, c.who.flow, c.maxWait, we.EstimatedWait, we.On, c.unkept)
 	}

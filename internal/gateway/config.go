@@ -127,6 +127,21 @@ type Config struct {
 	// MaxWaiting.
 	MaxFlowParked int
 
+	// RetryWindow is how long after a 429 of its own (plus the retry-after
+	// it gave, up to RetryWindow more) the gateway waits for the same
+	// request to come back — the same caller and flow, the same body or
+	// Idempotency-Key — before it counts the request as given up, per flow
+	// and client key (/v1/flows, /metrics): a batch client whose tries run
+	// out before the line does shows there. Default 10m, longer than the
+	// pauses and backoffs batch clients take between tries.
+	RetryWindow time.Duration
+
+	// MaxFollowedRefusals bounds the 429s followed at once to see whether
+	// their requests come back (see RetryWindow). A 429 past it is counted
+	// as untracked, neither back nor given up, and no followed one is
+	// dropped for it. Default 10,000 (about 1 MB).
+	MaxFollowedRefusals int
+
 	// ProgressWindow is how recently a flow must have had a call admitted
 	// to be progressing in /v1/flows; after that it is waiting-for-quota
 	// while calls of it wait, and idle otherwise. Default 5m: a minute
@@ -334,6 +349,8 @@ func (c Config) withDefaults() Config {
 	c.DefaultMaxTokens = cmp.Or(c.DefaultMaxTokens, 1024)
 	c.MaxWait = cmp.Or(c.MaxWait, 4*time.Minute)
 	c.KeepPlace = cmp.Or(c.KeepPlace, 2*time.Minute)
+	c.RetryWindow = cmp.Or(c.RetryWindow, 10*time.Minute)
+	c.MaxFollowedRefusals = cmp.Or(c.MaxFollowedRefusals, 10000)
 	if c.ProgressWindow <= 0 {
 		c.ProgressWindow = 5 * time.Minute
 	}
@@ -377,6 +394,9 @@ func (c Config) validate() error {
 	}
 	if c.MaxWait < 0 || c.MaxBodyBytes < 0 || c.RetryBase < 0 {
 		return errors.New("gateway: max wait, max body size and retry base must not be negative")
+	}
+	if c.RetryWindow < 0 || c.MaxFollowedRefusals < 0 {
+		return fmt.Errorf("gateway: retry window %v and max followed refusals %d must not be negative", c.RetryWindow, c.MaxFollowedRefusals)
 	}
 	if c.MaxWaiting < 0 || c.MaxFlowWaiting < 0 || c.MaxWaitingBytes < 0 || c.MaxFlowParked < 0 {
 		return errors.New("gateway: max waiting, max flow waiting, max waiting bytes and max flow parked must not be negative")

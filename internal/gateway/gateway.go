@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/health"
 	"github.com/sluice-dev/sluice/internal/httpjson"
+	"github.com/sluice-dev/sluice/internal/metrics"
 	"github.com/sluice-dev/sluice/internal/quota"
 	"github.com/sluice-dev/sluice/llm"
 )
@@ -28,20 +29,21 @@ import (
 // with an http.Server, and Stop it once the server has shut down. A Gateway
 // is safe for simultaneous use by multiple goroutines.
 type Gateway struct {
-	cfg    Config
-	client *llm.Client        // the single upstream's; nil on a gateway of routes only
-	gov    *governor.Governor // the single upstream's; nil on a gateway of routes only
-	ledger *quota.Ledger      // gov, when its charges are kept in cfg.Store
-	est    *llm.Estimator
-	flows  map[string]Flow
-	keys   []ClientKey
-	m      *gatewayMetrics
-	fm     map[string]*flowMetrics // by flow name; read-only after New
-	mux    *http.ServeMux
-	seq    atomic.Uint64
-	scrub  scrubber // every provider key's; empty without one
-	line   *line
-	places *places
+	cfg     Config
+	client  *llm.Client        // the single upstream's; nil on a gateway of routes only
+	gov     *governor.Governor // the single upstream's; nil on a gateway of routes only
+	ledger  *quota.Ledger      // gov, when its charges are kept in cfg.Store
+	est     *llm.Estimator
+	flows   map[string]Flow
+	keys    []ClientKey
+	m       *gatewayMetrics
+	fm      map[string]*flowMetrics // by flow name; read-only after New
+	mux     *http.ServeMux
+	seq     atomic.Uint64
+	scrub   scrubber // every provider key's; empty without one
+	line    *line
+	places  *places
+	retries *retries // what callers did after the gateway's own 429s
 
 	main       *target            // the single upstream, nil on a gateway of routes only
 	targets    []*target          // the routed targets, each once (routes.go)
@@ -131,7 +133,8 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 	}
 	g := &Gateway{cfg: cfg, client: client, gov: gov, ledger: ledger, est: est, flows: byName, keys: cfg.ClientKeys,
 		mux: http.NewServeMux(), scrub: newScrubber(keys...), line: newLine(cfg),
-		places: newPlaces(cfg.MaxWaiting, cfg.MaxFlowParked), quit: make(chan struct{})}
+		places: newPlaces(cfg.MaxWaiting, cfg.MaxFlowParked), retries: newRetries(cfg.RetryWindow, cfg.MaxFollowedRefusals),
+		quit: make(chan struct{})}
 	if client != nil {
 		g.main = &target{name: cfg.Key, profile: cfg.Profile, client: client, gov: gov, ledger: ledger, est: est}
 	}
@@ -150,6 +153,9 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 	}
 	if g.m, err = newMetrics(g); err != nil {
 		return nil, err
+	}
+	if err := g.m.set.AddClientRetries(cfg.Key, func() []metrics.ClientRetries { return g.retries.snapshot(g.cfg.Now()) }); err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	g.fm = make(map[string]*flowMetrics, len(byName))
 	for name := range byName {
@@ -469,6 +475,11 @@ type FlowView struct {
 	// (Spend adds them in). With routes, Budget is the flow's budget
 	// across every target and its spend there.
 	SpendByTarget map[string]float64 `json:"spend_by_target,omitempty"`
+	// ClientRetries are, by client key, what became of the flow's
+	// requests the gateway answered 429 itself: how many came back within
+	// Config.RetryWindow and how many gave up (metrics.ClientRetries);
+	// absent until one is refused.
+	ClientRetries []metrics.ClientRetries `json:"client_retries,omitempty"`
 	// Cluster, on a process of a cluster (Config.ClusterFlows), is the
 	// flow on every process of it, this one too, and in total; the fields
 	// above are this process's own.
@@ -530,6 +541,7 @@ func (g *Gateway) Flows() FlowsView {
 		}
 	}
 	v.Budget = budgetView(budget, spent)
+	retried := g.retries.snapshot(now)
 	for _, f := range st.Flows {
 		fv := FlowView{Flow: health.Flow{Name: f.Name, Done: f.Admitted, Remaining: int64(f.Waiting)},
 			Weight: f.Weight, Priority: f.Priority, Waiting: f.Waiting, Parked: f.Parked, Admitted: f.Admitted,
@@ -553,6 +565,11 @@ func (g *Gateway) Flows() FlowsView {
 			}
 		}
 		fv.State = flowState(now, fv.LastProgressAt, g.cfg.ProgressWindow, f.Waiting)
+		for _, r := range retried {
+			if r.Flow == f.Name {
+				fv.ClientRetries = append(fv.ClientRetries, r)
+			}
+		}
 		v.Flows = append(v.Flows, fv)
 	}
 	g.addRoutes(&v, now)

@@ -80,3 +80,7 @@ func (m *gatewayMetrics) rejected(key string, l governor.Limit, known bool, stat
 }
 
 func seconds(d time.Duration) float64 { return d.Seconds() }
+
+// millis is d in milliseconds, to the microsecond, as the logs give every
+// duration: a log line's number names its unit in its key ("waited_ms").
+func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -81,6 +81,9 @@ type Config struct {
 	// its Ready is not nil. Default nil: no jobs; /v1/flows answers an empty
 	// list and /readyz 200.
 	Health Health
+	// Functions lists the app's functions for GET /v1/functions. Default
+	// nil: an empty list.
+	Functions Functions
 	// Token, when set, is required as "Authorization: Bearer TOKEN" on every
 	// /v1 request. It never appears in responses or logs.
 	Token string
@@ -133,6 +136,7 @@ func (a *api) routes() []route {
 		})},
 		{"GET /readyz", http.HandlerFunc(a.readyz)},
 		{"GET /v1/flows", a.auth(a.flows)},
+		{"GET /v1/functions", a.auth(a.functions)},
 		{"POST /v1/events", a.auth(a.postEvent)},
 		{"GET /v1/runs", a.auth(a.listRuns)},
 		{"GET /v1/runs/{id}", a.auth(a.getRun)},
@@ -146,7 +150,7 @@ func (a *api) routes() []route {
 }
 
 // v1Resources are the first segments of the API's paths under /v1.
-var v1Resources = []string{"flows", "events", "runs", "dropped", "versions"}
+var v1Resources = []string{"flows", "events", "runs", "dropped", "versions", "functions"}
 
 // OwnsPath reports whether path, under /v1, is the API's: one of its
 // resources or below one. Under sluice serve --gateway every other /v1

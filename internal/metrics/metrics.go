@@ -60,6 +60,7 @@ type Set struct {
 	routes    *routeCollector
 	health    *healthCollector
 	cluster   *clusterCollector
+	retries   *retriesCollector
 	runtime   sync.Once
 }
 
@@ -114,6 +115,8 @@ func On(reg *prometheus.Registry) (*Set, error) {
 	s.health, err = shared(reg, &healthCollector{})
 	errs = append(errs, err)
 	s.cluster, err = shared(reg, &clusterCollector{})
+	errs = append(errs, err)
+	s.retries, err = shared(reg, &retriesCollector{})
 	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)

@@ -26,6 +26,7 @@ const (
 type flowsView struct {
 	Flows    []flowView
 	HealthOn bool
+	Retries  []clientRetryRow // the gateway's 429s by client key (retries.go)
 }
 
 // flowView is a flow's health with its progress.
@@ -51,6 +52,9 @@ func (h *Handler) flows(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	slices.SortFunc(v.Flows, func(a, b flowView) int { return strings.Compare(a.Name, b.Name) })
+	if h.cfg.ClientRetries != nil {
+		v.Retries = clientRetryRows(h.cfg.ClientRetries())
+	}
 	h.renderLive(w, r, "flows", "Flows", "flows", v)
 	return nil
 }

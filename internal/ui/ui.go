@@ -51,7 +51,9 @@ import (
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/engine"
 	"github.com/sluice-dev/sluice/internal/health"
+	"github.com/sluice-dev/sluice/internal/httpapi"
 	"github.com/sluice-dev/sluice/internal/httperr"
+	"github.com/sluice-dev/sluice/internal/metrics"
 	"github.com/sluice-dev/sluice/internal/plan"
 	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/run"
@@ -143,6 +145,13 @@ type Config struct {
 	// Plan returns the plan of the running configuration. Default nil: the
 	// plan page says no plan is configured.
 	Plan func(ctx context.Context) (*plan.Plan, error)
+	// ClientRetries returns, by key, what the gateway's callers did after
+	// its own 429s (the flows page). Default nil: no such table.
+	ClientRetries func() map[string][]metrics.ClientRetries
+	// Functions lists the app's functions, backfills and YAML jobs (the
+	// functions page). Default nil: the page says the list is not
+	// available.
+	Functions httpapi.Functions
 	// Token, when set, is needed for every page but /login and /assets/:
 	// signed in with it (a session cookie), or sent as "Authorization:
 	// Bearer TOKEN". It never appears in pages, cookies or logs. Default
@@ -283,6 +292,7 @@ func New(cfg Config) (*Handler, error) {
 	mux.Handle("POST /versions/{version}/resume", h.form(h.moveVersion(true)))
 	mux.Handle("POST /versions/{version}/cancel", h.form(h.moveVersion(false)))
 	mux.Handle("GET /plan", h.page(h.plan))
+	mux.Handle("GET /functions", h.page(h.functions))
 	mux.Handle("GET /send", h.page(h.sendForm))
 	mux.Handle("POST /send", h.form(h.send))
 	mux.HandleFunc("GET /login", h.loginForm)
