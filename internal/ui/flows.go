@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/health"
 	"github.com/sluice-dev/sluice/internal/httperr"
+	"github.com/sluice-dev/sluice/internal/progress"
 	"github.com/sluice-dev/sluice/internal/store"
 )
 
@@ -28,26 +29,19 @@ type flowsView struct {
 	HealthOn bool
 }
 
-// flowView is a flow's health with its progress.
+// flowView is a flow's health with its progress, as progress.Of reads it
+// at the app's clock.
 type flowView struct {
 	health.Flow
-	Total int64   // done and remaining
-	Ratio float64 // done of the total
-	Width float64 // of the progress bar, out of 100
-}
-
-func flowViewOf(f health.Flow) flowView {
-	v := flowView{Flow: f, Total: addSat(max(f.Done, 0), max(f.Remaining, 0))}
-	v.Ratio = ratio(float64(max(f.Done, 0)), float64(v.Total))
-	v.Width = barWidth(v.Ratio)
-	return v
+	Fig progress.Figures
 }
 
 func (h *Handler) flows(w http.ResponseWriter, r *http.Request) error {
 	v := flowsView{HealthOn: h.cfg.Health != nil}
 	if h.cfg.Health != nil {
+		now := h.cfg.AppNow()
 		for _, f := range h.cfg.Health.Flows() {
-			v.Flows = append(v.Flows, flowViewOf(f))
+			v.Flows = append(v.Flows, flowView{Flow: f, Fig: progress.Of(f, now)})
 		}
 	}
 	slices.SortFunc(v.Flows, func(a, b flowView) int { return strings.Compare(a.Name, b.Name) })
@@ -107,7 +101,7 @@ func (h *Handler) flow(w http.ResponseWriter, r *http.Request) error {
 	if h.cfg.Health != nil {
 		for _, f := range h.cfg.Health.Flows() {
 			if f.Name == name {
-				p.Flow, p.Known = flowViewOf(f), true
+				p.Flow, p.Known = flowView{Flow: f, Fig: progress.Of(f, h.cfg.AppNow())}, true
 				break
 			}
 		}
@@ -199,11 +193,4 @@ func backfillRunViewOf(r store.BackfillRun) backfillRunView {
 		return strings.Compare(a.Reason, b.Reason)
 	})
 	return v
-}
-
-func addSat(a, b int64) int64 {
-	if s := a + b; s >= a {
-		return s
-	}
-	return 1<<63 - 1
 }

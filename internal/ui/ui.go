@@ -49,6 +49,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/clock"
 	"github.com/sluice-dev/sluice/internal/engine"
 	"github.com/sluice-dev/sluice/internal/health"
 	"github.com/sluice-dev/sluice/internal/httperr"
@@ -176,6 +177,10 @@ type Config struct {
 	// AppNow is the app's clock (sluice.Config.Now), which the governors'
 	// figures and the backfills' samples read (default Now).
 	AppNow func() time.Time
+	// Speed is how many times as fast as the wall clock AppNow runs
+	// (sluice.Config.Speed; default 1): the pages name a clock that is not
+	// the wall clock ("simulated time, ×720").
+	Speed float64
 	// Logger receives the errors behind 500 pages, with the reference the
 	// page shows (default slog.Default()).
 	Logger *slog.Logger
@@ -420,6 +425,7 @@ type view struct {
 	SignOut  bool   // signed in with a session: the sign-out button shows
 	Refresh  int    // seconds between live refreshes; 0: none
 	Now      time.Time
+	Clock    string // names the clock of Now when it is not the wall clock
 	Data     any
 	AssetCSS string
 	AssetJS  string
@@ -457,8 +463,10 @@ func (h *Handler) renderView(w http.ResponseWriter, r *http.Request, status int,
 	v.CSRF = h.csrf(r)
 	v.SignOut = h.hasSession(r)
 	v.Now = h.cfg.Now().UTC()
-	if appClock[v.Nav] {
-		v.Now = h.cfg.AppNow().UTC()
+	if app := h.cfg.AppNow().UTC(); appClock[v.Nav] {
+		v.Now, v.Clock = app, clock.Label(h.cfg.Speed, app, v.Now)
+	} else if !app.Equal(v.Now) && clock.Label(h.cfg.Speed, app, v.Now) != "" {
+		v.Clock = "wall clock, not the app's"
 	}
 	v.Links = h.cfg.Links
 	v.AssetCSS, v.AssetJS = h.assetURL("style.css"), h.assetURL("live.js")
