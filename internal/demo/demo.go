@@ -11,6 +11,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"html/template"
 	"io"
 	"log/slog"
 	"net"
@@ -29,6 +30,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/forecast"
 	"github.com/sluice-dev/sluice/internal/govtext"
 	"github.com/sluice-dev/sluice/internal/guard"
+	"github.com/sluice-dev/sluice/internal/health"
 	"github.com/sluice-dev/sluice/internal/httpjson"
 	"github.com/sluice-dev/sluice/internal/serveapp"
 	"github.com/sluice-dev/sluice/internal/sim"
@@ -199,12 +201,18 @@ type demo struct {
 	api    http.Handler
 	naive  *devpick.Naive             // nil with --upstream
 	models map[string]*forecast.Model // by side; none with --upstream
-	began  time.Time                  // the simulated time the demo started at
-	base   map[string]map[string]int
+	began  time.Time                  // the simulated time this run started at
+	// first is the simulated time the demo first started at on its
+	// database, and resumed says this run goes on from an earlier one's.
+	first   time.Time
+	resumed bool
+	base    map[string]map[string]int
 
-	mu   sync.Mutex
-	last map[string]map[string]time.Time // side → job → simulated time its done count last grew
-	seen map[string]map[string]int
+	mu    sync.Mutex
+	last  map[string]map[string]time.Time // side → job → simulated time its done count last grew
+	seen  map[string]map[string]int
+	rates map[string]*health.Sampler // the seed's scheduler's jobs' rates, by job
+	point time.Time                  // the simulated time of the chart's last point
 }
 
 func runDemoWith(ctx context.Context, env *cli.Env, o demoOptions) error {
@@ -254,7 +262,12 @@ func runDemoWith(ctx context.Context, env *cli.Env, o demoOptions) error {
 	if err := d.app.Start(appCtx); err != nil {
 		return err
 	}
-	fmt.Fprintf(env.Stdout, "dashboard  %s/\nside by side  %s/demo   simulators  %s/sim/stats\ndatabase  %s\n\n", base, base, base, o.db)
+	fmt.Fprintf(env.Stdout, "dashboard  %s/\nside by side  %s/demo   simulators  %s/sim/stats\ndatabase  %s\n", base, base, base, o.db)
+	if d.resumed {
+		fmt.Fprintf(env.Stdout, "resumed  at simulated %s, %.2f days after the demo began on this database (%s)\n",
+			d.began.UTC().Format("Jan 2 15:04"), d.began.Sub(d.first).Hours()/24, d.first.UTC().Format("Jan 2 15:04"))
+	}
+	fmt.Fprintln(env.Stdout)
 	runErr := d.run(ctx, env.Stdout, base, logs, serveErr)
 	// The work has stopped; read the outcome, then stop sluice: what the
 	// summary reads is what the database holds.
@@ -283,8 +296,15 @@ func newDemo(ctx context.Context, o demoOptions, db *sql.DB) (*demo, error) {
 		return nil, err
 	}
 	d := &demo{o: o, clk: clock.At(o.speed, origin), db: db, models: map[string]*forecast.Model{},
-		last: map[string]map[string]time.Time{}, seen: map[string]map[string]int{}}
+		last: map[string]map[string]time.Time{}, seen: map[string]map[string]int{}, rates: map[string]*health.Sampler{}}
 	d.began = d.clk.Now()
+	d.resumed = !origin.IsZero()
+	if d.first, err = demoStart(ctx, db, d.began); err != nil {
+		return nil, err
+	}
+	if d.point, err = lastPoint(ctx, db); err != nil {
+		return nil, err
+	}
 	if _, err := devpick.Seed(ctx, db, o.articles); err != nil {
 		return nil, err
 	}
@@ -382,7 +402,13 @@ func (d *demo) serve(mux *http.ServeMux, ln net.Listener) (serveErr <-chan error
 	mux.Handle("/healthz", d.api)
 	mux.Handle("/readyz", d.api)
 	mux.Handle("GET /metrics", d.app.MetricsHandler())
-	mux.HandleFunc("GET /demo", d.page)
+	page, ok := dash.(interface {
+		Page(title string, body func(*http.Request) (template.HTML, error)) http.Handler
+	})
+	if !ok {
+		return nil, nil, errors.New("the dashboard cannot show the side-by-side page in its layout")
+	}
+	mux.Handle("GET /demo", page.Page("Side by side", d.page))
 	mux.HandleFunc("GET /demo.json", func(w http.ResponseWriter, r *http.Request) {
 		snap, err := d.snapshot(r.Context())
 		if err != nil {
@@ -489,8 +515,30 @@ func (d *demo) keepClock(ctx context.Context) {
 	}
 }
 
-// The demo's own table: the simulated time it last recorded.
-const demoClockTable = `CREATE TABLE IF NOT EXISTS demo_clock (id INTEGER PRIMARY KEY CHECK (id = 1), at_ms BIGINT NOT NULL)`
+// The demo's own tables: the simulated time it last recorded, the one it
+// first started at, and each side's jobs' done counts over time (the
+// side-by-side page's chart).
+const (
+	demoClockTable    = `CREATE TABLE IF NOT EXISTS demo_clock (id INTEGER PRIMARY KEY CHECK (id = 1), at_ms BIGINT NOT NULL)`
+	demoStartTable    = `CREATE TABLE IF NOT EXISTS demo_start (id INTEGER PRIMARY KEY CHECK (id = 1), at_ms BIGINT NOT NULL)`
+	demoProgressTable = `CREATE TABLE IF NOT EXISTS demo_progress (at_ms BIGINT NOT NULL, side TEXT NOT NULL, job TEXT NOT NULL, done BIGINT NOT NULL, PRIMARY KEY (at_ms, side, job))`
+)
+
+// demoStart returns the simulated time the demo first started at on db,
+// recording now as that time when no run has yet (or none recorded it).
+func demoStart(ctx context.Context, db *sql.DB, now time.Time) (time.Time, error) {
+	if _, err := db.ExecContext(ctx, demoStartTable); err != nil {
+		return time.Time{}, fmt.Errorf("the demo's start: %w", err)
+	}
+	if _, err := db.ExecContext(ctx, `INSERT INTO demo_start (id, at_ms) VALUES (1, $1) ON CONFLICT (id) DO NOTHING`, now.UnixMilli()); err != nil {
+		return time.Time{}, fmt.Errorf("the demo's start: %w", err)
+	}
+	var ms int64
+	if err := db.QueryRowContext(ctx, `SELECT at_ms FROM demo_start WHERE id = 1`).Scan(&ms); err != nil {
+		return time.Time{}, fmt.Errorf("the demo's start: %w", err)
+	}
+	return time.UnixMilli(ms), nil
+}
 
 func loadDemoClock(ctx context.Context, db *sql.DB) (time.Time, error) {
 	if _, err := db.ExecContext(ctx, demoClockTable); err != nil {

@@ -18,7 +18,7 @@ import (
 
 // pageNames are the templates/NAME.html of the pages, each rendered
 // inside templates/layout.html.
-var pageNames = []string{"overview", "flows", "flow", "runs", "run", "version", "plan", "send", "login", "error"}
+var pageNames = []string{"overview", "flows", "flow", "runs", "run", "version", "plan", "send", "login", "error", "page"}
 
 // parsePages parses every page with the layout and the shared parts.
 func parsePages(assetURL func(string) string) (map[string]*template.Template, error) {

@@ -303,14 +303,19 @@ func New(cfg Config) (*Handler, error) {
 
 // ServeHTTP serves the dashboard's pages.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	hd := w.Header()
+	secureHeaders(w.Header())
+	h.mux.ServeHTTP(w, r)
+}
+
+// secureHeaders sets the headers every page of the dashboard is served
+// with.
+func secureHeaders(hd http.Header) {
 	// Nothing but the dashboard's own files: no inline script, no frames.
 	hd.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "+
 		"connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 	hd.Set("X-Content-Type-Options", "nosniff")
 	hd.Set("X-Frame-Options", "DENY")
 	hd.Set("Referrer-Policy", "same-origin")
-	h.mux.ServeHTTP(w, r)
 }
 
 func (h *Handler) loadAssets() error {
@@ -435,7 +440,7 @@ type view struct {
 // appClock are the pages whose figures read the app's clock (AppNow):
 // their times are shown against it. The runs' pages read DBOS's records,
 // kept by the wall clock.
-var appClock = map[string]bool{"overview": true, "flows": true, "plan": true}
+var appClock = map[string]bool{"overview": true, "flows": true, "plan": true, "page": true}
 
 // Link is an entry of the navigation to a page the program that mounts
 // the dashboard serves itself.
