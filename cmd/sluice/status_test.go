@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/cli"
 	"github.com/sluice-dev/sluice/internal/health"
+	"github.com/sluice-dev/sluice/internal/progress"
 	"github.com/sluice-dev/sluice/internal/testenv"
 )
 
@@ -136,14 +137,14 @@ func TestRenderStatus(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 10, 19, 8, 1, 0, 0, time.UTC)
 	var b strings.Builder
-	err := renderStatus(&b, []health.Flow{
+	err := progress.WriteStatus(&b, []health.Flow{
 		{Name: "analysis", State: health.Idle},
 		{Name: "summaries", State: health.WaitingForQuota, Done: 1, Remaining: 3, RatePerHour: 2.25, ETA: now.Add(90 * time.Minute),
 			LastProgressAt: now.Add(-45 * time.Second), WaitingOn: "tpm", WaitingUntil: now.Add(40 * time.Second)},
 		{Name: "titles", State: health.Stalled, Done: 888, Remaining: 524, LastProgressAt: now.Add(-(2*time.Hour + 31*time.Minute)),
 			ConsecutiveFailures: 8, LastError: "line one\nline two " + strings.Repeat("x", 100), InFlight: 4, InFlightTarget: 50, LimitedBy: "in_flight"},
 		{Name: "old", State: health.Done, Done: 10, LastProgressAt: now.Add(-50 * time.Hour)},
-	}, statusClock{Now: now})
+	}, progress.Clock{Now: now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +168,7 @@ func TestRenderStatus(t *testing.T) {
 		t.Errorf("a server on the wall clock is labelled:\n%s", b.String())
 	}
 	b.Reset()
-	if err := renderStatus(&b, nil, statusClock{Now: now}); err != nil || b.String() != "no flows\n" {
+	if err := progress.WriteStatus(&b, nil, progress.Clock{Now: now}); err != nil || b.String() != "no flows\n" {
 		t.Errorf("no flows: %q, %v", b.String(), err)
 	}
 }
@@ -180,12 +181,12 @@ func TestStatusOfASimulatedClock(t *testing.T) {
 	wall := time.Date(2026, 12, 6, 16, 50, 0, 0, time.UTC)
 	flows := []health.Flow{{Name: "summary", State: health.Progressing, Done: 20, Remaining: 568, RatePerHour: 4,
 		LastProgressAt: wall.Add(36 * time.Hour), WaitingOn: "tpd pacing", WaitingUntil: wall.Add(37 * time.Hour)}}
-	c := serverClock(time.Time{}, flows, wall)
+	c := progress.ServerClock(time.Time{}, flows, wall)
 	if !c.Now.IsZero() || c.Label == "" {
 		t.Fatalf("serverClock = %+v, want no now and a label", c)
 	}
 	var b strings.Builder
-	if err := renderStatus(&b, flows, c); err != nil {
+	if err := progress.WriteStatus(&b, flows, c); err != nil {
 		t.Fatal(err)
 	}
 	for _, w := range []string{"Times in UTC on the server's clock (simulated time, ahead of this machine's clock).",
@@ -197,7 +198,7 @@ func TestStatusOfASimulatedClock(t *testing.T) {
 	if strings.Contains(b.String(), " ago") || strings.Contains(b.String(), "(in ") {
 		t.Errorf("times relative to this machine's clock:\n%s", b.String())
 	}
-	if c := serverClock(wall.Add(36*time.Hour), flows, wall); !c.Now.Equal(wall.Add(36*time.Hour)) || c.Label == "" {
+	if c := progress.ServerClock(wall.Add(36*time.Hour), flows, wall); !c.Now.Equal(wall.Add(36*time.Hour)) || c.Label == "" {
 		t.Errorf("a server that says its time: %+v", c)
 	}
 }

@@ -192,10 +192,20 @@ func (o *demoOptions) check(set map[string]bool) error {
 	return nil
 }
 
+// demoClock is the demo's one clock, which every party reads: a
+// *clock.Clock.
+type demoClock interface {
+	Now() time.Time
+	// Real is a duration of the clock in wall time.
+	Real(d time.Duration) time.Duration
+}
+
+var _ demoClock = (*clock.Clock)(nil)
+
 // demo is one running demo: its clock, the articles, the two sides.
 type demo struct {
 	o      demoOptions
-	clk    *clock.Clock
+	clk    demoClock
 	db     *sql.DB
 	app    *sluice.App
 	api    http.Handler
