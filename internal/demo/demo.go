@@ -62,6 +62,9 @@ const (
 	// demoProvider names the sluice side's provider key in the app, the
 	// dashboard and /v1/flows.
 	demoProvider = "groq"
+	// demoHealthEvery is how often, in simulated time, sluice's health
+	// monitor samples its jobs, and the demo the seed's scheduler's.
+	demoHealthEvery = 5 * time.Minute
 )
 
 // The names of the two simulated keys, in /sim/stats and the views.
@@ -377,7 +380,7 @@ func (d *demo) newApp(ctx context.Context, base string, logs *demoLog) (stop fun
 		Flows:        devpick.Flows(),
 		Now:          d.clk.Now,
 		Speed:        o.speed,
-		HealthEvery:  5 * time.Minute,
+		HealthEvery:  demoHealthEvery,
 		HistoryEvery: 10 * time.Minute,
 		Logger:       slog.New(quietStop{slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}), &logs.stopping}),
 	})
@@ -450,6 +453,9 @@ func (d *demo) run(ctx context.Context, out io.Writer, base string, logs *demoLo
 		wg.Go(func() { _ = d.naive.Run(work) })
 	}
 	wg.Go(func() { d.arrivals(work, logs) })
+	if d.naive != nil {
+		wg.Go(func() { d.measureNaive(work) })
+	}
 	wg.Go(func() { d.keepClock(work) })
 
 	tty := cli.IsTerminal(out)
@@ -506,6 +512,26 @@ func (d *demo) arrivals(ctx context.Context, logs *demoLog) {
 		}
 		if _, err := devpick.Arrive(ctx, d.db, d.clk.Now()); err != nil && ctx.Err() == nil {
 			logs.printf("sluice demo: a new article could not be added: %v\n", err)
+		}
+	}
+}
+
+// measureNaive samples the seed's scheduler's done counts every
+// demoHealthEvery of simulated time, as sluice's health monitor samples
+// its jobs, so that both sides' rates are measured alike however often
+// the views are drawn.
+func (d *demo) measureNaive(ctx context.Context) {
+	for {
+		if err := sleepCtx(ctx, d.clk.Real(demoHealthEvery)); err != nil {
+			return
+		}
+		done, err := jobsDone(ctx, d.db, sideNaive)
+		if err != nil {
+			continue // the database is busy: the next sample counts it
+		}
+		now := d.clk.Now()
+		for job, n := range done {
+			d.sampleNaive(job, now, n)
 		}
 	}
 }

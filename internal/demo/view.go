@@ -145,7 +145,7 @@ func (d *demo) snapshot(ctx context.Context) (demoSnapshot, error) {
 			} else {
 				// The seed's scheduler has no store: its job's figures are
 				// read from the articles as sluice's store counts its own.
-				f = health.Flow{Name: name, Done: int64(saved[name]), Remaining: int64(c.Remaining), RatePerHour: d.naiveRate(name, now, saved[name])}
+				f = health.Flow{Name: name, Done: int64(saved[name]), Remaining: int64(c.Remaining), RatePerHour: d.naiveRate(name)}
 				j.LastProgress = d.progressed(side, name, c.Done, now)
 				j.State, j.Note = d.naiveState(name, c, j.LastProgress, now), naive[name].LastLine
 			}
@@ -179,10 +179,20 @@ func (d *demo) snapshot(ctx context.Context) (demoSnapshot, error) {
 	return snap, nil
 }
 
-// naiveRate measures a job of the seed's scheduler as the health monitor
-// measures sluice's: its done count's rate per hour over the last hour,
-// rounded to a tenth.
-func (d *demo) naiveRate(job string, now time.Time, done int) float64 {
+// naiveRate is a job of the seed's scheduler's rate per hour as the health
+// monitor measures sluice's: its done count's over the last hour of
+// measureNaive's samples, rounded to a tenth.
+func (d *demo) naiveRate(job string) float64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if s := d.rates[job]; s != nil {
+		return math.Round(s.PerHour()*10) / 10
+	}
+	return 0
+}
+
+// sampleNaive records a job of the seed's scheduler's done count at now.
+func (d *demo) sampleNaive(job string, now time.Time, done int) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	s := d.rates[job]
@@ -191,7 +201,6 @@ func (d *demo) naiveRate(job string, now time.Time, done int) float64 {
 		d.rates[job] = s
 	}
 	s.Add(now, int64(done))
-	return math.Round(s.PerHour()*10) / 10
 }
 
 // jobsDone counts, by job, the articles a side's job saved: those with its
