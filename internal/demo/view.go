@@ -380,6 +380,9 @@ func renderDemoSummary(w io.Writer, s demoSnapshot) {
 		fmt.Fprintln(tw)
 	}
 	for i, name := range jobNames {
+		if !s.Resumed {
+			break // the job's articles done are this run's
+		}
 		fmt.Fprintf(tw, "%s saved in this run\t", name)
 		for _, v := range s.Sides {
 			fmt.Fprintf(tw, "%s\t", num.Group(int64(v.Jobs[i].Processed)))
