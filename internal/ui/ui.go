@@ -431,6 +431,7 @@ type view struct {
 	Refresh  int    // seconds between live refreshes; 0: none
 	Now      time.Time
 	Clock    string // names the clock of Now when it is not the wall clock
+	Path     string // of the request: a link of Config.Links to it is the current page
 	Data     any
 	AssetCSS string
 	AssetJS  string
@@ -473,7 +474,7 @@ func (h *Handler) renderView(w http.ResponseWriter, r *http.Request, status int,
 	} else if !app.Equal(v.Now) && clock.Label(h.cfg.Speed, app, v.Now) != "" {
 		v.Clock = "wall clock, not the app's"
 	}
-	v.Links = h.cfg.Links
+	v.Links, v.Path = h.cfg.Links, r.URL.Path
 	v.AssetCSS, v.AssetJS = h.assetURL("style.css"), h.assetURL("live.js")
 	var b bytes.Buffer
 	if err := h.pages[name].ExecuteTemplate(&b, "layout", v); err != nil {
