@@ -64,7 +64,7 @@ func Of(f health.Flow, now time.Time) Figures {
 	if r := f.RatePerHour; r > 0 && !math.IsInf(r, 0) {
 		g.RatePerHour = r
 		if hours := float64(g.Remaining) / r; g.Remaining > 0 && hours <= maxLeft.Hours() {
-			g.Left = time.Duration(hours * float64(time.Hour)).Round(time.Second)
+			g.Left = time.Duration(hours * float64(time.Hour)) // as the health monitor's ETA counts it
 			g.ETA = g.Now.Add(g.Left)
 		}
 	}

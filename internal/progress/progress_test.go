@@ -46,9 +46,9 @@ func TestOfAgreesWithTheMonitor(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 12, 5, 4, 40, 0, 0, time.UTC)
 	rate := health.NewSampler(time.Hour, time.Minute)
-	rate.Add(now.Add(-30*time.Minute), 100)
-	rate.Add(now, 160)
-	v := health.Evaluate(store.Job{Name: "summary", Saved: 160, Pending: 900, MonitoringSince: now.Add(-time.Hour)}, 0, health.Quota{}, rate, now)
+	rate.Add(now.Add(-37*time.Minute), 100)
+	rate.Add(now, 163) // 102.16… an hour, reported as 102.2
+	v := health.Evaluate(store.Job{Name: "summary", Saved: 163, Pending: 907, MonitoringSince: now.Add(-time.Hour)}, 0, health.Quota{}, rate, now)
 	if g := Of(v.Flow, now); !g.ETA.Equal(v.ETA) || g.RatePerHour != v.RatePerHour {
 		t.Errorf("Of: ETA %s at %v/h, the monitor's %s at %v/h", g.ETA, g.RatePerHour, v.ETA, v.RatePerHour)
 	}
