@@ -38,14 +38,14 @@ type flowView struct {
 
 func (h *Handler) flows(w http.ResponseWriter, r *http.Request) error {
 	v := flowsView{HealthOn: h.cfg.Health != nil}
+	now := h.cfg.AppNow()
 	if h.cfg.Health != nil {
-		now := h.cfg.AppNow()
 		for _, f := range h.cfg.Health.Flows() {
 			v.Flows = append(v.Flows, flowView{Flow: f, Fig: progress.Of(f, now)})
 		}
 	}
 	slices.SortFunc(v.Flows, func(a, b flowView) int { return strings.Compare(a.Name, b.Name) })
-	h.renderLive(w, r, "flows", "Flows", "flows", v)
+	h.renderLiveAt(w, r, "flows", "Flows", "flows", v, now)
 	return nil
 }
 
@@ -98,10 +98,11 @@ func (h *Handler) flow(w http.ResponseWriter, r *http.Request) error {
 		return httperr.BadRequest(fmt.Errorf("flow name %s is not a name: at most %d bytes of UTF-8 without control characters", quoteName(name), store.MaxKeyBytes))
 	}
 	p := flowPage{Name: name, ItemsOn: h.cfg.Items != nil}
+	now := h.cfg.AppNow()
 	if h.cfg.Health != nil {
 		for _, f := range h.cfg.Health.Flows() {
 			if f.Name == name {
-				p.Flow, p.Known = flowView{Flow: f, Fig: progress.Of(f, h.cfg.AppNow())}, true
+				p.Flow, p.Known = flowView{Flow: f, Fig: progress.Of(f, now)}, true
 				break
 			}
 		}
@@ -138,7 +139,7 @@ func (h *Handler) flow(w http.ResponseWriter, r *http.Request) error {
 	if !p.Known && !p.Backfill {
 		return httperr.NotFound(fmt.Errorf("there is no flow named %q", name))
 	}
-	h.renderLive(w, r, "flow", name, "flows", p)
+	h.renderLiveAt(w, r, "flow", name, "flows", p, now)
 	return nil
 }
 

@@ -207,7 +207,7 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) error {
 		}
 		v.Keys = append(v.Keys, kv)
 	}
-	h.renderLive(w, r, "overview", "Overview", "overview", v)
+	h.renderLiveAt(w, r, "overview", "Overview", "overview", v, now)
 	return nil
 }
 

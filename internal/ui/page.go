@@ -12,11 +12,12 @@ import (
 // an error is shown as the dashboard shows its own.
 func (h *Handler) Page(title string, body func(r *http.Request) (template.HTML, error)) http.Handler {
 	p := h.page(func(w http.ResponseWriter, r *http.Request) error {
+		at := h.cfg.AppNow() // the moment body reads its figures at
 		b, err := body(r)
 		if err != nil {
 			return err
 		}
-		h.renderLive(w, r, "page", title, "page", b)
+		h.renderLiveAt(w, r, "page", title, "page", b, at)
 		return nil
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

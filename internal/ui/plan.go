@@ -36,6 +36,9 @@ type planLimit struct {
 	Measured bool
 	Used     int64
 	UsedOf   float64 // Used of the limit
+	// Stands says Used stands for the demand and the charge: a minute
+	// limit whose flows the governor paces has no demand of its own.
+	Stands bool
 }
 
 type flowDemand struct {
@@ -88,6 +91,7 @@ func (h *Handler) plan(w http.ResponseWriter, r *http.Request) error {
 			if lim, err := govtext.Limit(name); err == nil && key.Key != "" && key.Limits[lim].Max > 0 {
 				l.Measured, l.Used = true, key.Limits[lim].Used
 				l.UsedOf = ratio(float64(l.Used), float64(key.Limits[lim].Max))
+				l.Stands = l.Per == "minute" && l.Demand == 0 && l.Charged == 0
 			}
 			for f, d := range l.Limit.ByFlow {
 				l.ByFlow = append(l.ByFlow, flowDemand{Flow: f, Demand: d})

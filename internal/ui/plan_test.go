@@ -97,6 +97,9 @@ func TestPlanPageMeasuredAndForecast(t *testing.T) {
 				t.Errorf("tpm demand %q, want the use measured now", got)
 			}
 			hasText(t, "tpm in use", tpm.one(t, "tpm in use", classed("used")), "5,200 (65%)")
+			if got, want := tpm.text(), "tpm minute 8,000 5,200 measured 65% 5,200 measured 65% 5,200 (65%) — each flow takes what the governor admits"; got != want {
+				t.Errorf("tpm row %q, want %q", got, want)
+			}
 			hasText(t, "tpd demand", page.one(t, "tpd row", with("data-limit", "tpd")).one(t, "tpd demand", classed("demand")), "120,000")
 			for _, th := range page.all(func(n node) bool { return n.Name == "th" }) {
 				if th.text() == "Done" || th.text() == "Remaining" {
@@ -106,6 +109,11 @@ func TestPlanPageMeasuredAndForecast(t *testing.T) {
 			row := page.one(t, "summary row", with("data-flow", "summary"))
 			hasText(t, "summary row", row, "in 95.1 h (simulated)", fig.Counts(), progress.Rate(fig.RatePerHour), "in "+fig.LeftText(), tc.noPrice)
 			hasText(t, "flows table", page.one(t, "flows table", classed("plan-flows")), "ETA (forecast)", "Progress (measured)")
+			// Without the key's figures, a paced minute limit says so.
+			_, bare := get(t, newUI(t, ui.Config{Plan: func(context.Context) (*plan.Plan, error) { return p, nil }}, nil), "/plan")
+			if got := bare.one(t, "tpm row", with("data-limit", "tpm")).text(); got != "tpm minute 8,000 paced — paced — — — each flow takes what the governor admits" {
+				t.Errorf("tpm row without the key's figures %q", got)
+			}
 			if tc.money != nil {
 				hasText(t, "title row", page.one(t, "title row", with("data-flow", "title")), "1.25")
 			} else {

@@ -430,8 +430,9 @@ type view struct {
 	SignOut  bool   // signed in with a session: the sign-out button shows
 	Refresh  int    // seconds between live refreshes; 0: none
 	Now      time.Time
-	Clock    string // names the clock of Now when it is not the wall clock
-	Path     string // of the request: a link of Config.Links to it is the current page
+	Clock    string    // names the clock of Now when it is not the wall clock
+	Path     string    // of the request: a link of Config.Links to it is the current page
+	at       time.Time // when the page's figures were read on the app's clock; zero: now
 	Data     any
 	AssetCSS string
 	AssetJS  string
@@ -458,7 +459,13 @@ func (h *Handler) render(w http.ResponseWriter, r *http.Request, status int, nam
 
 // renderLive is render for a page whose figures change: it refreshes itself.
 func (h *Handler) renderLive(w http.ResponseWriter, r *http.Request, name, title, nav string, data any) {
-	v := view{Title: title, Nav: nav, Data: data}
+	h.renderLiveAt(w, r, name, title, nav, data, time.Time{})
+}
+
+// renderLiveAt is renderLive for a page whose figures were read at at, a
+// time of the app's clock: its stamp says that time.
+func (h *Handler) renderLiveAt(w http.ResponseWriter, r *http.Request, name, title, nav string, data any, at time.Time) {
+	v := view{Title: title, Nav: nav, Data: data, at: at}
 	if h.cfg.Refresh > 0 {
 		v.Refresh = int(h.cfg.Refresh / time.Second)
 	}
@@ -469,7 +476,11 @@ func (h *Handler) renderView(w http.ResponseWriter, r *http.Request, status int,
 	v.CSRF = h.csrf(r)
 	v.SignOut = h.hasSession(r)
 	v.Now = h.cfg.Now().UTC()
-	if app := h.cfg.AppNow().UTC(); appClock[v.Nav] {
+	app := v.at
+	if app.IsZero() {
+		app = h.cfg.AppNow()
+	}
+	if app = app.UTC(); appClock[v.Nav] {
 		v.Now, v.Clock = app, clock.Label(h.cfg.Speed, app, v.Now)
 	} else if !app.Equal(v.Now) && clock.Label(h.cfg.Speed, app, v.Now) != "" {
 		v.Clock = "wall clock, not the app's"
