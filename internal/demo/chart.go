@@ -34,31 +34,60 @@ func lastPoint(ctx context.Context, db *sql.DB) (time.Time, error) {
 	return time.UnixMilli(ms.Int64), nil
 }
 
+// chartPoint is one job's done count at a moment, kept for the chart.
+type chartPoint struct {
+	at        time.Time
+	side, job string
+	done      int64
+}
+
 // record keeps snap's done counts as a point of the chart, when chartStep
-// has passed since the last one.
-func (d *demo) record(ctx context.Context, snap demoSnapshot) error {
+// has passed since the last one. flushPoints writes them: a view only
+// reads the database.
+func (d *demo) record(snap demoSnapshot) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if !d.point.IsZero() && snap.At.Sub(d.point) < chartStep {
-		return nil
+		return
 	}
-	tx, err := d.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("record the demo's progress: %w", err)
-	}
-	defer func() { _ = tx.Rollback() }()
 	for _, v := range snap.Sides {
 		for _, j := range v.Jobs {
-			if _, err := tx.ExecContext(ctx, `INSERT INTO demo_progress (at_ms, side, job, done) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING`,
-				snap.At.UnixMilli(), v.Side, j.Name, j.Done); err != nil {
-				return fmt.Errorf("record the demo's progress: %w", err)
-			}
+			d.pending = append(d.pending, chartPoint{snap.At, v.Side, j.Name, j.Done})
 		}
 	}
-	if err := tx.Commit(); err != nil {
+	d.point = snap.At
+}
+
+// flushPoints writes the chart's points kept since the last flush; those
+// it cannot write are kept for the next.
+func (d *demo) flushPoints(ctx context.Context) error {
+	d.mu.Lock()
+	points := d.pending
+	d.pending = nil
+	d.mu.Unlock()
+	if len(points) == 0 {
+		return nil
+	}
+	err := func() error {
+		tx, err := d.db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = tx.Rollback() }()
+		for _, p := range points {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO demo_progress (at_ms, side, job, done) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING`,
+				p.at.UnixMilli(), p.side, p.job, p.done); err != nil {
+				return err
+			}
+		}
+		return tx.Commit()
+	}()
+	if err != nil {
+		d.mu.Lock()
+		d.pending = append(points, d.pending...)
+		d.mu.Unlock()
 		return fmt.Errorf("record the demo's progress: %w", err)
 	}
-	d.point = snap.At
 	return nil
 }
 

@@ -221,11 +221,12 @@ type demo struct {
 	resumed bool
 	base    map[string]map[string]int
 
-	mu    sync.Mutex
-	last  map[string]map[string]time.Time // side → job → simulated time its done count last grew
-	seen  map[string]map[string]int
-	rates map[string]*health.Sampler // the seed's scheduler's jobs' rates, by job
-	point time.Time                  // the simulated time of the chart's last point
+	mu      sync.Mutex
+	last    map[string]map[string]time.Time // side → job → simulated time its done count last grew
+	seen    map[string]map[string]int
+	rates   map[string]*health.Sampler // the seed's scheduler's jobs' rates, by job
+	point   time.Time                  // the simulated time of the chart's last point
+	pending []chartPoint               // the chart's points not yet written
 }
 
 func runDemoWith(ctx context.Context, env *cli.Env, o demoOptions) error {
@@ -287,6 +288,7 @@ func runDemoWith(ctx context.Context, env *cli.Env, o demoOptions) error {
 	bg := context.WithoutCancel(ctx)
 	_ = saveDemoClock(bg, db, d.clk.Now())
 	snap, err := d.snapshot(bg)
+	_ = d.flushPoints(bg)
 	stopApp()
 	if err != nil {
 		return err
@@ -537,7 +539,8 @@ func (d *demo) measureNaive(ctx context.Context) {
 }
 
 // keepClock records the simulated time every few seconds, so a demo run
-// again on the same database starts where this one stopped.
+// again on the same database starts where this one stopped, and writes
+// the chart's points the views kept.
 func (d *demo) keepClock(ctx context.Context) {
 	t := time.NewTicker(2 * time.Second)
 	defer t.Stop()
@@ -547,6 +550,7 @@ func (d *demo) keepClock(ctx context.Context) {
 			return
 		case <-t.C:
 			_ = saveDemoClock(ctx, d.db, d.clk.Now())
+			_ = d.flushPoints(ctx) // kept for the next flush when the database is busy
 		}
 	}
 }
