@@ -99,6 +99,7 @@ func (a *App) Dashboard(cfg DashboardConfig) (http.Handler, error) {
 		Refresh:       cfg.Refresh,
 		Logger:        a.e.Logger(),
 		AppNow:        a.e.Now,
+		Speed:         a.cfg.Speed,
 		Links:         links,
 	})
 }

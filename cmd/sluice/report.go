@@ -17,6 +17,7 @@ import (
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/chart"
 	"github.com/sluice-dev/sluice/internal/cli"
+	"github.com/sluice-dev/sluice/internal/progress"
 	"github.com/sluice-dev/sluice/internal/report"
 	"github.com/sluice-dev/sluice/internal/store"
 )
@@ -40,13 +41,14 @@ func runReport(ctx context.Context, env *cli.Env, args []string) error {
 			"Example:\n  sluice report --since 48h --db sluice.db")
 	dbURL := fs.String("db", "", "database: an SQLite path or postgres://… URL (default $SLUICE_DB or sluice.db)")
 	sinceF := fs.String("since", "48h", "start of the window: a duration before --until (48h) or a time (2026-10-18T00:00:00Z)")
-	untilF := fs.String("until", "", "end of the window: a time (default now)")
+	untilF := fs.String("until", "", "end of the window: a time (default now on the app's clock: the wall clock, or the latest time the app recorded when its clock ran ahead of it, as a demo's does)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	svgPath := fs.String("svg", "", "also draw each job's items per hour, rejections, stalls and the changes, and its spend per hour on a priced key, to this SVG file")
 	if err := cli.ParseFlags(fs, env, args); err != nil {
 		return err
 	}
-	until := time.Now().UTC()
+	wall := time.Now().UTC()
+	until, label := wall, ""
 	if *untilF != "" {
 		t, err := time.Parse(time.RFC3339, *untilF)
 		if err != nil {
@@ -54,9 +56,15 @@ func runReport(ctx context.Context, env *cli.Env, args []string) error {
 		}
 		until = t
 	}
-	since, err := parseSince(*sinceF, until)
-	if err != nil {
-		return err
+	// The window's bounds are checked before the database is opened, but
+	// a time --since without --until: the app's clock may be ahead.
+	if _, err := parseSince(*sinceF, until); err != nil {
+		if _, derr := time.ParseDuration(*sinceF); derr == nil || *untilF != "" {
+			return err
+		}
+		if _, terr := time.Parse(time.RFC3339, *sinceF); terr != nil {
+			return err
+		}
 	}
 	db := cmp.Or(*dbURL, env.Getenv("SLUICE_DB"), "sluice.db")
 	st, err := openRecords(ctx, db, "give the database sluice serve or the gateway records in")
@@ -64,10 +72,23 @@ func runReport(ctx context.Context, env *cli.Env, args []string) error {
 		return err
 	}
 	defer st.Close()
+	if *untilF == "" {
+		if until, err = appClock(ctx, st, wall); err != nil {
+			return err
+		}
+		if !until.Equal(wall) {
+			label = "the app's clock: its latest record, " + progress.Span(until.Sub(wall)) + " ahead of the wall clock"
+		}
+	}
+	since, err := parseSince(*sinceF, until)
+	if err != nil {
+		return err
+	}
 	rep, err := loadReport(ctx, st, since, until)
 	if err != nil {
 		return err
 	}
+	rep.Clock = label
 	if *svgPath != "" {
 		if err := cli.WriteFile(*svgPath, func(w io.Writer) error { return writeReportSVG(w, rep) }); err != nil {
 			return err
@@ -94,6 +115,50 @@ func openRecords(ctx context.Context, db, hint string) (store.Store, error) {
 		return nil, fmt.Errorf("--db: %w", err)
 	}
 	return st, nil
+}
+
+// appClock is the app's clock as its records in st leave it, the end of a
+// report's window by default: the wall clock, or the latest time the app
+// recorded when that is later — its jobs' last runs and progress, its
+// configurations' starts, its samples — as an app whose clock runs ahead
+// of the wall clock leaves them (a demo in compressed time). Only the
+// samples after wall are read.
+func appClock(ctx context.Context, st store.Store, wall time.Time) (time.Time, error) {
+	latest := wall
+	jobs, err := st.Jobs(ctx)
+	if err != nil {
+		return latest, fmt.Errorf("read the jobs: %w", err)
+	}
+	for _, j := range jobs {
+		latest = laterOf(latest, j.LastRunAt, j.LastProgressAt)
+	}
+	versions, err := st.ConfigVersions(ctx, wall)
+	if err != nil {
+		return latest, fmt.Errorf("read the configuration versions: %w", err)
+	}
+	for _, v := range versions {
+		latest = laterOf(latest, v.At)
+	}
+	samples, err := st.Samples(ctx, wall, wall.Add(maxReportWindow), "")
+	if err != nil {
+		return latest, fmt.Errorf("read the samples: %w", err)
+	}
+	for _, s := range samples {
+		// The window ends before its until: a sample at the latest time
+		// is in it.
+		latest = laterOf(latest, s.At.Add(time.Millisecond))
+	}
+	return latest.UTC(), nil
+}
+
+// laterOf is the latest of t and ts.
+func laterOf(t time.Time, ts ...time.Time) time.Time {
+	for _, u := range ts {
+		if u.After(t) {
+			t = u
+		}
+	}
+	return t
 }
 
 // maxReportWindow bounds a report's window: a year of hourly figures.
@@ -161,7 +226,11 @@ func counts(m map[string]int64) string {
 
 func writeReport(out io.Writer, r *report.Report) {
 	const layout = "2006-01-02 15:04"
-	fmt.Fprintf(out, "Report from %s to %s UTC (%s)\n\n", r.Since.Format(layout), r.Until.Format(layout), hours(r.Until.Sub(r.Since).Hours()))
+	fmt.Fprintf(out, "Report from %s to %s UTC (%s)", r.Since.Format(layout), r.Until.Format(layout), hours(r.Until.Sub(r.Since).Hours()))
+	if r.Clock != "" {
+		fmt.Fprintf(out, ", on %s", r.Clock)
+	}
+	fmt.Fprint(out, "\n\n")
 	names := slices.Sorted(maps.Keys(r.Jobs))
 	if len(names) == 0 {
 		fmt.Fprintln(out, "No job was sampled in the window: sluice records a sample of each job every minute while it runs.")

@@ -249,3 +249,70 @@ func TestReportSpendAgainstBudgets(t *testing.T) {
 		}
 	})
 }
+
+// TestReportOnTheAppsClock: an app whose clock ran ahead of the wall clock
+// (a demo in compressed time) recorded its samples in its own time; a
+// report of its last 48 hours without --until, on either database, ends
+// at its latest record rather than at the wall clock's now, counts every
+// item done in those 48 hours of its clock and none before, and says
+// which clock it is on. Records on the wall clock end the window at now,
+// unlabelled.
+func TestReportOnTheAppsClock(t *testing.T) {
+	t.Parallel()
+	testenv.Databases(t, func(t *testing.T, url string) {
+		st := testenv.OpenStore(t, url)
+		ctx := context.Background()
+		// The app's clock stands 20 days ahead of the wall clock; it
+		// sampled one job every 10 minutes for its last 3 days.
+		last := time.Now().UTC().Add(20 * 24 * time.Hour).Truncate(time.Minute)
+		var samples []store.Sample
+		var inWindow int64
+		for at := last.Add(-72 * time.Hour); !at.After(last); at = at.Add(10 * time.Minute) {
+			samples = append(samples, store.Sample{At: at, Flow: "summary", Source: "app", State: "progressing", Done: 3})
+			if at.After(last.Add(-48 * time.Hour)) {
+				inWindow += 3
+			}
+		}
+		if err := st.RecordSamples(ctx, samples); err != nil {
+			t.Fatal(err)
+		}
+		code, out, errOut := runCLI("report", "--db", url, "--since", "48h", "--json")
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, errOut)
+		}
+		var rep struct {
+			Until time.Time
+			Clock string
+			Jobs  map[string]struct{ Done int64 }
+		}
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
+			t.Fatal(err)
+		}
+		if rep.Jobs["summary"].Done != inWindow || rep.Until.Before(last) || rep.Until.After(last.Add(time.Second)) || !strings.Contains(rep.Clock, "the app's clock") {
+			t.Errorf("report until %s (%q): %d done, want until %s on the app's clock, %d done", rep.Until, rep.Clock, rep.Jobs["summary"].Done, last, inWindow)
+		}
+		code, out, _ = runCLI("report", "--db", url, "--since", "48h")
+		if code != 0 || !strings.Contains(out, "on the app's clock: its latest record, 20d 0h ahead of the wall clock") {
+			t.Errorf("the table does not name its clock:\n%s", out)
+		}
+	})
+	testenv.Databases(t, func(t *testing.T, url string) {
+		st := testenv.OpenStore(t, url)
+		before := time.Now().UTC()
+		if err := st.RecordSamples(context.Background(), []store.Sample{{At: before.Add(-time.Hour), Flow: "summary", Source: "app", State: "progressing", Done: 7}}); err != nil {
+			t.Fatal(err)
+		}
+		code, out, errOut := runCLI("report", "--db", url, "--since", "48h", "--json")
+		var rep struct {
+			Until time.Time
+			Clock string
+			Jobs  map[string]struct{ Done int64 }
+		}
+		if code != 0 || json.Unmarshal([]byte(out), &rep) != nil {
+			t.Fatalf("exit %d: %s%s", code, out, errOut)
+		}
+		if rep.Jobs["summary"].Done != 7 || rep.Clock != "" || rep.Until.Before(before) {
+			t.Errorf("a wall-clock app's report until %s (%q): %d done, want now, unlabelled, 7 done", rep.Until, rep.Clock, rep.Jobs["summary"].Done)
+		}
+	})
+}

@@ -16,13 +16,14 @@ import (
 	"github.com/sluice-dev/sluice/internal/health"
 	"github.com/sluice-dev/sluice/internal/metrics"
 	"github.com/sluice-dev/sluice/internal/num"
+	"github.com/sluice-dev/sluice/internal/progress"
 	"github.com/sluice-dev/sluice/run"
 )
 
 func init() {
 	register(&cli.Command{
 		Name:    "status",
-		Summary: "show the health of a running server's jobs: state, progress, rate, ETA, what each waits on",
+		Summary: "show the health of a running server's jobs: state, progress, rate, time left, what each waits on",
 		Run:     runStatus,
 	})
 }
@@ -30,7 +31,7 @@ func init() {
 func runStatus(ctx context.Context, env *cli.Env, args []string) error {
 	fs := cli.NewFlagSet(env, "status", "[flags]",
 		"Reads GET /v1/flows of a running \"sluice serve\" (or \"sluice gateway\") and prints each flow's\n"+
-			"state, progress, rate per hour, ETA, last progress, failures, and its last error or what\n"+
+			"state, progress, rate per hour, time left at that rate, last progress, failures, and its last error or what\n"+
 			"it waits on; then, from GET /v1/versions, the unfinished runs of other versions that wait\n"+
 			"for \"sluice runs resume\" or \"sluice runs cancel\". With --watch it redraws every\n"+
 			"--interval until interrupted.")
@@ -54,12 +55,14 @@ func runStatus(ctx context.Context, env *cli.Env, args []string) error {
 			_, err = env.Stdout.Write(body)
 			return err
 		}
-		// Read what this version knows; a newer server may answer more.
+		// Read what this version knows; a newer server may answer more,
+		// such as the time of its own clock.
 		var v struct {
 			Flows []struct {
 				health.Flow
 				ClientRetries []metrics.ClientRetries `json:"client_retries"`
 			}
+			Now time.Time
 		}
 		if err := json.Unmarshal(body, &v); err != nil {
 			return fmt.Errorf("%s: the answer is not a list of flows: %w", c.url("/v1/flows"), err)
@@ -70,7 +73,7 @@ func runStatus(ctx context.Context, env *cli.Env, args []string) error {
 			flows[i] = f.Flow
 			retries = append(retries, f.ClientRetries...)
 		}
-		if err := renderStatus(env.Stdout, flows, time.Now()); err != nil {
+		if err := progress.WriteStatus(env.Stdout, flows, progress.ServerClock(v.Now, flows, time.Now())); err != nil {
 			return err
 		}
 		if err := renderRetries(env.Stdout, retries); err != nil {
@@ -246,46 +249,6 @@ func renderWaiting(w io.Writer, others []run.VersionRuns) error {
 	return nil
 }
 
-// renderStatus prints flows as a table, their times relative to now.
-func renderStatus(w io.Writer, flows []health.Flow, now time.Time) error {
-	if len(flows) == 0 {
-		_, err := fmt.Fprintln(w, "no flows")
-		return err
-	}
-	var b strings.Builder
-	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tSTATE\tPROGRESS\tRATE/H\tETA\tLAST PROGRESS\tFAILURES\tIN FLIGHT\tLAST ERROR / WAITING ON")
-	for _, f := range flows {
-		rate, eta, last, failures, inFlight := "-", "-", "never", "-", "-"
-		if f.RatePerHour > 0 {
-			rate = fmt.Sprintf("%.1f", f.RatePerHour)
-		}
-		if !f.ETA.IsZero() {
-			eta = "in " + cli.Span(f.ETA.Sub(now))
-		}
-		if !f.LastProgressAt.IsZero() {
-			last = cli.Span(now.Sub(f.LastProgressAt)) + " ago"
-		}
-		if f.ConsecutiveFailures > 0 {
-			failures = fmt.Sprint(f.ConsecutiveFailures)
-		}
-		if f.InFlightTarget > 0 {
-			// A backfill's calls going, of how many it would keep going, and
-			// what keeps it from more.
-			inFlight = fmt.Sprintf("%d/%d %s", f.InFlight, f.InFlightTarget, f.LimitedBy)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", f.Name, f.State, cli.Bar(f.Done, f.Remaining), rate, eta, last, failures, inFlight, note(f, now))
-	}
-	_ = tw.Flush() // into a strings.Builder: cannot fail
-	// The padding of an empty last column is not worth a line's width.
-	lines := strings.SplitAfter(b.String(), "\n")
-	for i, l := range lines {
-		lines[i] = strings.TrimRight(l, " \n")
-	}
-	_, err := io.WriteString(w, strings.Join(lines, "\n"))
-	return err
-}
-
 // renderRetries prints, for a gateway, what each client key did after
 // the gateway's own 429s in each flow: a client whose requests give up is
 // running out of tries before the line runs out of requests.
@@ -307,23 +270,4 @@ func renderRetries(w io.Writer, rows []metrics.ClientRetries) error {
 	_ = tw.Flush() // into a strings.Builder: cannot fail
 	_, err := io.WriteString(w, b.String())
 	return err
-}
-
-// note is the last column: the last error, then what the flow waits on.
-func note(f health.Flow, now time.Time) string {
-	var parts []string
-	if f.LastError != "" {
-		parts = append(parts, "error: "+cli.Clip(f.LastError, 80))
-	}
-	if f.WaitingOn != "" {
-		s := "waiting on " + f.WaitingOn
-		if !f.WaitingUntil.IsZero() {
-			s += " until " + f.WaitingUntil.UTC().Format(time.TimeOnly) + "Z"
-			if d := f.WaitingUntil.Sub(now); d > 0 {
-				s += " (in " + cli.Span(d) + ")"
-			}
-		}
-		parts = append(parts, s)
-	}
-	return strings.Join(parts, "; ")
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/cli"
 	"github.com/sluice-dev/sluice/internal/health"
+	"github.com/sluice-dev/sluice/internal/progress"
 	"github.com/sluice-dev/sluice/internal/testenv"
 )
 
@@ -68,12 +69,12 @@ func TestStatus(t *testing.T) {
 		if len(lines) != 3 || !strings.HasPrefix(lines[0], "NAME") {
 			t.Fatalf("output:\n%s", out)
 		}
-		for _, w := range []string{"summaries", "progressing", "[###############.....]  75% 300/400", "96.0"} {
+		for _, w := range []string{"summaries", "progressing", "[###############.....] 300 / 400 (75%)", "96.0", "1h 3m"} {
 			if !strings.Contains(lines[1], w) {
 				t.Errorf("summaries line %q does not say %q", lines[1], w)
 			}
 		}
-		for _, w := range []string{"titles", "stalled", " 62% 888/1,412", "error: Request too large: otpm; waiting on otpm until 08:15:00Z"} {
+		for _, w := range []string{"titles", "stalled", "888 / 1,412 (63%)", "error: Request too large: otpm; waiting on otpm until 08:15:00Z"} {
 			if !strings.Contains(lines[2], w) {
 				t.Errorf("titles line %q does not say %q", lines[2], w)
 			}
@@ -136,22 +137,24 @@ func TestRenderStatus(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 10, 19, 8, 1, 0, 0, time.UTC)
 	var b strings.Builder
-	err := renderStatus(&b, []health.Flow{
+	err := progress.WriteStatus(&b, []health.Flow{
 		{Name: "analysis", State: health.Idle},
 		{Name: "summaries", State: health.WaitingForQuota, Done: 1, Remaining: 3, RatePerHour: 2.25, ETA: now.Add(90 * time.Minute),
 			LastProgressAt: now.Add(-45 * time.Second), WaitingOn: "tpm", WaitingUntil: now.Add(40 * time.Second)},
 		{Name: "titles", State: health.Stalled, Done: 888, Remaining: 524, LastProgressAt: now.Add(-(2*time.Hour + 31*time.Minute)),
 			ConsecutiveFailures: 8, LastError: "line one\nline two " + strings.Repeat("x", 100), InFlight: 4, InFlightTarget: 50, LimitedBy: "in_flight"},
 		{Name: "old", State: health.Done, Done: 10, LastProgressAt: now.Add(-50 * time.Hour)},
-	}, now)
+	}, progress.Clock{Now: now})
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Progress, rate and time left are progress.Of's: 3 left at 2.25 an
+	// hour is 1h 20m, whatever ETA the answer carries.
 	want := []string{
-		"analysis   idle               -                                      -       -         never          -         -\n",
-		"summaries  waiting-for-quota  [#####...............]  25% 1/4        2.2     in 1h30m  45s ago        -         -               waiting on tpm until 08:01:40Z (in 40s)\n",
-		"titles     stalled            [############........]  62% 888/1,412  -       -         2h31m ago      8         4/50 in_flight  error: line one line two xxx",
-		"old        done               [####################] 100% 10/10      -       -         2d02h ago      -         -\n",
+		"analysis   idle               -                                         -       -          never          -         -\n",
+		"summaries  waiting-for-quota  [#####...............] 1 / 4 (25%)        2.3     1h 20m     45 s ago       -         -               waiting on tpm until 08:01:40Z (in 40 s)\n",
+		"titles     stalled            [############........] 888 / 1,412 (63%)  -       -          2h 31m ago     8         4/50 in_flight  error: line one line two xxx",
+		"old        done               [####################] 10 / 10 (100%)     -       -          2d 2h ago      -         -\n",
 	}
 	for _, w := range want {
 		if !strings.Contains(b.String(), w) {
@@ -161,8 +164,41 @@ func TestRenderStatus(t *testing.T) {
 	if !strings.Contains(b.String(), "x…") || strings.Count(b.String(), "x") > 100 {
 		t.Errorf("a long error is not cut:\n%s", b.String())
 	}
+	if strings.Contains(b.String(), "server's clock") {
+		t.Errorf("a server on the wall clock is labelled:\n%s", b.String())
+	}
 	b.Reset()
-	if err := renderStatus(&b, nil, now); err != nil || b.String() != "no flows\n" {
+	if err := progress.WriteStatus(&b, nil, progress.Clock{Now: now}); err != nil || b.String() != "no flows\n" {
 		t.Errorf("no flows: %q, %v", b.String(), err)
+	}
+}
+
+// A server whose app runs ahead of this machine's clock, and does not say
+// its own, is labelled so, and its times are written as they are rather
+// than against this machine's.
+func TestStatusOfASimulatedClock(t *testing.T) {
+	t.Parallel()
+	wall := time.Date(2026, 12, 6, 16, 50, 0, 0, time.UTC)
+	flows := []health.Flow{{Name: "summary", State: health.Progressing, Done: 20, Remaining: 568, RatePerHour: 4,
+		LastProgressAt: wall.Add(36 * time.Hour), WaitingOn: "tpd pacing", WaitingUntil: wall.Add(37 * time.Hour)}}
+	c := progress.ServerClock(time.Time{}, flows, wall)
+	if !c.Now.IsZero() || c.Label == "" {
+		t.Fatalf("serverClock = %+v, want no now and a label", c)
+	}
+	var b strings.Builder
+	if err := progress.WriteStatus(&b, flows, c); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{"Times in UTC on the server's clock (simulated time, ahead of this machine's clock).",
+		"20 / 588 (3.4%)", "4.0", "5d 22h", "2026-12-08 04:50:00Z", "waiting on tpd pacing until 05:50:00Z"} {
+		if !strings.Contains(b.String(), w) {
+			t.Errorf("no %q in\n%s", w, b.String())
+		}
+	}
+	if strings.Contains(b.String(), " ago") || strings.Contains(b.String(), "(in ") {
+		t.Errorf("times relative to this machine's clock:\n%s", b.String())
+	}
+	if c := progress.ServerClock(wall.Add(36*time.Hour), flows, wall); !c.Now.Equal(wall.Add(36*time.Hour)) || c.Label == "" {
+		t.Errorf("a server that says its time: %+v", c)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"html/template"
 	"io"
 	"log/slog"
 	"net"
@@ -29,6 +30,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/forecast"
 	"github.com/sluice-dev/sluice/internal/govtext"
 	"github.com/sluice-dev/sluice/internal/guard"
+	"github.com/sluice-dev/sluice/internal/health"
 	"github.com/sluice-dev/sluice/internal/httpjson"
 	"github.com/sluice-dev/sluice/internal/serveapp"
 	"github.com/sluice-dev/sluice/internal/sim"
@@ -60,6 +62,9 @@ const (
 	// demoProvider names the sluice side's provider key in the app, the
 	// dashboard and /v1/flows.
 	demoProvider = "groq"
+	// demoHealthEvery is how often, in simulated time, sluice's health
+	// monitor samples its jobs, and the demo the seed's scheduler's.
+	demoHealthEvery = 5 * time.Minute
 )
 
 // The names of the two simulated keys, in /sim/stats and the views.
@@ -190,21 +195,38 @@ func (o *demoOptions) check(set map[string]bool) error {
 	return nil
 }
 
+// demoClock is the demo's one clock, which every party reads: a
+// *clock.Clock.
+type demoClock interface {
+	Now() time.Time
+	// Real is a duration of the clock in wall time.
+	Real(d time.Duration) time.Duration
+}
+
+var _ demoClock = (*clock.Clock)(nil)
+
 // demo is one running demo: its clock, the articles, the two sides.
 type demo struct {
 	o      demoOptions
-	clk    *clock.Clock
+	clk    demoClock
 	db     *sql.DB
 	app    *sluice.App
 	api    http.Handler
 	naive  *devpick.Naive             // nil with --upstream
 	models map[string]*forecast.Model // by side; none with --upstream
-	began  time.Time                  // the simulated time the demo started at
-	base   map[string]map[string]int
+	began  time.Time                  // the simulated time this run started at
+	// first is the simulated time the demo first started at on its
+	// database, and resumed says this run goes on from an earlier one's.
+	first   time.Time
+	resumed bool
+	base    map[string]map[string]int
 
-	mu   sync.Mutex
-	last map[string]map[string]time.Time // side → job → simulated time its done count last grew
-	seen map[string]map[string]int
+	mu      sync.Mutex
+	last    map[string]map[string]time.Time // side → job → simulated time its done count last grew
+	seen    map[string]map[string]int
+	rates   map[string]*health.Sampler // the seed's scheduler's jobs' rates, by job
+	point   time.Time                  // the simulated time of the chart's last point
+	pending []chartPoint               // the chart's points not yet written
 }
 
 func runDemoWith(ctx context.Context, env *cli.Env, o demoOptions) error {
@@ -254,13 +276,19 @@ func runDemoWith(ctx context.Context, env *cli.Env, o demoOptions) error {
 	if err := d.app.Start(appCtx); err != nil {
 		return err
 	}
-	fmt.Fprintf(env.Stdout, "dashboard  %s/\nside by side  %s/demo   simulators  %s/sim/stats\ndatabase  %s\n\n", base, base, base, o.db)
+	fmt.Fprintf(env.Stdout, "dashboard  %s/\nside by side  %s/demo   simulators  %s/sim/stats\ndatabase  %s\n", base, base, base, o.db)
+	if d.resumed {
+		fmt.Fprintf(env.Stdout, "resumed  at simulated %s, %.2f days after the demo began on this database (%s)\n",
+			d.began.UTC().Format("Jan 2 15:04"), d.began.Sub(d.first).Hours()/24, d.first.UTC().Format("Jan 2 15:04"))
+	}
+	fmt.Fprintln(env.Stdout)
 	runErr := d.run(ctx, env.Stdout, base, logs, serveErr)
 	// The work has stopped; read the outcome, then stop sluice: what the
 	// summary reads is what the database holds.
 	bg := context.WithoutCancel(ctx)
 	_ = saveDemoClock(bg, db, d.clk.Now())
 	snap, err := d.snapshot(bg)
+	_ = d.flushPoints(bg)
 	stopApp()
 	if err != nil {
 		return err
@@ -283,8 +311,15 @@ func newDemo(ctx context.Context, o demoOptions, db *sql.DB) (*demo, error) {
 		return nil, err
 	}
 	d := &demo{o: o, clk: clock.At(o.speed, origin), db: db, models: map[string]*forecast.Model{},
-		last: map[string]map[string]time.Time{}, seen: map[string]map[string]int{}}
+		last: map[string]map[string]time.Time{}, seen: map[string]map[string]int{}, rates: map[string]*health.Sampler{}}
 	d.began = d.clk.Now()
+	d.resumed = !origin.IsZero()
+	if d.first, err = demoStart(ctx, db, d.began); err != nil {
+		return nil, err
+	}
+	if d.point, err = lastPoint(ctx, db); err != nil {
+		return nil, err
+	}
 	if _, err := devpick.Seed(ctx, db, o.articles); err != nil {
 		return nil, err
 	}
@@ -347,7 +382,7 @@ func (d *demo) newApp(ctx context.Context, base string, logs *demoLog) (stop fun
 		Flows:        devpick.Flows(),
 		Now:          d.clk.Now,
 		Speed:        o.speed,
-		HealthEvery:  5 * time.Minute,
+		HealthEvery:  demoHealthEvery,
 		HistoryEvery: 10 * time.Minute,
 		Logger:       slog.New(quietStop{slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}), &logs.stopping}),
 	})
@@ -382,7 +417,13 @@ func (d *demo) serve(mux *http.ServeMux, ln net.Listener) (serveErr <-chan error
 	mux.Handle("/healthz", d.api)
 	mux.Handle("/readyz", d.api)
 	mux.Handle("GET /metrics", d.app.MetricsHandler())
-	mux.HandleFunc("GET /demo", d.page)
+	page, ok := dash.(interface {
+		Page(title string, body func(*http.Request) (template.HTML, error)) http.Handler
+	})
+	if !ok {
+		return nil, nil, errors.New("the dashboard cannot show the side-by-side page in its layout")
+	}
+	mux.Handle("GET /demo", page.Page("Side by side", d.page))
 	mux.HandleFunc("GET /demo.json", func(w http.ResponseWriter, r *http.Request) {
 		snap, err := d.snapshot(r.Context())
 		if err != nil {
@@ -414,6 +455,9 @@ func (d *demo) run(ctx context.Context, out io.Writer, base string, logs *demoLo
 		wg.Go(func() { _ = d.naive.Run(work) })
 	}
 	wg.Go(func() { d.arrivals(work, logs) })
+	if d.naive != nil {
+		wg.Go(func() { d.measureNaive(work) })
+	}
 	wg.Go(func() { d.keepClock(work) })
 
 	tty := cli.IsTerminal(out)
@@ -474,8 +518,29 @@ func (d *demo) arrivals(ctx context.Context, logs *demoLog) {
 	}
 }
 
+// measureNaive samples the seed's scheduler's done counts every
+// demoHealthEvery of simulated time, as sluice's health monitor samples
+// its jobs, so that both sides' rates are measured alike however often
+// the views are drawn.
+func (d *demo) measureNaive(ctx context.Context) {
+	for {
+		if err := sleepCtx(ctx, d.clk.Real(demoHealthEvery)); err != nil {
+			return
+		}
+		done, err := jobsDone(ctx, d.db, sideNaive)
+		if err != nil {
+			continue // the database is busy: the next sample counts it
+		}
+		now := d.clk.Now()
+		for job, n := range done {
+			d.sampleNaive(job, now, n)
+		}
+	}
+}
+
 // keepClock records the simulated time every few seconds, so a demo run
-// again on the same database starts where this one stopped.
+// again on the same database starts where this one stopped, and writes
+// the chart's points the views kept.
 func (d *demo) keepClock(ctx context.Context) {
 	t := time.NewTicker(2 * time.Second)
 	defer t.Stop()
@@ -485,12 +550,35 @@ func (d *demo) keepClock(ctx context.Context) {
 			return
 		case <-t.C:
 			_ = saveDemoClock(ctx, d.db, d.clk.Now())
+			_ = d.flushPoints(ctx) // kept for the next flush when the database is busy
 		}
 	}
 }
 
-// The demo's own table: the simulated time it last recorded.
-const demoClockTable = `CREATE TABLE IF NOT EXISTS demo_clock (id INTEGER PRIMARY KEY CHECK (id = 1), at_ms BIGINT NOT NULL)`
+// The demo's own tables: the simulated time it last recorded, the one it
+// first started at, and each side's jobs' done counts over time (the
+// side-by-side page's chart).
+const (
+	demoClockTable    = `CREATE TABLE IF NOT EXISTS demo_clock (id INTEGER PRIMARY KEY CHECK (id = 1), at_ms BIGINT NOT NULL)`
+	demoStartTable    = `CREATE TABLE IF NOT EXISTS demo_start (id INTEGER PRIMARY KEY CHECK (id = 1), at_ms BIGINT NOT NULL)`
+	demoProgressTable = `CREATE TABLE IF NOT EXISTS demo_progress (at_ms BIGINT NOT NULL, side TEXT NOT NULL, job TEXT NOT NULL, done BIGINT NOT NULL, PRIMARY KEY (at_ms, side, job))`
+)
+
+// demoStart returns the simulated time the demo first started at on db,
+// recording now as that time when no run has yet (or none recorded it).
+func demoStart(ctx context.Context, db *sql.DB, now time.Time) (time.Time, error) {
+	if _, err := db.ExecContext(ctx, demoStartTable); err != nil {
+		return time.Time{}, fmt.Errorf("the demo's start: %w", err)
+	}
+	if _, err := db.ExecContext(ctx, `INSERT INTO demo_start (id, at_ms) VALUES (1, $1) ON CONFLICT (id) DO NOTHING`, now.UnixMilli()); err != nil {
+		return time.Time{}, fmt.Errorf("the demo's start: %w", err)
+	}
+	var ms int64
+	if err := db.QueryRowContext(ctx, `SELECT at_ms FROM demo_start WHERE id = 1`).Scan(&ms); err != nil {
+		return time.Time{}, fmt.Errorf("the demo's start: %w", err)
+	}
+	return time.UnixMilli(ms), nil
+}
 
 func loadDemoClock(ctx context.Context, db *sql.DB) (time.Time, error) {
 	if _, err := db.ExecContext(ctx, demoClockTable); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"path/filepath"
 	"regexp"
@@ -77,6 +78,21 @@ func (d *demoRun) getJSON(t *testing.T, path string, v any) {
 	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
 		t.Fatalf("GET %s: %v", path, err)
 	}
+}
+
+// getPage reads path of the demo's server as text.
+func (d *demoRun) getPage(t *testing.T, path string) string {
+	t.Helper()
+	resp, err := d.client.Get(d.base + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %v %s\n%s", path, resp.StatusCode, err, b, d.errOut)
+	}
+	return string(b)
 }
 
 // wait returns the exit code once the demo has ended.
@@ -160,6 +176,28 @@ func testDemoSideBySideAndResume(t *testing.T, pn *testenv.PipeNet, db string) {
 	if len(side.Sides) != 2 || side.Sides[0].Side != "naive" || side.Sides[1].Side != "sluice" {
 		t.Fatalf("/demo.json has sides %+v, want naive and sluice", side.Sides)
 	}
+	if side.Resumed || side.Clock != "simulated time, ×720" {
+		t.Errorf("the first run: resumed %v, clock %q", side.Resumed, side.Clock)
+	}
+	// The side-by-side page is the dashboard's: its layout and style, the
+	// simulated clock named, and both sides' progress drawn once the
+	// demo has kept two points of it.
+	for {
+		page := d.getPage(t, "/demo")
+		for _, want := range []string{`<link rel="stylesheet" href="/assets/style.css?v=`, `<nav aria-label="Pages">`, "(simulated time, ×720)",
+			"Per simulated hour", `data-side="naive"`, `data-side="sluice"`} {
+			if !strings.Contains(page, want) {
+				t.Fatalf("/demo has no %q:\n%s", want, page)
+			}
+		}
+		if strings.Contains(page, "<svg") && strings.Contains(page, "Articles done per job, both sides") {
+			break
+		}
+		if time.Since(began) > 3*time.Minute {
+			t.Fatalf("/demo has no chart %s after the start:\n%s", time.Since(began).Round(time.Second), page)
+		}
+		time.Sleep(200 * time.Millisecond) // poll interval: until the demo has kept two points (the loop's deadline bounds it)
+	}
 
 	d.cancel() // Ctrl-C
 	stop := time.Now()
@@ -194,6 +232,13 @@ func testDemoSideBySideAndResume(t *testing.T, pn *testenv.PipeNet, db string) {
 	again.getJSON(t, "/demo.json", &snap)
 	if snap.At.Before(first.At) {
 		t.Errorf("the second run starts at %v, before the first stopped (%v)", snap.At, first.At)
+	}
+	// It says it resumed, and its days go on from the first run's.
+	if !strings.Contains(again.out.String(), "resumed  at simulated ") {
+		t.Errorf("the second run does not say it resumed:\n%s", again.out)
+	}
+	if !snap.Resumed || snap.Elapsed < side.Elapsed || snap.Elapsed <= snap.RunElapsed {
+		t.Errorf("the second run: resumed %v, %.0f s in (%.0f in this run), the first was %.0f s in", snap.Resumed, snap.Elapsed, snap.RunElapsed, side.Elapsed)
 	}
 	for i, s := range snap.Sides {
 		for j, job := range s.Jobs {
@@ -237,12 +282,12 @@ func lastSnapshot(t *testing.T, d *demoRun) demoSnapshot {
 		}
 		var v demoSideView
 		for _, job := range jobNames {
-			re := regexp.MustCompile(`(?m)^  ` + job + `\s+(?:\[[#.]+\]\s+\d+% ([\d,]+)/|-)`)
+			re := regexp.MustCompile(`(?m)^  ` + job + `\s+(?:\[[#.]+\] ([\d,]+) / |-)`)
 			m := re.FindStringSubmatch(view[i:])
 			if m == nil {
 				t.Fatalf("no %s line for %s:\n%s", job, side, view[i:])
 			}
-			var n int
+			var n int64
 			fmt.Sscan(strings.ReplaceAll(m[1], ",", ""), &n)
 			v.Jobs = append(v.Jobs, demoJobView{Name: job, Done: n})
 		}

@@ -1,15 +1,19 @@
 package demo
 
 import (
+	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"html/template"
 	"io"
 	"maps"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -17,8 +21,10 @@ import (
 	"github.com/sluice-dev/sluice/examples/devpick"
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/cli"
+	"github.com/sluice-dev/sluice/internal/clock"
 	"github.com/sluice-dev/sluice/internal/health"
 	"github.com/sluice-dev/sluice/internal/num"
+	"github.com/sluice-dev/sluice/internal/progress"
 )
 
 // demoStallAfter is when a job with articles left and nothing saved is
@@ -28,11 +34,19 @@ const demoStallAfter = 2 * time.Hour
 // demoSnapshot is what the views show: each side's jobs and key, at a
 // moment of the simulated clock.
 type demoSnapshot struct {
-	At      time.Time      `json:"at"`        // the simulated time
-	Elapsed float64        `json:"elapsed_s"` // simulated seconds since this run of the demo began
-	Speed   float64        `json:"speed"`
-	Limits  string         `json:"limits"`
-	Sides   []demoSideView `json:"sides"`
+	At time.Time `json:"at"` // the simulated time
+	// Elapsed is the simulated seconds since the demo first started on
+	// its database, over every run of it; RunElapsed since this run began.
+	Elapsed    float64 `json:"elapsed_s"`
+	RunElapsed float64 `json:"run_elapsed_s"`
+	// Resumed says this run went on from an earlier one's database.
+	Resumed bool    `json:"resumed,omitempty"`
+	Speed   float64 `json:"speed"`
+	// Clock names the simulated clock ("simulated time, ×720"); "" on
+	// the wall clock.
+	Clock  string         `json:"clock,omitempty"`
+	Limits string         `json:"limits"`
+	Sides  []demoSideView `json:"sides"`
 }
 
 type demoSideView struct {
@@ -52,18 +66,28 @@ type demoSideView struct {
 	SavedTwice int `json:"saved_twice"`
 }
 
+// demoJobView is a job of a side. Done, Remaining, Total, RatePerHour,
+// LeftS and ETA are progress.Of's, as sluice's dashboard and `sluice
+// status` show them: the job's own articles (those that had their output
+// before the demo began are not), the rate per simulated hour over the
+// last simulated hour, the time left at that rate.
 type demoJobView struct {
-	Name      string `json:"name"`
-	Done      int    `json:"done"`
-	Remaining int    `json:"remaining"`
-	Waiting   int    `json:"waiting,omitempty"` // titles whose summary is not done yet
-	// Processed is how many were done since this run of the demo began;
-	// RatePerHour that per simulated hour.
+	Name        string    `json:"name"`
+	Done        int64     `json:"done"`
+	Remaining   int64     `json:"remaining"`
+	Total       int64     `json:"total"`
+	Waiting     int       `json:"waiting,omitempty"` // titles whose summary is not done yet
+	RatePerHour float64   `json:"rate_per_hour"`
+	LeftS       float64   `json:"left_s,omitempty"` // simulated seconds left at that rate
+	ETA         time.Time `json:"eta,omitzero"`
+	// Processed is how many articles it saved since this run of the demo
+	// began.
 	Processed    int       `json:"processed"`
-	RatePerHour  float64   `json:"rate_per_hour"`
 	State        string    `json:"state"`
 	Note         string    `json:"note,omitempty"`
 	LastProgress time.Time `json:"last_progress_at,omitzero"`
+
+	Fig progress.Figures `json:"-"`
 }
 
 // counts reads each side's progress from the articles table.
@@ -85,13 +109,18 @@ func (d *demo) counts(ctx context.Context) (map[string]map[string]int, error) {
 // snapshot reads both sides now.
 func (d *demo) snapshot(ctx context.Context) (demoSnapshot, error) {
 	now := d.clk.Now()
-	snap := demoSnapshot{At: now.UTC(), Elapsed: now.Sub(d.began).Seconds(), Speed: d.o.speed, Limits: d.o.limitsText}
+	snap := demoSnapshot{At: now.UTC(), Elapsed: now.Sub(d.first).Seconds(), RunElapsed: now.Sub(d.began).Seconds(), Resumed: d.resumed,
+		Speed: d.o.speed, Clock: clock.Label(d.o.speed, now, time.Now()), Limits: d.o.limitsText}
 	flows, err := d.flows()
 	if err != nil {
 		return snap, err
 	}
 	for _, side := range d.sides() {
 		p, err := devpick.Progress(ctx, d.db, devpick.Pipeline(side))
+		if err != nil {
+			return snap, err
+		}
+		saved, err := jobsDone(ctx, d.db, side)
 		if err != nil {
 			return snap, err
 		}
@@ -102,15 +131,11 @@ func (d *demo) snapshot(ctx context.Context) (demoSnapshot, error) {
 		}
 		for _, name := range jobNames {
 			c := p[name]
-			j := demoJobView{Name: name, Done: c.Done, Remaining: c.Remaining, Waiting: c.Waiting}
-			j.Processed = c.Done - d.base[side][name]
-			if h := now.Sub(d.began).Hours(); h > 0 {
-				j.RatePerHour = float64(j.Processed) / h
-			}
-			j.LastProgress = d.progressed(side, name, c.Done, now)
+			j := demoJobView{Name: name, Waiting: c.Waiting, Processed: c.Done - d.base[side][name]}
+			var f health.Flow
 			if side == sideSluice {
-				f := flows[name]
-				j.State = string(f.State)
+				f = flows[name]
+				j.State, j.LastProgress = string(f.State), f.LastProgressAt
 				switch {
 				case f.LastError != "":
 					j.Note = "error: " + f.LastError
@@ -118,8 +143,15 @@ func (d *demo) snapshot(ctx context.Context) (demoSnapshot, error) {
 					j.Note = "waiting on " + f.WaitingOn
 				}
 			} else {
+				// The seed's scheduler has no store: its job's figures are
+				// read from the articles as sluice's store counts its own.
+				f = health.Flow{Name: name, Done: int64(saved[name]), Remaining: int64(c.Remaining), RatePerHour: d.naiveRate(name)}
+				j.LastProgress = d.progressed(side, name, c.Done, now)
 				j.State, j.Note = d.naiveState(name, c, j.LastProgress, now), naive[name].LastLine
 			}
+			j.Fig = progress.Of(f, now)
+			j.Done, j.Remaining, j.Total, j.RatePerHour, j.ETA = j.Fig.Done, j.Fig.Remaining, j.Fig.Total, j.Fig.RatePerHour, j.Fig.ETA
+			j.LeftS = j.Fig.Left.Seconds()
 			v.Jobs = append(v.Jobs, j)
 		}
 		if m := d.models[side]; m != nil {
@@ -141,7 +173,52 @@ func (d *demo) snapshot(ctx context.Context) (demoSnapshot, error) {
 		}
 		snap.Sides = append(snap.Sides, v)
 	}
+	d.record(snap)
 	return snap, nil
+}
+
+// naiveRate is a job of the seed's scheduler's rate per hour as the health
+// monitor measures sluice's: its done count's over the last hour of
+// measureNaive's samples, rounded to a tenth.
+func (d *demo) naiveRate(job string) float64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if s := d.rates[job]; s != nil {
+		return math.Round(s.PerHour()*10) / 10
+	}
+	return 0
+}
+
+// sampleNaive records a job of the seed's scheduler's done count at now.
+func (d *demo) sampleNaive(job string, now time.Time, done int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s := d.rates[job]
+	if s == nil {
+		s = health.NewSampler(time.Hour, time.Minute)
+		d.rates[job] = s
+	}
+	s.Add(now, int64(done))
+}
+
+// jobsDone counts, by job, the articles a side's job saved: those with its
+// output written by a save (*_saves > 0), not those seeded with it — the
+// items of the job, as sluice's store counts those it processed.
+func jobsDone(ctx context.Context, db *sql.DB, side string) (map[string]int, error) {
+	s := ""
+	if side == sideNaive {
+		s = "_naive"
+	}
+	var a, b, c int
+	err := db.QueryRowContext(ctx, `SELECT
+    COALESCE(SUM(CASE WHEN analysis`+s+`_saves > 0 THEN 1 ELSE 0 END), 0),
+    COALESCE(SUM(CASE WHEN summary_en`+s+`_saves > 0 THEN 1 ELSE 0 END), 0),
+    COALESCE(SUM(CASE WHEN title_en`+s+`_saves > 0 THEN 1 ELSE 0 END), 0)
+FROM `+devpick.Table).Scan(&a, &b, &c)
+	if err != nil {
+		return nil, fmt.Errorf("count the articles each job saved: %w", err)
+	}
+	return map[string]int{devpick.Analysis: a, devpick.Summary: b, devpick.Title: c}, nil
 }
 
 // progressed returns when a side's job last saved something, as the demo
@@ -222,25 +299,27 @@ func savedTwice(ctx context.Context, d *demo, side string) (int, error) {
 
 // renderDemo prints the live view: each side's jobs and key.
 func renderDemo(w io.Writer, s demoSnapshot) {
-	days := s.Elapsed / 86400
-	fmt.Fprintf(w, "DevPick's key (%s) · simulated %s · %.2f days in", s.Limits, s.At.Format("Jan 2 15:04"), days)
-	if s.Speed > 1 {
-		fmt.Fprintf(w, " (×%g)", s.Speed)
+	fmt.Fprintf(w, "DevPick's key (%s) · %s · %.2f days in", s.Limits, clockText(s), s.Elapsed/86400)
+	if s.Resumed {
+		fmt.Fprintf(w, " (%.2f in this run)", s.RunElapsed/86400)
 	}
 	fmt.Fprintln(w)
 	for _, v := range s.Sides {
 		fmt.Fprintf(w, "\n%s\n", v.Label)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		for _, j := range v.Jobs {
-			rate := "-"
-			if j.Processed > 0 {
-				rate = fmt.Sprintf("%.1f/h", j.RatePerHour)
+			rate, left := "-", "-"
+			if j.Fig.RatePerHour > 0 {
+				rate = progress.Rate(j.Fig.RatePerHour) + "/h"
 			}
-			left := ""
+			if j.Fig.Left > 0 {
+				left = progress.Span(j.Fig.Left) + " left"
+			}
+			waiting := ""
 			if j.Waiting > 0 {
-				left = fmt.Sprintf(" (+%s waiting for a summary)", num.Group(int64(j.Waiting)))
+				waiting = fmt.Sprintf(" (+%s waiting for a summary)", num.Group(int64(j.Waiting)))
 			}
-			fmt.Fprintf(tw, "  %s\t%s%s\t%s\t%s\t%s\n", j.Name, cli.Bar(int64(j.Done), int64(j.Remaining)), left, rate, j.State, cli.Clip(j.Note, 70))
+			fmt.Fprintf(tw, "  %s\t%s%s\t%s\t%s\t%s\t%s\n", j.Name, j.Fig.Bar(), waiting, rate, left, j.State, cli.Clip(j.Note, 70))
 		}
 		_ = tw.Flush()
 		if v.Simulated {
@@ -251,6 +330,15 @@ func renderDemo(w io.Writer, s demoSnapshot) {
 			fmt.Fprintf(w, ", %s tokens\n", num.Group(v.Tokens))
 		}
 	}
+}
+
+// clockText is the moment of s on its clock, named: "simulated Dec 2
+// 22:03 (simulated time, ×720)", or "Dec 2 22:03 UTC" on the wall clock.
+func clockText(s demoSnapshot) string {
+	if s.Clock == "" {
+		return s.At.Format("Jan 2 15:04") + " UTC"
+	}
+	return "simulated " + s.At.Format("Jan 2 15:04") + " (" + s.Clock + ")"
 }
 
 // refusals says what the provider refused: "too large 12; by limit: otpm 12".
@@ -271,7 +359,11 @@ func refusals(v demoSideView) string {
 
 // renderDemoSummary prints the closing comparison in numbers.
 func renderDemoSummary(w io.Writer, s demoSnapshot) {
-	fmt.Fprintf(w, "In %.2f simulated days on one key with the seed's limits:\n", s.Elapsed/86400)
+	fmt.Fprintf(w, "In %.2f simulated days on one key with the seed's limits", s.Elapsed/86400)
+	if s.Resumed {
+		fmt.Fprintf(w, " (%.2f of them in this run)", s.RunElapsed/86400)
+	}
+	fmt.Fprintln(w, ":")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprint(tw, "\t")
 	for _, v := range s.Sides {
@@ -279,7 +371,17 @@ func renderDemoSummary(w io.Writer, s demoSnapshot) {
 	}
 	fmt.Fprintln(tw)
 	for i, name := range jobNames {
-		fmt.Fprintf(tw, "%s done in this run\t", name)
+		fmt.Fprintf(tw, "%s done of its articles\t", name)
+		for _, v := range s.Sides {
+			fmt.Fprintf(tw, "%s\t", v.Jobs[i].Fig.Counts())
+		}
+		fmt.Fprintln(tw)
+	}
+	for i, name := range jobNames {
+		if !s.Resumed {
+			break // the job's articles done are this run's
+		}
+		fmt.Fprintf(tw, "%s saved in this run\t", name)
 		for _, v := range s.Sides {
 			fmt.Fprintf(tw, "%s\t", num.Group(int64(v.Jobs[i].Processed)))
 		}
@@ -331,58 +433,60 @@ func renderDemoSummary(w io.Writer, s demoSnapshot) {
 	fmt.Fprintf(w, "sluice's key refused %s: every call was admitted only when it fit every limit, the key shared by tokens.\n", num.Group(sl.Refused))
 }
 
-// page is GET /demo: both sides, refreshed every two seconds.
-func (d *demo) page(w http.ResponseWriter, r *http.Request) {
+// page is GET /demo's content, shown in the dashboard's layout: both
+// sides' jobs, their progress over time, their keys.
+func (d *demo) page(r *http.Request) (template.HTML, error) {
 	snap, err := d.snapshot(r.Context())
 	if err != nil {
-		http.Error(w, "the demo cannot be read now: "+err.Error(), http.StatusServiceUnavailable)
-		return
+		return "", fmt.Errorf("the demo cannot be read now: %w", err)
 	}
-	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	// A failed write is the client gone: there is no one to tell.
-	_ = demoPage.Execute(w, snap)
+	chartSVG, err := d.chart(r.Context(), snap.At)
+	if err != nil {
+		return "", err
+	}
+	var b bytes.Buffer
+	if err := demoPage.Execute(&b, demoPageView{demoSnapshot: snap, Chart: chartSVG}); err != nil {
+		return "", fmt.Errorf("render the side-by-side page: %w", err)
+	}
+	// demoPage is html/template: what it writes is escaped.
+	return template.HTML(b.String()), nil
 }
 
+// demoPageView is the page's data: the snapshot and the chart.
+type demoPageView struct {
+	demoSnapshot
+	Chart template.HTML // the SVG of package chart, its labels escaped; "" without points
+}
+
+// Snapshot is the snapshot itself, for the template's clockText.
+func (v demoPageView) Snapshot() demoSnapshot { return v.demoSnapshot }
+
 var demoPage = template.Must(template.New("demo").Funcs(template.FuncMap{
-	"group": func(n any) string {
-		switch v := n.(type) {
-		case int:
-			return num.Group(int64(v))
-		case int64:
-			return num.Group(v)
-		}
-		return fmt.Sprint(n)
-	},
-	"pct": func(done, remaining int) int {
-		if done+remaining == 0 {
-			return 0
-		}
-		return done * 100 / (done + remaining)
-	},
+	"group":    func(n int64) string { return num.Group(n) },
+	"rate":     progress.Rate,
+	"span":     progress.Span,
+	"pct":      progress.Percent,
+	"bar":      func(r float64) string { return strconv.FormatFloat(math.Round(math.Min(r, 1)*1000)/10, 'f', -1, 64) },
 	"days":     func(s float64) string { return fmt.Sprintf("%.2f", s/86400) },
+	"ts":       func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04Z") },
 	"refusals": refusals,
-}).Parse(`<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" content="2">
-<title>sluice demo: side by side</title>
-<style>
-body{font:15px/1.4 system-ui,sans-serif;margin:1.5rem;color:#1b1f24}
-.sides{display:flex;gap:2rem;flex-wrap:wrap}.side{flex:1;min-width:22rem}
-table{border-collapse:collapse;width:100%}td,th{padding:.3rem .5rem;text-align:left;border-bottom:1px solid #ddd}
-meter{width:8rem}.stalled{color:#b00020;font-weight:600}.progressing,.done{color:#1a7f37}
-.key{margin-top:.6rem}.bad{color:#b00020}
-</style></head><body>
-<p><a href="/">Dashboard</a></p>
-<h1>DevPick's key, side by side</h1>
-<p>Limits {{.Limits}} · simulated {{.At.Format "Jan 2 15:04"}} · {{days .Elapsed}} days in{{if gt .Speed 1.0}} (×{{.Speed}}){{end}}</p>
+	"clock":    clockText,
+}).Parse(`<p class="lead">DevPick's key ({{.Limits}}) · {{clock .Snapshot}} · {{days .Elapsed}} days in{{if .Resumed}} ({{days .RunElapsed}} in this run, resumed){{end}}.</p>
 <div class="sides">
-{{range .Sides}}<section class="side" aria-label="{{.Label}}">
+{{range .Sides}}<section class="side" data-side="{{.Side}}" aria-label="{{.Label}}">
 <h2>{{.Label}}</h2>
-<table><thead><tr><th>job</th><th>progress</th><th>done</th><th>left</th><th>per hour</th><th>state</th></tr></thead><tbody>
-{{range .Jobs}}<tr><td>{{.Name}}</td><td><meter min="0" max="100" value="{{pct .Done .Remaining}}">{{pct .Done .Remaining}}%</meter></td>
-<td>{{group .Done}}</td><td>{{group .Remaining}}</td><td>{{printf "%.1f" .RatePerHour}}</td><td class="{{.State}}" title="{{.Note}}">{{.State}}</td></tr>
-{{end}}</tbody></table>
+<table class="flows">
+<thead><tr><th>Job</th><th>Progress</th><th class="num">Per {{if $.Clock}}simulated {{end}}hour</th><th>Time left</th><th>State</th></tr></thead>
+<tbody>{{range .Jobs}}<tr data-job="{{.Name}}">
+<td>{{.Name}}</td>
+<td><div class="progress" data-done="{{.Done}}" data-remaining="{{.Remaining}}" data-total="{{.Total}}"><svg class="bar level-progress" viewBox="0 0 100 8" preserveAspectRatio="none" role="presentation"><rect class="track" width="100" height="8" rx="2"/><rect class="fill" width="{{bar .Fig.Ratio}}" height="8" rx="2"/></svg><span class="figures"><span class="done">{{group .Done}}</span> / <span class="total">{{group .Total}}</span> <span class="pct">({{pct .Fig.Ratio}})</span>{{if .Waiting}} <span class="quiet">+{{.Waiting}} waiting for a summary</span>{{end}}</span></div></td>
+<td class="num">{{if .RatePerHour}}<span class="rate">{{rate .RatePerHour}}</span>{{else}}<span class="none">—</span>{{end}}</td>
+<td>{{if .Fig.Left}}<span class="left">in {{span .Fig.Left}}</span> <span class="rel">({{ts .ETA}})</span>{{else}}<span class="none">—</span>{{end}}</td>
+<td><span class="badge state-{{.State}}"{{with .Note}} title="{{.}}"{{end}}>{{.State}}</span></td>
+</tr>{{end}}</tbody></table>
 {{if .Simulated}}<p class="key">Key <code>{{.Side}}</code>: answered {{group .Answered}}, <span{{if .Refused}} class="bad"{{end}}>refused {{group .Refused}}</span>{{if .Refused}} ({{refusals .}}){{end}}, {{group .Tokens}} tokens.</p>{{end}}
 </section>
 {{end}}</div>
-</body></html>
+{{if .Chart}}<figure class="chart">{{.Chart}}<figcaption>Articles each job has done, on both sides, over {{if .Clock}}simulated {{end}}time since the demo began.</figcaption></figure>{{end}}
+<p class="note">Progress: the job's own articles — those that had their output before the demo began are not counted — done, of done and eligible. Per {{if .Clock}}simulated {{end}}hour: measured over the last {{if .Clock}}simulated {{end}}hour; time left: the eligible articles at that rate. sluice's side reads them as its Flows page and <code>sluice status</code> do; the seed's scheduler's are read from the articles the same way.</p>
 `))

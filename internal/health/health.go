@@ -164,8 +164,10 @@ func Evaluate(job store.Job, threshold time.Duration, q Quota, rate *Sampler, no
 		}
 	}
 	if rate != nil {
-		r := rate.PerHour()
-		v.RatePerHour, v.ETA = math.Round(r*10)/10, eta(now, eligible, r)
+		// The ETA is the remaining items at the rate the flow reports, as
+		// every surface computes the time left (package progress).
+		r := math.Round(rate.PerHour()*10) / 10
+		v.RatePerHour, v.ETA = r, eta(now, eligible, r)
 	}
 	ref, never := job.LastProgressAt, job.LastProgressAt.IsZero()
 	if never {

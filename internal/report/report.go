@@ -29,6 +29,9 @@ import (
 type Report struct {
 	Since time.Time `json:"since"`
 	Until time.Time `json:"until"`
+	// Clock names the clock of the window when it is not the wall
+	// clock's now: the app's, as its records leave it.
+	Clock string `json:"clock,omitempty"`
 	// Jobs are the flows and backfills sampled in the window, by name.
 	Jobs map[string]*Job `json:"jobs"`
 	// Versions are the configurations in effect in the window: the one in

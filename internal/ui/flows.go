@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/health"
 	"github.com/sluice-dev/sluice/internal/httperr"
+	"github.com/sluice-dev/sluice/internal/progress"
 	"github.com/sluice-dev/sluice/internal/store"
 )
 
@@ -29,33 +30,26 @@ type flowsView struct {
 	Retries  []clientRetryRow // the gateway's 429s by client key (retries.go)
 }
 
-// flowView is a flow's health with its progress.
+// flowView is a flow's health with its progress, as progress.Of reads it
+// at the app's clock.
 type flowView struct {
 	health.Flow
-	Total int64   // done and remaining
-	Ratio float64 // done of the total
-	Width float64 // of the progress bar, out of 100
-}
-
-func flowViewOf(f health.Flow) flowView {
-	v := flowView{Flow: f, Total: addSat(max(f.Done, 0), max(f.Remaining, 0))}
-	v.Ratio = ratio(float64(max(f.Done, 0)), float64(v.Total))
-	v.Width = barWidth(v.Ratio)
-	return v
+	Fig progress.Figures
 }
 
 func (h *Handler) flows(w http.ResponseWriter, r *http.Request) error {
 	v := flowsView{HealthOn: h.cfg.Health != nil}
+	now := h.cfg.AppNow()
 	if h.cfg.Health != nil {
 		for _, f := range h.cfg.Health.Flows() {
-			v.Flows = append(v.Flows, flowViewOf(f))
+			v.Flows = append(v.Flows, flowView{Flow: f, Fig: progress.Of(f, now)})
 		}
 	}
 	slices.SortFunc(v.Flows, func(a, b flowView) int { return strings.Compare(a.Name, b.Name) })
 	if h.cfg.ClientRetries != nil {
 		v.Retries = clientRetryRows(h.cfg.ClientRetries())
 	}
-	h.renderLive(w, r, "flows", "Flows", "flows", v)
+	h.renderLiveAt(w, r, "flows", "Flows", "flows", v, now)
 	return nil
 }
 
@@ -108,10 +102,11 @@ func (h *Handler) flow(w http.ResponseWriter, r *http.Request) error {
 		return httperr.BadRequest(fmt.Errorf("flow name %s is not a name: at most %d bytes of UTF-8 without control characters", quoteName(name), store.MaxKeyBytes))
 	}
 	p := flowPage{Name: name, ItemsOn: h.cfg.Items != nil}
+	now := h.cfg.AppNow()
 	if h.cfg.Health != nil {
 		for _, f := range h.cfg.Health.Flows() {
 			if f.Name == name {
-				p.Flow, p.Known = flowViewOf(f), true
+				p.Flow, p.Known = flowView{Flow: f, Fig: progress.Of(f, now)}, true
 				break
 			}
 		}
@@ -148,7 +143,7 @@ func (h *Handler) flow(w http.ResponseWriter, r *http.Request) error {
 	if !p.Known && !p.Backfill {
 		return httperr.NotFound(fmt.Errorf("there is no flow named %q", name))
 	}
-	h.renderLive(w, r, "flow", name, "flows", p)
+	h.renderLiveAt(w, r, "flow", name, "flows", p, now)
 	return nil
 }
 
@@ -203,11 +198,4 @@ func backfillRunViewOf(r store.BackfillRun) backfillRunView {
 		return strings.Compare(a.Reason, b.Reason)
 	})
 	return v
-}
-
-func addSat(a, b int64) int64 {
-	if s := a + b; s >= a {
-		return s
-	}
-	return 1<<63 - 1
 }

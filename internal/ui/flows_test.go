@@ -206,3 +206,26 @@ func TestFlowPageBadInputAndUnknownFlows(t *testing.T) {
 		}
 	}
 }
+
+// TestPagesNameTheirClock: on an app whose clock is simulated, the pages
+// of the app's figures are stamped with its time and say it is simulated;
+// a page of the wall clock says that it is.
+func TestPagesNameTheirClock(t *testing.T) {
+	t.Parallel()
+	app := now.Add(50 * time.Hour)
+	h := newUI(t, ui.Config{Health: &fakeHealth{FlowsFunc: func() []health.Flow { return testFlows }}, Sender: &fakeSender{},
+		AppNow: func() time.Time { return app }, Speed: 720}, nil)
+	for _, path := range []string{"/", "/flows", "/flows/titles", "/plan"} {
+		_, page := get(t, h, path)
+		hasText(t, path+" stamp", page.one(t, "stamp", classed("stamp")), "As of 2026-03-06 14:00:00Z (simulated time, ×720)")
+		hasText(t, path+" footer", page.one(t, "footer", func(n node) bool { return n.Name == "footer" }), "times in UTC, simulated time, ×720")
+	}
+	_, page := get(t, h, "/send")
+	hasText(t, "/send footer", page.one(t, "footer", func(n node) bool { return n.Name == "footer" }), "wall clock, not the app's")
+
+	// On the wall clock, nothing is said but that times are the app's.
+	_, page = get(t, newUI(t, ui.Config{Health: &fakeHealth{FlowsFunc: func() []health.Flow { return testFlows }}}, nil), "/flows")
+	if s := page.one(t, "stamp", classed("stamp")).text(); strings.Contains(s, "simulated") {
+		t.Errorf("a wall-clock app's stamp %q", s)
+	}
+}

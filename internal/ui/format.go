@@ -13,11 +13,12 @@ import (
 
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/num"
+	"github.com/sluice-dev/sluice/internal/progress"
 )
 
 // pageNames are the templates/NAME.html of the pages, each rendered
 // inside templates/layout.html.
-var pageNames = []string{"overview", "flows", "flow", "runs", "run", "version", "plan", "send", "login", "error", "functions"}
+var pageNames = []string{"overview", "flows", "flow", "runs", "run", "version", "plan", "send", "login", "error", "functions", "page"}
 
 // parsePages parses every page with the layout and the shared parts.
 func parsePages(assetURL func(string) string) (map[string]*template.Template, error) {
@@ -60,6 +61,8 @@ var funcs = template.FuncMap{
 	"money":   func(f float64) string { return strconv.FormatFloat(f, 'f', 2, 64) },
 	"nano":    governor.FormatMoney,
 	"amount":  fmtAmount,
+	"barw":    barWidth,
+	"rate":    progress.Rate,
 	"gaugeAt": func(now time.Time, key string, g gaugeView) gaugeAt { return gaugeAt{Now: now, Key: key, G: g} },
 
 	"timelineHeight": timelineHeight,
@@ -122,18 +125,9 @@ func fmtFloat(f float64) string {
 	return s + "." + strconv.Itoa(int(frac))
 }
 
-// fmtPct writes a ratio (0.75) as a percentage ("75%"), with a decimal
-// under 10 %.
-func fmtPct(ratio float64) string {
-	p := ratio * 100
-	switch {
-	case math.IsNaN(p) || math.IsInf(p, 0):
-		return "—"
-	case p != 0 && math.Abs(p) < 10:
-		return strconv.FormatFloat(math.Round(p*10)/10, 'f', -1, 64) + "%"
-	}
-	return strconv.FormatFloat(math.Round(p), 'f', -1, 64) + "%"
-}
+// fmtPct writes a ratio as a percentage, as every surface of a job's
+// progress does (progress.Percent).
+func fmtPct(ratio float64) string { return progress.Percent(ratio) }
 
 // fmtTime writes t in UTC to the second, "—" for the zero time.
 func fmtTime(t time.Time) string {
@@ -159,25 +153,9 @@ func fmtRel(now, t time.Time) string {
 	return fmtDur(-d) + " ago"
 }
 
-// fmtDur writes d for people: "850 ms", "4.2 s", "3m 20s", "2h 5m", "3d 4h".
-func fmtDur(d time.Duration) string {
-	switch {
-	case d < 0:
-		return "-" + fmtDur(-d)
-	case d < time.Second:
-		return strconv.FormatInt(d.Milliseconds(), 10) + " ms"
-	case d < time.Minute:
-		return strconv.FormatFloat(math.Round(d.Seconds()*10)/10, 'f', -1, 64) + " s"
-	case d < time.Hour:
-		d = d.Round(time.Second)
-		return fmt.Sprintf("%dm %ds", int(d.Minutes()), int(d.Seconds())%60)
-	case d < 48*time.Hour:
-		d = d.Round(time.Minute)
-		return fmt.Sprintf("%dh %dm", int(d.Hours()), int(d.Minutes())%60)
-	}
-	d = d.Round(time.Hour)
-	return fmt.Sprintf("%dd %dh", int(d.Hours())/24, int(d.Hours())%24)
-}
+// fmtDur writes d for people, as every surface of a job's progress does
+// (progress.Span): "850 ms", "4.2 s", "3m 20s", "2h 5m", "3d 4h".
+func fmtDur(d time.Duration) string { return progress.Span(d) }
 
 // fmtJSON writes JSON indented for reading; anything else as it is.
 func fmtJSON(raw json.RawMessage) string {

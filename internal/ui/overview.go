@@ -15,6 +15,7 @@ import (
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/chart"
 	"github.com/sluice-dev/sluice/internal/health"
+	"github.com/sluice-dev/sluice/internal/progress"
 	"github.com/sluice-dev/sluice/internal/store"
 )
 
@@ -149,6 +150,9 @@ type keyFlowView struct {
 	HasRate      bool
 	WaitingOn    string
 	WaitingUntil time.Time
+	// Fig is the job's progress, as every page shows it; nil for a flow
+	// the health monitor does not judge.
+	Fig *progress.Figures
 }
 
 func (h *Handler) overview(w http.ResponseWriter, r *http.Request) error {
@@ -158,9 +162,11 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) error {
 		flows = h.cfg.Health.Flows()
 	}
 	known := make(map[string]bool, len(flows))
+	figs := make(map[string]progress.Figures, len(flows))
 	counts := map[health.State]int{}
 	for _, f := range flows {
 		known[f.Name] = true
+		figs[f.Name] = progress.Of(f, now)
 		counts[f.State]++
 	}
 	v := overviewView{HistoryOn: h.cfg.History != nil}
@@ -184,6 +190,11 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) error {
 			return fmt.Errorf("read the samples of key %s: %w", k.Key, err)
 		}
 		kv, err := keyOf(k, samples, known, now, i)
+		for j := range kv.Flows {
+			if f, ok := figs[kv.Flows[j].Name]; ok {
+				kv.Flows[j].Fig = &f
+			}
+		}
 		if err != nil {
 			return err
 		}
@@ -196,7 +207,7 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) error {
 		}
 		v.Keys = append(v.Keys, kv)
 	}
-	h.renderLive(w, r, "overview", "Overview", "overview", v)
+	h.renderLiveAt(w, r, "overview", "Overview", "overview", v, now)
 	return nil
 }
 

@@ -177,10 +177,11 @@ func TestOverviewChartsRejectionsAndFlows(t *testing.T) {
 	}
 
 	// Each flow's share of the key, calls waiting and admitted rate (2 a
-	// minute in the samples: 120 an hour).
+	// minute in the samples: 120 an hour), and its job's progress (the
+	// health monitor's flows have no items here: no rate, no time left).
 	for _, tc := range []struct{ flow, row string }{
-		{"summaries", "summaries 3 0 75% 2 0 700 120 6,200 tpm until 2026-03-04 12:00:20Z in 20 s"},
-		{"titles", "titles 1 0 25% 1 0 90 120 0 tpd pacing until 2026-03-04 12:03:00Z in 3m 0s"},
+		{"summaries", "summaries 3 0 75% 2 0 700 120 6,200 0 / 0 (0%) — — tpm until 2026-03-04 12:00:20Z in 20 s"},
+		{"titles", "titles 1 0 25% 1 0 90 120 0 0 / 0 (0%) — — tpd pacing until 2026-03-04 12:03:00Z in 3m 0s"},
 	} {
 		row := groq.one(t, "flow row "+tc.flow, func(n node) bool { return n.Name == "tr" && n.Attrs["data-flow"] == tc.flow })
 		if got := row.text(); got != tc.row {

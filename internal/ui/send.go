@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"unicode/utf8"
 
 	"github.com/sluice-dev/sluice/internal/engine"
@@ -14,7 +15,12 @@ import (
 )
 
 type sendView struct {
-	SendOn       bool
+	SendOn bool
+	// Events are the event names the app's functions are triggered by,
+	// sorted: the form suggests them. EventsKnown says the sender can
+	// list them.
+	Events       []string
+	EventsKnown  bool
 	Name, ID     string
 	Data         string
 	MaxDataBytes int64
@@ -24,15 +30,39 @@ type sendView struct {
 }
 
 func (h *Handler) sendForm(w http.ResponseWriter, r *http.Request) error {
-	h.render(w, r, http.StatusOK, "send", "Send an event", "send", sendView{SendOn: h.cfg.Sender != nil, MaxDataBytes: h.cfg.MaxEventBytes})
+	h.render(w, r, http.StatusOK, "send", "Send an event", "send", h.sendView(sendView{}))
 	return nil
+}
+
+// eventLister is a Sender that can say which events its functions are
+// triggered by, as the engine can.
+type eventLister interface {
+	Functions() []*engine.Function
+}
+
+// sendView fills v's fields that come from the dashboard: whether it
+// sends, the size bound, the events the functions listen to.
+func (h *Handler) sendView(v sendView) sendView {
+	v.SendOn, v.MaxDataBytes = h.cfg.Sender != nil, h.cfg.MaxEventBytes
+	if l, ok := h.cfg.Sender.(eventLister); ok {
+		v.EventsKnown = true
+		seen := map[string]bool{}
+		for _, f := range l.Functions() {
+			if f.Event != "" && !seen[f.Event] {
+				seen[f.Event] = true
+				v.Events = append(v.Events, f.Event)
+			}
+		}
+		slices.Sort(v.Events)
+	}
+	return v
 }
 
 // send sends the form's event and shows what it started; an event that
 // cannot be sent is shown again with why.
 func (h *Handler) send(w http.ResponseWriter, r *http.Request) error {
 	f := r.PostForm
-	v := sendView{SendOn: h.cfg.Sender != nil, Name: f.Get("name"), ID: f.Get("id"), Data: f.Get("data"), MaxDataBytes: h.cfg.MaxEventBytes}
+	v := h.sendView(sendView{Name: f.Get("name"), ID: f.Get("id"), Data: f.Get("data")})
 	sent, err := h.sendEvent(r, v)
 	if err != nil {
 		status := httperr.Status(err)

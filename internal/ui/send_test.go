@@ -96,3 +96,43 @@ func TestSendWithoutSender(t *testing.T) {
 		t.Errorf("a send form without a sender")
 	}
 }
+
+// listeningSender is a sender whose functions listen to events, as the
+// engine's do.
+type listeningSender struct {
+	fakeSender
+	fns []*engine.Function
+}
+
+func (s *listeningSender) Functions() []*engine.Function { return s.fns }
+
+// TestSendSuggestsTheEventsListenedTo: the form suggests the events the
+// app's functions are triggered by, and says when none is.
+func TestSendSuggestsTheEventsListenedTo(t *testing.T) {
+	t.Parallel()
+	fn := func(id, event string) *engine.Function {
+		return &engine.Function{Function: run.Function{ID: id, Event: event}}
+	}
+	s := &listeningSender{fns: []*engine.Function{fn("title", ""), fn("summarize", "article.published"), fn("index", "article.published"), fn("purge", "article.deleted")}}
+	_, page := get(t, newUI(t, ui.Config{Sender: s}, nil), "/send")
+	name := page.one(t, "name field", with("name", "name"))
+	if name.Attrs["placeholder"] != "article.deleted" || name.Attrs["list"] != "event-names" {
+		t.Errorf("the name field suggests %q (list %q), want an event a function listens to", name.Attrs["placeholder"], name.Attrs["list"])
+	}
+	var options []string
+	for _, o := range page.one(t, "datalist", with("id", "event-names")).all(func(n node) bool { return n.Name == "option" }) {
+		options = append(options, o.Attrs["value"])
+	}
+	if strings.Join(options, " ") != "article.deleted article.published" {
+		t.Errorf("suggested events %q", options)
+	}
+	if strings.Contains(page.text(), "document.created") {
+		t.Errorf("the page suggests an event no function listens to:\n%s", page.text())
+	}
+
+	_, page = get(t, newUI(t, ui.Config{Sender: &listeningSender{fns: []*engine.Function{fn("title", "")}}}, nil), "/send")
+	hasText(t, "send page", page, "No function of this app is triggered by an event")
+	if _, ok := page.one(t, "name field", with("name", "name")).Attrs["placeholder"]; ok {
+		t.Error("the name field suggests an event though no function listens to one")
+	}
+}

@@ -49,6 +49,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/clock"
 	"github.com/sluice-dev/sluice/internal/engine"
 	"github.com/sluice-dev/sluice/internal/health"
 	"github.com/sluice-dev/sluice/internal/httpapi"
@@ -185,6 +186,10 @@ type Config struct {
 	// AppNow is the app's clock (sluice.Config.Now), which the governors'
 	// figures and the backfills' samples read (default Now).
 	AppNow func() time.Time
+	// Speed is how many times as fast as the wall clock AppNow runs
+	// (sluice.Config.Speed; default 1): the pages name a clock that is not
+	// the wall clock ("simulated time, ×720").
+	Speed float64
 	// Logger receives the errors behind 500 pages, with the reference the
 	// page shows (default slog.Default()).
 	Logger *slog.Logger
@@ -308,14 +313,19 @@ func New(cfg Config) (*Handler, error) {
 
 // ServeHTTP serves the dashboard's pages.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	hd := w.Header()
+	secureHeaders(w.Header())
+	h.mux.ServeHTTP(w, r)
+}
+
+// secureHeaders sets the headers every page of the dashboard is served
+// with.
+func secureHeaders(hd http.Header) {
 	// Nothing but the dashboard's own files: no inline script, no frames.
 	hd.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "+
 		"connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 	hd.Set("X-Content-Type-Options", "nosniff")
 	hd.Set("X-Frame-Options", "DENY")
 	hd.Set("Referrer-Policy", "same-origin")
-	h.mux.ServeHTTP(w, r)
 }
 
 func (h *Handler) loadAssets() error {
@@ -430,6 +440,9 @@ type view struct {
 	SignOut  bool   // signed in with a session: the sign-out button shows
 	Refresh  int    // seconds between live refreshes; 0: none
 	Now      time.Time
+	Clock    string    // names the clock of Now when it is not the wall clock
+	Path     string    // of the request: a link of Config.Links to it is the current page
+	at       time.Time // when the page's figures were read on the app's clock; zero: now
 	Data     any
 	AssetCSS string
 	AssetJS  string
@@ -439,7 +452,7 @@ type view struct {
 // appClock are the pages whose figures read the app's clock (AppNow):
 // their times are shown against it. The runs' pages read DBOS's records,
 // kept by the wall clock.
-var appClock = map[string]bool{"overview": true, "flows": true, "plan": true}
+var appClock = map[string]bool{"overview": true, "flows": true, "plan": true, "page": true}
 
 // Link is an entry of the navigation to a page the program that mounts
 // the dashboard serves itself.
@@ -456,7 +469,13 @@ func (h *Handler) render(w http.ResponseWriter, r *http.Request, status int, nam
 
 // renderLive is render for a page whose figures change: it refreshes itself.
 func (h *Handler) renderLive(w http.ResponseWriter, r *http.Request, name, title, nav string, data any) {
-	v := view{Title: title, Nav: nav, Data: data}
+	h.renderLiveAt(w, r, name, title, nav, data, time.Time{})
+}
+
+// renderLiveAt is renderLive for a page whose figures were read at at, a
+// time of the app's clock: its stamp says that time.
+func (h *Handler) renderLiveAt(w http.ResponseWriter, r *http.Request, name, title, nav string, data any, at time.Time) {
+	v := view{Title: title, Nav: nav, Data: data, at: at}
 	if h.cfg.Refresh > 0 {
 		v.Refresh = int(h.cfg.Refresh / time.Second)
 	}
@@ -467,10 +486,16 @@ func (h *Handler) renderView(w http.ResponseWriter, r *http.Request, status int,
 	v.CSRF = h.csrf(r)
 	v.SignOut = h.hasSession(r)
 	v.Now = h.cfg.Now().UTC()
-	if appClock[v.Nav] {
-		v.Now = h.cfg.AppNow().UTC()
+	app := v.at
+	if app.IsZero() {
+		app = h.cfg.AppNow()
 	}
-	v.Links = h.cfg.Links
+	if app = app.UTC(); appClock[v.Nav] {
+		v.Now, v.Clock = app, clock.Label(h.cfg.Speed, app, v.Now)
+	} else if !app.Equal(v.Now) && clock.Label(h.cfg.Speed, app, v.Now) != "" {
+		v.Clock = "wall clock, not the app's"
+	}
+	v.Links, v.Path = h.cfg.Links, r.URL.Path
 	v.AssetCSS, v.AssetJS = h.assetURL("style.css"), h.assetURL("live.js")
 	var b bytes.Buffer
 	if err := h.pages[name].ExecuteTemplate(&b, "layout", v); err != nil {
