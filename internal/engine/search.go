@@ -88,6 +88,19 @@ func (e *Engine) searchIDs(ctx context.Context, names []string, f RunFilter, lim
 	if keyIDs != nil {
 		fmt.Fprintf(&q, " AND w.workflow_uuid IN (%s)", list(keyIDs))
 	}
+	// DBOS's status of a run that ended so narrows sluice's index to the
+	// runs a reason can be found in (a record whose end DBOS did not
+	// write — a cancel that failed — is left out).
+	var dbosStatus []string
+	for _, st := range []run.State{run.Failed, run.Cancelled} {
+		if status == "" || status == string(st) || st == run.Cancelled && status == string(run.TimedOut) {
+			ds, _ := dbosStatuses(st)
+			for _, d := range ds {
+				dbosStatus = append(dbosStatus, string(d))
+			}
+		}
+	}
+	fmt.Fprintf(&q, " AND w.status IN (%s)", list(dbosStatus))
 	if status != "" {
 		fmt.Fprintf(&q, " AND r.status = %s", arg(status))
 	}
