@@ -1,12 +1,10 @@
 package engine
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
-	"github.com/jackc/pgx/v5"
 )
 
 // queueIndex is an index of DBOS's workflow_status that SQLite can use for
@@ -21,23 +19,13 @@ import (
 // plans with the parameters' values and uses DBOS's indexes.
 const queueIndex = `CREATE INDEX IF NOT EXISTS sluice_workflow_status_queue ON workflow_status (queue_name, status, priority, created_at)`
 
-// indexRuns creates sluice's indexes of DBOS's table of runs in the
-// system database of cfg, which DBOS has migrated: searchIndex on both
-// databases, and queueIndex on SQLite. On a database holding many runs,
-// the first start after an upgrade builds them once.
+// indexRuns creates queueIndex in the system database of cfg, which DBOS
+// has migrated, when it is SQLite. On a database holding many runs, the
+// first start after an upgrade builds it once.
 func indexRuns(ctx context.Context, cfg dbos.Config) error {
 	if db := cfg.SQLiteSystemDB; db != nil {
-		for _, q := range []string{queueIndex, fmt.Sprintf(searchIndex, "")} {
-			if _, err := db.ExecContext(ctx, q); err != nil {
-				return fmt.Errorf("index DBOS's runs on SQLite: %w", err)
-			}
-		}
-		return nil
-	}
-	if pool := cfg.SystemDBPool; pool != nil {
-		schema := cmp.Or(cfg.DatabaseSchema, "dbos")
-		if _, err := pool.Exec(ctx, fmt.Sprintf(searchIndex, pgx.Identifier{schema}.Sanitize()+".")); err != nil {
-			return fmt.Errorf("index DBOS's runs on PostgreSQL: %w", err)
+		if _, err := db.ExecContext(ctx, queueIndex); err != nil {
+			return fmt.Errorf("index DBOS's queues on SQLite: %w", err)
 		}
 	}
 	return nil

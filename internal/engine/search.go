@@ -56,8 +56,8 @@ func endStatus(s run.State) (string, bool) {
 // at most limit runs of names it selects, newest first; the listing of
 // them then applies the rest of f. A key alone names its runs; a reason
 // is read from sluice's record of why each run ended, which the search
-// joins to DBOS's table of runs through both tables' keys, ordered by
-// the index sluice adds on DBOS's (see searchIndex).
+// joins to DBOS's table of runs through both tables' keys; DBOS's indexes
+// of its runs by status and by creation time order them.
 func (e *Engine) searchIDs(ctx context.Context, names []string, f RunFilter, limit int) ([]string, error) {
 	var keyIDs []string
 	if f.EventKey != "" {
@@ -88,19 +88,22 @@ func (e *Engine) searchIDs(ctx context.Context, names []string, f RunFilter, lim
 	if keyIDs != nil {
 		fmt.Fprintf(&q, " AND w.workflow_uuid IN (%s)", list(keyIDs))
 	}
-	// DBOS's status of a run that ended so narrows sluice's index to the
-	// runs a reason can be found in (a record whose end DBOS did not
-	// write — a cancel that failed — is left out).
+	// DBOS's status of a run that ended so reads only the runs a reason
+	// can be found in (a record whose end DBOS did not write — a cancel
+	// that failed — is left out), through DBOS's partial index of them
+	// (idx_workflow_status_failed). The statuses are written as literals:
+	// SQLite uses a partial index only where the query's own terms imply
+	// its condition, which parameters do not.
 	var dbosStatus []string
 	for _, st := range []run.State{run.Failed, run.Cancelled} {
 		if status == "" || status == string(st) || st == run.Cancelled && status == string(run.TimedOut) {
 			ds, _ := dbosStatuses(st)
 			for _, d := range ds {
-				dbosStatus = append(dbosStatus, string(d))
+				dbosStatus = append(dbosStatus, "'"+string(d)+"'") // DBOS's constants: no quote in them
 			}
 		}
 	}
-	fmt.Fprintf(&q, " AND w.status IN (%s)", list(dbosStatus))
+	fmt.Fprintf(&q, " AND w.status IN (%s)", strings.Join(dbosStatus, ", "))
 	if status != "" {
 		fmt.Fprintf(&q, " AND r.status = %s", arg(status))
 	}
@@ -136,10 +139,3 @@ func (e *Engine) searchIDs(ctx context.Context, names []string, f RunFilter, lim
 	}
 	return ids, nil
 }
-
-// searchIndex is sluice's index of DBOS's table of runs for listings by
-// function (DBOS's name), status and creation time, newest first: the
-// runs page's and GET /v1/runs's, and a search by reason, which walks it
-// and looks each run's reason up by key. DBOS indexes creation time alone,
-// so a listing of one function among many read the runs of every other.
-const searchIndex = `CREATE INDEX IF NOT EXISTS sluice_workflow_status_search ON %sworkflow_status (name, status, created_at)`
