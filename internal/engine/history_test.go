@@ -75,7 +75,7 @@ func TestRunHistory(t *testing.T) {
 			got := want{a.Step, a.StepIndex, a.Attempt, a.Status, a.Class, "", ""}
 			if a.Wait != nil {
 				got.cause, got.on = a.Wait.Cause, a.Wait.WaitOn
-				if a.Wait.DurationMS <= 0 || a.Wait.EndedAt.Before(a.Wait.StartedAt) || a.StartedAt.Before(a.Wait.StartedAt) {
+				if a.Wait.DurationMS < 0 || a.Wait.EndedAt.Before(a.Wait.StartedAt) || a.StartedAt.Before(a.Wait.StartedAt) {
 					t.Errorf("attempt %d: wait %+v before an attempt started %s", i, a.Wait, a.StartedAt)
 				}
 			}
