@@ -218,6 +218,13 @@ type StepError struct {
 	Message    string        // the cause's message
 	Final      bool          // no attempt follows: the step failed
 	Retries    int           // the retries the function allows
+	// WaitKind and WaitOn say, for QuotaWait, what held the call back
+	// when it gave up waiting inline: the governor's Blocker kind
+	// ("limit", "pacing", "budget", "pause", "lease", "probe", "turn") and
+	// its words ("tpm", "tpd pacing", "a cluster lease"), or "route" and
+	// "every target out" for a route none of whose targets could take it.
+	// Empty in attempts recorded before they were kept.
+	WaitKind, WaitOn string
 
 	cause error // the live error, absent after replay
 }

@@ -20,7 +20,7 @@ import (
 func init() {
 	register(&cli.Command{
 		Name:    "runs",
-		Summary: "list the unfinished runs of other versions on a running server, and resume them there or cancel them",
+		Summary: "search the runs of a running server; list the unfinished runs of other versions, and resume them there or cancel them",
 		Run:     runRuns,
 	})
 }
@@ -31,6 +31,7 @@ const runsUsage = `A server resumes and starts only the runs recorded under its 
 until a person resumes them under the server's version or cancels them.
 
 Subcommands:
+  list [search flags]          search the runs: --function --status --event-key --reason --since --until --limit
   versions                     list the versions with unfinished runs, by function
   resume --from-version V      resume here, under the server's version, the unfinished runs of V
   cancel --from-version V      cancel the unfinished runs of V
@@ -46,24 +47,96 @@ func runRuns(ctx context.Context, env *cli.Env, args []string) error {
 		sub = args[0]
 	}
 	switch sub {
+	case "list":
+		return runList(ctx, env, args[1:])
 	case "versions":
 		return runVersions(ctx, env, args[1:])
 	case "resume", "cancel":
 		return runMoveVersion(ctx, env, sub, args[1:])
 	}
 	if sub != "" && !strings.HasPrefix(sub, "-") {
-		fmt.Fprintf(env.Stderr, "sluice runs: unknown subcommand %q: want versions, resume or cancel\n", sub)
+		fmt.Fprintf(env.Stderr, "sluice runs: unknown subcommand %q: want list, versions, resume or cancel\n", sub)
 		return cli.ErrUsage
 	}
 	fs := cli.NewFlagSet(env, "runs", "", "")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: sluice runs versions|resume|cancel [flags]\n\n%s\n", runsUsage)
+		fmt.Fprintf(fs.Output(), "Usage: sluice runs list|versions|resume|cancel [flags]\n\n%s\n", runsUsage)
 	}
 	if err := cli.ParseFlags(fs, env, args); err != nil {
 		return err
 	}
-	fmt.Fprintln(env.Stderr, "sluice runs: missing the subcommand: versions, resume or cancel")
+	fmt.Fprintln(env.Stderr, "sluice runs: missing the subcommand: list, versions, resume or cancel")
 	return cli.ErrUsage
+}
+
+// runList searches the server's runs with GET /v1/runs; the server checks
+// the parameters, and a bad one exits 1 with its words.
+func runList(ctx context.Context, env *cli.Env, args []string) error {
+	fs := cli.NewFlagSet(env, "runs list", "[flags]",
+		"Searches the runs of a running \"sluice serve\" (GET /v1/runs) and prints them newest first:\n"+
+			"ID, function, status, when created, and why it failed. Every flag is optional; they combine.")
+	api := addAPIFlags(fs)
+	params := []struct{ flag, param, usage string }{
+		{"function", "function", "the function's runs only"},
+		{"status", "status", "runs in this status: " + engine.StatesText()},
+		{"event-key", "event_key", "the run an event started: its ID, or its idempotency key's value"},
+		{"reason", "reason", "runs whose failure, timeout or cancel reason contains this text (case matters)"},
+		{"since", "since", "runs created at or after: an RFC 3339 time, or a duration back from now (2h)"},
+		{"until", "until", "runs created at or before: an RFC 3339 time, or a duration back from now"},
+		{"limit", "limit", "the most runs to print, 1 to 1000 (the server's default: 100)"},
+	}
+	values := make([]*string, len(params))
+	for i, p := range params {
+		values[i] = fs.String(p.flag, "", p.usage)
+	}
+	raw := fs.Bool("json", false, "print the server's answer as it is")
+	if err := cli.ParseFlags(fs, env, args); err != nil {
+		return err
+	}
+	q := url.Values{}
+	for i, p := range params {
+		if *values[i] != "" {
+			q.Set(p.param, *values[i])
+		}
+	}
+	path := "/v1/runs"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	body, err := api.client(env).get(ctx, path)
+	if err != nil {
+		return err
+	}
+	if *raw {
+		_, err = env.Stdout.Write(body)
+		return err
+	}
+	var list struct{ Runs []run.Summary }
+	if err := json.Unmarshal(body, &list); err != nil {
+		return fmt.Errorf("GET %s: %w", path, err)
+	}
+	return renderRuns(env.Stdout, list.Runs)
+}
+
+// renderRuns prints runs as a table, each error cut to a line.
+func renderRuns(w io.Writer, runs []run.Summary) error {
+	if len(runs) == 0 {
+		_, err := fmt.Fprintln(w, "no runs match")
+		return err
+	}
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "RUN\tFUNCTION\tSTATUS\tCREATED\tERROR")
+	for _, r := range runs {
+		why := strings.Join(strings.Fields(r.Error), " ")
+		if len(why) > 120 {
+			why = strings.ToValidUTF8(why[:120], "") + "…"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.ID, r.Function, r.Status, r.CreatedAt.UTC().Format("2006-01-02 15:04:05Z"), cmp.Or(why, "-"))
+	}
+	_ = tw.Flush() // into a strings.Builder: cannot fail
+	_, err := io.WriteString(w, b.String())
+	return err
 }
 
 func runVersions(ctx context.Context, env *cli.Env, args []string) error {

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sluice-dev/sluice"
@@ -63,7 +64,7 @@ var scaleFlows = []governor.FlowConfig{{Name: scaleBackfill, Weight: 2}, {Name: 
 func newDashboardCommand(Config) *cli.Command {
 	return &cli.Command{
 		Name:    "dashboard",
-		Summary: "p50/p95 of every dashboard page, JSON endpoint and /metrics with 100,000 runs and 1,000,000 items in the store",
+		Summary: "p50/p95 of every dashboard page, JSON endpoint, search of runs and /metrics with 100,000 runs and 1,000,000 items in the store",
 		Run:     runBenchDashboard,
 	}
 }
@@ -131,7 +132,8 @@ func runBenchDashboard(ctx context.Context, env *cli.Env, args []string) error {
 			"(a thousandth refused and parked), and a day of minute samples of the key's four flows.\n"+
 			"Then it serves the app as sluice serve does (API, dashboard and /metrics on one handler)\n"+
 			"on loopback, and times --samples GETs of every dashboard page, every JSON endpoint and\n"+
-			"/metrics over HTTP, interleaved, after one untimed round. Prints p50, p95 and max per path\n"+
+			"/metrics over HTTP, interleaved, after one untimed round; among them searches of the runs\n"+
+			"(by function, status and failure text, by time range, by event key) and a run's history. Prints p50, p95 and max per path\n"+
 			"against the targets: p95 ≤ 300 ms for pages and JSON, ≤ 100 ms for /metrics. Any answer\n"+
 			"but 200 is an error. See docs/benchmarks.md.")
 	runs := fs.Int("runs", 100_000, "runs to seed")
@@ -189,6 +191,8 @@ type scaleBench struct {
 	// and a run of three steps to show.
 	itemsFrom, itemsTo time.Time
 	stepsRun           string
+	// The window in which the runs were seeded, for the searches by time.
+	runsFrom, runsTo time.Time
 }
 
 // scaleTarget is one path the bench times, and how the report names it.
@@ -204,18 +208,30 @@ func (b *scaleBench) targets() []scaleTarget {
 	flow := "/flows/" + url.PathEscape(scaleBackfill)
 	deep := flow + "?" + url.Values{"before_at": {mid.Format(time.RFC3339Nano)}}.Encode()
 	id := url.PathEscape(b.stepsRun)
+	// The searches: by function, status and the text of the failures
+	// (found in every failed run of the function, and in none: the search
+	// then reads every one), by reason alone, by event key, and the
+	// middle third of the seeding's window.
+	found := url.Values{"function": {scaleFail}, "status": {"failed"}, "reason": {scaleFailReason}}.Encode()
+	none := url.Values{"function": {scaleFail}, "status": {"failed"}, "reason": {"no such reason"}}.Encode()
+	third := b.runsTo.Sub(b.runsFrom) / 3
+	window := url.Values{"since": {b.runsFrom.Add(third).UTC().Format(time.RFC3339Nano)},
+		"until": {b.runsFrom.Add(2 * third).UTC().Format(time.RFC3339Nano)}}.Encode()
+	key := url.Values{"event_key": {strings.TrimPrefix(b.stepsRun, scaleSteps+":")}}.Encode()
+	labels := map[string]string{deep: flow + "?before_at=(half-way)", "/runs?" + window: "/runs?since=…&until=… (middle third)",
+		"/v1/runs?" + window: "/v1/runs?since=…&until=… (middle third)"}
 	var out []scaleTarget
-	for _, p := range []string{"/", "/flows", flow, deep, "/runs", "/runs?status=failed", "/runs?function=" + scaleFail, "/runs/" + id, "/plan", "/send"} {
-		label := p
-		if p == deep {
-			label = flow + "?before_at=(half-way)"
-		}
-		out = append(out, scaleTarget{p, "page", label})
+	for _, p := range []string{"/", "/flows", flow, deep, "/runs", "/runs?status=failed", "/runs?function=" + scaleFail, "/runs?" + found, "/runs?" + window,
+		"/runs/" + id, "/plan", "/send"} {
+		out = append(out, scaleTarget{p, "page", cmp.Or(labels[p], p)})
 	}
 	for _, p := range []string{"/v1/runs", "/v1/runs?status=failed", "/v1/runs?function=" + scaleSteps,
-		"/v1/runs?function=" + scaleFail + "&status=failed", "/v1/runs?since=1h&limit=1000", "/v1/runs/" + id,
+		"/v1/runs?function=" + scaleFail + "&status=failed", "/v1/runs?since=1h&limit=1000",
+		"/v1/runs?" + found, "/v1/runs?" + none, "/v1/runs?" + url.Values{"reason": {scaleFailReason}}.Encode(),
+		"/v1/runs?" + window, "/v1/runs?" + window + "&status=failed", "/v1/runs?" + key,
+		"/v1/runs/" + id, "/v1/runs/" + id + "/history",
 		"/v1/flows", "/v1/dropped", "/readyz"} {
-		out = append(out, scaleTarget{p, "json", p})
+		out = append(out, scaleTarget{p, "json", cmp.Or(labels[p], p)})
 	}
 	return append(out, scaleTarget{"/metrics", "metrics", "/metrics"})
 }

@@ -90,7 +90,7 @@ func registerScale(app *sluice.App, src *benchDB) error {
 				return 0, err
 			}
 			return sluice.Step(ctx, "check", func(context.Context) (int, error) {
-				return 0, sluice.NonRetriable(fmt.Errorf("document %d: no text to summarize", ev.Data.I))
+				return 0, sluice.NonRetriable(fmt.Errorf("document %d: %s", ev.Data.I, scaleFailReason))
 			})
 		})
 	if err != nil {
@@ -122,6 +122,9 @@ func scaleRefused(key string) bool {
 }
 
 // scaleFunctions are the functions whose runs the bench seeds.
+// scaleFailReason is the text of scaleFail's failures.
+const scaleFailReason = "no text to summarize"
+
 var scaleFunctions = []string{scaleOK, scaleSteps, scaleFail, scaleLimited}
 
 // seed fills the database, then stops the app that did.
@@ -167,9 +170,11 @@ func (b *scaleBench) seed(ctx context.Context, rep *scaleReport) error {
 	rep.Items = map[string]int64{"saved": job.Saved, "parked": job.Parked, "pending": job.Pending, "rejected": job.Rejected}
 
 	t = time.Now()
+	b.runsFrom = t
 	if err := b.seedRuns(ctx, app, runs, rep); err != nil {
 		return fmt.Errorf("the runs: %w", err)
 	}
+	b.runsTo = time.Now()
 	rep.Seeding.RunsS = time.Since(t).Seconds()
 	rep.Seeding.RunsPerS = float64(b.runs) / rep.Seeding.RunsS
 

@@ -60,10 +60,11 @@ func TestBenchDashboard(t *testing.T) {
 					missed++
 				}
 			}
-			if kinds["page"] != 10 || kinds["json"] != 9 || kinds["metrics"] != 1 || rep.Missed != missed {
-				t.Errorf("paths by kind %v, missed %d (counted %d): want 10 pages, 9 JSON endpoints, /metrics", kinds, rep.Missed, missed)
+			if kinds["page"] != 12 || kinds["json"] != 16 || kinds["metrics"] != 1 || rep.Missed != missed {
+				t.Errorf("paths by kind %v, missed %d (counted %d): want 12 pages, 16 JSON endpoints, /metrics", kinds, rep.Missed, missed)
 			}
-			for _, want := range []string{"/", "/flows", "/flows/" + scaleBackfill, "/runs?status=failed", "/plan", "/send", "/v1/runs", "/v1/flows", "/v1/dropped", "/readyz", "/metrics"} {
+			for _, want := range []string{"/", "/flows", "/flows/" + scaleBackfill, "/runs?status=failed", "/plan", "/send", "/v1/runs", "/v1/flows", "/v1/dropped", "/readyz", "/metrics",
+				"/v1/runs?function=" + scaleFail + "&reason=no+text+to+summarize&status=failed", "/v1/runs?reason=no+text+to+summarize"} {
 				found := false
 				for _, p := range rep.Paths {
 					found = found || p.Path == want

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -49,25 +50,43 @@ func (e *Engine) cancelRun(ctx context.Context, c dbos.Context, id string, start
 	return nil
 }
 
-// ErrNotRerunnable is returned by Rerun for a run that has not ended.
+// ErrNotRerunnable is returned by Rerun for a run that has not ended or
+// that completed (RerunFrom re-runs one from a step it names).
 var ErrNotRerunnable = errors.New("only a failed, cancelled or timed-out run can be re-run")
 
 // Rerun starts a new run that reuses the recorded results of every step
 // before the first one that failed (or did not finish), and runs from there.
 // It returns the new run's ID.
 func (e *Engine) Rerun(ctx context.Context, id string) (string, error) {
+	return e.RerunFrom(ctx, id, "")
+}
+
+// RerunFrom starts a new run that reuses the recorded results of every
+// step of run id before the step from, and runs that step and every one
+// after it again. from is the step's place among the run's steps (1 for
+// the first, as RunDetail.Steps and the run's history count them) or its
+// name (its first step of that name); "" is the first step that did not
+// complete, as Rerun. A run that completed can be re-run from a step it
+// names; one that has not ended cannot. It returns the new run's ID.
+func (e *Engine) RerunFrom(ctx context.Context, id, from string) (string, error) {
 	d, err := e.RunDetail(ctx, id, 1)
 	if err != nil {
 		return "", err
 	}
-	if d.Status != run.Failed && d.Status != run.Cancelled && d.Status != run.TimedOut {
+	if !d.Status.Ended() || from == "" && d.Status == run.Completed {
 		return "", fmt.Errorf("run %s is %s: %w", id, d.Status, ErrNotRerunnable)
 	}
 	fn, _ := e.function(d.Function)
 	// Fork copies the records of every DBOS step before start: begin at the
-	// first attempt of the first step that did not complete.
+	// first attempt of the chosen step.
 	start := 0
-	if failed := slices.IndexFunc(d.Steps, func(s StepView) bool { return s.Status != stepCompleted }); failed >= 0 {
+	if from != "" {
+		i, err := stepAt(d.Steps, from)
+		if err != nil {
+			return "", err
+		}
+		start = d.Steps[i].FirstStepID
+	} else if failed := slices.IndexFunc(d.Steps, func(s StepView) bool { return s.Status != stepCompleted }); failed >= 0 {
 		start = d.Steps[failed].FirstStepID
 	} else if n := len(d.Steps); n > 0 {
 		start = d.Steps[n-1].FirstStepID + d.Steps[n-1].Attempts
@@ -90,6 +109,27 @@ func (e *Engine) Rerun(ctx context.Context, id string) (string, error) {
 		return "", fmt.Errorf("re-run %s: %w", id, err)
 	}
 	return h.GetWorkflowID(), nil
+}
+
+// stepAt finds the step from names among steps: its place, from 1, or
+// its name. The error names the parameter as the API does (from_step).
+func stepAt(steps []StepView, from string) (int, error) {
+	if n, err := strconv.Atoi(from); err == nil {
+		if n < 1 || n > len(steps) {
+			if len(steps) == 0 {
+				return 0, invalid("from_step", "step %d is out of range: the run has no steps", n)
+			}
+			return 0, invalid("from_step", "step %d is out of range: the run has %d steps (1 to %d)", n, len(steps), len(steps))
+		}
+		return n - 1, nil
+	}
+	if err := checkText("from_step", from, 256); err != nil {
+		return 0, err
+	}
+	if i := slices.IndexFunc(steps, func(s StepView) bool { return s.Name == from }); i >= 0 {
+		return i, nil
+	}
+	return 0, invalid("from_step", "the run has no step named %s", quote(from))
 }
 
 // waitPoll is how often Wait reads a run's status.

@@ -47,7 +47,10 @@ type FailedAttempt struct {
 	// RetryAfterMS is the wait the provider or the governor asked for
 	// (retry_after, quota_wait); a retry's backoff shows in waited_ms.
 	RetryAfterMS float64 `json:"retry_after_ms,omitempty"`
-	Final        bool    `json:"final,omitempty"` // no attempt followed
+	// WaitOn names, for quota_wait, what held the call back ("tpm",
+	// "tpd pacing", "a cluster lease"; see run.StepError.WaitOn).
+	WaitOn string `json:"wait_on,omitempty"`
+	Final  bool   `json:"final,omitempty"` // no attempt followed
 }
 
 // RunDetail is a run with its steps.
@@ -56,6 +59,9 @@ type RunDetail struct {
 	Event  *Event          `json:"event,omitempty"`
 	Output json.RawMessage `json:"output,omitempty"`
 	Steps  []StepView      `json:"steps"`
+	// Attempts are the steps' attempts one by one with the waits between
+	// them, as History gives them (GET /v1/runs/{id}/history answers them).
+	Attempts []Attempt `json:"-"`
 }
 
 // ErrRunNotFound is returned for a run ID that does not exist.
@@ -64,23 +70,9 @@ var ErrRunNotFound = errors.New("run not found")
 // RunDetail returns a run and its steps. Step outputs longer than
 // outputLimit bytes are cut, and the cut says so.
 func (e *Engine) RunDetail(ctx context.Context, id string, outputLimit int) (*RunDetail, error) {
-	if err := CheckRunID(id); err != nil {
-		return nil, err
-	}
-	c, err := e.client(ctx)
+	c, w, err := e.lookUp(ctx, id, true)
 	if err != nil {
 		return nil, err
-	}
-	ws, err := dbos.ListWorkflows(c, dbos.WithFilterWorkflowIDs(id), dbos.WithFilterLoadInput(true), dbos.WithFilterLoadOutput(true))
-	if err != nil {
-		return nil, fmt.Errorf("get run %s: %w", id, err)
-	}
-	if len(ws) == 0 {
-		return nil, fmt.Errorf("run %s: %w", id, ErrRunNotFound)
-	}
-	w := ws[0]
-	if _, ok := e.function(w.Name); !ok {
-		return nil, fmt.Errorf("run %s: %w", id, ErrRunNotFound)
 	}
 	d := &RunDetail{Summary: summary(w, c.GetApplicationVersion())}
 	if in, ok := decodeInput(w.Input); ok {
@@ -94,6 +86,7 @@ func (e *Engine) RunDetail(ctx context.Context, id string, outputLimit int) (*Ru
 		return nil, fmt.Errorf("get steps of run %s: %w", id, err)
 	}
 	d.Steps = foldSteps(steps, outputLimit, d.Status)
+	d.Attempts = historyOf(steps)
 	if d.Summary, err = e.explainEnd(ctx, d.Summary); err != nil {
 		return nil, err
 	}
@@ -105,6 +98,29 @@ func (e *Engine) RunDetail(ctx context.Context, id string, outputLimit int) (*Ru
 		}
 	}
 	return d, nil
+}
+
+// lookUp reads run id, a run of one of the engine's functions, with its
+// output (and error) and, if input, its input.
+func (e *Engine) lookUp(ctx context.Context, id string, input bool) (dbos.Context, dbos.WorkflowStatus, error) {
+	if err := CheckRunID(id); err != nil {
+		return nil, dbos.WorkflowStatus{}, err
+	}
+	c, err := e.client(ctx)
+	if err != nil {
+		return nil, dbos.WorkflowStatus{}, err
+	}
+	ws, err := dbos.ListWorkflows(c, dbos.WithFilterWorkflowIDs(id), dbos.WithFilterLoadInput(input), dbos.WithFilterLoadOutput(true))
+	if err != nil {
+		return nil, dbos.WorkflowStatus{}, fmt.Errorf("get run %s: %w", id, err)
+	}
+	if len(ws) == 0 {
+		return nil, dbos.WorkflowStatus{}, fmt.Errorf("run %s: %w", id, ErrRunNotFound)
+	}
+	if _, ok := e.function(ws[0].Name); !ok {
+		return nil, dbos.WorkflowStatus{}, fmt.Errorf("run %s: %w", id, ErrRunNotFound)
+	}
+	return c, ws[0], nil
 }
 
 func decodeInput(v any) (input, bool) {
@@ -166,7 +182,7 @@ func foldSteps(rows []dbos.StepInfo, outputLimit int, runStatus run.State) []Ste
 	for i, s := range rows {
 		if s.StepName == "DBOS.sleep" {
 			// A wait between two attempts of the same step belongs to it.
-			if len(out) > 0 && i+1 < len(rows) && rows[i+1].StepName == out[len(out)-1].Name && out[len(out)-1].Error != "" {
+			if n := len(out); n > 0 && retryWait(rows, i, out[n-1].Name, out[n-1].Error != "") {
 				pendingWait = s.CompletedAt.Sub(s.StartedAt)
 				continue
 			}
@@ -197,6 +213,7 @@ func foldSteps(rows []dbos.StepInfo, outputLimit int, runStatus run.State) []Ste
 				if se.Class == run.RetryAfter || se.Class == run.QuotaWait {
 					fa.RetryAfterMS = ms(se.RetryAfter)
 				}
+				fa.WaitOn = se.WaitOn
 				if !se.Final {
 					v.Status = stepRetrying
 				}

@@ -558,10 +558,10 @@ func newDBOSContext(ctx context.Context, st store.Store, cfg dbos.Config) (dbos.
 	err := st.LockDBOSMigrations(ctx, func() error {
 		var err error
 		dctx, err = dbos.NewContext(context.WithoutCancel(ctx), cfg)
-		if err != nil || cfg.SQLiteSystemDB == nil {
+		if err != nil {
 			return err
 		}
-		return indexQueues(ctx, cfg.SQLiteSystemDB)
+		return indexRuns(ctx, cfg)
 	})
 	return dctx, err
 }

@@ -43,6 +43,9 @@ func RetryAfter(err error, d time.Duration) error {
 type quotaWait struct {
 	err error
 	d   time.Duration
+	// kind and on name what held the call back, as run.StepError's
+	// WaitKind and WaitOn keep them.
+	kind, on string
 }
 
 func (e *quotaWait) Error() string { return e.err.Error() }

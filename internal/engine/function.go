@@ -230,7 +230,7 @@ func (f *Function) workflow(ctx dbos.Context, in input) (json.RawMessage, error)
 	f.e.cfg.Metrics.RunStarted(f.ID)
 	out, err := f.Handler(r, in.Event)
 	if err != nil {
-		f.e.noteEnd(r)
+		f.e.noteEnd(r, err)
 		f.e.countEnd(r, err)
 		return nil, err
 	}

@@ -134,7 +134,8 @@ func (p *Provider) call(ctx context.Context, flow string, req *llm.ChatRequest, 
 			if o != nil {
 				o.Queued(now().Sub(t0))
 			}
-			return nil, &quotaWait{err: fmt.Errorf("waiting for quota on %s: %w", p.Name, err), d: max(we.EstimatedWait, time.Second)}
+			return nil, &quotaWait{err: fmt.Errorf("waiting for quota on %s: %w", p.Name, err), d: max(we.EstimatedWait, time.Second),
+				kind: we.On.Kind, on: blockerText(we.On)}
 		}
 		return nil, err
 	}
@@ -165,6 +166,14 @@ func (p *Provider) call(ctx context.Context, flow string, req *llm.ChatRequest, 
 	resp.Target, resp.Cost = p.Name, res.Cost().Money
 	p.Estimator.Observe(req.Model, cost.Input, resp.Usage.PromptTokens)
 	return resp, nil
+}
+
+// blockerText is b in words, empty for no blocker.
+func blockerText(b governor.Blocker) string {
+	if b.Kind == "" {
+		return ""
+	}
+	return b.String()
 }
 
 func (p *Provider) log() *slog.Logger {

@@ -2,8 +2,9 @@ package engine
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
+
+	"github.com/dbos-inc/dbos-transact-golang/dbos"
 )
 
 // queueIndex is an index of DBOS's workflow_status that SQLite can use for
@@ -18,12 +19,14 @@ import (
 // plans with the parameters' values and uses DBOS's indexes.
 const queueIndex = `CREATE INDEX IF NOT EXISTS sluice_workflow_status_queue ON workflow_status (queue_name, status, priority, created_at)`
 
-// indexQueues creates queueIndex on db, an SQLite system database DBOS has
-// migrated. On a database holding many runs, the first start after an
-// upgrade builds it once.
-func indexQueues(ctx context.Context, db *sql.DB) error {
-	if _, err := db.ExecContext(ctx, queueIndex); err != nil {
-		return fmt.Errorf("index DBOS's queues on SQLite: %w", err)
+// indexRuns creates queueIndex in the system database of cfg, which DBOS
+// has migrated, when it is SQLite. On a database holding many runs, the
+// first start after an upgrade builds it once.
+func indexRuns(ctx context.Context, cfg dbos.Config) error {
+	if db := cfg.SQLiteSystemDB; db != nil {
+		if _, err := db.ExecContext(ctx, queueIndex); err != nil {
+			return fmt.Errorf("index DBOS's queues on SQLite: %w", err)
+		}
 	}
 	return nil
 }

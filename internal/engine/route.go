@@ -104,7 +104,7 @@ func (rt *Route) Call(ctx context.Context, flow string, req *llm.ChatRequest) (*
 	ch, err := rt.Router.Pick(rt.now(), flow, func(i int) governor.Cost { return costs[i] })
 	if err != nil {
 		if oe, ok := errors.AsType[*route.OutError](err); ok {
-			return nil, &quotaWait{err: err, d: max(oe.Wait, time.Second)}
+			return nil, &quotaWait{err: err, d: max(oe.Wait, time.Second), kind: "route", on: "every target out"}
 		}
 		if tl, ok := errors.AsType[*route.TooLargeError](err); ok {
 			// Refused before any wait: each target's governor counts it for

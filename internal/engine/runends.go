@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
 
@@ -12,13 +13,19 @@ import (
 	"github.com/sluice-dev/sluice/run"
 )
 
-// noteEnd records why a run stopped when its handler returns because the
-// run's context ended: the deadline passed (timed_out) or the run was
-// cancelled (the step it was in completes the record Cancel wrote). A
-// shutdown records nothing: the run resumes at the next start.
-func (e *Engine) noteEnd(r *Run) {
+// noteEnd records why a run stopped when its handler returned err: its
+// failure, kept so that runs can be searched by its text (RunFilter.
+// Reason), or, when the run's context ended, the deadline that passed
+// (timed_out) or the cancel (the step it was in completes the record
+// Cancel wrote). A shutdown records nothing: the run resumes at the next
+// start.
+func (e *Engine) noteEnd(r *Run, err error) {
 	state, ok := stoppedBy(r)
 	if !ok {
+		if r.dctx.Err() == nil && !errors.Is(err, ErrNotOwner) {
+			e.recordEnd(r, store.RunEnd{RunID: r.id, Status: string(run.Failed), Reason: cutText(err.Error(), maxReasonBytes),
+				Step: r.step, Attempt: r.attempt, StartedAt: r.started, EndedAt: time.Now()})
+		}
 		return
 	}
 	end := store.RunEnd{Status: string(state), Reason: "cancelled"}
@@ -41,13 +48,32 @@ func (e *Engine) noteEnd(r *Run) {
 		end.Reason += " before its first step"
 	}
 	end.EndedAt = time.Now() // as DBOS times runs: by the wall clock
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
 	// A cancel's own record (written by Cancel) is completed with the step;
 	// a deadline's is written here.
+	e.recordEnd(r, end)
+}
+
+// recordEnd writes end, the record of why run r ended.
+func (e *Engine) recordEnd(r *Run, end store.RunEnd) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
 	if err := e.st.RecordRunEnd(ctx, end); err != nil {
 		e.cfg.Logger.Warn("sluice: record why a run ended", "run", r.id, "err", err)
 	}
+}
+
+// maxReasonBytes bounds the failure a run's end record keeps.
+const maxReasonBytes = 4096
+
+// cutText is s cut to at most n bytes, at a character's start.
+func cutText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // stoppedBy says how a run whose context ended was stopped: timed out by

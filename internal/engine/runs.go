@@ -70,8 +70,17 @@ func dbosStatuses(s run.State) ([]dbos.WorkflowStatusType, error) {
 type RunFilter struct {
 	Function string
 	Status   run.State
-	Since    time.Time
-	Limit    int // default 100
+	// Since and Until bound when runs were created, both included.
+	Since, Until time.Time
+	// EventKey selects the runs an event started by its key as the engine
+	// stores it: the event's ID, or the value of the function's
+	// idempotency field when it has one (see SearchLimits).
+	EventKey string
+	// Reason selects the runs whose failure, timeout or cancel reason
+	// contains it, as written (case matters), among those sluice recorded
+	// a reason for.
+	Reason string
+	Limit  int // default 100
 }
 
 // Runs lists runs, newest first.
@@ -92,6 +101,9 @@ func (e *Engine) Runs(ctx context.Context, f RunFilter) ([]run.Summary, error) {
 	if len(names) == 0 {
 		return nil, nil
 	}
+	if err := f.check(); err != nil {
+		return nil, err
+	}
 	limit := max(1, cmp.Or(f.Limit, 100))
 	opts := []dbos.ListWorkflowsOption{
 		dbos.WithFilterName(names...),
@@ -106,9 +118,22 @@ func (e *Engine) Runs(ctx context.Context, f RunFilter) ([]run.Summary, error) {
 	if !f.Since.IsZero() {
 		opts = append(opts, dbos.WithFilterCreatedAfter(f.Since))
 	}
+	if !f.Until.IsZero() {
+		opts = append(opts, dbos.WithFilterCreatedBefore(f.Until))
+	}
 	c, err := e.client(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if f.EventKey != "" || f.Reason != "" {
+		ids, err := e.searchIDs(ctx, names, f, limit)
+		if err != nil {
+			return nil, err
+		}
+		if len(ids) == 0 {
+			return []run.Summary{}, nil
+		}
+		opts = append(opts, dbos.WithFilterWorkflowIDs(ids...))
 	}
 	current := c.GetApplicationVersion()
 	switch f.Status {

@@ -131,7 +131,11 @@ func (r *Run) attempted(name string, attempt int, err error) error {
 
 func (r *Run) attemptError(name string, attempt int, err error) *run.StepError {
 	c, d := classify(err, r.fn.e.classify)
-	return run.NewStepError(run.StepError{Step: name, Attempt: attempt, Class: c, RetryAfter: d, Retries: r.fn.retries}, err)
+	se := run.StepError{Step: name, Attempt: attempt, Class: c, RetryAfter: d, Retries: r.fn.retries}
+	if q, ok := errors.AsType[*quotaWait](err); ok {
+		se.WaitKind, se.WaitOn = q.kind, q.on
+	}
+	return run.NewStepError(se, err)
 }
 
 // retry calls once for attempt 1, 2, … until it succeeds, fails for good,

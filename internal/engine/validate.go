@@ -54,8 +54,11 @@ func checkText(what, s string, limit int) error {
 	return nil
 }
 
-// quote quotes s for an error message, cut to its first 48 bytes so that an
-// over-long value is not repeated whole.
+// Quote quotes s, a client's value, for an error message, cut to its
+// first 48 bytes so that an over-long value is not repeated whole.
+func Quote(s string) string { return quote(s) }
+
+// quote is Quote.
 func quote(s string) string {
 	const show = 48
 	if len(s) <= show {

@@ -50,6 +50,19 @@ var badInput = []struct {
 	{"unknown run", "GET", "/v1/runs/summarize:nope", "", 404, "not found"},
 	{"unknown function filter", "GET", "/v1/runs?function=%ff", "", 400, "not a registered function"},
 	{"status filter", "GET", "/v1/runs?status=lost", "", 400, "not one of"},
+	{"until filter", "GET", "/v1/runs?until=tomorrow", "", 400, `until "tomorrow" is neither an RFC 3339 time nor a duration`},
+	{"until before since", "GET", "/v1/runs?since=2026-01-02T00:00:00Z&until=2026-01-01T00:00:00Z", "", 400, `until "2026-01-01T00:00:00Z" is before since`},
+	{"10 KB event key", "GET", "/v1/runs?event_key=" + strings.Repeat("k", 10240), "", 400, "event_key of 10240 bytes is over the limit of 512"},
+	{"NUL in the event key", "GET", "/v1/runs?event_key=a%00b", "", 400, "event_key: has the control character U+0000"},
+	{"reason over its limit", "GET", "/v1/runs?reason=" + strings.Repeat("r", 300), "", 400, "reason of 300 bytes is over the limit of 256"},
+	{"reason not UTF-8", "GET", "/v1/runs?reason=%ff", "", 400, "reason: is not valid UTF-8"},
+	{"history of a 10 KB run id", "GET", "/v1/runs/" + strings.Repeat("r", 10240) + "/history", "", 400, "over the limit of 512"},
+	{"history of an unknown run", "GET", "/v1/runs/summarize:nope/history", "", 404, "not found"},
+	{"replay of an unknown run", "POST", "/v1/runs/summarize:nope/replay", "", 404, "not found"},
+	{"rerun from a step of an unknown run", "POST", "/v1/runs/summarize:nope/rerun?from_step=2", "", 404, "not found"},
+	{"rerun body not JSON", "POST", "/v1/runs/summarize:nope/rerun", "{", 400, "re-run body is not"},
+	{"rerun from_step a list", "POST", "/v1/runs/summarize:nope/rerun", `{"from_step":[1]}`, 400, `from_step "[1]" is neither`},
+	{"rerun from_step empty", "POST", "/v1/runs/summarize:nope/rerun", `{"from_step":""}`, 400, "from_step is empty"},
 }
 
 // TestBadInputSameOnBothDatabases sends the table to an engine on SQLite

@@ -35,6 +35,15 @@ func (f *fakeEngine) RunDetail(context.Context, string, int) (*engine.RunDetail,
 }
 func (f *fakeEngine) Cancel(context.Context, string) error          { return engine.ErrRunNotFound }
 func (f *fakeEngine) Rerun(context.Context, string) (string, error) { return "", engine.ErrRunNotFound }
+func (f *fakeEngine) RerunFrom(context.Context, string, string) (string, error) {
+	return "", engine.ErrRunNotFound
+}
+func (f *fakeEngine) RunHistory(context.Context, string) (*engine.RunHistory, error) {
+	return nil, engine.ErrRunNotFound
+}
+func (f *fakeEngine) Replay(context.Context, string) (engine.Replayed, error) {
+	return engine.Replayed{}, engine.ErrRunNotFound
+}
 func (f *fakeEngine) Dropped(context.Context, string, int) ([]engine.DroppedEvent, error) {
 	return nil, nil
 }

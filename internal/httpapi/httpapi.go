@@ -1,10 +1,12 @@
 // Package httpapi serves sluice's event and run API over HTTP:
 //
 //	POST /v1/events              {"name", "id", "data"}: start the functions it triggers
-//	GET  /v1/runs                ?function=&status=&since=&limit=
+//	GET  /v1/runs                ?function=&status=&event_key=&reason=&since=&until=&limit= (see ParseRunFilter)
 //	GET  /v1/runs/{id}           a run with its steps (attempts, durations, outputs, errors)
+//	GET  /v1/runs/{id}/history   every attempt of every step, the waits between them and why
 //	POST /v1/runs/{id}/cancel    stop a queued or running run
-//	POST /v1/runs/{id}/rerun     a new run from the first step that did not complete
+//	POST /v1/runs/{id}/rerun     a new run from the first step that did not complete, or ?from_step=N|NAME
+//	POST /v1/runs/{id}/replay    send the run's event again under a new ID: a new run
 //	GET  /v1/dropped             ?function=: events a rate limit dropped
 //	GET  /v1/flows               every job's health (see Health)
 //	GET  /v1/versions            this process's version, and the unfinished runs of others
@@ -53,6 +55,9 @@ type Engine interface {
 	RunDetail(ctx context.Context, id string, outputLimit int) (*engine.RunDetail, error)
 	Cancel(ctx context.Context, id string) error
 	Rerun(ctx context.Context, id string) (string, error)
+	RerunFrom(ctx context.Context, id, from string) (string, error)
+	RunHistory(ctx context.Context, id string) (*engine.RunHistory, error)
+	Replay(ctx context.Context, id string) (engine.Replayed, error)
 	Dropped(ctx context.Context, function string, limit int) ([]engine.DroppedEvent, error)
 	AppVersion() string
 	OtherVersions(ctx context.Context) ([]run.VersionRuns, error)
@@ -141,7 +146,9 @@ func (a *api) routes() []route {
 		{"GET /v1/runs", a.auth(a.listRuns)},
 		{"GET /v1/runs/{id}", a.auth(a.getRun)},
 		{"POST /v1/runs/{id}/cancel", a.auth(a.cancel)},
+		{"GET /v1/runs/{id}/history", a.auth(a.history)},
 		{"POST /v1/runs/{id}/rerun", a.auth(a.rerun)},
+		{"POST /v1/runs/{id}/replay", a.auth(a.replay)},
 		{"GET /v1/dropped", a.auth(a.dropped)},
 		{"GET /v1/versions", a.auth(a.versions)},
 		{"POST /v1/versions/{version}/resume", a.auth(a.moveVersion(Engine.ResumeVersion))},
@@ -291,23 +298,9 @@ func (a *api) postEvent(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (a *api) listRuns(w http.ResponseWriter, r *http.Request) error {
-	q := r.URL.Query()
-	f := engine.RunFilter{Function: q.Get("function"), Status: run.State(q.Get("status"))}
-	if s := q.Get("since"); s != "" {
-		if t, err := time.Parse(time.RFC3339, s); err == nil {
-			f.Since = t
-		} else if d, err := time.ParseDuration(s); err == nil && d > 0 {
-			f.Since = a.cfg.Now().Add(-d)
-		} else {
-			return httperr.BadRequest(fmt.Errorf("since %q is neither an RFC 3339 time nor a duration like 1h", s))
-		}
-	}
-	if s := q.Get("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > 1000 {
-			return httperr.BadRequest(fmt.Errorf("limit %q: want 1 to 1000", s))
-		}
-		f.Limit = n
+	f, err := ParseRunFilter(r.URL.Query(), a.cfg.Now())
+	if err != nil {
+		return err
 	}
 	runs, err := a.cfg.Engine.Runs(r.Context(), f)
 	if err != nil {
@@ -335,12 +328,78 @@ func (a *api) cancel(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+func (a *api) history(w http.ResponseWriter, r *http.Request) error {
+	h, err := a.cfg.Engine.RunHistory(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	httpjson.Write(w, http.StatusOK, h)
+	return nil
+}
+
+// rerun re-runs the path's run from the step from_step names, in the
+// query or in a JSON body {"from_step": 2} or {"from_step": "save"}; none
+// is the first step that did not complete.
 func (a *api) rerun(w http.ResponseWriter, r *http.Request) error {
-	id, err := a.cfg.Engine.Rerun(r.Context(), r.PathValue("id"))
+	from, err := fromStep(w, r)
+	if err != nil {
+		return err
+	}
+	id, err := a.cfg.Engine.RerunFrom(r.Context(), r.PathValue("id"), from)
 	if err != nil {
 		return err
 	}
 	httpjson.Write(w, http.StatusAccepted, map[string]string{"id": id, "rerun_of": r.PathValue("id")})
+	return nil
+}
+
+// maxRerunBody bounds a re-run's JSON body.
+const maxRerunBody = 4096
+
+// fromStep reads a re-run's from_step: the query's, else the JSON body's
+// (a number or a string); "" when neither gives one.
+func fromStep(w http.ResponseWriter, r *http.Request) (string, error) {
+	if v := r.URL.Query().Get("from_step"); v != "" {
+		return v, nil
+	}
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxRerunBody))
+	if err != nil {
+		return "", httperr.BadRequest(fmt.Errorf("read the re-run's body (at most %d bytes): %w", maxRerunBody, err))
+	}
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return "", nil
+	}
+	var body struct {
+		FromStep json.RawMessage `json:"from_step"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil {
+		return "", httperr.BadRequest(fmt.Errorf("re-run body is not {\"from_step\": N or \"NAME\"}: %w", err))
+	}
+	if len(body.FromStep) == 0 || string(body.FromStep) == "null" {
+		return "", nil
+	}
+	var name string
+	if err := json.Unmarshal(body.FromStep, &name); err == nil {
+		if name == "" {
+			return "", httperr.BadRequest(errors.New("from_step is empty: give a step's number (from 1) or its name"))
+		}
+		return name, nil
+	}
+	var n int
+	if err := json.Unmarshal(body.FromStep, &n); err != nil {
+		return "", httperr.BadRequest(fmt.Errorf("from_step %s is neither a step's number nor its name", engine.Quote(string(body.FromStep))))
+	}
+	return strconv.Itoa(n), nil
+}
+
+func (a *api) replay(w http.ResponseWriter, r *http.Request) error {
+	rep, err := a.cfg.Engine.Replay(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	httpjson.Write(w, http.StatusAccepted, rep)
 	return nil
 }
 

@@ -23,13 +23,7 @@ import (
 
 func setup(t *testing.T, dbURL, token string) (*httptest.Server, *engine.Engine) {
 	t.Helper()
-	e, err := engine.New(context.Background(), engine.Config{Store: testenv.OpenStore(t, dbURL), PollInterval: 20 * time.Millisecond,
-		RetryBase: time.Millisecond, RetryMax: time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.Shutdown(5 * time.Second) })
-	err = e.Register(&engine.Function{Function: run.Function{ID: "greet", Event: "user/signup", Retries: 1}, Handler: func(r *engine.Run, ev engine.Event) (any, error) {
+	e := launch(t, dbURL, &engine.Function{Function: run.Function{ID: "greet", Event: "user/signup", Retries: 1}, Handler: func(r *engine.Run, ev engine.Event) (any, error) {
 		long, err := engine.Step(r, "long", func(context.Context) (string, error) { return strings.Repeat("x", 100), nil })
 		if err != nil {
 			return nil, err
@@ -41,15 +35,30 @@ func setup(t *testing.T, dbURL, token string) (*httptest.Server, *engine.Engine)
 			return len(long), nil
 		})
 	}})
+	srv := httptest.NewServer(httpapi.New(httpapi.Config{Engine: e, Token: token, MaxEventBytes: 256, OutputLimit: 10}))
+	t.Cleanup(srv.Close)
+	return srv, e
+}
+
+// launch opens an engine on dbURL with fast polling and millisecond
+// backoff, registers fns and launches it; it stops when the test ends.
+func launch(t *testing.T, dbURL string, fns ...*engine.Function) *engine.Engine {
+	t.Helper()
+	e, err := engine.New(context.Background(), engine.Config{Store: testenv.OpenStore(t, dbURL), PollInterval: 20 * time.Millisecond,
+		RetryBase: time.Millisecond, RetryMax: time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Shutdown(5 * time.Second) })
+	for _, f := range fns {
+		if err := e.Register(f); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := e.Launch(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(httpapi.New(httpapi.Config{Engine: e, Token: token, MaxEventBytes: 256, OutputLimit: 10}))
-	t.Cleanup(srv.Close)
-	return srv, e
+	return e
 }
 
 func do(t *testing.T, srv *httptest.Server, method, path, token, body string, out any) int {

@@ -54,7 +54,8 @@ func Status(err error) int {
 		return http.StatusBadRequest
 	case errors.Is(err, engine.ErrRunNotFound), errors.Is(err, engine.ErrNoFunction):
 		return http.StatusNotFound
-	case errors.Is(err, engine.ErrNotRerunnable), errors.Is(err, engine.ErrEnded), errors.Is(err, engine.ErrSameVersion):
+	case errors.Is(err, engine.ErrNotRerunnable), errors.Is(err, engine.ErrEnded), errors.Is(err, engine.ErrSameVersion),
+		errors.Is(err, engine.ErrNotReplayable):
 		return http.StatusConflict
 	case errors.Is(err, store.ErrLocked):
 		return http.StatusServiceUnavailable // a busy SQLite database: try again (see RetryAfter)

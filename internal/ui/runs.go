@@ -1,28 +1,24 @@
 package ui
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
-	"slices"
-	"strconv"
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/engine"
+	"github.com/sluice-dev/sluice/internal/httpapi"
 	"github.com/sluice-dev/sluice/internal/httperr"
 	"github.com/sluice-dev/sluice/run"
 )
 
-// maxRunsLimit bounds the runs page's limit, as GET /v1/runs does.
-const maxRunsLimit = 1000
-
 type runsView struct {
-	Function, Status, Since, Limit string // the filters as given
-	Statuses                       []run.State
-	Error                          string
-	Runs                           []runRow
-	Versions                       []versionView // the notice of other versions' runs
+	// The filters as given, by query parameter.
+	Function, Status, EventKey, Reason, Since, Until, Limit string
+	Statuses                                                []run.State
+	Error                                                   string
+	Runs                                                    []runRow
+	Versions                                                []versionView // the notice of other versions' runs
 }
 
 type runRow struct {
@@ -30,41 +26,15 @@ type runRow struct {
 	Duration time.Duration
 }
 
-// parseRunFilter reads the runs page's filters with the checks and the
-// words of GET /v1/runs: function, status, since (an RFC 3339 time or a
-// duration back from now) and limit (1 to 1000).
-func parseRunFilter(q url.Values, now time.Time) (engine.RunFilter, error) {
-	f := engine.RunFilter{Function: q.Get("function"), Status: run.State(q.Get("status"))}
-	if f.Status != "" && !slices.Contains(engine.RunStates, f.Status) {
-		return f, httperr.BadRequest(fmt.Errorf("status %q is not one of %s", shorten(string(f.Status), 64), engine.StatesText()))
-	}
-	if s := q.Get("since"); s != "" {
-		if t, err := time.Parse(time.RFC3339, s); err == nil {
-			f.Since = t
-		} else if d, err := time.ParseDuration(s); err == nil && d > 0 {
-			f.Since = now.Add(-d)
-		} else {
-			return f, httperr.BadRequest(fmt.Errorf("since %q is neither an RFC 3339 time nor a duration like 1h", shorten(s, 64)))
-		}
-	}
-	if s := q.Get("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > maxRunsLimit {
-			return f, httperr.BadRequest(fmt.Errorf("limit %q: want 1 to %d", shorten(s, 64), maxRunsLimit))
-		}
-		f.Limit = n
-	}
-	return f, nil
-}
-
 func (h *Handler) runs(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
-	v := runsView{Function: q.Get("function"), Status: q.Get("status"), Since: q.Get("since"), Limit: q.Get("limit"), Statuses: engine.RunStates}
+	v := runsView{Function: q.Get("function"), Status: q.Get("status"), EventKey: q.Get("event_key"), Reason: q.Get("reason"),
+		Since: q.Get("since"), Until: q.Get("until"), Limit: q.Get("limit"), Statuses: engine.RunStates}
 	var err error
 	if v.Versions, err = h.otherVersions(r.Context()); err != nil {
 		return err
 	}
-	f, err := parseRunFilter(q, h.cfg.Now())
+	f, err := httpapi.ParseRunFilter(q, h.cfg.Now())
 	if err == nil {
 		var runs []run.Summary
 		if runs, err = h.cfg.Engine.Runs(r.Context(), f); err == nil {
@@ -109,6 +79,10 @@ type runView struct {
 	Steps      []stepView
 	CanCancel  bool
 	CanRerun   bool
+	// CanRerunFrom: the run has ended, so it can be re-run from any of its
+	// steps; CanReplay: its event is recorded, so it can be sent again.
+	CanRerunFrom, CanReplay bool
+	History                 historyView
 }
 
 // stepView is a step with its place on the run's timeline (out of 1000).
@@ -127,8 +101,11 @@ func (h *Handler) run(w http.ResponseWriter, r *http.Request) error {
 	}
 	now := h.cfg.Now()
 	v := runView{RunDetail: d, Duration: runDuration(d.Summary, now),
-		CanCancel: !d.Status.Ended(),
-		CanRerun:  d.Status == run.Failed || d.Status == run.Cancelled || d.Status == run.TimedOut}
+		CanCancel:    !d.Status.Ended(),
+		CanRerun:     d.Status == run.Failed || d.Status == run.Cancelled || d.Status == run.TimedOut,
+		CanRerunFrom: d.Status.Ended(),
+		CanReplay:    d.Event != nil,
+		History:      newHistoryView(d.History(), now)}
 	if d.Event != nil && len(d.Event.Data) > 0 {
 		v.EventData = fmtJSON(d.Event.Data)
 	}
@@ -191,15 +168,39 @@ func (h *Handler) cancel(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// rerun re-runs the run from the step its form's from_step names (the
+// step's number, from 1, or its name), or from the first step that did
+// not complete.
 func (h *Handler) rerun(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
-	newID, err := h.cfg.Engine.Rerun(r.Context(), id)
+	var newID string
+	var err error
+	if from := r.FormValue("from_step"); from != "" {
+		newID, err = h.cfg.Engine.RerunFrom(r.Context(), id, from)
+	} else {
+		newID, err = h.cfg.Engine.Rerun(r.Context(), id)
+	}
 	if err != nil {
 		return err
 	}
-	if newID == "" {
-		return errors.New("the engine started a re-run without an ID")
+	return toRun(w, r, newID, "re-run")
+}
+
+// replay sends the run's event again under a new ID and shows the run it
+// started.
+func (h *Handler) replay(w http.ResponseWriter, r *http.Request) error {
+	rep, err := h.cfg.Engine.Replay(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return err
 	}
-	http.Redirect(w, r, "/runs/"+url.PathEscape(newID), http.StatusSeeOther)
+	return toRun(w, r, rep.RunID, "replay")
+}
+
+// toRun sends the browser to the page of run id, which what started.
+func toRun(w http.ResponseWriter, r *http.Request, id, what string) error {
+	if id == "" {
+		return fmt.Errorf("the engine started a %s without an ID", what)
+	}
+	http.Redirect(w, r, "/runs/"+url.PathEscape(id), http.StatusSeeOther)
 	return nil
 }

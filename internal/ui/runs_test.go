@@ -35,6 +35,11 @@ func TestRunsFilters(t *testing.T) {
 		{"limit 0", "limit=0", 400, `limit "0": want 1 to 1000`, engine.RunFilter{}},
 		{"limit over", "limit=1001", 400, `limit "1001": want 1 to 1000`, engine.RunFilter{}},
 		{"limit not a number", "limit=ten", 400, `limit "ten": want 1 to 1000`, engine.RunFilter{}},
+		{"search", "function=summarize&status=failed&event_key=doc-1&reason=tpm+exhausted&since=2h&until=2026-03-04T11:30:00Z", 200, "summarize:doc-1",
+			engine.RunFilter{Function: "summarize", Status: run.Failed, EventKey: "doc-1", Reason: "tpm exhausted", Since: now.Add(-2 * time.Hour), Until: now.Add(-30 * time.Minute)}},
+		{"bad until", "until=soon", 400, `until "soon" is neither an RFC 3339 time nor a duration like 1h`, engine.RunFilter{}},
+		{"until before since", "since=1h&until=2h", 400, `until "2h" is before since "1h"`, engine.RunFilter{}},
+		{"reason too long", "reason=" + strings.Repeat("r", 257), 400, "reason of 257 bytes is over the limit of 256", engine.RunFilter{}},
 		{"unknown function", "function=nope", 400, `function: "nope" is not a registered function`, engine.RunFilter{Function: "nope"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

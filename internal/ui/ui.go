@@ -6,10 +6,11 @@
 //	GET  /                    overview: each key's limits (and spend, when priced) now and over 24 h, its flows
 //	GET  /flows               every flow's health
 //	GET  /flows/{name}        one flow: health, latest items (?before_at=&before_key=), latest runs
-//	GET  /runs                runs (?function=&status=&since=&limit=)
-//	GET  /runs/{id}           a run: its steps, attempts, outputs and errors
+//	GET  /runs                runs (?function=&status=&event_key=&reason=&since=&until=&limit=)
+//	GET  /runs/{id}           a run: its steps, attempts, outputs and errors, its history and timeline
 //	POST /runs/{id}/cancel    stop a queued or running run
-//	POST /runs/{id}/rerun     re-run from the first step that did not complete
+//	POST /runs/{id}/rerun     re-run from the first step that did not complete, or from_step
+//	POST /runs/{id}/replay    send the run's event again under a new ID
 //	POST /versions/{v}/resume resume here the unfinished runs of version v
 //	POST /versions/{v}/cancel cancel the unfinished runs of version v
 //	GET  /plan                the planner's table for the running configuration
@@ -72,6 +73,11 @@ type Engine interface {
 	// Rerun starts a new run from the first step of id that did not
 	// complete and returns its ID.
 	Rerun(ctx context.Context, id string) (string, error)
+	// RerunFrom starts a new run of id from its step from (a number from
+	// 1, or a name) and returns its ID.
+	RerunFrom(ctx context.Context, id, from string) (string, error)
+	// Replay sends the event of run id again under a new ID.
+	Replay(ctx context.Context, id string) (engine.Replayed, error)
 }
 
 // Sender sends a test event (the send page).
@@ -294,6 +300,7 @@ func New(cfg Config) (*Handler, error) {
 	mux.Handle("GET /runs/{id}", h.page(h.run))
 	mux.Handle("POST /runs/{id}/cancel", h.form(h.cancel))
 	mux.Handle("POST /runs/{id}/rerun", h.form(h.rerun))
+	mux.Handle("POST /runs/{id}/replay", h.form(h.replay))
 	mux.Handle("POST /versions/{version}/resume", h.form(h.moveVersion(true)))
 	mux.Handle("POST /versions/{version}/cancel", h.form(h.moveVersion(false)))
 	mux.Handle("GET /plan", h.page(h.plan))

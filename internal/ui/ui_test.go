@@ -35,6 +35,8 @@ type fakeEngine struct {
 	RunDetailFunc func(ctx context.Context, id string, outputLimit int) (*engine.RunDetail, error)
 	CancelFunc    func(ctx context.Context, id string) error
 	RerunFunc     func(ctx context.Context, id string) (string, error)
+	RerunFromFunc func(ctx context.Context, id, from string) (string, error)
+	ReplayFunc    func(ctx context.Context, id string) (engine.Replayed, error)
 }
 
 var errUnexpected = errors.New("fake: unexpected call")
@@ -65,6 +67,20 @@ func (f *fakeEngine) Rerun(ctx context.Context, id string) (string, error) {
 		return "", errUnexpected
 	}
 	return f.RerunFunc(ctx, id)
+}
+
+func (f *fakeEngine) RerunFrom(ctx context.Context, id, from string) (string, error) {
+	if f.RerunFromFunc == nil {
+		return "", errUnexpected
+	}
+	return f.RerunFromFunc(ctx, id, from)
+}
+
+func (f *fakeEngine) Replay(ctx context.Context, id string) (engine.Replayed, error) {
+	if f.ReplayFunc == nil {
+		return engine.Replayed{}, errUnexpected
+	}
+	return f.ReplayFunc(ctx, id)
 }
 
 type fakeSender struct {
