@@ -2,7 +2,10 @@
 // Chromium, through playwright-core, which downloads no browser — as a person
 // would: signs in on the login form, reads the overview's gauges, opens a
 // backfill's flow page, the runs list, a completed run and a failed one,
-// presses Re-run and follows the new run until it has completed. Takes a
+// reads the failed run's history (table and timeline), re-runs it from its
+// second step and follows the new run until it has completed, searches the
+// runs by the text of the failure, and replays the failed run's event,
+// following that run until it has completed. Takes a
 // screenshot of every page it checks. cmd/sluice's TestDashboardInBrowser
 // starts the server on a sample app against the provider simulator, runs
 // this, and checks what it printed.
@@ -340,10 +343,49 @@ try {
   clean();
   await shot('07-run-failed');
 
+  // --- Its history: every attempt, with its wait and why, on a timeline ---
+  step = 'history';
+  const history = await page.evaluate(() => {
+    const rows = [...document.querySelectorAll('#history-table tbody tr[data-step]')].map((tr) => ({
+      step: tr.getAttribute('data-step'),
+      index: Number(tr.getAttribute('data-step-index')),
+      attempt: Number(tr.getAttribute('data-attempt')),
+      status: tr.getAttribute('data-status'),
+      cells: [...tr.querySelectorAll('td')].map((td) => td.textContent.trim()),
+    }));
+    const svg = document.querySelector('#timeline');
+    return {
+      rows,
+      ticks: svg ? [...svg.querySelectorAll('.tick-label')].map((t) => t.textContent.trim()) : [],
+      lanes: svg ? [...svg.querySelectorAll('.lane-label')].map((t) => t.textContent.trim()) : [],
+      bars: svg ? svg.querySelectorAll('.attempt-bar').length : 0,
+    };
+  });
+  out.history = history;
+  for (const [i, name] of want.rerun_steps.entries()) {
+    if (!history.rows.some((r) => r.step === name && r.index === i + 1)) fail(`the history has no attempt of step ${i + 1} ${name}: ${JSON.stringify(history.rows)}`);
+  }
+  const lastFailed = history.rows.filter((r) => r.step === want.failed_step);
+  if (!lastFailed.length || lastFailed.at(-1).status !== 'failed') fail(`the history of step ${want.failed_step}: ${JSON.stringify(lastFailed)}, want its last attempt failed`);
+  if (!lastFailed.some((r) => r.cells.some((c) => c.includes(want.failed_error)))) fail(`the history of step ${want.failed_step} does not say ${want.failed_error}`);
+  if (history.bars !== history.rows.length) fail(`${history.bars} bars on the timeline for ${history.rows.length} attempts`);
+  // A lane per attempt, labelled with its step and attempt, and one for
+  // the run's wait in its queue.
+  const attemptLanes = history.lanes.filter((l) => l !== 'queued');
+  if (attemptLanes.length !== history.rows.length || !history.rows.every((r, i) => attemptLanes[i].includes(r.step) && attemptLanes[i].includes('#' + r.attempt))) {
+    fail(`the timeline's lanes are labelled ${JSON.stringify(history.lanes)} for attempts ${JSON.stringify(history.rows.map((r) => [r.step, r.attempt]))}`);
+  }
+  if (history.ticks.length < 2 || !history.ticks.every((t) => /\d\s*(ms|s|m|h)\b/.test(t) || /^0$/.test(t))) fail(`the timeline's axis is labelled ${JSON.stringify(history.ticks)}, want times with units`);
+  await page.locator('#history').scrollIntoViewIfNeeded();
+  clean();
+  await shot('08-run-history');
+
   step = 're-run';
-  // The form posts to /runs/{id}/rerun, which sends the browser on to the
-  // new run's page (or shows an error there).
-  await follow('section.summary form[action$="/rerun"] button',
+  // Re-run from step 2 (the failed one): the form posts to
+  // /runs/{id}/rerun?from_step=2, which sends the browser on to the new
+  // run's page (or shows an error there).
+  const fromStep = want.rerun_steps.indexOf(want.failed_step) + 1;
+  await follow(`form#rerun-from-${fromStep} button`,
     (u) => u.pathname.startsWith('/runs/') && !onRun(want.failed_run)(u) && !u.pathname.endsWith('/rerun'));
   if (pathname().endsWith('/rerun')) fail(`Re-run ended on ${page.url()}`);
   const rerunID = decodeURIComponent(pathname().slice('/runs/'.length));
@@ -374,7 +416,7 @@ try {
   if (notOK.length) fail(`steps of the re-run not completed: ${JSON.stringify(notOK)}`);
   if (rerun.canRerun || rerun.canCancel) fail('a completed re-run offers Re-run or Cancel');
   clean();
-  await shot('08-run-rerun');
+  await shot('09-run-rerun');
   // The runs list shows both: the failed run as it was, its re-run completed.
   await open('/runs?function=' + encodeURIComponent(want.failed_function));
   const after = await page.$$eval('table.runs tbody tr', (trs) => trs.map((tr) => ({ id: tr.getAttribute('data-run'), status: tr.getAttribute('data-status') })));
@@ -382,6 +424,42 @@ try {
     fail(`the runs of ${want.failed_function}: ${JSON.stringify(after)}`);
   }
   clean();
+
+  // --- Search the runs by the text of why they failed ---------------------
+  step = 'search';
+  await open('/runs');
+  const words = want.failed_error.split(' ').slice(-2).join(' '); // part of the reason, as a person remembers it
+  await page.fill('#search-reason', words);
+  await follow('#search-submit', (u) => u.pathname === '/runs' && u.searchParams.get('reason') === words);
+  const found = await page.$$eval('table.runs tbody tr', (trs) => trs.map((tr) => ({ id: tr.getAttribute('data-run'), status: tr.getAttribute('data-status') })));
+  if (!found.some((r) => r.id === want.failed_run)) fail(`searching for ${JSON.stringify(words)} did not find ${want.failed_run}: ${JSON.stringify(found)}`);
+  const strays = found.filter((r) => r.status !== 'failed');
+  if (strays.length) fail(`searching for ${JSON.stringify(words)} found runs that did not fail: ${JSON.stringify(strays)}`);
+  out.search = found.map((r) => r.id);
+  clean();
+  await shot('10-search');
+
+  // --- Replay the failed run's event: the same data under a new ID --------
+  step = 'replay';
+  await follow(`table.runs tr[data-run=${attr(want.failed_run)}] a`, onRun(want.failed_run));
+  await follow('#replay', (u) => u.pathname.startsWith('/runs/') && !onRun(want.failed_run)(u) && !u.pathname.endsWith('/replay'));
+  const replayID = decodeURIComponent(pathname().slice('/runs/'.length));
+  if (replayID === rerunID) fail(`the replay opened the re-run ${rerunID}`);
+  out.replay = replayID;
+  const rUntil = Date.now() + 20000;
+  let replayed = await runOnPage();
+  for (;;) {
+    if (!replayed || replayed.id !== replayID) fail(`no summary of the replayed run ${replayID} on ${page.url()}`);
+    if (replayed.status === 'completed') break;
+    if (['failed', 'cancelled', 'timed_out'].includes(replayed.status)) fail(`the replayed run ${replayID} ended ${replayed.status}: ${replayed.error}`);
+    if (Date.now() > rUntil) fail(`the replayed run ${replayID} is still ${replayed.status} after 20 s`);
+    await page.waitForTimeout(200);
+    replayed = await runOnPage();
+  }
+  if (replayed.function !== want.failed_function) fail(`the replayed run is of ${replayed.function}`);
+  wantSteps(replayed, want.rerun_steps, 'replayed run');
+  clean();
+  await shot('11-replay');
   step = 'done';
   out.ms = Date.now() - began;
   console.log(JSON.stringify(out));

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -152,14 +153,14 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 
 	began := time.Now()
-	nctx, ncancel := context.WithTimeout(context.Background(), 90*time.Second)
+	nctx, ncancel := context.WithTimeout(context.Background(), 180*time.Second)
 	defer ncancel()
 	cmd := exec.CommandContext(nctx, node, script)
 	cmd.Dir = filepath.Dir(script)
 	cmd.Env = append(os.Environ(),
 		"DASHBOARD_URL="+base, "DASHBOARD_TOKEN="+browserToken, "DASHBOARD_ARTIFACTS="+artifacts,
 		"DASHBOARD_CHROMIUM="+chromium, "DASHBOARD_PROFILE="+t.TempDir(), "DASHBOARD_EXPECT="+string(expect),
-		"DASHBOARD_DEADLINE_MS=75000", "DASHBOARD_NODE_MODULES="+modules)
+		"DASHBOARD_DEADLINE_MS=165000", "DASHBOARD_NODE_MODULES="+modules)
 	// At the deadline node is asked to stop, so that playwright closes the
 	// browser it launched; it is killed if it has not within 10 s.
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
@@ -171,6 +172,8 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	var out struct {
 		Rerun       string   `json:"rerun"`
+		Replay      string   `json:"replay"`
+		Search      []string `json:"search"`
 		Screenshots []string `json:"screenshots"`
 		Gauges      map[string]struct {
 			Used, Max int64
@@ -195,7 +198,20 @@ func TestDashboardInBrowser(t *testing.T) {
 	if st.Status != run.Completed || st.RerunOf != failed || st.Function != browserFlaky {
 		t.Errorf("the re-run %s: %+v, want a completed re-run of %s", out.Rerun, st, failed)
 	}
-	for _, name := range []string{"01-login", "02-overview", "03-flows", "04-flow", "05-runs", "06-run", "07-run-failed", "08-run-rerun"} {
+	// The replay the browser asked for is a new run of the failed run's
+	// event: the same name and data under a new ID, and it completed.
+	rp := browserWait(wctx, t, app, out.Replay)
+	if rp.Status != run.Completed || rp.Function != browserFlaky || out.Replay == failed || out.Replay == out.Rerun {
+		t.Errorf("the replayed run %s: %+v, want a new completed run of %s", out.Replay, rp, browserFlaky)
+	}
+	orig, replayed := browserRunEvent(t, base, failed), browserRunEvent(t, base, out.Replay)
+	if orig.Name != browserFlakyEvent || replayed.Name != orig.Name || string(replayed.Data) != string(orig.Data) || replayed.ID == "" || replayed.ID == orig.ID {
+		t.Errorf("the replayed run's event %+v, want %s's data %s under a new ID (was %q)", replayed, orig.Name, orig.Data, orig.ID)
+	}
+	if !slices.Contains(out.Search, failed) || slices.Contains(out.Search, out.Rerun) {
+		t.Errorf("the search by the failure's text found %v, want %s and not the completed re-run %s", out.Search, failed, out.Rerun)
+	}
+	for _, name := range []string{"01-login", "02-overview", "03-flows", "04-flow", "05-runs", "06-run", "07-run-failed", "08-run-history", "09-run-rerun", "10-search", "11-replay"} {
 		p := filepath.Join(artifacts, name+".png")
 		if !slices.Contains(out.Screenshots, p) {
 			t.Errorf("the check did not report the screenshot %s", p)
@@ -249,7 +265,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		want             float64
 	}{
 		{browserFlaky, "failed", 1},    // its first run
-		{browserFlaky, "completed", 1}, // the browser's re-run
+		{browserFlaky, "completed", 2}, // the browser's re-run and replay
 		{summarize.FunctionID, "completed", 2},
 	} {
 		if got := f.must(t, "sluice_runs_finished_total", "function", c.function, "status", c.status); got != c.want {
@@ -452,6 +468,35 @@ func browserSend(t *testing.T, app *sluice.App, event, id string, data any) stri
 		t.Fatalf("event %s %s: %+v, want one run queued", event, id, sent)
 	}
 	return sent[0].RunID
+}
+
+// browserEvent is a run's event as GET /v1/runs/{id} shows it.
+type browserEvent struct {
+	Name string          `json:"name"`
+	ID   string          `json:"id"`
+	Data json.RawMessage `json:"data"`
+}
+
+// browserRunEvent GETs run id's event from the run API at base.
+func browserRunEvent(t *testing.T, base, id string) browserEvent {
+	t.Helper()
+	req, err := http.NewRequest("GET", base+"/v1/runs/"+url.PathEscape(id), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+browserToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var d struct {
+		Event *browserEvent `json:"event"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&d); err != nil || resp.StatusCode != http.StatusOK || d.Event == nil {
+		t.Fatalf("GET /v1/runs/%s: %d, event %+v (%v)", id, resp.StatusCode, d.Event, err)
+	}
+	return *d.Event
 }
 
 func browserWait(ctx context.Context, t *testing.T, app *sluice.App, id string) run.Summary {
