@@ -156,6 +156,12 @@ func (noRuns) RunDetail(context.Context, string, int) (*engine.RunDetail, error)
 }
 func (noRuns) Cancel(context.Context, string) error          { return nil }
 func (noRuns) Rerun(context.Context, string) (string, error) { return "", nil }
+func (noRuns) RerunFrom(context.Context, string, string) (string, error) {
+	return "", nil
+}
+func (noRuns) Replay(context.Context, string) (engine.Replayed, error) {
+	return engine.Replayed{}, nil
+}
 
 // get returns h's page at path.
 func get(t *testing.T, h http.Handler, path string) string {
