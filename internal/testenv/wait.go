@@ -15,13 +15,20 @@ const Budget = 2 * time.Minute
 // stop.
 func WaitUntil(t testing.TB, every time.Duration, cond func() (ok bool, state string)) {
 	t.Helper()
-	for deadline := time.Now().Add(Budget); ; {
+	WaitWithin(t, Budget, every, cond)
+}
+
+// WaitWithin is WaitUntil with a budget of its own, for a state that the
+// limits the test sets take minutes of their windows to reach.
+func WaitWithin(t testing.TB, budget, every time.Duration, cond func() (ok bool, state string)) {
+	t.Helper()
+	for deadline := time.Now().Add(budget); ; {
 		ok, state := cond()
 		if ok {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", Budget, state)
+			t.Fatalf("not within %s: %s", budget, state)
 		}
 		time.Sleep(every) // poll interval: until cond holds (the loop's deadline bounds it)
 	}
