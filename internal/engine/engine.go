@@ -120,6 +120,11 @@ type Engine struct {
 	st  store.Store
 	h   store.Handle // st's, shared with DBOS
 
+	// maxReasonCandidates is how many runs a search by reason reads from
+	// the index of reasons at most on SQLite (reasonCandidates); 0 means
+	// defaultMaxReasonCandidates. Tests lower it to reach the other way.
+	maxReasonCandidates int
+
 	// The DBOS context and the transaction data source exist from Launch
 	// on: the version runs are recorded under is known only once every
 	// function is registered (DefaultVersion), and DBOS takes it when the
@@ -164,8 +169,8 @@ type Engine struct {
 	launched bool
 	stopOnce sync.Once
 
-	stopAdopt func()         // ends the adoption loop
-	adopting  sync.WaitGroup // the adoption loop
+	stopAdopt func()         // ends the adoption loop and the sweep of missed ends
+	adopting  sync.WaitGroup // the adoption loop and the sweep of missed ends
 }
 
 // New checks the configuration and takes the store's handle. Functions are
@@ -340,9 +345,10 @@ func (e *Engine) Launch(ctx context.Context) error {
 	e.launched, launched = true, true
 	e.lock = lw
 	lw.watch(e)
+	actx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	e.stopAdopt = cancel
+	e.adopting.Go(func() { e.sweepMissedEnds(actx) })
 	if e.cfg.AdoptEvery > 0 {
-		actx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		e.stopAdopt = cancel
 		e.adopting.Go(func() { e.adopt(actx) })
 	}
 	return nil

@@ -12,6 +12,8 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/testenv"
 	"github.com/sluice-dev/sluice/run"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // A run's history lists every attempt of every step in order, each wait
@@ -127,41 +129,21 @@ func TestSearchRuns(t *testing.T) {
 		ctx := context.Background()
 		var ids []string
 		var created []time.Time
-		for i, table := range []string{"orders", "users", "", "orders"} {
+		// Reasons with what LIKE and a full-text query would read as
+		// operators (wildcards, an escape, a quote), and one that an
+		// unescaped pattern would match in their place.
+		for i, table := range []string{"orders", "users", "", "orders", `q%b_c"d\e`, "qxbyc"} {
 			s := send(t, e, "a", fmt.Sprintf("ev%d", i), map[string]string{"table": table})
 			sum := wait(t, e, s.RunID)
 			ids, created = append(ids, s.RunID), append(created, sum.CreatedAt)
 		}
 		b := send(t, e, "b", "ev-b", map[string]string{"doc": "d7"})
 		wait(t, e, b.RunID)
-		for _, tc := range []struct {
-			name string
-			f    RunFilter
-			want []string
-		}{
-			{"reason", RunFilter{Reason: "orders"}, []string{ids[3], ids[0]}},
-			{"reason and function and status", RunFilter{Function: "alpha", Status: run.Failed, Reason: "users is"}, []string{ids[1]}},
-			{"reason is matched as written", RunFilter{Reason: "Orders"}, nil},
-			{"reason of a status with none", RunFilter{Status: run.Completed, Reason: "orders"}, nil},
-			{"event ID", RunFilter{EventKey: "ev2"}, []string{ids[2]}},
-			{"idempotency key", RunFilter{EventKey: "d7"}, []string{b.RunID}},
-			{"event key and reason", RunFilter{EventKey: "ev0", Reason: "orders"}, []string{ids[0]}},
-			{"event key and another reason", RunFilter{EventKey: "ev0", Reason: "users"}, nil},
-			{"until", RunFilter{Function: "alpha", Until: created[1]}, []string{ids[1], ids[0]}},
-			{"since and until", RunFilter{Function: "alpha", Since: created[1], Until: created[2]}, []string{ids[2], ids[1]}},
-			{"reason until", RunFilter{Reason: "orders", Until: created[2]}, []string{ids[0]}},
-		} {
-			got, err := e.Runs(ctx, tc.f)
-			if err != nil {
-				t.Fatalf("%s: %v", tc.name, err)
-			}
-			var gotIDs []string
-			for _, s := range got {
-				gotIDs = append(gotIDs, s.ID)
-			}
-			if strings.Join(gotIDs, " ") != strings.Join(tc.want, " ") {
-				t.Errorf("%s: %v, want %v", tc.name, gotIDs, tc.want)
-			}
+		// Every search on SQLite both ways: with the index's candidates,
+		// and with more candidates than it reads by key.
+		for _, most := range []int{0, 1} {
+			e.maxReasonCandidates = most
+			searchCases(t, e, ids, created, b.RunID)
 		}
 		for _, tc := range []struct {
 			f    RunFilter
@@ -177,6 +159,48 @@ func TestSearchRuns(t *testing.T) {
 			}
 		}
 	})
+}
+
+// searchCases are TestSearchRuns's searches and what each finds.
+func searchCases(t *testing.T, e *Engine, ids []string, created []time.Time, beta string) {
+	t.Helper()
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		f    RunFilter
+		want []string
+	}{
+		{"reason", RunFilter{Reason: "orders"}, []string{ids[3], ids[0]}},
+		{"reason and function and status", RunFilter{Function: "alpha", Status: run.Failed, Reason: "users is"}, []string{ids[1]}},
+		{"reason is matched as written", RunFilter{Reason: "Orders"}, nil},
+		{"reason of a status with none", RunFilter{Status: run.Completed, Reason: "orders"}, nil},
+		{"event ID", RunFilter{EventKey: "ev2"}, []string{ids[2]}},
+		{"idempotency key", RunFilter{EventKey: "d7"}, []string{beta}},
+		{"event key and reason", RunFilter{EventKey: "ev0", Reason: "orders"}, []string{ids[0]}},
+		{"event key and another reason", RunFilter{EventKey: "ev0", Reason: "users"}, nil},
+		{"until", RunFilter{Function: "alpha", Until: created[1]}, []string{ids[1], ids[0]}},
+		{"since and until", RunFilter{Function: "alpha", Since: created[1], Until: created[2]}, []string{ids[2], ids[1]}},
+		{"reason until", RunFilter{Reason: "orders", Until: created[2]}, []string{ids[0]}},
+		{"reason with a wildcard", RunFilter{Reason: "b_c"}, []string{ids[4]}},
+		{"reason with a percent sign", RunFilter{Reason: "q%b"}, []string{ids[4]}},
+		{"reason with a quote and a backslash", RunFilter{Reason: `c"d\e`}, []string{ids[4]}},
+		{"reason of one character", RunFilter{Reason: "%"}, []string{ids[4]}},
+		{"reason of two characters", RunFilter{Reason: "xb"}, []string{ids[5]}},
+		{"reason of one word and a wildcard's match", RunFilter{Reason: "qxbyc"}, []string{ids[5]}},
+		{"reason that no run has", RunFilter{Reason: "no such table"}, nil},
+	} {
+		got, err := e.Runs(ctx, tc.f)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		var gotIDs []string
+		for _, s := range got {
+			gotIDs = append(gotIDs, s.ID)
+		}
+		if strings.Join(gotIDs, " ") != strings.Join(tc.want, " ") {
+			t.Errorf("most candidates %d: %s: %v, want %v", e.maxReasonCandidates, tc.name, gotIDs, tc.want)
+		}
+	}
 }
 
 // A re-run from a chosen step reuses the steps before it and executes it
@@ -263,6 +287,103 @@ func TestReplay(t *testing.T) {
 		}
 		if _, err := e.Replay(ctx, "alpha:nope"); !errors.Is(err, ErrRunNotFound) {
 			t.Fatalf("replay of an unknown run: %v", err)
+		}
+	})
+}
+
+// A search by reason finds its candidates in the trigram index of the
+// reasons on both databases (migration 020), rather than reading every
+// failed run and its reason: on SQLite, the candidates' query searches the
+// full-text table, and the search reads the few candidates by key; on
+// PostgreSQL, where the planner weighs the index against DBOS's index of
+// failed runs by their numbers, the condition on the reason reads the
+// reasons' pg_trgm index once sequential scans are priced out, as on a
+// table too large to read whole.
+func TestSearchByReasonUsesTheIndex(t *testing.T) {
+	t.Parallel()
+	testenv.Databases(t, func(t *testing.T, url string) {
+		e := searchApp(t, url)
+		ctx := context.Background()
+		if e.h.SQLite != nil {
+			p := testenv.QueryPlan(t, e.h.SQLite, "SELECT DISTINCT run_id FROM sluice_run_end_text WHERE sluice_run_end_text MATCH ?1 LIMIT ?2", `"no such table"`, 10)
+			if !strings.Contains(p, "SCAN sluice_run_end_text VIRTUAL TABLE INDEX") {
+				t.Errorf("plan of the candidates of a search by reason: %s; want a search of sluice_run_end_text", p)
+			}
+			q, args, ok := e.reasonQuery([]string{"alpha", "beta"}, nil, []string{"alpha:ev1", "alpha:ev2"}, RunFilter{Status: run.Failed, Reason: "no such table"}, 50)
+			if !ok {
+				t.Fatal("no query for a failed run's reason")
+			}
+			if p := testenv.QueryPlan(t, e.h.SQLite, q, args...); !strings.Contains(p, "SEARCH w USING INDEX sqlite_autoindex_workflow_status_1 (workflow_uuid=?)") {
+				t.Errorf("plan of a search by reason with candidates: %s; want the candidates read by key", p)
+			}
+			return
+		}
+		var args []any
+		arg := func(v any) string {
+			args = append(args, v)
+			return fmt.Sprintf("$%d", len(args))
+		}
+		q := "EXPLAIN SELECT r.run_id FROM sluice_run_ends r WHERE " + reasonHolds(false, "no such table", arg)
+		tx, err := e.h.Postgres.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx) //nolint:errcheck // a read, rolled back
+		if _, err := tx.Exec(ctx, "SET LOCAL enable_seqscan = off"); err != nil {
+			t.Fatal(err)
+		}
+		rows, err := tx.Query(ctx, q, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p := strings.Join(lines, "\n"); !strings.Contains(p, "Bitmap Index Scan on sluice_run_ends_reason") {
+			t.Errorf("plan of a reason's condition:\n%s\nwant a scan of sluice_run_ends_reason", p)
+		}
+	})
+}
+
+// A run that failed with no record of why in sluice_run_ends (it failed
+// under a version that kept only timed-out and cancelled runs' records) is
+// found by reason once the sweep of missed ends has recorded its error,
+// which every launch runs; a sweep with nothing left to record records
+// nothing.
+func TestSearchFindsRunsThatEndedUnrecorded(t *testing.T) {
+	t.Parallel()
+	testenv.Databases(t, func(t *testing.T, url string) {
+		e := searchApp(t, url)
+		ctx := context.Background()
+		s := send(t, e, "a", "ev-old", map[string]string{"table": "ledger"})
+		wait(t, e, s.RunID)
+		find := func() []run.Summary {
+			runs, err := e.Runs(ctx, RunFilter{Reason: "table ledger is missing"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return runs
+		}
+		if runs := find(); len(runs) != 1 || runs[0].ID != s.RunID {
+			t.Fatalf("runs with the reason: %+v, want %s", runs, s.RunID)
+		}
+		// As an earlier version left it: DBOS's record of the failure, none
+		// of sluice's.
+		if _, err := e.sys.Pool().Exec(ctx, e.sys.RenderSQL("DELETE FROM sluice_run_ends WHERE run_id = $1"), s.RunID); err != nil {
+			t.Fatal(err)
+		}
+		if runs := find(); len(runs) != 0 {
+			t.Fatalf("runs with the reason and no record: %+v, want none", runs)
+		}
+		if n, err := e.recordMissedEnds(ctx); err != nil || n != 1 {
+			t.Fatalf("sweep of missed ends: %d recorded, %v; want 1", n, err)
+		}
+		if runs := find(); len(runs) != 1 || runs[0].ID != s.RunID || runs[0].Status != run.Failed {
+			t.Fatalf("runs with the reason after the sweep: %+v, want %s, failed", runs, s.RunID)
+		}
+		if n, err := e.recordMissedEnds(ctx); err != nil || n != 0 {
+			t.Fatalf("second sweep of missed ends: %d recorded, %v; want none", n, err)
 		}
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -163,4 +164,120 @@ func (e *Engine) explainEnds(ctx context.Context, out []run.Summary) error {
 		}
 	}
 	return nil
+}
+
+// The sweep of ends no process saw (recordMissedEnds): how many runs it
+// reads at a time, and how often it looks again after the launch's sweep.
+const (
+	missedEndsBatch = 500
+	missedEndsEvery = 5 * time.Minute
+)
+
+// sweepMissedEnds runs recordMissedEnds at launch and then every
+// missedEndsEvery of the wall clock, until ctx ends.
+func (e *Engine) sweepMissedEnds(ctx context.Context) {
+	t := time.NewTicker(missedEndsEvery)
+	defer t.Stop()
+	for {
+		if _, err := e.recordMissedEnds(ctx); err != nil && ctx.Err() == nil {
+			e.cfg.Logger.Warn("sluice: cannot record why earlier runs ended", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// recordMissedEnds records why a run ended for the runs of the registered
+// functions that ended without a record in sluice_run_ends, which a
+// search by reason reads: runs that failed under a version of sluice that
+// recorded only timed-out and cancelled runs, and runs that DBOS stopped
+// with no process of theirs running (a queued run whose deadline passed,
+// a cancel through DBOS itself). A failed run's reason is its error as
+// DBOS recorded it; a timed-out one's names its deadline, as the run
+// listing does; a cancelled one's says only that. Each record has no step,
+// so a process that sees its run stop later completes it as it completes
+// a cancel's. It returns how many runs it recorded.
+func (e *Engine) recordMissedEnds(ctx context.Context) (int, error) {
+	names := make([]string, 0, len(e.Functions()))
+	for _, fn := range e.Functions() {
+		names = append(names, fn.ID)
+	}
+	if len(names) == 0 {
+		return 0, nil
+	}
+	c, err := e.client(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var statuses []string
+	for _, st := range []run.State{run.Failed, run.Cancelled} {
+		ds, _ := dbosStatuses(st)
+		for _, d := range ds {
+			statuses = append(statuses, "'"+string(d)+"'") // DBOS's constants: no quote in them
+		}
+	}
+	args := make([]any, len(names))
+	ps := make([]string, len(names))
+	for i, n := range names {
+		args[i], ps[i] = n, fmt.Sprintf("$%d", i+1)
+	}
+	q := e.sys.RenderSQL(`SELECT w.workflow_uuid FROM %sworkflow_status w WHERE w.status IN (%s) AND w.name IN (%s)
+		AND NOT EXISTS (SELECT 1 FROM sluice_run_ends r WHERE r.run_id = w.workflow_uuid) LIMIT %d`,
+		e.sys.Dialect().SchemaPrefix(e.sys.Schema()), strings.Join(statuses, ", "), strings.Join(ps, ", "), missedEndsBatch)
+	recorded := 0
+	for {
+		rows, err := e.sys.Pool().Query(ctx, q, args...)
+		if err != nil {
+			return recorded, fmt.Errorf("find runs that ended unrecorded: %w", err)
+		}
+		var ids []string
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return recorded, fmt.Errorf("find runs that ended unrecorded: %w", err)
+			}
+			ids = append(ids, id)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return recorded, fmt.Errorf("find runs that ended unrecorded: %w", err)
+		}
+		if len(ids) == 0 {
+			return recorded, nil
+		}
+		ws, err := dbos.ListWorkflows(c, dbos.WithFilterWorkflowIDs(ids...), dbos.WithFilterLoadInput(false), dbos.WithFilterLoadOutput(true))
+		if err != nil {
+			return recorded, fmt.Errorf("read runs that ended unrecorded: %w", err)
+		}
+		for _, w := range ws {
+			end := store.RunEnd{RunID: w.ID, Status: string(run.Cancelled), Reason: "cancelled",
+				StartedAt: w.StartedAt, EndedAt: cmpTime(w.CompletedAt, w.UpdatedAt)}
+			switch {
+			case w.Status != dbos.WorkflowStatusCancelled:
+				end.Status, end.Reason = string(run.Failed), "failed"
+				switch {
+				case w.Error != nil:
+					end.Reason = cutText(w.Error.Error(), maxReasonBytes)
+				case w.Status == dbos.WorkflowStatusMaxRecoveryAttemptsExceeded:
+					end.Reason = fmt.Sprintf("failed: started %d times, DBOS's most recovery attempts", w.Attempts)
+				}
+			case timedOut(w):
+				end.Status, end.Reason = string(run.TimedOut), fmt.Sprintf("run deadline of %s passed", w.Timeout)
+				end.StartedAt = w.Deadline.Add(-w.Timeout)
+			}
+			if err := e.st.RecordRunEnd(ctx, end); err != nil {
+				return recorded, fmt.Errorf("record why run %s ended: %w", w.ID, err)
+			}
+			recorded++
+		}
+		if len(ws) < len(ids) {
+			// A run gone between the two reads (DBOS deletes none today):
+			// stop rather than find it again and again.
+			return recorded, nil
+		}
+	}
 }

@@ -1,9 +1,11 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/sluice-dev/sluice/run"
 )
@@ -55,9 +57,7 @@ func endStatus(s run.State) (string, bool) {
 // searchIDs finds, for a filter with an event key or a reason, the IDs of
 // at most limit runs of names it selects, newest first; the listing of
 // them then applies the rest of f. A key alone names its runs; a reason
-// is read from sluice's record of why each run ended, which the search
-// joins to DBOS's table of runs through both tables' keys; DBOS's indexes
-// of its runs by status and by creation time order them.
+// is read from sluice's record of why each run ended (see reasonQuery).
 func (e *Engine) searchIDs(ctx context.Context, names []string, f RunFilter, limit int) ([]string, error) {
 	var keyIDs []string
 	if f.EventKey != "" {
@@ -66,62 +66,25 @@ func (e *Engine) searchIDs(ctx context.Context, names []string, f RunFilter, lim
 	if f.Reason == "" {
 		return keyIDs, nil
 	}
-	status, ok := endStatus(f.Status)
+	var candidates []string
+	if e.h.SQLite != nil && utf8.RuneCountInString(f.Reason) >= 3 {
+		var many bool
+		var err error
+		if candidates, many, err = e.reasonCandidates(ctx, f.Reason); err != nil {
+			return nil, err
+		}
+		if len(candidates) == 0 {
+			return nil, nil
+		}
+		if many {
+			candidates = nil
+		}
+	}
+	q, args, ok := e.reasonQuery(names, keyIDs, candidates, f, limit)
 	if !ok {
 		return nil, nil
 	}
-	var args []any
-	arg := func(v any) string {
-		args = append(args, v)
-		return fmt.Sprintf("$%d", len(args))
-	}
-	list := func(vs []string) string {
-		ps := make([]string, len(vs))
-		for i, v := range vs {
-			ps[i] = arg(v)
-		}
-		return strings.Join(ps, ", ")
-	}
-	p := e.sys.Dialect().SchemaPrefix(e.sys.Schema())
-	var q strings.Builder
-	fmt.Fprintf(&q, "SELECT w.workflow_uuid FROM %sworkflow_status w JOIN sluice_run_ends r ON r.run_id = w.workflow_uuid WHERE w.name IN (%s)", p, list(names))
-	if keyIDs != nil {
-		fmt.Fprintf(&q, " AND w.workflow_uuid IN (%s)", list(keyIDs))
-	}
-	// DBOS's status of a run that ended so reads only the runs a reason
-	// can be found in (a record whose end DBOS did not write — a cancel
-	// that failed — is left out), through DBOS's partial index of them
-	// (idx_workflow_status_failed). The statuses are written as literals:
-	// SQLite uses a partial index only where the query's own terms imply
-	// its condition, which parameters do not.
-	var dbosStatus []string
-	for _, st := range []run.State{run.Failed, run.Cancelled} {
-		if status == "" || status == string(st) || st == run.Cancelled && status == string(run.TimedOut) {
-			ds, _ := dbosStatuses(st)
-			for _, d := range ds {
-				dbosStatus = append(dbosStatus, "'"+string(d)+"'") // DBOS's constants: no quote in them
-			}
-		}
-	}
-	fmt.Fprintf(&q, " AND w.status IN (%s)", strings.Join(dbosStatus, ", "))
-	if status != "" {
-		fmt.Fprintf(&q, " AND r.status = %s", arg(status))
-	}
-	if !f.Since.IsZero() {
-		fmt.Fprintf(&q, " AND w.created_at >= %s", arg(f.Since.UnixMilli()))
-	}
-	if !f.Until.IsZero() {
-		fmt.Fprintf(&q, " AND w.created_at <= %s", arg(f.Until.UnixMilli()))
-	}
-	// The reason is matched as written on both databases: PostgreSQL's
-	// LIKE and SQLite's differ in case and in escapes, a plain position
-	// of one text in the other does not.
-	find := "strpos"
-	if e.h.SQLite != nil {
-		find = "instr"
-	}
-	fmt.Fprintf(&q, " AND %s(r.reason, %s) > 0 ORDER BY w.created_at DESC LIMIT %s", find, arg(f.Reason), arg(limit))
-	rows, err := e.sys.Pool().Query(ctx, e.sys.RenderSQL("%s", q.String()), args...)
+	rows, err := e.sys.Pool().Query(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("search runs by reason: %w", err)
 	}
@@ -138,4 +101,127 @@ func (e *Engine) searchIDs(ctx context.Context, names []string, f RunFilter, lim
 		return nil, fmt.Errorf("search runs by reason: %w", err)
 	}
 	return ids, nil
+}
+
+// reasonQuery is the query of searchIDs for a reason, with its arguments:
+// the runs of names (of keyIDs if not nil; of candidates if not nil) that
+// ended with a reason that holds f.Reason, newest first, at most limit. ok
+// is false for a status that has no reason to search. The query joins
+// sluice's record of why each run ended to DBOS's table of runs through
+// both tables' keys. On PostgreSQL it finds the reasons through their
+// pg_trgm index (migration 020), or through DBOS's indexes of its runs by
+// status and by creation time, as the planner weighs them. On SQLite,
+// whose planner cannot weigh a full-text index, reasonCandidates has read
+// the index first: a few candidates are read by key; many, in DBOS's
+// order of the failed runs, newest first, until limit of them hold the
+// text.
+func (e *Engine) reasonQuery(names, keyIDs, candidates []string, f RunFilter, limit int) (q string, args []any, ok bool) {
+	status, ok := endStatus(f.Status)
+	if !ok {
+		return "", nil, false
+	}
+	arg := func(v any) string {
+		args = append(args, v)
+		return fmt.Sprintf("$%d", len(args))
+	}
+	list := func(vs []string) string {
+		ps := make([]string, len(vs))
+		for i, v := range vs {
+			ps[i] = arg(v)
+		}
+		return strings.Join(ps, ", ")
+	}
+	p := e.sys.Dialect().SchemaPrefix(e.sys.Schema())
+	var b strings.Builder
+	fmt.Fprintf(&b, "SELECT w.workflow_uuid FROM %sworkflow_status w JOIN sluice_run_ends r ON r.run_id = w.workflow_uuid WHERE w.name IN (%s)", p, list(names))
+	if keyIDs != nil {
+		fmt.Fprintf(&b, " AND w.workflow_uuid IN (%s)", list(keyIDs))
+	}
+	if candidates != nil {
+		fmt.Fprintf(&b, " AND w.workflow_uuid IN (%s)", list(candidates))
+	}
+	// DBOS's status of a run that ended so reads only the runs a reason
+	// can be found in (a record whose end DBOS did not write — a cancel
+	// that failed — is left out), through DBOS's partial index of them
+	// (idx_workflow_status_failed). The statuses are written as literals:
+	// SQLite uses a partial index only where the query's own terms imply
+	// its condition, which parameters do not.
+	var dbosStatus []string
+	for _, st := range []run.State{run.Failed, run.Cancelled} {
+		if status == "" || status == string(st) || st == run.Cancelled && status == string(run.TimedOut) {
+			ds, _ := dbosStatuses(st)
+			for _, d := range ds {
+				dbosStatus = append(dbosStatus, "'"+string(d)+"'") // DBOS's constants: no quote in them
+			}
+		}
+	}
+	fmt.Fprintf(&b, " AND w.status IN (%s)", strings.Join(dbosStatus, ", "))
+	if status != "" {
+		fmt.Fprintf(&b, " AND r.status = %s", arg(status))
+	}
+	if !f.Since.IsZero() {
+		fmt.Fprintf(&b, " AND w.created_at >= %s", arg(f.Since.UnixMilli()))
+	}
+	if !f.Until.IsZero() {
+		fmt.Fprintf(&b, " AND w.created_at <= %s", arg(f.Until.UnixMilli()))
+	}
+	// The reason is matched as written, case and all, on both databases:
+	// SQLite's instr is a plain position of one text in the other;
+	// PostgreSQL's LIKE, which its pg_trgm index serves, matches case as
+	// written once its wildcards are escaped.
+	fmt.Fprintf(&b, " AND %s ORDER BY w.created_at DESC LIMIT %s", reasonHolds(e.h.SQLite != nil, f.Reason, arg), arg(limit))
+	return e.sys.RenderSQL("%s", b.String()), args, true
+}
+
+// reasonHolds is the condition that the reason of sluice_run_ends r holds
+// text, on SQLite or PostgreSQL, with arg adding its parameters.
+func reasonHolds(sqlite bool, text string, arg func(any) string) string {
+	if sqlite {
+		return fmt.Sprintf("instr(r.reason, %s) > 0", arg(text))
+	}
+	return fmt.Sprintf(`r.reason LIKE %s ESCAPE '\'`, arg("%"+likeEscaper.Replace(text)+"%"))
+}
+
+// defaultMaxReasonCandidates is how many runs reasonCandidates reads from
+// the index at most: a search with more reads DBOS's failed runs in order
+// instead, where its matches are many enough to find limit of them soon.
+const defaultMaxReasonCandidates = 1000
+
+// reasonCandidates reads, on SQLite, the IDs of the runs whose reason may
+// hold text (of three characters or more) from the trigram index of the
+// reasons (sluice_run_end_text, migration 020): none when no reason holds
+// it, the answer to most searches for a text that is not there. many says
+// that there are more than maxReasonCandidates, and ids are then not all
+// of them. The index holds a run's earlier reasons too: the search's
+// exact match on its present one decides.
+func (e *Engine) reasonCandidates(ctx context.Context, text string) (ids []string, many bool, err error) {
+	most := cmp.Or(e.maxReasonCandidates, defaultMaxReasonCandidates)
+	rows, err := e.h.SQLite.QueryContext(ctx, "SELECT DISTINCT run_id FROM sluice_run_end_text WHERE sluice_run_end_text MATCH ?1 LIMIT ?2",
+		ftsPhrase(text), most+1)
+	if err != nil {
+		return nil, false, fmt.Errorf("search runs by reason: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, false, fmt.Errorf("search runs by reason: %w", err)
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, false, fmt.Errorf("search runs by reason: %w", err)
+	}
+	return ids, len(ids) > most, nil
+}
+
+// likeEscaper escapes LIKE's wildcards and its escape character, so that a
+// pattern '%' + text + '%' finds the text as written.
+var likeEscaper = strings.NewReplacer(`\`, `\\`, "%", `\%`, "_", `\_`)
+
+// ftsPhrase is text as one phrase of an SQLite full-text query, whatever it
+// holds: in double quotes, each of its own doubled. With the trigram
+// tokenizer, a phrase matches the rows that hold the text.
+func ftsPhrase(text string) string {
+	return `"` + strings.ReplaceAll(text, `"`, `""`) + `"`
 }
