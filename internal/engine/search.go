@@ -66,19 +66,14 @@ func (e *Engine) searchIDs(ctx context.Context, names []string, f RunFilter, lim
 	if f.Reason == "" {
 		return keyIDs, nil
 	}
-	var candidates []string
-	if e.h.SQLite != nil && utf8.RuneCountInString(f.Reason) >= 3 {
-		var many bool
-		var err error
-		if candidates, many, err = e.reasonCandidates(ctx, f.Reason); err != nil {
-			return nil, err
-		}
-		if len(candidates) == 0 {
-			return nil, nil
-		}
-		if many {
-			candidates = nil
-		}
+	candidates, many, err := e.reasonCandidates(ctx, f.Reason)
+	switch {
+	case err != nil:
+		return nil, err
+	case many:
+		candidates = nil
+	case candidates != nil && len(candidates) == 0:
+		return nil, nil
 	}
 	q, args, ok := e.reasonQuery(names, keyIDs, candidates, f, limit)
 	if !ok {
@@ -108,13 +103,10 @@ func (e *Engine) searchIDs(ctx context.Context, names []string, f RunFilter, lim
 // ended with a reason that holds f.Reason, newest first, at most limit. ok
 // is false for a status that has no reason to search. The query joins
 // sluice's record of why each run ended to DBOS's table of runs through
-// both tables' keys. On PostgreSQL it finds the reasons through their
-// pg_trgm index (migration 020), or through DBOS's indexes of its runs by
-// status and by creation time, as the planner weighs them. On SQLite,
-// whose planner cannot weigh a full-text index, reasonCandidates has read
-// the index first: a few candidates are read by key; many, in DBOS's
-// order of the failed runs, newest first, until limit of them hold the
-// text.
+// both tables' keys. reasonCandidates has read the reasons' index first:
+// a few candidates are read by key; many, in DBOS's order of the failed
+// runs, newest first, until limit of them hold the text (a text that many
+// runs hold is found soon).
 func (e *Engine) reasonQuery(names, keyIDs, candidates []string, f RunFilter, limit int) (q string, args []any, ok bool) {
 	status, ok := endStatus(f.Status)
 	if !ok {
@@ -187,21 +179,29 @@ func reasonHolds(sqlite bool, text string, arg func(any) string) string {
 // instead, where its matches are many enough to find limit of them soon.
 const defaultMaxReasonCandidates = 1000
 
-// reasonCandidates reads, on SQLite, the IDs of the runs whose reason may
-// hold text (of three characters or more) from the trigram index of the
-// reasons (sluice_run_end_text, migration 020): none when no reason holds
-// it, the answer to most searches for a text that is not there. many says
-// that there are more than maxReasonCandidates, and ids are then not all
-// of them. The index holds a run's earlier reasons too: the search's
-// exact match on its present one decides.
+// reasonCandidates reads the IDs of the runs whose reason may hold text
+// from the reasons' trigram index (migration 020) — on SQLite its
+// full-text table, on PostgreSQL sluice_run_ends through its pg_trgm index
+// or whole, as the planner weighs them; it holds only runs that ended
+// without completing, so it is read before DBOS's table of every run —
+// and returns them (an empty list, not nil, when no reason holds text: the
+// answer to a search for a text that is not there). many says there are
+// more than Engine.maxReasonCandidates, and ids are then not all of them.
+// On SQLite, a text shorter than a trigram has no candidates from the
+// index: ids is nil and many false. SQLite's index holds a run's earlier
+// reasons too; the search's exact match on its present one decides.
 func (e *Engine) reasonCandidates(ctx context.Context, text string) (ids []string, many bool, err error) {
 	most := cmp.Or(e.maxReasonCandidates, defaultMaxReasonCandidates)
-	rows, err := e.h.SQLite.QueryContext(ctx, "SELECT DISTINCT run_id FROM sluice_run_end_text WHERE sluice_run_end_text MATCH ?1 LIMIT ?2",
-		ftsPhrase(text), most+1)
+	q, args, ok := e.candidatesQuery(text, most+1)
+	if !ok {
+		return nil, false, nil
+	}
+	rows, err := e.sys.Pool().Query(ctx, q, args...)
 	if err != nil {
 		return nil, false, fmt.Errorf("search runs by reason: %w", err)
 	}
 	defer rows.Close()
+	ids = []string{}
 	for rows.Next() {
 		var id string
 		if err := rows.Scan(&id); err != nil {
@@ -213,6 +213,25 @@ func (e *Engine) reasonCandidates(ctx context.Context, text string) (ids []strin
 		return nil, false, fmt.Errorf("search runs by reason: %w", err)
 	}
 	return ids, len(ids) > most, nil
+}
+
+// candidatesQuery is reasonCandidates's query of at most limit runs, with
+// its arguments; ok is false for a text that has no candidates from the
+// index (shorter than a trigram, on SQLite).
+func (e *Engine) candidatesQuery(text string, limit int) (q string, args []any, ok bool) {
+	arg := func(v any) string {
+		args = append(args, v)
+		return fmt.Sprintf("$%d", len(args))
+	}
+	switch {
+	case e.h.SQLite == nil:
+		q = fmt.Sprintf("SELECT r.run_id FROM sluice_run_ends r WHERE %s LIMIT %s", reasonHolds(false, text, arg), arg(limit))
+	case utf8.RuneCountInString(text) < 3:
+		return "", nil, false
+	default:
+		q = fmt.Sprintf("SELECT DISTINCT run_id FROM sluice_run_end_text WHERE sluice_run_end_text MATCH %s LIMIT %s", arg(ftsPhrase(text)), arg(limit))
+	}
+	return e.sys.RenderSQL("%s", q), args, true
 }
 
 // likeEscaper escapes LIKE's wildcards and its escape character, so that a
