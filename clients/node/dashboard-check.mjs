@@ -1,6 +1,10 @@
 // Drives sluice's web dashboard in a real browser — the distribution's
 // Chromium, through playwright-core, which downloads no browser — as a person
-// would: signs in on the login form, reads the overview's gauges, opens a
+// would. First on a running sluice demo: reads its side-by-side page /demo
+// (both sides' jobs, the chart of their progress, the simulated clock),
+// follows the navigation to the demo's overview, a backfill's flow page,
+// one of its runs that saved articles and that run's history. Then on the
+// sample app: signs in on the login form, reads the overview's gauges, opens a
 // backfill's flow page, the runs list, a completed run and a failed one,
 // reads the failed run's history (table and timeline), re-runs it from its
 // second step and follows the new run until it has completed, searches the
@@ -11,13 +15,16 @@
 // this, and checks what it printed.
 //
 // Environment:
-//   DASHBOARD_URL        the server's base URL (http://127.0.0.1:PORT)
+//   DEMO_URL             the demo's base URL (http://127.0.0.1:PORT)
+//   DASHBOARD_URL        the sample app's server's base URL
 //   DASHBOARD_TOKEN      the token the server was started with (not argv:
 //                        argv is visible to every user of the machine)
 //   DASHBOARD_ARTIFACTS  folder the screenshots are written to
 //   DASHBOARD_CHROMIUM   path of the chromium binary
 //   DASHBOARD_PROFILE    an empty folder for the browser's user data
-//   DASHBOARD_EXPECT     JSON: {"key", "limits": {"rpm": 60, …}, "flow",
+//   DASHBOARD_EXPECT     JSON: {"demo": {"key", "clock", "sides":
+//                        [{"side", "label"}, …], "jobs": […], "flow",
+//                        "function"}, "key", "limits": {"rpm": 60, …}, "flow",
 //                        "flow_state", "items", "rejected_once",
 //                        "completed_run", "completed_function",
 //                        "completed_steps": […], "failed_run",
@@ -61,6 +68,7 @@ function need(name) {
 }
 
 const base = need('DASHBOARD_URL').replace(/\/+$/, '');
+const demoBase = need('DEMO_URL').replace(/\/+$/, '');
 const token = need('DASHBOARD_TOKEN');
 const artifacts = need('DASHBOARD_ARTIFACTS');
 const executablePath = need('DASHBOARD_CHROMIUM');
@@ -118,7 +126,7 @@ page.on('console', (m) => {
 });
 page.on('request', (r) => {
   const u = r.url();
-  if (!u.startsWith(base + '/') && !u.startsWith('data:')) problems.push(`request to another site: ${u}`);
+  if (!u.startsWith(base + '/') && !u.startsWith(demoBase + '/') && !u.startsWith('data:')) problems.push(`request to another site: ${u}`);
 });
 page.on('response', (r) => {
   if (r.status() < 400) return;
@@ -131,20 +139,22 @@ function clean() {
 }
 
 const shots = [];
-async function shot(name) {
+// shot saves the whole page, or only the element el (a locator).
+async function shot(name, el) {
   const path = join(artifacts, name + '.png');
-  await page.screenshot({ path, fullPage: true });
+  await (el ? el.screenshot({ path }) : page.screenshot({ path, fullPage: true }));
   shots.push(path);
 }
 
 const pathname = () => new URL(page.url()).pathname;
 
-// open loads path and wants a 200.
-async function open(path) {
-  const resp = await page.goto(base + path);
+// open loads path of the server at origin (the sample app's by default)
+// and wants a 200.
+async function open(path, origin = base) {
+  const resp = await page.goto(origin + path);
   if (!resp) fail(`GET ${path}: no response`);
   if (resp.status() !== 200) fail(`GET ${path} answered ${resp.status()}`);
-  if (pathname() !== new URL(base + path).pathname) fail(`GET ${path} ended on ${page.url()}`);
+  if (pathname() !== new URL(origin + path).pathname) fail(`GET ${path} ended on ${page.url()}`);
 }
 
 // follow clicks the link or button sel and waits for the page it leads to.
@@ -154,6 +164,9 @@ async function follow(sel, to) {
   await Promise.all([page.waitForURL(to), target.click()]);
   await page.waitForLoadState('load');
 }
+
+// onRun is whether a URL is run id's page.
+const onRun = (id) => (u) => decodeURIComponent(u.pathname) === '/runs/' + id;
 
 // runOnPage reads the run page's summary and steps in one go: the page may
 // swap its content for a fresher one at any moment.
@@ -181,6 +194,38 @@ const runOnPage = () =>
     };
   });
 
+// historyOnPage reads the run page's History section: a row per attempt
+// of its table, and its timeline's lanes, bars and time axis.
+const historyOnPage = () =>
+  page.evaluate(() => {
+    const rows = [...document.querySelectorAll('#history-table tbody tr[data-step]')].map((tr) => ({
+      step: tr.getAttribute('data-step'),
+      index: Number(tr.getAttribute('data-step-index')),
+      attempt: Number(tr.getAttribute('data-attempt')),
+      status: tr.getAttribute('data-status'),
+      cells: [...tr.querySelectorAll('td')].map((td) => td.textContent.trim()),
+    }));
+    const svg = document.querySelector('#timeline');
+    return {
+      rows,
+      ticks: svg ? [...svg.querySelectorAll('.tick-label')].map((t) => t.textContent.trim()) : [],
+      lanes: svg ? [...svg.querySelectorAll('.lane-label')].map((t) => t.textContent.trim()) : [],
+      bars: svg ? svg.querySelectorAll('.attempt-bar').length : 0,
+    };
+  });
+
+// wantTimeline checks that a history's timeline draws its table: a bar per
+// attempt, a lane per attempt labelled with its step and attempt (and one
+// for the run's wait in its queue), and a time axis with units.
+function wantTimeline(history, what) {
+  if (history.bars !== history.rows.length) fail(`${what}: ${history.bars} bars on the timeline for ${history.rows.length} attempts`);
+  const attemptLanes = history.lanes.filter((l) => l !== 'queued');
+  if (attemptLanes.length !== history.rows.length || !history.rows.every((r, i) => attemptLanes[i].includes(r.step) && attemptLanes[i].includes('#' + r.attempt))) {
+    fail(`${what}: the timeline's lanes are labelled ${JSON.stringify(history.lanes)} for attempts ${JSON.stringify(history.rows.map((r) => [r.step, r.attempt]))}`);
+  }
+  if (history.ticks.length < 2 || !history.ticks.every((t) => /\d\s*(ms|s|m|h)\b/.test(t) || /^0$/.test(t))) fail(`${what}: the timeline's axis is labelled ${JSON.stringify(history.ticks)}, want times with units`);
+}
+
 function wantSteps(r, names, what) {
   const got = r.steps.map((s) => s.name);
   if (JSON.stringify(got) !== JSON.stringify(names)) fail(`${what}: steps ${JSON.stringify(got)}, want ${JSON.stringify(names)}`);
@@ -190,6 +235,176 @@ function wantSteps(r, names, what) {
 const out = { screenshots: shots };
 let code = 0;
 try {
+  // --- The demo's side-by-side page: both sides, their chart, the clock ---
+  // The demo's server has no token (it serves on loopback only): no sign-in.
+  step = 'demo';
+  const demo = want.demo;
+  out.demo = {};
+  await open('/demo', demoBase);
+  // One read: the page swaps its content for a fresher one every 2 s.
+  const side = await page.evaluate(() => {
+    const text = (el) => (el ? el.textContent.trim() : null);
+    const svg = document.querySelector('main figure.chart svg');
+    return {
+      h1: text(document.querySelector('main h1')),
+      stamp: text(document.querySelector('main .head .stamp .clock')),
+      lead: text(document.querySelector('main p.lead')),
+      current: text(document.querySelector('header nav a[aria-current=page]')),
+      sides: [...document.querySelectorAll('main section.side[data-side]')].map((s) => ({
+        side: s.getAttribute('data-side'),
+        label: text(s.querySelector('h2')),
+        heads: [...s.querySelectorAll('table.flows thead th')].map(text),
+        jobs: [...s.querySelectorAll('table.flows tbody tr[data-job]')].map((tr) => {
+          const p = tr.querySelector('.progress');
+          return {
+            name: tr.getAttribute('data-job'),
+            done: p && p.getAttribute('data-done'),
+            total: p && p.getAttribute('data-total'),
+            doneText: text(p && p.querySelector('.figures .done')),
+            totalText: text(p && p.querySelector('.figures .total')),
+            state: text(tr.querySelector('.badge')),
+          };
+        }),
+        key: text(s.querySelector('p.key')),
+      })),
+      chart: svg && {
+        title: text(svg.querySelector('text.title')),
+        panels: [...svg.querySelectorAll('g.panel')].map((g) => ({
+          title: text(g.querySelector('.panel-title')),
+          unit: text(g.querySelector('text.unit')),
+          yticks: [...g.querySelectorAll('text.ytick')].map(text),
+          xticks: [...g.querySelectorAll('text.xtick')].map(text),
+          series: [...g.querySelectorAll('polyline.series')].map((l) => ({
+            name: l.getAttribute('data-series'),
+            points: (l.getAttribute('points') || '').trim().split(/\s+/).filter(Boolean).length,
+          })),
+        })),
+        caption: text(document.querySelector('main figure.chart figcaption')),
+      },
+    };
+  });
+  if (side.h1 !== 'Side by side' || side.current !== 'Side by side') fail(`the page is ${JSON.stringify(side.h1)}, its link in the header ${JSON.stringify(side.current)}`);
+  // The clock is the demo's simulated one, and every time on the page says so.
+  if (side.stamp !== `(${demo.clock})`) fail(`the page's time is labelled ${JSON.stringify(side.stamp)}, want (${demo.clock})`);
+  if (!side.lead || !side.lead.includes(`simulated `) || !side.lead.includes(`(${demo.clock})`)) fail(`the page's lead ${JSON.stringify(side.lead)} does not name the simulated clock`);
+  const sidesSeen = side.sides.map((s) => ({ side: s.side, label: s.label }));
+  if (JSON.stringify(sidesSeen) !== JSON.stringify(demo.sides)) fail(`the sides ${JSON.stringify(sidesSeen)}, want ${JSON.stringify(demo.sides)}`);
+  out.demo.done = {};
+  for (const s of side.sides) {
+    if (!s.heads.includes('Per simulated hour')) fail(`${s.label}: the rate's column is headed ${JSON.stringify(s.heads)}, want "Per simulated hour"`);
+    const jobs = s.jobs.map((j) => j.name);
+    if (JSON.stringify(jobs) !== JSON.stringify(demo.jobs)) fail(`${s.label}: jobs ${JSON.stringify(jobs)}, want ${JSON.stringify(demo.jobs)}`);
+    for (const j of s.jobs) {
+      if (num(j.doneText) !== num(j.done) || num(j.totalText) !== num(j.total) || !(num(j.done) <= num(j.total))) fail(`${s.label} ${j.name}: shows ${j.doneText} / ${j.totalText}, its bar's data ${j.done} / ${j.total}`);
+      if (!j.state) fail(`${s.label} ${j.name}: no state`);
+    }
+    const done = s.jobs.reduce((n, j) => n + num(j.done), 0);
+    if (!(done > 0)) fail(`${s.label}: no job shows an article done: ${JSON.stringify(s.jobs)}`);
+    out.demo.done[s.side] = done;
+    if (!/^Key \S+: answered [\d,]+, refused [\d,]+/.test(s.key || '')) fail(`${s.label}: its key's counts read ${JSON.stringify(s.key)}`);
+  }
+  // The chart: a panel per job, each with a line per side, an axis of
+  // articles done and one of the simulated time of day.
+  const c = side.chart;
+  if (!c) fail('no chart on the side-by-side page');
+  if (!c.caption || !c.caption.includes('simulated time')) fail(`the chart's caption ${JSON.stringify(c.caption)} does not say its time is simulated`);
+  const panels = c.panels.map((p) => p.title);
+  if (JSON.stringify(panels) !== JSON.stringify(demo.jobs)) fail(`the chart's panels ${JSON.stringify(panels)}, want one per job ${JSON.stringify(demo.jobs)}`);
+  for (const p of c.panels) {
+    if (p.unit !== 'articles done') fail(`panel ${p.title}: its y-axis is labelled ${JSON.stringify(p.unit)}, want "articles done"`);
+    if (p.yticks.length < 2 || p.yticks[0] !== '0' || !p.yticks.every((t) => /^[\d,.]+[kM]?$/.test(t))) fail(`panel ${p.title}: y ticks ${JSON.stringify(p.yticks)}`);
+    if (!p.xticks.length || !p.xticks.every((t) => /^\d\d:\d\d$/.test(t) || /^\d{1,2} [A-Z][a-z]{2}$/.test(t))) fail(`panel ${p.title}: time ticks ${JSON.stringify(p.xticks)}, want times of day or dates`);
+    const names = p.series.map((x) => x.name);
+    if (JSON.stringify(names) !== JSON.stringify(demo.sides.map((x) => x.label))) fail(`panel ${p.title}: lines ${JSON.stringify(names)}, want one per side`);
+    if (!p.series.every((x) => x.points >= 2)) fail(`panel ${p.title}: lines of ${JSON.stringify(p.series.map((x) => x.points))} points, want at least 2 each`);
+  }
+  clean();
+  await shot('demo-1-side-by-side');
+
+  // --- The demo's dashboard: its overview, a backfill, a run's history ---
+  step = 'demo overview';
+  await follow('header nav a[href="/"]', (u) => u.origin === demoBase && u.pathname === '/');
+  const over = await page.evaluate(() => {
+    const text = (el) => (el ? el.textContent.trim() : null);
+    return {
+      h1: text(document.querySelector('main h1')),
+      stamp: text(document.querySelector('main .head .stamp .clock')),
+      keys: [...document.querySelectorAll('main section.key[data-key]')].map((s) => s.getAttribute('data-key')),
+      gauges: document.querySelectorAll('main article.gauge').length,
+      flows: [...document.querySelectorAll('table.key-flows tr[data-flow]')].map((tr) => tr.getAttribute('data-flow')),
+    };
+  });
+  if (over.h1 !== 'Overview') fail(`the page behind the header's Overview is ${JSON.stringify(over.h1)}`);
+  if (over.stamp !== `(${demo.clock})`) fail(`the overview's time is labelled ${JSON.stringify(over.stamp)}, want (${demo.clock})`);
+  if (JSON.stringify(over.keys) !== JSON.stringify([demo.key]) || !(over.gauges > 0)) fail(`the overview shows keys ${JSON.stringify(over.keys)} with ${over.gauges} gauges, want ${demo.key}'s`);
+  if (JSON.stringify([...over.flows].sort()) !== JSON.stringify([...demo.jobs].sort())) fail(`the key's flows ${JSON.stringify(over.flows)}, want the jobs ${JSON.stringify(demo.jobs)}`);
+  clean();
+  await shot('demo-2-overview');
+
+  step = 'demo flow';
+  const demoFlowPath = '/flows/' + encodeURIComponent(demo.flow);
+  await follow(`table.key-flows tr[data-flow=${attr(demo.flow)}] a[href=${attr(demoFlowPath)}]`, (u) => u.pathname === demoFlowPath);
+  const dflow = await page.evaluate(() => {
+    const s = document.querySelector('section.summary[data-flow]');
+    const p = s && s.querySelector('.progress');
+    const heads = [...document.querySelectorAll('section.backfill-runs table.runs thead th')].map((th) => th.textContent.trim());
+    const saved = heads.indexOf('Saved');
+    return {
+      name: s && s.getAttribute('data-flow'),
+      done: p && p.getAttribute('data-done'),
+      runs: [...document.querySelectorAll('section.backfill-runs table.runs tbody tr[data-run]')].map((tr) => ({
+        id: tr.getAttribute('data-run'),
+        saved: saved < 0 ? null : tr.querySelectorAll('td')[saved]?.textContent.trim(),
+      })),
+    };
+  });
+  if (dflow.name !== demo.flow) fail(`the flow page is of ${JSON.stringify(dflow.name)}, want ${demo.flow}`);
+  if (!(num(dflow.done) > 0)) fail(`the backfill ${demo.flow} shows ${dflow.done} done`);
+  // A run that saved articles: it called the provider.
+  const saver = dflow.runs.find((r) => num(r.saved) > 0);
+  if (!saver) fail(`none of the backfill's latest runs saved an article: ${JSON.stringify(dflow.runs)}`);
+  clean();
+  await shot('demo-3-flow');
+
+  step = 'demo run';
+  await follow(`section.backfill-runs tr[data-run=${attr(saver.id)}] a`, onRun(saver.id));
+  const drun = await runOnPage();
+  if (!drun || drun.id !== saver.id) fail(`no summary of run ${saver.id} on ${page.url()}`);
+  if (drun.status !== 'completed' || drun.function !== demo.function) fail(`run ${saver.id} is ${drun.status} of ${drun.function}, want completed of ${demo.function}`);
+  if (!drun.steps.length || drun.bars !== drun.steps.length) fail(`run ${saver.id}: ${drun.steps.length} steps, ${drun.bars} bars on its timeline`);
+  const undone = drun.steps.filter((s) => s.status !== 'completed' || !(s.attempts >= 1));
+  if (undone.length) fail(`steps of run ${saver.id} not completed: ${JSON.stringify(undone)}`);
+  // Its output is the backfill's account of the run: what it saved, as the
+  // flow page listed it.
+  const account = await page.locator('section.run-output pre').textContent().catch(() => null);
+  let saved;
+  try {
+    saved = JSON.parse(account).Saved;
+  } catch {
+    fail(`run ${saver.id}'s output ${JSON.stringify(account)} is not the backfill's account of it`);
+  }
+  if (saved !== num(saver.saved)) fail(`run ${saver.id}'s output says it saved ${saved}, the flow page ${saver.saved}`);
+  out.demo.run = saver.id;
+  clean();
+  await shot('demo-4-run');
+
+  // Its history: a row per attempt of every step, in the steps' order.
+  step = 'demo history';
+  const dhist = await historyOnPage();
+  const perStep = drun.steps.flatMap((s, i) => Array.from({ length: s.attempts }, (_, a) => [s.name, i + 1, a + 1]));
+  const rowsSeen = dhist.rows.map((r) => [r.step, r.index, r.attempt]);
+  if (JSON.stringify(rowsSeen) !== JSON.stringify(perStep)) fail(`the history's rows ${JSON.stringify(rowsSeen)}, want an attempt per row of the steps ${JSON.stringify(perStep)}`);
+  // An attempt may have failed (a call that waited for quota past its
+  // deadline) if a later one of its step completed.
+  const lastOfStep = dhist.rows.filter((r, i) => dhist.rows[i + 1]?.index !== r.index);
+  if (!lastOfStep.every((r) => r.status === 'completed')) fail(`the history's last attempts of each step: ${JSON.stringify(lastOfStep.map((r) => [r.step, r.status]))}, want every one completed`);
+  wantTimeline(dhist, `the demo's run ${saver.id}`);
+  out.demo.history = dhist.rows.map((r) => ({ step: r.step, step_index: r.index, attempt: r.attempt, status: r.status }));
+  const section = page.locator('#history');
+  await section.scrollIntoViewIfNeeded();
+  clean();
+  await shot('demo-5-run-history', section);
+
   // --- Signing in ---------------------------------------------------------
   step = 'sign in';
   const first = await page.goto(base + '/');
@@ -317,7 +532,6 @@ try {
   await shot('05-runs');
 
   step = 'completed run';
-  const onRun = (id) => (u) => decodeURIComponent(u.pathname) === '/runs/' + id;
   await follow(`table.runs tr[data-run=${attr(want.completed_run)}] a`, onRun(want.completed_run));
   const done = await runOnPage();
   if (!done || done.id !== want.completed_run) fail(`no summary of run ${want.completed_run} on ${page.url()}`);
@@ -345,22 +559,7 @@ try {
 
   // --- Its history: every attempt, with its wait and why, on a timeline ---
   step = 'history';
-  const history = await page.evaluate(() => {
-    const rows = [...document.querySelectorAll('#history-table tbody tr[data-step]')].map((tr) => ({
-      step: tr.getAttribute('data-step'),
-      index: Number(tr.getAttribute('data-step-index')),
-      attempt: Number(tr.getAttribute('data-attempt')),
-      status: tr.getAttribute('data-status'),
-      cells: [...tr.querySelectorAll('td')].map((td) => td.textContent.trim()),
-    }));
-    const svg = document.querySelector('#timeline');
-    return {
-      rows,
-      ticks: svg ? [...svg.querySelectorAll('.tick-label')].map((t) => t.textContent.trim()) : [],
-      lanes: svg ? [...svg.querySelectorAll('.lane-label')].map((t) => t.textContent.trim()) : [],
-      bars: svg ? svg.querySelectorAll('.attempt-bar').length : 0,
-    };
-  });
+  const history = await historyOnPage();
   out.history = history;
   for (const [i, name] of want.rerun_steps.entries()) {
     if (!history.rows.some((r) => r.step === name && r.index === i + 1)) fail(`the history has no attempt of step ${i + 1} ${name}: ${JSON.stringify(history.rows)}`);
@@ -368,14 +567,7 @@ try {
   const lastFailed = history.rows.filter((r) => r.step === want.failed_step);
   if (!lastFailed.length || lastFailed.at(-1).status !== 'failed') fail(`the history of step ${want.failed_step}: ${JSON.stringify(lastFailed)}, want its last attempt failed`);
   if (!lastFailed.some((r) => r.cells.some((c) => c.includes(want.failed_error)))) fail(`the history of step ${want.failed_step} does not say ${want.failed_error}`);
-  if (history.bars !== history.rows.length) fail(`${history.bars} bars on the timeline for ${history.rows.length} attempts`);
-  // A lane per attempt, labelled with its step and attempt, and one for
-  // the run's wait in its queue.
-  const attemptLanes = history.lanes.filter((l) => l !== 'queued');
-  if (attemptLanes.length !== history.rows.length || !history.rows.every((r, i) => attemptLanes[i].includes(r.step) && attemptLanes[i].includes('#' + r.attempt))) {
-    fail(`the timeline's lanes are labelled ${JSON.stringify(history.lanes)} for attempts ${JSON.stringify(history.rows.map((r) => [r.step, r.attempt]))}`);
-  }
-  if (history.ticks.length < 2 || !history.ticks.every((t) => /\d\s*(ms|s|m|h)\b/.test(t) || /^0$/.test(t))) fail(`the timeline's axis is labelled ${JSON.stringify(history.ticks)}, want times with units`);
+  wantTimeline(history, 'the failed run');
   await page.locator('#history').scrollIntoViewIfNeeded();
   clean();
   await shot('08-run-history');

@@ -28,8 +28,10 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/sluice-dev/sluice"
+	"github.com/sluice-dev/sluice/examples/devpick"
 	"github.com/sluice-dev/sluice/examples/summarize"
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/backfill"
 	"github.com/sluice-dev/sluice/internal/govtext"
 	"github.com/sluice-dev/sluice/internal/guard"
 	"github.com/sluice-dev/sluice/internal/serveapp"
@@ -56,14 +58,19 @@ const (
 	browserFlakyError = "the digest endpoint answered 503"
 )
 
-// TestDashboardInBrowser serves a sample app the way sluice serve does —
-// the run API, /metrics and the dashboard on one address, behind serve's
-// guard — against the provider simulator, and drives the dashboard in
-// Chromium with clients/node/dashboard-check.mjs: it signs in, sees a gauge
+// TestDashboardInBrowser starts sluice demo, and serves a sample app the
+// way sluice serve does — the run API, /metrics and the dashboard on one
+// address, behind serve's guard — against the provider simulator, and
+// drives both in Chromium with clients/node/dashboard-check.mjs. On the
+// demo, once both sides have done articles, it reads the side-by-side
+// page and its chart, then follows the dashboard's pages to a backfill run
+// of the demo and its history; on the sample app it signs in, sees a gauge
 // per limit of the key, the backfill's progress, a run's steps, and re-runs
 // a failed run until it completes, saving a screenshot of every page under
-// test-artifacts/dashboard. Then it scrapes /metrics and checks that the
-// series of the key, the flows and the runs moved.
+// test-artifacts/dashboard. Then it checks the demo's run history the
+// browser read against the demo's run API, scrapes the sample app's
+// /metrics and checks that the series of the key, the flows and the runs
+// moved.
 //
 // Not parallel: a browser is heavy on a small machine, and the check's
 // deadlines are for a browser that is not starved by the package's other
@@ -95,6 +102,10 @@ func TestDashboardInBrowser(t *testing.T) {
 	if err := os.MkdirAll(artifacts, 0o755); err != nil {
 		t.Fatal(err)
 	}
+
+	// The demo starts first: its sides need some minutes of simulated time
+	// to show progress, while the sample app is set up.
+	demo := startBrowserDemo(t)
 
 	sim, provider := startSim(t, browserLimits)
 	var logs testenv.Buffer
@@ -140,7 +151,27 @@ func TestDashboardInBrowser(t *testing.T) {
 			wantLimits[l.String()] = limits[l]
 		}
 	}
+	demoSnap := demo.waitProgress(t)
+	if !strings.Contains(demoSnap.Clock, "simulated") {
+		t.Fatalf("/demo.json's clock %q does not say it is simulated", demoSnap.Clock)
+	}
+	type demoSide struct {
+		Side  string `json:"side"`
+		Label string `json:"label"`
+	}
+	var demoSides []demoSide
+	for _, s := range demoSnap.Sides {
+		demoSides = append(demoSides, demoSide{s.Side, s.Label})
+	}
+	var demoJobs []string // the page shows the same on both sides
+	for _, j := range demoSnap.Sides[0].Jobs {
+		demoJobs = append(demoJobs, j.Name)
+	}
 	expect, err := json.Marshal(map[string]any{
+		"demo": map[string]any{
+			"key": browserDemoKey, "clock": demoSnap.Clock, "sides": demoSides, "jobs": demoJobs,
+			"flow": devpick.Title, "function": backfill.FunctionID(devpick.Title),
+		},
 		"key": browserKey, "limits": wantLimits,
 		"flow": browserBackfill, "flow_state": "done", "items": browserItems, "rejected_once": browserRejectOnce,
 		"completed_run": completed, "completed_function": summarize.FunctionID,
@@ -153,14 +184,14 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 
 	began := time.Now()
-	nctx, ncancel := context.WithTimeout(context.Background(), 180*time.Second)
+	nctx, ncancel := context.WithTimeout(context.Background(), 240*time.Second)
 	defer ncancel()
 	cmd := exec.CommandContext(nctx, node, script)
 	cmd.Dir = filepath.Dir(script)
 	cmd.Env = append(os.Environ(),
-		"DASHBOARD_URL="+base, "DASHBOARD_TOKEN="+browserToken, "DASHBOARD_ARTIFACTS="+artifacts,
+		"DASHBOARD_URL="+base, "DEMO_URL="+demo.base, "DASHBOARD_TOKEN="+browserToken, "DASHBOARD_ARTIFACTS="+artifacts,
 		"DASHBOARD_CHROMIUM="+chromium, "DASHBOARD_PROFILE="+t.TempDir(), "DASHBOARD_EXPECT="+string(expect),
-		"DASHBOARD_DEADLINE_MS=165000", "DASHBOARD_NODE_MODULES="+modules)
+		"DASHBOARD_DEADLINE_MS=225000", "DASHBOARD_NODE_MODULES="+modules)
 	// At the deadline node is asked to stop, so that playwright closes the
 	// browser it launched; it is killed if it has not within 10 s.
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
@@ -183,12 +214,22 @@ func TestDashboardInBrowser(t *testing.T) {
 			Done, Total int64
 		} `json:"flow"`
 		RerunStatuses []string `json:"rerun_statuses"`
+		Demo          struct {
+			Run     string           `json:"run"`
+			History []browserAttempt `json:"history"`
+		} `json:"demo"`
 	}
 	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
 		t.Fatalf("the check's output %q: %v\nstderr: %s", stdout.String(), err, stderr.String())
 	}
-	t.Logf("the browser's check took %s: gauges %v, flow %+v, the re-run %s went %v", time.Since(began).Round(time.Millisecond),
-		out.Gauges, out.Flow, out.Rerun, out.RerunStatuses)
+	t.Logf("the browser's check took %s: the demo's run %s with %d attempts; gauges %v, flow %+v, the re-run %s went %v", time.Since(began).Round(time.Millisecond),
+		out.Demo.Run, len(out.Demo.History), out.Gauges, out.Flow, out.Rerun, out.RerunStatuses)
+
+	// The demo's run whose history the browser read has those attempts,
+	// as the demo's run API answers them.
+	if api := demo.history(t, out.Demo.Run); len(api) == 0 || !slices.Equal(out.Demo.History, api) {
+		t.Errorf("the demo's run %s: the page's history %+v, the API's %+v", out.Demo.Run, out.Demo.History, api)
+	}
 
 	// What the browser did, as the app saw it: the re-run it started is of
 	// the failed run, and completed.
@@ -211,7 +252,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	if !slices.Contains(out.Search, failed) || slices.Contains(out.Search, out.Rerun) {
 		t.Errorf("the search by the failure's text found %v, want %s and not the completed re-run %s", out.Search, failed, out.Rerun)
 	}
-	for _, name := range []string{"01-login", "02-overview", "03-flows", "04-flow", "05-runs", "06-run", "07-run-failed", "08-run-history", "09-run-rerun", "10-search", "11-replay"} {
+	for _, name := range []string{"demo-1-side-by-side", "demo-2-overview", "demo-3-flow", "demo-4-run", "demo-5-run-history", "01-login", "02-overview", "03-flows", "04-flow", "05-runs", "06-run", "07-run-failed", "08-run-history", "09-run-rerun", "10-search", "11-replay"} {
 		p := filepath.Join(artifacts, name+".png")
 		if !slices.Contains(out.Screenshots, p) {
 			t.Errorf("the check did not report the screenshot %s", p)

@@ -187,7 +187,7 @@ func foldSteps(rows []dbos.StepInfo, outputLimit int, runStatus run.State) []Ste
 				continue
 			}
 			out = append(out, StepView{Name: "sleep", Kind: "sleep", Status: stepCompleted, Attempts: 1, FirstStepID: s.StepID,
-				StartedAt: s.StartedAt.UTC(), EndedAt: s.CompletedAt.UTC(), DurationMS: ms(s.CompletedAt.Sub(s.StartedAt))})
+				StartedAt: s.StartedAt.UTC(), EndedAt: s.CompletedAt.UTC(), DurationMS: msBetween(s.StartedAt, s.CompletedAt)})
 			continue
 		}
 		var v *StepView
@@ -201,7 +201,7 @@ func foldSteps(rows []dbos.StepInfo, outputLimit int, runStatus run.State) []Ste
 		}
 		pendingWait = 0
 		v.EndedAt = s.CompletedAt.UTC()
-		v.DurationMS = ms(v.EndedAt.Sub(v.StartedAt))
+		v.DurationMS = msBetween(v.StartedAt, v.EndedAt)
 		if s.Error != nil {
 			v.Error = s.Error.Error()
 			v.Status = stepFailed
@@ -236,3 +236,13 @@ func foldSteps(rows []dbos.StepInfo, outputLimit int, runStatus run.State) []Ste
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// msBetween is the milliseconds from from to to; 0 unless both are set:
+// DBOS records a step under way, and the start of a run's part, with no
+// end (and the time from year 1 is no duration).
+func msBetween(from, to time.Time) float64 {
+	if from.IsZero() || to.IsZero() {
+		return 0
+	}
+	return ms(to.Sub(from))
+}

@@ -147,7 +147,7 @@ func historyOf(rows []dbos.StepInfo) []Attempt {
 		last := len(out) - 1
 		lastFailed := last >= 0 && out[last].Kind == "step" && out[last].Status == stepFailed
 		if s.StepName == "DBOS.sleep" {
-			w := &Wait{StartedAt: s.StartedAt.UTC(), EndedAt: s.CompletedAt.UTC(), DurationMS: ms(s.CompletedAt.Sub(s.StartedAt))}
+			w := &Wait{StartedAt: s.StartedAt.UTC(), EndedAt: s.CompletedAt.UTC(), DurationMS: msBetween(s.StartedAt, s.CompletedAt)}
 			if last >= 0 && retryWait(rows, i, out[last].Step, lastFailed) {
 				w.Cause, w.Class = WaitRetry, out[last].Class
 				if prev != nil {
@@ -168,10 +168,7 @@ func historyOf(rows []dbos.StepInfo) []Attempt {
 			continue
 		}
 		a := Attempt{Step: s.StepName, Kind: "step", Attempt: 1, Status: stepCompleted, StartedAt: s.StartedAt.UTC(),
-			EndedAt: s.CompletedAt.UTC(), Wait: wait}
-		if !s.CompletedAt.IsZero() {
-			a.DurationMS = ms(s.CompletedAt.Sub(s.StartedAt))
-		}
+			EndedAt: s.CompletedAt.UTC(), DurationMS: msBetween(s.StartedAt, s.CompletedAt), Wait: wait}
 		if last >= 0 && lastFailed && out[last].Step == s.StepName {
 			a.StepIndex, a.Attempt = out[last].StepIndex, out[last].Attempt+1
 		} else {

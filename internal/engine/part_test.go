@@ -109,6 +109,16 @@ func TestPartsRunAtOnce(t *testing.T) {
 		if n := calls.Load(); n != parts+1 {
 			t.Fatalf("%d step attempts, want %d (one retried)", n, parts+1)
 		}
+		// DBOS records each part's start as a step of the run, with no
+		// end: the run's page shows no negative time taken for it.
+		if len(d.Steps) < parts {
+			t.Errorf("%d steps of the run, want one per part at least", len(d.Steps))
+		}
+		for _, st := range d.Steps {
+			if st.DurationMS < 0 || (!st.EndedAt.IsZero() && st.EndedAt.Before(st.StartedAt)) {
+				t.Errorf("step %s took %v ms, from %s to %s", st.Name, st.DurationMS, st.StartedAt, st.EndedAt)
+			}
+		}
 		// The runs listed are the function's, not its parts.
 		runs, err := e.Runs(context.Background(), RunFilter{})
 		if err != nil {

@@ -97,7 +97,9 @@ func Rate(perHour float64) string {
 func Span(d time.Duration) string {
 	switch {
 	case d < 0:
-		return "-" + Span(-d)
+		// The least Duration has no opposite (-d is d again): it is
+		// written as the one above it.
+		return "-" + Span(-max(d, -math.MaxInt64))
 	case d < time.Second:
 		return strconv.FormatInt(d.Milliseconds(), 10) + " ms"
 	case d < time.Minute:

@@ -67,6 +67,8 @@ func TestText(t *testing.T) {
 		{Rate(4), "4.0"},
 		{Span(95*time.Hour + 6*time.Minute), "3d 23h"},
 		{Span(90 * time.Second), "1m 30s"},
+		{Span(-90 * time.Second), "-1m 30s"},
+		{Span(math.MinInt64), "-106751d 23h"}, // the time from year 1 to now, saturated
 		{Of(health.Flow{}, time.Time{}).Bar(), "-"},
 		{Of(health.Flow{}, time.Time{}).LeftText(), "—"},
 	} {
