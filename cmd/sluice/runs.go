@@ -74,15 +74,16 @@ func runRuns(ctx context.Context, env *cli.Env, args []string) error {
 func runList(ctx context.Context, env *cli.Env, args []string) error {
 	fs := cli.NewFlagSet(env, "runs list", "[flags]",
 		"Searches the runs of a running \"sluice serve\" (GET /v1/runs) and prints them newest first:\n"+
-			"ID, function, status, when created, and why it failed. Every flag is optional; they combine.")
+			"ID, function, status, when created (on the server's app clock), and why it failed. Every flag\n"+
+			"is optional; they combine.")
 	api := addAPIFlags(fs)
 	params := []struct{ flag, param, usage string }{
 		{"function", "function", "the function's runs only"},
 		{"status", "status", "runs in this status: " + engine.StatesText()},
 		{"event-key", "event_key", "the run an event started: its ID, or its idempotency key's value"},
 		{"reason", "reason", "runs whose failure, timeout or cancel reason contains this text (case matters)"},
-		{"since", "since", "runs created at or after: an RFC 3339 time, or a duration back from now (2h)"},
-		{"until", "until", "runs created at or before: an RFC 3339 time, or a duration back from now"},
+		{"since", "since", "runs created at or after, on the server's app clock: an RFC 3339 time, or a duration back from its now (2h)"},
+		{"until", "until", "runs created at or before, on the server's app clock: an RFC 3339 time, or a duration back from its now"},
 		{"limit", "limit", "the most runs to print, 1 to 1000 (the server's default: 100)"},
 	}
 	values := make([]*string, len(params))

@@ -15,6 +15,9 @@
 //	GET  /healthz                the process answers
 //	GET  /readyz                 the app has started (see Starting) and no job is stalled
 //
+// Times are the app's (Config.Now), runs' too, which DBOS records by the
+// wall clock (the engine converts them).
+//
 // Errors are JSON {"error": "..."} (httpjson.Error) with the status from
 // the one table the dashboard shares (httperr.Status). Input is checked before the database sees it, so SQLite and
 // PostgreSQL answer it alike; a 500 never carries the database's text: it
@@ -98,7 +101,9 @@ type Config struct {
 	// OutputLimit bounds each step output shown by GET /v1/runs/{id}
 	// (default 4096 bytes); a longer one is cut and the cut says so.
 	OutputLimit int
-	// Now is the clock for relative "since" filters (default time.Now).
+	// Now is the app's clock (default time.Now): the clock of the times
+	// the answers carry, and of the runs' search ("since=1h" is an hour
+	// back on it).
 	Now func() time.Time
 	// Logger receives the errors behind 500 answers (default slog.Default()).
 	Logger *slog.Logger
