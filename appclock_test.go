@@ -21,7 +21,8 @@ import (
 // An app on a clock of its own — a hundred times as fast as the wall
 // clock, from a day more than four years ahead — shows its runs on that
 // clock, on SQLite and PostgreSQL alike: the API's runs, a run with its
-// steps and its history, and the dashboard's pages; a search since or until a time of that clock finds the run created
+// steps and its history, and the dashboard's pages, each answer saying the
+// clock; a search since or until a time of that clock finds the run created
 // on its side of it and not the other; and the event's time stands beside
 // its run's. DBOS records the runs by the wall clock, more than four years
 // behind and a hundred times as slow.
@@ -73,7 +74,7 @@ func TestRunsOnTheAppsClock(t *testing.T) {
 		wallAfter(gap / 2)
 		mid := clk.Now()
 		wallAfter(gap / 2)
-		second, _, _ := send("b")
+		second, _, secondTo := send("b")
 
 		within := func(what string, got, from, to time.Time) {
 			t.Helper()
@@ -83,13 +84,20 @@ func TestRunsOnTheAppsClock(t *testing.T) {
 		}
 		api := httptest.NewServer(app.Handler(sluice.HandlerConfig{}))
 		t.Cleanup(api.Close)
-		var list struct{ Runs []run.Summary }
+		var list struct {
+			Runs  []run.Summary
+			Now   time.Time
+			Speed float64
+		}
 		getJSON(t, api.URL+"/v1/runs", &list)
 		if len(list.Runs) != 2 || list.Runs[0].ID != second || list.Runs[1].ID != first {
 			t.Fatalf("runs %+v, want %s then %s", list.Runs, second, first)
 		}
 		within("the first run's creation", list.Runs[1].CreatedAt, firstFrom, firstTo)
 		within("the first run's end", list.Runs[1].EndedAt, firstFrom, firstTo)
+		if list.Speed != speed || list.Now.Before(secondTo) {
+			t.Errorf("the runs' answer says the clock's now is %s at speed %v, want after %s at %v", list.Now, list.Speed, secondTo, speed)
+		}
 
 		var detail struct {
 			CreatedAt time.Time `json:"created_at"`
@@ -98,11 +106,12 @@ func TestRunsOnTheAppsClock(t *testing.T) {
 				StartedAt  time.Time `json:"started_at"`
 				DurationMS float64   `json:"duration_ms"`
 			}
+			Speed float64
 		}
 		getJSON(t, api.URL+"/v1/runs/"+first, &detail)
 		within("the first run's creation in its detail", detail.CreatedAt, firstFrom, firstTo)
 		within("its event", detail.Event.TS, firstFrom, firstTo)
-		if len(detail.Steps) != 1 {
+		if len(detail.Steps) != 1 || detail.Speed != speed {
 			t.Fatalf("the run's detail: %+v", detail)
 		}
 		within("its step", detail.Steps[0].StartedAt, firstFrom, firstTo)
@@ -121,6 +130,16 @@ func TestRunsOnTheAppsClock(t *testing.T) {
 			t.Fatalf("history: %+v", hist)
 		}
 		within("its attempt's end", hist.Attempts[0].EndedAt, firstFrom, firstTo)
+
+		var flows struct {
+			Now   time.Time
+			Speed float64
+		}
+		before := clk.Now()
+		getJSON(t, api.URL+"/v1/flows", &flows)
+		if flows.Speed != speed || flows.Now.Before(before) || flows.Now.After(clk.Now()) {
+			t.Errorf("/v1/flows says its clock reads %s at ×%v, want from %s at ×%d", flows.Now, flows.Speed, before, speed)
+		}
 
 		// A search by the app's clock: the first run was created before mid,
 		// the second after.
