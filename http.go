@@ -34,9 +34,11 @@ type HandlerConfig struct {
 // and POST /v1/versions/{version}/cancel (see ResumeVersion and
 // CancelVersion), GET /healthz (the process answers) and GET /readyz (503
 // naming the job while a backfill is stalled or the database is
-// unreachable).
+// unreachable). Times are on the app's clock (Config.Now), runs' too,
+// and the answers that carry them say it: "now" and "speed".
 func (a *App) Handler(cfg HandlerConfig) http.Handler {
-	return httpapi.New(httpapi.Config{Engine: a.e, Health: appHealth{a.e, a.monitor}, Functions: a.functions, Token: cfg.Token, MaxEventBytes: cfg.MaxEventBytes, OutputLimit: cfg.OutputLimit})
+	return httpapi.New(httpapi.Config{Engine: a.e, Health: appHealth{a.e, a.monitor}, Functions: a.functions, Token: cfg.Token, MaxEventBytes: cfg.MaxEventBytes, OutputLimit: cfg.OutputLimit,
+		Now: a.e.Now, Speed: a.cfg.Speed})
 }
 
 // DashboardConfig configures the app's dashboard (docs/dashboard.md).

@@ -343,7 +343,8 @@ func (a *App) Send(ctx context.Context, name, id string, data any) ([]run.Sent, 
 	return a.e.Send(ctx, engine.Event{Name: name, ID: id, Data: raw})
 }
 
-// Wait blocks until the run ends (or ctx does) and returns how it ended.
+// Wait blocks until the run ends (or ctx does) and returns how it ended,
+// its times on the app's clock (Config.Now), as the run API shows them.
 func (a *App) Wait(ctx context.Context, runID string) (run.Summary, error) {
 	s, _, err := a.e.Wait(ctx, runID)
 	return s, err

@@ -10,10 +10,13 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/sluice-dev/sluice/internal/cli"
 	"github.com/sluice-dev/sluice/internal/engine"
+	"github.com/sluice-dev/sluice/internal/httpjson"
 	"github.com/sluice-dev/sluice/internal/num"
+	"github.com/sluice-dev/sluice/internal/progress"
 	"github.com/sluice-dev/sluice/run"
 )
 
@@ -74,15 +77,16 @@ func runRuns(ctx context.Context, env *cli.Env, args []string) error {
 func runList(ctx context.Context, env *cli.Env, args []string) error {
 	fs := cli.NewFlagSet(env, "runs list", "[flags]",
 		"Searches the runs of a running \"sluice serve\" (GET /v1/runs) and prints them newest first:\n"+
-			"ID, function, status, when created, and why it failed. Every flag is optional; they combine.")
+			"ID, function, status, when created (on the server's app clock, named when simulated), and why\n"+
+			"it failed. Every flag is optional; they combine.")
 	api := addAPIFlags(fs)
 	params := []struct{ flag, param, usage string }{
 		{"function", "function", "the function's runs only"},
 		{"status", "status", "runs in this status: " + engine.StatesText()},
 		{"event-key", "event_key", "the run an event started: its ID, or its idempotency key's value"},
 		{"reason", "reason", "runs whose failure, timeout or cancel reason contains this text (case matters)"},
-		{"since", "since", "runs created at or after: an RFC 3339 time, or a duration back from now (2h)"},
-		{"until", "until", "runs created at or before: an RFC 3339 time, or a duration back from now"},
+		{"since", "since", "runs created at or after, on the server's app clock: an RFC 3339 time, or a duration back from its now (2h)"},
+		{"until", "until", "runs created at or before, on the server's app clock: an RFC 3339 time, or a duration back from its now"},
 		{"limit", "limit", "the most runs to print, 1 to 1000 (the server's default: 100)"},
 	}
 	values := make([]*string, len(params))
@@ -111,20 +115,26 @@ func runList(ctx context.Context, env *cli.Env, args []string) error {
 		_, err = env.Stdout.Write(body)
 		return err
 	}
-	var list struct{ Runs []run.Summary }
+	var list struct {
+		Runs []run.Summary
+		httpjson.Clock
+	}
 	if err := json.Unmarshal(body, &list); err != nil {
 		return fmt.Errorf("GET %s: %w", path, err)
 	}
-	return renderRuns(env.Stdout, list.Runs)
+	return renderRuns(env.Stdout, list.Runs, progress.ServerClock(list.Clock, nil, time.Now()))
 }
 
-// renderRuns prints runs as a table, each error cut to a line.
-func renderRuns(w io.Writer, runs []run.Summary) error {
+// renderRuns prints runs as a table, each error cut to a line, their
+// times on the server's clock c, which a line above names where it is not
+// this machine's.
+func renderRuns(w io.Writer, runs []run.Summary, c progress.Clock) error {
 	if len(runs) == 0 {
 		_, err := fmt.Fprintln(w, "no runs match")
 		return err
 	}
 	var b strings.Builder
+	b.WriteString(c.Heading())
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "RUN\tFUNCTION\tSTATUS\tCREATED\tERROR")
 	for _, r := range runs {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/cli"
 	"github.com/sluice-dev/sluice/internal/health"
+	"github.com/sluice-dev/sluice/internal/httpjson"
 	"github.com/sluice-dev/sluice/internal/metrics"
 	"github.com/sluice-dev/sluice/internal/num"
 	"github.com/sluice-dev/sluice/internal/progress"
@@ -55,14 +56,14 @@ func runStatus(ctx context.Context, env *cli.Env, args []string) error {
 			_, err = env.Stdout.Write(body)
 			return err
 		}
-		// Read what this version knows; a newer server may answer more,
-		// such as the time of its own clock.
+		// Read what this version knows; a newer server may answer more.
+		// Its times are on its clock, which it says.
 		var v struct {
 			Flows []struct {
 				health.Flow
 				ClientRetries []metrics.ClientRetries `json:"client_retries"`
 			}
-			Now time.Time
+			httpjson.Clock
 		}
 		if err := json.Unmarshal(body, &v); err != nil {
 			return fmt.Errorf("%s: the answer is not a list of flows: %w", c.url("/v1/flows"), err)
@@ -73,7 +74,7 @@ func runStatus(ctx context.Context, env *cli.Env, args []string) error {
 			flows[i] = f.Flow
 			retries = append(retries, f.ClientRetries...)
 		}
-		if err := progress.WriteStatus(env.Stdout, flows, progress.ServerClock(v.Now, flows, time.Now())); err != nil {
+		if err := progress.WriteStatus(env.Stdout, flows, progress.ServerClock(v.Clock, flows, time.Now())); err != nil {
 			return err
 		}
 		if err := renderRetries(env.Stdout, retries); err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/cli"
 	"github.com/sluice-dev/sluice/internal/health"
+	"github.com/sluice-dev/sluice/internal/httpjson"
 	"github.com/sluice-dev/sluice/internal/progress"
 	"github.com/sluice-dev/sluice/internal/testenv"
 )
@@ -174,14 +175,15 @@ func TestRenderStatus(t *testing.T) {
 }
 
 // A server whose app runs ahead of this machine's clock, and does not say
-// its own, is labelled so, and its times are written as they are rather
-// than against this machine's.
+// its own (an older one), is labelled so, and its times are written as
+// they are rather than against this machine's; one that says its clock is
+// read on it, named by its speed.
 func TestStatusOfASimulatedClock(t *testing.T) {
 	t.Parallel()
 	wall := time.Date(2026, 12, 6, 16, 50, 0, 0, time.UTC)
 	flows := []health.Flow{{Name: "summary", State: health.Progressing, Done: 20, Remaining: 568, RatePerHour: 4,
 		LastProgressAt: wall.Add(36 * time.Hour), WaitingOn: "tpd pacing", WaitingUntil: wall.Add(37 * time.Hour)}}
-	c := progress.ServerClock(time.Time{}, flows, wall)
+	c := progress.ServerClock(httpjson.Clock{}, flows, wall)
 	if !c.Now.IsZero() || c.Label == "" {
 		t.Fatalf("serverClock = %+v, want no now and a label", c)
 	}
@@ -198,7 +200,10 @@ func TestStatusOfASimulatedClock(t *testing.T) {
 	if strings.Contains(b.String(), " ago") || strings.Contains(b.String(), "(in ") {
 		t.Errorf("times relative to this machine's clock:\n%s", b.String())
 	}
-	if c := progress.ServerClock(wall.Add(36*time.Hour), flows, wall); !c.Now.Equal(wall.Add(36*time.Hour)) || c.Label == "" {
+	if c := progress.ServerClock(httpjson.Clock{Now: wall.Add(36 * time.Hour), Speed: 1}, flows, wall); !c.Now.Equal(wall.Add(36*time.Hour)) || c.Label != "simulated time, 36h 0m ahead of the wall clock" {
 		t.Errorf("a server that says its time: %+v", c)
+	}
+	if c := progress.ServerClock(httpjson.Clock{Now: wall.Add(36 * time.Hour), Speed: 720}, flows, wall); c.Label != "simulated time, ×720" {
+		t.Errorf("a server that says its speed: %+v", c)
 	}
 }

@@ -1,6 +1,7 @@
 // Package clock provides a clock that may run faster than the wall clock,
 // for simulations in compressed time: the simulator, the governor and the
 // gateway all read one Clock's Now, and divide what they sleep by its Speed.
+// A Reading puts times the wall clock recorded on such a clock, and back.
 package clock
 
 import (

@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/engine"
 	"github.com/sluice-dev/sluice/internal/health"
 	"github.com/sluice-dev/sluice/internal/httpapi"
+	"github.com/sluice-dev/sluice/internal/httpjson"
 	"github.com/sluice-dev/sluice/internal/plan"
 	"github.com/sluice-dev/sluice/internal/progress"
 	"github.com/sluice-dev/sluice/internal/store"
@@ -53,10 +54,13 @@ func TestOneJobShowsTheSameFiguresEverywhere(t *testing.T) {
 
 	// GET /v1/flows: the numbers themselves, and the monitor's ETA is the
 	// one the pages show at the same moment.
-	api := httpapi.New(httpapi.Config{Health: mon})
+	api := httpapi.New(httpapi.Config{Health: mon, Now: func() time.Time { return now }})
 	rec := httptest.NewRecorder()
 	api.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/flows", nil))
-	var answer struct{ Flows []health.Flow }
+	var answer struct {
+		Flows []health.Flow
+		httpjson.Clock
+	}
 	if err := json.Unmarshal(rec.Body.Bytes(), &answer); err != nil || len(answer.Flows) != 1 {
 		t.Fatalf("GET /v1/flows: %d %s (%v)", rec.Code, rec.Body, err)
 	}
@@ -67,7 +71,7 @@ func TestOneJobShowsTheSameFiguresEverywhere(t *testing.T) {
 
 	surfaces := map[string]string{} // surface → the text of the job's row
 	var status strings.Builder
-	if err := progress.WriteStatus(&status, answer.Flows, progress.ServerClock(time.Time{}, answer.Flows, now)); err != nil {
+	if err := progress.WriteStatus(&status, answer.Flows, progress.ServerClock(answer.Clock, answer.Flows, now)); err != nil {
 		t.Fatal(err)
 	}
 	surfaces["sluice status"] = lineOf(t, status.String(), devpick.Summary)

@@ -23,7 +23,7 @@ var ErrEnded = errors.New("the run has already ended")
 // Cancel stops a queued or running run. A running step finishes its current
 // attempt's I/O but its result is not recorded.
 func (e *Engine) Cancel(ctx context.Context, id string) error {
-	d, err := e.RunDetail(ctx, id, 1)
+	d, err := e.runDetail(ctx, id, 1)
 	if err != nil {
 		return err
 	}
@@ -69,7 +69,7 @@ func (e *Engine) Rerun(ctx context.Context, id string) (string, error) {
 // complete, as Rerun. A run that completed can be re-run from a step it
 // names; one that has not ended cannot. It returns the new run's ID.
 func (e *Engine) RerunFrom(ctx context.Context, id, from string) (string, error) {
-	d, err := e.RunDetail(ctx, id, 1)
+	d, err := e.runDetail(ctx, id, 1)
 	if err != nil {
 		return "", err
 	}
@@ -135,11 +135,21 @@ func stepAt(steps []StepView, from string) (int, error) {
 // waitPoll is how often Wait reads a run's status.
 const waitPoll = 20 * time.Millisecond
 
-// Wait blocks until the run ends and returns its status and its output
-// (JSON; nil unless it completed). Each check is one read of the columns
-// of the run's status row that Wait returns; a run that ended otherwise is
-// read once more through DBOS's listing, which decodes its error.
+// Wait blocks until the run ends and returns its status, its times on the
+// engine's clock (Config.Now, see appClock), and its output (JSON; nil
+// unless it completed). Each check is one read of the columns of the run's
+// status row that Wait returns; a run that ended otherwise is read once
+// more through DBOS's listing, which decodes its error.
 func (e *Engine) Wait(ctx context.Context, id string) (run.Summary, json.RawMessage, error) {
+	s, out, err := e.wait(ctx, id)
+	if err != nil {
+		return s, out, err
+	}
+	return onAppClock(e.appClock(), s), out, nil
+}
+
+// wait is Wait with the run's times as DBOS keeps them.
+func (e *Engine) wait(ctx context.Context, id string) (run.Summary, json.RawMessage, error) {
 	if err := CheckRunID(id); err != nil {
 		return run.Summary{}, nil, err
 	}

@@ -67,9 +67,24 @@ type RunDetail struct {
 // ErrRunNotFound is returned for a run ID that does not exist.
 var ErrRunNotFound = errors.New("run not found")
 
-// RunDetail returns a run and its steps. Step outputs longer than
-// outputLimit bytes are cut, and the cut says so.
+// RunDetail returns a run and its steps, their times on the engine's
+// clock (Config.Now, see appClock). Step outputs longer than outputLimit
+// bytes are cut, and the cut says so.
 func (e *Engine) RunDetail(ctx context.Context, id string, outputLimit int) (*RunDetail, error) {
+	d, err := e.runDetail(ctx, id, outputLimit)
+	if err != nil {
+		return nil, err
+	}
+	clk := e.appClock()
+	d.Summary = onAppClock(clk, d.Summary)
+	stepsOnAppClock(clk, d.Steps)
+	attemptsOnAppClock(clk, d.Attempts)
+	return d, nil
+}
+
+// runDetail is RunDetail with DBOS's times as it keeps them, by the wall
+// clock, for the engine's own decisions.
+func (e *Engine) runDetail(ctx context.Context, id string, outputLimit int) (*RunDetail, error) {
 	c, w, err := e.lookUp(ctx, id, true)
 	if err != nil {
 		return nil, err

@@ -21,8 +21,9 @@ const (
 
 // RunHistory is every attempt of every step of a run, in order, with the
 // waits between them and why each wait happened: what the run page's table
-// and timeline show, and GET /v1/runs/{id}/history answers. Times are
-// DBOS's, which records them by the wall clock.
+// and timeline show, and GET /v1/runs/{id}/history answers. Times and
+// durations are DBOS's, which records them by the wall clock, shown on the
+// engine's clock (Config.Now, see appClock).
 type RunHistory struct {
 	ID        string    `json:"id"`
 	Function  string    `json:"function"`
@@ -110,7 +111,10 @@ func (e *Engine) RunHistory(ctx context.Context, id string) (*RunHistory, error)
 	if err != nil {
 		return nil, fmt.Errorf("get steps of run %s: %w", id, err)
 	}
-	return historyFor(s, historyOf(rows)), nil
+	clk := e.appClock()
+	attempts := historyOf(rows)
+	attemptsOnAppClock(clk, attempts)
+	return historyFor(onAppClock(clk, s), attempts), nil
 }
 
 // History is the run's history, as RunHistory returns it.

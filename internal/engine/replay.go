@@ -25,7 +25,7 @@ type Replayed struct {
 // for it (the key is used): Replay then fails with ErrNotReplayable, as it
 // does when the function's rate limit drops the event.
 func (e *Engine) Replay(ctx context.Context, id string) (Replayed, error) {
-	d, err := e.RunDetail(ctx, id, 1)
+	d, err := e.runDetail(ctx, id, 1)
 	if err != nil {
 		return Replayed{}, err
 	}

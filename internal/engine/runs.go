@@ -70,7 +70,8 @@ func dbosStatuses(s run.State) ([]dbos.WorkflowStatusType, error) {
 type RunFilter struct {
 	Function string
 	Status   run.State
-	// Since and Until bound when runs were created, both included.
+	// Since and Until bound when runs were created, both included, on the
+	// engine's clock (Config.Now).
 	Since, Until time.Time
 	// EventKey selects the runs an event started by its key as the engine
 	// stores it: the event's ID, or the value of the function's
@@ -83,7 +84,8 @@ type RunFilter struct {
 	Limit  int // default 100
 }
 
-// Runs lists runs, newest first.
+// Runs lists runs, newest first, their times on the engine's clock
+// (Config.Now), as DBOS's records are shown (see appClock).
 func (e *Engine) Runs(ctx context.Context, f RunFilter) ([]run.Summary, error) {
 	statuses, err := dbosStatuses(f.Status)
 	if err != nil {
@@ -104,6 +106,10 @@ func (e *Engine) Runs(ctx context.Context, f RunFilter) ([]run.Summary, error) {
 	if err := f.check(); err != nil {
 		return nil, err
 	}
+	// DBOS records runs by the wall clock: the search's bounds, on the
+	// app's, are looked up there, and the runs found shown on the app's.
+	clk := e.appClock()
+	f.Since, f.Until = clk.ToWall(f.Since), clk.ToWall(f.Until)
 	limit := max(1, cmp.Or(f.Limit, 100))
 	opts := []dbos.ListWorkflowsOption{
 		dbos.WithFilterName(names...),
@@ -197,6 +203,9 @@ func (e *Engine) Runs(ctx context.Context, f RunFilter) ([]run.Summary, error) {
 	}
 	if err := e.explainEnds(ctx, out); err != nil {
 		return nil, err
+	}
+	for i := range out {
+		out[i] = onAppClock(clk, out[i])
 	}
 	return out, nil
 }

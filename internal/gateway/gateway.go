@@ -407,6 +407,9 @@ type FlowsView struct {
 	// once (routes.go); absent without routes.
 	Models  []ModelView  `json:"models,omitempty"`
 	Targets []TargetView `json:"targets,omitempty"`
+	// Clock is the gateway's clock (Config.Now and Config.Speed), which
+	// the flows' times are on: "now" and "speed".
+	httpjson.Clock
 }
 
 // BudgetView is a budget in money (the unit of the key's prices) and what
@@ -529,7 +532,7 @@ func (g *Gateway) Flows() FlowsView {
 		}
 		slices.SortFunc(st.Flows, func(a, b governor.FlowStats) int { return strings.Compare(a.Name, b.Name) })
 	}
-	v := FlowsView{Key: st.Key, Limits: map[string]LimitView{}, Flows: make([]FlowView, 0, len(st.Flows))}
+	v := FlowsView{Key: st.Key, Limits: map[string]LimitView{}, Flows: make([]FlowView, 0, len(st.Flows)), Clock: httpjson.ClockOf(now, g.cfg.Speed)}
 	var budget, spent governor.Limits
 	for _, ls := range st.Limits {
 		switch {

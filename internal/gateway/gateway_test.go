@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/clock"
 	"github.com/sluice-dev/sluice/internal/forecast"
 	"github.com/sluice-dev/sluice/internal/govtext"
 	"github.com/sluice-dev/sluice/internal/health"
@@ -883,6 +884,37 @@ func TestFlowsHealth(t *testing.T) {
 	waitFor(t, "the line to empty", func() bool { return flowView(t, b, "titles").Waiting == 0 })
 	if f := get()["titles"]; f["state"] != "idle" || f["waiting_on"] != nil || f["eta"] != nil || f["rate_per_hour"] != nil {
 		t.Errorf("a flow with nothing waiting: %v", f)
+	}
+}
+
+// /v1/flows says the gateway's clock, which its flows' times are on: a
+// clock of its own, or the wall clock at its pace.
+func TestFlowsSayTheClock(t *testing.T) {
+	t.Parallel()
+	clk := clock.At(60, time.Date(2031, 6, 15, 12, 0, 0, 0, time.UTC))
+	for _, tc := range []struct {
+		name  string
+		now   func() time.Time
+		speed float64
+	}{{"a clock of its own", clk.Now, 60}, {"the wall clock", time.Now, 1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, forecast.ModelConfig{Profile: "groq", Limits: limits("rpm=10")},
+				Config{Limits: limits("rpm=10"), Now: tc.now, Speed: tc.speed})
+			before := tc.now()
+			resp, body := b.do(t, "GET", "/v1/flows", "", nil)
+			after := tc.now()
+			var v struct {
+				Now   time.Time
+				Speed float64
+			}
+			if err := json.Unmarshal(body, &v); err != nil || resp.StatusCode != 200 {
+				t.Fatalf("/v1/flows: %d %s (%v)", resp.StatusCode, body, err)
+			}
+			if v.Now.Before(before) || v.Now.After(after) || v.Speed != tc.speed {
+				t.Errorf("/v1/flows says %s at ×%v, want from %s to %s at ×%v", v.Now, v.Speed, before, after, tc.speed)
+			}
+		})
 	}
 }
 

@@ -99,6 +99,9 @@ func (a *api) functions(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
-	httpjson.Write(w, http.StatusOK, map[string]any{"functions": nonNil(fs)})
+	httpjson.Write(w, http.StatusOK, struct {
+		Functions []Function `json:"functions"`
+		httpjson.Clock
+	}{nonNil(fs), a.clock()})
 	return nil
 }

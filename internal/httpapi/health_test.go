@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -108,9 +109,43 @@ func TestFlows(t *testing.T) {
 	t.Run("none without jobs", func(t *testing.T) {
 		t.Parallel()
 		srv := healthServer(t, nil)
-		var got map[string][]any
-		if status := do(t, srv, "GET", "/v1/flows", healthToken, "", &got); status != 200 || got["flows"] == nil || len(got["flows"]) != 0 {
+		var got map[string]json.RawMessage
+		if status := do(t, srv, "GET", "/v1/flows", healthToken, "", &got); status != 200 || string(got["flows"]) != "[]" {
 			t.Errorf("status %d, body %v; want an empty list", status, got)
+		}
+	})
+	// The flows' times are on the app's clock: the answer says its time
+	// and speed, by which a client reads them (sluice status).
+	t.Run("the app's clock", func(t *testing.T) {
+		t.Parallel()
+		app := at.Add(50 * time.Hour)
+		for _, tc := range []struct {
+			name  string
+			cfg   httpapi.Config
+			now   time.Time
+			speed float64
+		}{
+			{"compressed", httpapi.Config{Health: h, Now: func() time.Time { return app }, Speed: 720}, app, 720},
+			{"the wall clock", httpapi.Config{Health: h}, time.Time{}, 1},
+		} {
+			srv := httptest.NewServer(httpapi.New(tc.cfg))
+			t.Cleanup(srv.Close)
+			before := time.Now()
+			var got struct {
+				Flows []health.Flow
+				Now   time.Time
+				Speed float64
+			}
+			if status := do(t, srv, "GET", "/v1/flows", "", "", &got); status != 200 || len(got.Flows) != 1 {
+				t.Fatalf("%s: status %d, %+v", tc.name, status, got)
+			}
+			lo, hi := tc.now, tc.now
+			if tc.now.IsZero() { // the wall clock, read during the request
+				lo, hi = before, time.Now()
+			}
+			if got.Now.Before(lo) || got.Now.After(hi) || got.Speed != tc.speed {
+				t.Errorf("%s: now %s at speed %v, want from %s to %s at %v", tc.name, got.Now, got.Speed, lo, hi, tc.speed)
+			}
 		}
 	})
 }

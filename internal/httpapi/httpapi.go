@@ -15,6 +15,10 @@
 //	GET  /healthz                the process answers
 //	GET  /readyz                 the app has started (see Starting) and no job is stalled
 //
+// Times are the app's (Config.Now), runs' too, which DBOS records by the
+// wall clock (the engine converts them); every answer that carries times
+// says that clock's now and speed beside them (httpjson.Clock).
+//
 // Errors are JSON {"error": "..."} (httpjson.Error) with the status from
 // the one table the dashboard shares (httperr.Status). Input is checked before the database sees it, so SQLite and
 // PostgreSQL answer it alike; a 500 never carries the database's text: it
@@ -98,8 +102,13 @@ type Config struct {
 	// OutputLimit bounds each step output shown by GET /v1/runs/{id}
 	// (default 4096 bytes); a longer one is cut and the cut says so.
 	OutputLimit int
-	// Now is the clock for relative "since" filters (default time.Now).
+	// Now is the app's clock (default time.Now): the clock of the times
+	// the answers carry, which each answer that carries times names in its
+	// "now", and of the runs' search ("since=1h" is an hour back on it).
 	Now func() time.Time
+	// Speed is how many times as fast as the wall clock Now runs (default
+	// 1), which the answers that carry times say in their "speed".
+	Speed float64
 	// Logger receives the errors behind 500 answers (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -107,6 +116,9 @@ type Config struct {
 type api struct {
 	cfg Config
 }
+
+// clock is the app's clock now.
+func (a *api) clock() httpjson.Clock { return httpjson.ClockOf(a.cfg.Now(), a.cfg.Speed) }
 
 // New returns the API's handler.
 func New(cfg Config) http.Handler {
@@ -253,7 +265,10 @@ func (a *api) flows(w http.ResponseWriter, _ *http.Request) error {
 	if a.cfg.Health != nil {
 		fs = a.cfg.Health.Flows()
 	}
-	httpjson.Write(w, http.StatusOK, map[string]any{"flows": nonNil(fs)})
+	httpjson.Write(w, http.StatusOK, struct {
+		Flows []health.Flow `json:"flows"`
+		httpjson.Clock
+	}{nonNil(fs), a.clock()})
 	return nil
 }
 
@@ -306,7 +321,10 @@ func (a *api) listRuns(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	httpjson.Write(w, http.StatusOK, map[string]any{"runs": nonNil(runs)})
+	httpjson.Write(w, http.StatusOK, struct {
+		Runs []run.Summary `json:"runs"`
+		httpjson.Clock
+	}{nonNil(runs), a.clock()})
 	return nil
 }
 
@@ -315,7 +333,10 @@ func (a *api) getRun(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	httpjson.Write(w, http.StatusOK, d)
+	httpjson.Write(w, http.StatusOK, struct {
+		*engine.RunDetail
+		httpjson.Clock
+	}{d, a.clock()})
 	return nil
 }
 
@@ -333,7 +354,10 @@ func (a *api) history(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	httpjson.Write(w, http.StatusOK, h)
+	httpjson.Write(w, http.StatusOK, struct {
+		*engine.RunHistory
+		httpjson.Clock
+	}{h, a.clock()})
 	return nil
 }
 
@@ -408,7 +432,10 @@ func (a *api) dropped(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	httpjson.Write(w, http.StatusOK, map[string]any{"dropped": nonNil(d)})
+	httpjson.Write(w, http.StatusOK, struct {
+		Dropped []engine.DroppedEvent `json:"dropped"`
+		httpjson.Clock
+	}{nonNil(d), a.clock()})
 	return nil
 }
 

@@ -23,8 +23,9 @@ var RunFilterParams = []string{"function", "status", "event_key", "reason", "sin
 // GET /v1/runs and of the runs page, which take the same words: function,
 // status, event_key (an event's ID or idempotency key), reason (text of
 // why runs failed, timed out or were cancelled), since and until (each an
-// RFC 3339 time or a duration back from now) and limit (1 to 1000). An
-// error is a 400 that names the parameter.
+// RFC 3339 time or a duration back from now, now being the app's clock,
+// which the engine searches by) and limit (1 to 1000). An error is a 400
+// that names the parameter.
 func ParseRunFilter(q url.Values, now time.Time) (engine.RunFilter, error) {
 	f := engine.RunFilter{Function: q.Get("function"), Status: run.State(q.Get("status")), EventKey: q.Get("event_key"), Reason: q.Get("reason")}
 	if f.Status != "" && !slices.Contains(engine.RunStates, f.Status) {

@@ -10,6 +10,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/cli"
 	"github.com/sluice-dev/sluice/internal/clock"
 	"github.com/sluice-dev/sluice/internal/health"
+	"github.com/sluice-dev/sluice/internal/httpjson"
 )
 
 // Clock is the clock WriteStatus writes times against: the server's, when
@@ -21,15 +22,16 @@ type Clock struct {
 	Label string
 }
 
-// ServerClock is the server's clock from its answer: the time it says
-// (said), or, from a server that does not say it, this machine's wall
-// clock — unless the answer holds a time of progress still ahead of it,
-// which a server on the wall clock cannot have: its app runs on a
-// simulated clock, and times are written as they are, not relative to a
-// now that is unknown.
-func ServerClock(said time.Time, flows []health.Flow, wall time.Time) Clock {
-	if !said.IsZero() {
-		return Clock{Now: said, Label: clock.Label(1, said, wall)}
+// ServerClock is the server's clock from its answer: the clock it says
+// (said, as every answer of a server that carries times does), or, from
+// an older server that does not say it, this machine's wall clock —
+// unless the answer holds a time of progress still ahead of it, which a
+// server on the wall clock cannot have: its app runs on a simulated clock,
+// and times are written as they are, not relative to a now that is
+// unknown.
+func ServerClock(said httpjson.Clock, flows []health.Flow, wall time.Time) Clock {
+	if !said.Now.IsZero() {
+		return Clock{Now: said.Now, Label: clock.Label(said.Speed, said.Now, wall)}
 	}
 	for _, f := range flows {
 		if f.LastProgressAt.After(wall.Add(time.Minute)) {
@@ -37,6 +39,15 @@ func ServerClock(said time.Time, flows []health.Flow, wall time.Time) Clock {
 		}
 	}
 	return Clock{Now: wall}
+}
+
+// Heading is the line above a table of times on c that names c where it
+// is not this machine's clock, "" where it is.
+func (c Clock) Heading() string {
+	if c.Label == "" {
+		return ""
+	}
+	return fmt.Sprintf("Times in UTC on the server's clock (%s).\n", c.Label)
 }
 
 // WriteStatus prints flows as a table, their times relative to the
@@ -50,9 +61,7 @@ func WriteStatus(w io.Writer, flows []health.Flow, c Clock) error {
 	}
 	now := c.Now
 	var b strings.Builder
-	if c.Label != "" {
-		fmt.Fprintf(&b, "Times in UTC on the server's clock (%s).\n", c.Label)
-	}
+	b.WriteString(c.Heading())
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tSTATE\tPROGRESS\tRATE/H\tTIME LEFT\tLAST PROGRESS\tFAILURES\tIN FLIGHT\tLAST ERROR / WAITING ON")
 	for _, f := range flows {

@@ -95,7 +95,7 @@ func bearer(token string, h http.Handler) http.Handler {
 // withGatewayFlows answers GET /v1/flows with the app's flows (its
 // backfills), as the API answers them, followed by the gateway's, in the
 // one schema both use; the gateway's key and limits are added as the
-// gateway alone gives them. Anything but a 200 from the API (a missing
+// gateway alone gives them, and the app's clock as the API gives it. Anything but a 200 from the API (a missing
 // token, a store not ready) is passed on as it is.
 func withGatewayFlows(api http.Handler, gw *gateway.Gateway) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -103,6 +103,7 @@ func withGatewayFlows(api http.Handler, gw *gateway.Gateway) http.Handler {
 		api.ServeHTTP(rec, r)
 		var got struct {
 			Flows []json.RawMessage `json:"flows"`
+			httpjson.Clock
 		}
 		if rec.code != http.StatusOK || json.Unmarshal(rec.body.Bytes(), &got) != nil {
 			for k, v := range rec.header {
@@ -125,7 +126,12 @@ func withGatewayFlows(api http.Handler, gw *gateway.Gateway) http.Handler {
 		if flows == nil {
 			flows = []json.RawMessage{}
 		}
-		httpjson.Write(w, http.StatusOK, map[string]any{"key": v.Key, "limits": v.Limits, "flows": flows})
+		httpjson.Write(w, http.StatusOK, struct {
+			Key    string                       `json:"key"`
+			Limits map[string]gateway.LimitView `json:"limits"`
+			Flows  []json.RawMessage            `json:"flows"`
+			httpjson.Clock
+		}{v.Key, v.Limits, flows, got.Clock})
 	})
 }
 

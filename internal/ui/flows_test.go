@@ -9,9 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/engine"
 	"github.com/sluice-dev/sluice/internal/health"
 	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/internal/ui"
+	"github.com/sluice-dev/sluice/run"
 )
 
 var testFlows = []health.Flow{
@@ -207,21 +209,24 @@ func TestFlowPageBadInputAndUnknownFlows(t *testing.T) {
 	}
 }
 
-// TestPagesNameTheirClock: on an app whose clock is simulated, the pages
-// of the app's figures are stamped with its time and say it is simulated;
-// a page of the wall clock says that it is.
+// TestPagesNameTheirClock: on an app whose clock is simulated, every page
+// is stamped with its time and says it is simulated, the runs' pages too.
 func TestPagesNameTheirClock(t *testing.T) {
 	t.Parallel()
 	app := now.Add(50 * time.Hour)
 	h := newUI(t, ui.Config{Health: &fakeHealth{FlowsFunc: func() []health.Flow { return testFlows }}, Sender: &fakeSender{},
+		Engine: &fakeEngine{
+			RunsFunc:      func(context.Context, engine.RunFilter) ([]run.Summary, error) { return nil, nil },
+			RunDetailFunc: func(context.Context, string, int) (*engine.RunDetail, error) { return detail(run.Completed), nil },
+		},
 		AppNow: func() time.Time { return app }, Speed: 720}, nil)
-	for _, path := range []string{"/", "/flows", "/flows/titles", "/plan"} {
+	for _, path := range []string{"/", "/flows", "/flows/titles", "/plan", "/runs", "/runs/" + url.PathEscape("summarize:doc/1")} {
 		_, page := get(t, h, path)
 		hasText(t, path+" stamp", page.one(t, "stamp", classed("stamp")), "As of 2026-03-06 14:00:00Z (simulated time, ×720)")
 		hasText(t, path+" footer", page.one(t, "footer", func(n node) bool { return n.Name == "footer" }), "times in UTC, simulated time, ×720")
 	}
 	_, page := get(t, h, "/send")
-	hasText(t, "/send footer", page.one(t, "footer", func(n node) bool { return n.Name == "footer" }), "wall clock, not the app's")
+	hasText(t, "/send footer", page.one(t, "footer", func(n node) bool { return n.Name == "footer" }), "times in UTC, simulated time, ×720")
 
 	// On the wall clock, nothing is said but that times are the app's.
 	_, page = get(t, newUI(t, ui.Config{Health: &fakeHealth{FlowsFunc: func() []health.Flow { return testFlows }}}, nil), "/flows")

@@ -34,12 +34,15 @@ func (h *Handler) runs(w http.ResponseWriter, r *http.Request) error {
 	if v.Versions, err = h.otherVersions(r.Context()); err != nil {
 		return err
 	}
-	f, err := httpapi.ParseRunFilter(q, h.cfg.Now())
+	// The search and the runs are on the app's clock, as the Engine
+	// takes and shows them.
+	now := h.cfg.AppNow()
+	f, err := httpapi.ParseRunFilter(q, now)
 	if err == nil {
 		var runs []run.Summary
 		if runs, err = h.cfg.Engine.Runs(r.Context(), f); err == nil {
 			for _, s := range runs {
-				v.Runs = append(v.Runs, runRow{Summary: s, Duration: runDuration(s, h.cfg.Now())})
+				v.Runs = append(v.Runs, runRow{Summary: s, Duration: runDuration(s, now)})
 			}
 		}
 	}
@@ -99,7 +102,7 @@ func (h *Handler) run(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	now := h.cfg.Now()
+	now := h.cfg.AppNow()
 	v := runView{RunDetail: d, Duration: runDuration(d.Summary, now),
 		CanCancel:    !d.Status.Ended(),
 		CanRerun:     d.Status == run.Failed || d.Status == run.Cancelled || d.Status == run.TimedOut,

@@ -61,7 +61,8 @@ import (
 	"github.com/sluice-dev/sluice/run"
 )
 
-// Engine is what the dashboard needs of the engine's runs.
+// Engine is what the dashboard needs of the engine's runs. The times it
+// takes and gives are on the app's clock (Config.AppNow).
 type Engine interface {
 	// Runs lists runs, newest first (the runs page).
 	Runs(ctx context.Context, f engine.RunFilter) ([]run.Summary, error)
@@ -182,15 +183,16 @@ type Config struct {
 	// when JavaScript runs (default 5 s; negative: never). At least a
 	// second.
 	Refresh time.Duration
-	// Now is the clock of sessions and runs, which DBOS times by the wall
-	// clock (default time.Now).
+	// Now is the wall clock, of sessions and sign-in throttling, against
+	// which the pages tell whether AppNow is another (default time.Now).
 	Now func() time.Time
 	// Links are further entries of the navigation, after the dashboard's
 	// own, to pages of the program that mounts it. Each Href must be a
 	// path on the same server ("/demo").
 	Links []Link
-	// AppNow is the app's clock (sluice.Config.Now), which the governors'
-	// figures and the backfills' samples read (default Now).
+	// AppNow is the app's clock (sluice.Config.Now), which every page's
+	// times are on: the governors' figures, the backfills' samples, and the
+	// runs, which the Engine shows on it too (default Now).
 	AppNow func() time.Time
 	// Speed is how many times as fast as the wall clock AppNow runs
 	// (sluice.Config.Speed; default 1): the pages name a clock that is not
@@ -442,12 +444,12 @@ func newRef() string {
 // view is what the layout shows around a page.
 type view struct {
 	Title    string
-	Nav      string // the navigation entry of the page
-	CSRF     string // the token every form of the page carries
-	SignOut  bool   // signed in with a session: the sign-out button shows
-	Refresh  int    // seconds between live refreshes; 0: none
-	Now      time.Time
-	Clock    string    // names the clock of Now when it is not the wall clock
+	Nav      string    // the navigation entry of the page
+	CSRF     string    // the token every form of the page carries
+	SignOut  bool      // signed in with a session: the sign-out button shows
+	Refresh  int       // seconds between live refreshes; 0: none
+	Now      time.Time // on the app's clock
+	Clock    string    // names the app's clock when it is not the wall clock
 	Path     string    // of the request: a link of Config.Links to it is the current page
 	at       time.Time // when the page's figures were read on the app's clock; zero: now
 	Data     any
@@ -455,11 +457,6 @@ type view struct {
 	AssetJS  string
 	Links    []Link
 }
-
-// appClock are the pages whose figures read the app's clock (AppNow):
-// their times are shown against it. The runs' pages read DBOS's records,
-// kept by the wall clock.
-var appClock = map[string]bool{"overview": true, "flows": true, "plan": true, "page": true}
 
 // Link is an entry of the navigation to a page the program that mounts
 // the dashboard serves itself.
@@ -492,16 +489,12 @@ func (h *Handler) renderLiveAt(w http.ResponseWriter, r *http.Request, name, tit
 func (h *Handler) renderView(w http.ResponseWriter, r *http.Request, status int, name string, v view) {
 	v.CSRF = h.csrf(r)
 	v.SignOut = h.hasSession(r)
-	v.Now = h.cfg.Now().UTC()
-	app := v.at
-	if app.IsZero() {
-		app = h.cfg.AppNow()
+	v.Now = v.at
+	if v.Now.IsZero() {
+		v.Now = h.cfg.AppNow()
 	}
-	if app = app.UTC(); appClock[v.Nav] {
-		v.Now, v.Clock = app, clock.Label(h.cfg.Speed, app, v.Now)
-	} else if !app.Equal(v.Now) && clock.Label(h.cfg.Speed, app, v.Now) != "" {
-		v.Clock = "wall clock, not the app's"
-	}
+	v.Now = v.Now.UTC()
+	v.Clock = clock.Label(h.cfg.Speed, v.Now, h.cfg.Now())
 	v.Links, v.Path = h.cfg.Links, r.URL.Path
 	v.AssetCSS, v.AssetJS = h.assetURL("style.css"), h.assetURL("live.js")
 	var b bytes.Buffer

@@ -391,20 +391,48 @@ func TestNavigationLinks(t *testing.T) {
 	}
 }
 
-// Pages of the app's figures read the app's clock, which may run ahead of
-// the wall clock (a rehearsal in compressed time); the runs' pages read the
-// wall clock DBOS keeps them by.
+// Every page reads the app's clock, which may run ahead of the wall clock
+// (a rehearsal in compressed time): the runs' pages too, whose runs the
+// engine gives on that clock. A search back from now goes back from its
+// now, and a run under way has run until its now.
 func TestPagesReadTheirClock(t *testing.T) {
 	t.Parallel()
 	wall := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
 	app := wall.Add(36 * time.Hour)
+	running := run.Summary{ID: "summarize:doc/1", Function: "summarize", Status: run.Running, CreatedAt: app.Add(-10 * time.Minute), StartedAt: app.Add(-10 * time.Minute)}
+	var since time.Time
 	h := newUI(t, ui.Config{Now: func() time.Time { return wall }, AppNow: func() time.Time { return app },
-		Engine: &fakeEngine{RunsFunc: func(context.Context, engine.RunFilter) ([]run.Summary, error) { return nil, nil }}}, nil)
-	for path, want := range map[string]time.Time{"/": app, "/flows": app, "/runs": wall} {
+		Engine: &fakeEngine{
+			RunsFunc: func(_ context.Context, f engine.RunFilter) ([]run.Summary, error) {
+				since = f.Since
+				return []run.Summary{running}, nil
+			},
+			RunDetailFunc: func(context.Context, string, int) (*engine.RunDetail, error) {
+				return &engine.RunDetail{Summary: running}, nil
+			},
+		}}, nil)
+	for _, path := range []string{"/", "/flows", "/runs?since=1h", "/runs/" + url.PathEscape(running.ID)} {
 		_, page := get(t, h, path)
 		stamp := page.one(t, path+"'s stamp", classed("stamp"))
-		if got := stamp.all(func(n node) bool { return n.Name == "time" }); len(got) != 1 || got[0].Attrs["datetime"] != want.Format(time.RFC3339) {
-			t.Errorf("%s is as of %v, want %s", path, got, want.Format(time.RFC3339))
+		if got := stamp.all(func(n node) bool { return n.Name == "time" }); len(got) != 1 || got[0].Attrs["datetime"] != app.Format(time.RFC3339) {
+			t.Errorf("%s is as of %v, want %s", path, got, app.Format(time.RFC3339))
 		}
+		// How long the run under way has taken, on the runs' list and its
+		// page.
+		var took []node
+		switch {
+		case strings.HasPrefix(path, "/runs?"):
+			took = page.one(t, "the run's row", with("data-run", running.ID)).all(func(n node) bool { return n.Name == "td" })[6:7]
+		case strings.HasPrefix(path, "/runs/"):
+			took = page.one(t, "the run's facts", classed("facts")).all(func(n node) bool { return n.Name == "div" && strings.HasPrefix(n.text(), "Took") })
+		}
+		for _, n := range took {
+			if !strings.HasSuffix(n.text(), "10m 0s") {
+				t.Errorf("%s: the run under way took %q, want 10m 0s", path, n.text())
+			}
+		}
+	}
+	if want := app.Add(-time.Hour); !since.Equal(want) {
+		t.Errorf("since=1h searched from %s, want %s: an hour back on the app's clock", since, want)
 	}
 }
