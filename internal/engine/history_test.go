@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -144,6 +145,29 @@ func TestSearchRuns(t *testing.T) {
 		for _, most := range []int{0, 1} {
 			e.maxReasonCandidates = most
 			searchCases(t, e, ids, created, b.RunID)
+		}
+		// A search by event key finds the run the event started and its
+		// re-runs, and theirs, newest first.
+		rerun := func(id string) string {
+			re, err := e.Rerun(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wait(t, e, re)
+			return re
+		}
+		re := rerun(ids[0])
+		re2 := rerun(re)
+		got, err := e.Runs(ctx, RunFilter{EventKey: "ev0"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var gotIDs []string
+		for _, s := range got {
+			gotIDs = append(gotIDs, s.ID)
+		}
+		if want := []string{re2, re, ids[0]}; !slices.Equal(gotIDs, want) {
+			t.Errorf("runs of event key ev0 after two re-runs: %v, want %v", gotIDs, want)
 		}
 		for _, tc := range []struct {
 			f    RunFilter

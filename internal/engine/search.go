@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -43,6 +44,47 @@ func keyRunIDs(names []string, key string) []string {
 	return out
 }
 
+// maxKeyRuns bounds how many runs a search by event key gathers with
+// their re-runs: the most a search lists.
+const maxKeyRuns = 1000
+
+// withReruns is ids and the IDs of their re-runs (runs DBOS forked from
+// them, and from those, on), read through DBOS's index of runs by the run
+// they were forked from, at most maxKeyRuns in all: a search by event key
+// finds a run the event started and every re-run of it, which carry the
+// same event.
+func (e *Engine) withReruns(ctx context.Context, ids []string) ([]string, error) {
+	all, next := slices.Clip(ids), ids
+	for len(next) > 0 && len(all) < maxKeyRuns {
+		args := make([]any, len(next))
+		ps := make([]string, len(next))
+		for i, id := range next {
+			args[i], ps[i] = id, fmt.Sprintf("$%d", i+1)
+		}
+		q := e.sys.RenderSQL("SELECT workflow_uuid FROM %sworkflow_status WHERE forked_from IN (%s) LIMIT %d",
+			e.sys.Dialect().SchemaPrefix(e.sys.Schema()), strings.Join(ps, ", "), maxKeyRuns-len(all))
+		rows, err := e.sys.Pool().Query(ctx, q, args...)
+		if err != nil {
+			return nil, fmt.Errorf("search runs by event key: read re-runs: %w", err)
+		}
+		next = nil
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("search runs by event key: read re-runs: %w", err)
+			}
+			next = append(next, id)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("search runs by event key: read re-runs: %w", err)
+		}
+		all = append(all, next...)
+	}
+	return all, nil
+}
+
 // endStatus is the status sluice records a run's end under in its table
 // of ends (sluice_run_ends), for a search of s by reason; ok is false for
 // a state that has no reason to search.
@@ -61,7 +103,10 @@ func endStatus(s run.State) (string, bool) {
 func (e *Engine) searchIDs(ctx context.Context, names []string, f RunFilter, limit int) ([]string, error) {
 	var keyIDs []string
 	if f.EventKey != "" {
-		keyIDs = keyRunIDs(names, f.EventKey)
+		var err error
+		if keyIDs, err = e.withReruns(ctx, keyRunIDs(names, f.EventKey)); err != nil {
+			return nil, err
+		}
 	}
 	if f.Reason == "" {
 		return keyIDs, nil
