@@ -229,21 +229,8 @@ func (e *Engine) recordMissedEnds(ctx context.Context) (int, error) {
 		e.sys.Dialect().SchemaPrefix(e.sys.Schema()), strings.Join(statuses, ", "), strings.Join(ps, ", "), missedEndsBatch)
 	recorded := 0
 	for {
-		rows, err := e.sys.Pool().Query(ctx, q, args...)
+		ids, err := e.queryIDs(ctx, q, args...)
 		if err != nil {
-			return recorded, fmt.Errorf("find runs that ended unrecorded: %w", err)
-		}
-		var ids []string
-		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				rows.Close()
-				return recorded, fmt.Errorf("find runs that ended unrecorded: %w", err)
-			}
-			ids = append(ids, id)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
 			return recorded, fmt.Errorf("find runs that ended unrecorded: %w", err)
 		}
 		if len(ids) == 0 {

@@ -63,21 +63,8 @@ func (e *Engine) withReruns(ctx context.Context, ids []string) ([]string, error)
 		}
 		q := e.sys.RenderSQL("SELECT workflow_uuid FROM %sworkflow_status WHERE forked_from IN (%s) LIMIT %d",
 			e.sys.Dialect().SchemaPrefix(e.sys.Schema()), strings.Join(ps, ", "), maxKeyRuns-len(all))
-		rows, err := e.sys.Pool().Query(ctx, q, args...)
-		if err != nil {
-			return nil, fmt.Errorf("search runs by event key: read re-runs: %w", err)
-		}
-		next = nil
-		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				rows.Close()
-				return nil, fmt.Errorf("search runs by event key: read re-runs: %w", err)
-			}
-			next = append(next, id)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+		var err error
+		if next, err = e.queryIDs(ctx, q, args...); err != nil {
 			return nil, fmt.Errorf("search runs by event key: read re-runs: %w", err)
 		}
 		all = append(all, next...)
@@ -124,23 +111,29 @@ func (e *Engine) searchIDs(ctx context.Context, names []string, f RunFilter, lim
 	if !ok {
 		return nil, nil
 	}
-	rows, err := e.sys.Pool().Query(ctx, q, args...)
+	ids, err := e.queryIDs(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("search runs by reason: %w", err)
 	}
+	return ids, nil
+}
+
+// queryIDs runs q, a query of one column of IDs, and returns them.
+func (e *Engine) queryIDs(ctx context.Context, q string, args ...any) ([]string, error) {
+	rows, err := e.sys.Pool().Query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
 	defer rows.Close()
-	var ids []string
+	ids := []string{}
 	for rows.Next() {
 		var id string
 		if err := rows.Scan(&id); err != nil {
-			return nil, fmt.Errorf("search runs by reason: %w", err)
+			return nil, err
 		}
 		ids = append(ids, id)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("search runs by reason: %w", err)
-	}
-	return ids, nil
+	return ids, rows.Err()
 }
 
 // reasonQuery is the query of searchIDs for a reason, with its arguments:
@@ -241,20 +234,7 @@ func (e *Engine) reasonCandidates(ctx context.Context, text string) (ids []strin
 	if !ok {
 		return nil, false, nil
 	}
-	rows, err := e.sys.Pool().Query(ctx, q, args...)
-	if err != nil {
-		return nil, false, fmt.Errorf("search runs by reason: %w", err)
-	}
-	defer rows.Close()
-	ids = []string{}
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, false, fmt.Errorf("search runs by reason: %w", err)
-		}
-		ids = append(ids, id)
-	}
-	if err := rows.Err(); err != nil {
+	if ids, err = e.queryIDs(ctx, q, args...); err != nil {
 		return nil, false, fmt.Errorf("search runs by reason: %w", err)
 	}
 	return ids, len(ids) > most, nil
