@@ -310,3 +310,31 @@ func demoInBubble(t *testing.T, f func(t *testing.T, pn *testenv.PipeNet)) {
 		f(t, pn)
 	})
 }
+
+// The closing line on sluice's key claims that every call fit only when
+// the key refused none; a refusal on a compressed clock is explained by
+// the transit the clock's speed magnifies.
+func TestSluiceRefusalsLine(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		refused   int64
+		speed     float64
+		want, not []string
+	}{
+		{0, 720, []string{"sluice's key refused 0: every call was admitted only when it fit every limit"}, nil},
+		{1, 720, []string{"sluice's key refused 1:", "later window than it was admitted in", "at ×720", cli.Span(36 * time.Second)}, []string{"every call was admitted"}},
+		{3, 1, []string{"sluice's key refused 3:"}, []string{"every call was admitted", "×"}},
+	} {
+		got := sluiceRefusals(tc.refused, tc.speed)
+		for _, w := range tc.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("refused %d at ×%v: %q, want %q in it", tc.refused, tc.speed, got, w)
+			}
+		}
+		for _, n := range tc.not {
+			if strings.Contains(got, n) {
+				t.Errorf("refused %d at ×%v: %q, want no %q in it", tc.refused, tc.speed, got, n)
+			}
+		}
+	}
+}

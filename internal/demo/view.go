@@ -430,7 +430,24 @@ func renderDemoSummary(w io.Writer, s demoSnapshot) {
 	if naive.TooLarge > 0 {
 		fmt.Fprintf(w, "%s were too large ever to fit (no max_tokens: Groq expects 2,048 output tokens, OTPM allows 1,000), and were sent again.\n", num.Group(naive.TooLarge))
 	}
-	fmt.Fprintf(w, "sluice's key refused %s: every call was admitted only when it fit every limit, the key shared by tokens.\n", num.Group(sl.Refused))
+	fmt.Fprint(w, sluiceRefusals(sl.Refused, s.Speed))
+}
+
+// sluiceRefusals is the closing line on sluice's key's refusals. Its
+// governor admits a call only when it fits every limit; on a compressed
+// clock a call the machine holds up in transit reaches the simulator
+// later on the key's clock than it was admitted, by the speed times the
+// delay, and may land in a window the governor had already left: that,
+// not the governor, is what a refusal there says.
+func sluiceRefusals(refused int64, speed float64) string {
+	if refused == 0 {
+		return "sluice's key refused 0: every call was admitted only when it fit every limit, the key shared by tokens.\n"
+	}
+	line := fmt.Sprintf("sluice's key refused %s: its governor admits a call only when it fits every limit, so each refusal is a call that reached the key in a later window than it was admitted in", num.Group(refused))
+	if speed > 1 {
+		line += fmt.Sprintf(" (at ×%s, a twentieth of a second in transit on a busy machine is %s of the key's clock)", strconv.FormatFloat(speed, 'f', -1, 64), cli.Span(time.Duration(speed*float64(time.Second)/20)))
+	}
+	return line + "; it was retried after the key's retry-after.\n"
 }
 
 // page is GET /demo's content, shown in the dashboard's layout: both
