@@ -186,7 +186,7 @@ func (g *Governor) newFlow(fc FlowConfig) *flow {
 	if !fc.Budget.IsZero() {
 		f.budget = &flowBudget{
 			limits: fc.Budget.Limits(Limits{}),
-			day:    newLedger(24*time.Hour, g.cfg.Lag, time.Second, false),
+			day:    newLedger(24*time.Hour, g.cfg.Lag, dayGrain, false),
 			month:  newLedger(Month, g.cfg.Lag, time.Minute, false),
 		}
 		for i, l := range budgetPacers {

@@ -105,8 +105,8 @@ func New(cfg Config) (*Governor, error) {
 	g := &Governor{
 		cfg:    cfg,
 		limits: cfg.Limits,
-		minute: newLedger(time.Minute, cfg.Lag, 0, cfg.FixedWindows),
-		day:    newLedger(24*time.Hour, cfg.Lag, time.Second, cfg.FixedWindows),
+		minute: newLedger(time.Minute, cfg.Lag, minuteGrain, cfg.FixedWindows),
+		day:    newLedger(24*time.Hour, cfg.Lag, dayGrain, cfg.FixedWindows),
 		// A budget is sluice's own, not a provider's window: it rolls.
 		month: newLedger(Month, cfg.Lag, time.Minute, false),
 		flows: make(map[string]*flow, len(cfg.Flows)),

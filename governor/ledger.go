@@ -7,14 +7,26 @@ import (
 	"time"
 )
 
+// The grains of the key's windows (see ledger): a minute's charges made
+// within 100 ms of each other are kept as one, a day's within a second. A
+// charge ages out at most a grain late (less than the Lag sluice's engine
+// and gateway already keep it), and a window holds at most one entry per
+// grain of its period, however many calls a second the key makes.
+const (
+	minuteGrain = 100 * time.Millisecond
+	dayGrain    = time.Second
+)
+
 // never is the time returned when something can not happen.
 const never = math.MaxInt64
 
 // charge is one admitted call as a window remembers it, or several made
-// within a ledger's grain of each other: first and last are the sequence
-// numbers of the calls it holds, at when the last was made.
+// within a ledger's grain of the first of them: first and last are the
+// sequence numbers of the calls it holds, since when the first was made
+// and at when the last was.
 type charge struct {
 	at          int64 // unix nanoseconds
+	since       int64
 	cost        Cost
 	first, last uint64
 }
@@ -26,9 +38,11 @@ type charge struct {
 // exactly one period after it was made. A fixed ledger keeps the charges of
 // the current window, which starts at a whole multiple of the period.
 //
-// With a grain, charges made less than a grain after the newest one are
-// added to it and age out with the last of them: at most a grain late,
-// never early. The day's ledger has a grain of a second, so what it keeps
+// With a grain, charges made less than a grain after the first charge the
+// newest entry holds are added to it and age out with the last of them: at
+// most a grain late, never early. (Measured from the entry's last charge
+// instead, a stream of calls less than a grain apart would make one entry
+// that ages out only a period after the stream ends.) The day's ledger has a grain of a second, so what it keeps
 // is bounded by the seconds of a day, however many calls a key makes.
 type ledger struct {
 	period int64
@@ -124,15 +138,16 @@ func (lg *ledger) add(now int64, c Cost) uint64 {
 		e.at, e.cost, e.last = now, e.cost.add(c), seq
 		return seq
 	}
-	lg.entries = append(lg.entries, charge{at: now, cost: c, first: seq, last: seq})
+	lg.entries = append(lg.entries, charge{at: now, since: now, cost: c, first: seq, last: seq})
 	return seq
 }
 
 // joins reports whether a charge made at now may be added to e, the newest:
-// within the grain, and on the same side of every moment a fixed window
-// tells its charges apart at (its start, and lag before its end).
+// within the grain of e's first charge, and on the same side of every
+// moment a fixed window tells its charges apart at (its start, and lag
+// before its end).
 func (lg *ledger) joins(e *charge, now int64) bool {
-	if lg.grain <= 0 || now-e.at >= lg.grain {
+	if lg.grain <= 0 || now-e.since >= lg.grain {
 		return false
 	}
 	if !lg.fixed {

@@ -12,7 +12,7 @@ import (
 // held with others changes the sum by exactly the difference.
 func TestLedgerGrainAgesOutLateNeverEarly(t *testing.T) {
 	t.Parallel()
-	const period, lag, grain = int64(time.Hour), int64(time.Second), int64(time.Second)
+	const period, lag, grain = int64(time.Minute), int64(time.Second), int64(time.Second)
 	type made struct {
 		at   int64
 		cost Cost
@@ -76,5 +76,38 @@ func TestLedgerGrainKeepsFixedWindowsApart(t *testing.T) {
 	}
 	if got := lg.sum.Requests; got != 3 {
 		t.Errorf("new window counts %d requests, want 3: the one carried across the boundary and its own two", got)
+	}
+}
+
+// A key that makes a thousand calls a second keeps its minute window in
+// at most one entry per minuteGrain (100 ms) of the minute, not one per call:
+// what the governor holds does not grow with the key's rate. Each call
+// settled with its real usage is still counted exactly.
+func TestMinuteWindowIsBoundedByItsGrain(t *testing.T) {
+	t.Parallel()
+	g := mustNew(t, Config{Limits: Limits{RPM: 1_000_000, TPM: 1_000_000_000}})
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var tokens int64
+	for i := range 120_000 { // two minutes at 1,000 calls a second
+		now := start.Add(time.Duration(i) * time.Millisecond)
+		r := mustReserve(t, g, now, "batch", Cost{Requests: 1, Input: 100, Output: 50})
+		g.Advance(now)
+		if !r.Admitted() {
+			t.Fatalf("call %d not admitted at once under limits far above the load", i)
+		}
+		r.Settle(now, Cost{Requests: 1, Input: 80, Output: 20})
+		if i >= 60_000 {
+			tokens += 80 + 50 // the provider's input count, and max_tokens: output is not settled by default
+		}
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if live, most := len(g.minute.entries)-g.minute.head, int(time.Minute/minuteGrain)+1+int(g.cfg.Lag/minuteGrain)+1; live > most {
+		t.Errorf("the minute window holds %d entries after two minutes of 1,000 calls a second, want at most %d", live, most)
+	}
+	// The last minute's calls, and those of the lag before it, as settled;
+	// a grain may hold up to 100 ms more.
+	if got := g.minute.sum.On(TPM); got < tokens || got > tokens+130*int64((g.cfg.Lag+minuteGrain)/time.Millisecond) {
+		t.Errorf("the minute window counts %d tokens, want the last minute's %d and at most the lag's and a grain's more", got, tokens)
 	}
 }
