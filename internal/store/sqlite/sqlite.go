@@ -65,10 +65,14 @@ const BusyTimeout = 5 * time.Second
 // (database/sql has no per-connection hook); they match what DBOS applies to
 // the SQLite handles it opens itself, since it uses ours as given. The busy
 // timeout comes first so that the journal mode, which needs the lock when it
-// changes, waits for it too.
+// changes, waits for it too. Each connection keeps a page cache of 512 kB
+// rather than SQLite's 2 MB: the pool's caches filled as a database grew
+// past them and were most of what a long backfill's memory grew by, and the
+// pages they miss are in the OS's cache (a million-item backfill went as
+// fast, docs/benchmarks.md).
 var pragmas = []string{
 	"busy_timeout(" + strconv.FormatInt(BusyTimeout.Milliseconds(), 10) + ")",
-	"foreign_keys(ON)", "journal_mode(WAL)", "synchronous(NORMAL)",
+	"foreign_keys(ON)", "journal_mode(WAL)", "synchronous(NORMAL)", "cache_size(-512)",
 }
 
 // LockedError is the error of a statement that waited the whole busy timeout

@@ -106,7 +106,8 @@ func TestHandleIsSetUpForSharing(t *testing.T) {
 		"journal_mode": "wal",
 		"busy_timeout": "5000",
 		"foreign_keys": "1",
-		"synchronous":  "1", // NORMAL
+		"synchronous":  "1",    // NORMAL
+		"cache_size":   "-512", // 512 kB a connection: see pragmas
 	} {
 		var got string
 		if err := s.DB().QueryRowContext(ctx, "PRAGMA "+pragma).Scan(&got); err != nil {
