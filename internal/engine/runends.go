@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -201,10 +200,7 @@ func (e *Engine) sweepMissedEnds(ctx context.Context) {
 // so a process that sees its run stop later completes it as it completes
 // a cancel's. It returns how many runs it recorded.
 func (e *Engine) recordMissedEnds(ctx context.Context) (int, error) {
-	names := make([]string, 0, len(e.Functions()))
-	for _, fn := range e.Functions() {
-		names = append(names, fn.ID)
-	}
+	names := e.functionIDs()
 	if len(names) == 0 {
 		return 0, nil
 	}
@@ -212,21 +208,10 @@ func (e *Engine) recordMissedEnds(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	var statuses []string
-	for _, st := range []run.State{run.Failed, run.Cancelled} {
-		ds, _ := dbosStatuses(st)
-		for _, d := range ds {
-			statuses = append(statuses, "'"+string(d)+"'") // DBOS's constants: no quote in them
-		}
-	}
-	args := make([]any, len(names))
-	ps := make([]string, len(names))
-	for i, n := range names {
-		args[i], ps[i] = n, fmt.Sprintf("$%d", i+1)
-	}
+	var args params
 	q := e.sys.RenderSQL(`SELECT w.workflow_uuid FROM %sworkflow_status w WHERE w.status IN (%s) AND w.name IN (%s)
 		AND NOT EXISTS (SELECT 1 FROM sluice_run_ends r WHERE r.run_id = w.workflow_uuid) LIMIT %d`,
-		e.sys.Dialect().SchemaPrefix(e.sys.Schema()), strings.Join(statuses, ", "), strings.Join(ps, ", "), missedEndsBatch)
+		e.sys.Dialect().SchemaPrefix(e.sys.Schema()), statusLiterals(run.Failed, run.Cancelled), args.list(names), missedEndsBatch)
 	recorded := 0
 	for {
 		ids, err := e.queryIDs(ctx, q, args...)

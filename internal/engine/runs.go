@@ -93,10 +93,7 @@ func (e *Engine) Runs(ctx context.Context, f RunFilter) ([]run.Summary, error) {
 	}
 	names := []string{f.Function}
 	if f.Function == "" {
-		names = names[:0]
-		for _, fn := range e.Functions() {
-			names = append(names, fn.ID)
-		}
+		names = e.functionIDs()
 	} else if _, ok := e.function(f.Function); !ok {
 		return nil, invalid("function", "%s is not a registered function", quote(f.Function))
 	}

@@ -56,13 +56,9 @@ const maxKeyRuns = 1000
 func (e *Engine) withReruns(ctx context.Context, ids []string) ([]string, error) {
 	all, next := slices.Clip(ids), ids
 	for len(next) > 0 && len(all) < maxKeyRuns {
-		args := make([]any, len(next))
-		ps := make([]string, len(next))
-		for i, id := range next {
-			args[i], ps[i] = id, fmt.Sprintf("$%d", i+1)
-		}
+		var args params
 		q := e.sys.RenderSQL("SELECT workflow_uuid FROM %sworkflow_status WHERE forked_from IN (%s) LIMIT %d",
-			e.sys.Dialect().SchemaPrefix(e.sys.Schema()), strings.Join(ps, ", "), maxKeyRuns-len(all))
+			e.sys.Dialect().SchemaPrefix(e.sys.Schema()), args.list(next), maxKeyRuns-len(all))
 		var err error
 		if next, err = e.queryIDs(ctx, q, args...); err != nil {
 			return nil, fmt.Errorf("search runs by event key: read re-runs: %w", err)
@@ -150,17 +146,8 @@ func (e *Engine) reasonQuery(names, keyIDs, candidates []string, f RunFilter, li
 	if !ok {
 		return "", nil, false
 	}
-	arg := func(v any) string {
-		args = append(args, v)
-		return fmt.Sprintf("$%d", len(args))
-	}
-	list := func(vs []string) string {
-		ps := make([]string, len(vs))
-		for i, v := range vs {
-			ps[i] = arg(v)
-		}
-		return strings.Join(ps, ", ")
-	}
+	var ps params
+	arg, list := ps.add, ps.list
 	p := e.sys.Dialect().SchemaPrefix(e.sys.Schema())
 	var b strings.Builder
 	fmt.Fprintf(&b, "SELECT w.workflow_uuid FROM %sworkflow_status w JOIN sluice_run_ends r ON r.run_id = w.workflow_uuid WHERE w.name IN (%s)", p, list(names))
@@ -173,19 +160,14 @@ func (e *Engine) reasonQuery(names, keyIDs, candidates []string, f RunFilter, li
 	// DBOS's status of a run that ended so reads only the runs a reason
 	// can be found in (a record whose end DBOS did not write — a cancel
 	// that failed — is left out), through DBOS's partial index of them
-	// (idx_workflow_status_failed). The statuses are written as literals:
-	// SQLite uses a partial index only where the query's own terms imply
-	// its condition, which parameters do not.
-	var dbosStatus []string
+	// (idx_workflow_status_failed; see statusLiterals).
+	var ended []run.State
 	for _, st := range []run.State{run.Failed, run.Cancelled} {
 		if status == "" || status == string(st) || st == run.Cancelled && status == string(run.TimedOut) {
-			ds, _ := dbosStatuses(st)
-			for _, d := range ds {
-				dbosStatus = append(dbosStatus, "'"+string(d)+"'") // DBOS's constants: no quote in them
-			}
+			ended = append(ended, st)
 		}
 	}
-	fmt.Fprintf(&b, " AND w.status IN (%s)", strings.Join(dbosStatus, ", "))
+	fmt.Fprintf(&b, " AND w.status IN (%s)", statusLiterals(ended...))
 	if status != "" {
 		fmt.Fprintf(&b, " AND r.status = %s", arg(status))
 	}
@@ -200,7 +182,48 @@ func (e *Engine) reasonQuery(names, keyIDs, candidates []string, f RunFilter, li
 	// PostgreSQL's LIKE, which its pg_trgm index serves, matches case as
 	// written once its wildcards are escaped.
 	fmt.Fprintf(&b, " AND %s ORDER BY w.created_at DESC LIMIT %s", reasonHolds(e.h.SQLite != nil, f.Reason, arg), arg(limit))
-	return e.sys.RenderSQL("%s", b.String()), args, true
+	return e.sys.RenderSQL("%s", b.String()), ps, true
+}
+
+// params are a query's parameters as its text names them: add appends v
+// and returns its name ($n), list the names of vs, comma-separated.
+type params []any
+
+func (p *params) add(v any) string {
+	*p = append(*p, v)
+	return fmt.Sprintf("$%d", len(*p))
+}
+
+func (p *params) list(vs []string) string {
+	names := make([]string, len(vs))
+	for i, v := range vs {
+		names[i] = p.add(v)
+	}
+	return strings.Join(names, ", ")
+}
+
+// statusLiterals are DBOS's statuses of states, as SQL literals for an IN
+// list: written out rather than passed, since SQLite uses DBOS's partial
+// index of ended runs only where a query's own terms imply its condition.
+func statusLiterals(states ...run.State) string {
+	var lits []string
+	for _, st := range states {
+		ds, _ := dbosStatuses(st)
+		for _, d := range ds {
+			lits = append(lits, "'"+string(d)+"'") // DBOS's constants: no quote in them
+		}
+	}
+	return strings.Join(lits, ", ")
+}
+
+// functionIDs are the IDs of the registered functions.
+func (e *Engine) functionIDs() []string {
+	fns := e.Functions()
+	ids := make([]string, len(fns))
+	for i, fn := range fns {
+		ids[i] = fn.ID
+	}
+	return ids
 }
 
 // reasonHolds is the condition that the reason of sluice_run_ends r holds
@@ -244,19 +267,16 @@ func (e *Engine) reasonCandidates(ctx context.Context, text string) (ids []strin
 // its arguments; ok is false for a text that has no candidates from the
 // index (shorter than a trigram, on SQLite).
 func (e *Engine) candidatesQuery(text string, limit int) (q string, args []any, ok bool) {
-	arg := func(v any) string {
-		args = append(args, v)
-		return fmt.Sprintf("$%d", len(args))
-	}
+	var ps params
 	switch {
 	case e.h.SQLite == nil:
-		q = fmt.Sprintf("SELECT r.run_id FROM sluice_run_ends r WHERE %s LIMIT %s", reasonHolds(false, text, arg), arg(limit))
+		q = fmt.Sprintf("SELECT r.run_id FROM sluice_run_ends r WHERE %s LIMIT %s", reasonHolds(false, text, ps.add), ps.add(limit))
 	case utf8.RuneCountInString(text) < 3:
 		return "", nil, false
 	default:
-		q = fmt.Sprintf("SELECT DISTINCT run_id FROM sluice_run_end_text WHERE sluice_run_end_text MATCH %s LIMIT %s", arg(ftsPhrase(text)), arg(limit))
+		q = fmt.Sprintf("SELECT DISTINCT run_id FROM sluice_run_end_text WHERE sluice_run_end_text MATCH %s LIMIT %s", ps.add(ftsPhrase(text)), ps.add(limit))
 	}
-	return e.sys.RenderSQL("%s", q), args, true
+	return e.sys.RenderSQL("%s", q), ps, true
 }
 
 // likeEscaper escapes LIKE's wildcards and its escape character, so that a
