@@ -6,6 +6,10 @@
 -- their keys are found in the index, then their rows. Keys are COLLATE "C"
 -- (byte order, as SQLite orders them). With $6 lanes (0: all), only the
 -- items of lane $7 of them, judged in the index too.
+-- Each item's call is found by its key, one lookup per item: LIMIT 1
+-- keeps the lookup from being turned into a join, which the planner,
+-- counting on more items than a batch holds, made by reading every call
+-- recorded, once for every batch.
 SELECT i.backfill, i.item_key, i.state, i.eligible_at, i.processed_at, COALESCE(c.run_id, ''), COALESCE(c.request_id, ''),
        i.rejects, i.reason, i.retry_at
 FROM (
@@ -24,6 +28,8 @@ FROM (
         LIMIT $3
     )
 ) AS i
-LEFT JOIN sluice_backfill_calls AS c ON c.id = i.call_id
+LEFT JOIN LATERAL (
+    SELECT run_id, request_id FROM sluice_backfill_calls WHERE id = i.call_id LIMIT 1
+) AS c ON true
 ORDER BY i.eligible_at, i.item_key COLLATE "C"
 LIMIT $3;
