@@ -64,8 +64,13 @@ type backfillReport struct {
 	Concurrency  int          `json:"concurrency"`
 	Sluice       backfillSide `json:"sluice"`
 	DBOS         backfillSide `json:"dbos"`
-	// Ratio is sluice's items/s ÷ plain DBOS's.
+	// Ratio is sluice's items/s ÷ plain DBOS's, over all the rounds.
 	Ratio float64 `json:"ratio"`
+	// Ratios are each round's: plain DBOS's time over sluice's, for the
+	// same items, the two sides minutes apart on the same machine; and
+	// RatioMedian is their median.
+	Ratios      []float64 `json:"ratios"`
+	RatioMedian float64   `json:"ratio_median"`
 	// StallCheck times the health evaluation the app's monitor runs, and
 	// Flows GET /v1/flows over HTTP, once all items are in the store.
 	StallCheck latency `json:"stall_check_ms"`
@@ -142,8 +147,9 @@ func runBenchBackfill(ctx context.Context, env *cli.Env, args []string) error {
 			"DBOS workflows (the pending keys read from the table, one workflow per batch on a DBOS queue:\n"+
 			"a step calls the provider, a transaction saves the outputs). Each side runs in a process of its\n"+
 			"own on a fresh database, with the same queue polling; with several rounds the first side\n"+
-			"alternates. Prints items/s, store bytes per item and peak memory of each side, their ratio,\n"+
-			"and how long the stall check and GET /v1/flows take with every item in sluice's store.\n"+
+			"alternates. Prints items/s, store bytes per item and peak memory of each side, their ratio\n"+
+			"(over all rounds, and each round's with their median), and how long the stall check and\n"+
+			"GET /v1/flows take with every item in sluice's store.\n"+
 			"See docs/benchmarks.md.")
 	items := fs.Int("items", 10_000, "items in the app table")
 	batch := fs.Int("batch", 20, "items per LLM call: the backfill's MaxBatch, and each DBOS workflow's batch")
@@ -191,6 +197,7 @@ func runBenchBackfill(ctx context.Context, env *cli.Env, args []string) error {
 	}
 	var stall, flows []time.Duration
 	for r := range *rounds {
+		took := map[string]float64{} // the round's seconds, by side
 		sides := []string{"dbos", "sluice"}
 		if r%2 == 1 {
 			sides[0], sides[1] = sides[1], sides[0]
@@ -204,6 +211,7 @@ func runBenchBackfill(ctx context.Context, env *cli.Env, args []string) error {
 			if err != nil {
 				return fmt.Errorf("%s, round %d: %w", side, r+1, err)
 			}
+			took[side] = m.res.Seconds
 			s := &rep.DBOS
 			if side == "sluice" {
 				s = &rep.Sluice
@@ -211,7 +219,9 @@ func runBenchBackfill(ctx context.Context, env *cli.Env, args []string) error {
 			}
 			s.add(m, *rounds)
 		}
+		rep.Ratios = append(rep.Ratios, round4(took["dbos"]/took["sluice"]))
 	}
+	rep.RatioMedian = median(rep.Ratios)
 	total := float64(*items * *rounds)
 	for _, s := range []*backfillSide{&rep.Sluice, &rep.DBOS} {
 		s.ItemsPerS = total / s.WallSeconds
@@ -235,6 +245,7 @@ func printBackfillReport(w io.Writer, rep backfillReport) {
 	if rep.Sluice.VacuumedBytesPerItem > 0 {
 		fmt.Fprintf(w, "store B/item after VACUUM FULL: sluice %.0f, plain DBOS %.0f\n", rep.Sluice.VacuumedBytesPerItem, rep.DBOS.VacuumedBytesPerItem)
 	}
+	fmt.Fprintf(w, "ratio of each round: %v, median %.2f\n", rep.Ratios, rep.RatioMedian)
 	fmt.Fprintf(w, "ratio sluice/DBOS %.2f; stall check p50 %.2f ms, p95 %.2f ms; GET /v1/flows p50 %.2f ms, p95 %.2f ms\n",
 		rep.Ratio, rep.StallCheck.P50, rep.StallCheck.P95, rep.Flows.P50, rep.Flows.P95)
 }

@@ -31,6 +31,11 @@ func TestBenchBackfill(t *testing.T) {
 			if rep.Items != items || rep.Batch != 7 || rep.Rounds != rounds || rep.DatabaseKind != tc.kind || rep.Concurrency != 10 || !(rep.Ratio > 0) {
 				t.Fatalf("report %+v", rep)
 			}
+			// Each round's ratio, and their median between the two.
+			if len(rep.Ratios) != rounds || !(rep.Ratios[0] > 0) || !(rep.Ratios[1] > 0) ||
+				rep.RatioMedian != (rep.Ratios[0]+rep.Ratios[1])/2 {
+				t.Errorf("ratios %v, median %v: want one per round, and their median", rep.Ratios, rep.RatioMedian)
+			}
 			for name, s := range map[string]backfillSide{"sluice": rep.Sluice, "plain DBOS": rep.DBOS} {
 				if s.Processed != items*rounds || s.Saves != items*rounds {
 					t.Errorf("%s processed %d items and saved %d outputs, want each of %d items saved once in each of %d rounds", name, s.Processed, s.Saves, items, rounds)
