@@ -326,6 +326,17 @@ func (g *Governor) ratesNow(now int64) float64 {
 	return g.rateSum * math.Exp(-float64(now-g.rateRef)/rateWindow)
 }
 
+// DefaultWithin is the time a batch should take at the flow's share that
+// sluice's backfills ask BatchSize for by default (run.Backfill.Within),
+// and that the planner and the bench model them with: 15 minutes. A flow
+// at its share then finishes a call several times within the default
+// stall threshold (2 h), so a burst of priority work or room freed in
+// lumps does not stretch the gap between two of its calls past it; and on
+// a key whose day limit binds, a batch still carries more than one item
+// (a minute of TPD 200,000 at its even pace is 139 tokens, 15 minutes
+// 2,083), so the day's tokens are not spent on one prompt per item.
+const DefaultWithin = 15 * time.Minute
+
 // BatchSize returns how many items the next call of flow should carry so
 // that, at the share of the key the flow can expect now, the call is
 // admitted and done within about the given time — so a flow keeps making

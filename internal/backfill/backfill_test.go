@@ -78,6 +78,21 @@ func setup(t *testing.T, url string, limits governor.Limits) *bench {
 	return b
 }
 
+// throughProxy points the bench's provider at the handler wrap makes
+// around a simulator of model.
+func (b *bench) throughProxy(t *testing.T, model forecast.ModelConfig, wrap func(*sim.Server) http.Handler) {
+	t.Helper()
+	m, err := forecast.NewModel(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(wrap(sim.NewServer(m, sim.ServerConfig{})))
+	t.Cleanup(srv.Close)
+	if b.p.Client, err = llm.NewClient(llm.Config{BaseURL: srv.URL + "/v1", Profile: llm.Groq}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // bfOut is the app table the test's savers write to.
 const bfOut = `CREATE TABLE IF NOT EXISTS bf_out (backfill TEXT NOT NULL, item TEXT NOT NULL, output TEXT NOT NULL, writes BIGINT NOT NULL, PRIMARY KEY (backfill, item))`
 
@@ -676,16 +691,8 @@ func TestBackfillCountsRejectionsWhateverTheProviderID(t *testing.T) {
 func heldBackfill(t *testing.T, url string, n, inFlight int) (*bench, *inflightProvider) {
 	t.Helper()
 	b := setup(t, url, governor.Limits{governor.RPM: 100_000, governor.TPM: 10_000_000})
-	model, err := forecast.NewModel(forecast.ModelConfig{Profile: "groq", Wire: true, Seed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &inflightProvider{sim: sim.NewServer(model, sim.ServerConfig{}), active: map[int]bool{}, gate: make(chan struct{})}
-	srv := httptest.NewServer(p)
-	t.Cleanup(srv.Close)
-	if b.p.Client, err = llm.NewClient(llm.Config{BaseURL: srv.URL + "/v1", Profile: llm.Groq}); err != nil {
-		t.Fatal(err)
-	}
+	p := &inflightProvider{active: map[int]bool{}, gate: make(chan struct{})}
+	b.throughProxy(t, forecast.ModelConfig{Profile: "groq", Wire: true, Seed: 1}, func(s *sim.Server) http.Handler { p.sim = s; return p })
 	b.add(keys(n)...)
 	c := b.config("titles", func(string) string { return "" })
 	c.MaxBatch, c.InFlight, c.BatchesPerRun, c.Poll = 1, inFlight, 2, time.Hour

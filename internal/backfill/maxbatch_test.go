@@ -5,8 +5,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"regexp"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -29,6 +30,12 @@ type batchSizes struct {
 
 	mu    sync.Mutex
 	sizes []int // each call's items, in the order calls came
+}
+
+// around makes p the handler in front of s.
+func (p *batchSizes) around(s *sim.Server) http.Handler {
+	p.sim = s
+	return p
 }
 
 func (p *batchSizes) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -65,16 +72,8 @@ func TestBackfillKeepsToMaxBatch(t *testing.T) {
 func testMaxBatch(t *testing.T, url string, maxBatch int) {
 	const n, inFlight = 60, 4
 	b := setup(t, url, governor.Limits{})
-	model, err := forecast.NewModel(forecast.ModelConfig{Profile: "groq", Latency: 5 * time.Millisecond, Wire: true, Seed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &batchSizes{sim: sim.NewServer(model, sim.ServerConfig{})}
-	srv := httptest.NewServer(p)
-	t.Cleanup(srv.Close)
-	if b.p.Client, err = llm.NewClient(llm.Config{BaseURL: srv.URL + "/v1", Profile: llm.Groq}); err != nil {
-		t.Fatal(err)
-	}
+	p := &batchSizes{}
+	b.throughProxy(t, forecast.ModelConfig{Profile: "groq", Latency: 5 * time.Millisecond, Wire: true, Seed: 1}, p.around)
 	b.add(keys(n)...)
 	var mu sync.Mutex
 	rejected := map[string]bool{}
@@ -138,4 +137,47 @@ func testMaxBatch(t *testing.T, url string, maxBatch int) {
 	if len(p.sizes) < 2*inFlight {
 		t.Errorf("%d calls: want the lanes to make several each", len(p.sizes))
 	}
+}
+
+// On a key whose day limit binds, batches still carry MaxBatch items when
+// they fit: by default a batch may take DefaultWithin (15 minutes) of the
+// flow's share, and at the day's even pace one minute of TPD 200,000 is
+// 139 tokens — less than one of these items with its output — so a batch
+// cut to a minute would carry one item and repeat the prompt for each.
+func TestBackfillBatchesUnderADayLimit(t *testing.T) {
+	t.Parallel()
+	testenv.Databases(t, func(t *testing.T, url string) {
+		const n, maxBatch = 30, 10
+		limits := governor.Limits{governor.RPM: 30, governor.TPM: 8000, governor.TPD: 200_000}
+		b := setup(t, url, limits)
+		p := &batchSizes{}
+		b.throughProxy(t, forecast.ModelConfig{Profile: "groq", Limits: limits, Wire: true, Seed: 1}, p.around)
+		b.add(keys(n)...)
+		c := b.config("titles", func(string) string { return "" })
+		// Each item: its text, forty words of context, and 60 output
+		// tokens: about 110 tokens, 48 s of TPD 200,000 at its even pace.
+		c.Request = func(items []Item) (*llm.ChatRequest, error) {
+			var text strings.Builder
+			for _, it := range items {
+				text.Write(it.Data)
+				text.WriteString(strings.Repeat(" context", 40))
+				text.WriteByte('\n')
+			}
+			return &llm.ChatRequest{Model: "sim-model", MaxTokens: 60 * len(items),
+				Messages: []llm.Message{{Role: "user", Content: "Translate each line:\n" + text.String()}}}, nil
+		}
+		c.MaxBatch, c.InFlight, c.BatchesPerRun = maxBatch, 1, 100
+		if err := b.set.Add(c, b.p); err != nil {
+			t.Fatal(err)
+		}
+		b.start(t)
+		if j := b.waitJob(t, "titles", func(j store.Job) bool { return j.Saved == n || j.ConsecutiveFailures > 0 }); j.Saved != n {
+			t.Fatalf("job %+v: want all %d saved", j, n)
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if want := []int{maxBatch, maxBatch, maxBatch}; !slices.Equal(p.sizes, want) {
+			t.Errorf("the calls carried %v items: want %v, MaxBatch each", p.sizes, want)
+		}
+	})
 }

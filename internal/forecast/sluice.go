@@ -80,12 +80,10 @@ func (s *faults) answered(w *World, f *FlowState, items []Item, err error, quota
 	}
 }
 
-// defaultProgressEvery is a quarter of the stall threshold sluice's
-// monitoring uses by default (an hour): a flow at its share finishes a call
-// about four times within it, so that the variance of a shared key — a
-// burst of priority work, room freed in lumps — does not stretch the gap
-// between two of its calls past the threshold.
-const defaultProgressEvery = 15 * time.Minute
+// defaultProgressEvery is what sluice's backfills ask batches to take at
+// the flow's share by default (governor.DefaultWithin), so that the
+// simulation sizes batches as they do.
+const defaultProgressEvery = governor.DefaultWithin
 
 // pendingCall is a reservation for up to batch items of a flow.
 type pendingCall struct {
