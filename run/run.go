@@ -286,7 +286,9 @@ type Backfill struct {
 	// up to it: the largest that fits every limit and is done within about
 	// Within at the share of the key the flow can expect.
 	MaxBatch int
-	Within   time.Duration // default 15 min (governor.DefaultWithin)
+	// Within: default 15 min (governor.DefaultWithin), or a quarter of
+	// StallAfter when that is shorter.
+	Within time.Duration
 	// StallAfter: items are eligible and none was processed for this long
 	// (since the last progress, or since monitoring began) is a stall
 	// (default 2 h). An item's age never counts.

@@ -181,3 +181,24 @@ func TestBackfillBatchesUnderADayLimit(t *testing.T) {
 		}
 	})
 }
+
+// A batch's time at the flow's share: 15 minutes by default, a quarter of
+// a shorter stall threshold, and what the backfill sets, as it is.
+func TestBackfillWithinDefaults(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		within, stall, want time.Duration
+	}{
+		{0, 0, 15 * time.Minute},
+		{0, 10 * time.Minute, 150 * time.Second},
+		{0, 3 * time.Hour, 15 * time.Minute},
+		{time.Minute, 10 * time.Minute, time.Minute},
+		{time.Hour, 0, time.Hour},
+	} {
+		c := Config{}
+		c.Within, c.StallAfter = tc.within, tc.stall
+		if got := c.withDefaults().Within; got != tc.want {
+			t.Errorf("Within %v, StallAfter %v: a batch's time is %v, want %v", tc.within, tc.stall, got, tc.want)
+		}
+	}
+}
