@@ -66,6 +66,11 @@ type Job struct {
 	AlertWebhook string   `yaml:"alert_webhook"`
 	// Poll is how often the job looks for new items (default 1m).
 	Poll Duration `yaml:"poll"`
+	// Within is how long a batch should take at the job's share of the
+	// key (default 15m, or a quarter of StallAfter if shorter; at most
+	// 24h): the governor sends the most items, up to batch_max, that fit
+	// every limit and are done within it.
+	Within Duration `yaml:"within"`
 	// RetryAfter is how long an item whose output was refused waits before
 	// its next try (default 10m); MaxRejects how many refusals park it
 	// (default 3).

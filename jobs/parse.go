@@ -32,6 +32,9 @@ const (
 	MaxOutputTokens = 1 << 20
 	// MaxInFlight bounds in_flight, as a backfill's.
 	MaxInFlight = 1024
+	// MaxWithin bounds within: a batch of a day's share is as large as
+	// any limit allows.
+	MaxWithin = 24 * time.Hour
 )
 
 // The ways an answer is split.
@@ -193,11 +196,14 @@ func (c *Config) parseJob(i int, in Job) (*job, error) {
 	}
 	if s.Event != "" {
 		for k, set := range map[string]bool{"stall_after": j.StallAfter != 0, "alert_webhook": j.AlertWebhook != "", "poll": j.Poll != 0,
-			"retry_after": j.RetryAfter != 0, "max_rejects": j.MaxRejects != 0, "in_flight": j.InFlight != 0} {
+			"retry_after": j.RetryAfter != 0, "max_rejects": j.MaxRejects != 0, "in_flight": j.InFlight != 0, "within": j.Within != 0} {
 			if set {
 				return nil, c.fail(at(k), errors.New("a setting of a job with a source query; an event's job runs once per event"))
 			}
 		}
+	}
+	if w := time.Duration(j.Within); w > MaxWithin {
+		return nil, c.fail(at("within"), fmt.Errorf("%s: want at most %s", w, MaxWithin))
 	}
 	if j.MaxRejects < 0 {
 		return nil, c.fail(at("max_rejects"), fmt.Errorf("%d: want 0 (the default, 3) or more", j.MaxRejects))

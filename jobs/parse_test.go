@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluice-dev/sluice/run"
 )
 
 // Each malformed file gets one error, naming the file, the key path and
@@ -291,6 +293,21 @@ jobs:
     in_flight: 5000 #<
     output: {sql: "UPDATE items SET s = :output WHERE id = :key"}
 `, "jobs[0].in_flight", "5000: want from 0 (sized to the quota) to 1024"},
+		{"within past a day", `source_db: sqlite:team.db
+jobs:
+  - name: summary
+    source: {query: "SELECT id, title FROM items"}
+    prompt: {item: "{{.title}}"}
+    within: 25h #<
+    output: {sql: "UPDATE items SET s = :output WHERE id = :key"}
+`, "jobs[0].within", "25h0m0s: want at most 24h0m0s"},
+		{"within for an event's job", `jobs:
+  - name: summary
+    source: {event: doc.created}
+    prompt: {item: "{{.title}}"}
+    within: 5m #<
+    output: {url: "http://127.0.0.1:9/hook"}
+`, "jobs[0].within", "a setting of a job with a source query"},
 		{"a job that is not a mapping", `jobs:
   - summary #<
 `, "jobs[0]", "want a mapping of keys to values"},
@@ -350,5 +367,39 @@ jobs:
 	}
 	if c.Path() == "" {
 		t.Error("no path")
+	}
+}
+
+// A job's settings reach its backfill as the file gives them.
+func TestJobSettingsReachTheBackfill(t *testing.T) {
+	t.Parallel()
+	c := mustLoad(t, `source_db: sqlite:team.db
+jobs:
+  - name: summary
+    after: title
+    source: {query: "SELECT id, title FROM items"}
+    prompt: {item: "{{.title}}", batch_max: 7}
+    within: 5m
+    stall_after: 3h
+    poll: 20s
+    retry_after: 2m
+    max_rejects: 4
+    in_flight: 3
+    alert_webhook: https://example.com/alerts
+    output: {sql: "UPDATE items SET s = :output WHERE id = :key"}
+  - name: title
+    source: {query: "SELECT id, title FROM items"}
+    prompt: {item: "{{.title}}"}
+    output: {sql: "UPDATE items SET t = :output WHERE id = :key"}
+`)
+	got := c.jobs[0].backfill("groq")
+	want := run.Backfill{ID: "summary", Provider: "groq", After: "title", MaxBatch: 7, Within: 5 * time.Minute, StallAfter: 3 * time.Hour,
+		Poll: 20 * time.Second, RetryAfter: 2 * time.Minute, MaxRejects: 4, InFlight: 3, AlertWebhook: "https://example.com/alerts"}
+	if got != want {
+		t.Errorf("the backfill's settings %+v, want %+v", got, want)
+	}
+	// Left out, each is the backfill's default.
+	if got, want := c.jobs[1].backfill("groq"), (run.Backfill{ID: "title", Provider: "groq", MaxBatch: 1}); got != want {
+		t.Errorf("the defaults %+v, want %+v", got, want)
 	}
 }

@@ -288,18 +288,7 @@ func (j *job) registerBackfill(ctx context.Context, app *sluice.App, o Options, 
 	}
 	model := j.model(o)
 	b := sluice.Backfill[json.RawMessage]{
-		Backfill: run.Backfill{
-			ID:           j.Name,
-			Provider:     o.Provider,
-			After:        j.After,
-			MaxBatch:     j.Prompt.BatchMax,
-			StallAfter:   time.Duration(j.StallAfter),
-			MaxRejects:   j.MaxRejects,
-			RetryAfter:   time.Duration(j.RetryAfter),
-			Poll:         time.Duration(j.Poll),
-			InFlight:     j.InFlight,
-			AlertWebhook: j.AlertWebhook,
-		},
+		Backfill: j.backfill(o.Provider),
 		Load: func(ctx context.Context, keys []string) (map[string]json.RawMessage, error) {
 			got, err := src.load(ctx, db, keys)
 			if err != nil || out.saved == nil || len(got) == len(keys) {
@@ -375,6 +364,24 @@ func (j *job) registerBackfill(ctx context.Context, app *sluice.App, o Options, 
 		}
 	}
 	return sluice.RegisterBackfill(app, b)
+}
+
+// backfill is the settings of the job's backfill, whose calls go to the
+// app's provider named provider.
+func (j *job) backfill(provider string) run.Backfill {
+	return run.Backfill{
+		ID:           j.Name,
+		Provider:     provider,
+		After:        j.After,
+		MaxBatch:     j.Prompt.BatchMax,
+		StallAfter:   time.Duration(j.StallAfter),
+		MaxRejects:   j.MaxRejects,
+		RetryAfter:   time.Duration(j.RetryAfter),
+		Poll:         time.Duration(j.Poll),
+		Within:       time.Duration(j.Within),
+		InFlight:     j.InFlight,
+		AlertWebhook: j.AlertWebhook,
+	}
 }
 
 // refusedMark starts an output that Parse made from a refused answer: the

@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/sluice-dev/sluice/llm"
 )
@@ -19,6 +20,9 @@ type Shape struct {
 	After    string
 	// Event: the job runs per event; it has no backlog to count.
 	Event bool
+	// Within is how long a batch should take at the job's share, as its
+	// backfill sizes batches (within:, or its default).
+	Within time.Duration
 	// PromptTokens are the tokens of a request's system and user messages
 	// beside its items' texts; ItemInputTokens the mean of an item's text
 	// over Sampled rows of the source (the prompt of placeholder values when
@@ -50,7 +54,7 @@ func (c *Config) Shapes(ctx context.Context, o Options) ([]Shape, error) {
 	for _, j := range c.jobs {
 		model := j.model(o)
 		s := Shape{Name: j.Name, Model: model, Weight: j.flowWeight, Priority: j.flowPriority, BatchMax: j.Prompt.BatchMax,
-			After: j.After, Event: j.Source.Event != "", MaxTokens: int64(j.MaxTokens)}
+			After: j.After, Event: j.Source.Event != "", MaxTokens: int64(j.MaxTokens), Within: j.backfill(o.Provider).BatchWithin()}
 		var rows []row
 		if j.Source.Query != "" {
 			ref := j.srcRef(o)

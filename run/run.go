@@ -12,6 +12,8 @@ import (
 	"encoding/gob"
 	"fmt"
 	"time"
+
+	"github.com/sluice-dev/sluice/governor"
 )
 
 // Function configures a function. ID, a handler (given to sluice.Register)
@@ -317,4 +319,18 @@ type Backfill struct {
 	// AlertWebhook, when set, receives this backfill's stall and recovery
 	// alerts instead of the app's Config.AlertWebhook.
 	AlertWebhook string
+}
+
+// BatchWithin is the time the governor sizes the backfill's batches for:
+// Within, or, when it is not set, 15 minutes (governor.DefaultWithin) or a
+// quarter of StallAfter when that is shorter, so that a flow at its share
+// finishes several calls within its stall threshold.
+func (b Backfill) BatchWithin() time.Duration {
+	if b.Within > 0 {
+		return b.Within
+	}
+	if b.StallAfter > 0 {
+		return min(governor.DefaultWithin, b.StallAfter/4)
+	}
+	return governor.DefaultWithin
 }

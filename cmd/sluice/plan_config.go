@@ -123,7 +123,7 @@ func jobsData(ctx context.Context, env *cli.Env, path, dbURL string) (data []byt
 		batch := min(s.BatchMax, forecast.MaxBatch)
 		out := min(s.MaxTokens, forecast.MaxOutputTokens/int64(batch))
 		sc.Flows = append(sc.Flows, forecast.Flow{Name: s.Name, Model: s.Model, Weight: cmp.Or(s.Weight, 1), Priority: s.Priority,
-			BatchMax: batch, After: s.After, Backlog: min(s.Backlog, forecast.MaxBacklog),
+			BatchMax: batch, After: s.After, Backlog: min(s.Backlog, forecast.MaxBacklog), Within: s.Within,
 			PromptTokens: s.PromptTokens, ItemInputTokens: s.ItemInputTokens, ItemOutputTokens: out, ItemMaxTokens: out})
 		if s.Sampled == 0 {
 			notes = append(notes, fmt.Sprintf("%s: its source lists no rows now: its item size is its prompt's on placeholder values", s.Name))

@@ -178,6 +178,7 @@ jobs:
     prompt: {system: "Summarise each text.", item: "{{.body}}", batch_max: 4}
     max_tokens: 100
     flow: {weight: 3}
+    within: 90s
     output: {sql: "UPDATE docs SET summary = :output WHERE id = :key"}
   - name: title
     after: summary
@@ -185,6 +186,7 @@ jobs:
     prompt: {item: "{{.body}}"}
     max_tokens: 20
     flow: {priority: 1}
+    stall_after: 20m
     output: {sql: "UPDATE docs SET title = :output WHERE id = :key"}
 `
 	write(fmt.Sprintf(jobsText, team))
@@ -211,7 +213,10 @@ jobs:
 	}
 	code, out, _ = runCLI("plan", "--config", cfg, "--db", filepath.Join(dir, "sluice.db"), "--print-scenario")
 	if code != 0 || !strings.Contains(out, "weight: 3") || !strings.Contains(out, "batch_max: 4") || !strings.Contains(out, "item_max_tokens: 100") ||
-		!strings.Contains(out, "after: summary") || !regexp.MustCompile(`item_input_tokens: [1-9]\d`).MatchString(out) {
+		!strings.Contains(out, "after: summary") || !regexp.MustCompile(`item_input_tokens: [1-9]\d`).MatchString(out) ||
+		// The batches' time as the jobs' backfills size them: the
+		// summary's own, and a quarter of the title's stall_after.
+		!strings.Contains(out, "within: 1m30s") || !strings.Contains(out, "within: 5m0s") {
 		t.Errorf("scenario (%d):\n%s", code, out)
 	}
 	write(strings.Replace(fmt.Sprintf(jobsText, team), "{{.body}}", "{{.bodyy}}", 1))

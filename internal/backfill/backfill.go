@@ -111,11 +111,8 @@ var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$`)
 func (c Config) withDefaults() Config {
 	c.Flow = cmp.Or(c.Flow, c.ID)
 	c.MaxBatch = cmp.Or(c.MaxBatch, 1)
+	c.Within = c.BatchWithin()
 	c.StallAfter = cmp.Or(c.StallAfter, DefaultStallAfter)
-	// A batch takes at most a quarter of the stall threshold at the
-	// flow's share, so a flow at its share finishes several calls within
-	// it: a short StallAfter is not reached between two calls.
-	c.Within = cmp.Or(c.Within, min(DefaultWithin, c.StallAfter/4))
 	c.MaxRejects = cmp.Or(c.MaxRejects, DefaultMaxRejects)
 	c.RetryAfter = cmp.Or(c.RetryAfter, DefaultRetryAfter)
 	c.Poll = cmp.Or(c.Poll, DefaultPoll)

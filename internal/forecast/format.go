@@ -27,6 +27,7 @@ func Format(s *Scenario) ([]byte, error) {
 		Every            string             `yaml:"every,omitempty"`
 		PerRun           int                `yaml:"per_run,omitempty"`
 		Gap              string             `yaml:"gap,omitempty"`
+		Within           string             `yaml:"within,omitempty"`
 		Targets          []string           `yaml:"targets,omitempty"`
 		Rule             string             `yaml:"rule,omitempty"`
 		MaxWait          string             `yaml:"max_wait,omitempty"`
@@ -95,6 +96,9 @@ func Format(s *Scenario) ([]byte, error) {
 		}
 		if f.Gap > 0 {
 			fl.Gap = f.Gap.String()
+		}
+		if f.Within > 0 {
+			fl.Within = f.Within.String()
 		}
 		fl.Targets = f.Targets
 		if f.Rule != 0 {

@@ -3,6 +3,7 @@ package forecast
 import (
 	"reflect"
 	"testing"
+	"time"
 )
 
 // TestFormatRoundTrip: every scenario of the repository, formatted and read
@@ -25,5 +26,18 @@ func TestFormatRoundTrip(t *testing.T) {
 		if !reflect.DeepEqual(back, sc) {
 			t.Errorf("%s: read back %+v, want %+v", path, back, sc)
 		}
+	}
+	// A flow's own batch time (none of the files sets one).
+	sc, err := Load("../bench/testdata/devpick.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc.Flows[1].Within = 90 * time.Second
+	data, err := Format(sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back, err := Parse(data); err != nil || !reflect.DeepEqual(back, sc) {
+		t.Errorf("a flow's within: read back %+v (%v), want %+v\n%s", back, err, sc, data)
 	}
 }

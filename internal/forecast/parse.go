@@ -56,6 +56,7 @@ type file struct {
 		Every            duration   `yaml:"every"`
 		PerRun           whole      `yaml:"per_run"`
 		Gap              duration   `yaml:"gap"`
+		Within           duration   `yaml:"within"`
 		Targets          []text     `yaml:"targets"`
 		Rule             rule       `yaml:"rule"`
 		MaxWait          duration   `yaml:"max_wait"`
@@ -202,7 +203,8 @@ func (f *file) scenario() (*Scenario, error) {
 			ArrivalsPerDay: float64(ff.ArrivalsPerDay), After: string(ff.After), BatchMax: 1,
 			PromptTokens: int64(ff.PromptTokens), ItemInputTokens: int64(ff.ItemInputTokens),
 			ItemOutputTokens: int64(ff.ItemOutputTokens), ItemMaxTokens: int64(ff.ItemMaxTokens),
-			Model: string(ff.Model), Every: time.Duration(ff.Every), PerRun: ff.PerRun.int(), Gap: time.Duration(ff.Gap)}
+			Model: string(ff.Model), Every: time.Duration(ff.Every), PerRun: ff.PerRun.int(), Gap: time.Duration(ff.Gap),
+			Within: time.Duration(ff.Within)}
 		if ff.Weight != nil {
 			fl.Weight = float64(*ff.Weight)
 		}

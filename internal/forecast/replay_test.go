@@ -108,3 +108,33 @@ func TestReplayCancelled(t *testing.T) {
 		t.Fatalf("error = %v, want context.Canceled naming the policy and where it stopped", err)
 	}
 }
+
+// TestReplayFlowWithin: a flow's Within sizes its batches as a backfill's
+// does. DevPick's titles at the default (15 minutes at their share) go
+// several to a call; bounded to a minute of the day's even pace, where
+// one title already takes longer, each call carries one.
+func TestReplayFlowWithin(t *testing.T) {
+	t.Parallel()
+	perCall := func(within time.Duration) float64 {
+		sc := benchScenario(t, "devpick.yaml")
+		sc.Duration = 24 * time.Hour
+		for i := range sc.Flows {
+			sc.Flows[i].Within = within
+		}
+		res, err := replaySluice(context.Background(), t, sc, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		title := res.Flows["title"]
+		if title.Done == 0 || title.Requests == 0 {
+			t.Fatalf("within %v: titles %+v: want some done", within, title)
+		}
+		return float64(title.Done) / float64(title.Requests)
+	}
+	if n := perCall(time.Minute); n != 1 {
+		t.Errorf("within a minute: %.2f titles a call, want 1", n)
+	}
+	if n := perCall(0); n < 2 {
+		t.Errorf("within the default: %.2f titles a call, want several", n)
+	}
+}

@@ -224,6 +224,12 @@ type Flow struct {
 	Every  time.Duration
 	PerRun int
 	Gap    time.Duration
+	// Within is how long a batch of the flow should take at its share of
+	// the key, as a backfill's (run.Backfill.BatchWithin): sluice's
+	// governor sends the most items, up to BatchMax, that fit every limit
+	// and are done within it. Zero: governor.DefaultWithin, a backfill's
+	// default.
+	Within time.Duration
 	// Targets names the flow's route among the scenario's targets, in
 	// order of preference (default: every target, in the order listed);
 	// Rule ranks them (cheapest or ordered) and MaxWait is how long a call
@@ -377,6 +383,9 @@ func (s *Scenario) validateFlow(p string, f *Flow) error {
 	}
 	if f.Every < 0 || f.Every > MaxDuration {
 		return fieldErr(p+".every", "%s is not between 0 and %s", f.Every, MaxDuration)
+	}
+	if f.Within < 0 || f.Within > MaxDuration {
+		return fieldErr(p+".within", "%s is not between 0 and %s", f.Within, MaxDuration)
 	}
 	if f.Gap < 0 || f.Gap > MaxDuration {
 		return fieldErr(p+".gap", "%s is not between 0 and %s", f.Gap, MaxDuration)

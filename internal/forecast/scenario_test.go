@@ -472,6 +472,7 @@ func TestScenarioBoundsInCode(t *testing.T) {
 		{"arrivals NaN", func(s *Scenario) { s.Flows[0].ArrivalsPerDay = math.NaN() }, "flows[0].arrivals_per_day: NaN is not a number"},
 		{"weight", func(s *Scenario) { s.Flows[0].Weight = math.NaN() }, "flows[0].weight"},
 		{"batch", func(s *Scenario) { s.Flows[0].BatchMax = 1 << 30 }, "flows[0].batch_max"},
+		{"within", func(s *Scenario) { s.Flows[0].Within = -time.Second }, "flows[0].within: -1s is not between 0 and"},
 		{"tokens", func(s *Scenario) { s.Flows[0].ItemInputTokens = math.MaxInt64 }, "flows[0].item_input_tokens"},
 		{"request", func(s *Scenario) { s.Flows[0].BatchMax, s.Flows[0].ItemMaxTokens = 100, 1000 }, "flows[0]: batch_max × item_max_tokens"},
 		{"flows", func(s *Scenario) {

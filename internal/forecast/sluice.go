@@ -1,6 +1,7 @@
 package forecast
 
 import (
+	"cmp"
 	"errors"
 	"time"
 
@@ -202,7 +203,7 @@ func (p *sluicePolicy) reserve(w *World) {
 			if f.cfg.ItemMaxTokens == 0 {
 				base.Output = p.defaultMax
 			}
-			n := p.g.BatchSize(w.now, f.cfg.Name, base, per, max(f.cfg.BatchMax, 1), p.progressEvery)
+			n := p.g.BatchSize(w.now, f.cfg.Name, base, per, max(f.cfg.BatchMax, 1), cmp.Or(f.cfg.Within, p.progressEvery))
 			if sf.split > 0 {
 				n = min(n, sf.split)
 			}

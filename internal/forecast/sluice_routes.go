@@ -1,6 +1,7 @@
 package forecast
 
 import (
+	"cmp"
 	"errors"
 	"time"
 
@@ -181,7 +182,7 @@ func (p *routedPolicy) reserve(w *World) {
 			// (a day's tokens paced over the day) would take longer than
 			// that for a full batch is not made to spend its allowance on
 			// a prompt per item: its batches are the largest that fit.
-			within := p.progressEvery
+			within := cmp.Or(f.cfg.Within, p.progressEvery)
 			if len(sf.route) > 1 {
 				within = 0
 			}

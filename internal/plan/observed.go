@@ -48,6 +48,9 @@ type KeyFlow struct {
 	// MaxTokens is the flow's max_tokens per request, 0: none set. The
 	// scenario's request sizes come from the calls recorded.
 	MaxTokens int
+	// Within is how long a backfill's batch should take at its share
+	// (run.Backfill.BatchWithin); 0 for a function's flow.
+	Within time.Duration
 }
 
 // appConfig is the part of the configuration an app records at each start
@@ -146,7 +149,7 @@ func (c *appConfig) key(name string) (Key, error) {
 	first := c.Providers[0].Name
 	for _, b := range c.Backfills {
 		if cmp.Or(b.Provider, first) == k.Name {
-			add(KeyFlow{Name: cmp.Or(b.Flow, b.ID), BatchMax: max(b.MaxBatch, 1), After: b.After})
+			add(KeyFlow{Name: cmp.Or(b.Flow, b.ID), BatchMax: max(b.MaxBatch, 1), After: b.After, Within: b.BatchWithin()})
 		}
 	}
 	for _, fn := range c.Functions {
@@ -216,7 +219,7 @@ func Observed(ctx context.Context, st store.Store, k Key, now time.Time) (*forec
 	for _, f := range flows {
 		s := get(f.Name)
 		fl := forecast.Flow{Name: f.Name, Weight: f.Weight, Priority: f.Priority, BatchMax: min(max(f.BatchMax, 1), forecast.MaxBatch), After: f.After,
-			Backlog: int(min(backlog[f.Name], forecast.MaxBacklog))}
+			Backlog: int(min(backlog[f.Name], forecast.MaxBacklog)), Within: min(f.Within, forecast.MaxDuration)}
 		perCall := 1.0
 		if s.done > 0 && s.admitted > 0 {
 			perCall = min(float64(s.done)/float64(s.admitted), float64(fl.BatchMax))

@@ -127,13 +127,15 @@ func TestAppKey(t *testing.T) {
 	const cfg = `{"providers":[{"name":"groq","limits":{"tpm":8000}},{"name":"openai","profile":"openai","limits":{"tpm":30000}}],
 		"flows":[{"Name":"essays","Weight":3}],
 		"functions":[{"ID":"classify","Provider":"openai"},{"ID":"welcome"},{"ID":"ask","Flow":"essays","Provider":"openai"}],
-		"backfills":[{"ID":"summaries","MaxBatch":3},{"ID":"essays","Provider":"openai"}]}`
+		"backfills":[{"ID":"summaries","MaxBatch":3,"StallAfter":1200000000000},{"ID":"essays","Provider":"openai"}]}`
 	for _, tc := range []struct {
 		name, key, flows string
 		tpm              int64
 	}{
-		{"the first by default", "", "summaries/1/3 welcome/1/1", 8000},
-		{"by name", "openai", "essays/3/1 classify/1/1", 30000},
+		// A backfill's batches are sized for its BatchWithin (a quarter of
+		// a stall threshold of 20 minutes; 15 minutes by default).
+		{"the first by default", "", "summaries/1/3/5m0s welcome/1/1/0s", 8000},
+		{"by name", "openai", "essays/3/1/15m0s classify/1/1/0s", 30000},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -143,7 +145,7 @@ func TestAppKey(t *testing.T) {
 			}
 			var flows []string
 			for _, f := range k.Flows {
-				flows = append(flows, fmt.Sprintf("%s/%g/%d", f.Name, f.Weight, f.BatchMax))
+				flows = append(flows, fmt.Sprintf("%s/%g/%d/%s", f.Name, f.Weight, f.BatchMax, f.Within))
 			}
 			if got := strings.Join(flows, " "); got != tc.flows || k.Provider.Limits[governor.TPM] != tc.tpm ||
 				k.Provider.Profile != llm.OpenAI || k.Provider.DefaultMaxTokens != 1000 {
