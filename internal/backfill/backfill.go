@@ -44,7 +44,6 @@ import (
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
 
-	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/engine"
 	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/llm"
@@ -93,7 +92,6 @@ type Config struct {
 
 // Defaults of Config.
 const (
-	DefaultWithin        = governor.DefaultWithin
 	DefaultStallAfter    = 2 * time.Hour
 	DefaultMaxRejects    = 3
 	DefaultRetryAfter    = 10 * time.Minute

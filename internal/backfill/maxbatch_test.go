@@ -140,7 +140,7 @@ func testMaxBatch(t *testing.T, url string, maxBatch int) {
 }
 
 // On a key whose day limit binds, batches still carry MaxBatch items when
-// they fit: by default a batch may take DefaultWithin (15 minutes) of the
+// they fit: by default a batch may take governor.DefaultWithin (15 minutes) of the
 // flow's share, and at the day's even pace one minute of TPD 200,000 is
 // 139 tokens — less than one of these items with its output — so a batch
 // cut to a minute would carry one item and repeat the prompt for each.
