@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluice-dev/sluice"
 	"github.com/sluice-dev/sluice/internal/cli"
+	"github.com/sluice-dev/sluice/internal/store/sqlite"
 	"github.com/sluice-dev/sluice/run"
 )
 
@@ -35,14 +36,24 @@ type engineReport struct {
 	Ratios       []float64 `json:"ratios"`
 	RatioMedian  float64   `json:"ratio_median"`
 	DatabaseKind string    `json:"database"`
+	// On SQLite, a third side: bare DBOS on the handle sluice opens
+	// (sqlite.OpenDB, whose connections keep the statements they
+	// compiled) instead of its own. It is the ceiling of what sluice's
+	// engine can do on that handle, so SameHandleRatios (sluice's
+	// throughput over it, each round) measure what sluice itself adds.
+	SameHandleRunsPS      float64   `json:"dbos_same_handle_runs_per_s,omitempty"`
+	SameHandleRatios      []float64 `json:"same_handle_ratios,omitempty"`
+	SameHandleRatioMedian float64   `json:"same_handle_ratio_median,omitempty"`
 }
 
 func runBenchEngine(ctx context.Context, env *cli.Env, args []string) error {
 	fs := cli.NewFlagSet(env, "bench engine", "[flags]",
 		"Runs the same 3-step run N times through the sluice SDK (event → queued run → three steps)\n"+
 			"and through bare DBOS (enqueue → workflow → three RunAsStep), each on a fresh database,\n"+
-			"with the same queue polling, and prints both throughputs and their ratio. The sides take\n"+
-			"turns over several rounds (the first side alternates) so that neither profits alone\n"+
+			"with the same queue polling, and prints both throughputs and their ratio. On SQLite a\n"+
+			"third side runs bare DBOS on the handle sluice opens (whose connections keep the\n"+
+			"statements they compiled) instead of DBOS's own: the ceiling for sluice on that handle.\n"+
+			"The sides take turns over several rounds (the first side rotates) so that none profits alone\n"+
 			"from a quiet moment of the machine; each throughput is all its runs over all its time, and\n"+
 			"each round's ratio (sluice's throughput over bare DBOS's) is printed with their median.")
 	runs := fs.Int("runs", 200, "runs per side and round")
@@ -79,13 +90,13 @@ func runBenchEngine(ctx context.Context, env *cli.Env, args []string) error {
 		return err
 	}
 	defer stopProfile()
-	var sluiceTime, dbosTime time.Duration
+	var sluiceTime, dbosTime, sameTime time.Duration
 	for r := range *rounds {
 		prefix := tag + "-" + strconv.Itoa(r) + "-"
-		var dbosRound, sluiceRound time.Duration
+		var dbosRound, sluiceRound, sameRound time.Duration
 		sides := []func() error{
 			func() error {
-				d, err := benchBareDBOS(ctx, dbFor("dbos"+strconv.Itoa(r)), prefix, *runs)
+				d, err := benchBareDBOS(ctx, dbFor("dbos"+strconv.Itoa(r)), prefix, *runs, false)
 				dbosTime += d
 				dbosRound = d
 				if err != nil {
@@ -103,25 +114,45 @@ func runBenchEngine(ctx context.Context, env *cli.Env, args []string) error {
 				return nil
 			},
 		}
-		if r%2 == 1 {
-			sides[0], sides[1] = sides[1], sides[0]
+		if *dbURL == "" {
+			sides = append(sides, func() error {
+				d, err := benchBareDBOS(ctx, dbFor("same"+strconv.Itoa(r)), "same-"+prefix, *runs, true)
+				sameTime += d
+				sameRound = d
+				if err != nil {
+					return fmt.Errorf("bare DBOS on sluice's handle: %w", err)
+				}
+				return nil
+			})
 		}
-		for _, side := range sides {
+		k := r % len(sides)
+		for _, side := range append(sides[k:], sides[:k]...) {
 			if err := side(); err != nil {
 				return err
 			}
 		}
 		rep.Ratios = append(rep.Ratios, round4(dbosRound.Seconds()/sluiceRound.Seconds()))
+		if sameRound > 0 {
+			rep.SameHandleRatios = append(rep.SameHandleRatios, round4(sameRound.Seconds()/sluiceRound.Seconds()))
+		}
 	}
 	rep.RatioMedian = median(rep.Ratios)
 	total := float64(*runs * *rounds)
 	rep.SluiceRunsPS = total / sluiceTime.Seconds()
 	rep.DBOSRunsPS = total / dbosTime.Seconds()
 	rep.Ratio = rep.SluiceRunsPS / rep.DBOSRunsPS
+	if sameTime > 0 {
+		rep.SameHandleRunsPS = total / sameTime.Seconds()
+		rep.SameHandleRatioMedian = median(rep.SameHandleRatios)
+	}
 	return printReport(env.Stdout, *asJSON, "", rep, func(w io.Writer) {
 		fmt.Fprintf(w, "%d×%d runs of 3 steps on %s: sluice %.1f runs/s, bare DBOS %.1f runs/s, ratio %.2f\n",
 			rep.Rounds, rep.Runs, rep.DatabaseKind, rep.SluiceRunsPS, rep.DBOSRunsPS, rep.Ratio)
 		fmt.Fprintf(w, "ratio of each round: %v, median %.2f\n", rep.Ratios, rep.RatioMedian)
+		if rep.SameHandleRunsPS > 0 {
+			fmt.Fprintf(w, "bare DBOS on sluice's SQLite handle: %.1f runs/s; sluice's ratio to it each round: %v, median %.2f\n",
+				rep.SameHandleRunsPS, rep.SameHandleRatios, rep.SameHandleRatioMedian)
+		}
 	})
 }
 
@@ -184,12 +215,21 @@ func benchWorkflow(ctx dbos.Context, i int) (int, error) {
 }
 
 // benchBareDBOS enqueues n runs of the same workflow on a DBOS queue and
-// waits for them, and returns how long that took.
-func benchBareDBOS(ctx context.Context, db, prefix string, n int) (time.Duration, error) {
+// waits for them, and returns how long that took. DBOS opens its database
+// itself, or, with sameHandle on SQLite, runs on the handle sluice opens.
+func benchBareDBOS(ctx context.Context, db, prefix string, n int, sameHandle bool) (time.Duration, error) {
 	cfg := dbos.Config{AppName: "bench-dbos", Logger: quietLogger(), ApplicationVersion: "bench"}
-	if cli.IsPostgresURL(db) {
+	switch {
+	case cli.IsPostgresURL(db):
 		cfg.DatabaseURL = db
-	} else {
+	case sameHandle:
+		h, err := sqlite.OpenDB(db)
+		if err != nil {
+			return 0, err
+		}
+		defer h.Close()
+		cfg.SQLiteSystemDB = h
+	default:
 		cfg.DatabaseURL = "sqlite:" + db
 	}
 	dctx, err := dbos.NewContext(ctx, cfg)

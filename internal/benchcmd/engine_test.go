@@ -49,6 +49,11 @@ func TestBenchEngine(t *testing.T) {
 				if len(rep.Ratios) != 2 || rep.RatioMedian != median(rep.Ratios) || rep.Ratios[0] <= 0 || rep.Ratios[1] <= 0 {
 					t.Fatalf("ratios %v, median %v: want one positive ratio a round and their median", rep.Ratios, rep.RatioMedian)
 				}
+				// Bare DBOS on sluice's handle is a side on SQLite only.
+				if sqlite := tc.kind == "sqlite"; sqlite != (rep.SameHandleRunsPS > 0) || sqlite != (len(rep.SameHandleRatios) == 2) ||
+					rep.SameHandleRatioMedian != median(rep.SameHandleRatios) {
+					t.Fatalf("same-handle side: %v runs/s, ratios %v, median %v", rep.SameHandleRunsPS, rep.SameHandleRatios, rep.SameHandleRatioMedian)
+				}
 			}
 			if len(db) == 0 {
 				return

@@ -145,34 +145,12 @@ var _ store.Store = (*Store)(nil)
 // carry modernc.org/sqlite DSN parameters after "?"; pragmas given there take
 // precedence over the defaults.
 func Open(ctx context.Context, path string) (*Store, error) {
-	if path == "" {
-		return nil, errors.New("open sqlite: empty path")
+	db, err := OpenDB(path)
+	if err != nil {
+		return nil, err
 	}
 	name, _, _ := strings.Cut(path, "?")
-	memory := name == Memory || strings.HasPrefix(name, "file::memory:")
-	if !memory {
-		if dir := filepath.Dir(strings.TrimPrefix(name, "file:")); dir != "." {
-			if err := os.MkdirAll(dir, 0o750); err != nil {
-				return nil, fmt.Errorf("open sqlite %s: create folder: %w", path, err)
-			}
-		}
-	}
-	db, err := sql.Open("sqlite", dsn(path))
-	if err != nil {
-		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
-	}
-	if memory {
-		// Keep the one connection forever: closing it drops the database.
-		db.SetMaxOpenConns(1)
-		db.SetMaxIdleConns(1)
-		db.SetConnMaxLifetime(0)
-	} else {
-		// SQLite has one writer at a time; a few connections serve readers.
-		db.SetMaxOpenConns(8)
-		db.SetMaxIdleConns(4)
-		db.SetConnMaxLifetime(time.Hour)
-	}
-	s := &Store{db: db, path: path, name: name, memory: memory, busyTimeout: busyTimeout(path), txTurn: make(chan struct{}, 1)}
+	s := &Store{db: db, path: path, name: name, memory: isMemory(name), busyTimeout: busyTimeout(path), txTurn: make(chan struct{}, 1)}
 	if s.Tables, err = driver.NewTables(conn{s}, sqlFS, dialect); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
@@ -187,6 +165,51 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	}
 	return s, nil
 }
+
+// OpenDB opens the handle Open's Store uses, without its tables: the
+// connections with the default pragmas, BEGIN IMMEDIATE and each its cache
+// of statements (see stmtcache.go), creating the file's folder if missing.
+// Path is as for Open.
+func OpenDB(path string) (*sql.DB, error) {
+	if path == "" {
+		return nil, errors.New("open sqlite: empty path")
+	}
+	name, _, _ := strings.Cut(path, "?")
+	memory := isMemory(name)
+	if !memory {
+		if dir := filepath.Dir(strings.TrimPrefix(name, "file:")); dir != "." {
+			if err := os.MkdirAll(dir, 0o750); err != nil {
+				return nil, fmt.Errorf("open sqlite %s: create folder: %w", path, err)
+			}
+		}
+	}
+	db := sql.OpenDB(connector{dsn: dsn(path), drv: sqliteDriver})
+	if memory {
+		// Keep the one connection forever: closing it drops the database.
+		db.SetMaxOpenConns(1)
+		db.SetMaxIdleConns(1)
+		db.SetConnMaxLifetime(0)
+	} else {
+		// SQLite has one writer at a time; a few connections serve readers.
+		db.SetMaxOpenConns(8)
+		db.SetMaxIdleConns(4)
+		db.SetConnMaxLifetime(time.Hour)
+	}
+	return db, nil
+}
+
+func isMemory(name string) bool { return name == Memory || strings.HasPrefix(name, "file::memory:") }
+
+// sqliteDriver is modernc.org/sqlite's driver as it registered itself with
+// database/sql (opening a handle connects nothing).
+var sqliteDriver = func() *sqlitedrv.Driver {
+	db, err := sql.Open("sqlite", "")
+	if err != nil {
+		panic(err) // only if the driver did not register
+	}
+	defer db.Close()
+	return db.Driver().(*sqlitedrv.Driver)
+}()
 
 // busyTimeout returns the busy timeout the connections of path get: the
 // path's own busy_timeout pragma, or BusyTimeout.
