@@ -245,6 +245,13 @@ type LimitStats struct {
 	// ResetAt is when everything the window counts now will have aged out
 	// of it (now when it counts nothing).
 	ResetAt time.Time
+	// PacedUntil is, for a limit paced over its period (RPD and TPD with a
+	// DayBurst, and the budgets), when its pace lets the next call start:
+	// now or earlier when one may start now, later while calls wait for the
+	// even pace however much of the window is left. Zero for a limit not
+	// paced. A flow's priority credit and the retry of a failed call may go
+	// ahead of it.
+	PacedUntil time.Time
 }
 
 // FlowStats is one flow's state and totals.
@@ -305,6 +312,9 @@ func (g *Governor) limitStats(now int64, l Limit) LimitStats {
 		ResetAt: time.Unix(0, g.ledgerOf(l).resetAt(now, l))}
 	if lr := &g.learned[l]; lr.allowance > 0 {
 		st.LearnedUntil = time.Unix(0, lr.until)
+	}
+	if p := &g.pace[l]; p.on {
+		st.PacedUntil = time.Unix(0, p.readyAt())
 	}
 	return st
 }

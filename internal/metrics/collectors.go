@@ -26,6 +26,9 @@ var (
 	limitResetDesc = prometheus.NewDesc("sluice_limit_reset_seconds",
 		"Seconds until everything the limit's window counts now has aged out of it (0 when it counts nothing).",
 		[]string{"key", "limit"}, nil)
+	limitPaceWaitDesc = prometheus.NewDesc("sluice_limit_pace_wait_seconds",
+		"For a day limit paced over the day: seconds until its even pace lets the next call start (0: one may start now), however much of the day's allowance is left.",
+		[]string{"key", "limit"}, nil)
 	flowWaitingDesc = prometheus.NewDesc("sluice_flow_waiting",
 		"Calls waiting for admission, by flow.",
 		[]string{"key", "flow"}, nil)
@@ -87,7 +90,7 @@ func (c *governorCollector) add(g *governor.Governor, now func() time.Time) erro
 }
 
 func (c *governorCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{limitUsedDesc, limitCapacityDesc, limitRemainingDesc, limitResetDesc,
+	for _, d := range []*prometheus.Desc{limitUsedDesc, limitCapacityDesc, limitRemainingDesc, limitResetDesc, limitPaceWaitDesc,
 		budgetDesc, budgetSpentDesc, budgetRemainingDesc, flowSpendDesc, flowWaitingDesc, flowParkedDesc, flowShareDesc, flowWaitingOnDesc, refusalsDesc} {
 		ch <- d
 	}
@@ -122,6 +125,9 @@ func (c *governorCollector) Collect(ch chan<- prometheus.Metric) {
 			gauge(limitCapacityDesc, float64(ls.Max), w.key, l)
 			gauge(limitRemainingDesc, float64(ls.Capacity), w.key, l)
 			gauge(limitResetDesc, max(ls.ResetAt.Sub(now), 0).Seconds(), w.key, l)
+			if !ls.PacedUntil.IsZero() {
+				gauge(limitPaceWaitDesc, max(ls.PacedUntil.Sub(now), 0).Seconds(), w.key, l)
+			}
 		}
 		for _, f := range st.Flows {
 			gauge(flowWaitingDesc, float64(f.Waiting), w.key, f.Name)

@@ -389,3 +389,44 @@ func TestRouteSeries(t *testing.T) {
 		t.Fatal("a second router of the same route's name was taken")
 	}
 }
+
+// A day limit's pace has a series of its own: how long until it lets the
+// next call start, which the day's remaining allowance does not show.
+func TestPaceWaitSeries(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	g, err := governor.New(governor.Config{Key: "k", Limits: governor.Limits{governor.TPD: 100_000, governor.RPM: 1000}, Now: clock,
+		Flows: []governor.FlowConfig{{Name: "a"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New()
+	if err := s.AddGovernor(g, clock); err != nil {
+		t.Fatal(err)
+	}
+	got := gather(t, s.Registry())
+	got.want(t, "sluice_limit_pace_wait_seconds", "key=k,limit=tpd", 0)
+	got.absent(t, "sluice_limit_pace_wait_seconds", "key=k,limit=rpm") // a minute window is not paced
+	// The first call goes at once; the second, before the provider has
+	// answered the first, waits for the day's even pace.
+	for range 2 {
+		if _, err := g.Reserve(now, "a", governor.Cost{Requests: 1, Input: 2000}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g.Advance(now)
+	st := g.Stats(now)
+	on := st.Flows[0].WaitingOn
+	if on.Kind != "pacing" || on.Limit != governor.TPD || !on.Until.After(now) {
+		t.Fatalf("the second call waits on %+v, want the TPD pace", on)
+	}
+	got = gather(t, s.Registry())
+	got.want(t, "sluice_limit_pace_wait_seconds", "key=k,limit=tpd", on.Until.Sub(now).Seconds())
+	if rem := got["sluice_limit_remaining"]["key=k,limit=tpd"]; rem < 90_000 {
+		t.Fatalf("tpd remaining %v: the day's allowance should be nearly whole while the pace holds the call", rem)
+	}
+	now = on.Until
+	got = gather(t, s.Registry())
+	got.want(t, "sluice_limit_pace_wait_seconds", "key=k,limit=tpd", 0)
+}
