@@ -14,7 +14,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
-	_ "modernc.org/sqlite"             // the "sqlite" database/sql driver
+
+	"github.com/sluice-dev/sluice/internal/store/sqlite"
 )
 
 // dbRef is a database a job names: its URL as given, and its dialect.
@@ -67,8 +68,9 @@ func (r dbRef) redacted() string {
 // open opens the database and checks it answers within 10s. An SQLite
 // file must exist: a job's database is the team's, never made up here.
 // SQLite is opened as sluice opens its own — WAL, a 5s busy timeout,
-// transactions that take the write lock up front — so that the team's
-// programs and sluice share the file without failing on each other's locks.
+// transactions that take the write lock up front, each connection keeping
+// the statements it compiled — so that the team's programs and sluice
+// share the file without failing on each other's locks.
 func (r dbRef) open(ctx context.Context) (*sql.DB, error) {
 	var db *sql.DB
 	var err error
@@ -81,7 +83,7 @@ func (r dbRef) open(ctx context.Context) (*sql.DB, error) {
 			return nil, fmt.Errorf("database %s: not a regular file", r.path)
 		}
 		params := "_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate"
-		db, err = sql.Open("sqlite", "file:"+r.path+"?"+params)
+		db = sql.OpenDB(sqlite.Connector("file:" + r.path + "?" + params))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("database %s: %w", r.redacted(), err)

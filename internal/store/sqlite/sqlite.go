@@ -183,7 +183,7 @@ func OpenDB(path string) (*sql.DB, error) {
 			}
 		}
 	}
-	db := sql.OpenDB(connector{dsn: dsn(path), drv: sqliteDriver})
+	db := sql.OpenDB(Connector(dsn(path)))
 	if memory {
 		// Keep the one connection forever: closing it drops the database.
 		db.SetMaxOpenConns(1)

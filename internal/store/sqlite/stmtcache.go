@@ -35,6 +35,12 @@ const (
 	stmtCacheMax = 4096
 )
 
+// Connector returns a connector for sql.OpenDB that opens connections to
+// dsn (a path with modernc.org/sqlite DSN parameters, taken as given) each
+// keeping the statements it compiled: for SQLite databases other than the
+// store's, such as a job's source database.
+func Connector(dsn string) driver.Connector { return connector{dsn: dsn, drv: sqliteDriver} }
+
 // connector opens the handle's connections with modernc.org/sqlite's
 // driver, each with its cache of statements.
 type connector struct {
