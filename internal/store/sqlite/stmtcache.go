@@ -99,21 +99,32 @@ func newCachingConn(dc driver.Conn) (driver.Conn, error) {
 	return &cachingConn{sqliteConn: sc, lru: list.New(), byKey: map[string]*list.Element{}}, nil
 }
 
-// cacheable reports whether query is one statement short enough to keep.
-func cacheable(query string) bool {
+// statement returns query as one statement to keep, without the final
+// semicolon and the blanks around it (the driver takes whatever follows a
+// statement's semicolon, a newline included, as more statements, and would
+// compile the text at every run); false when query is too long to keep or
+// may be several statements.
+func statement(query string) (string, bool) {
 	if len(query) > stmtCacheMax {
-		return false
+		return "", false
 	}
 	// A semicolon anywhere but at the end may separate statements; a text
 	// that merely quotes one goes uncached, which costs only the compile.
 	i := strings.IndexByte(query, ';')
-	return i < 0 || strings.TrimSpace(query[i+1:]) == ""
+	if i < 0 {
+		return query, true
+	}
+	if strings.TrimSpace(query[i+1:]) != "" {
+		return "", false
+	}
+	return query[:i], true
 }
 
 // take returns the kept statement of query, compiling and keeping it if
 // new; nil when query goes the driver's way.
 func (c *cachingConn) take(ctx context.Context, query string) (*cachedStmt, error) {
-	if !cacheable(query) {
+	text, ok := statement(query)
+	if !ok {
 		return nil, nil
 	}
 	if e, ok := c.byKey[query]; ok {
@@ -124,7 +135,7 @@ func (c *cachingConn) take(ctx context.Context, query string) (*cachedStmt, erro
 		c.lru.MoveToFront(e)
 		return cs, nil
 	}
-	st, err := c.sqliteConn.PrepareContext(ctx, query)
+	st, err := c.sqliteConn.PrepareContext(ctx, text)
 	if err != nil {
 		return nil, err
 	}

@@ -272,3 +272,64 @@ func TestKeptStatementAfterACancel(t *testing.T) {
 		t.Fatalf("the same text after the cancel: %d, %v", n, err)
 	}
 }
+
+// What the driver would take for a script (a statement followed by
+// anything, a newline included) is kept without its end, so that it runs
+// as one compiled statement; what may be several statements is not kept.
+func TestStatementText(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		query, text string
+		ok          bool
+	}{
+		{"SELECT 1", "SELECT 1", true},
+		{"SELECT 1;", "SELECT 1", true},
+		{"-- a comment\nSELECT k FROM t\nWHERE k = $1;\n", "-- a comment\nSELECT k FROM t\nWHERE k = $1", true},
+		{"SELECT 1 ; \n\t", "SELECT 1 ", true},
+		{"SELECT 1 -- a comment;", "SELECT 1 -- a comment", true},
+		{"SELECT 1; SELECT 2", "", false},
+		{"SELECT 1;\nSELECT 2;\n", "", false},
+		{"SELECT ';'", "", false},
+		{"SELECT 1 /* ; */", "", false},
+		{"SELECT 1" + strings.Repeat(" ", stmtCacheMax), "", false},
+	} {
+		text, ok := statement(tc.query)
+		if text != tc.text || ok != tc.ok {
+			t.Errorf("statement(%q) = %q, %v; want %q, %v", tc.query, text, ok, tc.text, tc.ok)
+		}
+	}
+}
+
+// BenchmarkStatement runs one read of a row as the store's statements are
+// written (in a file, ending with a semicolon and a newline) on a
+// connection that keeps its statements and on the driver's own, which
+// compiles it at every run.
+func BenchmarkStatement(b *testing.B) {
+	const read = "-- one row by its key\nSELECT v FROM t WHERE k = $1;\n"
+	dir := b.TempDir()
+	for _, side := range []struct {
+		name string
+		open func(path string) (*sql.DB, error)
+	}{
+		{"kept", OpenDB},
+		{"driver", func(path string) (*sql.DB, error) { return sql.Open("sqlite", path) }},
+	} {
+		b.Run(side.name, func(b *testing.B) {
+			db, err := side.open(filepath.Join(dir, side.name+".db"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer db.Close()
+			db.SetMaxOpenConns(1)
+			if _, err := db.Exec(`CREATE TABLE t (k INTEGER PRIMARY KEY, v TEXT NOT NULL); INSERT INTO t VALUES (1, 'a')`); err != nil {
+				b.Fatal(err)
+			}
+			var v string
+			for b.Loop() {
+				if err := db.QueryRow(read, 1).Scan(&v); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
