@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -126,7 +127,7 @@ func runBenchEngine(ctx context.Context, env *cli.Env, args []string) error {
 			})
 		}
 		k := r % len(sides)
-		for _, side := range append(sides[k:], sides[:k]...) {
+		for _, side := range slices.Concat(sides[k:], sides[:k]) {
 			if err := side(); err != nil {
 				return err
 			}

@@ -79,15 +79,15 @@ type sqliteConn interface {
 type cachingConn struct {
 	sqliteConn
 	lru   *list.List               // of *cachedStmt, most recently used first
-	byKey map[string]*list.Element // by text
+	byKey map[string]*list.Element // by query
 }
 
 var _ sqliteConn = (*cachingConn)(nil)
 
 type cachedStmt struct {
-	text string
-	stmt driver.Stmt
-	busy bool // its rows are being read
+	query string // as run, the key it is kept by
+	stmt  driver.Stmt
+	busy  bool // its rows are being read
 }
 
 func newCachingConn(dc driver.Conn) (driver.Conn, error) {
@@ -123,10 +123,6 @@ func statement(query string) (string, bool) {
 // take returns the kept statement of query, compiling and keeping it if
 // new; nil when query goes the driver's way.
 func (c *cachingConn) take(ctx context.Context, query string) (*cachedStmt, error) {
-	text, ok := statement(query)
-	if !ok {
-		return nil, nil
-	}
 	if e, ok := c.byKey[query]; ok {
 		cs := e.Value.(*cachedStmt)
 		if cs.busy {
@@ -135,11 +131,15 @@ func (c *cachingConn) take(ctx context.Context, query string) (*cachedStmt, erro
 		c.lru.MoveToFront(e)
 		return cs, nil
 	}
+	text, ok := statement(query)
+	if !ok {
+		return nil, nil
+	}
 	st, err := c.sqliteConn.PrepareContext(ctx, text)
 	if err != nil {
 		return nil, err
 	}
-	cs := &cachedStmt{text: query, stmt: st}
+	cs := &cachedStmt{query: query, stmt: st}
 	c.byKey[query] = c.lru.PushFront(cs)
 	for c.lru.Len() > stmtCacheSize {
 		if !c.evict() {
@@ -158,7 +158,7 @@ func (c *cachingConn) evict() bool {
 			continue
 		}
 		c.lru.Remove(e)
-		delete(c.byKey, cs.text)
+		delete(c.byKey, cs.query)
 		_ = cs.stmt.Close()
 		return true
 	}

@@ -46,7 +46,7 @@ func kept(t *testing.T, conn *sql.Conn) []string {
 			return fmt.Errorf("the handle's connection is a %T, not a *cachingConn", dc)
 		}
 		for e := cc.lru.Front(); e != nil; e = e.Next() {
-			texts = append(texts, e.Value.(*cachedStmt).text)
+			texts = append(texts, e.Value.(*cachedStmt).query)
 		}
 		if len(texts) != len(cc.byKey) {
 			return fmt.Errorf("%d statements listed, %d by text", len(texts), len(cc.byKey))
