@@ -32,7 +32,10 @@ type Backfill[T any] struct {
 	// app's own view of what is left (WHERE title_en IS NULL).
 	Pending func(ctx context.Context, after string, limit int) ([]string, error)
 	// Load returns the items keys names, by key. A key it leaves out is an
-	// item no longer there: it is skipped.
+	// item no longer there: it is rejected without a call as "no longer in
+	// the source", tried again after RetryAfter (in case it comes back)
+	// and parked after MaxRejects such rejections, so that an item deleted
+	// from the app's table does not count as work left for ever.
 	Load func(ctx context.Context, keys []string) (map[string]T, error)
 	// Request builds the one call that asks about a batch of items.
 	Request func(items []Item[T]) (*llm.ChatRequest, error)

@@ -28,7 +28,10 @@
 // A saver may reject an item's output (Reject): the item is counted by the
 // reason, waits RetryAfter, and is tried again, up to MaxRejects times;
 // then it is parked with the reason. An item whose request alone is too
-// large for a limit of the key is parked at once, naming the limit.
+// large for a limit of the key is parked at once, naming the limit. An
+// item Load no longer returns is rejected the same way, without a call,
+// as "no longer in the source": tried again if it comes back, parked if
+// it does not, so that it is not counted as work left for ever.
 package backfill
 
 import (
@@ -65,9 +68,11 @@ type Config struct {
 	// those after the key after, in increasing order, at most limit.
 	Pending func(ctx context.Context, after string, limit int) ([]string, error)
 	// Load returns the data of the items keys names, by key. A key it
-	// leaves out is an item no longer there: it is skipped this time —
-	// but for an item this backfill saved already, which a replay after a
-	// crash keeps in its batch with null data (its call is not made again).
+	// leaves out is an item no longer there: it is rejected without a call
+	// (goneReason), tried again after RetryAfter and parked after
+	// MaxRejects — but for an item this backfill saved already, which a
+	// replay after a crash keeps in its batch with null data (its call is
+	// not made again).
 	Load func(ctx context.Context, keys []string) (map[string]json.RawMessage, error)
 	// Request builds the one call for a batch of items.
 	Request func(items []Item) (*llm.ChatRequest, error)

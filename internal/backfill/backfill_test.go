@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -334,6 +335,93 @@ func TestBackfillSavesEachItemOnce(t *testing.T) {
 		j = b.waitJob(t, "titles", func(j store.Job) bool { return j.LastStatus == "ok" })
 		if j.ConsecutiveFailures != 0 {
 			t.Fatalf("job %+v: want no failures", j)
+		}
+	})
+}
+
+// An item recorded once and gone from the source since (its row deleted)
+// is rejected without a call, tried again, and parked after MaxRejects: it
+// does not stay pending for ever, and the job ends with nothing left.
+func TestBackfillParksItemsGoneFromTheSource(t *testing.T) {
+	t.Parallel()
+	testenv.Databases(t, func(t *testing.T, url string) {
+		ctx := context.Background()
+		b := setup(t, url, governor.Limits{})
+		b.add(keys(6)...)
+		if _, err := b.st.AddItems(ctx, "titles", []string{"k06", "k07"}, time.Now(), ""); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.set.Add(b.config("titles", func(string) string { return "" }), b.p); err != nil {
+			t.Fatal(err)
+		}
+		b.start(t)
+		j := b.waitJob(t, "titles", func(j store.Job) bool { return j.Saved+j.Parked == 8 })
+		if j.Saved != 6 || j.Parked != 2 || j.Pending != 0 || j.Rejected != 0 {
+			t.Fatalf("job %+v: want 6 saved, 2 parked, nothing left", j)
+		}
+		items, err := b.st.Items(ctx, "titles", []string{"k06", "k07"})
+		if err != nil || len(items) != 2 {
+			t.Fatalf("items: %v, %v", items, err)
+		}
+		for _, it := range items {
+			if it.State != store.ItemParked || it.Reason != goneReason || it.Rejects != 2 || it.ProcessedAt.IsZero() || !strings.HasSuffix(it.RequestID, notSent) {
+				t.Fatalf("item %+v: want parked after 2 rejections as %q, with no call", it, goneReason)
+			}
+		}
+		if w := b.writes(t, "titles"); len(w) != 6 || w["k06"] != 0 || w["k07"] != 0 {
+			t.Fatalf("writes %v: want the 6 items of the source, once each", w)
+		}
+		waitUntil(t, func() (bool, string) {
+			runs, err := b.st.BackfillRuns(ctx, "titles", 1000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var parked, gone int
+			for _, r := range runs {
+				parked += r.Parked
+				gone += r.Rejected[goneReason]
+			}
+			return parked == 2 && gone == 4, fmt.Sprintf("%d runs recorded %d parked, %d rejected as gone: want 2 and 4", len(runs), parked, gone)
+		})
+	})
+}
+
+// An item gone from the source and rejected for it is tried again when
+// its time comes, and saved if it is back.
+func TestBackfillTakesBackAnItemThatReturns(t *testing.T) {
+	t.Parallel()
+	testenv.Databases(t, func(t *testing.T, url string) {
+		ctx := context.Background()
+		b := setup(t, url, governor.Limits{})
+		b.add(keys(3)...)
+		if _, err := b.st.AddItems(ctx, "titles", []string{"k03"}, time.Now(), ""); err != nil {
+			t.Fatal(err)
+		}
+		cfg := b.config("titles", func(string) string { return "" })
+		cfg.MaxRejects = math.MaxInt32 // never parked: only its return ends it
+		if err := b.set.Add(cfg, b.p); err != nil {
+			t.Fatal(err)
+		}
+		b.start(t)
+		waitUntil(t, func() (bool, string) {
+			items, err := b.st.Items(ctx, "titles", []string{"k03"})
+			if err != nil || len(items) != 1 {
+				t.Fatal(items, err)
+			}
+			it := items[0]
+			return it.Rejects > 0 && it.Reason == goneReason, fmt.Sprintf("k03: %+v", it)
+		})
+		b.add("k03")
+		b.waitJob(t, "titles", func(j store.Job) bool { return j.Saved == 4 })
+		items, err := b.st.Items(ctx, "titles", []string{"k03"})
+		if err != nil || len(items) != 1 {
+			t.Fatal(items, err)
+		}
+		if it := items[0]; it.State != store.ItemSaved || it.Rejects == 0 {
+			t.Fatalf("k03 %+v: want saved after its rejections as gone", it)
+		}
+		if w := b.writes(t, "titles"); len(w) != 4 || w["k03"] != 1 {
+			t.Fatalf("writes %v: want k03 saved once", w)
 		}
 	})
 }

@@ -50,8 +50,10 @@ type laneDone struct {
 	Aborted   string `json:"aborted,omitempty"` // the run's stop reason it gives
 }
 
-// notSent is the request recorded for items no call was made for: those
-// parked because their request alone can never fit a limit.
+// notSent ends the request recorded for items no call was made for: those
+// parked because their request alone can never fit a limit, and those gone
+// from the source. The rest is unique to the save step (callID), so that
+// an item rejected as gone twice in one run counts both times.
 const notSent = "not sent"
 
 // saved is what a batch's save step did.
@@ -118,7 +120,7 @@ func (b *backfill) lane(r *engine.Run, prefix string, in laneInput) (laneDone, e
 			d.Exhausted = true
 			break
 		}
-		d.Selected += len(bt.Keys) + len(bt.TooLarge)
+		d.Selected += len(bt.Keys) + len(bt.TooLarge) + len(bt.Gone)
 		for _, n := range bt.Rejects {
 			if n > 0 { // an item tried before
 				d.Retried++
@@ -140,7 +142,7 @@ func (b *backfill) lane(r *engine.Run, prefix string, in laneInput) (laneDone, e
 				return b.selectBatch(ctx, d.After, in.Lane, cache, bt)
 			}
 		}
-		sv, failed, err := b.batch(r, prefix, i, in, items, rejects, bt.TooLarge, next)
+		sv, failed, err := b.batch(r, prefix, i, in, items, rejects, bt, next)
 		if err != nil {
 			return fail(err)
 		}
@@ -196,10 +198,11 @@ type savedNext struct {
 
 // batch calls and saves the i-th batch of a lane (which settles in its
 // own shard of the job's counts): items (rejected so far rejects times
-// each) and tooLarge, parked without a call; its save step also records
-// the next batch, which next selects (nil: none). A response that cannot be parsed fails the
-// lane (failed); err is a step's failure.
-func (b *backfill) batch(r *engine.Run, prefix string, i int, in laneInput, items []Item, rejects []int, tooLarge []store.Outcome,
+// each), and bt's items parked or rejected without a call (TooLarge, Gone);
+// its save step also records the next batch, which next selects (nil:
+// none). A response that cannot be parsed fails the lane (failed); err is a
+// step's failure.
+func (b *backfill) batch(r *engine.Run, prefix string, i int, in laneInput, items []Item, rejects []int, bt batch,
 	next func(context.Context) (selection, error)) (sv savedNext, failed, err error) {
 	var outputs []string
 	var requestID string
@@ -251,9 +254,12 @@ func (b *backfill) batch(r *engine.Run, prefix string, i int, in laneInput, item
 			sel = &got
 		}
 	}
+	if requestID == "" {
+		requestID = callID(r.ID(), fmt.Sprintf("%ssave-%d", prefix, i), notSent)
+	}
 	stop := b.coarse(in)
 	sv, err = engine.Transaction(r, fmt.Sprintf("%ssave-%d", prefix, i), func(ctx context.Context, tx dbos.Tx) (savedNext, error) {
-		saved, err := b.save(ctx, tx, in.RunID, in.Lane.Index, requestID, items, rejects, tooLarge, outputs)
+		saved, err := b.save(ctx, tx, in.RunID, in.Lane.Index, requestID, items, rejects, bt, outputs)
 		return savedNext{saved: saved, Next: sel, Stop: stop}, err
 	})
 	if err == nil && sv.Saved > 0 {
@@ -323,14 +329,20 @@ func (b *backfill) items(ctx context.Context, bt batch, cache map[string]json.Ra
 	return items, rejects, nil
 }
 
-// save saves each item's output and records the outcomes, in tx.
-func (b *backfill) save(ctx context.Context, tx dbos.Tx, runID string, shard int, requestID string, items []Item, rejects []int, tooLarge []store.Outcome, outputs []string) (saved, error) {
-	if requestID == "" {
-		requestID = notSent
-	}
+// save saves each item's output and records the outcomes, in tx: those
+// of items, and of bt's items without a call — rejected as gone (parked
+// once rejected MaxRejects times), and parked as too large.
+func (b *backfill) save(ctx context.Context, tx dbos.Tx, runID string, shard int, requestID string, items []Item, rejects []int, bt batch, outputs []string) (saved, error) {
 	st := store.Settlement{Backfill: b.ID, RunID: runID, RequestID: requestID, At: b.set.now().UTC(), Shard: shard,
 		MaxRejects: b.MaxRejects, RetryAfter: b.RetryAfter, Then: b.then}
 	sv := saved{Rejected: map[string]int{}}
+	reject := func(key, reason string, before int) {
+		st.Outcomes = append(st.Outcomes, store.Outcome{Key: key, Reason: reason})
+		sv.Rejected[reason]++
+		if before+1 >= b.MaxRejects {
+			sv.Parked++
+		}
+	}
 	for i, it := range items {
 		var err error
 		switch {
@@ -345,23 +357,28 @@ func (b *backfill) save(ctx context.Context, tx dbos.Tx, runID string, shard int
 			st.Outcomes = append(st.Outcomes, store.Outcome{Key: it.Key, Saved: true})
 			sv.Saved++
 		case errors.As(err, &rj):
-			st.Outcomes = append(st.Outcomes, store.Outcome{Key: it.Key, Reason: rj.reason})
-			sv.Rejected[rj.reason]++
-			if rejects[i]+1 >= b.MaxRejects {
-				sv.Parked++
-			}
+			reject(it.Key, rj.reason, rejects[i])
 		default:
 			return saved{}, fmt.Errorf("save item %s: %w", it.Key, err)
 		}
 	}
-	st.Outcomes = append(st.Outcomes, tooLarge...)
-	if len(tooLarge) > 0 {
-		// Too large alone: no later try can fit, so it is parked now.
-		st.MaxRejects = 1
-		sv.Parked += len(tooLarge)
+	for j, k := range bt.Gone {
+		before := 0
+		if j < len(bt.GoneRejects) {
+			before = bt.GoneRejects[j]
+		}
+		reject(k, goneReason, before)
 	}
 	if err := b.set.rec.Settle(ctx, tx, st); err != nil {
 		return saved{}, err
+	}
+	if len(bt.TooLarge) > 0 {
+		// Too large alone: no later try can fit, so it is parked now.
+		st.Outcomes, st.MaxRejects = bt.TooLarge, 1
+		sv.Parked += len(bt.TooLarge)
+		if err := b.set.rec.Settle(ctx, tx, st); err != nil {
+			return saved{}, err
+		}
 	}
 	return sv, nil
 }

@@ -32,88 +32,104 @@ type batch struct {
 	// TooLarge are items parked without a call: alone, their request
 	// does not fit a limit of the key.
 	TooLarge []store.Outcome `json:"too_large,omitempty"`
+	// Gone are items Load no longer returned, rejected without a call
+	// (goneReason), and GoneRejects the rejects of each so far: one that
+	// comes back before MaxRejects such rejections is tried again.
+	Gone        []string `json:"gone,omitempty"`
+	GoneRejects []int    `json:"gone_rejects,omitempty"`
 }
 
-func (bt batch) empty() bool { return len(bt.Keys) == 0 && len(bt.TooLarge) == 0 }
+// goneReason is why an item Load no longer returns is rejected.
+const goneReason = "no longer in the source"
+
+func (bt batch) empty() bool { return len(bt.Keys) == 0 && len(bt.TooLarge) == 0 && len(bt.Gone) == 0 }
+
+// gone adds to bt the items of next that data leaves out.
+func (bt *batch) gone(next []store.Item, data map[string]json.RawMessage) {
+	for _, it := range next {
+		if _, ok := data[it.Key]; !ok {
+			bt.Gone = append(bt.Gone, it.Key)
+			bt.GoneRejects = append(bt.GoneRejects, it.Rejects)
+		}
+	}
+}
 
 // selectBatch takes the next eligible items of lane — the pending ones
 // after the cursor after, and the rejected ones due again — but those of
 // skip, at most MaxBatch of them and no more than the governor sizes the
 // batch for, and keeps their data in cache for the call. Items found gone
-// from the source are passed over, the cursor going past them; those left
-// for a later batch are not, the cursor stopping before them.
+// from the source (Load leaves them out) up to the last item taken go in
+// the batch's Gone, to be rejected by its save, the cursor going past them;
+// those left for a later batch do not, the cursor stopping before them.
 func (b *backfill) selectBatch(ctx context.Context, after store.Cursor, lane store.Lane, cache map[string]json.RawMessage, skip batch) (selection, error) {
 	sel := selection{After: after}
 	passed := returning(skip)
-	for {
-		// Enough that MaxBatch are left when every item of skip that a
-		// read may return comes back.
-		next, err := b.set.rec.NextItems(ctx, b.ID, b.set.now(), b.MaxBatch+len(passed), sel.After, lane)
-		if err != nil {
-			return sel, err
-		}
-		if len(passed) > 0 {
-			next = slices.DeleteFunc(next, func(it store.Item) bool { return passed[it.Key] })
-		}
-		if len(next) == 0 {
-			return sel, nil
-		}
-		keys := make([]string, len(next))
-		for i, it := range next {
-			keys[i] = it.Key
-		}
-		data, err := b.Load(ctx, keys)
-		if err != nil {
-			return selection{}, fmt.Errorf("load items: %w", err)
-		}
-		var items []Item
-		var rejects, at []int // each of items' rejects so far, and where it is in next
-		for i, it := range next {
-			if d, ok := data[it.Key]; ok { // else gone from the source since it was found
-				items = append(items, Item{Key: it.Key, Data: d})
-				rejects = append(rejects, it.Rejects)
-				at = append(at, i)
-			}
-		}
-		if len(items) == 0 {
-			// None is there any more: look past them.
-			moved := lastPending(next, sel.After)
-			if moved == sel.After {
-				return sel, nil // rejected items only, gone: nothing to pass
-			}
-			sel.After = moved
-			continue
-		}
-		// A batch carries at most MaxBatch items, however many came back:
-		// those after it go in a later batch.
-		items = items[:min(len(items), b.MaxBatch)]
-		n, tooLarge, err := b.size(items)
-		if err != nil {
-			return selection{}, err
-		}
-		if n == 0 {
-			// Alone, the first item does not fit a limit: it is parked, and
-			// the rest go in the next batch.
-			sel.Batch.TooLarge = []store.Outcome{{Key: items[0].Key, Reason: tooLarge}}
-			sel.After = lastPending(next[:at[0]+1], sel.After)
-			return sel, nil
-		}
-		for _, it := range items[:n] {
-			sel.Batch.Keys = append(sel.Batch.Keys, it.Key)
-			cache[it.Key] = it.Data
-		}
-		sel.Batch.Rejects = rejects[:n]
-		sel.After = lastPending(next[:at[n-1]+1], sel.After)
+	// Enough that MaxBatch are left when every item of skip that a
+	// read may return comes back.
+	next, err := b.set.rec.NextItems(ctx, b.ID, b.set.now(), b.MaxBatch+len(passed), sel.After, lane)
+	if err != nil {
+		return sel, err
+	}
+	if len(passed) > 0 {
+		next = slices.DeleteFunc(next, func(it store.Item) bool { return passed[it.Key] })
+	}
+	if len(next) == 0 {
 		return sel, nil
 	}
+	keys := make([]string, len(next))
+	for i, it := range next {
+		keys[i] = it.Key
+	}
+	data, err := b.Load(ctx, keys)
+	if err != nil {
+		return selection{}, fmt.Errorf("load items: %w", err)
+	}
+	var items []Item
+	var rejects, at []int // each of items' rejects so far, and where it is in next
+	for i, it := range next {
+		if d, ok := data[it.Key]; ok { // else gone from the source since it was found
+			items = append(items, Item{Key: it.Key, Data: d})
+			rejects = append(rejects, it.Rejects)
+			at = append(at, i)
+		}
+	}
+	if len(items) == 0 {
+		// None is there any more: a batch of items gone, with no call.
+		sel.Batch.gone(next, data)
+		sel.After = lastPending(next, sel.After)
+		return sel, nil
+	}
+	// A batch carries at most MaxBatch items, however many came back:
+	// those after it go in a later batch.
+	items = items[:min(len(items), b.MaxBatch)]
+	n, tooLarge, err := b.size(items)
+	if err != nil {
+		return selection{}, err
+	}
+	if n == 0 {
+		// Alone, the first item does not fit a limit: it is parked, and
+		// the rest go in the next batch.
+		sel.Batch.TooLarge = []store.Outcome{{Key: items[0].Key, Reason: tooLarge}}
+		sel.Batch.gone(next[:at[0]], data)
+		sel.After = lastPending(next[:at[0]+1], sel.After)
+		return sel, nil
+	}
+	for _, it := range items[:n] {
+		sel.Batch.Keys = append(sel.Batch.Keys, it.Key)
+		cache[it.Key] = it.Data
+	}
+	sel.Batch.Rejects = rejects[:n]
+	sel.Batch.gone(next[:at[n-1]], data)
+	sel.After = lastPending(next[:at[n-1]+1], sel.After)
+	return sel, nil
 }
 
 // returning is the items of skip, a batch selected before the cursor a
-// read starts from, that the read may still return: those rejected before,
-// which NextItems returns when due again wherever they are, and those
-// parked as too large, whose state the batch does not say. Its pending
-// items lie at or before the cursor, which NextItems reads after; so a
-// batch of pending items returns nothing, and the next read asks for
+// read starts from, that the read may still return: those rejected before
+// (gone or not), which NextItems returns when due again wherever they are,
+// and those parked as too large, whose state the batch does not say. Its
+// pending items lie at or before the cursor, which NextItems reads after;
+// so a batch of pending items returns nothing, and the next read asks for
 // MaxBatch items, not twice as many.
 func returning(skip batch) map[string]bool {
 	var passed map[string]bool
@@ -130,6 +146,11 @@ func returning(skip batch) map[string]bool {
 	}
 	for _, o := range skip.TooLarge {
 		add(o.Key)
+	}
+	for j, k := range skip.Gone {
+		if j >= len(skip.GoneRejects) || skip.GoneRejects[j] > 0 {
+			add(k)
+		}
 	}
 	return passed
 }

@@ -22,6 +22,8 @@ func TestReturningItems(t *testing.T) {
 		{"rejected before", batch{Keys: []string{"a", "b", "c"}, Rejects: []int{0, 2, 1}}, []string{"b", "c"}},
 		{"too large", batch{TooLarge: []store.Outcome{{Key: "x", Reason: "too large"}}}, []string{"x"}},
 		{"no rejects recorded", batch{Keys: []string{"a"}}, []string{"a"}},
+		{"gone", batch{Gone: []string{"g", "h"}, GoneRejects: []int{0, 1}}, []string{"h"}},
+		{"gone, no rejects recorded", batch{Gone: []string{"g"}}, []string{"g"}},
 	} {
 		got := slices.Sorted(maps.Keys(returning(c.skip)))
 		if !slices.Equal(got, c.want) {
