@@ -19,6 +19,7 @@ import (
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/forecast"
 	"github.com/sluice-dev/sluice/internal/sim"
+	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/internal/testenv"
 	"github.com/sluice-dev/sluice/llm"
 )
@@ -337,6 +338,56 @@ jobs:
 		}
 		if hasTable(t, url, SavesTable) {
 			t.Errorf("%s made in sluice's own database, where the outputs are saved in sluice's transactions", SavesTable)
+		}
+	})
+}
+
+// A row the job recorded and that has since been deleted is rejected as
+// no longer in the source and parked after max_rejects: the job ends with
+// nothing pending, instead of passing over it in every run.
+func TestJobsParkAnItemWhoseRowIsGone(t *testing.T) {
+	t.Parallel()
+	testenv.Databases(t, func(t *testing.T, url string) {
+		execDB(t, url, "CREATE TABLE articles (id INTEGER PRIMARY KEY, title TEXT NOT NULL, summary TEXT)")
+		const n = 5
+		for i := 1; i <= n; i++ {
+			execDB(t, url, fmt.Sprintf("INSERT INTO articles (id, title) VALUES (%d, 'Article %d on bridges')", i, i))
+		}
+		// Article 99 was listed by an earlier run, and deleted since.
+		st, err := store.Open(context.Background(), url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.AddItems(context.Background(), "summarise", []string{"99"}, time.Now(), ""); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Close(); err != nil {
+			t.Fatal(err)
+		}
+		startJobs(t, url, fmt.Sprintf(`source_db: %s
+jobs:
+  - name: summarise
+    source:
+      query: SELECT id, title FROM articles WHERE summary IS NULL
+    prompt:
+      item: "{{.title}}"
+      batch_max: 10
+      fallback: words
+    max_tokens: 20
+    poll: 1s
+    retry_after: 10ms
+    max_rejects: 2
+    output:
+      sql: UPDATE articles SET summary = :output WHERE id = :key
+`, quoted(url)), Options{})
+		testenv.WaitUntil(t, 20*time.Millisecond, func() (bool, string) {
+			done := count(t, url, "SELECT count(*) FROM articles WHERE summary IS NOT NULL")
+			gone := count(t, url, `SELECT count(*) FROM sluice_backfill_items
+				WHERE backfill = 'summarise' AND item_key = '99' AND state = 'parked' AND rejects = 2 AND reason = 'no longer in the source'`)
+			return done == n && gone == 1, fmt.Sprintf("%d of %d articles summarised, article 99 parked as gone: %d", done, n, gone)
+		})
+		if left := count(t, url, "SELECT COALESCE(SUM(pending + rejected), 0) FROM sluice_job_counts WHERE name = 'summarise'"); left != 0 {
+			t.Errorf("the job counts %d items left, want none", left)
 		}
 	})
 }
