@@ -307,12 +307,8 @@ jobs:
 func TestJobsSQLOutputOnTheAppsDatabase(t *testing.T) {
 	t.Parallel()
 	testenv.Databases(t, func(t *testing.T, url string) {
-		execDB(t, url,
-			"CREATE TABLE articles (id INTEGER PRIMARY KEY, title TEXT NOT NULL, summary TEXT, summary_tokens INTEGER, summary_at BIGINT)")
 		const n = 12
-		for i := 1; i <= n; i++ {
-			execDB(t, url, fmt.Sprintf("INSERT INTO articles (id, title) VALUES (%d, 'Article %d on bridges')", i, i))
-		}
+		articlesTable(t, url, n)
 		startJobs(t, url, fmt.Sprintf(`source_db: %s
 jobs:
   - name: summarise
@@ -342,17 +338,25 @@ jobs:
 	})
 }
 
+// articlesTable makes the table articles on url with n articles, ids 1 to
+// n, none summarised.
+func articlesTable(t *testing.T, url string, n int) {
+	t.Helper()
+	execDB(t, url,
+		"CREATE TABLE articles (id INTEGER PRIMARY KEY, title TEXT NOT NULL, summary TEXT, summary_tokens INTEGER, summary_at BIGINT)")
+	for i := 1; i <= n; i++ {
+		execDB(t, url, fmt.Sprintf("INSERT INTO articles (id, title) VALUES (%d, 'Article %d on bridges')", i, i))
+	}
+}
+
 // A row the job recorded and that has since been deleted is rejected as
 // no longer in the source and parked after max_rejects: the job ends with
 // nothing pending, instead of passing over it in every run.
 func TestJobsParkAnItemWhoseRowIsGone(t *testing.T) {
 	t.Parallel()
 	testenv.Databases(t, func(t *testing.T, url string) {
-		execDB(t, url, "CREATE TABLE articles (id INTEGER PRIMARY KEY, title TEXT NOT NULL, summary TEXT)")
 		const n = 5
-		for i := 1; i <= n; i++ {
-			execDB(t, url, fmt.Sprintf("INSERT INTO articles (id, title) VALUES (%d, 'Article %d on bridges')", i, i))
-		}
+		articlesTable(t, url, n)
 		// Article 99 was listed by an earlier run, and deleted since.
 		st, err := store.Open(context.Background(), url)
 		if err != nil {
