@@ -303,7 +303,8 @@ type Backfill struct {
 	// Poll is how often a run starts to look for new items (default 1 min);
 	// a run that has more to do hands on to the next at once.
 	Poll time.Duration
-	// BatchesPerRun is how many calls one run gives out before it hands
+	// BatchesPerRun is how many batches (a call each, or none for items
+	// parked or rejected without one) one run gives out before it hands
 	// on to the next (default 100), so no run's record grows without
 	// bound. The calls going then are handed on, not waited for.
 	BatchesPerRun int

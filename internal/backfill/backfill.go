@@ -7,9 +7,9 @@
 //
 // A backfill is an engine function of its own ("backfill:<id>", at most one
 // run at a time). A run repeats: select a batch, call, save — until nothing
-// is eligible (it stops "done") or it has made Config.BatchesPerRun calls
-// (it stops "continued" and starts the next run at once, so no DBOS workflow
-// grows without bound). Runs start every Poll as well, so new items are
+// is eligible (it stops "done") or it has gone through Config.BatchesPerRun
+// batches (it stops "continued" and starts the next run at once, so no DBOS
+// workflow grows without bound). Runs start every Poll as well, so new items are
 // picked up. The size of each batch comes from the governor: the largest,
 // up to MaxBatch, that fits every limit, and, at the share of the key the
 // flow can expect, is done within about Within. No batch carries more than

@@ -386,8 +386,50 @@ func TestBackfillParksItemsGoneFromTheSource(t *testing.T) {
 	})
 }
 
+// Batches without a call count against a run's BatchesPerRun as the
+// others do: thirty items gone from the source, parked five a batch, take
+// several runs of at most three batches, so that no run goes on for ever
+// however many such batches it finds.
+func TestBackfillRunCountsBatchesWithoutACall(t *testing.T) {
+	t.Parallel()
+	testenv.Databases(t, func(t *testing.T, url string) {
+		ctx := context.Background()
+		b := setup(t, url, governor.Limits{})
+		gone := make([]string, 30)
+		for i := range gone {
+			gone[i] = fmt.Sprintf("g%02d", i)
+		}
+		if _, err := b.st.AddItems(ctx, "titles", gone, time.Now(), ""); err != nil {
+			t.Fatal(err)
+		}
+		cfg := b.config("titles", func(string) string { return "" })
+		cfg.MaxRejects = 1
+		cfg.InFlight = 1 // one share, one part: its budget alone bounds it
+		if err := b.set.Add(cfg, b.p); err != nil {
+			t.Fatal(err)
+		}
+		b.start(t)
+		b.waitJob(t, "titles", func(j store.Job) bool { return j.Parked == 30 })
+		waitUntil(t, func() (bool, string) {
+			runs, err := b.st.BackfillRuns(ctx, "titles", 1000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			parked := 0
+			for _, r := range runs {
+				if r.Selected > 15 {
+					t.Fatalf("run %+v selected more than 3 batches of 5 items", r)
+				}
+				parked += r.Parked
+			}
+			return parked == 30, fmt.Sprintf("%d runs recorded %d parked, want 30", len(runs), parked)
+		})
+	})
+}
+
 // An item gone from the source and rejected for it is tried again when
-// its time comes, and saved if it is back.
+// its time comes, and saved if it is back. Meanwhile runs end, each
+// recording the rejections it made.
 func TestBackfillTakesBackAnItemThatReturns(t *testing.T) {
 	t.Parallel()
 	testenv.Databases(t, func(t *testing.T, url string) {
@@ -408,8 +450,19 @@ func TestBackfillTakesBackAnItemThatReturns(t *testing.T) {
 			if err != nil || len(items) != 1 {
 				t.Fatal(items, err)
 			}
+			runs, err := b.st.BackfillRuns(ctx, "titles", 1000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ended := 0
+			for _, r := range runs {
+				if r.Rejected[goneReason] > 0 {
+					ended++
+				}
+			}
 			it := items[0]
-			return it.Rejects > 0 && it.Reason == goneReason, fmt.Sprintf("k03: %+v", it)
+			return it.Rejects > 0 && it.Reason == goneReason && ended >= 2,
+				fmt.Sprintf("k03: %+v; %d runs ended having rejected it", it, ended)
 		})
 		b.add("k03")
 		b.waitJob(t, "titles", func(j store.Job) bool { return j.Saved == 4 })

@@ -23,8 +23,9 @@ import (
 const lanePart = "lane"
 
 // laneInput is what a lane's part receives: the run it belongs to, which
-// lane it goes through, where it starts, and how many calls it
-// may make.
+// lane it goes through, where it starts, and how many batches it may go
+// through (Budget): one call each, or none for a batch of items parked or
+// rejected without one, so that a part ends however its batches go.
 type laneInput struct {
 	RunID  string       `json:"run_id"`
 	Lane   store.Lane   `json:"lane"`
@@ -40,10 +41,13 @@ type laneInput struct {
 // and why.
 type laneDone struct {
 	saved
-	Selected int          `json:"selected"`
-	Retried  int          `json:"retried"`
-	Calls    int          `json:"calls"`
-	After    store.Cursor `json:"after,omitzero"`
+	Selected int `json:"selected"`
+	Retried  int `json:"retried"`
+	Calls    int `json:"calls"`
+	// Batches counts the batches it went through, with a call or not:
+	// what its budget counts.
+	Batches int          `json:"batches,omitempty"`
+	After   store.Cursor `json:"after,omitzero"`
 	// Exhausted: nothing more in the lane was eligible.
 	Exhausted bool   `json:"exhausted,omitempty"`
 	Failed    string `json:"failed,omitempty"`  // the error the lane stopped on
@@ -126,6 +130,7 @@ func (b *backfill) lane(r *engine.Run, prefix string, in laneInput) (laneDone, e
 				d.Retried++
 			}
 		}
+		d.Batches++
 		if len(bt.Keys) > 0 {
 			d.Calls++
 		}
@@ -133,7 +138,7 @@ func (b *backfill) lane(r *engine.Run, prefix string, in laneInput) (laneDone, e
 		if err != nil {
 			return laneDone{}, err
 		}
-		more := d.Calls < in.Budget
+		more := d.Batches < in.Budget
 		var next func(context.Context) (selection, error) // none once the budget is spent
 		if more {
 			next = func(ctx context.Context) (selection, error) {

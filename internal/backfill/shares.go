@@ -120,8 +120,10 @@ func (b *backfill) collect(r *engine.Run, p *progress, k int) error {
 		}
 		p.going = slices.Delete(p.going, i, i+1)
 		if g.run == r.ID() {
-			// Calls it was given but did not make go to the next parts.
-			p.handed -= max(g.budget-d.Calls, 0)
+			// Batches it was given but did not go through go to the
+			// next parts (a part recorded before Batches counts its
+			// calls only).
+			p.handed -= max(g.budget-max(d.Batches, d.Calls), 0)
 		}
 		p.add(g.run, g.lane, d)
 	}
