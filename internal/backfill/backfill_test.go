@@ -214,6 +214,15 @@ func (b *bench) waitJob(t *testing.T, name string, done func(store.Job) bool) st
 	return j
 }
 
+// listedOnce records keys as items of backfill, as a run that listed them
+// would, whether or not the source holds them now.
+func (b *bench) listedOnce(t *testing.T, backfill string, keys ...string) {
+	t.Helper()
+	if _, err := b.st.AddItems(context.Background(), backfill, keys, time.Now(), ""); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // writes reads bf_out: writes by item of backfill.
 func (b *bench) writes(t *testing.T, backfill string) map[string]int64 {
 	t.Helper()
@@ -348,9 +357,7 @@ func TestBackfillParksItemsGoneFromTheSource(t *testing.T) {
 		ctx := context.Background()
 		b := setup(t, url, governor.Limits{})
 		b.add(keys(6)...)
-		if _, err := b.st.AddItems(ctx, "titles", []string{"k06", "k07"}, time.Now(), ""); err != nil {
-			t.Fatal(err)
-		}
+		b.listedOnce(t, "titles", "k06", "k07")
 		if err := b.set.Add(b.config("titles", func(string) string { return "" }), b.p); err != nil {
 			t.Fatal(err)
 		}
@@ -395,13 +402,7 @@ func TestBackfillRunCountsBatchesWithoutACall(t *testing.T) {
 	testenv.Databases(t, func(t *testing.T, url string) {
 		ctx := context.Background()
 		b := setup(t, url, governor.Limits{})
-		gone := make([]string, 30)
-		for i := range gone {
-			gone[i] = fmt.Sprintf("g%02d", i)
-		}
-		if _, err := b.st.AddItems(ctx, "titles", gone, time.Now(), ""); err != nil {
-			t.Fatal(err)
-		}
+		b.listedOnce(t, "titles", keys(30)...) // none in the source
 		cfg := b.config("titles", func(string) string { return "" })
 		cfg.MaxRejects = 1
 		cfg.InFlight = 1 // one share, one part: its budget alone bounds it
@@ -436,9 +437,7 @@ func TestBackfillTakesBackAnItemThatReturns(t *testing.T) {
 		ctx := context.Background()
 		b := setup(t, url, governor.Limits{})
 		b.add(keys(3)...)
-		if _, err := b.st.AddItems(ctx, "titles", []string{"k03"}, time.Now(), ""); err != nil {
-			t.Fatal(err)
-		}
+		b.listedOnce(t, "titles", "k03")
 		cfg := b.config("titles", func(string) string { return "" })
 		cfg.MaxRejects = math.MaxInt32 // never parked: only its return ends it
 		if err := b.set.Add(cfg, b.p); err != nil {
