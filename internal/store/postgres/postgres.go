@@ -12,11 +12,14 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sluice-dev/sluice/internal/redact"
@@ -51,9 +54,11 @@ var _ store.Store = (*Store)(nil)
 
 // Open connects to the database at dbURL ("postgres://…" or "postgresql://…",
 // with any pgx pool parameter such as pool_max_conns) and applies the
-// migrations it lacks. The pool is set up as DBOS sets up its own: at most
-// 20 connections unless the URL says otherwise, a 10 s connect timeout.
-// The password in dbURL never appears in errors or String.
+// migrations it lacks. A database the server does not have is created
+// first, as DBOS creates its own (see createMissing). The pool is set up as
+// DBOS sets up its own: at most 20 connections unless the URL says
+// otherwise, a 10 s connect timeout. The password in dbURL never appears in
+// errors or String.
 func Open(ctx context.Context, dbURL string) (*Store, error) {
 	shown := store.Redact(dbURL)
 	secrets := store.Secrets(dbURL)
@@ -78,6 +83,10 @@ func Open(ctx context.Context, dbURL string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open postgres %s: %w", shown, redact.Error(err, store.Mark, secrets...))
 	}
+	if err := createMissing(ctx, pool); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("open postgres %s: %w", shown, redact.Error(err, store.Mark, secrets...))
+	}
 	s := &Store{pool: pool, url: shown}
 	if s.Tables, err = driver.NewTables(conn{s.pool}, sqlFS, dialect); err != nil {
 		pool.Close()
@@ -88,6 +97,44 @@ func Open(ctx context.Context, dbURL string) (*Store, error) {
 		return nil, fmt.Errorf("open postgres %s: %w", shown, redact.Error(err, store.Mark, secrets...))
 	}
 	return s, nil
+}
+
+// createMissing creates pool's database if the server answers that it has
+// none by that name (SQLSTATE 3D000), as createdb would: connected to the
+// server's "postgres" database (or "template1", as createdb falls back to)
+// with the same role, which needs CREATEDB. Nodes starting at once may
+// race to create it: one that finds it created meanwhile goes on. Any other
+// failure to connect is returned as it is.
+func createMissing(ctx context.Context, pool *pgxpool.Pool) error {
+	err := pool.Ping(ctx)
+	var pe *pgconn.PgError
+	if err == nil || !errors.As(err, &pe) || pe.Code != "3D000" {
+		return err
+	}
+	cfg := pool.Config().ConnConfig
+	name := cfg.Database
+	var conn *pgx.Conn
+	for _, maint := range []string{"postgres", "template1"} {
+		c := cfg.Copy()
+		c.Database = maint
+		if conn, err = pgx.ConnectConfig(ctx, c); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("database %q does not exist, and the server's postgres database to create it from cannot be reached: %w", name, err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+	// Another node's CREATE DATABASE got there first: duplicate_database,
+	// or unique_violation when both were under way at once.
+	if errors.As(err, &pe) && (pe.Code == "42P04" || pe.Code == "23505") {
+		err = nil
+	}
+	if err != nil {
+		return fmt.Errorf("database %q does not exist and could not be created (create it, or give the role CREATEDB): %w", name, err)
+	}
+	return pool.Ping(ctx)
 }
 
 // Pool returns the pool the store uses: the one Handle gives DBOS to share.

@@ -2,11 +2,16 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/internal/store/postgres"
@@ -213,5 +218,122 @@ func (n planNode) all(yield func(planNode) bool) {
 	}
 	for _, c := range n.Plans {
 		c.all(yield)
+	}
+}
+
+// missingDatabase returns the URL and name of a database the test server
+// does not have, connected as role ("" for the server's URL's), and a way
+// to ask whether it exists now; the database is dropped when the test ends.
+func missingDatabase(t *testing.T, role string) (dbURL, name string, exists func() bool) {
+	t.Helper()
+	u, err := url.Parse(testenv.Postgres(t)) // skips when there is no server
+	if err != nil {
+		t.Fatal(err)
+	}
+	name = strings.TrimPrefix(u.Path, "/") + "_new"
+	u.Path = "/" + name
+	if role != "" {
+		u.User = url.User(role)
+	}
+	admin := os.Getenv("SLUICE_TEST_POSTGRES")
+	do := func(f func(ctx context.Context, c *pgx.Conn) error) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		c, err := pgx.Connect(ctx, admin)
+		if err != nil {
+			return err
+		}
+		defer c.Close(ctx)
+		return f(ctx, c)
+	}
+	t.Cleanup(func() {
+		if err := do(func(ctx context.Context, c *pgx.Conn) error {
+			_, err := c.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+			return err
+		}); err != nil {
+			t.Logf("drop %s: %v", name, err)
+		}
+	})
+	return u.String(), name, func() bool {
+		var ok bool
+		if err := do(func(ctx context.Context, c *pgx.Conn) error {
+			return c.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&ok)
+		}); err != nil {
+			t.Fatalf("is there a database %s: %v", name, err)
+		}
+		return ok
+	}
+}
+
+// TestOpenCreatesAMissingDatabase: a URL naming a database the server
+// does not have opens, the database created, with its tables; nodes
+// starting at once on it all open.
+func TestOpenCreatesAMissingDatabase(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbURL, _, exists := missingDatabase(t, "")
+	if exists() {
+		t.Fatal("the database exists before Open")
+	}
+	const nodes = 4
+	errs := make([]error, nodes)
+	var wg sync.WaitGroup
+	for i := range nodes {
+		wg.Go(func() {
+			s, err := postgres.Open(ctx, dbURL)
+			if err == nil {
+				var n int
+				err = s.Pool().QueryRow(ctx, "SELECT count(*) FROM sluice_backfill_items").Scan(&n)
+				s.Close()
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("open a missing database from %d nodes at once: %v", nodes, err)
+	}
+	if !exists() {
+		t.Fatal("Open succeeded, and the database does not exist")
+	}
+}
+
+// TestOpenSaysWhyItCannotCreateTheDatabase: a role without CREATEDB gets
+// an error naming the database and what to do, and nothing is created.
+func TestOpenSaysWhyItCannotCreateTheDatabase(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, os.Getenv("SLUICE_TEST_POSTGRES"))
+	if err != nil {
+		t.Skipf("PostgreSQL at SLUICE_TEST_POSTGRES: %v", err)
+	}
+	defer admin.Close(ctx)
+	role := fmt.Sprintf("sluice_nocreate_%d", time.Now().UnixNano())
+	if _, err := admin.Exec(ctx, "CREATE ROLE "+role+" LOGIN NOCREATEDB"); err != nil {
+		t.Fatal(err)
+	}
+	dbURL, name, exists := missingDatabase(t, role) // dropped before the role below
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if c, err := pgx.Connect(ctx, os.Getenv("SLUICE_TEST_POSTGRES")); err == nil {
+			defer c.Close(ctx)
+			if _, err := c.Exec(ctx, "DROP ROLE IF EXISTS "+role); err != nil {
+				t.Logf("drop role %s: %v", role, err)
+			}
+		}
+	})
+	_, err = postgres.Open(ctx, dbURL)
+	if err == nil {
+		t.Fatal("Open succeeded for a role that cannot create the database")
+	}
+	t.Log(err)
+	for _, want := range []string{"open postgres", name, "could not be created", "CREATEDB", "permission denied"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Open error %q: want it to say %q", err, want)
+		}
+	}
+	if exists() {
+		t.Error("the database exists after a failed Open")
 	}
 }
