@@ -287,30 +287,14 @@ func TestEstimateCountsCallsAheadWhole(t *testing.T) {
 	second := mustReserve(t, g, now, "b", big)
 	small := mustReserve(t, g, now, "c", Cost{Requests: 1, Input: 30, Output: 10})
 	g.Advance(now)
-	// The small call's caller gives up at once, keeping its place, as a
-	// gateway's caller with a short max wait does.
-	err := g.Await(doneCtx(), small, time.Minute)
-	we, ok := errors.AsType[*WaitError](err)
-	if !ok {
-		t.Fatalf("Await: %v, want a *WaitError", err)
-	}
-	told := []time.Duration{we.EstimatedWait}
-	if !small.Rejoin(now) {
-		t.Fatal("the small call could not take its place back")
-	}
-	// Run the key on its virtual clock until the small call is admitted,
-	// asking for its estimate again once the second big call went.
-	for !small.Admitted() {
-		next := g.Advance(now)
-		if next.IsZero() {
-			t.Fatal("nothing left to wake for, and the small call is not admitted")
+	// Asked for its estimate again once the second big call went.
+	var again []time.Duration
+	firstTold := estimateThenRun(t, g, small, &now, func() {
+		if second.Admitted() && len(again) == 0 && !small.Admitted() {
+			again = append(again, now.Sub(t0)+g.EstimateWait(now, small))
 		}
-		now = next
-		g.Advance(now)
-		if second.Admitted() && len(told) == 1 && !small.Admitted() {
-			told = append(told, now.Sub(t0)+g.EstimateWait(now, small))
-		}
-	}
+	})
+	told := append([]time.Duration{firstTold}, again...)
 	admitted := small.AdmittedAt().Sub(t0)
 	if want := 2 * (time.Minute + lag); admitted != want {
 		t.Fatalf("the small call was admitted at %v, want %v: after both big calls aged out", admitted, want)
@@ -320,4 +304,80 @@ func TestEstimateCountsCallsAheadWhole(t *testing.T) {
 			t.Errorf("estimate %d puts the admission at %v, the call was admitted at %v: want it no earlier, and within a second", i, d, admitted)
 		}
 	}
+}
+
+// TestEstimateSpendsTheDayBurst: a day limit paced with a burst lets the
+// calls ahead spend what the burst holds at once, so a call waiting on a
+// full minute is told the minute's wait, not the calls ahead at the day's
+// even pace (200,000 tokens a day: 0.43 s a token, 40 minutes for the
+// ~5,600 tokens ahead here, which a run then slept while the key idled).
+func TestEstimateSpendsTheDayBurst(t *testing.T) {
+	t.Parallel()
+	now := t0
+	g := mustNew(t, Config{Limits: Limits{OTPM: 4000, TPD: 200000}, DayBurst: 24 * time.Hour,
+		Now: func() time.Time { return now }})
+	// Calls answered at once, as the provider accepts them: each puts the
+	// pacer's start credit in hand (see startPacers).
+	settled := map[*Reservation]bool{}
+	settle := func(rs ...*Reservation) {
+		for _, r := range rs {
+			if r.Admitted() && !settled[r] {
+				r.Settle(now, r.Cost())
+				settled[r] = true
+			}
+		}
+	}
+	for range 3 {
+		r := mustReserve(t, g, now, "analysis", Cost{Requests: 1, Input: 100, Output: 100})
+		g.Advance(now)
+		settle(r)
+	}
+	first := mustReserve(t, g, now, "analysis", Cost{Requests: 1, Input: 2000, Output: 3600})
+	g.Advance(now)
+	if !first.Admitted() {
+		t.Fatal("the first call was not admitted on an empty key")
+	}
+	settle(first)
+	var all []*Reservation
+	for range 4 {
+		all = append(all, mustReserve(t, g, now, "analysis", Cost{Requests: 1, Input: 550, Output: 720}))
+	}
+	for range 3 {
+		all = append(all, mustReserve(t, g, now, "summary", Cost{Requests: 1, Input: 180, Output: 260}))
+	}
+	last := all[len(all)-1]
+	g.Advance(now)
+	told := estimateThenRun(t, g, last, &now, func() { settle(all...) })
+	admitted := last.AdmittedAt().Sub(t0)
+	if admitted > 3*time.Minute {
+		t.Fatalf("the last call was admitted at %v: the minute limit alone should let it go within three minutes", admitted)
+	}
+	if told > admitted+time.Second {
+		t.Errorf("estimated wait %v, the call was admitted after %v: want within a second of it", told, admitted)
+	}
+}
+
+// estimateThenRun has waiting r's caller give up at once, keeping its place
+// (as a gateway's caller with a short max wait does), and returns the wait
+// it was told; r then takes its place back, and the key runs on its virtual
+// clock *now until r is admitted, calling step after each wake.
+func estimateThenRun(t *testing.T, g *Governor, r *Reservation, now *time.Time, step func()) time.Duration {
+	t.Helper()
+	we, ok := errors.AsType[*WaitError](g.Await(doneCtx(), r, time.Minute))
+	if !ok {
+		t.Fatal("Await of a waiting call with a done context: want a *WaitError")
+	}
+	if !r.Rejoin(*now) {
+		t.Fatal("the call could not take its place back")
+	}
+	for !r.Admitted() {
+		next := g.Advance(*now)
+		if next.IsZero() {
+			t.Fatal("nothing left to wake for, and the call is not admitted")
+		}
+		*now = next
+		g.Advance(*now)
+		step()
+	}
+	return we.EstimatedWait
 }

@@ -90,7 +90,7 @@ func TestDevPickYAMLExample(t *testing.T) {
 		if !t.Failed() {
 			return
 		}
-		for _, path := range []string{"/v1/flows", "/v1/runs?limit=50"} {
+		for _, path := range []string{"/v1/flows", "/v1/runs?limit=50", "/metrics"} {
 			resp, err := http.Get(base + path)
 			if err != nil {
 				t.Logf("GET %s: %v", path, err)
