@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluice-dev/sluice"
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/engine"
 	"github.com/sluice-dev/sluice/internal/forecast"
 	"github.com/sluice-dev/sluice/internal/sim"
 	"github.com/sluice-dev/sluice/internal/testenv"
@@ -138,6 +139,17 @@ func TestDayUsageSurvivesRestart(t *testing.T) {
 			!strings.Contains(d.Steps[0].FailedAttempts[0].Error, "waiting for quota on groq") {
 			t.Fatalf("the refused call's step %+v does not record a wait for quota", d.Steps)
 		}
+		// The governor expects room only as the day's charges age out, an
+		// hour and more from now; the step sleeps at most MaxQuotaSleep of
+		// it before asking again.
+		fa := d.Steps[0].FailedAttempts[0]
+		est, ok := estimatedWait(fa.Error)
+		if !ok || est < time.Hour {
+			t.Fatalf("the wait %q: want the governor's estimate in it, an hour or more", fa.Error)
+		}
+		if got := time.Duration(fa.RetryAfterMS * float64(time.Millisecond)); got != engine.MaxQuotaSleep {
+			t.Errorf("the step sleeps %v of an estimated %v, want MaxQuotaSleep (%v)", got, est, engine.MaxQuotaSleep)
+		}
 	})
 }
 
@@ -145,10 +157,22 @@ type runView struct {
 	Steps []struct {
 		Name           string `json:"name"`
 		FailedAttempts []struct {
-			Class string `json:"class"`
-			Error string `json:"error"`
+			Class        string  `json:"class"`
+			Error        string  `json:"error"`
+			RetryAfterMS float64 `json:"retry_after_ms"`
 		} `json:"failed_attempts"`
 	} `json:"steps"`
+}
+
+// estimatedWait is the governor's estimate in the message of a wait for
+// quota ("…; estimated further wait 1h2m3s").
+func estimatedWait(msg string) (time.Duration, bool) {
+	_, after, ok := strings.Cut(msg, "estimated further wait ")
+	if !ok {
+		return 0, false
+	}
+	d, err := time.ParseDuration(strings.Fields(after)[0])
+	return d, err == nil
 }
 
 // runDetail reads a run through the app's HTTP API.

@@ -95,6 +95,14 @@ const (
 	DefaultStopGrace    = 30 * time.Second
 	// DefaultMaxInlineWait is Provider.MaxInlineWait's default.
 	DefaultMaxInlineWait = 30 * time.Second
+	// MaxQuotaSleep bounds a step's durable sleep for quota. The sleep is
+	// the governor's estimate, a forecast of the calls in line: a flow
+	// that ends, a priority hold that lifts or a limit raised at a restart
+	// frees the key sooner, and nothing wakes a durable sleep. So a step
+	// asks again at least this often, and a key that frees is used within
+	// it: up to thirty more attempts an hour in a waiting run's record,
+	// against a key left idle for as long as an estimate is wrong.
+	MaxQuotaSleep = 2 * time.Minute
 )
 
 func (c Config) withDefaults() Config {

@@ -90,7 +90,7 @@ func ObservedLLM(r *Run, name string, p Caller, req *llm.ChatRequest, t llm.Time
 
 // Call makes one governed call: it waits up to MaxInlineWait for quota, and
 // reports a longer wait as an error classed run.QuotaWait carrying the governor's
-// estimate, so the step sleeps durably and tries again.
+// estimate (at most MaxQuotaSleep), so the step sleeps durably and tries again.
 func (p *Provider) Call(ctx context.Context, flow string, req *llm.ChatRequest) (*llm.ChatResponse, error) {
 	req, err := p.Client.ApplyDefaults(req)
 	if err != nil {
@@ -134,7 +134,7 @@ func (p *Provider) call(ctx context.Context, flow string, req *llm.ChatRequest, 
 			if o != nil {
 				o.Queued(now().Sub(t0))
 			}
-			return nil, &quotaWait{err: fmt.Errorf("waiting for quota on %s: %w", p.Name, err), d: max(we.EstimatedWait, time.Second),
+			return nil, &quotaWait{err: fmt.Errorf("waiting for quota on %s: %w", p.Name, err), d: min(max(we.EstimatedWait, time.Second), MaxQuotaSleep),
 				kind: we.On.Kind, on: blockerText(we.On)}
 		}
 		return nil, err
