@@ -235,19 +235,8 @@ func missingDatabase(t *testing.T, role string) (dbURL, name string, exists func
 	if role != "" {
 		u.User = url.User(role)
 	}
-	admin := os.Getenv("SLUICE_TEST_POSTGRES")
-	do := func(f func(ctx context.Context, c *pgx.Conn) error) error {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		c, err := pgx.Connect(ctx, admin)
-		if err != nil {
-			return err
-		}
-		defer c.Close(ctx)
-		return f(ctx, c)
-	}
 	t.Cleanup(func() {
-		if err := do(func(ctx context.Context, c *pgx.Conn) error {
+		if err := asAdmin(func(ctx context.Context, c *pgx.Conn) error {
 			_, err := c.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
 			return err
 		}); err != nil {
@@ -256,13 +245,34 @@ func missingDatabase(t *testing.T, role string) (dbURL, name string, exists func
 	})
 	return u.String(), name, func() bool {
 		var ok bool
-		if err := do(func(ctx context.Context, c *pgx.Conn) error {
+		if err := asAdmin(func(ctx context.Context, c *pgx.Conn) error {
 			return c.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&ok)
 		}); err != nil {
 			t.Fatalf("is there a database %s: %v", name, err)
 		}
 		return ok
 	}
+}
+
+// asAdmin runs f on a connection of its own to the server as
+// SLUICE_TEST_POSTGRES names it, within 30 s.
+func asAdmin(f func(ctx context.Context, c *pgx.Conn) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := pgx.Connect(ctx, os.Getenv("SLUICE_TEST_POSTGRES"))
+	if err != nil {
+		return err
+	}
+	defer c.Close(ctx)
+	return f(ctx, c)
+}
+
+// adminExec runs statement q as the server's admin.
+func adminExec(q string) error {
+	return asAdmin(func(ctx context.Context, c *pgx.Conn) error {
+		_, err := c.Exec(ctx, q)
+		return err
+	})
 }
 
 // TestOpenCreatesAMissingDatabase: a URL naming a database the server
@@ -303,27 +313,17 @@ func TestOpenCreatesAMissingDatabase(t *testing.T) {
 func TestOpenSaysWhyItCannotCreateTheDatabase(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	admin, err := pgx.Connect(ctx, os.Getenv("SLUICE_TEST_POSTGRES"))
-	if err != nil {
-		t.Skipf("PostgreSQL at SLUICE_TEST_POSTGRES: %v", err)
-	}
-	defer admin.Close(ctx)
 	role := fmt.Sprintf("sluice_nocreate_%d", time.Now().UnixNano())
-	if _, err := admin.Exec(ctx, "CREATE ROLE "+role+" LOGIN NOCREATEDB"); err != nil {
+	dbURL, name, exists := missingDatabase(t, role) // skips when there is no server
+	if err := adminExec("CREATE ROLE " + role + " LOGIN NOCREATEDB"); err != nil {
 		t.Fatal(err)
 	}
-	dbURL, name, exists := missingDatabase(t, role) // dropped before the role below
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if c, err := pgx.Connect(ctx, os.Getenv("SLUICE_TEST_POSTGRES")); err == nil {
-			defer c.Close(ctx)
-			if _, err := c.Exec(ctx, "DROP ROLE IF EXISTS "+role); err != nil {
-				t.Logf("drop role %s: %v", role, err)
-			}
+		if err := adminExec("DROP ROLE IF EXISTS " + role); err != nil {
+			t.Logf("drop role %s: %v", role, err)
 		}
 	})
-	_, err = postgres.Open(ctx, dbURL)
+	_, err := postgres.Open(ctx, dbURL)
 	if err == nil {
 		t.Fatal("Open succeeded for a role that cannot create the database")
 	}
