@@ -100,6 +100,11 @@ type Config struct {
 	// as often as HealthEvery).
 	HistoryEvery time.Duration
 
+	// HistoryKeep is how long those samples are kept (default 90 days):
+	// each process deletes the older ones once an hour. Negative keeps
+	// them for good.
+	HistoryKeep time.Duration
+
 	// Logger receives the engine's logs (default: warnings to stderr).
 	Logger *slog.Logger
 

@@ -136,6 +136,7 @@ func (a *App) newMonitor() (*health.Monitor, error) {
 		},
 		History:      a.st,
 		HistoryEvery: a.cfg.HistoryEvery,
+		HistoryKeep:  a.cfg.HistoryKeep,
 		Counters: func(job string, now time.Time) health.Counters {
 			if c := a.counters[job]; c != nil {
 				return c(now)

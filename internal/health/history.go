@@ -8,11 +8,13 @@ import (
 	"github.com/sluice-dev/sluice/internal/store"
 )
 
-// History is where a Monitor records what each job did in each interval:
-// store.Store's RecordSamples, so a store is passed as it is. `sluice
+// History is where a Monitor records what each job did in each interval,
+// and deletes what is older than Config.HistoryKeep: store.Store's
+// RecordSamples and PruneHistory, so a store is passed as it is. `sluice
 // report` reads the samples back.
 type History interface {
 	RecordSamples(ctx context.Context, samples []store.Sample) error
+	PruneHistory(ctx context.Context, before time.Time) (int64, error)
 }
 
 // Counters are a job's governor flow's totals since the process started:
@@ -92,6 +94,7 @@ func (m *Monitor) record(ctx context.Context, now time.Time, jobs []store.Job, v
 	if m.cfg.History == nil {
 		return
 	}
+	m.prune(ctx, now)
 	for _, v := range views {
 		if _, seen := m.stalled[v.Name]; !seen && v.State == Stalled {
 			if m.stalled == nil {
@@ -139,6 +142,26 @@ func (m *Monitor) record(ctx context.Context, now time.Time, jobs []store.Job, v
 	}
 	m.bases, m.lastSample = next, now
 	clear(m.stalled)
+}
+
+// prune deletes the samples older than HistoryKeep, at the first poll and
+// then at most once every PruneEvery of the monitor's clock. Every process
+// prunes every source's samples: the delete is the same whoever runs it. One
+// that fails is logged and tried again at the next poll.
+func (m *Monitor) prune(ctx context.Context, now time.Time) {
+	if m.cfg.HistoryKeep < 0 || !m.lastPrune.IsZero() && now.Sub(m.lastPrune) < PruneEvery {
+		return
+	}
+	n, err := m.cfg.History.PruneHistory(ctx, now.Add(-m.cfg.HistoryKeep))
+	if err != nil {
+		m.cfg.Logger.Warn("sluice: cannot delete the jobs' history older than its keep; trying again at the next poll",
+			"keep", m.cfg.HistoryKeep, "err", err)
+		return
+	}
+	if n > 0 {
+		m.cfg.Logger.Info("sluice: deleted old history samples", "samples", n, "keep", m.cfg.HistoryKeep)
+	}
+	m.lastPrune = now
 }
 
 // grew is what a counter grew by from prev to cur; a counter that went down

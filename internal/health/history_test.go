@@ -15,8 +15,18 @@ import (
 )
 
 type fakeHistory struct {
-	got  [][]store.Sample
-	fail bool
+	got       [][]store.Sample
+	fail      bool
+	pruned    []time.Time // the before of each PruneHistory
+	pruneFail bool
+}
+
+func (h *fakeHistory) PruneHistory(_ context.Context, before time.Time) (int64, error) {
+	if h.pruneFail {
+		return 0, errors.New("database is locked")
+	}
+	h.pruned = append(h.pruned, before)
+	return 1, nil
 }
 
 func (h *fakeHistory) RecordSamples(_ context.Context, s []store.Sample) error {
@@ -177,5 +187,76 @@ func TestCountersOfMoney(t *testing.T) {
 	s := h.got[0][0]
 	if s.Money != 4_000_000 || !s.Priced || len(s.Budgets) != 3 || s.Budgets[0].Spent != 6_000_000 || s.Budgets[1].Spent != 8_000_000 {
 		t.Errorf("sample %+v: want 4,000,000 spent in the interval, priced, the flow's day budget at 6,000,000 and the key's at 8,000,000", s)
+	}
+}
+
+// TestHistoryPruned: the first poll deletes the samples older than
+// HistoryKeep, then a poll does at most once every PruneEvery of the
+// monitor's clock; one that fails is tried again at the next poll; a
+// negative keep never deletes; and the default keeps DefaultHistoryKeep.
+func TestHistoryPruned(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2026, 10, 18, 7, 0, 0, 0, time.UTC)
+	job := store.Job{Name: "titles", MonitoringSince: start.Add(-time.Hour), LastProgressAt: start, Pending: 100}
+	monitor := func(keep time.Duration, h *fakeHistory, now *time.Time) *Monitor {
+		t.Helper()
+		src := &fakeSource{JobsFunc: func(context.Context) ([]store.Job, error) { return []store.Job{job}, nil },
+			SetJobAlertFunc: func(context.Context, string, string, string) (bool, error) { return true, nil }}
+		m, err := New(Config{Source: src, Every: 30 * time.Second, History: h, HistoryKeep: keep,
+			Now: func() time.Time { return *now }, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	poll := func(m *Monitor, now *time.Time, d time.Duration) {
+		t.Helper()
+		*now = now.Add(d)
+		if err := m.Poll(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	now := start
+	h := &fakeHistory{}
+	m := monitor(48*time.Hour, h, &now)
+	poll(m, &now, 0)
+	poll(m, &now, 30*time.Minute)
+	poll(m, &now, 29*time.Minute)
+	if want := []time.Time{start.Add(-48 * time.Hour)}; !slices.Equal(h.pruned, want) {
+		t.Fatalf("pruned before %v in the first hour, want %v", h.pruned, want)
+	}
+	poll(m, &now, time.Minute) // an hour after the first
+	if want := start.Add(time.Hour - 48*time.Hour); len(h.pruned) != 2 || !h.pruned[1].Equal(want) {
+		t.Fatalf("pruned before %v, want a second prune before %v", h.pruned, want)
+	}
+
+	// A failed prune is tried at the next poll, not an hour later.
+	h.pruneFail = true
+	poll(m, &now, time.Hour)
+	h.pruneFail = false
+	poll(m, &now, 30*time.Second)
+	if len(h.pruned) != 3 || !h.pruned[2].Equal(now.Add(-48*time.Hour)) {
+		t.Fatalf("pruned before %v, want the failed prune done at the next poll (before %v)", h.pruned, now.Add(-48*time.Hour))
+	}
+
+	// Negative: kept for good.
+	now = start
+	h = &fakeHistory{}
+	m = monitor(-1, h, &now)
+	for range 3 {
+		poll(m, &now, 2*time.Hour)
+	}
+	if len(h.pruned) != 0 || len(h.got) == 0 {
+		t.Fatalf("HistoryKeep -1: pruned before %v (want none), %d samples recorded (want some)", h.pruned, len(h.got))
+	}
+
+	// Zero: the default.
+	now = start
+	h = &fakeHistory{}
+	m = monitor(0, h, &now)
+	poll(m, &now, 0)
+	if len(h.pruned) != 1 || !h.pruned[0].Equal(start.Add(-DefaultHistoryKeep)) {
+		t.Fatalf("HistoryKeep 0: pruned before %v, want before %v", h.pruned, start.Add(-DefaultHistoryKeep))
 	}
 }

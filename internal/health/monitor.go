@@ -54,6 +54,10 @@ type Config struct {
 	History       History
 	HistoryEvery  time.Duration // default 1m
 	HistorySource string        // default "app"
+	// HistoryKeep is how long History's samples are kept: a poll deletes
+	// those older than it (every source's), at most once every
+	// PruneEvery. Default DefaultHistoryKeep; negative: kept for good.
+	HistoryKeep time.Duration
 	// Counters reads a job's governor totals at now (CountersOf), for the
 	// samples' calls, tokens, rejections and refusals. Default: none.
 	Counters func(job string, now time.Time) Counters
@@ -93,10 +97,13 @@ type Config struct {
 	After func(time.Duration) <-chan time.Time
 }
 
-// The defaults of Config.Every and Config.HistoryEvery.
+// The defaults of Config.Every, Config.HistoryEvery and
+// Config.HistoryKeep, and how often a Monitor prunes the history.
 const (
 	DefaultEvery        = 30 * time.Second
 	DefaultHistoryEvery = time.Minute
+	DefaultHistoryKeep  = 90 * 24 * time.Hour
+	PruneEvery          = time.Hour
 )
 
 func (c Config) withDefaults() Config {
@@ -114,6 +121,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.HistorySource == "" {
 		c.HistorySource = "app"
+	}
+	if c.HistoryKeep == 0 {
+		c.HistoryKeep = DefaultHistoryKeep
 	}
 	if c.WebhookTimeout <= 0 {
 		c.WebhookTimeout = 10 * time.Second
@@ -172,6 +182,7 @@ type Monitor struct {
 	// to, and when; only polls touch them.
 	bases      map[string]base
 	lastSample time.Time
+	lastPrune  time.Time // when the history was last pruned; only polls touch it
 	// stalled is, per job, the first view that found it stalled since the
 	// last sample: a stall shorter than HistoryEvery is still recorded.
 	stalled map[string]View
