@@ -353,6 +353,19 @@ func exerciseHistory(t *testing.T, open func(t *testing.T) store.Store) {
 		if n, err := s.PruneHistory(ctx, hour(2)); err != nil || n != 0 {
 			t.Fatalf("second PruneHistory = %d, %v; want 0, nil", n, err)
 		}
+		// More than one transaction's batch: every one before goes,
+		// none after.
+		var many []store.Sample
+		for i := range 2_345 {
+			many = append(many, sample("titles", "app", hour(10).Add(time.Duration(i)*time.Second), int64(i)))
+		}
+		mustRecordSamples(t, s, many...)
+		if n, err := s.PruneHistory(ctx, hour(10).Add(2_000*time.Second)); err != nil || n != 2_000+int64(len(all)-4) {
+			t.Fatalf("PruneHistory of 2,006 = %d, %v; want 2,006, nil", n, err)
+		}
+		if left := mustSamples(t, s, time.Time{}, hour(1000), ""); len(left) != 345 || !left[0].At.Equal(hour(10).Add(2_000*time.Second)) {
+			t.Fatalf("%d samples left: want 345, from %v", len(left), hour(10).Add(2_000*time.Second))
+		}
 		// Config versions are kept, however old.
 		assertVersions(t, hour(2), mustConfigVersions(t, s, hour(2)), []store.ConfigVersion{version("app", "h2", hour(1))})
 		assertVersions(t, time.Time{}, mustConfigVersions(t, s, time.Time{}),

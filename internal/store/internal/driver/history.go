@@ -41,7 +41,7 @@ var historyStatements = []string{
 	"set_job_sampled",      // job, mark
 	"samples",              // since, until; returns the columns scanSample reads
 	"flow_samples",         // since, until, flow; as samples
-	"prune_samples",        // before; affects the rows deleted
+	"prune_samples",        // before, at most; affects the rows deleted
 }
 
 // NewHistory returns the history's tables on a driver's database: conn
@@ -523,19 +523,29 @@ func readCounts(stored string) (map[string]int64, error) {
 	return m, nil
 }
 
-// PruneHistory implements store.Store.
+// PruneBatch is how many samples PruneHistory deletes in one transaction.
+const PruneBatch = 1000
+
+// PruneHistory implements store.Store: in transactions of at most
+// PruneBatch samples each, the oldest first, so that a first prune of a
+// long history does not hold SQLite's write lock for as long as it takes.
 func (h History) PruneHistory(ctx context.Context, before time.Time) (int64, error) {
-	var n int64
-	err := h.conn.InTx(ctx, func(tx store.Tx) error {
-		res, err := tx.Exec(ctx, h.sql["prune_samples"], before.UnixMilli())
-		if err != nil {
+	var total int64
+	for {
+		var n int64
+		err := h.conn.InTx(ctx, func(tx store.Tx) error {
+			res, err := tx.Exec(ctx, h.sql["prune_samples"], before.UnixMilli(), PruneBatch)
+			if err != nil {
+				return err
+			}
+			n, err = res.RowsAffected()
 			return err
+		})
+		if err != nil {
+			return total, fmt.Errorf("prune history: %w", err)
 		}
-		n, err = res.RowsAffected()
-		return err
-	})
-	if err != nil {
-		return 0, fmt.Errorf("prune history: %w", err)
+		if total += n; n < PruneBatch {
+			return total, nil
+		}
 	}
-	return n, nil
 }

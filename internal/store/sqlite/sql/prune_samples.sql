@@ -1,1 +1,6 @@
-DELETE FROM sluice_flow_samples WHERE at < ?1;
+-- At most ?2 of the samples before ?1, the oldest first: PruneHistory
+-- deletes in batches, each its own transaction, so that the write lock
+-- is let go between them.
+DELETE FROM sluice_flow_samples WHERE (at, flow, source) IN (
+    SELECT at, flow, source FROM sluice_flow_samples WHERE at < ?1 ORDER BY at LIMIT ?2
+);
