@@ -94,7 +94,6 @@ func (m *Monitor) record(ctx context.Context, now time.Time, jobs []store.Job, v
 	if m.cfg.History == nil {
 		return
 	}
-	m.prune(ctx, now)
 	for _, v := range views {
 		if _, seen := m.stalled[v.Name]; !seen && v.State == Stalled {
 			if m.stalled == nil {
@@ -144,12 +143,14 @@ func (m *Monitor) record(ctx context.Context, now time.Time, jobs []store.Job, v
 	clear(m.stalled)
 }
 
-// prune deletes the samples older than HistoryKeep, at the first poll and
-// then at most once every PruneEvery of the monitor's clock. Every process
+// prune deletes History's samples older than HistoryKeep, at the first
+// poll and then at most once every PruneEvery of the monitor's clock. Poll
+// calls it once the poll's views are published: a first prune of a long
+// history takes a while, and the views need not wait for it. Every process
 // prunes every source's samples: the delete is the same whoever runs it. One
 // that fails is logged and tried again at the next poll.
 func (m *Monitor) prune(ctx context.Context, now time.Time) {
-	if m.cfg.HistoryKeep < 0 || !m.lastPrune.IsZero() && now.Sub(m.lastPrune) < PruneEvery {
+	if m.cfg.History == nil || m.cfg.HistoryKeep < 0 || !m.lastPrune.IsZero() && now.Sub(m.lastPrune) < PruneEvery {
 		return
 	}
 	n, err := m.cfg.History.PruneHistory(ctx, now.Add(-m.cfg.HistoryKeep))

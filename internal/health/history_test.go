@@ -19,9 +19,13 @@ type fakeHistory struct {
 	fail      bool
 	pruned    []time.Time // the before of each PruneHistory
 	pruneFail bool
+	onPrune   func() // called by PruneHistory, when set
 }
 
 func (h *fakeHistory) PruneHistory(_ context.Context, before time.Time) (int64, error) {
+	if h.onPrune != nil {
+		h.onPrune()
+	}
 	if h.pruneFail {
 		return 0, errors.New("database is locked")
 	}
@@ -220,7 +224,15 @@ func TestHistoryPruned(t *testing.T) {
 	now := start
 	h := &fakeHistory{}
 	m := monitor(48*time.Hour, h, &now)
+	// The poll's views are published before the prune, which may take a
+	// while on a long history.
+	var during []View
+	h.onPrune = func() { during = m.Views() }
 	poll(m, &now, 0)
+	h.onPrune = nil
+	if len(during) != 1 || during[0].Name != "titles" {
+		t.Fatalf("views while the first prune ran: %+v, want the first poll's (titles)", during)
+	}
 	poll(m, &now, 30*time.Minute)
 	poll(m, &now, 29*time.Minute)
 	if want := []time.Time{start.Add(-48 * time.Hour)}; !slices.Equal(h.pruned, want) {

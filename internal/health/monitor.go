@@ -323,6 +323,7 @@ func (m *Monitor) Poll(ctx context.Context) error {
 	m.mu.Lock()
 	m.views, m.pollErr = views, nil
 	m.mu.Unlock()
+	m.prune(ctx, now)
 	return nil
 }
 

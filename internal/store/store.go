@@ -294,8 +294,8 @@ type Store interface {
 	Samples(ctx context.Context, since, until time.Time, flow string) ([]Sample, error)
 
 	// PruneHistory deletes the samples with At before before and returns
-	// how many it deleted. It deletes them oldest first, a few thousand
-	// in each transaction, so that other writers go on in between; an
+	// how many it deleted. It deletes them oldest first, a thousand in
+	// each transaction, so that other writers go on in between; an
 	// error ends it with those deleted so far. Config versions are kept:
 	// they are few, and the one in effect is needed however old it is.
 	PruneHistory(ctx context.Context, before time.Time) (int64, error)
