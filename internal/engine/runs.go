@@ -277,6 +277,11 @@ type DroppedEvent struct {
 
 // Dropped lists events a rate limit dropped, newest first.
 func (e *Engine) Dropped(ctx context.Context, function string, limit int) ([]DroppedEvent, error) {
+	// Checked here, not by the database: PostgreSQL refuses a NUL or
+	// invalid UTF-8 where SQLite finds nothing, and both must answer alike.
+	if err := checkText("function", function, MaxEventNameBytes); err != nil {
+		return nil, err
+	}
 	recs, err := e.st.DroppedEvents(ctx, function, max(1, cmp.Or(limit, 100)))
 	if err != nil {
 		return nil, err

@@ -63,6 +63,15 @@ var badInput = []struct {
 	{"rerun body not JSON", "POST", "/v1/runs/summarize:nope/rerun", "{", 400, "re-run body is not"},
 	{"rerun from_step a list", "POST", "/v1/runs/summarize:nope/rerun", `{"from_step":[1]}`, 400, `from_step "[1]" is neither`},
 	{"rerun from_step empty", "POST", "/v1/runs/summarize:nope/rerun", `{"from_step":""}`, 400, "from_step is empty"},
+	{"rerun body with trailing data", "POST", "/v1/runs/summarize:nope/rerun", `{"from_step":1} garbage`, 400, "re-run body: trailing data"},
+	{"rerun body over its bound", "POST", "/v1/runs/summarize:nope/rerun", `{"from_step":"` + strings.Repeat("s", 5000) + `"}`, 413, "re-run body is larger than the limit of 4096 bytes"},
+	{"lone high surrogate in the event id", "POST", "/v1/events", `{"name":"doc/uploaded","id":"\ud800","data":{"documentId":"d"}}`, 400, `escape \ud800 at byte 29, half of a UTF-16 surrogate pair`},
+	{"lone low surrogate in the idempotency key", "POST", "/v1/events", `{"name":"doc/uploaded","data":{"documentId":"x\uDC00"}}`, 400, `escape \uDC00 at byte 46`},
+	{"high surrogate before a letter", "POST", "/v1/events", `{"name":"doc/uploaded","data":{"documentId":"\ud83dx"}}`, 400, "without its other half"},
+	{"sluice's own event", "POST", "/v1/events", `{"name":"sluice/backfill/titles","id":"../../x/next-99"}`, 400, `begins "sluice/", which only sluice's own events may`},
+	{"dropped of a function with NUL", "GET", "/v1/dropped?function=%00", "", 400, "function: has the control character U+0000"},
+	{"dropped of a function not UTF-8", "GET", "/v1/dropped?function=%ff", "", 400, "function: is not valid UTF-8"},
+	{"until the zero time, before since", "GET", "/v1/runs?since=2026-01-02T00:00:00Z&until=0001-01-01T00:00:00Z", "", 400, `until "0001-01-01T00:00:00Z" is before since`},
 }
 
 // TestBadInputSameOnBothDatabases sends the table to an engine on SQLite
@@ -121,6 +130,18 @@ func TestBadInputSameOnBothDatabases(t *testing.T) {
 		if w.Code != http.StatusAccepted {
 			t.Fatalf("a good event: %d %s", w.Code, w.Body)
 		}
+		// A pair of surrogate escapes is one character, and is taken.
+		w = httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest("POST", "/v1/events", strings.NewReader(`{"name":"doc/uploaded","id":"\ud83d\ude00","data":{"documentId":"d\\ud800"}}`)))
+		if w.Code != http.StatusAccepted || !strings.Contains(w.Body.String(), `d\\ud800`) {
+			t.Fatalf("an event with a surrogate pair and an escaped backslash: %d %s", w.Code, w.Body)
+		}
+		// No run is older than the zero time: until then finds none.
+		w = httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest("GET", "/v1/runs?until=0001-01-01T00:00:00Z", nil))
+		if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), `"runs":[]`) {
+			t.Errorf("runs until the zero time: %d %s, want none", w.Code, w.Body)
+		}
 		if logs.String() != "" {
 			t.Errorf("the server logged errors for input it should have refused: %s", logs)
 		}
@@ -148,5 +169,31 @@ func TestInternalErrorHidesCause(t *testing.T) {
 	ref := strings.Fields(strings.TrimPrefix(body.Error, "internal error (reference "))[0]
 	if !strings.Contains(logs.String(), "ref="+ref) || !strings.Contains(logs.String(), "btree") {
 		t.Fatalf("the log %q does not hold reference %s with the cause", logs, ref)
+	}
+}
+
+// timeoutBody fails its read as a connection past its read deadline does.
+type timeoutBody struct{}
+
+func (timeoutBody) Read([]byte) (int, error) { return 0, timeoutError{} }
+
+type timeoutError struct{}
+
+func (timeoutError) Error() string   { return "read tcp 127.0.0.1:8080->127.0.0.1:50000: i/o timeout" }
+func (timeoutError) Timeout() bool   { return true }
+func (timeoutError) Temporary() bool { return true }
+
+// A body that does not arrive in time is a 408 naming the server's body
+// timeout, not the connection's addresses.
+func TestSlowBodyNamesTheTimeout(t *testing.T) {
+	t.Parallel()
+	h := httpapi.New(httpapi.Config{Engine: &fakeEngine{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	for _, path := range []string{"/v1/events", "/v1/runs/summarize:x/rerun"} {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest("POST", path, io.NopCloser(timeoutBody{})))
+		if w.Code != http.StatusRequestTimeout || !strings.Contains(w.Body.String(), "did not arrive within the server's body timeout (--body-timeout)") ||
+			strings.Contains(w.Body.String(), "127.0.0.1") {
+			t.Errorf("POST %s with a body past its deadline: %d %s", path, w.Code, w.Body)
+		}
 	}
 }

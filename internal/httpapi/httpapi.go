@@ -38,6 +38,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"slices"
 	"strconv"
@@ -273,13 +274,9 @@ func (a *api) flows(w http.ResponseWriter, _ *http.Request) error {
 }
 
 func (a *api) postEvent(w http.ResponseWriter, r *http.Request) error {
-	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.cfg.MaxEventBytes))
+	raw, err := readBody(w, r, a.cfg.MaxEventBytes, "event", "max event size")
 	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return httperr.TooLarge(fmt.Errorf("event is larger than the limit of %d bytes (max event size)", a.cfg.MaxEventBytes))
-		}
-		return httperr.BadRequest(fmt.Errorf("read event: %w", err))
+		return err
 	}
 	// encoding/json would read invalid bytes as U+FFFD and store a name or
 	// ID the client never sent.
@@ -298,10 +295,15 @@ func (a *api) postEvent(w http.ResponseWriter, r *http.Request) error {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return httperr.BadRequest(errors.New("event: trailing data after the JSON object: send one event per request"))
 	}
+	// The same as invalid bytes, in an escape: a name or ID the client
+	// never sent, which two different events would share.
+	if at, ok := engine.LoneSurrogate(raw); ok {
+		return httperr.BadRequest(errors.New("event " + engine.LoneSurrogateProblem(raw, at)))
+	}
 	// The engine checks the fields each function reads before it stores
-	// anything; what every event needs is checked here.
+	// anything; what every event a client sends needs is checked here.
 	e := engine.Event{Name: ev.Name, ID: ev.ID, Data: ev.Data, TS: ev.TS}
-	if err := engine.CheckEvent(e); err != nil {
+	if err := engine.CheckClientEvent(e); err != nil {
 		return err
 	}
 	sent, err := a.cfg.Engine.Send(r.Context(), e)
@@ -386,9 +388,9 @@ func fromStep(w http.ResponseWriter, r *http.Request) (string, error) {
 	if v := r.URL.Query().Get("from_step"); v != "" {
 		return v, nil
 	}
-	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxRerunBody))
+	raw, err := readBody(w, r, maxRerunBody, "re-run body", "")
 	if err != nil {
-		return "", httperr.BadRequest(fmt.Errorf("read the re-run's body (at most %d bytes): %w", maxRerunBody, err))
+		return "", err
 	}
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return "", nil
@@ -400,6 +402,9 @@ func fromStep(w http.ResponseWriter, r *http.Request) (string, error) {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&body); err != nil {
 		return "", httperr.BadRequest(fmt.Errorf("re-run body is not {\"from_step\": N or \"NAME\"}: %w", err))
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return "", httperr.BadRequest(errors.New("re-run body: trailing data after the JSON object"))
 	}
 	if len(body.FromStep) == 0 || string(body.FromStep) == "null" {
 		return "", nil
@@ -465,6 +470,27 @@ func (a *api) moveVersion(move func(Engine, context.Context, string) (run.Versio
 		httpjson.Write(w, http.StatusOK, rep)
 		return nil
 	}
+}
+
+// readBody reads r's body, named what in its errors: at most max bytes
+// (413 past them, the bound named, and its setting if it has one), and
+// within the server's body timeout (408 naming it, not the connection's
+// addresses).
+func readBody(w http.ResponseWriter, r *http.Request, max int64, what, setting string) ([]byte, error) {
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
+	if err == nil {
+		return raw, nil
+	}
+	if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+		if setting != "" {
+			setting = " (" + setting + ")"
+		}
+		return nil, httperr.TooLarge(fmt.Errorf("%s is larger than the limit of %d bytes%s", what, max, setting))
+	}
+	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+		return nil, httperr.Timeout(fmt.Errorf("%s did not arrive within the server's body timeout (--body-timeout)", what))
+	}
+	return nil, httperr.BadRequest(fmt.Errorf("read the %s: %w", what, err))
 }
 
 // invalidAt is the offset of the first byte of b that is not UTF-8.

@@ -66,10 +66,21 @@ func parseWhen(name, s string, now time.Time) (time.Time, error) {
 		return time.Time{}, nil
 	}
 	if t, err := time.Parse(time.RFC3339, s); err == nil {
-		return t, nil
+		// The zero time means no bound to the search, and no run is older
+		// than 1970: a time before then is 1970, so that until=0001-01-01
+		// finds no run instead of every run.
+		return later(t, time.Unix(0, 0)), nil
 	}
 	if d, err := time.ParseDuration(s); err == nil && d > 0 {
 		return now.Add(-d), nil
 	}
 	return time.Time{}, httperr.BadRequest(fmt.Errorf("%s %s is neither an RFC 3339 time nor a duration like 1h", name, engine.Quote(s)))
+}
+
+// later is the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return b
+	}
+	return a
 }

@@ -33,6 +33,9 @@ func Forbidden(err error) error { return marked{err, http.StatusForbidden} }
 // TooLarge marks err as a body over its bound: 413.
 func TooLarge(err error) error { return marked{err, http.StatusRequestEntityTooLarge} }
 
+// Timeout marks err as the client's fault for sending too slowly: 408.
+func Timeout(err error) error { return marked{err, http.StatusRequestTimeout} }
+
 // RetryAfter is the Retry-After, in seconds, of an answer to err: 1 for a
 // database that was locked for the whole wait, else 0 (none).
 func RetryAfter(err error) int {

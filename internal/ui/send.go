@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/sluice-dev/sluice/internal/engine"
@@ -48,7 +49,9 @@ func (h *Handler) sendView(v sendView) sendView {
 		v.EventsKnown = true
 		seen := map[string]bool{}
 		for _, f := range l.Functions() {
-			if f.Event != "" && !seen[f.Event] {
+			// sluice's own events (a backfill's next run) are not a
+			// client's to send.
+			if f.Event != "" && !seen[f.Event] && !strings.HasPrefix(f.Event, engine.ReservedEventPrefix) {
 				seen[f.Event] = true
 				v.Events = append(v.Events, f.Event)
 			}
@@ -99,7 +102,7 @@ func (h *Handler) sendEvent(r *http.Request, v sendView) ([]run.Sent, error) {
 	}
 	// The name, the ID and that data is a JSON object are checked as the
 	// API checks them, before anything is stored.
-	if err := engine.CheckEvent(ev); err != nil {
+	if err := engine.CheckClientEvent(ev); err != nil {
 		return nil, err
 	}
 	return h.cfg.Sender.Send(r.Context(), ev)

@@ -49,6 +49,8 @@ func TestSendEvent(t *testing.T) {
 			`event "data" is 76 bytes, over the limit of 64 bytes`},
 		{"data not UTF-8", url.Values{"name": {"document.created"}, "data": {"{\"a\": \"\xff\"}"}}, http.StatusBadRequest, `event "data" is not valid UTF-8`},
 		{"no function listens", url.Values{"name": {"nobody.listens"}}, http.StatusNotFound, "no function"},
+		{"sluice's own event", url.Values{"name": {"sluice/backfill/titles"}, "id": {"../next-9"}}, http.StatusBadRequest, `begins "sluice/", which only sluice's own events may`},
+		{"data with a lone surrogate", url.Values{"name": {"document.created"}, "data": {`{"documentId": "\ud800"}`}}, http.StatusBadRequest, `escape \ud800 at byte 16, half of a UTF-16 surrogate pair`},
 		{"an event", url.Values{"name": {"document.created"}, "id": {"doc-1"}, "data": {` {"documentId": "doc-1"} `}}, http.StatusOK, "Event document.created sent"},
 		{"an event without data", url.Values{"name": {"document.created"}}, http.StatusOK, "Event document.created sent"},
 	} {
@@ -113,7 +115,7 @@ func TestSendSuggestsTheEventsListenedTo(t *testing.T) {
 	fn := func(id, event string) *engine.Function {
 		return &engine.Function{Function: run.Function{ID: id, Event: event}}
 	}
-	s := &listeningSender{fns: []*engine.Function{fn("title", ""), fn("summarize", "article.published"), fn("index", "article.published"), fn("purge", "article.deleted")}}
+	s := &listeningSender{fns: []*engine.Function{fn("title", ""), fn("summarize", "article.published"), fn("index", "article.published"), fn("purge", "article.deleted"), fn("backfill:titles", "sluice/backfill/titles")}}
 	_, page := get(t, newUI(t, ui.Config{Sender: s}, nil), "/send")
 	name := page.one(t, "name field", with("name", "name"))
 	if name.Attrs["placeholder"] != "article.deleted" || name.Attrs["list"] != "event-names" {
