@@ -68,6 +68,8 @@ var badInput = []struct {
 	{"lone high surrogate in the event id", "POST", "/v1/events", `{"name":"doc/uploaded","id":"\ud800","data":{"documentId":"d"}}`, 400, `escape \ud800 at byte 29, half of a UTF-16 surrogate pair`},
 	{"lone low surrogate in the idempotency key", "POST", "/v1/events", `{"name":"doc/uploaded","data":{"documentId":"x\uDC00"}}`, 400, `escape \uDC00 at byte 46`},
 	{"high surrogate before a letter", "POST", "/v1/events", `{"name":"doc/uploaded","data":{"documentId":"\ud83dx"}}`, 400, "without its other half"},
+	{"name in another case", "POST", "/v1/events", `{"name":"nobody","Name":"doc/uploaded","data":{"documentId":"d"}}`, 400, `event field "Name": write it "name", in lower case`},
+	{"data in upper case", "POST", "/v1/events", `{"name":"doc/uploaded","DATA":{"documentId":"d"}}`, 400, `event field "DATA": write it "data"`},
 	{"sluice's own event", "POST", "/v1/events", `{"name":"sluice/backfill/titles","id":"../../x/next-99"}`, 400, `begins "sluice/", which only sluice's own events may`},
 	{"dropped of a function with NUL", "GET", "/v1/dropped?function=%00", "", 400, "function: has the control character U+0000"},
 	{"dropped of a function not UTF-8", "GET", "/v1/dropped?function=%ff", "", 400, "function: is not valid UTF-8"},

@@ -50,6 +50,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/health"
 	"github.com/sluice-dev/sluice/internal/httperr"
 	"github.com/sluice-dev/sluice/internal/httpjson"
+	"github.com/sluice-dev/sluice/internal/jsonwalk"
 	"github.com/sluice-dev/sluice/run"
 )
 
@@ -295,6 +296,11 @@ func (a *api) postEvent(w http.ResponseWriter, r *http.Request) error {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return httperr.BadRequest(errors.New("event: trailing data after the JSON object: send one event per request"))
 	}
+	// encoding/json matches the fields' names in any case, the last
+	// winning: {"name":"a","Name":"b"} would send b.
+	if err := exactFields(raw); err != nil {
+		return err
+	}
 	// The same as invalid bytes, in an escape: a name or ID the client
 	// never sent, which two different events would share.
 	if at, ok := engine.LoneSurrogate(raw); ok {
@@ -470,6 +476,24 @@ func (a *api) moveVersion(move func(Engine, context.Context, string) (run.Versio
 		httpjson.Write(w, http.StatusOK, rep)
 		return nil
 	}
+}
+
+// eventFields are the fields of an event's JSON object, as they must be
+// written.
+var eventFields = []string{"name", "id", "data", "ts"}
+
+// exactFields refuses an event whose object (valid JSON) names one of
+// eventFields in another case.
+func exactFields(raw []byte) error {
+	var err error
+	jsonwalk.Object(raw, func(key, _ []byte) {
+		for _, f := range eventFields {
+			if err == nil && string(key) != f && strings.EqualFold(string(key), f) {
+				err = httperr.BadRequest(fmt.Errorf("event field %s: write it %q, in lower case", engine.Quote(string(key)), f))
+			}
+		}
+	})
+	return err
 }
 
 // readBody reads r's body, named what in its errors: at most max bytes
