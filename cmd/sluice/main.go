@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"sync"
 	"syscall"
 	"time"
 
@@ -71,10 +70,12 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, `Run "sluice COMMAND --help" for a command's flags.`)
 }
 
-// serveUntilDone serves srv on ln until ctx ends, then stops it: requests
-// in flight get up to grace to finish, after which their connections are
-// closed. also, if set, runs at the same time (an app's own graceful stop);
-// serveUntilDone returns once both are done.
+// serveUntilDone serves srv on ln until ctx ends, then stops it: first
+// also, if set (an app's own graceful stop), while srv still serves — its
+// handler answers that the process stops, so that /readyz says so to a
+// load balancer instead of the port closing — then srv: requests in flight
+// get what remains of grace (at least a second) to finish, after which
+// their connections are closed.
 func serveUntilDone(ctx context.Context, srv *http.Server, ln net.Listener, grace time.Duration, also func()) error {
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -83,12 +84,11 @@ func serveUntilDone(ctx context.Context, srv *http.Server, ln net.Listener, grac
 		return err
 	case <-ctx.Done():
 	}
-	var wg sync.WaitGroup
+	began := time.Now()
 	if also != nil {
-		wg.Go(also)
+		also()
 	}
-	defer wg.Wait()
-	sctx, cancel := context.WithTimeout(context.Background(), max(grace, time.Millisecond))
+	sctx, cancel := context.WithTimeout(context.Background(), max(grace-time.Since(began), time.Second))
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		// The grace is over: what still runs is cut, as a kill would.

@@ -342,6 +342,7 @@ func (f *serveFlags) serve(ctx context.Context, env *cli.Env, p *servePlan) erro
 		}
 	}()
 	err = serveUntilDone(sctx, srv, ln, f.stopGrace, func() {
+		starting.Stopping()
 		select {
 		case app := <-appc:
 			stopAppGracefully(env, app, f.stopGrace)

@@ -68,10 +68,17 @@ func (f *serveFront) server(gc guard.Config) *http.Server {
 		httpjson.Error(w, status, message)
 	}
 	srv := guard.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !f.ready.Load() && serveapp.GatewayPath(r.URL.Path) {
-			w.Header().Set("Retry-After", "1")
-			gateway.WriteRefusal(w, f.profile, http.StatusServiceUnavailable, "sluice is starting; retry shortly")
-			return
+		if serveapp.GatewayPath(r.URL.Path) {
+			switch {
+			case f.IsStopping():
+				w.Header().Set("Retry-After", "1")
+				gateway.WriteRefusal(w, f.profile, http.StatusServiceUnavailable, "sluice gateway: "+httpapi.StoppingMessage)
+				return
+			case !f.ready.Load():
+				w.Header().Set("Retry-After", "1")
+				gateway.WriteRefusal(w, f.profile, http.StatusServiceUnavailable, "sluice is starting; retry shortly")
+				return
+			}
 		}
 		f.Starting.ServeHTTP(w, r)
 	}), gc)

@@ -270,6 +270,14 @@ func (e *Engine) Launch(ctx context.Context) error {
 	if e.launched {
 		return errors.New("engine already launched")
 	}
+	// A stop that came first, before there was anything to stop, is not
+	// followed by a start that nothing would stop.
+	e.stepsMu.Lock()
+	stopping := e.draining
+	e.stepsMu.Unlock()
+	if stopping {
+		return errors.New("engine not launched: it is stopping")
+	}
 	version := e.cfg.AppVersion
 	if version == "" {
 		version = DefaultVersion(e.cfg.AppName, e.shape())
@@ -438,6 +446,10 @@ func (e *Engine) runBeforeClose() {
 func (e *Engine) Shutdown(timeout time.Duration) error {
 	var err error
 	e.stopOnce.Do(func() {
+		// No step begins from now on: a stop asked for while Launch still
+		// holds mu, resuming the runs a crash left, must not let those
+		// runs begin steps (and send calls) until Launch returns.
+		e.drainSteps()
 		e.mu.RLock()
 		stopAdopt, dctx, lw := e.stopAdopt, e.dctx, e.lock
 		e.mu.RUnlock()
@@ -447,7 +459,9 @@ func (e *Engine) Shutdown(timeout time.Duration) error {
 		}
 		began := time.Now()
 		if dctx != nil {
-			e.pause(dctx)
+			// No queue is listened to any more: a run DBOS was starting at
+			// that moment starts, and waits at its first step.
+			dbos.ListenQueues(dctx, pausedQueue)
 			grace := min(e.cfg.StopGrace, timeout-shutdownReserve)
 			if grace > 0 {
 				t := time.NewTimer(grace)
@@ -487,11 +501,9 @@ func (e *Engine) Shutdown(timeout time.Duration) error {
 	return err
 }
 
-// pause stops taking work: no queue is listened to any more (a run DBOS
-// was starting at that moment starts, and waits at its first step), and
-// no step begins.
-func (e *Engine) pause(dctx dbos.Context) {
-	dbos.ListenQueues(dctx, pausedQueue)
+// drainSteps makes every step that has not begun wait for the stop
+// instead (stepBegin), and idle close once none executes.
+func (e *Engine) drainSteps() {
 	e.stepsMu.Lock()
 	defer e.stepsMu.Unlock()
 	if e.draining {

@@ -212,3 +212,49 @@ func waitingIn(g *governor.Governor, flow string) int {
 	}
 	return 0
 }
+
+// A stop asked for while Launch still holds the engine — as it does while
+// DBOS resumes the runs a crash left — lets no step begin from that
+// moment, though Launch has not returned: a resumed run waits, pending, for
+// the next start, instead of sending its call as the process stops.
+func TestStopDuringLaunchBeginsNoStep(t *testing.T) {
+	t.Parallel()
+	testenv.Databases(t, func(t *testing.T, url string) {
+		var began atomic.Int32
+		arrived := make(chan struct{}, 1)
+		release := make(chan struct{})
+		fn := &Function{Function: run.Function{ID: "hold", Event: "go"},
+			Handler: func(r *Run, ev Event) (any, error) {
+				select {
+				case arrived <- struct{}{}:
+				default:
+				}
+				<-release
+				return Step(r, "call", func(context.Context) (int, error) { return int(began.Add(1)), nil })
+			}}
+		e := openWith(t, url, time.Hour, fn)
+		s := send(t, e, "go", "a", nil)
+		<-arrived
+		e.mu.Lock() // as Launch holds it
+		stopped := make(chan error, 1)
+		go func() { stopped <- e.Shutdown(time.Minute) }()
+		select {
+		case <-e.Draining():
+		case <-time.After(budget):
+			e.mu.Unlock()
+			t.Fatal("a stop asked for while Launch held the engine let steps begin until Launch returned")
+		}
+		close(release) // the run goes on to its step, which must not begin
+		e.mu.Unlock()
+		if err := <-stopped; err != nil {
+			t.Fatalf("shutdown: %v", err)
+		}
+		if n := began.Load(); n != 0 {
+			t.Fatalf("a step began %d times after the stop was asked for, want 0", n)
+		}
+		e2 := openWith(t, url, time.Hour, fn)
+		if got := wait(t, e2, s.RunID); got.Status != run.Completed || began.Load() != 1 {
+			t.Fatalf("after the restart: %s (%s), the step ran %d times; want completed, once", got.Status, got.Error, began.Load())
+		}
+	})
+}
