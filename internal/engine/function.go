@@ -229,18 +229,16 @@ func (f *Function) workflow(ctx dbos.Context, in input) (json.RawMessage, error)
 	r.owner = f.e.ownerOf(r.id)
 	f.e.cfg.Metrics.RunStarted(f.ID)
 	out, err := f.Handler(r, in.Event)
+	var b []byte
+	if err == nil {
+		if b, err = json.Marshal(out); err != nil {
+			err = fmt.Errorf("function %s: encode output: %w", f.ID, err)
+		}
+	}
+	f.e.endRun(r, err)
 	if err != nil {
-		f.e.noteEnd(r, err)
-		f.e.countEnd(r, err)
 		return nil, err
 	}
-	b, err := json.Marshal(out)
-	if err != nil {
-		err = fmt.Errorf("function %s: encode output: %w", f.ID, err)
-		f.e.countEnd(r, err)
-		return nil, err
-	}
-	f.e.countEnd(r, nil)
 	return b, nil
 }
 

@@ -13,24 +13,111 @@ import (
 	"github.com/sluice-dev/sluice/run"
 )
 
-// noteEnd records why a run stopped when its handler returned err: its
-// failure, kept so that runs can be searched by its text (RunFilter.
-// Reason), or, when the run's context ended, the deadline that passed
-// (timed_out) or the cancel (the step it was in completes the record
-// Cancel wrote). A shutdown records nothing: the run resumes at the next
-// start.
-func (e *Engine) noteEnd(r *Run, err error) {
-	state, ok := stoppedBy(r)
+// endRun records and counts how run r ended, its handler having returned
+// err (nil when it completed; see endOf). A run that has not ended here
+// records and counts nothing.
+func (e *Engine) endRun(r *Run, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	state, ok := e.endOf(ctx, r, err)
 	if !ok {
-		if r.dctx.Err() == nil && !errors.Is(err, ErrNotOwner) {
-			e.recordEnd(r, store.RunEnd{RunID: r.id, Status: string(run.Failed), Reason: cutText(err.Error(), maxReasonBytes),
-				Step: r.step, Attempt: r.attempt, StartedAt: r.started, EndedAt: time.Now()})
-		}
 		return
 	}
-	end := store.RunEnd{Status: string(state), Reason: "cancelled"}
-	if state == run.TimedOut {
-		end.Reason = fmt.Sprintf("run deadline of %s passed", r.fn.Timeout)
+	if state != run.Completed {
+		e.noteEnd(ctx, r, state, err)
+	}
+	e.cfg.Metrics.RunFinished(r.fn.ID, state)
+}
+
+// endOf says how run r ended, its handler having returned err (nil when it
+// completed). ok is false when the run has not ended here: DBOS is shutting
+// down (the run resumes at the next start), or another execution has taken
+// the run over and goes on with it.
+//
+// A handler's error is not always the run's failure. A cancel on request
+// does not end the run's context: DBOS marks the run cancelled and takes it
+// from this execution, and the run learns of it only when DBOS refuses its
+// next record — the step in flight's, if it ends after the cancel (the run
+// "is no longer owned by this execution"), or the next step's (the run was
+// cancelled) — or when the check before a provider call finds it has no
+// owner (ErrNotOwner). A run that another process took over meets the same
+// errors. So while the context runs, DBOS's record of the run decides: it
+// was cancelled (on request, or by its deadline before DBOS ended the
+// context), it is still this execution's (the error is its failure), or it
+// is another's.
+func (e *Engine) endOf(ctx context.Context, r *Run, err error) (run.State, bool) {
+	if err == nil {
+		return run.Completed, true
+	}
+	if state, ok := stoppedBy(r); ok {
+		return state, true
+	}
+	if r.dctx.Err() != nil {
+		return "", false
+	}
+	state, ok, rerr := e.stateNow(ctx, r)
+	if rerr != nil {
+		e.cfg.Logger.Warn("sluice: cannot read how a run ended", "run", r.id, "err", rerr)
+		// Without DBOS's word, an error saying that this execution lost
+		// the run is no failure of the run's own.
+		return run.Failed, !lostRun(err)
+	}
+	return state, ok
+}
+
+// stateNow reads from DBOS's record of run r, whose handler returned an
+// error while its context ran, how the run ended (see endOf): ok is false
+// when it is no longer this execution's.
+func (e *Engine) stateNow(ctx context.Context, r *Run) (state run.State, ok bool, err error) {
+	c, err := e.client(ctx)
+	if err != nil {
+		return "", false, err
+	}
+	ws, err := dbos.ListWorkflows(c, dbos.WithFilterWorkflowIDs(r.id), dbos.WithFilterLoadInput(false), dbos.WithFilterLoadOutput(false))
+	switch {
+	case err != nil:
+		return "", false, fmt.Errorf("read run %s: %w", r.id, err)
+	case len(ws) == 0:
+		return "", false, fmt.Errorf("read run %s: not found", r.id)
+	}
+	switch w := ws[0]; {
+	case w.Status == dbos.WorkflowStatusCancelled && timedOut(w):
+		return run.TimedOut, true, nil
+	case w.Status == dbos.WorkflowStatusCancelled:
+		return run.Cancelled, true, nil
+	case w.Status != dbos.WorkflowStatusPending:
+		return "", false, nil // resumed, or ended by the execution that took it over
+	}
+	switch err := r.owned(ctx); {
+	case errors.Is(err, ErrNotOwner):
+		return "", false, nil
+	case err != nil:
+		return "", false, err
+	}
+	return run.Failed, true, nil
+}
+
+// lostRun reports whether err says that this execution no longer owns its
+// run: DBOS refused a record (the run was cancelled, or another execution
+// holds it) or the check before a provider call found another owner.
+func lostRun(err error) bool {
+	return errors.Is(err, ErrNotOwner) || errors.Is(err, dbos.ErrConflictingWorkflowID) || errors.Is(err, dbos.ErrWorkflowCancelled)
+}
+
+// noteEnd records why run r ended in state, its handler having returned
+// err: a failure's text, kept so that runs can be searched by it
+// (RunFilter.Reason); or the deadline that passed (timed_out) or the
+// cancel, with the step the run was in (completing the record of a cancel
+// on request that noteCancel wrote).
+func (e *Engine) noteEnd(ctx context.Context, r *Run, state run.State, err error) {
+	if state == run.Failed {
+		e.recordEnd(ctx, r, store.RunEnd{RunID: r.id, Status: string(run.Failed), Reason: cutText(err.Error(), maxReasonBytes),
+			Step: r.step, Attempt: r.attempt, StartedAt: r.started, EndedAt: time.Now()})
+		return
+	}
+	end := store.RunEnd{Status: string(state), Reason: fmt.Sprintf("run deadline of %s passed", r.fn.Timeout)}
+	if state == run.Cancelled {
+		end.Reason = e.cancelReason(ctx, r.id)
 	}
 	end.RunID, end.Step, end.Attempt, end.StartedAt = r.id, r.step, r.attempt, r.started
 	if d, ok := r.dctx.Deadline(); ok && r.fn.Timeout > 0 {
@@ -50,13 +137,23 @@ func (e *Engine) noteEnd(r *Run, err error) {
 	end.EndedAt = time.Now() // as DBOS times runs: by the wall clock
 	// A cancel's own record (written by Cancel) is completed with the step;
 	// a deadline's is written here.
-	e.recordEnd(r, end)
+	e.recordEnd(ctx, r, end)
+}
+
+// cancelReason is how the record of the cancelled run id begins: the
+// reason that a cancel on request recorded (noteCancel, before DBOS
+// cancelled the run), which the run completes with where it was, or
+// "cancelled" for a run cancelled otherwise (through DBOS itself).
+func (e *Engine) cancelReason(ctx context.Context, id string) string {
+	ends, err := e.st.RunEnds(ctx, []string{id})
+	if c, ok := ends[id]; err == nil && ok && c.Step == "" && c.Status == string(run.Cancelled) {
+		return c.Reason
+	}
+	return "cancelled"
 }
 
 // recordEnd writes end, the record of why run r ended.
-func (e *Engine) recordEnd(r *Run, end store.RunEnd) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
+func (e *Engine) recordEnd(ctx context.Context, r *Run, end store.RunEnd) {
 	if err := e.st.RecordRunEnd(ctx, end); err != nil {
 		e.cfg.Logger.Warn("sluice: record why a run ended", "run", r.id, "err", err)
 	}
@@ -91,23 +188,6 @@ func stoppedBy(r *Run) (run.State, bool) {
 		return run.Cancelled, true
 	}
 	return "", false
-}
-
-// countEnd counts in Config.Metrics how run r ended, its handler having
-// returned err: completed, failed, timed out or cancelled. A run stopped
-// by a shutdown has not ended: it resumes at the next start.
-func (e *Engine) countEnd(r *Run, err error) {
-	state := run.Completed
-	if err != nil {
-		var stopped bool
-		if state, stopped = stoppedBy(r); !stopped {
-			if r.dctx.Err() != nil {
-				return
-			}
-			state = run.Failed
-		}
-	}
-	e.cfg.Metrics.RunFinished(r.fn.ID, state)
 }
 
 // noteCancel records that a run was cancelled on request; the run's handler

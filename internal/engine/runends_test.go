@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/metrics"
 	"github.com/sluice-dev/sluice/internal/testenv"
 	"github.com/sluice-dev/sluice/run"
 )
@@ -106,6 +107,113 @@ func TestRunDeadlineEndsTimedOut(t *testing.T) {
 			t.Fatalf("re-run of a timed-out run: %q, %v", id, err)
 		}
 	})
+}
+
+// A cancel on request does not end a run's context: DBOS takes the run
+// from its execution, which learns of it when DBOS refuses the record of
+// the step it was in (here the step ends after the cancel, as an LLM call
+// answers) or of the next step it begins. Either way the handler returns
+// DBOS's refusal, and the run must end cancelled on request in that step,
+// counted cancelled; a run that fails with no one cancelling it is still
+// failed.
+func TestCancelledRunEndsCancelledNotFailed(t *testing.T) {
+	t.Parallel()
+	testenv.Databases(t, func(t *testing.T, url string) {
+		// Each run waits at its gate, in the step "call" or between the
+		// steps "first" and "second", until the test opens it.
+		gates := map[string]chan struct{}{"in-step": make(chan struct{}), "between-steps": make(chan struct{})}
+		waiting := make(chan string, len(gates))
+		fn := &Function{Function: run.Function{ID: "hold", Event: "hold/go"}, Handler: func(r *Run, ev Event) (any, error) {
+			switch ev.ID {
+			case "in-step":
+				return Step(r, "call", func(context.Context) (string, error) {
+					waiting <- ev.ID
+					<-gates[ev.ID]
+					return "the answer", nil
+				})
+			case "between-steps":
+				if _, err := Step(r, "first", func(context.Context) (int, error) { return 1, nil }); err != nil {
+					return nil, err
+				}
+				waiting <- ev.ID
+				<-gates[ev.ID]
+				return Step(r, "second", func(context.Context) (int, error) { return 2, nil })
+			}
+			return nil, errors.New("the document is empty")
+		}}
+		m := metrics.New()
+		e := launch(context.Background(), t, url, Config{Metrics: m}, fn)
+		ctx := context.Background()
+
+		for _, tc := range []struct{ id, step string }{{"in-step", "call"}, {"between-steps", "second"}} {
+			s := send(t, e, "hold/go", tc.id, nil)
+			if got := <-waiting; got != tc.id {
+				t.Fatalf("run %s waits, want %s", got, tc.id)
+			}
+			if err := e.Cancel(ctx, s.RunID); err != nil {
+				t.Fatal(err)
+			}
+			if got := wait(t, e, s.RunID); got.Status != run.Cancelled {
+				t.Fatalf("run %s after its cancel: %s %q", tc.id, got.Status, got.Error)
+			}
+			before := finishedOf(t, m, "hold", "")
+			close(gates[tc.id])
+			waitUntil(t, "the cancelled run's handler has returned", func() bool { return finishedOf(t, m, "hold", "") > before })
+			got := wait(t, e, s.RunID)
+			if want := "cancelled on request in step " + tc.step + ", attempt 1"; got.Status != run.Cancelled || got.Error != want || got.Step != tc.step {
+				t.Errorf("run %s ended %s in step %q: %q; want cancelled in step %s: %q", tc.id, got.Status, got.Step, got.Error, tc.step, want)
+			}
+		}
+		f := send(t, e, "hold/go", "fails", nil)
+		if got := wait(t, e, f.RunID); got.Status != run.Failed {
+			t.Fatalf("run that fails: %s %q", got.Status, got.Error)
+		}
+		waitUntil(t, "the failed run is counted", func() bool { return finishedOf(t, m, "hold", "") == 3 })
+
+		for _, tc := range []struct {
+			f    RunFilter
+			want int
+		}{
+			{RunFilter{Status: run.Cancelled, Reason: "cancelled on request in step"}, 2},
+			{RunFilter{Reason: "no longer owned"}, 0},
+			{RunFilter{Status: run.Failed, Reason: "the document is empty"}, 1},
+		} {
+			if runs, err := e.Runs(ctx, tc.f); err != nil || len(runs) != tc.want {
+				t.Errorf("runs with %+v: %+v, %v; want %d", tc.f, runs, err, tc.want)
+			}
+		}
+		for status, want := range map[run.State]float64{run.Cancelled: 2, run.Failed: 1} {
+			if got := finishedOf(t, m, "hold", status); got != want {
+				t.Errorf("sluice_runs_finished_total{status=%q} = %v, want %v", status, got, want)
+			}
+		}
+	})
+}
+
+// finishedOf is how many runs of function m counts as finished in state
+// ("" for every state).
+func finishedOf(t *testing.T, m *metrics.Set, function string, state run.State) float64 {
+	t.Helper()
+	families, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0.0
+	for _, f := range families {
+		if f.GetName() != "sluice_runs_finished_total" {
+			continue
+		}
+		for _, c := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range c.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["function"] == function && (state == "" || labels["status"] == string(state)) {
+				n += c.GetCounter().GetValue()
+			}
+		}
+	}
+	return n
 }
 
 // passDeadline makes run id's deadline pass now: it moves the run's start

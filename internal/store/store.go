@@ -111,8 +111,10 @@ type Store interface {
 	// the run has a record with an empty Step (a cancel RecordCancel
 	// recorded before the run stopped), the record takes end's Reason, Step
 	// and Attempt, and end's StartedAt if it had none; its Status and EndedAt
-	// stay. A record with a Step stays as it is. An empty RunID or Status is
-	// an error.
+	// stay. A record with a Step stays as it is, and so does a cancelled or
+	// timed-out one when end is a failure (Status "failed"): a run being
+	// stopped fails as DBOS refuses its records, and was stopped all the
+	// same. An empty RunID or Status is an error.
 	RecordRunEnd(ctx context.Context, end RunEnd) error
 
 	// RunEnds returns the records of the runs runIDs names, by run ID; a run
@@ -469,12 +471,13 @@ type DroppedEvent struct {
 	At        time.Time // when it was dropped: UTC, millisecond precision
 }
 
-// RunEnd is why a run ended without finishing: its deadline passed or it
-// was cancelled. DBOS records such a run only as cancelled, with no error,
-// and clears its start time; the engine keeps the rest here.
+// RunEnd is why a run ended without finishing: its deadline passed, it
+// was cancelled, or it failed. DBOS records a stopped run only as
+// cancelled, with no error, and clears its start time, and keeps a failed
+// run's error where no query can search it; the engine keeps the rest here.
 type RunEnd struct {
 	RunID   string
-	Status  string // the engine's status: "timed_out" or "cancelled"
+	Status  string // the engine's status: "timed_out", "cancelled" or "failed"
 	Reason  string // in words, with the step and attempt
 	Step    string // the step the run was in; empty before the run says
 	Attempt int    // the attempt of Step

@@ -188,6 +188,14 @@ func exerciseEngineTables(t *testing.T, open func(t *testing.T) store.Store) {
 		// knows when it started.
 		unstarted := store.RunEnd{RunID: "f:e3", Status: "cancelled", Reason: "cancelled on request", EndedAt: ended}
 		stoppedBefore := store.RunEnd{RunID: "f:e3", Status: "timed_out", Reason: "cancelled before its first step", StartedAt: started, EndedAt: ended}
+		// A cancel, then the run failing as it stops (DBOS refused the
+		// record of its step): the cancel stays, to be completed by a stop.
+		cancelThenFail := store.RunEnd{RunID: "f:e4", Status: "cancelled", Reason: "cancelled on request", StartedAt: started, EndedAt: ended}
+		failed := store.RunEnd{RunID: "f:e4", Status: "failed", Reason: "no longer owned by this execution", Step: "call", Attempt: 1,
+			StartedAt: started, EndedAt: ended.Add(time.Second)}
+		// A failure no process saw, completed by the run that failed.
+		unseen := store.RunEnd{RunID: "f:e5", Status: "failed", Reason: "failed", StartedAt: started, EndedAt: ended}
+		seen := store.RunEnd{RunID: "f:e5", Status: "failed", Reason: "table orders is missing", Step: "save", Attempt: 2, StartedAt: started, EndedAt: ended}
 		for _, step := range []struct {
 			record func(context.Context, store.RunEnd) error
 			end    store.RunEnd
@@ -197,6 +205,10 @@ func exerciseEngineTables(t *testing.T, open func(t *testing.T) store.Store) {
 			{s.RecordRunEnd, stopped},
 			{s.RecordCancel, unstarted},
 			{s.RecordRunEnd, stoppedBefore},
+			{s.RecordCancel, cancelThenFail},
+			{s.RecordRunEnd, failed},
+			{s.RecordRunEnd, unseen},
+			{s.RecordRunEnd, seen},
 			// Once a record has a step, nothing changes it.
 			{s.RecordRunEnd, store.RunEnd{RunID: "f:e1", Status: "cancelled", Reason: "later", Step: "other", Attempt: 9, EndedAt: ended}},
 			{s.RecordCancel, store.RunEnd{RunID: "f:e2", Status: "cancelled", Reason: "cancelled on request", EndedAt: ended.Add(time.Hour)}},
@@ -209,8 +221,10 @@ func exerciseEngineTables(t *testing.T, open func(t *testing.T) store.Store) {
 		completed.Reason, completed.Step, completed.Attempt = stopped.Reason, stopped.Step, stopped.Attempt
 		neverStarted := unstarted
 		neverStarted.Reason, neverStarted.StartedAt = stoppedBefore.Reason, started
-		want := map[string]store.RunEnd{"f:e1": timedOut, "f:e2": completed, "f:e3": neverStarted}
-		got, err := s.RunEnds(ctx, []string{"f:e1", "f:e2", "f:e3", "f:unknown"})
+		completedFailure := unseen
+		completedFailure.Reason, completedFailure.Step, completedFailure.Attempt = seen.Reason, seen.Step, seen.Attempt
+		want := map[string]store.RunEnd{"f:e1": timedOut, "f:e2": completed, "f:e3": neverStarted, "f:e4": cancelThenFail, "f:e5": completedFailure}
+		got, err := s.RunEnds(ctx, []string{"f:e1", "f:e2", "f:e3", "f:e4", "f:e5", "f:unknown"})
 		if err != nil {
 			t.Fatalf("RunEnds: %v", err)
 		}
