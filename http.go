@@ -15,7 +15,11 @@ import (
 // HandlerConfig configures the app's HTTP API.
 type HandlerConfig struct {
 	// Token, when set, is required as "Authorization: Bearer TOKEN". Serve
-	// the API off loopback only with a token.
+	// the API off loopback only with a token. A client address that sends
+	// 10 wrong tokens within a minute gets 429 with Retry-After, its token
+	// not compared, for a minute, doubling each time up to an hour; the
+	// count is the app's one, shared with Dashboard and CheckBearer, so an
+	// address throttled at one is throttled at all (docs/security.md).
 	Token string
 	// MaxEventBytes bounds an event's body (default 1 MiB); larger ones get
 	// 413 naming the limit.
@@ -38,14 +42,29 @@ type HandlerConfig struct {
 // and the answers that carry them say it: "now" and "speed".
 func (a *App) Handler(cfg HandlerConfig) http.Handler {
 	return httpapi.New(httpapi.Config{Engine: a.e, Health: appHealth{a.e, a.monitor}, Functions: a.functions, Token: cfg.Token, MaxEventBytes: cfg.MaxEventBytes, OutputLimit: cfg.OutputLimit,
-		Now: a.e.Now, Speed: a.cfg.Speed})
+		Now: a.e.Now, Speed: a.cfg.Speed, Throttle: a.throttle})
+}
+
+// CheckBearer decides r's "Authorization: Bearer TOKEN" at a door the
+// program serves beside Handler and Dashboard (MetricsHandler behind a
+// token, say), against the count of wrong tokens they share: when r's
+// address is throttled, it returns how long it still is, and right is not
+// called; else ok is right(TOKEN), and a wrong token counts toward
+// throttling the address at every door. A request without a bearer token
+// gets (0, false) and is not counted. The door answers a throttled
+// request with 429 and Retry-After (wait in whole seconds, rounded up).
+// Compare the token in constant time (crypto/subtle).
+func (a *App) CheckBearer(r *http.Request, right func(token string) bool) (wait time.Duration, ok bool) {
+	return a.throttle.CheckBearer(r, right)
 }
 
 // DashboardConfig configures the app's dashboard (docs/dashboard.md).
 type DashboardConfig struct {
 	// Token, when set, is needed for every page: signed in once on the
 	// login page (a session cookie), or as "Authorization: Bearer TOKEN".
-	// Serve the dashboard off loopback only with a token.
+	// Serve the dashboard off loopback only with a token. Its wrong tokens
+	// count toward the app's one throttle, which Handler shares
+	// (HandlerConfig.Token).
 	Token string
 	// PublicURL is the URL people open the dashboard at, when a proxy in
 	// front of it terminates TLS (https://sluice.example.com): an https URL
@@ -103,6 +122,7 @@ func (a *App) Dashboard(cfg DashboardConfig) (http.Handler, error) {
 		AppNow:        a.e.Now,
 		Speed:         a.cfg.Speed,
 		Links:         links,
+		Throttle:      a.throttle,
 	})
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/authlimit"
 	"github.com/sluice-dev/sluice/internal/backfill"
 	"github.com/sluice-dev/sluice/internal/engine"
 	"github.com/sluice-dev/sluice/internal/health"
@@ -50,6 +51,9 @@ type App struct {
 	metrics    *metrics.Set    // the series MetricsHandler serves (metrics.go)
 	plans      planCache       // the dashboard's Plan page (plan.go)
 	yaml       map[string]bool // the jobs declared in YAML (DeclaredInYAML)
+	// throttle counts the wrong tokens sent to Handler, Dashboard and
+	// CheckBearer's doors, per client address (http.go).
+	throttle *authlimit.Throttle
 }
 
 // New opens the database and builds the providers' clients and governors.
@@ -85,7 +89,8 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		_ = st.Close()
 		return nil, err
 	}
-	a := &App{cfg: cfg, st: st, e: e, providers: map[string]*engine.Provider{}, metrics: ms}
+	a := &App{cfg: cfg, st: st, e: e, providers: map[string]*engine.Provider{}, metrics: ms,
+		throttle: authlimit.New(authlimit.Config{Logger: e.Logger()})}
 	a.backfills = backfill.NewSet(e, st, e.Logger(), now)
 	a.thresholds, a.quotas = map[string]time.Duration{}, map[string]func(time.Time) health.Quota{}
 	a.webhooks = map[string]string{}

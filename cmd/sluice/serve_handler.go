@@ -146,8 +146,9 @@ func (p *gatewayPlan) governorFlows() []governor.FlowConfig {
 }
 
 // build returns the gateway, nil when none was asked for: in front of the
-// pipeline's provider, admitting against the app's governor of its key and
-// recording into the app's metrics.
+// pipeline's provider, admitting against the app's governor of its key,
+// recording into the app's metrics, and counting wrong client keys toward
+// the app's throttle of wrong tokens, since the API's token is one of them.
 func (p *gatewayPlan) build(ctx context.Context, app *sluice.App, providerURL, profile, keyEnv string, env *cli.Env, logger *slog.Logger) (*gateway.Gateway, error) {
 	if p == nil {
 		return nil, nil
@@ -169,7 +170,7 @@ func (p *gatewayPlan) build(ctx context.Context, app *sluice.App, providerURL, p
 		key = env.Getenv(keyEnv)
 	}
 	return gateway.New(ctx, gateway.Config{Upstream: providerURL, Profile: prof, APIKey: key, Governor: gov,
-		Flows: p.flows, ClientKeys: p.keys, MaxFlowParked: p.maxFlowParked, Metrics: set, Logger: cmp.Or(logger, slog.Default()), Stopping: ctx.Done(),
+		Flows: p.flows, ClientKeys: p.keys, Throttle: app, MaxFlowParked: p.maxFlowParked, Metrics: set, Logger: cmp.Or(logger, slog.Default()), Stopping: ctx.Done(),
 		ClusterFlows: clusterFlows(app)})
 }
 

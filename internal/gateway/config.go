@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/authlimit"
 	"github.com/sluice-dev/sluice/internal/guard"
 	"github.com/sluice-dev/sluice/internal/metrics"
 	"github.com/sluice-dev/sluice/internal/redact"
@@ -90,6 +91,14 @@ type Config struct {
 	// key with a Flow draws on that flow whatever X-Sluice-Flow says.
 	// Default: none, every caller is accepted.
 	ClientKeys []ClientKey
+
+	// Throttle, when set, decides each client key: an address it
+	// throttles gets 429 with retry-after, its key not compared, and a
+	// wrong key counts toward throttling it. sluice serve --gateway gives
+	// the app's, since the API's token is one of the keys: guesses here
+	// count as the API's and the dashboard's do. Default nil: wrong keys
+	// are answered 401 and not counted.
+	Throttle Throttle
 
 	// DefaultMaxTokens is given to a request without max_tokens whose flow
 	// sets none, and counted as its output reservation. When it cannot fit
@@ -321,6 +330,18 @@ type Flow struct {
 	// its own. Default: none.
 	Budget governor.Budget
 }
+
+// Throttle refuses the client addresses that sent too many wrong keys, and
+// counts the wrong ones (authlimit.Throttle, sluice.App).
+type Throttle interface {
+	// CheckBearer decides r's "Authorization: Bearer KEY": wait > 0 when
+	// r's address is throttled, right not called; else ok reports
+	// right(KEY), and a wrong key is counted. A request without a bearer
+	// key gets (0, false).
+	CheckBearer(r *http.Request, right func(key string) bool) (wait time.Duration, ok bool)
+}
+
+var _ Throttle = (*authlimit.Throttle)(nil)
 
 // ClientKey is a key callers present to the gateway (not the provider key).
 type ClientKey struct {

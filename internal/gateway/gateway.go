@@ -16,9 +16,11 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/authlimit"
 	"github.com/sluice-dev/sluice/internal/health"
 	"github.com/sluice-dev/sluice/internal/httpjson"
 	"github.com/sluice-dev/sluice/internal/metrics"
+	"github.com/sluice-dev/sluice/internal/progress"
 	"github.com/sluice-dev/sluice/internal/quota"
 	"github.com/sluice-dev/sluice/llm"
 )
@@ -340,13 +342,28 @@ func (g *Gateway) auth(next func(http.ResponseWriter, *http.Request, caller)) ht
 	return func(w http.ResponseWriter, r *http.Request) {
 		who := caller{flow: g.flowOf(r.Header.Get(FlowHeader))}
 		if len(g.keys) > 0 {
-			got, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 			match := -1
-			for i := range g.keys {
-				// Compare with every key so timing says nothing of which matched.
-				if subtle.ConstantTimeCompare([]byte(got), []byte(g.keys[i].Key)) == 1 {
-					match = i
+			right := func(got string) bool {
+				for i := range g.keys {
+					// Compare with every key so timing says nothing of which matched.
+					if subtle.ConstantTimeCompare([]byte(got), []byte(g.keys[i].Key)) == 1 {
+						match = i
+					}
 				}
+				return match >= 0
+			}
+			var wait time.Duration
+			if g.cfg.Throttle != nil {
+				wait, _ = g.cfg.Throttle.CheckBearer(r, right)
+			} else {
+				got, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+				right(got)
+			}
+			if wait > 0 {
+				(&apiError{status: http.StatusTooManyRequests, typ: "invalid_request_error", code: "invalid_api_key", retryAfter: wait,
+					message: "sluice gateway: too many wrong client keys from your address: try again in " + progress.Span(time.Duration(authlimit.RetryAfter(wait))*time.Second)}).write(w, g.cfg.Profile)
+				g.m.requests.WithLabelValues(who.flow, "429").Inc()
+				return
 			}
 			if match < 0 {
 				// The key sent is never echoed: it may be a real one sent by mistake.

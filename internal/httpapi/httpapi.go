@@ -23,7 +23,10 @@
 // the one table the dashboard shares (httperr.Status). Input is checked before the database sees it, so SQLite and
 // PostgreSQL answer it alike; a 500 never carries the database's text: it
 // gives a reference to the server's log line. When a token is set, every
-// /v1 request must carry it as a bearer token.
+// /v1 request must carry it as a bearer token, and an address that sent
+// too many wrong tokens, here or at another door of the server that
+// shares Config.Throttle, gets 429 with Retry-After, its token not
+// compared.
 package httpapi
 
 import (
@@ -46,11 +49,13 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/sluice-dev/sluice/internal/authlimit"
 	"github.com/sluice-dev/sluice/internal/engine"
 	"github.com/sluice-dev/sluice/internal/health"
 	"github.com/sluice-dev/sluice/internal/httperr"
 	"github.com/sluice-dev/sluice/internal/httpjson"
 	"github.com/sluice-dev/sluice/internal/jsonwalk"
+	"github.com/sluice-dev/sluice/internal/progress"
 	"github.com/sluice-dev/sluice/run"
 )
 
@@ -84,6 +89,18 @@ type Health interface {
 
 var _ Health = (*health.Monitor)(nil)
 
+// Throttle refuses the client addresses that sent too many wrong tokens,
+// and counts the wrong ones.
+type Throttle interface {
+	// CheckBearer decides r's "Authorization: Bearer TOKEN": wait > 0
+	// when r's address is throttled, right not called; else ok reports
+	// right(TOKEN), and a wrong token is counted. A request without a
+	// bearer token gets (0, false).
+	CheckBearer(r *http.Request, right func(token string) bool) (wait time.Duration, ok bool)
+}
+
+var _ Throttle = (*authlimit.Throttle)(nil)
+
 // Config configures the API.
 type Config struct {
 	Engine Engine
@@ -98,6 +115,12 @@ type Config struct {
 	// Token, when set, is required as "Authorization: Bearer TOKEN" on every
 	// /v1 request. It never appears in responses or logs.
 	Token string
+	// Throttle decides each bearer token when Token is set. Give the one
+	// every door of the server that checks a token shares (the dashboard's
+	// sign-in, /metrics), so that an address throttled at one is
+	// throttled at all. Default: one of the API's own, on the wall clock
+	// (not Now, which may be simulated), logging to Logger.
+	Throttle Throttle
 	// MaxEventBytes bounds an event's body (default 1 MiB); a larger one is
 	// refused with 413.
 	MaxEventBytes int64
@@ -131,6 +154,9 @@ func New(cfg Config) http.Handler {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.Throttle == nil {
+		cfg.Throttle = authlimit.New(authlimit.Config{Logger: cfg.Logger})
 	}
 	a := &api{cfg: cfg}
 	mux := http.NewServeMux()
@@ -185,15 +211,44 @@ func OwnsPath(path string) bool {
 	return slices.Contains(v1Resources, first)
 }
 
+// RequireBearer returns h behind "Authorization: Bearer TOKEN" when token
+// is set, decided by th, with the API's answers: 401 without the token,
+// 429 with Retry-After from a throttled address. For a door beside the
+// API that takes its token or one of its own (/metrics).
+func RequireBearer(token string, th Throttle, h http.Handler) http.Handler {
+	if token == "" {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if bearerRefused(w, r, token, th) {
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// bearerRefused answers r and returns true unless it carries token as a
+// bearer token from an address th does not throttle.
+func bearerRefused(w http.ResponseWriter, r *http.Request, token string, th Throttle) bool {
+	wait, ok := th.CheckBearer(r, func(got string) bool {
+		return subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
+	})
+	switch {
+	case wait > 0:
+		secs := authlimit.RetryAfter(wait)
+		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+		httpjson.Error(w, http.StatusTooManyRequests, "too many wrong tokens from your address: try again in "+progress.Span(time.Duration(secs)*time.Second))
+	case !ok:
+		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
+		httpjson.Error(w, http.StatusUnauthorized, "missing or wrong bearer token")
+	}
+	return !ok
+}
+
 func (a *api) auth(h func(w http.ResponseWriter, r *http.Request) error) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if a.cfg.Token != "" {
-			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(a.cfg.Token)) != 1 {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
-				httpjson.Error(w, http.StatusUnauthorized, "missing or wrong bearer token")
-				return
-			}
+		if a.cfg.Token != "" && bearerRefused(w, r, a.cfg.Token, a.cfg.Throttle) {
+			return
 		}
 		if err := h(w, r); err != nil {
 			status := httperr.Status(err)

@@ -2,7 +2,6 @@ package serveapp
 
 import (
 	"bytes"
-	"crypto/subtle"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -18,11 +17,16 @@ type Parts struct {
 	App *sluice.App
 	API sluice.HandlerConfig
 	// MetricsToken guards /metrics; empty: the API's token, and none
-	// when the API has none (loopback).
+	// when the API has none (loopback). Either way its wrong tokens count
+	// toward the app's one throttle (App.CheckBearer), the API's and the
+	// dashboard's: a guesser gains no rate by spreading its guesses over
+	// the doors, whichever token each takes.
 	MetricsToken string
 	Gateway      *gateway.Gateway // nil: none configured
 	Dashboard    http.Handler     // nil: none
 }
+
+var _ httpapi.Throttle = (*sluice.App)(nil)
 
 // Handler routes the parts: the event and run API under /v1, /healthz
 // and /readyz; /metrics; with the gateway, every other /v1 path (its
@@ -34,7 +38,7 @@ func Handler(p Parts) http.Handler {
 	api := p.App.Handler(p.API)
 	mux.Handle("/healthz", api)
 	mux.Handle("/readyz", api)
-	mux.Handle("GET /metrics", bearer(cmpToken(p.MetricsToken, p.API.Token), p.App.MetricsHandler()))
+	mux.Handle("GET /metrics", httpapi.RequireBearer(cmpToken(p.MetricsToken, p.API.Token), p.App, p.App.MetricsHandler()))
 	if p.Dashboard != nil {
 		mux.Handle("/", p.Dashboard)
 	} else {
@@ -74,22 +78,6 @@ func cmpToken(own, shared string) string {
 		return own
 	}
 	return shared
-}
-
-// bearer requires token as "Authorization: Bearer TOKEN" when it is set.
-func bearer(token string, h http.Handler) http.Handler {
-	if token == "" {
-		return h
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
-			httpjson.Error(w, http.StatusUnauthorized, "missing or wrong bearer token")
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
 }
 
 // withGatewayFlows answers GET /v1/flows with the app's flows (its

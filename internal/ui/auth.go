@@ -10,10 +10,12 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/authlimit"
 	"github.com/sluice-dev/sluice/internal/httperr"
 )
 
@@ -31,7 +33,8 @@ import (
 // drawn at random when the process starts. A POST is refused with 403 when
 // its token is missing or wrong, and when it comes from another site (an
 // Origin header naming another host, or a Sec-Fetch-Site of cross-site or
-// same-site). Wrong tokens are throttled per client address (throttle.go).
+// same-site). Wrong tokens are throttled per client address, by the
+// throttle the server's other doors share (Config.Throttle).
 
 // sessionCookie is the name of the session's cookie.
 const sessionCookie = "sluice_session"
@@ -115,10 +118,17 @@ func (a auth) mac(parts ...string) string {
 	return hex.EncodeToString(m.Sum(nil))
 }
 
-// bearer reports whether r carries the token as a bearer token.
+// right reports, in constant time, whether got is the token.
+func (a auth) right(got string) bool {
+	return a.token != "" && subtle.ConstantTimeCompare([]byte(got), []byte(a.token)) == 1
+}
+
+// bearer reports whether r carries the token as a bearer token. It does
+// not go through the throttle, so what it decides is shown only to a
+// request signedIn let in: the CSRF token of its forms.
 func (a auth) bearer(r *http.Request) bool {
 	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	return ok && a.token != "" && subtle.ConstantTimeCompare([]byte(got), []byte(a.token)) == 1
+	return ok && a.right(got)
 }
 
 // newSession starts a session at now and returns its cookie's value.
@@ -156,41 +166,32 @@ func (a auth) session(r *http.Request, now time.Time) (value, id string, ok bool
 // admit reports whether r may see the pages — no token is set, or r is
 // signed in, by session or bearer token — and otherwise answers it: with
 // 429 when r carries a bearer token from a throttled address, else by
-// sending it to the sign-in page. A wrong bearer token counts as a wrong
-// sign-in, so the pages are no way around the throttle.
+// sending it to the sign-in page.
 func (h *Handler) admit(w http.ResponseWriter, r *http.Request) bool {
-	a := h.auth
-	if a.token == "" {
-		return true
+	wait, ok := h.signedIn(r)
+	switch {
+	case wait > 0:
+		h.tooMany(w, r, wait, "/")
+	case !ok:
+		h.toLogin(w, r)
 	}
-	now := h.cfg.Now()
-	if strings.HasPrefix(r.Header.Get("Authorization"), "Bearer ") {
-		addr := clientAddr(r)
-		if wait := h.throttle.wait(addr, now); wait > 0 {
-			h.tooMany(w, r, wait, "/")
-			return false
-		}
-		if a.bearer(r) {
-			return true
-		}
-		h.throttle.fail(addr, now)
-	}
-	if _, _, ok := a.session(r, now); ok {
-		return true
-	}
-	h.toLogin(w, r)
-	return false
+	return ok
 }
 
-// allowedAt reports whether r may see the pages: no token is set, or r is
-// signed in, by session or bearer token.
-func (h *Handler) allowedAt(r *http.Request) bool {
+// signedIn reports whether r may see the pages: no token is set, or r is
+// signed in, by session or bearer token. A bearer token goes through the
+// throttle, which refuses it unchecked from a throttled address (wait > 0)
+// and counts a wrong one, so that no page is a way around the throttle.
+func (h *Handler) signedIn(r *http.Request) (wait time.Duration, ok bool) {
 	a := h.auth
-	if a.token == "" || a.bearer(r) {
-		return true
+	if a.token == "" {
+		return 0, true
 	}
-	_, _, ok := a.session(r, h.cfg.Now())
-	return ok
+	if wait, ok := h.throttle.CheckBearer(r, a.right); wait > 0 || ok {
+		return wait, ok
+	}
+	_, _, ok = a.session(r, h.cfg.Now())
+	return 0, ok
 }
 
 // csrf is the CSRF token of r's forms; "" for a request that is not
@@ -284,6 +285,14 @@ func (h *Handler) toLogin(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/login?next="+url.QueryEscape(next), http.StatusSeeOther)
 }
 
+// tooMany answers 429 to a throttled request, with when to try again.
+func (h *Handler) tooMany(w http.ResponseWriter, r *http.Request, wait time.Duration, next string) {
+	secs := authlimit.RetryAfter(wait)
+	w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+	h.render(w, r, http.StatusTooManyRequests, "login", "Sign in", "", loginView{Next: next, TokenOn: true,
+		Error: "Too many wrong tokens from your address: try again in " + fmtDur(time.Duration(secs)*time.Second) + "."})
+}
+
 type loginView struct {
 	Next    string
 	Error   string
@@ -292,16 +301,26 @@ type loginView struct {
 
 func (h *Handler) loginForm(w http.ResponseWriter, r *http.Request) {
 	next := safeNext(r.URL.Query().Get("next"))
-	if h.auth.token != "" && h.allowedAt(r) {
-		http.Redirect(w, r, next, http.StatusSeeOther)
-		return
+	if h.auth.token != "" {
+		wait, ok := h.signedIn(r)
+		if wait > 0 {
+			h.tooMany(w, r, wait, next)
+			return
+		}
+		if ok {
+			http.Redirect(w, r, next, http.StatusSeeOther)
+			return
+		}
 	}
 	h.render(w, r, http.StatusOK, "login", "Sign in", "", loginView{Next: next, TokenOn: h.auth.token != ""})
 }
 
 // login checks the token in constant time and, when it is right, starts
 // a session, sets its cookie and goes where the form says. An address
-// that sent too many wrong tokens gets 429 and its token is not checked.
+// that sent too many wrong tokens, here or at another door of the server,
+// gets 429 and its token is not checked. A right token clears the
+// address's count; a right bearer token does not (see
+// authlimit.Throttle.CheckBearer for why).
 func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 	if err := crossSite(r); err != nil {
 		h.fail(w, r, err)
@@ -317,19 +336,17 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, next, http.StatusSeeOther)
 		return
 	}
-	now, addr := h.cfg.Now(), clientAddr(r)
-	if wait := h.throttle.wait(addr, now); wait > 0 {
+	wait, ok := h.throttle.Try(r, func() bool { return h.auth.right(r.PostForm.Get("token")) })
+	if wait > 0 {
 		h.tooMany(w, r, wait, next)
 		return
 	}
-	got := r.PostForm.Get("token")
-	if subtle.ConstantTimeCompare([]byte(got), []byte(h.auth.token)) != 1 {
-		h.throttle.fail(addr, now)
+	if !ok {
 		h.render(w, r, http.StatusUnauthorized, "login", "Sign in", "", loginView{Next: next, TokenOn: true, Error: "That is not the token. Try again."})
 		return
 	}
-	h.throttle.succeed(addr)
-	value, err := h.auth.newSession(now)
+	h.throttle.Succeed(r)
+	value, err := h.auth.newSession(h.cfg.Now())
 	if err != nil {
 		h.fail(w, r, err)
 		return

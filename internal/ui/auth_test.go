@@ -315,7 +315,7 @@ func TestSignInThrottle(t *testing.T) {
 	lines := func() []string {
 		var out []string
 		for l := range strings.Lines(log.String()) {
-			if strings.Contains(l, "sign-ins with a wrong token") {
+			if strings.Contains(l, "requests with a wrong token") {
 				out = append(out, l)
 			}
 		}

@@ -1,133 +1,139 @@
-package ui
+package ui_test
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluice-dev/sluice/internal/authlimit"
+	"github.com/sluice-dev/sluice/internal/engine"
+	"github.com/sluice-dev/sluice/internal/httpapi"
+	"github.com/sluice-dev/sluice/internal/ui"
+	"github.com/sluice-dev/sluice/run"
 )
 
-// lineCounter counts the lines written to it.
-type lineCounter struct {
-	mu    sync.Mutex
-	lines []string
-}
+// apiEngine is the API's engine as far as GET /v1/runs goes.
+type apiEngine struct{ httpapi.Engine }
 
-func (l *lineCounter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.lines = append(l.lines, string(p))
-	return len(p), nil
-}
+func (apiEngine) Runs(context.Context, engine.RunFilter) ([]run.Summary, error) { return nil, nil }
 
-func (l *lineCounter) all() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]string(nil), l.lines...)
-}
-
-// testThrottle is a throttle on the clock *at, whose timers are kept in
-// *timers for the test to run.
-func testThrottle(at *time.Time, timers *[]func()) (*throttle, *lineCounter) {
-	var out lineCounter
-	th := newThrottle(slog.New(slog.NewTextHandler(&out, nil)), func() time.Time { return *at })
-	th.timers = func(_ time.Duration, f func()) { *timers = append(*timers, f) }
-	return th, &out
-}
-
-func TestThrottleRemembersBoundedAddresses(t *testing.T) {
+// TestThrottleSharedWithAPI: with one throttle, as sluice serve builds
+// them, an address throttled by the dashboard's sign-in is throttled on
+// /v1, one throttled on /v1 is throttled on the sign-in, the pages and the
+// sign-in page, and wrong tokens at either door add up.
+func TestThrottleSharedWithAPI(t *testing.T) {
 	t.Parallel()
-	at := time.Date(2026, 3, 4, 12, 0, 0, 0, time.UTC)
-	var timers []func()
-	th, out := testThrottle(&at, &timers)
-	th.limit = 100
-	for i := range 1000 {
-		th.fail(fmt.Sprintf("10.0.%d.%d", i/256, i%256), at)
-	}
-	if n := len(th.addrs); n != 100 || th.order.Len() != 100 {
-		t.Errorf("%d addresses remembered (%d in order), want the bound of 100", n, th.order.Len())
-	}
-	// Each address had one line, at its first wrong token.
-	if n := len(out.all()); n != 1000 {
-		t.Errorf("%d lines for 1,000 addresses' one wrong token each, want 1,000", n)
-	}
-	// The newest are the ones kept.
-	if _, ok := th.addrs["10.0.3.231"]; !ok { // the 1,000th
-		t.Errorf("the last address was forgotten")
-	}
-}
+	clk := &clock{t: now}
+	var log logBuffer
+	logger := slog.New(slog.NewTextHandler(&log, nil))
+	th := authlimit.New(authlimit.Config{Logger: logger, Now: clk.Now, AfterFunc: func(time.Duration, func()) {}})
+	dash := newUI(t, ui.Config{Token: token, Now: clk.Now, Logger: logger, Throttle: th,
+		Engine: &fakeEngine{RunsFunc: func(context.Context, engine.RunFilter) ([]run.Summary, error) { return nil, nil }}}, nil)
+	mux := http.NewServeMux()
+	mux.Handle("/v1/", httpapi.New(httpapi.Config{Engine: apiEngine{}, Token: token, Throttle: th, Logger: logger}))
+	mux.Handle("/", dash)
 
-func TestThrottleForgetsQuietAddresses(t *testing.T) {
-	t.Parallel()
-	at := time.Date(2026, 3, 4, 12, 0, 0, 0, time.UTC)
-	var timers []func()
-	th, _ := testThrottle(&at, &timers)
-	for range loginFailures {
-		th.fail("192.0.2.1", at)
+	signIn := func(remote, tok string) *http.Response {
+		t.Helper()
+		res, _ := do(t, mux, req{method: "POST", path: "/login", remote: remote, form: url.Values{"token": {tok}, "next": {"/runs"}}})
+		return res
 	}
-	if w := th.wait("192.0.2.1", at); w != loginWindow {
-		t.Fatalf("throttled for %s, want %s", w, loginWindow)
+	bearer := func(remote, path, tok string) (*http.Response, string) {
+		t.Helper()
+		return do(t, mux, req{path: path, remote: remote, header: map[string]string{"Authorization": "Bearer " + tok}})
 	}
-	// Still remembered within maxLockout of the throttle's end, with its
-	// strike: the next throttle is twice as long.
-	at = at.Add(loginWindow + maxLockout - time.Second)
-	th.wait("192.0.2.9", at) // a sweep
-	if _, ok := th.addrs["192.0.2.1"]; !ok {
-		t.Fatalf("forgotten before maxLockout")
-	}
-	at = at.Add(2 * maxLockout)
-	th.wait("192.0.2.9", at)
-	if _, ok := th.addrs["192.0.2.1"]; ok {
-		t.Errorf("remembered after %s quiet", 2*maxLockout)
-	}
-	for range loginFailures {
-		th.fail("192.0.2.1", at)
-	}
-	if w := th.wait("192.0.2.1", at); w != loginWindow {
-		t.Errorf("a forgotten address throttled for %s, want %s again", w, loginWindow)
-	}
-}
 
-func TestThrottleDelayGrowsToABound(t *testing.T) {
-	t.Parallel()
-	at := time.Date(2026, 3, 4, 12, 0, 0, 0, time.UTC)
-	var timers []func()
-	th, _ := testThrottle(&at, &timers)
+	t.Run("dashboard then API", func(t *testing.T) {
+		const attacker, friend = "203.0.113.9:40000", "198.51.100.2:50000"
+		for i := range 10 {
+			if res := signIn(attacker, fmt.Sprintf("guess-%d", i)); res.StatusCode != http.StatusUnauthorized {
+				t.Fatalf("wrong sign-in %d: %d, want 401", i+1, res.StatusCode)
+			}
+		}
+		if res := signIn(attacker, token); res.StatusCode != http.StatusTooManyRequests {
+			t.Fatalf("the dashboard did not throttle: %d", res.StatusCode)
+		}
+		res, body := bearer(attacker, "/v1/runs", token)
+		if res.StatusCode != http.StatusTooManyRequests || res.Header.Get("Retry-After") != "60" ||
+			!strings.HasPrefix(res.Header.Get("Content-Type"), "application/json") || !strings.Contains(body, `"error":"too many wrong tokens`) {
+			t.Errorf("/v1 with the right token from the address the dashboard throttled: %d, Retry-After %q, %s; want 429, 60, a JSON error",
+				res.StatusCode, res.Header.Get("Retry-After"), body)
+		}
+		if res, _ := bearer(attacker, "/v1/runs", "another-guess"); res.StatusCode != http.StatusTooManyRequests {
+			t.Errorf("/v1 with a wrong token from the throttled address: %d, want 429", res.StatusCode)
+		}
+		if res, _ := bearer(friend, "/v1/runs", token); res.StatusCode != http.StatusOK {
+			t.Errorf("/v1 with the right token from another address: %d, want 200", res.StatusCode)
+		}
+	})
+
+	t.Run("API then dashboard", func(t *testing.T) {
+		const attacker = "203.0.113.10:40000"
+		for i := range 10 {
+			if res, _ := bearer(attacker, "/v1/runs", fmt.Sprintf("guess-%d", i)); res.StatusCode != http.StatusUnauthorized {
+				t.Fatalf("wrong bearer token %d on /v1: %d, want 401", i+1, res.StatusCode)
+			}
+		}
+		if res := signIn(attacker, token); res.StatusCode != http.StatusTooManyRequests || len(res.Cookies()) != 0 || res.Header.Get("Retry-After") != "60" {
+			t.Errorf("sign-in with the right token from the address /v1 throttled: %d, cookies %v, Retry-After %q; want 429, none, 60",
+				res.StatusCode, res.Cookies(), res.Header.Get("Retry-After"))
+		}
+		if res, _ := bearer(attacker, "/runs", token); res.StatusCode != http.StatusTooManyRequests {
+			t.Errorf("a page with the right bearer token from the throttled address: %d, want 429", res.StatusCode)
+		}
+		if res, _ := bearer(attacker, "/login", token); res.StatusCode != http.StatusTooManyRequests {
+			t.Errorf("the sign-in page with the right bearer token from the throttled address: %d, want 429", res.StatusCode)
+		}
+	})
+
+	t.Run("both doors add up", func(t *testing.T) {
+		const attacker = "203.0.113.11:40000"
+		for i := range 5 {
+			signIn(attacker, fmt.Sprintf("form-guess-%d", i))
+			bearer(attacker, "/v1/runs", fmt.Sprintf("bearer-guess-%d", i))
+		}
+		if res, _ := bearer(attacker, "/v1/runs", token); res.StatusCode != http.StatusTooManyRequests {
+			t.Errorf("after 5 wrong tokens at each door: %d, want 429", res.StatusCode)
+		}
+	})
+
+	// One line per address, whichever door it tried.
 	var got []string
-	for range 9 {
-		for range loginFailures {
-			th.fail("192.0.2.1", at)
+	for l := range strings.Lines(log.String()) {
+		if strings.Contains(l, "requests with a wrong token") {
+			got = append(got, l)
 		}
-		w := th.wait("192.0.2.1", at)
-		got = append(got, w.String())
-		at = at.Add(w)
 	}
-	if s := strings.Join(got, " "); s != "1m0s 2m0s 4m0s 8m0s 16m0s 32m0s 1h0m0s 1h0m0s 1h0m0s" {
-		t.Errorf("throttled for %s", s)
+	if len(got) != 3 {
+		t.Errorf("%d log lines for three addresses within a minute, want 3:\n%s", len(got), strings.Join(got, ""))
 	}
 }
 
-// TestThrottleTimerLogs: what an address did after its last line is
-// logged a window later by the timer, with no further sign-in.
-func TestThrottleTimerLogs(t *testing.T) {
+// TestLoginPageBearerThrottled: the sign-in page, which sends a request
+// signed in with a bearer token on to where it asked, counts a wrong
+// bearer token as every page does: it is no way to test guesses unseen.
+func TestLoginPageBearerThrottled(t *testing.T) {
 	t.Parallel()
-	at := time.Date(2026, 3, 4, 12, 0, 0, 0, time.UTC)
-	var timers []func()
-	th, out := testThrottle(&at, &timers)
-	for range 50 {
-		if th.wait("192.0.2.1", at) == 0 {
-			th.fail("192.0.2.1", at)
+	clk := &clock{t: now}
+	h := newUI(t, ui.Config{Token: token, Now: clk.Now}, nil)
+	const attacker = "203.0.113.9:40000"
+	for i := range 10 {
+		res, _ := do(t, h, req{path: "/login?next=/runs", remote: attacker, header: map[string]string{"Authorization": fmt.Sprintf("Bearer guess-%d", i)}})
+		if res.StatusCode != http.StatusOK {
+			t.Fatalf("the sign-in page with wrong bearer token %d: %d, want 200", i+1, res.StatusCode)
 		}
 	}
-	if n := len(out.all()); n != 1 || len(timers) != 1 {
-		t.Fatalf("%d lines and %d timers after 50 tries, want 1 and 1", n, len(timers))
+	res, _ := do(t, h, req{path: "/login?next=/runs", remote: attacker, header: map[string]string{"Authorization": "Bearer " + token}})
+	if res.StatusCode != http.StatusTooManyRequests {
+		t.Errorf("the sign-in page with the right bearer token after 10 wrong ones: %d, want 429", res.StatusCode)
 	}
-	at = at.Add(loginWindow)
-	timers[0]()
-	lines := out.all()
-	if len(lines) != 2 || !strings.Contains(lines[1], "wrong_tokens=9 throttled=40") {
-		t.Errorf("after the timer: %q", lines)
+	res, _ = do(t, h, req{path: "/login?next=/runs", remote: "198.51.100.2:50000", header: map[string]string{"Authorization": "Bearer " + token}})
+	if res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != "/runs" {
+		t.Errorf("the sign-in page with the right bearer token from another address: %d to %q, want 303 to /runs", res.StatusCode, res.Header.Get("Location"))
 	}
 }

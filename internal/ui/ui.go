@@ -50,6 +50,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sluice-dev/sluice/governor"
+	"github.com/sluice-dev/sluice/internal/authlimit"
 	"github.com/sluice-dev/sluice/internal/clock"
 	"github.com/sluice-dev/sluice/internal/engine"
 	"github.com/sluice-dev/sluice/internal/health"
@@ -183,9 +184,16 @@ type Config struct {
 	// when JavaScript runs (default 5 s; negative: never). At least a
 	// second.
 	Refresh time.Duration
-	// Now is the wall clock, of sessions and sign-in throttling, against
-	// which the pages tell whether AppNow is another (default time.Now).
+	// Now is the wall clock, of sessions and of the throttle New makes,
+	// against which the pages tell whether AppNow is another (default
+	// time.Now).
 	Now func() time.Time
+	// Throttle counts the wrong tokens of the sign-in form and of bearer
+	// tokens on the pages, and refuses a throttled address with 429: the
+	// one every other door of the server that checks a token shares, so
+	// that an address throttled at one is throttled at all. Default: one
+	// of the dashboard's own, on Now and logging to Logger.
+	Throttle *authlimit.Throttle
 	// Links are further entries of the navigation, after the dashboard's
 	// own, to pages of the program that mounts it. Each Href must be a
 	// path on the same server ("/demo").
@@ -265,8 +273,8 @@ type Handler struct {
 	pages  map[string]*template.Template // by page name
 	assets map[string]asset              // by file name
 	auth   auth
-	// throttle counts wrong tokens per client address.
-	throttle *throttle
+	// throttle counts wrong tokens per client address (Config.Throttle).
+	throttle *authlimit.Throttle
 }
 
 // asset is an embedded file with its content type and version.
@@ -287,7 +295,10 @@ func New(cfg Config) (*Handler, error) {
 	if h.auth, err = newAuth(cfg.Token, cfg.SessionTTL); err != nil {
 		return nil, err
 	}
-	h.throttle = newThrottle(cfg.Logger, cfg.Now)
+	h.throttle = cfg.Throttle
+	if h.throttle == nil {
+		h.throttle = authlimit.New(authlimit.Config{Logger: cfg.Logger, Now: cfg.Now})
+	}
 	if err := h.loadAssets(); err != nil {
 		return nil, err
 	}
