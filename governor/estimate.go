@@ -50,7 +50,16 @@ func (g *Governor) estimate(n int64, f *flow, r *Reservation, start float64, c C
 		} else if need := subSat(addSat(lg.sum.On(l), ahead.On(l)), lim); need > 0 {
 			// the backlog drains at the limit's rate
 			rate := float64(lim) / float64(l.Period())
-			at = max(at, addSat(n, nanos(float64(need)/rate)))
+			t := addSat(n, nanos(float64(need)/rate))
+			if lg.sum.On(l) > lim {
+				// A window holding more than its limit (a charge settled
+				// far above its admission, or made under a larger
+				// allowance) is empty once its charges age out, however
+				// large they are; drained at the limit's rate, a charge of
+				// 2^40 tokens on a TPD of 10^7 took 300 years.
+				t = min(t, addSat(lg.resetAt(n, l), nanos(float64(max(subSat(ahead.On(l), lim), 0))/rate)))
+			}
+			at = max(at, t)
 		}
 		if p := &g.pace[l]; p.on {
 			// and a day limit's no faster than its pacer: the calls ahead

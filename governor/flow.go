@@ -71,11 +71,12 @@ func (fb *flowBudget) take(now, money int64) {
 	}
 }
 
-// giveBack gives the budget's pacers back money a call no longer costs.
-func (fb *flowBudget) giveBack(money int64) {
+// giveBack gives the budget's pacers back, at now, money a call no longer
+// costs (negative: money it costs beyond its admission charge).
+func (fb *flowBudget) giveBack(now, money int64) {
 	for i := range fb.pace {
 		if p := &fb.pace[i]; p.on {
-			p.giveBack(money)
+			p.giveBack(now, money)
 		}
 	}
 }
@@ -191,7 +192,8 @@ func (g *Governor) newFlow(fc FlowConfig) *flow {
 		}
 		for i, l := range budgetPacers {
 			if lim := f.budget.limits[l]; lim > 0 && g.cfg.DayBurst > 0 {
-				f.budget.pace[i] = pacer{on: true, perUnit: float64(l.Period()) / (float64(lim) * g.cfg.DayPace), burst: g.burstOf(l)}
+				f.budget.pace[i] = pacer{on: true, perUnit: float64(l.Period()) / (float64(lim) * g.cfg.DayPace), burst: g.burstOf(l),
+					most: g.paceMost(l)}
 			}
 		}
 	}

@@ -34,7 +34,10 @@ type pacer struct {
 	on      bool
 	perUnit float64 // nanoseconds per unit
 	burst   int64   // nanoseconds
-	tat     int64
+	// most is how far past now a charge may move tat, in nanoseconds: the
+	// limit's period plus Config.Lag (see bounded).
+	most int64
+	tat  int64
 	// payUntil is when the pacer ends paying back the credit it started
 	// with; 0 when it is not paying back.
 	payUntil int64
@@ -53,6 +56,7 @@ func (g *Governor) setPacers() {
 		}
 		p.perUnit = float64(l.Period()) / (float64(lim) * g.cfg.DayPace)
 		p.burst = g.burstOf(l)
+		p.most = g.paceMost(l)
 		if p.payUntil != 0 {
 			p.perUnit *= g.payBack(l)
 		}
@@ -63,6 +67,13 @@ func (g *Governor) setPacers() {
 // DayBurst for a day, as large a part of a month for MPM (30 × DayBurst).
 func (g *Governor) burstOf(l Limit) int64 {
 	return int64(g.cfg.DayBurst) * int64(l.Period()/(24*time.Hour))
+}
+
+// paceMost is how far past now a charge may move the theoretical arrival
+// time of limit l's pacer: l's period plus Config.Lag, the longest the
+// governor holds a limit for anything a provider says (see pacer.bounded).
+func (g *Governor) paceMost(l Limit) int64 {
+	return addSat(int64(l.Period()), int64(g.cfg.Lag))
 }
 
 // payBack is how much slower than the even pace l's pacer runs while it
@@ -142,11 +153,25 @@ func (p *pacer) readyAt() int64 { return subSat(p.tat, p.burst) }
 
 // take and giveBack saturate: a charge made under a larger allowance and
 // given back after the provider reported a smaller one is worth more time
-// than an int64 holds.
+// than an int64 holds. Both are bounded (see bounded).
 func (p *pacer) take(now int64, n int64) {
-	p.tat = addSat(max(p.tat, now), nanos(float64(n)*p.perUnit))
+	p.tat = p.bounded(now, addSat(max(p.tat, now), nanos(float64(n)*p.perUnit)))
 }
 
-func (p *pacer) giveBack(n int64) {
-	p.tat = subSat(p.tat, nanos(float64(n)*p.perUnit))
+// giveBack moves tat back for n units a call no longer takes; a negative n
+// is a call settled above its admission charge, and moves it on.
+func (p *pacer) giveBack(now int64, n int64) {
+	p.tat = p.bounded(now, subSat(p.tat, nanos(float64(n)*p.perUnit)))
+}
+
+// bounded returns tat, at most the limit's period plus lag (most) past now.
+// No charge, however large, can make the pacer hold calls back longer than
+// that: a provider that reported a usage of a billion tokens for a 10-token
+// prompt once moved a day pacer's tat on by 104 days and held every flow
+// for them, where a window the same charge fills frees itself within its
+// period. Only a charge of about the whole limit gets that far, and it
+// could never have been paced within one period anyway: the pacer forgets
+// the part of it past the bound, as the window forgets it a period on.
+func (p *pacer) bounded(now, tat int64) int64 {
+	return min(tat, addSat(now, p.most))
 }

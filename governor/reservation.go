@@ -108,7 +108,8 @@ func (r *Reservation) Cost() Cost {
 // max_tokens otherwise. A used with no Input and no Output (the provider
 // reported none) keeps the
 // charge as reserved. Settling twice, or a reservation that was not
-// admitted, does nothing.
+// admitted, does nothing. However large the charge, it moves no day pacer
+// more than its period and Config.Lag past now.
 //
 // Settle says the provider accepted the call: an allowance it announces
 // for a limit is not taken below the call's charge on it for LearnFor.
@@ -139,7 +140,7 @@ func (r *Reservation) settle(now time.Time, used Cost, accepted bool) {
 		real.Output = min(max(used.Output, 0), r.cost.Output)
 		c.Money = g.cfg.Price.Of(real)
 	}
-	g.amend(r, c)
+	g.amend(n, r, c)
 	r.doneWithLease()
 	r.state = settled
 	g.ended(accepted)
@@ -214,8 +215,9 @@ func (r *Reservation) Shrink(now time.Time, c Cost) bool {
 		c.Money > r.cost.Money || c.Requests < 0 || c.Input < 0 || c.Output < 0 || c.Cached < 0 || c.Money < 0 {
 		return false
 	}
-	g.expire(now.UnixNano())
-	g.amend(r, c)
+	n := now.UnixNano()
+	g.expire(n)
+	g.amend(n, r, c)
 	g.broadcast()
 	return true
 }
@@ -231,8 +233,9 @@ func (r *Reservation) Cancel(now time.Time) {
 	case waiting:
 		g.dequeue(now.UnixNano(), r)
 	case admitted:
-		g.expire(now.UnixNano())
-		g.amend(r, Cost{})
+		n := now.UnixNano()
+		g.expire(n)
+		g.amend(n, r, Cost{})
 		r.doneWithLease()
 		g.ended(false)
 		r.f.admitted--
@@ -246,8 +249,8 @@ func (r *Reservation) Cancel(now time.Time) {
 	g.broadcast()
 }
 
-// amend replaces an admitted reservation's charge.
-func (g *Governor) amend(r *Reservation, c Cost) {
+// amend replaces an admitted reservation's charge at now.
+func (g *Governor) amend(now int64, r *Reservation, c Cost) {
 	g.minute.amend(r.minSeq, r.cost, c)
 	g.day.amend(r.daySeq, r.cost, c)
 	if g.monthly() {
@@ -255,11 +258,13 @@ func (g *Governor) amend(r *Reservation, c Cost) {
 	}
 	if fb := r.f.budget; fb != nil {
 		fb.amend(r.fdaySeq, r.fmonSeq, r.cost, c)
-		fb.giveBack(subSat(r.cost.Money, c.Money))
+		fb.giveBack(now, subSat(r.cost.Money, c.Money))
 	}
 	for l := range NumLimits {
 		if g.pace[l].on {
-			g.pace[l].giveBack(subSat(r.cost.On(l), c.On(l)))
+			// A charge settled above what was admitted moves the pacer
+			// on, never more than a period past now (pacer.bounded).
+			g.pace[l].giveBack(now, subSat(r.cost.On(l), c.On(l)))
 		}
 	}
 	if r.credit > 0 {
