@@ -163,22 +163,28 @@ func (g *Governor) recheck(now int64, c Cost) bool {
 
 // notice is a value a provider announced that sluice did not take as said:
 // an allowance above the configured one, over MaxCost or below its floor
-// (see LearnFloor), or a reset or a wait longer than its limit's period
-// plus lag. A Governor logs each it makes through Config.Logger, and those
-// given to NoteWait, at most once per limit, kind and source every
-// NoticeEvery (a value above its bound and one below it count as two kinds).
+// (see LearnFloor), a reset or a wait longer than its limit's period plus
+// lag, or a call's usage beyond what the call could have used (Usage). A
+// Governor logs each it makes through Config.Logger, and those given to
+// NoteWait, at most once per limit, kind and source every NoticeEvery (a
+// value above its bound and one below it count as two kinds).
 type notice struct {
 	Limit      Limit
 	LimitKnown bool // false: a wait that named no limit
 	// Kind is what the value was: "limit" (an allowance), "reset" (when
-	// a window frees) or "retry-after" (a wait before calling again).
+	// a window frees), "retry-after" (a wait before calling again), or
+	// "input" or "output" (a call's usage of tokens; LimitKnown is false).
 	Kind string
 	// Source says where the provider said it: a header's name,
 	// "429 body", "retry-after".
 	Source string
 	// Said is what the provider said, Used what was used instead: for
-	// "limit" an allowance, for a reset or a wait nanoseconds.
+	// "limit" an allowance, for a reset or a wait nanoseconds, for a usage
+	// tokens.
 	Said, Used int64
+	// Reserved is, for a usage, what the call was admitted with: its
+	// input estimate, or the output reserved for it.
+	Reserved int64
 }
 
 // noticeKey is what makes two notices the same for logging: a value above
@@ -253,7 +259,8 @@ func (g *Governor) log(n notice) {
 		limit = n.Limit.String()
 	}
 	attrs := []slog.Attr{slog.String("key", g.cfg.Key), slog.String("limit", limit), slog.String("source", n.Source)}
-	if n.Kind == "limit" {
+	switch n.Kind {
+	case "limit":
 		conf := g.cfg.Limits[n.Limit]
 		switch {
 		case n.Said > n.Used && conf > 0:
@@ -265,7 +272,12 @@ func (g *Governor) log(n notice) {
 		}
 		attrs = append(attrs, slog.Int64("said", n.Said), slog.Int64("used", n.Used), slog.Int64("configured", conf),
 			slog.String("for", LearnFor.String()))
-	} else {
+	case "input", "output":
+		// A usage is a call's, not a limit's.
+		msg = "governor: cut the " + n.Kind + " tokens the provider reported for a call to what the call could have used"
+		attrs = append(attrs[:1], slog.String("source", n.Source), slog.Int64("said", n.Said), slog.Int64("used", n.Used),
+			slog.Int64("reserved", n.Reserved))
+	default:
 		msg = "governor: cut a " + n.Kind + " the provider announced to its limit's period plus lag"
 		if !n.LimitKnown {
 			msg = "governor: cut a " + n.Kind + " the provider announced, naming no limit, to a day plus lag"

@@ -59,6 +59,23 @@ const (
 	// longest period, a day, plus MaxLag. Limit.MaxWait bounds one that
 	// names a limit.
 	MaxWait = 24*time.Hour + MaxLag
+	// InputFactor and InputSlack bound the input a provider may report for
+	// a call (llm.Feedback settles with at most that; see the package
+	// documentation, "Bounds"): InputFactor times the input the call was
+	// admitted with, its estimate, plus InputSlack, unless a minute limit
+	// that counts input allows more. The estimate already carries the
+	// estimator's margin and the correction it learned for the model.
+	// Tokenizers other than the estimator's count a text within about 0.7
+	// to 1.5 times its count, up to 3 times for digits and some scripts
+	// (Llama 2 and Mistral take a digit a token where tiktoken groups
+	// three), and the estimator learns no correction beyond 8 for the same
+	// reason; images, audio and files are priced at the most a profile
+	// charges. A provider's chat template and the system prompt it adds for
+	// tools are a few hundred tokens (Anthropic's is at most 530, its
+	// built-in tools about 1,200 more): InputSlack covers them with room
+	// to spare, where 8 times a tiny prompt's estimate would not.
+	InputFactor = 8
+	InputSlack  = 4096
 	// NoticeEvery is how often at most a value bounded on the same limit,
 	// of the same kind, from the same source, is logged (see Config.Logger).
 	NoticeEvery = 10 * time.Minute

@@ -104,7 +104,8 @@ type Config struct {
 	// Logger receives a line for each value a provider announced that the
 	// governor did not take as said — an allowance above the configured
 	// one, over MaxCost or below its floor (see LearnFloor), a reset or a
-	// wait longer than its limit's period plus Lag — with what the provider
+	// wait longer than its limit's period plus Lag, a call's usage beyond
+	// what the call could have used (see InputFactor) — with what the provider
 	// said, what was used instead and where the provider said it, at most
 	// once per limit, kind and source every NoticeEvery (a value above its
 	// bound and one below it count as two kinds). Default: slog.Default().

@@ -17,7 +17,10 @@
 // of a Cost lies in [0, MaxCost] (Check, Reserve and Wait refuse others with
 // errInvalidCost), a flow's priority in [MinPriority, MaxPriority] and its
 // weight in [MinWeight, MaxWeight] (New refuses others), and the usage and
-// headers a provider reports are held to what a call can use. Sums of these
+// headers a provider reports are held to what a call can use: llm.Feedback
+// settles a call with at most its reserved output and, as input, at most
+// InputFactor times its estimate plus InputSlack, or the key's smallest
+// minute allowance of input when that is more. Sums of these
 // numbers saturate instead of wrapping, so no cost, however large, can turn
 // a full limit into an empty one.
 //
@@ -44,7 +47,8 @@
 //     period plus Config.Lag (a minute limit a minute plus lag, a day limit
 //     a day plus lag); package llm bounds the waits it reads to the period
 //     plus MaxLag, or MaxWait (a day plus MaxLag) for a wait that names no
-//     limit.
+//     limit. No charge, however large, moves a day pacer (or a budget's)
+//     more than its period plus Config.Lag past now.
 //
 // Every value not taken as said is logged through Config.Logger with the
 // number and where the provider said it (a header's name, "429 body"), at

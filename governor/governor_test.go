@@ -766,6 +766,7 @@ func TestZeroGovernorPanicsSayingUseNew(t *testing.T) {
 		"Outlook":              func(g *Governor) { in(g).Outlook(t0, "a", one) },
 		"Observe":              func(g *Governor) { g.Observe(t0, Snapshot{}) },
 		"NoteWait":             func(g *Governor) { in(g).NoteWait(t0, time.Second, time.Second) },
+		"Usage":                func(g *Governor) { in(g).Usage(t0, nil, one) },
 		"Rejected":             func(g *Governor) { in(g).Rejected(t0, TPM, time.Second) },
 		"RejectedUnclassified": func(g *Governor) { in(g).RejectedUnclassified(t0) },
 		"RejectedFlow":         func(g *Governor) { in(g).RejectedFlow("a", TPM) },

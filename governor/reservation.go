@@ -108,8 +108,10 @@ func (r *Reservation) Cost() Cost {
 // max_tokens otherwise. A used with no Input and no Output (the provider
 // reported none) keeps the
 // charge as reserved. Settling twice, or a reservation that was not
-// admitted, does nothing. However large the charge, it moves no day pacer
-// more than its period and Config.Lag past now.
+// admitted, does nothing. llm.Feedback holds a provider's usage to what the
+// call could have used before settling (see InputFactor); a charge settled
+// by hand above that still moves no day pacer more than its period and
+// Config.Lag past now.
 //
 // Settle says the provider accepted the call: an allowance it announces
 // for a limit is not taken below the call's charge on it for LearnFor.

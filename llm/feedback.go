@@ -20,9 +20,14 @@ import (
 // provider reported (zero: none), s what the response's headers said about
 // the key (zero: no headers), err the call's error.
 //
-// The headers are observed, whatever the outcome, against what the governor
-// had charged when it admitted the call; after the call is settled when it
-// succeeded, before anything else otherwise. Then:
+// The usage is first held to what the call could have used (see the
+// governor's InputFactor): its output to what was reserved for it, its
+// input to a multiple of the estimate it was admitted with, or to the
+// key's minute allowance of input when that is more; what is cut is logged
+// through the governor's [governor.Config].Logger. The headers are
+// observed, whatever the outcome, against what the governor had charged
+// when it admitted the call; after the call is settled when it succeeded,
+// before anything else otherwise. Then:
 //
 //   - nil: the call is settled with used, then the headers observed: the
 //     call the provider just accepted floors what they may say about the
@@ -68,6 +73,10 @@ import (
 // [RetryAfter] answer it. After a rate limit the governor holds the limit
 // (or the key) for the wait, so waiting for admission again is the backoff.
 func Feedback(now time.Time, g *governor.Governor, r *governor.Reservation, used governor.Cost, s governor.Snapshot, err error) {
+	// A usage is the provider's word like its headers: held to what the
+	// call could have used, so that one answer's absurd count cannot fill
+	// every window and budget of the key.
+	used = g.Inside(govkey.Key{}).Usage(now, r, used)
 	if err == nil {
 		r.Settle(now, used)
 	}

@@ -1,11 +1,14 @@
 package llm
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -257,5 +260,71 @@ func TestFeedbackStreamThatFailed(t *testing.T) {
 	Feedback(now, g, r, governor.Cost{}, governor.Snapshot{}, nil)
 	if used := g.Stats(now).Limits[governor.TPM].Used; used != reserved.Tokens() {
 		t.Errorf("TPM used %d, want the charge kept as reserved, %d", used, reserved.Tokens())
+	}
+}
+
+// A success whose usage says far more than the call could have used — the
+// billion prompt tokens a hostile upstream reported for a 10-token prompt —
+// is settled within bounds: input at governor.InputFactor times the
+// estimate plus governor.InputSlack, output at what was reserved. The
+// key's day window, its budget and its pacers take that, and the next call
+// is admitted at once, where the whole count filled TPD and the day's
+// budget and held every flow for months on the day pacers. The cut is
+// logged once for the two calls.
+func TestFeedbackBoundsAnInflatedUsage(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 10, 19, 4, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name   string
+		settle bool // Config.SettleOutput
+		usage  Usage
+		want   governor.Cost // the settled tokens
+		cut    string        // the part logged as cut
+	}{
+		{"input", false, Usage{PromptTokens: 1_000_000_000, CompletionTokens: 5}, governor.Cost{Input: 8*13 + 4096, Output: 10}, "input"},
+		{"input at the int64 bound", false, Usage{PromptTokens: math.MaxInt64, CompletionTokens: 5}, governor.Cost{Input: 8*13 + 4096, Output: 10}, "input"},
+		{"output", true, Usage{PromptTokens: 12, CompletionTokens: 1_000_000_000}, governor.Cost{Input: 12, Output: 10}, "output"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			log := &bytes.Buffer{}
+			g, err := governor.New(governor.Config{
+				Key:          "k",
+				Limits:       governor.Budget{Day: 5}.Limits(governor.Limits{governor.RPM: 600, governor.TPD: 10_000_000}),
+				Price:        governor.Price{Input: 1, Output: 1},
+				SettleOutput: tc.settle,
+				Logger:       slog.New(slog.NewTextHandler(log, nil)),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := governor.Cost{Requests: 1, Input: 13, Output: 10}
+			for i := range 2 {
+				at := now.Add(time.Duration(i) * time.Second)
+				r, err := g.Reserve(at, "f", c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				g.Advance(at)
+				if !r.Admitted() {
+					t.Fatalf("call %d after a usage of %+v waits on %s", i, tc.usage, g.Blocker(at, r))
+				}
+				Feedback(at, g, r, tc.usage.Governor(), governor.Snapshot{}, nil)
+				if got := r.Cost(); got.Input != tc.want.Input || got.Output != tc.want.Output {
+					t.Errorf("call %d settled at %+v, want input %d and output %d", i, got, tc.want.Input, tc.want.Output)
+				}
+			}
+			st := g.Stats(now.Add(time.Second))
+			if used := st.Limits[governor.TPD].Used; used > 2*(tc.want.Input+tc.want.Output) {
+				t.Errorf("TPD used %d, want at most the two bounded calls' %d", used, 2*(tc.want.Input+tc.want.Output))
+			}
+			if spent, most := st.Limits[governor.MPD].Used, 2*(governor.Price{Input: 1, Output: 1}).Of(tc.want); spent > most {
+				t.Errorf("spent %s of the day's budget, want at most %s", governor.FormatMoney(spent), governor.FormatMoney(most))
+			}
+			msg := "cut the " + tc.cut + " tokens the provider reported for a call to what the call could have used"
+			if n := strings.Count(log.String(), msg); n != 1 {
+				t.Errorf("logged %d lines %q for two calls, want 1:\n%s", n, msg, log)
+			}
+		})
 	}
 }
