@@ -164,7 +164,12 @@ func (p *Provider) call(ctx context.Context, flow string, req *llm.ChatRequest, 
 	llm.Feedback(t, p.Governor, res, resp.Usage.Governor(), resp.Snapshot, nil)
 	fm.Settled(res.Cost())
 	resp.Target, resp.Cost = p.Name, res.Cost().Money
-	p.Estimator.Observe(req.Model, cost.Input, resp.Usage.PromptTokens)
+	// Not from a count the governor cut as more than the call could have
+	// used: one absurd answer would teach the estimator to reserve eight
+	// times every later prompt.
+	if used := resp.Usage.Governor(); res.Cost().Input == used.Input {
+		p.Estimator.Observe(req.Model, cost.Input, used.Input)
+	}
 	return resp, nil
 }
 

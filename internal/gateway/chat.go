@@ -443,11 +443,16 @@ func (c *chatCall) settle(res *governor.Reservation, snap governor.Snapshot, u *
 	var used governor.Cost
 	if u != nil {
 		used = u.Governor()
-		c.t.est.Observe(c.req.Model, c.cost.Input, u.PromptTokens)
 	}
 	llm.Feedback(g.cfg.Now(), c.t.gov, res, used, snap, nil)
 	c.settlePurse(res)
 	final := res.Cost()
+	if u != nil && final.Input == used.Input {
+		// Not from a count the governor cut as more than the call could
+		// have used: one absurd answer would teach the estimator to reserve
+		// eight times every later prompt.
+		c.t.est.Observe(c.req.Model, c.cost.Input, used.Input)
+	}
 	fm := c.t.fm[c.who.flow]
 	fm.tokensIn.Add(float64(final.Input))
 	fm.tokensOut.Add(float64(final.Output))

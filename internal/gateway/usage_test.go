@@ -74,6 +74,11 @@ func TestInflatedUsageHoldsTheKeyAMinuteAtMost(t *testing.T) {
 	if n := strings.Count(b.log.String(), "cut the input tokens the provider reported for a call to what the call could have used"); n != 1 {
 		t.Errorf("the cut usage was logged %d times, want once:\n%s", n, b.log)
 	}
+	// Nor does the estimator learn from a count cut as impossible: it
+	// would reserve every later prompt of the model at eight times.
+	if f := b.gw.main.est.Factor("sim-model"); f > 2 {
+		t.Errorf("after the inflated answer the estimator's factor for the model is %.2f: it learned from the cut count", f)
+	}
 	// The inflated answer is charged the key's TPM at most: the minute is
 	// full, and the next request waits on it for a minute and the lag at
 	// most (the clock does not move while it waits).
