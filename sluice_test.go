@@ -3,9 +3,12 @@ package sluice_test
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -92,6 +95,65 @@ func TestAppRunsTypedFunction(t *testing.T) {
 		}
 		if fetched.Load() != 1 || failures.Load() != 2 {
 			t.Fatalf("fetch ran %d times, count %d attempts; want 1 and 2", fetched.Load(), failures.Load())
+		}
+	})
+}
+
+// An event whose data writes a key the function reads in another case is
+// refused, by Send and with a 400 by the API, before any run starts: sluice
+// reads the key exactly while the typed data matches it ignoring case, so
+// the run would be named by one document and fetch another, or not be
+// named by its idempotency key at all. A key repeated exactly is read the
+// same by both: the last.
+func TestSendRefusesAKeyWrittenInAnotherCase(t *testing.T) {
+	t.Parallel()
+	testenv.Databases(t, func(t *testing.T, url string) {
+		app := newApp(t, sluice.Config{DatabaseURL: url})
+		err := sluice.Register(app, run.Function{ID: "summarize-doc", Event: "doc/uploaded", Idempotency: "event.data.documentId"},
+			func(ctx *sluice.Context, ev sluice.Event[doc]) (string, error) { return ev.Data.DocumentID, nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), testenv.Budget)
+		defer cancel()
+		if err := app.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		h := app.Handler(sluice.HandlerConfig{})
+		post := func(body string) (int, string) {
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v1/events", strings.NewReader(body)))
+			return w.Code, w.Body.String()
+		}
+		for _, tc := range []struct{ data, says string }{
+			{`{"documentId":"cs-a","DOCUMENTID":"cs-b"}`, `\"documentId\" is also written \"DOCUMENTID\"`},
+			{`{"DocumentId":"d1"}`, `\"documentId\" is written \"DocumentId\"`},
+			{`{"DOCUMENTID":"cs-b","documentId":"cs-a","documentID":"cs-c"}`, `\"documentId\" is also written \"DOCUMENTID\"`},
+		} {
+			code, body := post(`{"name":"doc/uploaded","data":` + tc.data + `}`)
+			if code != http.StatusBadRequest || !strings.Contains(body, tc.says) || !strings.Contains(body, "send the key only as") {
+				t.Errorf("data %s: %d %s, want 400 saying %s and what to send", tc.data, code, body, tc.says)
+			}
+			if sent, err := app.Send(ctx, "doc/uploaded", "", json.RawMessage(tc.data)); err == nil {
+				t.Errorf("Send of data %s: %+v, want it refused", tc.data, sent)
+			}
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/v1/runs", nil))
+		if strings.Contains(w.Body.String(), "summarize-doc") {
+			t.Fatalf("refused events started runs: %s", w.Body)
+		}
+
+		code, body := post(`{"name":"doc/uploaded","data":{"documentId":"a","documentId":"b"}}`)
+		var got struct{ Runs []run.Sent }
+		if err := json.Unmarshal([]byte(body), &got); code != http.StatusAccepted || err != nil || len(got.Runs) != 1 {
+			t.Fatalf("a key repeated exactly: %d %s", code, body)
+		}
+		if id := got.Runs[0].RunID; id != "summarize-doc:key:b" {
+			t.Errorf("a key repeated exactly names run %s, want the last value's (summarize-doc:key:b)", id)
+		}
+		if out, err := sluice.Result[string](ctx, app, got.Runs[0].RunID); err != nil || out != "b" {
+			t.Errorf("a key repeated exactly: the handler read %q, %v; want the last value (b)", out, err)
 		}
 	})
 }

@@ -19,6 +19,12 @@ import (
 // Function configures a function. ID, a handler (given to sluice.Register)
 // and a trigger (Event or Cron) are required; every other zero value is a
 // useful default.
+//
+// The event fields that Idempotency, the keys of Concurrency, Throttle and
+// RateLimit, and Priority name are read by their exact keys. A handler's
+// typed data matches keys whatever their case, so Send refuses an event
+// whose data writes one of those keys in another case: the two would read
+// different values.
 type Function struct {
 	// ID names the function; runs are listed under it. Letters, digits and
 	// ._:- (at most 128).

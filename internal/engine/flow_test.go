@@ -419,6 +419,49 @@ func TestField(t *testing.T) {
 	}
 }
 
+// A key a function reads, written in the data in another case at any level
+// of its path, is refused whether or not it is also written exactly; keys
+// the function does not read, and a key repeated exactly, are not.
+func TestCheckEventRefusesAKeyInAnotherCase(t *testing.T) {
+	t.Parallel()
+	fn := &Function{Function: run.Function{ID: "f", Event: "e", Idempotency: "event.data.documentId",
+		Concurrency: []run.Concurrency{{Limit: 1, Key: "data.tenant.id"}}, Throttle: &run.Throttle{Limit: 1, Period: time.Second, Key: "data.tenant.id"},
+		RateLimit: &run.RateLimit{Limit: 1, Period: time.Second, Key: "user"}, Priority: "priority"}}
+	for _, tc := range []struct {
+		name, data, want string // want "" is accepted
+	}{
+		{"exact", `{"documentId":"d","tenant":{"id":"t"},"user":"u","priority":1}`, ""},
+		{"repeated exactly", `{"documentId":"a","documentId":"b"}`, ""},
+		{"a field read by none", `{"documentId":"d","title":"x","Title":"y"}`, ""},
+		{"a variant under a field read by none", `{"documentId":"d","other":{"DocumentId":"e"}}`, ""},
+		{"the exact key and a variant", `{"documentId":"cs-a","DOCUMENTID":"cs-b"}`,
+			`event field "event.data.documentId" (the idempotency key of function f): "documentId" is also written "DOCUMENTID" in the data`},
+		{"a variant alone", `{"DocumentId":"d1"}`, `"documentId" is written "DocumentId" in the data`},
+		{"the least of two variants", `{"documentID":"x","DocumentId":"y"}`, `is written "DocumentId"`},
+		{"a variant at the first level", `{"documentId":"d","Tenant":{"id":"t"}}`,
+			`event field "data.tenant.id" (the concurrency key of function f): "tenant" is written "Tenant"`},
+		{"a variant at the second level", `{"documentId":"d","tenant":{"id":"t","ID":"u"}}`, `"id" is also written "ID"`},
+		{"the rate-limit key", `{"documentId":"d","USER":"u"}`, `(the rate-limit key of function f): "user" is written "USER"`},
+		{"a variant by Unicode folding", `{"documentId":"d","user":"u","uſer":"v"}`, `"user" is also written "uſer"`},
+		{"the priority", `{"documentId":"d","priority":1,"Priority":9}`, `(the priority of function f): "priority" is also written "Priority"`},
+		{"a variant of a key missing", `{"documentId":"d","Tenant":null}`, `"tenant" is written "Tenant"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := fn.checkEvent(decodeEvent(Event{Name: "e", Data: []byte(tc.data)}))
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "send the key only as")):
+				t.Fatalf("got %v, want an error saying %s and what to send", err, tc.want)
+			}
+			var inv *InvalidError
+			if err != nil && !errors.As(err, &inv) {
+				t.Fatalf("%v is not an *InvalidError: the API would not answer 400", err)
+			}
+		})
+	}
+}
+
 // launchGate is a log handler that holds DBOS's "DBOS launched" line, the
 // last thing Launch does, until released: what runs meanwhile runs while
 // Launch is still under way.

@@ -445,27 +445,41 @@ func (d eventData) field(path string) (string, bool) {
 // value reads a dotted path as field does, decoded (numbers as
 // json.Number); ok is false when the path is not there.
 func (d eventData) value(path string) (any, bool) {
-	if path == "" {
-		return nil, false
-	}
-	path = strings.TrimPrefix(path, "event.")
-	switch path {
+	switch strings.TrimPrefix(path, "event.") {
 	case "id":
 		return d.ID, true
 	case "name":
 		return d.Name, true
 	}
+	keys := dataKeys(path)
+	if keys == nil {
+		return nil, false
+	}
 	cur := d.doc
-	for _, p := range strings.Split(strings.TrimPrefix(path, "data."), ".") {
+	for _, k := range keys {
 		m, ok := cur.(map[string]any)
 		if !ok {
 			return nil, false
 		}
-		if cur, ok = m[p]; !ok {
+		if cur, ok = m[k]; !ok {
 			return nil, false
 		}
 	}
 	return cur, true
+}
+
+// dataKeys is the keys a path (as field reads it) follows inside the
+// event's data, one per level; nil when the path names no data: it is
+// empty, or names the event's id or name.
+func dataKeys(path string) []string {
+	if path == "" {
+		return nil
+	}
+	switch path = strings.TrimPrefix(path, "event."); path {
+	case "id", "name":
+		return nil
+	}
+	return strings.Split(strings.TrimPrefix(path, "data."), ".")
 }
 
 // newID returns a random event ID.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"unicode"
 	"unicode/utf8"
 )
@@ -104,26 +105,36 @@ func CheckEvent(ev Event) error {
 }
 
 // checkEvent checks the event fields f reads (idempotency key, partition
-// key, priority) and its declared data type.
+// key, rate-limit key, priority) and its declared data type.
 func (f *Function) checkEvent(ev eventData) error {
+	role := func(what string) string { return fmt.Sprintf("the %s of function %s", what, f.ID) }
 	if f.Idempotency != "" {
-		if err := checkKeyField(ev, f.Idempotency, fmt.Sprintf("the idempotency key of function %s", f.ID)); err != nil {
+		if err := checkKeyField(ev, f.Idempotency, role("idempotency key")); err != nil {
 			return err
 		}
 	}
 	if pk := f.partitionKey(); pk != "" {
-		if err := checkKeyField(ev, pk, fmt.Sprintf("the concurrency key of function %s", f.ID)); err != nil {
+		if err := checkKeyField(ev, pk, role("concurrency key")); err != nil {
+			return err
+		}
+	}
+	if rl := f.RateLimit; rl != nil && rl.Key != "" {
+		if err := checkFieldCase(ev, rl.Key, role("rate-limit key")); err != nil {
 			return err
 		}
 	}
 	if f.Priority != "" {
+		if err := checkFieldCase(ev, f.Priority, role("priority")); err != nil {
+			return err
+		}
 		if v, ok := ev.value(f.Priority); ok && v != nil {
+			what := fieldWhat(f.Priority, role("priority"))
 			n, isNum := v.(json.Number)
 			if !isNum {
-				return invalid(fmt.Sprintf("event field %q (the priority of function %s)", f.Priority, f.ID), "must be an integer")
+				return invalid(what, "must be an integer")
 			}
 			if _, err := strconv.Atoi(n.String()); err != nil {
-				return invalid(fmt.Sprintf("event field %q (the priority of function %s)", f.Priority, f.ID), "%s is not an integer", quote(n.String()))
+				return invalid(what, "%s is not an integer", quote(n.String()))
 			}
 		}
 	}
@@ -143,11 +154,14 @@ func (f *Function) checkEvent(ev eventData) error {
 // absent field is allowed (the run is named by the event ID, the partition
 // is the default one).
 func checkKeyField(ev eventData, path, role string) error {
+	if err := checkFieldCase(ev, path, role); err != nil {
+		return err
+	}
 	v, ok := ev.value(path)
 	if !ok || v == nil {
 		return nil
 	}
-	what := fmt.Sprintf("event field %q (%s)", path, role)
+	what := fieldWhat(path, role)
 	switch x := v.(type) {
 	case string:
 		if x == "" {
@@ -159,6 +173,47 @@ func checkKeyField(ev eventData, path, role string) error {
 	}
 	return invalid(what, "must be a string or a number, not %s", jsonKind(v))
 }
+
+// checkFieldCase refuses data that holds, at any level of path, a key
+// equal to the path's key there but for case, whether or not the exact key
+// is there too. Sluice reads path by its exact keys, while a handler's
+// typed data is decoded by encoding/json, which matches keys ignoring case
+// and keeps the last match: the two would read different values, or
+// sluice none (a run not named by its idempotency key) where the handler
+// reads one. Keys repeated exactly are left alone: both take the last.
+func checkFieldCase(ev eventData, path, role string) error {
+	cur := ev.doc
+	for _, k := range dataKeys(path) {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return nil
+		}
+		// The least of several variants, so that the error is the same
+		// every time the event is sent.
+		variant, found := "", false
+		for mk := range m {
+			if mk != k && strings.EqualFold(mk, k) && (!found || mk < variant) {
+				variant, found = mk, true
+			}
+		}
+		if found {
+			written := "is written"
+			if _, exact := m[k]; exact {
+				written = "is also written"
+			}
+			return invalid(fieldWhat(path, role),
+				"%s %s %s in the data: the function's handler reads keys that differ only in case as one field, but sluice reads only %s, so the two could disagree; send the key only as %s",
+				quote(k), written, quote(variant), quote(k), quote(k))
+		}
+		if cur, ok = m[k]; !ok {
+			return nil
+		}
+	}
+	return nil
+}
+
+// fieldWhat names an event field a function reads, for an error about it.
+func fieldWhat(path, role string) string { return fmt.Sprintf("event field %q (%s)", path, role) }
 
 func jsonKind(v any) string {
 	switch v.(type) {

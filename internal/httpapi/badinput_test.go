@@ -34,6 +34,8 @@ var badInput = []struct {
 	{"10 KB idempotency key", "POST", "/v1/events", `{"name":"doc/uploaded","data":{"documentId":"` + strings.Repeat("k", 10240) + `"}}`, 400, "over the limit of 256"},
 	{"numeric documentId", "POST", "/v1/events", `{"name":"doc/uploaded","data":{"documentId":42}}`, 400, "does not decode as the event type of function summarize"},
 	{"object documentId", "POST", "/v1/events", `{"name":"doc/uploaded","data":{"documentId":{"a":1}}}`, 400, "must be a string or a number, not an object"},
+	{"documentId also in another case", "POST", "/v1/events", `{"name":"doc/uploaded","data":{"documentId":"cs-a","DOCUMENTID":"cs-b"}}`, 400, `"documentId" is also written "DOCUMENTID"`},
+	{"documentId only in another case", "POST", "/v1/events", `{"name":"doc/uploaded","data":{"DocumentId":"d1"}}`, 400, `"documentId" is written "DocumentId"`},
 	{"empty documentId", "POST", "/v1/events", `{"name":"doc/uploaded","data":{"documentId":""}}`, 400, "is empty"},
 	{"priority not an integer", "POST", "/v1/events", `{"name":"doc/uploaded","data":{"documentId":"d","priority":"high"}}`, 400, "must be an integer"},
 	{"tenant an array", "POST", "/v1/events", `{"name":"doc/uploaded","data":{"documentId":"d","tenant":[1]}}`, 400, "concurrency key"},
