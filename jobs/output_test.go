@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -22,6 +23,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/internal/testenv"
 	"github.com/sluice-dev/sluice/llm"
+	"github.com/sluice-dev/sluice/run"
 )
 
 // simLimits are the simulated key's limits: high, so that the tests are
@@ -496,6 +498,71 @@ func TestJobsEventEndToEnd(t *testing.T) {
 	if n := count(t, out, "SELECT count(*) FROM replies"); n != 1 {
 		t.Errorf("%d replies, want only d-7's", n)
 	}
+}
+
+// An event job's key is a string, or a number as written. Any other value
+// fails the run at once, naming the field and what it held, instead of
+// reaching the output as Go's text of it ("<nil>", "map[a:1]", "[1]"), and
+// so does a key no idempotency key could be (empty, a NUL, 3,000 bytes),
+// on SQLite as on PostgreSQL, which would refuse the NUL itself in the
+// save. Nothing is saved for them.
+func TestJobsEventKeyIsAStringOrANumber(t *testing.T) {
+	t.Parallel()
+	testenv.Databases(t, func(t *testing.T, url string) {
+		execDB(t, url, "CREATE TABLE replies (doc TEXT NOT NULL, reply TEXT NOT NULL)")
+		_, app := startJobs(t, url, `jobs:
+  - name: reply
+    source: {event: doc.created, key: doc_id}
+    prompt: {item: "{{.text}}"}
+    max_tokens: 30
+    output:
+      sql: INSERT INTO replies (doc, reply) VALUES (:key, :output)
+`, Options{})
+		ctx, cancel := context.WithTimeout(context.Background(), testenv.Budget)
+		defer cancel()
+		cases := []struct {
+			key, saved, fails string // saved: the key the output gets; fails: what the run's error says
+		}{
+			{key: `"d-7"`, saved: "d-7"},
+			{key: `42`, saved: "42"},
+			{key: `1.50`, saved: "1.50"},
+			{key: `12345678901234567890`, saved: "12345678901234567890"},
+			{key: `null`, fails: `field "doc_id" of its data (the job's key): must be a string or a number, not null`},
+			{key: `{"a":1}`, fails: `(the job's key): must be a string or a number, not an object`},
+			{key: `[1]`, fails: `(the job's key): must be a string or a number, not an array`},
+			{key: `true`, fails: `(the job's key): must be a string or a number, not true`},
+			{key: `""`, fails: `(the job's key): is empty`},
+			{key: `"a\u0000b"`, fails: `(the job's key): has the control character U+0000`},
+			{key: `"` + strings.Repeat("k", 3000) + `"`, fails: `(the job's key): 3000 bytes is over the limit of 256`},
+		}
+		runs := make([]string, len(cases))
+		for i, tc := range cases {
+			sent, err := app.Send(ctx, "doc.created", fmt.Sprintf("ev-%d", i), json.RawMessage(`{"doc_id":`+tc.key+`,"text":"How do rivers form?"}`))
+			if err != nil || len(sent) != 1 || sent[0].Status != "queued" {
+				t.Fatalf("send the key %.20s: %+v, %v", tc.key, sent, err)
+			}
+			runs[i] = sent[0].RunID
+		}
+		for i, tc := range cases {
+			res, err := sluice.Result[EventResult](ctx, app, runs[i])
+			if tc.fails == "" {
+				if err != nil || res.Key != tc.saved {
+					t.Errorf("the key %s: result %+v, %v; want the key %s", tc.key, res, err, tc.saved)
+				}
+				continue
+			}
+			var re *sluice.RunError
+			if !errors.As(err, &re) || re.Run.Status != run.Failed || !strings.Contains(re.Run.Error, tc.fails) {
+				t.Errorf("the key %.20s: the run gave the key %.40q, %v; want it failed saying %s", tc.key, res.Key, err, tc.fails)
+			}
+		}
+		if n := count(t, url, "SELECT count(*) FROM replies"); n != 4 {
+			t.Errorf("%d replies saved, want the 4 of a string or number key", n)
+		}
+		if n := count(t, url, "SELECT count(*) FROM replies WHERE doc IN ('d-7', '42', '1.50', '12345678901234567890')"); n != 4 {
+			t.Errorf("%d replies saved under the keys as sent, want 4", n)
+		}
+	})
 }
 
 // An event's job delivers each event once, not each key: two events about

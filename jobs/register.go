@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice"
+	"github.com/sluice-dev/sluice/internal/engine"
 	"github.com/sluice-dev/sluice/llm"
 	"github.com/sluice-dev/sluice/run"
 )
@@ -415,6 +416,19 @@ func (j *job) rowsOf(items []sluice.Item[json.RawMessage]) ([]row, error) {
 	return rows, nil
 }
 
+// eventKey is the key of an event's item: the field source.key of its
+// data, a string or a number as written. Anything else is refused rather
+// than turned into Go's text of it ("<nil>", "map[a:1]"), and the key is
+// bounded and checked as an idempotency key is, so that the output's :key
+// is one sluice's own keys could be, on SQLite and PostgreSQL alike.
+func (j *job) eventKey(eventID string, fields map[string]any) (string, error) {
+	k, ok := fields[j.Source.Key]
+	if !ok {
+		return "", fmt.Errorf("event %s: its data has no %s (the job's key)", eventID, j.Source.Key)
+	}
+	return engine.KeyText(fmt.Sprintf("event %s: field %q of its data (the job's key)", eventID, j.Source.Key), k)
+}
+
 // EventResult is the output of an event's run.
 type EventResult struct {
 	Key    string `json:"key"`
@@ -433,11 +447,10 @@ func (j *job) registerEvent(ctx context.Context, app *sluice.App, o Options, d *
 		if err != nil {
 			return EventResult{}, sluice.NonRetriable(fmt.Errorf("event %s: its data is not a JSON object: %w", ev.ID, err))
 		}
-		k, ok := fields[j.Source.Key]
-		if !ok || fmt.Sprint(k) == "" {
-			return EventResult{}, sluice.NonRetriable(fmt.Errorf("event %s: its data has no %s (the job's key)", ev.ID, j.Source.Key))
+		key, err := j.eventKey(ev.ID, fields)
+		if err != nil {
+			return EventResult{}, sluice.NonRetriable(err)
 		}
-		key := fmt.Sprint(k)
 		req, err := j.request(model, []row{{Key: key, Fields: fields}})
 		if err != nil {
 			return EventResult{}, sluice.NonRetriable(err)

@@ -162,16 +162,31 @@ func checkKeyField(ev eventData, path, role string) error {
 		return nil
 	}
 	what := fieldWhat(path, role)
+	if v == "" {
+		return invalid(what, "is empty: give it a value or leave it out")
+	}
+	_, err := KeyText(what, v)
+	return err
+}
+
+// KeyText is the text of a key read from an event's data, decoded with
+// numbers as json.Number: a string as it is, a number as written. It
+// refuses any other value, an empty string, and text that could not name
+// a run (over MaxEventIDBytes, not UTF-8, or with a control character);
+// what names the field in the error. The fields a function reads as keys
+// are checked by it, and so is the key of a YAML event job, which must
+// be a key its output can take whichever database or endpoint receives it.
+func KeyText(what string, v any) (string, error) {
 	switch x := v.(type) {
 	case string:
 		if x == "" {
-			return invalid(what, "is empty: give it a value or leave it out")
+			return "", invalid(what, "is empty")
 		}
-		return checkText(what, x, MaxEventIDBytes)
+		return x, checkText(what, x, MaxEventIDBytes)
 	case json.Number:
-		return checkText(what, x.String(), MaxEventIDBytes)
+		return x.String(), checkText(what, x.String(), MaxEventIDBytes)
 	}
-	return invalid(what, "must be a string or a number, not %s", jsonKind(v))
+	return "", invalid(what, "must be a string or a number, not %s", jsonKind(v))
 }
 
 // checkFieldCase refuses data that holds, at any level of path, a key
@@ -215,10 +230,14 @@ func checkFieldCase(ev eventData, path, role string) error {
 // fieldWhat names an event field a function reads, for an error about it.
 func fieldWhat(path, role string) string { return fmt.Sprintf("event field %q (%s)", path, role) }
 
+// jsonKind names a decoded JSON value that is neither a string nor a
+// number, for an error saying what a field held.
 func jsonKind(v any) string {
-	switch v.(type) {
+	switch x := v.(type) {
+	case nil:
+		return "null"
 	case bool:
-		return "a boolean"
+		return strconv.FormatBool(x)
 	case map[string]any:
 		return "an object"
 	case []any:
