@@ -462,6 +462,25 @@ func TestCheckEventRefusesAKeyInAnotherCase(t *testing.T) {
 	}
 }
 
+// A rate-limit key's text is checked as every key's is: PostgreSQL would
+// refuse a NUL that SQLite keeps. Any JSON value keys the limit.
+func TestCheckEventRateLimitKeyText(t *testing.T) {
+	t.Parallel()
+	fn := &Function{Function: run.Function{ID: "f", Event: "e", RateLimit: &run.RateLimit{Limit: 1, Period: time.Second, Key: "user"}}}
+	for _, tc := range []struct{ data, want string }{
+		{`{"user":"u"}`, ""},
+		{`{"user":{"org":"a\u0000b"}}`, ""}, // its JSON escapes the NUL
+		{`{"user":7}`, ""},
+		{`{"user":"a\u0000b"}`, "control character U+0000"},
+		{`{"user":"` + strings.Repeat("u", 600) + `"}`, "600 bytes is over the limit of 512"},
+	} {
+		err := fn.checkEvent(decodeEvent(Event{Name: "e", Data: []byte(tc.data)}))
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%.40s: %v, want %q", tc.data, err, tc.want)
+		}
+	}
+}
+
 // launchGate is a log handler that holds DBOS's "DBOS launched" line, the
 // last thing Launch does, until released: what runs meanwhile runs while
 // Launch is still under way.

@@ -122,6 +122,14 @@ func (f *Function) checkEvent(ev eventData) error {
 		if err := checkFieldCase(ev, rl.Key, role("rate-limit key")); err != nil {
 			return err
 		}
+		// Any value keys the limit (an object by its JSON), but its text is
+		// stored: PostgreSQL refuses a NUL that SQLite keeps, and a text
+		// past an index's bound.
+		if k, ok := ev.field(rl.Key); ok {
+			if err := checkText(fieldWhat(rl.Key, role("rate-limit key")), k, MaxEventKeyBytes); err != nil {
+				return err
+			}
+		}
 	}
 	if f.Priority != "" {
 		if err := checkFieldCase(ev, f.Priority, role("priority")); err != nil {
