@@ -139,7 +139,11 @@ func withIncludeUsage(v any) any {
 			opts[k] = x
 		}
 	case json.RawMessage:
-		_ = json.Unmarshal(o, &opts) // not an object: replaced
+		// Not an object: replaced. A JSON null decodes into a nil map,
+		// which could not be written to.
+		if json.Unmarshal(o, &opts) != nil || opts == nil {
+			opts = map[string]any{}
+		}
 	}
 	opts["include_usage"] = true
 	return opts

@@ -3,6 +3,7 @@ package llm
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -300,5 +301,29 @@ func TestStreamBoundsLinesAndEvents(t *testing.T) {
 				t.Fatalf("read %d bytes for a bound of %d", src.off, maxEvent)
 			}
 		})
+	}
+}
+
+// TestWithIncludeUsage: stream_options gets include_usage whatever the
+// caller sent in its place; null (once: a panic on a nil map) and any
+// value that is not an object are replaced, an object's other options
+// kept.
+func TestWithIncludeUsage(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in   any
+		want string
+	}{
+		{nil, `{"include_usage":true}`},
+		{json.RawMessage(`null`), `{"include_usage":true}`},
+		{json.RawMessage(`[1]`), `{"include_usage":true}`},
+		{json.RawMessage(`"x"`), `{"include_usage":true}`},
+		{json.RawMessage(`{"include_usage":false,"x":1}`), `{"include_usage":true,"x":1}`},
+		{map[string]any{"x": 1}, `{"include_usage":true,"x":1}`},
+	} {
+		got, err := json.Marshal(withIncludeUsage(tc.in))
+		if err != nil || string(got) != tc.want {
+			t.Errorf("%s: %s %v, want %s", tc.in, got, err, tc.want)
+		}
 	}
 }

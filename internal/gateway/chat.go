@@ -69,8 +69,10 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request, who caller) {
 	start := g.cfg.Now()
 	flow := who.flow
 	c := &chatCall{g: g, w: w, r: r, who: who, t: g.main, outcome: route.Abandoned}
+	// Deferred, so that a panic does not leave a routed target probing
+	// for good.
+	defer c.done()
 	e := c.run(start)
-	c.done()
 	if e != nil && !c.wrote {
 		// A body cut off by its deadline ends the request's context too;
 		// the client is still there to be told.
@@ -210,6 +212,10 @@ func (c *chatCall) run(start time.Time) *apiError {
 
 // errStopping ends a wait for admission when the server stops.
 var errStopping = errors.New("the server is stopping")
+
+// errUnfinished ends the reservation of a call that left send without
+// its outcome: a panic.
+var errUnfinished = errors.New("sluice gateway: the call ended without an outcome")
 
 // waitCtx returns the context that ends the request's waits, for
 // admission and between attempts: at its max wait, when the caller
@@ -393,6 +399,15 @@ func (c *chatCall) send(res *governor.Reservation) (retry bool, after time.Durat
 		c.settlePurse(res)
 		return false, 0, nil
 	}
+	// Every way out below ends the reservation, but a panic: it would
+	// hold the call's room, and on a key that probes its limits the only
+	// call in flight, for good. Ending it again does nothing, so it is
+	// ended here whatever happened, as a failure without a verdict: the
+	// call may have reached the provider.
+	defer func() {
+		llm.Feedback(g.cfg.Now(), c.t.gov, res, governor.Cost{}, governor.Snapshot{}, errUnfinished)
+		c.settlePurse(res)
+	}()
 	// The charge counts from now, when the call leaves, not from its
 	// admission: the time in between is not transit the lag must cover.
 	now := g.cfg.Now()
