@@ -8,10 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -72,6 +72,14 @@ type Config struct {
 	// Now is the clock used to turn absolute reset times (Anthropic's
 	// headers, HTTP-date retry-after) into waits. Default: time.Now.
 	Now func() time.Time
+
+	// Logger receives a line for each kind of oddity in a provider's answer
+	// that the client reads past rather than fail the call — a usage with
+	// a count that is not a whole number from 0 to 2^63−1 is read as not
+	// reported — with the field, what was wrong and the value (scrubbed
+	// and bounded), at most once per kind every governor.NoticeEvery.
+	// Default: slog.Default().
+	Logger *slog.Logger
 }
 
 // String describes the configuration with the key redacted, so a Config
@@ -105,6 +113,9 @@ func (c Config) withDefaults() Config {
 	c.Timeouts = c.Timeouts.or(defaultTimeouts)
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
 	}
 	return c
 }
@@ -163,6 +174,7 @@ type Client struct {
 	cfg   Config
 	scrub *Scrubber // of cfg.APIKey; nil without one
 	auth  string    // the Authorization header's value; empty without a key
+	notes notices   // the oddities of answers logged, and when
 }
 
 // NewClient checks cfg, fills its defaults and returns a Client.
@@ -235,12 +247,21 @@ func (c *Client) Chat(ctx context.Context, req *ChatRequest) (*ChatResponse, err
 	if err != nil {
 		return nil, err
 	}
-	var out ChatResponse
-	if err := json.Unmarshal(data, &out); err != nil {
+	// The usage is read apart (readUsage): an odd count in it must not
+	// fail an answer the provider gave.
+	var raw struct {
+		ChatResponse
+		Usage json.RawMessage `json:"usage"`
+	}
+	if err := json.Unmarshal(data, &raw); err != nil {
 		return nil, &TransportError{Kind: Malformed, Err: fmt.Errorf("chat completion body: %w", err)}
 	}
+	out := raw.ChatResponse
 	if out.Choices == nil {
 		return nil, c.noChoices(resp.Header, data)
+	}
+	if u := c.usage(raw.Usage); u != nil {
+		out.Usage = *u
 	}
 	out.ID, out.Model = c.scrub.Text(out.ID, MaxFieldBytes), c.scrub.Text(out.Model, MaxFieldBytes)
 	out.Header = resp.Header
@@ -256,7 +277,7 @@ type RawResponse struct {
 	Header   http.Header
 	Snapshot governor.Snapshot // the limits the headers report
 	Body     []byte            // unchanged but for the key
-	Usage    *Usage            // nil if the provider reported none
+	Usage    *Usage            // nil if the provider reported none, or one not read (see Config.Logger)
 }
 
 // ChatRaw sends body, a chat completions request the caller encoded, as it
@@ -278,87 +299,32 @@ func (c *Client) ChatRaw(ctx context.Context, body []byte) (*RawResponse, error)
 	if len(choices) == 0 || string(choices) == "null" {
 		return nil, c.noChoices(resp.Header, data)
 	}
-	return &RawResponse{Header: resp.Header, Snapshot: c.cfg.Profile.Snapshot(resp.Header, c.cfg.Now()), Body: data, Usage: usage}, nil
+	return &RawResponse{Header: resp.Header, Snapshot: c.cfg.Profile.Snapshot(resp.Header, c.cfg.Now()), Body: data, Usage: c.usage(usage)}, nil
 }
 
-// readAnswer reads a completion's choices (raw, a part of data) and usage
-// as encoding/json reads them into a struct, by walking the object: each
-// field matched regardless of case, as encoding/json matches it. An answer
-// that names a field twice, or whose usage does not decode, is left to
-// encoding/json, which reads it as it always did and words the error.
-func readAnswer(data []byte) (choices json.RawMessage, usage *Usage, err error) {
-	seen, other := false, false
+// readAnswer reads a completion's choices and usage, raw (parts of data),
+// as encoding/json reads them into json.RawMessage fields, by walking the
+// object: each field matched regardless of case, the last of a field
+// named twice winning. An answer that does not walk is left to
+// encoding/json, which words the error. The usage is then read by
+// readUsage, as every answer's is.
+func readAnswer(data []byte) (choices, usage json.RawMessage, err error) {
 	if jsonwalk.Object(data, func(k, v []byte) {
 		switch {
 		case strings.EqualFold(string(k), "choices"):
-			other = other || choices != nil
 			choices = v
 		case strings.EqualFold(string(k), "usage"):
-			other = other || seen
-			seen, usage = true, nil
-			if string(v) != "null" {
-				usage = new(Usage)
-				other = other || !readUsage(v, usage)
-			}
+			usage = v
 		}
-	}) && !other {
+	}) {
 		return choices, usage, nil
 	}
 	var out struct {
 		Choices json.RawMessage `json:"choices"`
-		Usage   *Usage          `json:"usage"`
+		Usage   json.RawMessage `json:"usage"`
 	}
 	err = json.Unmarshal(data, &out)
 	return out.Choices, out.Usage, err
-}
-
-// readUsage reads a usage object into u as encoding/json would, when each
-// of its counts is a whole number in int64 or null; it reports false, for
-// encoding/json to read and word the error, when one is not.
-func readUsage(v []byte, u *Usage) bool {
-	ok := true
-	return jsonwalk.Object(v, func(k, v []byte) {
-		var dst *int64
-		switch {
-		case strings.EqualFold(string(k), "prompt_tokens"):
-			dst = &u.PromptTokens
-		case strings.EqualFold(string(k), "completion_tokens"):
-			dst = &u.CompletionTokens
-		case strings.EqualFold(string(k), "total_tokens"):
-			dst = &u.TotalTokens
-		case strings.EqualFold(string(k), "prompt_tokens_details"):
-			ok = ok && readDetails(v, u)
-			return
-		default:
-			return
-		}
-		if string(v) == "null" {
-			return
-		}
-		n, err := strconv.ParseInt(string(v), 10, 64)
-		ok = ok && err == nil
-		*dst = n
-	}) && ok
-}
-
-// readDetails reads a usage's prompt_tokens_details into u as
-// encoding/json would (see readUsage).
-func readDetails(v []byte, u *Usage) bool {
-	if string(v) == "null" {
-		return true
-	}
-	d := new(PromptTokensDetails)
-	ok := true
-	ok = jsonwalk.Object(v, func(k, v []byte) {
-		if !strings.EqualFold(string(k), "cached_tokens") || string(v) == "null" {
-			return
-		}
-		n, err := strconv.ParseInt(string(v), 10, 64)
-		ok = ok && err == nil
-		d.CachedTokens = n
-	}) && ok
-	u.PromptTokensDetails = d
-	return ok
 }
 
 // plain posts a non-streamed request body and returns the response with its

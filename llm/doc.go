@@ -70,6 +70,13 @@
 //     key is removed before the cut, so no part of it is left at the edge.
 //     An error's param is not kept.
 //
+// A provider's numbers are bounded too. A usage count is read when it is a
+// whole number from 0 to 2^63−1, however JSON writes it (10, 10.0, 1e3); a
+// usage with any other count is read as not reported (a nil usage, the
+// charge standing as reserved), never as a failed call: the answer arrived,
+// and a caller that retried would pay for it again. Each kind of oddity is
+// logged through Config.Logger, at most once every governor.NoticeEvery.
+//
 // The error is classified from the provider's whole text first, so the
 // limit, the numbers and the wait it names are read before the text is
 // bounded. [Profile.Classify], which has no key, cleans and bounds the same

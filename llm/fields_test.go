@@ -2,6 +2,7 @@ package llm
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"reflect"
@@ -105,7 +106,10 @@ func TestMessageInRequest(t *testing.T) {
 }
 
 // FuzzReadAnswer: the walk reads any answer's choices and usage as
-// encoding/json reads them into a struct, and fails where it fails.
+// encoding/json reads them, and fails where it fails; and its usage is read
+// as encoding/json reads that object into a Usage wherever that succeeds
+// with counts of at least 0, and as not reported wherever it fails for anything but a
+// whole number written with a fraction or an exponent.
 func FuzzReadAnswer(f *testing.F) {
 	for _, s := range []string{
 		`{"id":"c1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":31,"completion_tokens":5,"total_tokens":36}}`,
@@ -115,6 +119,7 @@ func FuzzReadAnswer(f *testing.F) {
 		`{"choices":[1],"choices":[]}`, `{"choices":[1],"usage":{"prompt_tokens":"12"}}`, `{"choices":[1],"usage":{"prompt_tokens":1e3}}`,
 		`{"choices":[1],"usage":{"prompt_tokens":99999999999999999999}}`, `{"choices":[1],"usage":[]}`, `{"choices":[1],"usage":7}`,
 		`{"ch\u006fices":[1],"u\u017fage":{"prompt_tokens":4}}`, `{"choices":[1]} x`, `[]`, `null`, `"s"`, ``, `{`,
+		`{"choices":[1],"usage":{"prompt_tokens":10.0,"completion_tokens":1.5}}`, `{"choices":[1],"usage":{"prompt_tokens":-3}}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -122,14 +127,34 @@ func FuzzReadAnswer(f *testing.F) {
 		choices, usage, err := readAnswer(data)
 		var want struct {
 			Choices json.RawMessage `json:"choices"`
-			Usage   *Usage          `json:"usage"`
+			Usage   json.RawMessage `json:"usage"`
 		}
 		wantErr := json.Unmarshal(data, &want)
 		if (err == nil) != (wantErr == nil) || err != nil && err.Error() != wantErr.Error() {
 			t.Fatalf("%q: error %v, want %v", data, err, wantErr)
 		}
-		if err == nil && (!bytes.Equal(choices, want.Choices) || !reflect.DeepEqual(usage, want.Usage)) {
-			t.Fatalf("%q: choices %q usage %+v, want %q %+v", data, choices, usage, want.Choices, want.Usage)
+		if err != nil {
+			return
+		}
+		if !bytes.Equal(choices, want.Choices) || !bytes.Equal(usage, want.Usage) {
+			t.Fatalf("%q: choices %q usage %q, want %q %q", data, choices, usage, want.Choices, want.Usage)
+		}
+		u, odd := readUsage(usage)
+		var std struct {
+			Usage *Usage `json:"usage"`
+		}
+		if json.Unmarshal([]byte(`{"usage":`+cmp.Or(string(usage), "null")+`}`), &std) == nil {
+			if s := std.Usage; s == nil || s.PromptTokens >= 0 && s.CompletionTokens >= 0 && s.TotalTokens >= 0 &&
+				(s.PromptTokensDetails == nil || s.PromptTokensDetails.CachedTokens >= 0) {
+				if !reflect.DeepEqual(u, std.Usage) {
+					t.Fatalf("%q: usage %+v (%+v), encoding/json %+v", data, u, odd, std.Usage)
+				}
+			}
+		} else if u != nil && !bytes.ContainsAny(usage, ".eE") {
+			t.Fatalf("%q: usage %+v read where encoding/json fails, with no fraction or exponent", data, u)
+		}
+		if (u == nil) == (odd == nil) && !noValue(usage) {
+			t.Fatalf("%q: usage %+v and oddity %+v", data, u, odd)
 		}
 	})
 }
@@ -146,7 +171,7 @@ func TestWalkAllocations(t *testing.T) {
 		t.Errorf("a message: %v allocations, want 2", n)
 	}
 	ans := []byte(`{"id":"c1","choices":[{"index":0}],"usage":{"prompt_tokens":31,"completion_tokens":5,"total_tokens":36}}`)
-	if n := testing.AllocsPerRun(100, func() { _, _, _ = readAnswer(ans) }); n > 1 {
+	if n := testing.AllocsPerRun(100, func() { _, u, _ := readAnswer(ans); _, _ = readUsage(u) }); n > 1 {
 		t.Errorf("an answer: %v allocations, want 1", n)
 	}
 }

@@ -23,12 +23,21 @@ type ChatChunk struct {
 	Created int64         `json:"created"`
 	Choices []ChunkChoice `json:"choices"`
 	// Usage is set on the final chunk when usage was asked for
-	// (ChatStream always asks).
+	// (ChatStream always asks); nil on a chunk whose usage has a count
+	// that is not a whole number from 0 to 2^63−1 (see Config.Logger),
+	// which CarriesUsage still reports.
 	Usage *Usage `json:"usage"`
 	// Raw is the event's data as received (but for the key, see
 	// Scrubber), for forwarding unchanged.
 	Raw json.RawMessage `json:"-"`
+
+	carriesUsage bool
 }
+
+// CarriesUsage reports whether the chunk came with a usage object, read
+// or not: the final chunk of a stream that asked for usage, which a proxy
+// drops when its own caller did not ask for it.
+func (c *ChatChunk) CarriesUsage() bool { return c.carriesUsage }
 
 // ChunkChoice is the part of one choice a chunk carries.
 type ChunkChoice struct {
@@ -203,11 +212,14 @@ func (s *Stream) Next() bool {
 		if string(data) == "[DONE]" {
 			return s.end(nil)
 		}
+		// The usage is read apart (readUsage): an odd count in it must
+		// not fail a stream the provider gave.
 		var c struct {
 			ChatChunk
+			Usage json.RawMessage `json:"usage"`
 			Error json.RawMessage `json:"error"`
 			XGroq *struct {
-				Usage *Usage `json:"usage"`
+				Usage json.RawMessage `json:"usage"`
 			} `json:"x_groq"`
 		}
 		if err := json.Unmarshal(data, &c); err != nil {
@@ -222,14 +234,19 @@ func (s *Stream) Next() bool {
 		chunk := c.ChatChunk
 		chunk.Raw = data
 		chunk.ID, chunk.Model = s.client.scrub.Text(chunk.ID, MaxFieldBytes), s.client.scrub.Text(chunk.Model, MaxFieldBytes)
-		if chunk.Usage == nil && c.XGroq != nil && c.XGroq.Usage != nil {
+		usage := c.Usage
+		if noValue(usage) && c.XGroq != nil {
 			// Groq has reported the final usage inside its own x_groq object.
-			chunk.Usage = c.XGroq.Usage
+			usage = c.XGroq.Usage
+		}
+		if !noValue(usage) {
+			chunk.carriesUsage = true
+			chunk.Usage = s.client.usage(usage)
+			s.finished = true
 		}
 		if chunk.Usage != nil {
 			u := *chunk.Usage
 			s.usage = &u
-			s.finished = true
 		}
 		for _, ch := range chunk.Choices {
 			if ch.FinishReason != "" {
@@ -240,6 +257,9 @@ func (s *Stream) Next() bool {
 		return true
 	}
 }
+
+// noValue reports whether a field was absent or null.
+func noValue(raw json.RawMessage) bool { return len(raw) == 0 || isNull(raw) }
 
 func (s *Stream) streamError(eb errorBody) error {
 	return s.client.scrub.Error(s.client.cfg.Profile.classifyBody(0, s.header, eb, s.client.cfg.Now()))

@@ -530,7 +530,7 @@ func (c *chatCall) stream(res *governor.Reservation, s *llm.Stream) {
 	gone := false
 	for s.Next() {
 		ch := s.Chunk()
-		if !c.wantUsage && ch.Usage != nil && len(ch.Choices) == 0 {
+		if !c.wantUsage && ch.CarriesUsage() && len(ch.Choices) == 0 {
 			continue
 		}
 		if !writeEvent(w, flusher, ch.Raw) {

@@ -90,7 +90,7 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 		var err error
 		client, err = llm.NewClient(llm.Config{BaseURL: cfg.Upstream, APIKey: cfg.APIKey, Profile: cfg.Profile,
 			HTTPClient: cfg.HTTPClient, IdleConns: UpstreamIdleConns,
-			Now: cfg.Now, Timeouts: llm.Timeouts{FirstByte: 10 * time.Minute, Total: -1}})
+			Now: cfg.Now, Logger: cfg.Logger, Timeouts: llm.Timeouts{FirstByte: 10 * time.Minute, Total: -1}})
 		if err != nil {
 			return nil, fmt.Errorf("gateway: %w", err)
 		}

@@ -12,15 +12,20 @@ import (
 	"time"
 )
 
+// sent is what an upstream was sent: how many calls, and the last body.
+type sent struct {
+	calls atomic.Int64
+	last  atomic.Value
+}
+
 // plainUpstream answers every completion with a fixed usage, and every
-// stream with one chunk, a usage chunk and [DONE]. It records the last
-// request body it was sent.
-func plainUpstream(t *testing.T, usage string, last *atomic.Value) *httptest.Server {
+// stream with one chunk, a usage chunk and [DONE].
+func plainUpstream(t *testing.T, usage string) (*httptest.Server, *sent) {
+	got := &sent{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
-		if last != nil {
-			last.Store(string(body))
-		}
+		got.calls.Add(1)
+		got.last.Store(string(body))
 		if strings.Contains(string(body), `"stream":true`) {
 			w.Header().Set("Content-Type", "text/event-stream")
 			io.WriteString(w, "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"},\"finish_reason\":\"stop\"}]}\n\n")
@@ -32,7 +37,7 @@ func plainUpstream(t *testing.T, usage string, last *atomic.Value) *httptest.Ser
 		io.WriteString(w, `{"id":"c","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":`+usage+`}`)
 	}))
 	t.Cleanup(srv.Close)
-	return srv
+	return srv, got
 }
 
 // quietServer is an httptest server for gw whose panic logs are dropped:
@@ -69,8 +74,7 @@ func post(t *testing.T, url, body string, header ...string) (*http.Response, str
 // streamed, with the usage the gateway asks for.
 func TestStreamOptionsNull(t *testing.T) {
 	t.Parallel()
-	var sent atomic.Value
-	up := plainUpstream(t, `{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}`, &sent)
+	up, got := plainUpstream(t, `{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}`)
 	gw, err := New(context.Background(), Config{Upstream: up.URL + "/v1", APIKey: upstreamKey})
 	if err != nil {
 		t.Fatal(err)
@@ -95,7 +99,7 @@ func TestStreamOptionsNull(t *testing.T) {
 		if strings.Contains(string(data), `"usage"`) {
 			t.Errorf("request %d: the usage chunk the caller did not ask for was passed on: %s", i, data)
 		}
-		if s, _ := sent.Load().(string); !strings.Contains(s, `"stream_options":{"include_usage":true}`) {
+		if s, _ := got.last.Load().(string); !strings.Contains(s, `"stream_options":{"include_usage":true}`) {
 			t.Errorf("request %d: sent upstream %s, want stream_options.include_usage", i, s)
 		}
 	}
@@ -119,7 +123,7 @@ func (p *panicOnce) RoundTrip(r *http.Request) (*http.Response, error) {
 // wait, would be refused.
 func TestPanicEndsTheReservation(t *testing.T) {
 	t.Parallel()
-	up := plainUpstream(t, `{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}`, nil)
+	up, _ := plainUpstream(t, `{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}`)
 	gw, err := New(context.Background(), Config{Upstream: up.URL + "/v1", APIKey: upstreamKey,
 		HTTPClient: &http.Client{Transport: &panicOnce{}}, MaxWait: time.Minute})
 	if err != nil {
@@ -136,5 +140,42 @@ func TestPanicEndsTheReservation(t *testing.T) {
 	resp, data := post(t, srv.URL, chatBody("hi", 5, ""), MaxWaitHeader, "0s")
 	if resp.StatusCode != 200 {
 		t.Fatalf("the call after a panic: status %d: %s", resp.StatusCode, data)
+	}
+}
+
+// TestOddUsageIsNotBoughtAgain: a completion whose usage counts are not
+// whole numbers (once: malformed, sent again 8 times, each a completion
+// the provider bills, then 502; streamed, an error event after the
+// content instead of [DONE]) is the answer: passed on as sent, after one
+// call, with its charge as reserved.
+func TestOddUsageIsNotBoughtAgain(t *testing.T) {
+	t.Parallel()
+	const usage = `{"prompt_tokens":10.0,"completion_tokens":1e30,"total_tokens":1.5}`
+	for _, stream := range []bool{false, true} {
+		up, got := plainUpstream(t, usage)
+		gw, err := New(context.Background(), Config{Upstream: up.URL + "/v1", APIKey: upstreamKey,
+			Limits: limits("rpm=600,tpm=100000"), RetryBase: time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		start(t, gw)
+		srv := quietServer(t, gw)
+		extra := ""
+		if stream {
+			extra = `,"stream":true,"stream_options":{"include_usage":true}`
+		}
+		resp, data := post(t, srv.URL, chatBody("hi", 5, extra))
+		if resp.StatusCode != 200 || !strings.Contains(data, usage) {
+			t.Errorf("stream %v: status %d: %s: want 200 and the usage as sent", stream, resp.StatusCode, data)
+		}
+		if stream && !strings.HasSuffix(data, "data: [DONE]\n\n") {
+			t.Errorf("stream: does not end with [DONE]: %s", data)
+		}
+		if n := got.calls.Load(); n != 1 {
+			t.Errorf("stream %v: %d calls upstream, want 1", stream, n)
+		}
+		if f := gw.main.gov.Stats(gw.cfg.Now()).Flows; len(f) == 0 || f[0].Tokens.Output != 5 {
+			t.Errorf("stream %v: flows %+v: want the 5 output tokens reserved charged", stream, f)
+		}
 	}
 }

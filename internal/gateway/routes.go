@@ -309,7 +309,7 @@ func (g *Gateway) newTarget(ctx context.Context, tc Target, flows []governor.Flo
 	}
 	client, err := llm.NewClient(llm.Config{BaseURL: tc.Upstream, APIKey: tc.APIKey, Profile: p,
 		HTTPClient: cfg.HTTPClient, IdleConns: UpstreamIdleConns,
-		Now: cfg.Now, Timeouts: llm.Timeouts{FirstByte: 10 * time.Minute, Total: -1}})
+		Now: cfg.Now, Logger: cfg.Logger, Timeouts: llm.Timeouts{FirstByte: 10 * time.Minute, Total: -1}})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: target %q: %w", tc.Name, err)
 	}
