@@ -44,6 +44,13 @@ type Config struct {
 	// client, on top of any timeout the client has of its own. Default: a
 	// client with no timeouts of its own (Timeouts is the one place they
 	// are set) that keeps up to IdleConns idle connections per host.
+	//
+	// Redirects are never followed, whatever the client: the Client uses a
+	// copy of it whose CheckRedirect returns http.ErrUseLastResponse, so
+	// the key goes to BaseURL and nowhere else (net/http would send it on
+	// to another port or scheme of the same host), and a 3xx answer is an
+	// error (a *StatusError that is not retryable) naming the Location.
+	// The copy shares the client's Transport, Jar and Timeout.
 	HTTPClient *http.Client
 
 	// IdleConns is how many idle connections to the provider the default
@@ -109,7 +116,11 @@ func (c Config) withDefaults() Config {
 	c.BaseURL = strings.TrimRight(cmp.Or(c.BaseURL, defaultBaseURLs[c.Profile]), "/")
 	if c.HTTPClient == nil {
 		c.HTTPClient = defaultHTTPClient(cmp.Or(c.IdleConns, 16))
+	} else {
+		hc := *c.HTTPClient // the caller's own is left as it is
+		c.HTTPClient = &hc
 	}
+	c.HTTPClient.CheckRedirect = noRedirects
 	c.Timeouts = c.Timeouts.or(defaultTimeouts)
 	if c.Now == nil {
 		c.Now = time.Now
@@ -153,6 +164,10 @@ func (c Config) validate() error {
 	}
 	return nil
 }
+
+// noRedirects makes an http.Client return a redirect as the answer
+// (see Config.HTTPClient).
+func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
 func defaultHTTPClient(idle int) *http.Client {
 	t := http.DefaultTransport.(*http.Transport).Clone()

@@ -239,7 +239,29 @@ func (p Profile) classify(status int, h http.Header, body []byte, now time.Time)
 	if status >= 200 && status < 300 {
 		return nil
 	}
+	if status >= 300 && status < 400 {
+		return redirected(status, h)
+	}
 	return p.classifyBody(status, h, parseErrorBody(body), now)
+}
+
+// maxLocation bounds the part of a redirect's Location an error repeats.
+const maxLocation = 256
+
+// redirected is the error of a 3xx answer. A Client never follows a
+// redirect (see Config.HTTPClient): it would send the key, and the
+// request, where BaseURL does not say; and a 301, 302 or 303 would turn
+// the POST into a GET whose answer would pass for the completion. Making
+// the call again brings the same redirect, so the error is not retryable
+// (a 3xx StatusError). The Location is scrubbed of the key with the rest
+// of the header before it is read here, then cleaned and bounded.
+func redirected(status int, h http.Header) *StatusError {
+	msg := fmt.Sprintf("the provider answered with a redirect (HTTP %d %s)", status, http.StatusText(status))
+	if loc := h.Get("Location"); loc != "" {
+		msg += " to " + strconv.Quote((*Scrubber)(nil).Text(loc, maxLocation))
+	}
+	msg += ", which is not followed: the key is sent to the configured URL alone"
+	return &StatusError{Status: status, Message: msg}
 }
 
 // classifyBody is the decision table. status 0 means the error arrived

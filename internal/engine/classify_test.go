@@ -33,6 +33,7 @@ func TestClassifyLLM(t *testing.T) {
 		{"5xx", &llm.StatusError{Status: 502}, run.Retry, 0, true},
 		{"408", &llm.StatusError{Status: 408}, run.Retry, 0, true},
 		{"other 4xx", &llm.StatusError{Status: 401}, run.Fatal, 0, true},
+		{"a redirect, never followed", &llm.StatusError{Status: 307}, run.Fatal, 0, true},
 		{"transport", &llm.TransportError{Kind: llm.Reset}, run.Retry, 0, true},
 		{"cut by a cancelled context", &llm.TransportError{Kind: llm.Reset, Err: context.Canceled}, 0, 0, false},
 		{"not an llm error", errors.New("disk full"), 0, 0, false},

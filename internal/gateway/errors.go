@@ -165,6 +165,13 @@ func upstreamError(p llm.Profile, err error) *apiError {
 		}
 		return &apiError{status: cmpStatus(e.Status, http.StatusServiceUnavailable), typ: typ, message: cmpMsg(e.Message, "provider overloaded"), retryAfter: e.RetryAfter}
 	case *llm.StatusError:
+		if e.Status >= 300 && e.Status < 400 {
+			// The upstream's redirect is not followed (llm.Config.HTTPClient),
+			// nor passed on: the caller's client would follow it past the
+			// gateway, or read a 3xx without a Location as nothing at all.
+			return &apiError{status: http.StatusBadGateway, typ: "server_error", code: "upstream_redirect",
+				message: "sluice gateway: " + e.Message}
+		}
 		return &apiError{status: cmpStatus(e.Status, http.StatusBadGateway), typ: cmpMsg(e.Type, "server_error"), code: e.Code, message: cmpMsg(e.Message, http.StatusText(e.Status))}
 	case *llm.TransportError:
 		return &apiError{status: http.StatusBadGateway, typ: "server_error",

@@ -179,3 +179,50 @@ func TestOddUsageIsNotBoughtAgain(t *testing.T) {
 		}
 	}
 }
+
+// TestUpstreamRedirectIsNotFollowed: an upstream's redirect (once:
+// followed, the provider key sent to another port, a 302's GET answer
+// passed on as a 200 completion, a loop of 307s 80 requests) is not
+// followed, nor tried again: one call, and a 502 naming the redirect.
+func TestUpstreamRedirectIsNotFollowed(t *testing.T) {
+	t.Parallel()
+	var elsewhere atomic.Int64
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		elsewhere.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"id":"c","choices":[{"index":0,"message":{"role":"assistant","content":"elsewhere"}}]}`)
+	}))
+	t.Cleanup(other.Close)
+	for _, code := range []int{302, 307} {
+		for _, stream := range []bool{false, true} {
+			var calls atomic.Int64
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				calls.Add(1)
+				http.Redirect(w, r, other.URL+"/v1/chat/completions", code)
+			}))
+			t.Cleanup(up.Close)
+			gw, err := New(context.Background(), Config{Upstream: up.URL + "/v1", APIKey: upstreamKey,
+				Limits: limits("rpm=600,tpm=100000"), RetryBase: time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			start(t, gw)
+			srv := quietServer(t, gw)
+			extra := ""
+			if stream {
+				extra = `,"stream":true`
+			}
+			resp, data := post(t, srv.URL, chatBody("hi", 5, extra))
+			if resp.StatusCode != http.StatusBadGateway || !strings.Contains(data, `"code":"upstream_redirect"`) ||
+				!strings.Contains(data, other.URL) {
+				t.Errorf("%d, stream %v: status %d: %s: want 502 upstream_redirect naming the Location", code, stream, resp.StatusCode, data)
+			}
+			if n := calls.Load(); n != 1 {
+				t.Errorf("%d, stream %v: %d calls upstream, want 1", code, stream, n)
+			}
+		}
+	}
+	if n := elsewhere.Load(); n != 0 {
+		t.Errorf("the place redirected to got %d requests, want none", n)
+	}
+}
