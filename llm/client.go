@@ -19,6 +19,7 @@ import (
 	"github.com/sluice-dev/sluice/governor"
 	"github.com/sluice-dev/sluice/internal/jsonwalk"
 	"github.com/sluice-dev/sluice/internal/redact"
+	"golang.org/x/sync/semaphore"
 )
 
 // Config configures a Client. The zero value is usable: it talks to
@@ -80,6 +81,18 @@ type Config struct {
 	// headers, HTTP-date retry-after) into waits. Default: time.Now.
 	Now func() time.Time
 
+	// MaxReadBytes bounds the bytes of the provider's answers the client
+	// holds while it reads them, over all its calls at once: each plain
+	// answer's body (at most 64 MiB; twice its size for a moment when its
+	// length was not announced) and each stream's event being read (at
+	// most 8 MiB of data). An answer that would take the total past it
+	// fails at once, never waits, with a *TransportError (kind Other) that
+	// names the bound; others go on. Whatever the provider sends, the
+	// answers being read then take at most this much memory. What a caller
+	// keeps of an answer once it is read is the caller's. Default 256 MiB
+	// (DefaultMaxReadBytes); at least 64 KiB.
+	MaxReadBytes int64
+
 	// Logger receives a line for each kind of oddity in a provider's answer
 	// that the client reads past rather than fail the call — a usage with
 	// a count that is not a whole number from 0 to 2^63−1 is read as not
@@ -125,6 +138,9 @@ func (c Config) withDefaults() Config {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if c.MaxReadBytes == 0 {
+		c.MaxReadBytes = DefaultMaxReadBytes
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -147,6 +163,9 @@ func (c Config) validate() error {
 	}
 	if err := c.Timeouts.validate(); err != nil {
 		return err
+	}
+	if c.MaxReadBytes < minReadBytes {
+		return fmt.Errorf("llm: MaxReadBytes %d is below the least of %d", c.MaxReadBytes, minReadBytes)
 	}
 	if c.DefaultMaxTokens < 0 {
 		return fmt.Errorf("llm: DefaultMaxTokens %d is negative", c.DefaultMaxTokens)
@@ -187,9 +206,10 @@ func defaultHTTPClient(idle int) *http.Client {
 // simultaneous use by multiple goroutines.
 type Client struct {
 	cfg   Config
-	scrub *Scrubber // of cfg.APIKey; nil without one
-	auth  string    // the Authorization header's value; empty without a key
-	notes notices   // the oddities of answers logged, and when
+	scrub *Scrubber           // of cfg.APIKey; nil without one
+	auth  string              // the Authorization header's value; empty without a key
+	notes notices             // the oddities of answers logged, and when
+	reads *semaphore.Weighted // of cfg.MaxReadBytes: the bytes of answers being read
 }
 
 // NewClient checks cfg, fills its defaults and returns a Client.
@@ -206,7 +226,7 @@ func NewClient(cfg Config) (*Client, error) {
 		cfg.ModelMaxTokens = m
 	}
 	cfg.Header = cfg.Header.Clone()
-	c := &Client{cfg: cfg, scrub: NewScrubber(cfg.APIKey)}
+	c := &Client{cfg: cfg, scrub: NewScrubber(cfg.APIKey), reads: semaphore.NewWeighted(cfg.MaxReadBytes)}
 	if cfg.APIKey != "" {
 		c.auth = "Bearer " + cfg.APIKey
 	}
@@ -350,7 +370,7 @@ func (c *Client) plain(ctx context.Context, body []byte) (*http.Response, []byte
 		return nil, nil, err
 	}
 	defer resp.Body.Close()
-	data, err := readBody(resp.Body)
+	data, err := c.readBody(resp)
 	if err != nil {
 		return nil, nil, c.transportError(ctx, err)
 	}
@@ -383,7 +403,7 @@ func (c *Client) Models(ctx context.Context) ([]Model, error) {
 	}
 	defer resp.Body.Close()
 	c.scrub.Header(resp.Header)
-	body, err := readBody(resp.Body)
+	body, err := c.readBody(resp)
 	if err != nil {
 		return nil, c.transportError(ctx, err)
 	}
@@ -465,20 +485,6 @@ func (c *Client) setHeaders(hreq *http.Request, contentType, accept string) {
 	if accept != "" {
 		set("Accept", accept)
 	}
-}
-
-// maxBody bounds what is read of one non-streamed response.
-const maxBody = 64 << 20
-
-func readBody(r io.Reader) ([]byte, error) {
-	body, err := io.ReadAll(io.LimitReader(r, maxBody+1))
-	if err != nil {
-		return body, err
-	}
-	if len(body) > maxBody {
-		return nil, fmt.Errorf("response body larger than %d bytes", maxBody)
-	}
-	return body, nil
 }
 
 // classify turns an HTTP answer into a typed error with the client's clock,

@@ -29,6 +29,11 @@
 // context applies too. One that passes fails the call with a
 // [*TransportError] of kind Timeout that names it, which is retryable.
 //
+// Memory is bounded whatever the provider sends: a plain answer is read up
+// to 64 MiB, a stream's event up to 8 MiB, and the answers a Client reads
+// at once up to Config.MaxReadBytes (256 MiB) between them; an answer that
+// would pass that bound fails at once with a [*TransportError] naming it.
+//
 // The client never retries. Every answer that is not a success is returned
 // as one of:
 //

@@ -75,6 +75,7 @@ type Stream struct {
 	header   http.Header
 	snapshot governor.Snapshot
 
+	rd       reading // the event being read, on the client's read bound
 	chunk    *ChatChunk
 	usage    *Usage
 	err      error
@@ -109,7 +110,7 @@ func (c *Client) ChatStream(ctx context.Context, req *ChatRequest) (*Stream, err
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		defer resp.Body.Close()
-		body, rerr := readBody(resp.Body)
+		body, rerr := c.readBody(resp)
 		if rerr != nil {
 			return nil, c.transportError(ctx, rerr)
 		}
@@ -119,7 +120,7 @@ func (c *Client) ChatStream(ctx context.Context, req *ChatRequest) (*Stream, err
 		// The server answered with a plain body: an error object, or it
 		// ignored "stream". Neither is a stream.
 		defer resp.Body.Close()
-		body, rerr := readBody(resp.Body)
+		body, rerr := c.readBody(resp)
 		if rerr != nil {
 			return nil, c.transportError(ctx, rerr)
 		}
@@ -191,7 +192,11 @@ func (s *Stream) Next() bool {
 		return false
 	}
 	for {
+		s.rd.c = s.client
 		name, data, err := s.readEvent()
+		// Read: the event is the caller's now, as a plain answer is once
+		// read.
+		s.rd.release()
 		if err != nil {
 			if s.closed.Load() || (err == io.EOF && s.finished) {
 				return s.end(nil)
@@ -276,6 +281,8 @@ func (s *Stream) end(err error) bool {
 // break cannot take all memory.
 const maxEvent = 8 << 20
 
+var newline = []byte{'\n'}
+
 // readEvent reads one server-sent event: its name and its data lines
 // joined with "\n". Comment lines (":") and fields other than event and
 // data are skipped. At the end of the body it returns a last event that
@@ -283,7 +290,7 @@ const maxEvent = 8 << 20
 func (s *Stream) readEvent() (name string, data []byte, err error) {
 	var sawData bool
 	for {
-		line, err := s.readLine()
+		line, err := s.readLine(cap(data))
 		if err != nil {
 			if err == io.EOF && sawData {
 				return name, data, nil
@@ -306,9 +313,13 @@ func (s *Stream) readEvent() (name string, data []byte, err error) {
 			name = string(value)
 		case "data":
 			if sawData {
-				data = append(data, '\n')
+				if data, err = s.rd.grow(data, newline, cap(line)); err != nil {
+					return "", nil, err
+				}
 			}
-			data = append(data, value...)
+			if data, err = s.rd.grow(data, value, cap(line)); err != nil {
+				return "", nil, err
+			}
 			sawData = true
 			if len(data) > maxEvent {
 				return "", nil, &TransportError{Kind: Malformed, Err: fmt.Errorf("stream event larger than %d bytes", maxEvent)}
@@ -317,12 +328,17 @@ func (s *Stream) readEvent() (name string, data []byte, err error) {
 	}
 }
 
-// readLine returns one line without its "\n" or "\r\n".
-func (s *Stream) readLine() ([]byte, error) {
+// readLine returns one line without its "\n" or "\r\n"; other is the
+// capacity of the event's data, held with the line on the client's read
+// bound.
+func (s *Stream) readLine(other int) ([]byte, error) {
 	var line []byte
 	for {
 		part, err := s.r.ReadSlice('\n')
-		line = append(line, part...)
+		var gerr error
+		if line, gerr = s.rd.grow(line, part, other); gerr != nil {
+			return nil, gerr
+		}
 		if err == bufio.ErrBufferFull {
 			if len(line) > maxEvent {
 				return nil, &TransportError{Kind: Malformed, Err: fmt.Errorf("stream line longer than %d bytes", maxEvent)}
