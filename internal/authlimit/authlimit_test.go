@@ -6,34 +6,16 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluice-dev/sluice/internal/testenv"
 )
-
-// lineCounter counts the lines written to it.
-type lineCounter struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (l *lineCounter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.lines = append(l.lines, string(p))
-	return len(p), nil
-}
-
-func (l *lineCounter) all() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]string(nil), l.lines...)
-}
 
 // testThrottle is a throttle on the clock *at, whose timers are kept in
 // *timers for the test to run.
-func testThrottle(at *time.Time, timers *[]func()) (*Throttle, *lineCounter) {
-	var out lineCounter
+func testThrottle(at *time.Time, timers *[]func()) (*Throttle, *testenv.Buffer) {
+	var out testenv.Buffer
 	th := New(Config{Logger: slog.New(slog.NewTextHandler(&out, nil)), Now: func() time.Time { return *at },
 		AfterFunc: func(_ time.Duration, f func()) { *timers = append(*timers, f) }})
 	return th, &out
@@ -52,7 +34,7 @@ func TestThrottleRemembersBoundedAddresses(t *testing.T) {
 		t.Errorf("%d addresses remembered (%d in order), want the bound of 100", n, th.order.Len())
 	}
 	// Each address had one line, at its first wrong token.
-	if n := len(out.all()); n != 1000 {
+	if n := len(out.Lines()); n != 1000 {
 		t.Errorf("%d lines for 1,000 addresses' one wrong token each, want 1,000", n)
 	}
 	// The newest are the ones kept.
@@ -123,12 +105,12 @@ func TestThrottleTimerLogs(t *testing.T) {
 			th.fail("192.0.2.1", at)
 		}
 	}
-	if n := len(out.all()); n != 1 || len(timers) != 1 {
+	if n := len(out.Lines()); n != 1 || len(timers) != 1 {
 		t.Fatalf("%d lines and %d timers after 50 tries, want 1 and 1", n, len(timers))
 	}
 	at = at.Add(window)
 	timers[0]()
-	lines := out.all()
+	lines := out.Lines()
 	if len(lines) != 2 || !strings.Contains(lines[1], "wrong_tokens=9 throttled=40") {
 		t.Errorf("after the timer: %q", lines)
 	}

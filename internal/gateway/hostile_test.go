@@ -143,6 +143,19 @@ func TestPanicEndsTheReservation(t *testing.T) {
 	}
 }
 
+// hostileGateway starts a gateway on the upstream at base, its limits out
+// of the way and its retries quick, and serves it.
+func hostileGateway(t *testing.T, base string) (*Gateway, *httptest.Server) {
+	t.Helper()
+	gw, err := New(context.Background(), Config{Upstream: base + "/v1", APIKey: upstreamKey,
+		Limits: limits("rpm=600,tpm=100000"), RetryBase: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, gw)
+	return gw, quietServer(t, gw)
+}
+
 // TestOddUsageIsNotBoughtAgain: a completion whose usage counts are not
 // whole numbers (once: malformed, sent again 8 times, each a completion
 // the provider bills, then 502; streamed, an error event after the
@@ -153,13 +166,7 @@ func TestOddUsageIsNotBoughtAgain(t *testing.T) {
 	const usage = `{"prompt_tokens":10.0,"completion_tokens":1e30,"total_tokens":1.5}`
 	for _, stream := range []bool{false, true} {
 		up, got := plainUpstream(t, usage)
-		gw, err := New(context.Background(), Config{Upstream: up.URL + "/v1", APIKey: upstreamKey,
-			Limits: limits("rpm=600,tpm=100000"), RetryBase: time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		start(t, gw)
-		srv := quietServer(t, gw)
+		gw, srv := hostileGateway(t, up.URL)
 		extra := ""
 		if stream {
 			extra = `,"stream":true,"stream_options":{"include_usage":true}`
@@ -201,13 +208,7 @@ func TestUpstreamRedirectIsNotFollowed(t *testing.T) {
 				http.Redirect(w, r, other.URL+"/v1/chat/completions", code)
 			}))
 			t.Cleanup(up.Close)
-			gw, err := New(context.Background(), Config{Upstream: up.URL + "/v1", APIKey: upstreamKey,
-				Limits: limits("rpm=600,tpm=100000"), RetryBase: time.Millisecond})
-			if err != nil {
-				t.Fatal(err)
-			}
-			start(t, gw)
-			srv := quietServer(t, gw)
+			_, srv := hostileGateway(t, up.URL)
 			extra := ""
 			if stream {
 				extra = `,"stream":true`

@@ -13,26 +13,8 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/authlimit"
 	"github.com/sluice-dev/sluice/internal/httpapi"
+	"github.com/sluice-dev/sluice/internal/testenv"
 )
-
-// lines is a log that keeps its lines.
-type lines struct {
-	mu  sync.Mutex
-	all []string
-}
-
-func (l *lines) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.all = append(l.all, string(p))
-	return len(p), nil
-}
-
-func (l *lines) get() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]string(nil), l.all...)
-}
 
 // TestBearerThrottle: an address that sends 10 wrong bearer tokens within
 // a minute gets 429 with Retry-After on /v1, in the API's JSON error
@@ -45,7 +27,7 @@ func TestBearerThrottle(t *testing.T) {
 	var (
 		mu  sync.Mutex
 		at  = start
-		log lines
+		log testenv.Buffer
 	)
 	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return at }
 	th := authlimit.New(authlimit.Config{Logger: slog.New(slog.NewTextHandler(&log, nil)), Now: now,
@@ -83,7 +65,7 @@ func TestBearerThrottle(t *testing.T) {
 	if w := serve(friend, token); w.Code != http.StatusOK {
 		t.Errorf("the right token from another address: %d, want 200", w.Code)
 	}
-	if l := log.get(); len(l) != 1 || !strings.Contains(l[0], "remote=203.0.113.9 wrong_tokens=1 throttled=0") {
+	if l := log.Lines(); len(l) != 1 || !strings.Contains(l[0], "remote=203.0.113.9 wrong_tokens=1 throttled=0") {
 		t.Errorf("log: %q, want one line for the first wrong token", l)
 	}
 
@@ -93,7 +75,7 @@ func TestBearerThrottle(t *testing.T) {
 	if w := serve(attacker, token); w.Code != http.StatusOK {
 		t.Errorf("the right token a minute on: %d, want 200", w.Code)
 	}
-	if l := log.get(); len(l) != 2 || !strings.Contains(l[1], "remote=203.0.113.9 wrong_tokens=9 throttled=2") {
+	if l := log.Lines(); len(l) != 2 || !strings.Contains(l[1], "remote=203.0.113.9 wrong_tokens=9 throttled=2") {
 		t.Errorf("log a minute on: %q, want a second line with the minute's count", l)
 	}
 }
